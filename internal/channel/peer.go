@@ -1,0 +1,187 @@
+package channel
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/stickyd/stickyd/internal/protocol"
+)
+
+// Handler receives the envelopes that are not replies: requests (id != 0) and
+// notices (id 0). It is called from the Peer's read loop, in arrival order,
+// and must not block: hand work to another goroutine and answer with Reply.
+type Handler func(*protocol.Envelope)
+
+// Peer correlates requests and replies over a Conn. It owns the Conn's read
+// loop; Close (or the Conn failing) fails every pending call.
+type Peer struct {
+	conn   Conn
+	handle Handler
+	nextID atomic.Uint64
+
+	mu      sync.Mutex // guards pending and err
+	pending map[uint64]*Call
+	err     error
+
+	done chan struct{}
+	once sync.Once
+}
+
+// NewPeer starts the read loop on conn. handle may be nil when the other side
+// only ever replies.
+func NewPeer(conn Conn, handle Handler) *Peer {
+	p := &Peer{conn: conn, handle: handle, pending: make(map[uint64]*Call), done: make(chan struct{})}
+	go p.readLoop()
+	return p
+}
+
+// Call is a request in flight.
+type Call struct {
+	id    uint64
+	p     *Peer
+	reply chan *protocol.Envelope // buffered 1
+}
+
+// Start sends env as a request and returns at once; envelopes started from one
+// goroutine reach the other side in the order they were started.
+func (p *Peer) Start(env *protocol.Envelope) (*Call, error) {
+	c := &Call{id: p.nextID.Add(1), p: p, reply: make(chan *protocol.Envelope, 1)}
+	env.Id, env.Reply = c.id, false
+	p.mu.Lock()
+	if p.err != nil {
+		err := p.err
+		p.mu.Unlock()
+		return nil, err
+	}
+	p.pending[c.id] = c
+	p.mu.Unlock()
+	if err := p.conn.Send(env); err != nil {
+		p.forget(c.id)
+		return nil, fmt.Errorf("sending envelope: %w", err)
+	}
+	return c, nil
+}
+
+// Wait waits for the reply. An Error envelope from the other side is returned
+// as a *RemoteError. If ctx ends first the call is abandoned: a late reply is
+// dropped.
+func (c *Call) Wait(ctx context.Context) (*protocol.Envelope, error) {
+	select {
+	case env, ok := <-c.reply:
+		if !ok {
+			return nil, c.p.Err()
+		}
+		if e := env.GetError(); e != nil {
+			return nil, &RemoteError{Code: e.Code, Message: e.Message}
+		}
+		return env, nil
+	case <-ctx.Done():
+		c.p.forget(c.id)
+		return nil, ctx.Err()
+	}
+}
+
+// Call sends env and waits for its reply.
+func (p *Peer) Call(ctx context.Context, env *protocol.Envelope) (*protocol.Envelope, error) {
+	c, err := p.Start(env)
+	if err != nil {
+		return nil, err
+	}
+	return c.Wait(ctx)
+}
+
+// Reply answers the request with the given id.
+func (p *Peer) Reply(id uint64, env *protocol.Envelope) error {
+	env.Id, env.Reply = id, true
+	return p.conn.Send(env)
+}
+
+// ReplyError answers the request with an Error envelope.
+func (p *Peer) ReplyError(id uint64, code protocol.Error_Code, msg string) error {
+	return p.Reply(id, &protocol.Envelope{Body: &protocol.Envelope_Error{Error: &protocol.Error{Code: code, Message: msg}}})
+}
+
+// Notify sends env with id 0; no reply is expected.
+func (p *Peer) Notify(env *protocol.Envelope) error {
+	env.Id, env.Reply = 0, false
+	return p.conn.Send(env)
+}
+
+// Done is closed when the peer stops: Close was called or the Conn failed.
+func (p *Peer) Done() <-chan struct{} { return p.done }
+
+// Err says why the peer stopped, or nil while it runs.
+func (p *Peer) Err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+// Close closes the Conn and fails pending calls with ErrClosed. Idempotent.
+func (p *Peer) Close() error {
+	p.stop(ErrClosed)
+	return nil
+}
+
+// Pending is the number of calls waiting for a reply.
+func (p *Peer) Pending() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.pending)
+}
+
+func (p *Peer) forget(id uint64) {
+	p.mu.Lock()
+	delete(p.pending, id)
+	p.mu.Unlock()
+}
+
+func (p *Peer) readLoop() {
+	for {
+		env, err := p.conn.Recv()
+		if err != nil {
+			p.stop(err)
+			return
+		}
+		if !env.Reply {
+			if p.handle != nil {
+				p.handle(env)
+			}
+			continue
+		}
+		p.mu.Lock()
+		c := p.pending[env.Id]
+		delete(p.pending, env.Id)
+		p.mu.Unlock()
+		if c != nil {
+			c.reply <- env
+		}
+	}
+}
+
+func (p *Peer) stop(err error) {
+	p.once.Do(func() {
+		p.mu.Lock()
+		p.err = err
+		pending := p.pending
+		p.pending = nil
+		p.mu.Unlock()
+		for _, c := range pending {
+			close(c.reply)
+		}
+		p.conn.Close()
+		close(p.done)
+	})
+}
+
+// RemoteError is an Error envelope received as a reply.
+type RemoteError struct {
+	Code    protocol.Error_Code
+	Message string
+}
+
+func (e *RemoteError) Error() string {
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}

@@ -1,0 +1,192 @@
+// stickyd page client: served by every front at /_stickyd/client.js.
+//
+//   const page = stickyd.page({
+//     kind: "grid",                      // page kind, sent when the page opens
+//     onChange: (tree, deltas) => {},     // after deltas were applied to page.tree
+//     onNotice: (text) => {},             // the page restarted clean, and why
+//     onStatus: (status) => {},           // "connecting" | "live" | "offline" | "polling"
+//   });
+//   const answer = await page.send({op: "filter", text: "abc"});
+//   page.tree    // the page's data tree, kept equal to the worker's
+//   page.worker  // the worker holding the page now
+//
+// Delivery is pulled: the client keeps one pull outstanding and applies the
+// deltas it gets, in sequence order; a reconnect resumes after the last
+// sequence applied, so nothing is lost or applied twice. The page id lives in
+// sessionStorage: a reload of the tab resumes the same page.
+(function (global) {
+  "use strict";
+  const PREFIX = "/_stickyd";
+  const PULL_WAIT = 25000;
+
+  function setPath(tree, path, value) {
+    const segs = path.split("/");
+    let cur = tree;
+    for (let i = 0; i < segs.length - 1; i++) {
+      const s = segs[i];
+      if (cur[s] === null || typeof cur[s] !== "object") cur[s] = {};
+      cur = cur[s];
+    }
+    cur[segs[segs.length - 1]] = value;
+  }
+
+  function deletePath(tree, path) {
+    const segs = path.split("/");
+    let cur = tree;
+    for (let i = 0; i < segs.length - 1; i++) {
+      cur = cur[segs[i]];
+      if (cur === null || typeof cur !== "object") return;
+    }
+    delete cur[segs[segs.length - 1]];
+  }
+
+  function newID() {
+    const a = new Uint8Array(12);
+    (global.crypto || {}).getRandomValues ? global.crypto.getRandomValues(a) : a.forEach((_, i) => (a[i] = Math.random() * 256));
+    return "p" + Array.from(a, (b) => b.toString(16).padStart(2, "0")).join("");
+  }
+
+  function page(opts) {
+    opts = opts || {};
+    const kind = opts.kind || "page";
+    const key = "stickyd.page." + kind;
+    let id = opts.id || global.sessionStorage.getItem(key);
+    if (!id) {
+      id = newID();
+      global.sessionStorage.setItem(key, id);
+    }
+    const p = {
+      id: id, kind: kind, tree: {}, last: 0, worker: "", status: "connecting",
+      send: send, close: close,
+    };
+    let ws = null, nextID = 1, pending = new Map(), opened = false, closed = false;
+    let failures = 0, polling = false, pulling = false, queue = [];
+
+    function status(s) {
+      if (p.status !== s) { p.status = s; opts.onStatus && opts.onStatus(s); }
+    }
+
+    function apply(deltas) {
+      const fresh = [];
+      for (const d of deltas) {
+        if (d.seq <= p.last) continue; // already applied: never twice
+        if (d.op === "reset") p.tree = d.value || {};
+        else if (d.op === "delete") deletePath(p.tree, d.path);
+        else setPath(p.tree, d.path, d.value);
+        p.last = d.seq;
+        fresh.push(d);
+      }
+      if (fresh.length && opts.onChange) opts.onChange(p.tree, fresh);
+    }
+
+    function request(msg) {
+      msg.id = nextID++;
+      msg.page = id;
+      return new Promise((resolve, reject) => {
+        if (polling) {
+          fetch(PREFIX + "/op", { method: "POST", credentials: "same-origin", body: JSON.stringify(msg) })
+            .then((r) => r.json()).then((m) => handle(m, resolve, reject), reject);
+          return;
+        }
+        const w = { resolve, reject, msg, sent: false };
+        pending.set(msg.id, w);
+        if (ws && ws.readyState === 1 && (opened || msg.op === "open")) { ws.send(JSON.stringify(msg)); w.sent = true; }
+        else queue.push(msg); // sent once the page is open again
+      });
+    }
+
+    function handle(m, resolve, reject) {
+      if (m.worker) p.worker = m.worker;
+      if (m.op === "error") {
+        const e = new Error(m.error); e.retry = !!m.retry; e.code = m.code;
+        reject(e);
+      } else resolve(m);
+    }
+
+    function onOpened(m) {
+      const o = m.opened || {};
+      if (o.resync) { p.tree = {}; p.last = o.base || 0; }
+      if (o.notice && opts.onNotice) opts.onNotice(o.notice);
+      opened = true;
+      status(polling ? "polling" : "live");
+      for (const q of queue.splice(0)) {
+        const w = pending.get(q.id);
+        if (w && ws && ws.readyState === 1) { ws.send(JSON.stringify(q)); w.sent = true; }
+      }
+      pullLoop();
+    }
+
+    async function pullLoop() {
+      if (pulling || closed) return;
+      pulling = true;
+      try {
+        while (!closed && opened) {
+          const m = await request({ op: "pull", after: p.last, wait: PULL_WAIT });
+          apply(m.deltas || []);
+        }
+      } catch (e) {
+        // the connection dropped: the reconnect restarts the loop
+      } finally {
+        pulling = false;
+      }
+    }
+
+    function connect() {
+      if (closed) return;
+      status("connecting");
+      const proto = global.location.protocol === "https:" ? "wss:" : "ws:";
+      ws = new WebSocket(proto + "//" + global.location.host + PREFIX + "/ws");
+      ws.onopen = () => {
+        failures = 0;
+        request({ op: "open", kind: kind, after: p.last }).then(onOpened, () => {});
+      };
+      ws.onmessage = (ev) => {
+        const m = JSON.parse(ev.data);
+        const w = pending.get(m.id);
+        if (!w) return;
+        pending.delete(m.id);
+        handle(m, w.resolve, w.reject);
+      };
+      ws.onclose = () => {
+        opened = false;
+        ws = null;
+        // A request in flight may or may not have run: it is failed with a
+        // retryable error rather than sent twice. The pull loop resumes on
+        // its own after the reconnect, from the sequence it really has.
+        for (const [k, w] of pending) {
+          if (!w.sent) continue; // still queued: goes out after the reconnect
+          pending.delete(k);
+          const e = new Error("connection lost"); e.retry = true; w.reject(e);
+        }
+        if (closed) return;
+        failures++;
+        if (failures >= 4 && !polling) { startPolling(); return; }
+        status("offline");
+        setTimeout(connect, Math.min(5000, 200 * 2 ** failures));
+      };
+    }
+
+    function startPolling() {
+      polling = true;
+      status("polling");
+      request({ op: "open", kind: kind, after: p.last }).then(onOpened, () => setTimeout(startPolling, 2000));
+    }
+
+    function send(data) {
+      return request({ op: "msg", data: data }).then((m) => {
+        if (m.error) throw new Error(m.error);
+        return m.data;
+      });
+    }
+
+    function close() {
+      closed = true;
+      if (ws) ws.close();
+    }
+
+    connect();
+    return p;
+  }
+
+  global.stickyd = { page: page };
+})(window);

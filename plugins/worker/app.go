@@ -1,0 +1,61 @@
+// Package worker is the public SDK for stickyd applications. An application
+// implements App and calls Serve from its main; stickyd runs the binary as a
+// worker process and routes every message of a person to it.
+//
+// Inside a worker, live state is nested as the product describes it: a user
+// owns connections (Session), a connection owns pages (Page), and each page
+// owns a Tree of JSON-like data. Writes to a Tree become deltas that the page
+// pulls; nothing is pushed, and a silent page's deltas wait in its collector.
+//
+// All state of one user is touched only from that user's mailbox, one frame
+// at a time, so an App needs no locks for it. The SDK never listens on the
+// network: it talks to its host only on its channel. It knows nothing of the
+// supervisor.
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// App is what an application implements.
+type App interface {
+	// ServeHTTP serves the site's own routes (pages, assets, forms, login).
+	// SessionFrom(r.Context()) is the connection the request belongs to.
+	http.Handler
+
+	// OpenPage is called when a page (a browser tab) opens, or restarts
+	// clean, with an empty tree to fill.
+	OpenPage(ctx context.Context, p *Page) error
+
+	// Message handles one message from a page. Writes to p.Tree() become
+	// deltas for the page; the returned value (JSON-encodable) is the answer
+	// to this message. An error is shown to the page as a refusal.
+	Message(ctx context.Context, p *Page, msg json.RawMessage) (any, error)
+}
+
+// PageCloser is an optional App ability: ClosePage is called when a page
+// closes for good.
+type PageCloser interface {
+	ClosePage(ctx context.Context, p *Page)
+}
+
+// Options describe the application to its host.
+type Options struct {
+	// Name and Version identify the build in the host's logs and monitor.
+	Name    string
+	Version string
+	// Logger receives the SDK's logs; nil means hclog's default to stderr,
+	// which go-plugin forwards to the host.
+	Logger hclog.Logger
+}
+
+func (o Options) logger() hclog.Logger {
+	if o.Logger != nil {
+		return o.Logger
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: "worker", Level: hclog.Info, JSONFormat: true})
+}

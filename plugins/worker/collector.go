@@ -1,0 +1,175 @@
+package worker
+
+import (
+	"sync"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/protocol"
+)
+
+// maxPending is how many deltas a silent page keeps before they are folded
+// into one RESET carrying the whole tree: a page that never pulls costs
+// bounded memory and still loses nothing.
+const maxPending = 4096
+
+// collector holds a page's deltas until the page pulls them. Sequences start
+// at 1 and never repeat for the life of the page; deltas at or below the
+// floor were acknowledged (or folded into a RESET) and are gone.
+type collector struct {
+	mu      sync.Mutex // guards all below
+	seq     uint64
+	floor   uint64
+	pending []*protocol.Delta
+	waiters []*pullWaiter
+	fold    func() []byte // the whole tree, for a RESET
+}
+
+type pullWaiter struct {
+	after uint64
+	reply func([]*protocol.Delta, uint64)
+	timer *time.Timer
+	done  bool
+}
+
+func (c *collector) add(op protocol.Delta_Op, path string, value []byte) {
+	c.mu.Lock()
+	c.seq++
+	c.pending = append(c.pending, &protocol.Delta{Seq: c.seq, Op: op, Path: path, Value: value})
+	if len(c.pending) > maxPending && c.fold != nil {
+		c.resetLocked()
+	}
+	ready := c.takeWaitersLocked()
+	c.mu.Unlock()
+	c.fire(ready)
+}
+
+// resetLocked replaces everything pending with one RESET of the whole tree.
+func (c *collector) resetLocked() {
+	c.seq++
+	c.floor = c.seq - 1
+	c.pending = append(c.pending[:0:0], &protocol.Delta{Seq: c.seq, Op: protocol.Delta_RESET, Value: c.fold()})
+}
+
+// resync makes the next delta after the returned base a RESET of the whole
+// tree, for a client that lost its copy.
+func (c *collector) resync() uint64 {
+	c.mu.Lock()
+	c.resetLocked()
+	base := c.floor
+	ready := c.takeWaitersLocked()
+	c.mu.Unlock()
+	c.fire(ready)
+	return base
+}
+
+// ackLocked forgets the deltas the page has.
+func (c *collector) ackLocked(after uint64) {
+	if after <= c.floor {
+		return
+	}
+	i := 0
+	for i < len(c.pending) && c.pending[i].Seq <= after {
+		i++
+	}
+	c.pending = c.pending[i:]
+	if after > c.seq {
+		after = c.seq
+	}
+	c.floor = after
+}
+
+func (c *collector) sinceLocked(after uint64) []*protocol.Delta {
+	for i, d := range c.pending {
+		if d.Seq > after {
+			return append([]*protocol.Delta(nil), c.pending[i:]...)
+		}
+	}
+	return nil
+}
+
+// pull answers with the deltas after after, at once if there are some,
+// otherwise when the first arrives or wait runs out (with none).
+func (c *collector) pull(after uint64, wait time.Duration, reply func([]*protocol.Delta, uint64)) {
+	c.mu.Lock()
+	c.ackLocked(after)
+	if ds := c.sinceLocked(after); len(ds) > 0 || wait <= 0 {
+		seq := c.seq
+		c.mu.Unlock()
+		reply(ds, seq)
+		return
+	}
+	w := &pullWaiter{after: after, reply: reply}
+	c.waiters = append(c.waiters, w)
+	w.timer = time.AfterFunc(wait, func() {
+		c.mu.Lock()
+		if w.done {
+			c.mu.Unlock()
+			return
+		}
+		w.done = true
+		for i, x := range c.waiters {
+			if x == w {
+				c.waiters = append(c.waiters[:i], c.waiters[i+1:]...)
+				break
+			}
+		}
+		seq := c.seq
+		c.mu.Unlock()
+		w.reply(nil, seq)
+	})
+	c.mu.Unlock()
+}
+
+type firing struct {
+	w   *pullWaiter
+	ds  []*protocol.Delta
+	seq uint64
+}
+
+func (c *collector) takeWaitersLocked() []firing {
+	if len(c.waiters) == 0 {
+		return nil
+	}
+	var out []firing
+	keep := c.waiters[:0]
+	for _, w := range c.waiters {
+		ds := c.sinceLocked(w.after)
+		if len(ds) == 0 {
+			keep = append(keep, w)
+			continue
+		}
+		w.done = true
+		w.timer.Stop()
+		out = append(out, firing{w, ds, c.seq})
+	}
+	c.waiters = keep
+	return out
+}
+
+func (c *collector) fire(fs []firing) {
+	for _, f := range fs {
+		f.w.reply(f.ds, f.seq)
+	}
+}
+
+// cancel answers every waiting pull with nothing, for a page that closes.
+func (c *collector) cancel() {
+	c.mu.Lock()
+	ws := c.waiters
+	c.waiters = nil
+	seq := c.seq
+	for _, w := range ws {
+		w.done = true
+		w.timer.Stop()
+	}
+	c.mu.Unlock()
+	for _, w := range ws {
+		w.reply(nil, seq)
+	}
+}
+
+func (c *collector) last() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seq
+}

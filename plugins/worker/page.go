@@ -1,0 +1,47 @@
+package worker
+
+import (
+	"github.com/stickyd/stickyd/internal/protocol"
+)
+
+// Page is one browser tab of a connection, with its own Tree.
+type Page struct {
+	id, kind string
+	session  *Session
+	tree     *Tree
+	coll     *collector
+	local    map[string]any
+}
+
+func newPage(s *Session, id, kind string) *Page {
+	p := &Page{id: id, kind: kind, session: s, coll: &collector{}, local: map[string]any{}}
+	p.tree = newTree(func(op deltaOp, path string, v []byte) {
+		o := protocol.Delta_SET
+		if op == opDelete {
+			o = protocol.Delta_DELETE
+		}
+		p.coll.add(o, path, v)
+	})
+	p.coll.fold = func() []byte {
+		b, _ := p.tree.snapshot()
+		return b
+	}
+	return p
+}
+
+// ID is the page's name, chosen by the browser tab.
+func (p *Page) ID() string { return p.id }
+
+// Kind is the page's kind as the page declared it when it opened.
+func (p *Page) Kind() string { return p.kind }
+
+// Tree is the page's data: the truth of its state.
+func (p *Page) Tree() *Tree { return p.tree }
+
+// Session is the connection the page belongs to.
+func (p *Page) Session() *Session { return p.session }
+
+// Local holds live objects derived from the tree (an index, a cursor). It is
+// a cache, never the truth: it does not travel when the person moves, so an
+// App must be able to rebuild it from the tree.
+func (p *Page) Local() map[string]any { return p.local }

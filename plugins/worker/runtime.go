@@ -1,0 +1,366 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime/debug"
+	goruntime "runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/stickyd/stickyd/internal/channel"
+	"github.com/stickyd/stickyd/internal/protocol"
+)
+
+// maxPullWait bounds how long a pull waits for its first delta.
+const maxPullWait = 60 * time.Second
+
+// runtime is one worker: its users and their mailboxes, on one channel.
+type runtime struct {
+	app      App
+	opts     Options
+	log      hclog.Logger
+	peer     *channel.Peer
+	workerID string
+	ctx      context.Context
+
+	mu    sync.Mutex // guards users and conns
+	users map[string]*user
+	conns map[string]*Session
+
+	frames atomic.Uint64
+	pages  atomic.Int64
+	wg     sync.WaitGroup // running mailboxes and new-connection frames
+}
+
+// user is one person in this worker, with a mailbox that runs their frames
+// one at a time, in arrival order.
+type user struct {
+	key string
+	rt  *runtime
+
+	mu      sync.Mutex // guards queue and running
+	queue   []*protocol.Envelope
+	running bool
+}
+
+func (rt *runtime) userLocked(key string) *user {
+	u := rt.users[key]
+	if u == nil {
+		u = &user{key: key, rt: rt}
+		rt.users[key] = u
+	}
+	return u
+}
+
+// handle is the Peer's handler: it routes each request without blocking.
+func (rt *runtime) handle(env *protocol.Envelope) {
+	switch b := env.Body.(type) {
+	case *protocol.Envelope_Frame:
+		rt.frames.Add(1)
+		f := b.Frame
+		if f.Conn == "" {
+			// A new connection has no state yet, hence nothing to order
+			// against: run it beside the mailboxes.
+			rt.wg.Add(1)
+			go func() {
+				defer rt.wg.Done()
+				rt.runFrame(env)
+			}()
+			return
+		}
+		rt.mu.Lock()
+		u := rt.userLocked(f.User)
+		rt.mu.Unlock()
+		u.enqueue(env)
+	case *protocol.Envelope_Probe:
+		_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_ProbeReply{ProbeReply: rt.probe()}})
+	case *protocol.Envelope_Shutdown:
+		rt.log.Info("shutting down", "reason", b.Shutdown.Reason)
+		_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Shutdown{Shutdown: &protocol.Shutdown{}}})
+		go rt.peer.Close()
+	default:
+		if env.Id != 0 {
+			_ = rt.peer.ReplyError(env.Id, protocol.Error_BAD_REQUEST, fmt.Sprintf("worker does not handle %T", env.Body))
+		}
+	}
+}
+
+func (u *user) enqueue(env *protocol.Envelope) {
+	u.mu.Lock()
+	u.queue = append(u.queue, env)
+	start := !u.running
+	u.running = true
+	u.mu.Unlock()
+	if start {
+		u.rt.wg.Add(1)
+		go u.run()
+	}
+}
+
+// run drains the mailbox; it exits when the mailbox is empty, so an idle
+// person costs no goroutine.
+func (u *user) run() {
+	defer u.rt.wg.Done()
+	for {
+		u.mu.Lock()
+		if len(u.queue) == 0 {
+			u.running = false
+			u.mu.Unlock()
+			return
+		}
+		env := u.queue[0]
+		u.queue[0] = nil
+		u.queue = u.queue[1:]
+		u.mu.Unlock()
+		u.rt.runFrame(env)
+	}
+}
+
+// runFrame runs one frame and answers it. An App panic is answered as an
+// internal error for that frame only; the worker and other users go on.
+func (rt *runtime) runFrame(env *protocol.Envelope) {
+	defer func() {
+		if r := recover(); r != nil {
+			rt.log.Error("app panicked", "panic", r, "stack", string(debug.Stack()))
+			_ = rt.peer.ReplyError(env.Id, protocol.Error_INTERNAL, fmt.Sprintf("application error: %v", r))
+		}
+	}()
+	f := env.GetFrame()
+	reply, err := rt.frame(f, env.Id)
+	if err != nil {
+		_ = rt.peer.ReplyError(env.Id, errCode(err), err.Error())
+		return
+	}
+	if reply != nil {
+		rt.send(env.Id, reply)
+	}
+}
+
+func (rt *runtime) send(id uint64, r *protocol.FrameReply) {
+	r.WorkerId = rt.workerID
+	_ = rt.peer.Reply(id, &protocol.Envelope{Body: &protocol.Envelope_FrameReply{FrameReply: r}})
+}
+
+type badRequest struct{ error }
+
+func errCode(err error) protocol.Error_Code {
+	if _, ok := err.(badRequest); ok {
+		return protocol.Error_BAD_REQUEST
+	}
+	return protocol.Error_INTERNAL
+}
+
+func badf(format string, args ...any) error { return badRequest{fmt.Errorf(format, args...)} }
+
+// session finds or creates the connection of a frame.
+func (rt *runtime) session(f *protocol.Frame) *Session {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if s := rt.conns[f.Conn]; s != nil {
+		if u := userOf(f.User); u != s.user {
+			s.user = u
+		}
+		return s
+	}
+	s := &Session{rt: rt, name: f.Conn, user: userOf(f.User), values: newTree(nil), pages: map[string]*Page{}}
+	rt.conns[f.Conn] = s
+	return s
+}
+
+func userOf(key string) string {
+	if len(key) > 0 && key[:1] == protocol.AnonymousPrefix {
+		return ""
+	}
+	return key
+}
+
+// frame runs f and returns its answer; a nil answer means the frame answers
+// later (a waiting pull).
+func (rt *runtime) frame(f *protocol.Frame, id uint64) (*protocol.FrameReply, error) {
+	if f.Conn == "" {
+		if _, ok := f.Kind.(*protocol.Frame_Http); !ok {
+			return nil, badf("a %T frame needs a connection", f.Kind)
+		}
+		return rt.newConnection(f)
+	}
+	if _, ok := f.Kind.(*protocol.Frame_Release); ok {
+		rt.release(f.Conn)
+		return &protocol.FrameReply{}, nil
+	}
+	s := rt.session(f)
+	ctx := context.WithValue(rt.ctx, sessionKey{}, s)
+	switch k := f.Kind.(type) {
+	case *protocol.Frame_Http:
+		resp, err := rt.serveHTTP(ctx, s, k.Http)
+		if err != nil {
+			return nil, err
+		}
+		return rt.httpReply(s, resp), nil
+	case *protocol.Frame_Open:
+		return rt.open(ctx, s, k.Open)
+	case *protocol.Frame_Message:
+		return rt.message(ctx, s, k.Message)
+	case *protocol.Frame_Pull:
+		return rt.pull(s, k.Pull, id)
+	case *protocol.Frame_Close:
+		if p := s.pages[k.Close.Page]; p != nil {
+			delete(s.pages, p.id)
+			rt.pages.Add(-1)
+			p.coll.cancel()
+			if c, ok := rt.app.(PageCloser); ok {
+				c.ClosePage(ctx, p)
+			}
+		}
+		return &protocol.FrameReply{}, nil
+	default:
+		return nil, badf("unknown frame kind %T", f.Kind)
+	}
+}
+
+func (rt *runtime) newConnection(f *protocol.Frame) (*protocol.FrameReply, error) {
+	s := &Session{rt: rt, isNew: true, values: newTree(nil), pages: map[string]*Page{}}
+	ctx := context.WithValue(rt.ctx, sessionKey{}, s)
+	resp, err := rt.serveHTTP(ctx, s, f.GetHttp())
+	if err != nil {
+		return nil, err
+	}
+	if s.name == "" {
+		s.name = randomName()
+	}
+	s.isNew = false
+	rt.mu.Lock()
+	rt.conns[s.name] = s
+	rt.mu.Unlock()
+	return rt.httpReply(s, resp), nil
+}
+
+// httpReply closes a frame that may have changed the identity.
+func (rt *runtime) httpReply(s *Session, resp *protocol.HTTPResponse) *protocol.FrameReply {
+	r := &protocol.FrameReply{Kind: &protocol.FrameReply_Http{Http: resp}}
+	r.Identity = rt.identity(s)
+	return r
+}
+
+func (rt *runtime) identity(s *Session) *protocol.Identity {
+	if s.login != "" {
+		s.user, s.login = s.login, ""
+	}
+	return &protocol.Identity{Conn: s.name, User: s.user}
+}
+
+func (rt *runtime) release(conn string) {
+	rt.mu.Lock()
+	s := rt.conns[conn]
+	delete(rt.conns, conn)
+	rt.mu.Unlock()
+	if s == nil {
+		return
+	}
+	for _, p := range s.pages {
+		p.coll.cancel()
+		rt.pages.Add(-1)
+	}
+}
+
+const noticeLost = "This page restarted clean: the worker that held its state is gone."
+
+func (rt *runtime) open(ctx context.Context, s *Session, o *protocol.PageOpen) (*protocol.FrameReply, error) {
+	if o.Page == "" || len(o.Page) > 128 {
+		return nil, badf("opening a page: page id must be 1-128 bytes")
+	}
+	p := s.pages[o.Page]
+	st := &protocol.PageState{Page: o.Page}
+	if p == nil {
+		p = newPage(s, o.Page, o.Kind)
+		s.pages[o.Page] = p
+		rt.pages.Add(1)
+		if err := rt.app.OpenPage(ctx, p); err != nil {
+			delete(s.pages, o.Page)
+			rt.pages.Add(-1)
+			return nil, badf("opening page %q: %v", o.Page, err)
+		}
+		if o.After > 0 {
+			st.Notice, st.Resync, st.Base = noticeLost, true, 0
+		}
+	} else {
+		p.coll.mu.Lock()
+		floor, seq := p.coll.floor, p.coll.seq
+		p.coll.mu.Unlock()
+		if o.After < floor || o.After > seq {
+			st.Resync, st.Base = true, p.coll.resync()
+		}
+	}
+	st.Kind, st.Seq = p.kind, p.coll.last()
+	r := &protocol.FrameReply{Kind: &protocol.FrameReply_Opened{Opened: st}}
+	r.Identity = rt.identity(s)
+	return r, nil
+}
+
+func (rt *runtime) page(s *Session, id string) (*Page, error) {
+	p := s.pages[id]
+	if p == nil {
+		return nil, &pageUnknown{id}
+	}
+	return p, nil
+}
+
+type pageUnknown struct{ id string }
+
+func (e *pageUnknown) Error() string { return fmt.Sprintf("page %q is not open here; open it again", e.id) }
+
+func (rt *runtime) message(ctx context.Context, s *Session, m *protocol.PageMessage) (*protocol.FrameReply, error) {
+	p, err := rt.page(s, m.Page)
+	if err != nil {
+		return nil, badf("%v", err)
+	}
+	res := &protocol.MessageResult{}
+	v, err := rt.app.Message(ctx, p, json.RawMessage(m.Data))
+	if err != nil {
+		res.Error = err.Error()
+	} else if v != nil {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("encoding the answer of page %q: %w", m.Page, err)
+		}
+		res.Data = b
+	}
+	r := &protocol.FrameReply{Kind: &protocol.FrameReply_Message{Message: res}}
+	r.Identity = rt.identity(s)
+	return r, nil
+}
+
+func (rt *runtime) pull(s *Session, pl *protocol.PagePull, id uint64) (*protocol.FrameReply, error) {
+	p, err := rt.page(s, pl.Page)
+	if err != nil {
+		return nil, badf("%v", err)
+	}
+	wait := time.Duration(pl.WaitMs) * time.Millisecond
+	if wait > maxPullWait {
+		wait = maxPullWait
+	}
+	p.coll.pull(pl.After, wait, func(ds []*protocol.Delta, last uint64) {
+		rt.send(id, &protocol.FrameReply{Kind: &protocol.FrameReply_Deltas{Deltas: &protocol.Deltas{Page: pl.Page, Deltas: ds, Last: last}}})
+	})
+	return nil, nil
+}
+
+func (rt *runtime) probe() *protocol.ProbeReply {
+	var ms goruntime.MemStats
+	goruntime.ReadMemStats(&ms)
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	r := &protocol.ProbeReply{
+		Users:      int64(len(rt.users)),
+		Conns:      int64(len(rt.conns)),
+		Goroutines: int64(goruntime.NumGoroutine()),
+		HeapBytes:  ms.HeapAlloc,
+		Frames:     rt.frames.Load(),
+		Pages:      rt.pages.Load(),
+	}
+	return r
+}

@@ -1,0 +1,71 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/hashicorp/go-plugin"
+
+	"github.com/stickyd/stickyd/internal/channel"
+	"github.com/stickyd/stickyd/internal/protocol"
+)
+
+// Serve runs app as a stickyd worker plugin. It is the whole of an
+// application's main; it returns only when the host stops the worker. Run by
+// hand (not by a stickyd host), it explains itself and exits.
+func Serve(app App, opts Options) {
+	log := opts.logger()
+	opts.Logger = log
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig: channel.Handshake,
+		Plugins: channel.PluginMap(func(ctx context.Context, c channel.Conn) error {
+			err := ServeConn(ctx, app, opts, c)
+			if err != nil {
+				log.Error("worker channel ended", "error", err)
+			}
+			// One channel per process: when the host is done with it, so
+			// is the worker.
+			go func() { os.Exit(0) }()
+			return err
+		}),
+		GRPCServer: plugin.DefaultGRPCServer,
+		Logger:     log,
+	})
+}
+
+// ServeConn runs app on an open channel until the channel closes or ctx ends.
+// Serve uses it for the plugin's gRPC channel; stickyd dev uses it for an
+// in-process worker on an in-memory channel.
+func ServeConn(ctx context.Context, app App, opts Options, c channel.Conn) error {
+	hello := &protocol.Hello{ProtocolVersion: protocol.Version, App: opts.Name, AppVersion: opts.Version, Pid: int64(os.Getpid())}
+	return serveConn(ctx, app, opts, c, hello)
+}
+
+func serveConn(ctx context.Context, app App, opts Options, c channel.Conn, hello *protocol.Hello) error {
+	ack, err := channel.Greet(ctx, c, hello)
+	if err != nil {
+		c.Close()
+		return fmt.Errorf("greeting the host: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rt := &runtime{
+		app:      app,
+		opts:     opts,
+		log:      opts.logger().With("worker", ack.WorkerId),
+		workerID: ack.WorkerId,
+		ctx:      ctx,
+		users:    map[string]*user{},
+		conns:    map[string]*Session{},
+	}
+	rt.peer = channel.NewPeer(c, rt.handle)
+	select {
+	case <-rt.peer.Done():
+	case <-ctx.Done():
+		rt.peer.Close()
+	}
+	cancel()
+	rt.wg.Wait()
+	return nil
+}

@@ -1,0 +1,95 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/stickyd/stickyd/internal/protocol"
+)
+
+// Session is one connection of a person: a browser with its cookie. The site
+// names it while serving its first request (NameConnection); if the site does
+// not, the SDK names it with 128 random bits. Login declares who the person
+// is: every connection of that person then lives on one worker.
+type Session struct {
+	rt     *runtime
+	name   string
+	user   string // "" while anonymous
+	login  string // declared during the current frame
+	isNew  bool
+	values *Tree
+	pages  map[string]*Page
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,128}$`)
+
+var (
+	// ErrNamed is returned by NameConnection outside a connection's first request.
+	ErrNamed = errors.New("connection is already named")
+	// ErrBadName is returned for a connection or user name stickyd cannot carry.
+	ErrBadName = errors.New("bad name: use 1-128 of A-Z a-z 0-9 . _ @ - (users may not start with ~)")
+)
+
+type sessionKey struct{}
+
+// SessionFrom returns the connection a request or message belongs to, or nil
+// outside stickyd.
+func SessionFrom(ctx context.Context) *Session {
+	s, _ := ctx.Value(sessionKey{}).(*Session)
+	return s
+}
+
+// Conn is the connection's name ("" until named on its first request).
+func (s *Session) Conn() string { return s.name }
+
+// IsNew reports whether this is the connection's first request.
+func (s *Session) IsNew() bool { return s.isNew }
+
+// NameConnection names a new connection. It may be called only while serving
+// the connection's first request.
+func (s *Session) NameConnection(name string) error {
+	if !s.isNew {
+		return ErrNamed
+	}
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("naming connection %q: %w", name, ErrBadName)
+	}
+	s.name = name
+	return nil
+}
+
+// User is who the person is, or "" before Login.
+func (s *Session) User() string {
+	if s.login != "" {
+		return s.login
+	}
+	return s.user
+}
+
+// Login declares who the person is. From the next frame on, all their
+// connections live on one worker; this connection's pages stay with it when
+// this worker becomes the person's home, and restart clean otherwise.
+func (s *Session) Login(user string) error {
+	if !nameRE.MatchString(user) || strings.HasPrefix(user, protocol.AnonymousPrefix) {
+		return fmt.Errorf("logging in %q: %w", user, ErrBadName)
+	}
+	s.login = user
+	return nil
+}
+
+// WorkerID names the worker holding this connection now.
+func (s *Session) WorkerID() string { return s.rt.workerID }
+
+// Values is the connection's own data, kept beside its pages (no deltas).
+func (s *Session) Values() *Tree { return s.values }
+
+func randomName() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
