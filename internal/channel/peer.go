@@ -32,10 +32,19 @@ type Peer struct {
 // NewPeer starts the read loop on conn. handle may be nil when the other side
 // only ever replies.
 func NewPeer(conn Conn, handle Handler) *Peer {
-	p := &Peer{conn: conn, handle: handle, pending: make(map[uint64]*Call), done: make(chan struct{})}
-	go p.readLoop()
+	p := NewIdlePeer(conn, handle)
+	p.Listen()
 	return p
 }
+
+// NewIdlePeer returns a Peer that reads nothing until Listen, so its owner
+// can finish setting up before the first request reaches handle.
+func NewIdlePeer(conn Conn, handle Handler) *Peer {
+	return &Peer{conn: conn, handle: handle, pending: make(map[uint64]*Call), done: make(chan struct{})}
+}
+
+// Listen starts the read loop. Call it once.
+func (p *Peer) Listen() { go p.readLoop() }
 
 // Call is a request in flight.
 type Call struct {

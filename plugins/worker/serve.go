@@ -59,7 +59,8 @@ func serveConn(ctx context.Context, app App, opts Options, c channel.Conn, hello
 		users:    map[string]*user{},
 		conns:    map[string]*Session{},
 	}
-	rt.peer = channel.NewPeer(c, rt.handle)
+	rt.peer = channel.NewIdlePeer(c, rt.handle)
+	rt.peer.Listen()
 	select {
 	case <-rt.peer.Done():
 	case <-ctx.Done():

@@ -1,0 +1,224 @@
+// Package agent wires the roles of one stickyd process from its
+// configuration: the raft member and supervisor (server), the worker pool
+// (host) and the front. `stickyd agent` and `stickyd dev` both run an Agent;
+// dev only fills the configuration with embedded defaults.
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/stickyd/stickyd/internal/front"
+	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/host"
+	"github.com/stickyd/stickyd/internal/raftnode"
+	"github.com/stickyd/stickyd/internal/supervisor"
+	"github.com/stickyd/stickyd/plugins/worker"
+)
+
+// Builtin is an application compiled into stickyd, runnable in-process.
+type Builtin struct {
+	App  worker.App
+	Opts worker.Options
+}
+
+// Agent is one running stickyd process.
+type Agent struct {
+	cfg      *Config
+	log      hclog.Logger
+	fsm      *fsm.FSM
+	raft     *raftnode.Node
+	pool     *host.Pool
+	sup      *supervisor.Supervisor
+	front    *front.Front
+	server   *http.Server
+	listener net.Listener
+	served   chan error
+}
+
+// New checks the configuration and prepares an agent; Start runs it.
+// builtins are the in-process applications groups may name.
+func New(cfg *Config, builtins map[string]Builtin, log hclog.Logger) (*Agent, error) {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	if err := cfg.Finish(); err != nil {
+		return nil, fmt.Errorf("checking configuration: %w", err)
+	}
+	a := &Agent{cfg: cfg, log: log}
+	var groups []host.GroupSpec
+	for _, g := range cfg.Groups {
+		spec := host.GroupSpec{Name: g.Name, Workers: g.Workers}
+		if g.Plugin != nil {
+			env := make([]string, 0, len(g.Plugin.Env))
+			for k, v := range g.Plugin.Env {
+				env = append(env, k+"="+v)
+			}
+			spec.Launcher = &host.PluginLauncher{Command: g.Plugin.Command, Args: g.Plugin.Args, Env: env, Logger: log.Named("plugin")}
+		} else {
+			b, ok := builtins[g.Builtin]
+			if !ok {
+				return nil, fmt.Errorf("group %q: no builtin application named %q", g.Name, g.Builtin)
+			}
+			opts := b.Opts
+			if opts.Logger == nil {
+				opts.Logger = log.Named("worker")
+			}
+			spec.Launcher = &host.InprocLauncher{App: b.App, Opts: opts}
+		}
+		groups = append(groups, spec)
+	}
+	a.pool = host.New(log.Named("host"), groups)
+	return a, nil
+}
+
+// Start brings the roles up in order: raft, workers, front. On error,
+// whatever started is stopped again.
+func (a *Agent) Start(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			a.Shutdown(context.Background())
+		}
+	}()
+	a.fsm = fsm.New()
+	rcfg := raftnode.Config{ID: a.cfg.Name, Bootstrap: a.cfg.Server.BootstrapExpect == 1, Logger: a.log}
+	if a.cfg.DataDir != "" {
+		rcfg.DataDir, rcfg.BindAddr = a.cfg.DataDir, a.cfg.Server.RaftAddr
+	}
+	a.raft, err = raftnode.New(rcfg, a.fsm)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := a.raft.WaitLeader(wctx); err != nil {
+		return err
+	}
+	a.log.Info("starting workers", "workers", len(a.pool.Workers()))
+	if err := a.pool.Start(ctx); err != nil {
+		return fmt.Errorf("starting workers: %w", err)
+	}
+	a.sup = supervisor.New(a.fsm, a.raft, a.pool)
+	key, err := a.cookieKey()
+	if err != nil {
+		return err
+	}
+	a.front, err = front.New(front.Config{
+		Directory:       a.sup,
+		Dispatcher:      a.pool,
+		CookieKey:       key,
+		SecureCookie:    a.cfg.Front.SecureCookie,
+		MaxMessageBytes: a.cfg.Front.MaxMessageBytes,
+		MaxBodyBytes:    a.cfg.Front.MaxBodyBytes,
+		FrameTimeout:    a.cfg.Front.frameTimeout(),
+		Health:          a.health,
+		Logger:          a.log.Named("front"),
+	})
+	if err != nil {
+		return err
+	}
+	a.listener, err = net.Listen("tcp", a.cfg.Front.Address)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", a.cfg.Front.Address, err)
+	}
+	srv, ln := &http.Server{Handler: a.front, ReadHeaderTimeout: 10 * time.Second}, a.listener
+	a.server = srv
+	a.served = make(chan error, 1)
+	go func() {
+		err := srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		a.served <- err
+	}()
+	a.log.Info("front listening", "address", a.Addr())
+	return nil
+}
+
+// Addr is the front's listening address.
+func (a *Agent) Addr() string {
+	if a.listener == nil {
+		return ""
+	}
+	return a.listener.Addr().String()
+}
+
+// Pool is the agent's worker pool.
+func (a *Agent) Pool() *host.Pool { return a.pool }
+
+// Supervisor is the agent's supervisor.
+func (a *Agent) Supervisor() *supervisor.Supervisor { return a.sup }
+
+// Served reports the front's end: nil after Shutdown, the error otherwise.
+func (a *Agent) Served() <-chan error { return a.served }
+
+func (a *Agent) health() map[string]any {
+	conns, users := a.fsm.Counts()
+	return map[string]any{"workers": a.pool.Workers(), "ready": a.pool.Ready(), "connections": conns, "users": users}
+}
+
+// cookieKey loads the cookie key, creating it on first start. Without a data
+// dir (dev) the key is random per process.
+func (a *Agent) cookieKey() ([]byte, error) {
+	path := a.cfg.Front.CookieKeyFile
+	if path == "" && a.cfg.DataDir != "" {
+		path = filepath.Join(a.cfg.DataDir, "cookie.key")
+	}
+	if path == "" {
+		key := make([]byte, 32)
+		_, _ = rand.Read(key)
+		return key, nil
+	}
+	key, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		key = make([]byte, 32)
+		_, _ = rand.Read(key)
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("creating cookie key dir: %w", err)
+		}
+		if err := os.WriteFile(path, key, 0o600); err != nil {
+			return nil, fmt.Errorf("writing cookie key: %w", err)
+		}
+		return key, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading cookie key: %w", err)
+	}
+	if len(key) < 32 {
+		return nil, fmt.Errorf("cookie key %s holds %d bytes; it needs at least 32", path, len(key))
+	}
+	return key, nil
+}
+
+// Shutdown stops the front (closing WebSockets), the workers and raft, in
+// that order. Idempotent.
+func (a *Agent) Shutdown(ctx context.Context) error {
+	var errs []error
+	if a.front != nil {
+		a.front.Close()
+	}
+	if a.server != nil {
+		if err := a.server.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stopping front: %w", err))
+		}
+		a.server = nil
+	}
+	if a.pool != nil {
+		_ = a.pool.Close()
+	}
+	if a.raft != nil {
+		if err := a.raft.Shutdown(); err != nil {
+			errs = append(errs, fmt.Errorf("stopping raft: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,150 @@
+package agent
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/hashicorp/hcl/v2/hclsimple"
+)
+
+// Config is the agent's configuration file (HCL).
+type Config struct {
+	// Name names this agent (its raft id); defaults to the host name.
+	Name string `hcl:"name,optional"`
+	// DataDir holds the raft log, snapshots and the cookie key. Empty
+	// means in memory (dev only).
+	DataDir string `hcl:"data_dir,optional"`
+	// LogLevel is trace, debug, info, warn or error.
+	LogLevel string `hcl:"log_level,optional"`
+
+	Server *ServerConfig  `hcl:"server,block"`
+	Front  *FrontConfig   `hcl:"front,block"`
+	Groups []*GroupConfig `hcl:"group,block"`
+}
+
+// ServerConfig is the server role: a raft member.
+type ServerConfig struct {
+	Enabled bool `hcl:"enabled,optional"`
+	// BootstrapExpect is the number of servers to wait for before
+	// bootstrapping; 1 bootstraps alone.
+	BootstrapExpect int `hcl:"bootstrap_expect,optional"`
+	// RaftAddr is the raft TCP address; default 127.0.0.1:4647.
+	RaftAddr string `hcl:"raft_addr,optional"`
+}
+
+// FrontConfig is the HTTP and WebSocket front.
+type FrontConfig struct {
+	// Address is where the front listens; default 127.0.0.1:8080.
+	Address string `hcl:"address,optional"`
+	// CookieKeyFile holds the key signing connection cookies (32+ bytes).
+	// Default <data_dir>/cookie.key, created on first start.
+	CookieKeyFile   string `hcl:"cookie_key_file,optional"`
+	SecureCookie    bool   `hcl:"secure_cookie,optional"`
+	MaxMessageBytes int64  `hcl:"max_message_bytes,optional"`
+	MaxBodyBytes    int64  `hcl:"max_body_bytes,optional"`
+	// FrameTimeout bounds how long a request waits for its worker ("30s").
+	FrameTimeout string `hcl:"frame_timeout,optional"`
+}
+
+// GroupConfig is a group of identical workers.
+type GroupConfig struct {
+	Name    string `hcl:"name,label"`
+	Workers int    `hcl:"workers,optional"`
+	// Plugin runs each worker as a go-plugin subprocess.
+	Plugin *PluginConfig `hcl:"plugin,block"`
+	// Builtin runs an application compiled into stickyd in-process on an
+	// in-memory channel ("demo").
+	Builtin string `hcl:"builtin,optional"`
+}
+
+// PluginConfig names a worker plugin binary.
+type PluginConfig struct {
+	Command string            `hcl:"command"`
+	Args    []string          `hcl:"args,optional"`
+	Env     map[string]string `hcl:"env,optional"`
+}
+
+// LoadConfig reads and checks an HCL configuration file.
+func LoadConfig(path string) (*Config, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading config: %w", err)
+	}
+	return ParseConfig(path, src)
+}
+
+// ParseConfig parses HCL source; filename is used in error messages.
+func ParseConfig(filename string, src []byte) (*Config, error) {
+	var c Config
+	if err := hclsimple.Decode(filename, src, nil, &c); err != nil {
+		return nil, err
+	}
+	if err := c.Finish(); err != nil {
+		return nil, fmt.Errorf("%s: %w", filename, err)
+	}
+	return &c, nil
+}
+
+// Finish applies defaults and checks the configuration; New calls it, so a
+// Config built in code gets the same defaults as a parsed one.
+func (c *Config) Finish() error {
+	if c.Name == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			h = "stickyd"
+		}
+		c.Name = h
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
+	if c.Server == nil {
+		c.Server = &ServerConfig{Enabled: true, BootstrapExpect: 1}
+	}
+	if c.Server.RaftAddr == "" {
+		c.Server.RaftAddr = "127.0.0.1:4647"
+	}
+	if c.Server.BootstrapExpect == 0 {
+		c.Server.BootstrapExpect = 1
+	}
+	if c.Server.BootstrapExpect != 1 {
+		return fmt.Errorf("server: bootstrap_expect = %d: this version runs a single server (use 1)", c.Server.BootstrapExpect)
+	}
+	if c.Front == nil {
+		c.Front = &FrontConfig{}
+	}
+	if c.Front.Address == "" {
+		c.Front.Address = "127.0.0.1:8080"
+	}
+	if c.Front.FrameTimeout != "" {
+		if _, err := time.ParseDuration(c.Front.FrameTimeout); err != nil {
+			return fmt.Errorf("front: frame_timeout %q: %w", c.Front.FrameTimeout, err)
+		}
+	}
+	if len(c.Groups) == 0 {
+		return fmt.Errorf("no group configured: add a group block with a plugin")
+	}
+	seen := map[string]bool{}
+	for _, g := range c.Groups {
+		if seen[g.Name] {
+			return fmt.Errorf("group %q is configured twice", g.Name)
+		}
+		seen[g.Name] = true
+		if g.Workers == 0 {
+			g.Workers = 1
+		}
+		if g.Workers < 0 {
+			return fmt.Errorf("group %q: workers must be positive", g.Name)
+		}
+		if (g.Plugin == nil) == (g.Builtin == "") {
+			return fmt.Errorf("group %q: set exactly one of a plugin block or builtin", g.Name)
+		}
+	}
+	return nil
+}
+
+func (f *FrontConfig) frameTimeout() time.Duration {
+	d, _ := time.ParseDuration(f.FrameTimeout)
+	return d
+}

@@ -1,0 +1,73 @@
+// Package command is the stickyd command line: one file per subcommand, in
+// the style of Nomad's command package. It parses flags and configuration
+// and hands over to the agent or the API; it holds no product logic.
+package command
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/hashicorp/cli"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Version is the stickyd version, set at build time with
+// -ldflags "-X github.com/stickyd/stickyd/internal/command.Version=...".
+var Version = "0.1.0-dev"
+
+// Run runs the command line and returns the exit code.
+func Run(args []string) int {
+	return RunWith(args, &cli.BasicUi{Reader: os.Stdin, Writer: os.Stdout, ErrorWriter: os.Stderr})
+}
+
+// RunWith runs the command line with the given UI (tests pass a mock).
+func RunWith(args []string, ui cli.Ui) int {
+	meta := Meta{UI: ui}
+	c := &cli.CLI{
+		Name:     "stickyd",
+		Version:  Version,
+		Args:     args,
+		HelpFunc: cli.BasicHelpFunc("stickyd"),
+		Commands: map[string]cli.CommandFactory{
+			"agent":   func() (cli.Command, error) { return &AgentCommand{Meta: meta}, nil },
+			"dev":     func() (cli.Command, error) { return &DevCommand{Meta: meta}, nil },
+			"version": func() (cli.Command, error) { return &VersionCommand{Meta: meta}, nil },
+		},
+		HelpWriter:  os.Stdout,
+		ErrorWriter: os.Stderr,
+	}
+	code, err := c.Run()
+	if err != nil {
+		ui.Error(fmt.Sprintf("error: %v", err))
+		return 1
+	}
+	return code
+}
+
+// Meta is what every command shares.
+type Meta struct {
+	UI cli.Ui
+}
+
+// flagSet returns a FlagSet whose errors and usage go to the UI.
+func (m *Meta) flagSet(name string, help func() string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() { m.UI.Error(help()) }
+	return fs
+}
+
+func (m *Meta) logger(name, level string) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.LevelFromString(level), Output: os.Stderr})
+}
+
+func validLevel(level string) bool {
+	switch strings.ToLower(level) {
+	case "trace", "debug", "info", "warn", "error":
+		return true
+	}
+	return false
+}

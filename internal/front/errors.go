@@ -1,0 +1,54 @@
+package front
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+)
+
+// HTTPError is what a handler returns for a request it cannot serve: the
+// status, the message the client may read, and the internal cause for logs.
+type HTTPError struct {
+	Status  int
+	Message string
+	// Retry marks a transient failure: the client should try again
+	// (Retry-After on HTTP, "retry": true on the WebSocket).
+	Retry bool
+	Err   error
+}
+
+func (e *HTTPError) Error() string {
+	if e.Err != nil {
+		return e.Message + ": " + e.Err.Error()
+	}
+	return e.Message
+}
+
+func (e *HTTPError) Unwrap() error { return e.Err }
+
+// handle adapts a handler that returns an error.
+func (f *Front) handle(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		err := h(w, r)
+		if err == nil {
+			return
+		}
+		var he *HTTPError
+		if !errors.As(err, &he) {
+			he = &HTTPError{Status: http.StatusInternalServerError, Message: "internal error", Err: err}
+		}
+		if he.Status >= 500 {
+			f.log.Warn("request failed", "path", r.URL.Path, "status", he.Status, "error", err)
+		}
+		if he.Retry {
+			w.Header().Set("Retry-After", "1")
+		}
+		_ = writeJSON(w, he.Status, map[string]any{"error": he.Message, "retry": he.Retry})
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	return json.NewEncoder(w).Encode(v)
+}

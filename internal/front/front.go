@@ -1,0 +1,281 @@
+// Package front is the HTTP and WebSocket door of stickyd. It keeps no state
+// of its own: for every request it reads where the person lives from the
+// Directory (the local replica of the supervisor's maps), turns the request
+// into a frame, sends it to that worker, and writes the answer back. Its own
+// routes live under the reserved prefix /_stickyd/; everything else belongs
+// to the hosted site and is forwarded.
+//
+// The browser's WebSocket ends here, so a worker can change under it without
+// the socket closing. The front never mints an identity: the site names its
+// connection and the front only signs that name into a cookie.
+package front
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/stickyd/stickyd/internal/channel"
+	"github.com/stickyd/stickyd/internal/placement"
+	"github.com/stickyd/stickyd/internal/protocol"
+)
+
+// Prefix is the front's reserved path prefix; the site never sees it.
+const Prefix = "/_stickyd/"
+
+// Directory is how the front reads and writes the placement maps.
+type Directory interface {
+	// Lookup returns a connection's route from the local replica.
+	Lookup(conn string) (placement.Route, bool)
+	// Place chooses a worker for a new connection.
+	Place(ctx context.Context) (string, error)
+	// Connect binds a connection the site just named (and its user, if the
+	// site already said who it is) to a worker.
+	Connect(ctx context.Context, conn, user, worker string) (placement.Route, error)
+	// Login binds a connection to a person; it returns the new route and
+	// the worker that held the connection before.
+	Login(ctx context.Context, conn, user string) (placement.Route, string, error)
+}
+
+// Dispatcher delivers frames to workers. Frames started from one goroutine
+// reach the worker in order.
+type Dispatcher interface {
+	Send(ctx context.Context, worker string, f *protocol.Frame) (*channel.Call, error)
+}
+
+// Config configures a Front. Zero values take the defaults noted.
+type Config struct {
+	Directory  Directory
+	Dispatcher Dispatcher
+	// CookieKey signs connection cookies; at least 32 bytes.
+	CookieKey []byte
+	// CookieName defaults to "stickyd_conn".
+	CookieName string
+	// SecureCookie sets the cookie's Secure attribute (behind TLS).
+	SecureCookie bool
+	// MaxMessageBytes bounds one WebSocket message; a bigger one closes the
+	// socket with 1009. Default 1 MiB.
+	MaxMessageBytes int64
+	// MaxBodyBytes bounds an HTTP request body; default 10 MiB.
+	MaxBodyBytes int64
+	// FrameTimeout bounds how long a frame waits for its worker (including
+	// a worker being replaced); default 30 s. Pulls wait longer by design.
+	FrameTimeout time.Duration
+	// PingInterval is how often the front pings an idle WebSocket; default 20 s.
+	PingInterval time.Duration
+	// WriteTimeout bounds one WebSocket write; default 10 s.
+	WriteTimeout time.Duration
+	// SendQueue is how many answers may wait for a slow WebSocket before
+	// the front closes it (1013, try again later); default 256.
+	SendQueue int
+	// Health adds fields to /_stickyd/health.
+	Health func() map[string]any
+	Logger hclog.Logger
+}
+
+// Front serves HTTP and WebSocket.
+type Front struct {
+	cfg      Config
+	log      hclog.Logger
+	cookie   *signer
+	upgrader websocket.Upgrader
+	mux      *http.ServeMux
+	// root is the parent of every WebSocket's context; Close cancels it.
+	root     context.Context
+	shutdown context.CancelFunc
+}
+
+//go:embed assets/client.js
+var clientJS []byte
+
+// New checks cfg and returns a Front.
+func New(cfg Config) (*Front, error) {
+	if cfg.Directory == nil || cfg.Dispatcher == nil {
+		return nil, errors.New("front: a Directory and a Dispatcher are required")
+	}
+	if len(cfg.CookieKey) < 32 {
+		return nil, errors.New("front: the cookie key must be at least 32 bytes")
+	}
+	if cfg.CookieName == "" {
+		cfg.CookieName = "stickyd_conn"
+	}
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = 1 << 20
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 10 << 20
+	}
+	if cfg.FrameTimeout <= 0 {
+		cfg.FrameTimeout = 30 * time.Second
+	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = 20 * time.Second
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.SendQueue <= 0 {
+		cfg.SendQueue = 256
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	f := &Front{cfg: cfg, log: cfg.Logger, cookie: newSigner(cfg.CookieKey)}
+	f.root, f.shutdown = context.WithCancel(context.Background())
+	f.upgrader = websocket.Upgrader{ReadBufferSize: 4096, WriteBufferSize: 4096}
+	f.mux = http.NewServeMux()
+	f.mux.HandleFunc("GET "+Prefix+"health", f.handle(f.health))
+	f.mux.HandleFunc("GET "+Prefix+"client.js", f.clientJS)
+	f.mux.HandleFunc("GET "+Prefix+"ws", f.handle(f.serveWS))
+	f.mux.HandleFunc("POST "+Prefix+"op", f.handle(f.serveOp))
+	f.mux.HandleFunc(Prefix, f.handle(func(w http.ResponseWriter, r *http.Request) error {
+		return &HTTPError{Status: http.StatusNotFound, Message: "no such stickyd route: " + r.URL.Path}
+	}))
+	f.mux.HandleFunc("/", f.handle(f.serveSite))
+	return f, nil
+}
+
+// Close closes every WebSocket (1000, normal closure); an http.Server's
+// Shutdown does not see hijacked connections. Idempotent.
+func (f *Front) Close() { f.shutdown() }
+
+// ServeHTTP implements http.Handler.
+func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) { f.mux.ServeHTTP(w, r) }
+
+func (f *Front) health(w http.ResponseWriter, r *http.Request) error {
+	out := map[string]any{"status": "ok"}
+	if f.cfg.Health != nil {
+		for k, v := range f.cfg.Health() {
+			out[k] = v
+		}
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (f *Front) clientJS(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-cache")
+	_, _ = w.Write(clientJS)
+}
+
+// connOf returns the connection named by a valid cookie, or "".
+func (f *Front) connOf(r *http.Request) string {
+	c, err := r.Cookie(f.cfg.CookieName)
+	if err != nil {
+		return ""
+	}
+	conn, ok := f.cookie.verify(c.Value)
+	if !ok {
+		return ""
+	}
+	return conn
+}
+
+func (f *Front) setCookie(w http.ResponseWriter, conn string) {
+	http.SetCookie(w, &http.Cookie{
+		Name:     f.cfg.CookieName,
+		Value:    f.cookie.sign(conn),
+		Path:     "/",
+		MaxAge:   int((24 * time.Hour).Seconds()),
+		HttpOnly: true,
+		Secure:   f.cfg.SecureCookie,
+		SameSite: http.SameSiteLaxMode,
+	})
+}
+
+// route returns the connection's route.
+func (f *Front) route(r *http.Request) (placement.Route, bool) {
+	conn := f.connOf(r)
+	if conn == "" {
+		return placement.Route{}, false
+	}
+	return f.cfg.Directory.Lookup(conn)
+}
+
+// call sends a frame and waits for its answer within timeout.
+func (f *Front) call(ctx context.Context, worker string, fr *protocol.Frame, timeout time.Duration) (*protocol.FrameReply, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c, err := f.cfg.Dispatcher.Send(ctx, worker, fr)
+	if err != nil {
+		return nil, frameErr(err)
+	}
+	env, err := c.Wait(ctx)
+	if err != nil {
+		return nil, frameErr(err)
+	}
+	rep := env.GetFrameReply()
+	if rep == nil {
+		return nil, &HTTPError{Status: http.StatusBadGateway, Message: "worker answered with an unexpected envelope"}
+	}
+	return rep, nil
+}
+
+// frameErr turns a dispatch error into what the client is told.
+func frameErr(err error) error {
+	var re *channel.RemoteError
+	switch {
+	case errors.As(err, &re):
+		switch re.Code {
+		case protocol.Error_BAD_REQUEST, protocol.Error_NOT_FOUND:
+			return &HTTPError{Status: http.StatusBadRequest, Message: re.Message, Err: err}
+		case protocol.Error_MOVED, protocol.Error_UNAVAILABLE:
+			return &HTTPError{Status: http.StatusServiceUnavailable, Message: re.Message, Retry: true, Err: err}
+		default:
+			return &HTTPError{Status: http.StatusInternalServerError, Message: "the application failed on this request", Err: err}
+		}
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, channel.ErrClosed):
+		return &HTTPError{Status: http.StatusServiceUnavailable, Message: "the worker holding this session is unavailable; retry shortly", Retry: true, Err: err}
+	default:
+		return &HTTPError{Status: http.StatusServiceUnavailable, Message: "the worker holding this session is unavailable; retry shortly", Retry: true, Err: err}
+	}
+}
+
+// afterIdentity applies what the site declared while serving a frame: a new
+// connection is bound, a login rebinds. served is the worker that ran the
+// frame; if the person lives elsewhere, that worker forgets the connection.
+func (f *Front) afterIdentity(ctx context.Context, w http.ResponseWriter, rt placement.Route, known bool, served string, id *protocol.Identity) (placement.Route, error) {
+	if id == nil || id.Conn == "" {
+		return rt, nil
+	}
+	var err error
+	oldUser := rt.User
+	switch {
+	case !known:
+		rt, err = f.cfg.Directory.Connect(ctx, id.Conn, id.User, served)
+		if err != nil {
+			return rt, &HTTPError{Status: http.StatusServiceUnavailable, Message: "could not register the connection; retry", Retry: true, Err: err}
+		}
+		oldUser = protocol.AnonymousUser(id.Conn)
+		if w != nil {
+			f.setCookie(w, id.Conn)
+		}
+	case id.User != "" && id.User != rt.User:
+		rt, _, err = f.cfg.Directory.Login(ctx, rt.Conn, id.User)
+		if err != nil {
+			return rt, &HTTPError{Status: http.StatusServiceUnavailable, Message: "could not record the login; retry", Retry: true, Err: err}
+		}
+	default:
+		return rt, nil
+	}
+	if rt.Worker != served {
+		// The person already lives on another worker: the connection joins
+		// them there, and the worker that served this frame lets it go.
+		go f.release(served, id.Conn, oldUser)
+	}
+	return rt, nil
+}
+
+func (f *Front) release(worker, conn, user string) {
+	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.FrameTimeout)
+	defer cancel()
+	_, err := f.call(ctx, worker, &protocol.Frame{User: user, Conn: conn, Kind: &protocol.Frame_Release{Release: &protocol.Release{}}}, f.cfg.FrameTimeout)
+	if err != nil {
+		f.log.Warn("releasing connection on its former worker", "conn", conn, "worker", worker, "error", err)
+	}
+}

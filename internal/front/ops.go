@@ -1,0 +1,170 @@
+package front
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/placement"
+	"github.com/stickyd/stickyd/internal/protocol"
+)
+
+// maxPullWait bounds how long one pull waits for a first delta.
+const maxPullWait = 25 * time.Second
+
+// op is one request of a page: the JSON the browser sends on its WebSocket
+// or to POST /_stickyd/op.
+type op struct {
+	Op    string          `json:"op"`
+	ID    uint64          `json:"id"`
+	Page  string          `json:"page"`
+	Kind  string          `json:"kind,omitempty"`
+	After uint64          `json:"after,omitempty"`
+	Wait  int64           `json:"wait,omitempty"`
+	Data  json.RawMessage `json:"data,omitempty"`
+}
+
+// answer is what the front sends back for an op.
+type answer struct {
+	Op     string          `json:"op"` // "reply" or "error"
+	ID     uint64          `json:"id"`
+	Worker string          `json:"worker,omitempty"`
+	Opened *opened         `json:"opened,omitempty"`
+	Data   json.RawMessage `json:"data,omitempty"`
+	Deltas []delta         `json:"deltas,omitempty"`
+	Last   uint64          `json:"last,omitempty"`
+	Error  string          `json:"error,omitempty"`
+	Retry  bool            `json:"retry,omitempty"`
+	Code   string          `json:"code,omitempty"`
+}
+
+type opened struct {
+	Page   string `json:"page"`
+	Kind   string `json:"kind"`
+	Seq    uint64 `json:"seq"`
+	Notice string `json:"notice,omitempty"`
+	Resync bool   `json:"resync,omitempty"`
+	Base   uint64 `json:"base"`
+}
+
+type delta struct {
+	Seq   uint64          `json:"seq"`
+	Op    string          `json:"op"`
+	Path  string          `json:"path,omitempty"`
+	Value json.RawMessage `json:"value,omitempty"`
+}
+
+var deltaOps = map[protocol.Delta_Op]string{protocol.Delta_SET: "set", protocol.Delta_DELETE: "delete", protocol.Delta_RESET: "reset"}
+
+// frame checks an op and builds its frame.
+func (o *op) frame(rt placement.Route) (*protocol.Frame, time.Duration, error) {
+	if o.Page == "" || len(o.Page) > 128 {
+		return nil, 0, &HTTPError{Status: http.StatusBadRequest, Message: "an op needs a page id of 1-128 bytes"}
+	}
+	f := &protocol.Frame{User: rt.User, Conn: rt.Conn, Epoch: rt.Epoch}
+	extra := time.Duration(0)
+	switch o.Op {
+	case "open":
+		f.Kind = &protocol.Frame_Open{Open: &protocol.PageOpen{Page: o.Page, Kind: o.Kind, After: o.After}}
+	case "msg":
+		if len(o.Data) == 0 {
+			return nil, 0, &HTTPError{Status: http.StatusBadRequest, Message: "a msg op needs data"}
+		}
+		f.Kind = &protocol.Frame_Message{Message: &protocol.PageMessage{Page: o.Page, Data: o.Data}}
+	case "pull":
+		wait := time.Duration(o.Wait) * time.Millisecond
+		if wait < 0 {
+			return nil, 0, &HTTPError{Status: http.StatusBadRequest, Message: "wait must not be negative"}
+		}
+		wait = min(wait, maxPullWait)
+		extra = wait
+		f.Kind = &protocol.Frame_Pull{Pull: &protocol.PagePull{Page: o.Page, After: o.After, WaitMs: uint32(wait / time.Millisecond)}}
+	case "close":
+		f.Kind = &protocol.Frame_Close{Close: &protocol.PageClose{Page: o.Page}}
+	default:
+		return nil, 0, &HTTPError{Status: http.StatusBadRequest, Message: fmt.Sprintf("unknown op %q (want open, msg, pull or close)", o.Op)}
+	}
+	return f, extra, nil
+}
+
+// toAnswer turns a worker's reply into the browser's answer.
+func toAnswer(id uint64, rep *protocol.FrameReply) *answer {
+	a := &answer{Op: "reply", ID: id, Worker: rep.WorkerId}
+	switch k := rep.Kind.(type) {
+	case *protocol.FrameReply_Opened:
+		o := k.Opened
+		a.Opened = &opened{Page: o.Page, Kind: o.Kind, Seq: o.Seq, Notice: o.Notice, Resync: o.Resync, Base: o.Base}
+	case *protocol.FrameReply_Message:
+		if k.Message.Error != "" {
+			a.Error = k.Message.Error
+		} else if len(k.Message.Data) > 0 {
+			a.Data = k.Message.Data
+		}
+	case *protocol.FrameReply_Deltas:
+		a.Last = k.Deltas.Last
+		a.Deltas = make([]delta, len(k.Deltas.Deltas))
+		for i, d := range k.Deltas.Deltas {
+			a.Deltas[i] = delta{Seq: d.Seq, Op: deltaOps[d.Op], Path: d.Path}
+			if len(d.Value) > 0 {
+				a.Deltas[i].Value = d.Value
+			}
+		}
+	}
+	return a
+}
+
+func errAnswer(id uint64, err error) *answer {
+	a := &answer{Op: "error", ID: id, Error: err.Error(), Code: "internal"}
+	if he, ok := err.(*HTTPError); ok {
+		a.Error, a.Retry = he.Message, he.Retry
+		switch {
+		case he.Status == http.StatusBadRequest:
+			a.Code = "bad_request"
+		case he.Status == http.StatusServiceUnavailable:
+			a.Code = "unavailable"
+		}
+	}
+	return a
+}
+
+// runOp runs one op synchronously, for the HTTP fallback.
+func (f *Front) runOp(ctx context.Context, rt placement.Route, o *op) *answer {
+	fr, extra, err := o.frame(rt)
+	if err != nil {
+		return errAnswer(o.ID, err)
+	}
+	rep, err := f.call(ctx, rt.Worker, fr, f.cfg.FrameTimeout+extra)
+	if err != nil {
+		return errAnswer(o.ID, err)
+	}
+	return toAnswer(o.ID, rep)
+}
+
+// serveOp is the long-poll fallback: one op per POST, same JSON as the
+// WebSocket.
+func (f *Front) serveOp(w http.ResponseWriter, r *http.Request) error {
+	rt, ok := f.route(r)
+	if !ok {
+		return errNoConnection
+	}
+	var o op
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, f.cfg.MaxMessageBytes))
+	if err := dec.Decode(&o); err != nil {
+		return &HTTPError{Status: http.StatusBadRequest, Message: "decoding op: " + err.Error()}
+	}
+	a := f.runOp(r.Context(), rt, &o)
+	status := http.StatusOK
+	if a.Op == "error" {
+		status = http.StatusBadRequest
+		if a.Retry {
+			status = http.StatusServiceUnavailable
+			w.Header().Set("Retry-After", "1")
+		}
+	}
+	return writeJSON(w, status, a)
+}
+
+var errNoConnection = &HTTPError{Status: http.StatusUnauthorized,
+	Message: "no valid connection cookie: load a page of this site first (a tampered or expired cookie is not accepted)"}

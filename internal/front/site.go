@@ -1,0 +1,97 @@
+package front
+
+import (
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/stickyd/stickyd/internal/protocol"
+)
+
+// hopHeaders are connection-level headers that are not forwarded.
+var hopHeaders = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
+	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+}
+
+// serveSite forwards a request of the hosted site to the worker holding the
+// person, or, for a new connection, to the worker the supervisor chooses.
+func (f *Front) serveSite(w http.ResponseWriter, r *http.Request) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, f.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return &HTTPError{Status: http.StatusRequestEntityTooLarge, Message: "request body too large"}
+		}
+		return &HTTPError{Status: http.StatusBadRequest, Message: "reading request body: " + err.Error()}
+	}
+	req := &protocol.HTTPRequest{Method: r.Method, Url: r.URL.RequestURI(), Body: body, RemoteAddr: r.RemoteAddr, Host: r.Host}
+	for k, v := range r.Header {
+		if hopHeaders[k] {
+			continue
+		}
+		if k == "Cookie" {
+			v = f.stripOwnCookie(r)
+			if len(v) == 0 {
+				continue
+			}
+		}
+		req.Headers = append(req.Headers, &protocol.Header{Name: k, Values: v})
+	}
+	fr := &protocol.Frame{Kind: &protocol.Frame_Http{Http: req}}
+	rt, known := f.route(r)
+	worker := rt.Worker
+	if known {
+		fr.User, fr.Conn, fr.Epoch = rt.User, rt.Conn, rt.Epoch
+	} else {
+		worker, err = f.cfg.Directory.Place(r.Context())
+		if err != nil {
+			return &HTTPError{Status: http.StatusServiceUnavailable, Message: "no worker can take a new session now; retry shortly", Retry: true, Err: err}
+		}
+	}
+	rep, err := f.call(r.Context(), worker, fr, f.cfg.FrameTimeout)
+	if err != nil {
+		return err
+	}
+	if _, err := f.afterIdentity(r.Context(), w, rt, known, rep.WorkerId, rep.Identity); err != nil {
+		return err
+	}
+	resp := rep.GetHttp()
+	if resp == nil {
+		return &HTTPError{Status: http.StatusBadGateway, Message: "worker answered an HTTP request without a response"}
+	}
+	h := w.Header()
+	for _, hv := range resp.Headers {
+		if hopHeaders[hv.Name] {
+			continue
+		}
+		h[hv.Name] = hv.Values
+	}
+	status := int(resp.Status)
+	if status < 100 || status > 999 {
+		status = http.StatusBadGateway
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(resp.Body)
+	return nil
+}
+
+// stripOwnCookie returns the request's cookies without the front's own: the
+// site names its connection through the SDK, not by reading the cookie.
+func (f *Front) stripOwnCookie(r *http.Request) []string {
+	var out []string
+	for _, c := range r.Cookies() {
+		if c.Name == f.cfg.CookieName {
+			continue
+		}
+		out = append(out, c.String())
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	s := out[0]
+	for _, c := range out[1:] {
+		s += "; " + c
+	}
+	return []string{s}
+}

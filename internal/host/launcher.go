@@ -1,0 +1,138 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+
+	"github.com/stickyd/stickyd/internal/channel"
+	"github.com/stickyd/stickyd/plugins/worker"
+)
+
+// Launcher starts one worker process and opens its channel.
+type Launcher interface {
+	Launch(ctx context.Context, id string) (Process, channel.Conn, error)
+}
+
+// Process is a running worker.
+type Process interface {
+	// Pid is the OS process id, or 0 for an in-process worker.
+	Pid() int
+	// Kill stops the process, gracefully if it can. Idempotent.
+	Kill()
+}
+
+// PluginLauncher starts workers as go-plugin subprocesses of Command.
+type PluginLauncher struct {
+	Command string
+	Args    []string
+	// Env is added to the agent's environment for the worker.
+	Env    []string
+	Logger hclog.Logger
+}
+
+var _ Launcher = (*PluginLauncher)(nil)
+
+// Launch starts the plugin binary and opens its channel. The channel lives
+// until the process exits or is killed; ctx bounds only the start.
+func (l *PluginLauncher) Launch(ctx context.Context, id string) (Process, channel.Conn, error) {
+	cmd := exec.Command(l.Command, l.Args...)
+	cmd.Env = append(cmd.Environ(), l.Env...)
+	cmd.Env = append(cmd.Env, "STICKYD_WORKER_ID="+id)
+	setDeathSignal(cmd)
+	log := l.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  channel.Handshake,
+		Plugins:          channel.PluginMap(nil),
+		Cmd:              cmd,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		Logger:           log.Named(id),
+		Managed:          false,
+	})
+	rpc, err := client.Client()
+	if err != nil {
+		client.Kill()
+		return nil, nil, fmt.Errorf("starting worker plugin %q: %w", l.Command, err)
+	}
+	raw, err := rpc.Dispense(channel.PluginName)
+	if err != nil {
+		client.Kill()
+		return nil, nil, fmt.Errorf("dispensing worker plugin: %w", err)
+	}
+	pc, ok := raw.(*channel.PluginClient)
+	if !ok {
+		client.Kill()
+		return nil, nil, fmt.Errorf("worker plugin dispensed %T", raw)
+	}
+	// The stream must outlive ctx: it is the worker's channel for life.
+	conn, err := pc.Open(context.WithoutCancel(ctx))
+	if err != nil {
+		client.Kill()
+		return nil, nil, fmt.Errorf("opening worker channel: %w", err)
+	}
+	pid := 0
+	if rc := client.ReattachConfig(); rc != nil {
+		pid = rc.Pid
+	}
+	return &pluginProcess{client: client, pid: pid, conn: conn}, conn, nil
+}
+
+type pluginProcess struct {
+	client *plugin.Client
+	pid    int
+	conn   channel.Conn
+	once   sync.Once
+}
+
+func (p *pluginProcess) Pid() int { return p.pid }
+
+// Kill closes the channel and lets go-plugin stop the process (graceful,
+// then forced after its timeout).
+func (p *pluginProcess) Kill() {
+	p.once.Do(func() {
+		p.conn.Close()
+		p.client.Kill()
+	})
+}
+
+// InprocLauncher runs workers inside the agent on an in-memory channel, as
+// stickyd dev does. The channel carries the same encoded bytes as gRPC.
+type InprocLauncher struct {
+	App  worker.App
+	Opts worker.Options
+}
+
+var _ Launcher = (*InprocLauncher)(nil)
+
+// Launch starts the app on a new in-memory channel.
+func (l *InprocLauncher) Launch(ctx context.Context, id string) (Process, channel.Conn, error) {
+	hostEnd, workerEnd := channel.Pipe()
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p := &inprocProcess{cancel: cancel, conn: hostEnd, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		_ = worker.ServeConn(wctx, l.App, l.Opts, workerEnd)
+	}()
+	return p, hostEnd, nil
+}
+
+type inprocProcess struct {
+	cancel context.CancelFunc
+	conn   channel.Conn
+	done   chan struct{}
+}
+
+func (p *inprocProcess) Pid() int { return 0 }
+
+func (p *inprocProcess) Kill() {
+	p.cancel()
+	p.conn.Close()
+	<-p.done
+}

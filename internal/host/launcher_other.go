@@ -1,0 +1,7 @@
+//go:build !linux
+
+package host
+
+import "os/exec"
+
+func setDeathSignal(*exec.Cmd) {}

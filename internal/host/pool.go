@@ -1,0 +1,372 @@
+// Package host runs the worker processes of the groups placed on this agent
+// and relays their channels. Each worker sits in a slot with a stable id
+// ("web-1"); when its process exits, the slot records how and starts a
+// replacement, and frames for the slot wait (bounded by their context) until
+// it is back. The host decides nothing about people: where a user lives is
+// the supervisor's business.
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/stickyd/stickyd/internal/channel"
+	"github.com/stickyd/stickyd/internal/protocol"
+)
+
+// GroupSpec is a group of identical workers on this host.
+type GroupSpec struct {
+	Name     string
+	Workers  int
+	Launcher Launcher
+}
+
+// Pool is every worker slot of this host.
+type Pool struct {
+	log    hclog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex // guards slots and order
+	slots map[string]*slot
+	order []string
+}
+
+var (
+	// ErrUnknownWorker is returned for a worker id this host does not run.
+	ErrUnknownWorker = errors.New("unknown worker")
+	// ErrStopping is returned once the pool is shutting down.
+	ErrStopping = errors.New("host is shutting down")
+)
+
+// Lifecycle states of a slot.
+const (
+	StateStarting = "starting"
+	StateReady    = "ready"
+	StateDead     = "dead"
+	StateRefused  = "refused"
+	StateStopped  = "stopped"
+)
+
+// WorkerInfo is a slot as the monitor sees it.
+type WorkerInfo struct {
+	ID, Group   string
+	State       string
+	Pid         int
+	Incarnation int
+	Born        time.Time
+	DiedAt      time.Time
+	HowDied     string
+	App         string
+	AppVersion  string
+}
+
+type slot struct {
+	id, group string
+	launcher  Launcher
+	log       hclog.Logger
+
+	mu   sync.Mutex // guards everything below
+	peer *channel.Peer
+	proc Process
+	up   chan struct{} // closed while ready; replaced when down
+	info WorkerInfo
+
+	first chan error // the first start's outcome, once
+}
+
+// New returns a pool for the given groups; Start launches it.
+func New(log hclog.Logger, groups []GroupSpec) *Pool {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	p := &Pool{log: log, slots: map[string]*slot{}}
+	for _, g := range groups {
+		for i := 1; i <= g.Workers; i++ {
+			id := fmt.Sprintf("%s-%d", g.Name, i)
+			s := &slot{id: id, group: g.Name, launcher: g.Launcher, log: log.With("worker", id),
+				up: make(chan struct{}), first: make(chan error, 1)}
+			s.info = WorkerInfo{ID: id, Group: g.Name, State: StateStarting}
+			p.slots[id] = s
+			p.order = append(p.order, id)
+		}
+	}
+	return p
+}
+
+// Start launches every worker and waits for each first start. A worker that
+// cannot start, or that speaks another protocol, fails Start with the reason;
+// the pool keeps retrying it in the background either way.
+func (p *Pool) Start(ctx context.Context) error {
+	p.ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	for _, id := range p.order {
+		s := p.slots[id]
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			s.run(p.ctx)
+		}()
+	}
+	var errs []error
+	for _, id := range p.order {
+		select {
+		case err := <-p.slots[id].first:
+			if err != nil {
+				errs = append(errs, fmt.Errorf("worker %s: %w", id, err))
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// run keeps the slot's worker alive until ctx ends.
+func (s *slot) run(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	first := true
+	report := func(err error) {
+		if first {
+			s.first <- err
+			first = false
+		}
+	}
+	for {
+		if ctx.Err() != nil {
+			report(ErrStopping)
+			s.setState(StateStopped, "")
+			return
+		}
+		began := time.Now()
+		err := s.start(ctx)
+		report(err)
+		if err == nil {
+			died := s.wait(ctx)
+			if !died {
+				return
+			}
+			if time.Since(began) > 10*time.Second {
+				backoff = 100 * time.Millisecond
+			}
+		} else {
+			s.log.Error("starting worker", "error", err)
+			if errors.Is(err, channel.ErrIncompatible) {
+				backoff = 30 * time.Second
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+// start launches a process and completes the handshake.
+func (s *slot) start(ctx context.Context) error {
+	s.setState(StateStarting, "")
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	proc, conn, err := s.launcher.Launch(sctx, s.id)
+	if err != nil {
+		s.setState(StateDead, "launch failed: "+err.Error())
+		return err
+	}
+	hello, err := channel.Accept(sctx, conn, &protocol.HelloAck{WorkerId: s.id, Group: s.group})
+	if err != nil {
+		proc.Kill()
+		state := StateDead
+		if errors.Is(err, channel.ErrIncompatible) {
+			state = StateRefused
+		}
+		s.setState(state, err.Error())
+		return err
+	}
+	peer := channel.NewPeer(conn, nil)
+	s.mu.Lock()
+	s.peer, s.proc = peer, proc
+	s.info.Incarnation++
+	s.info.State = StateReady
+	s.info.Pid = proc.Pid()
+	s.info.Born = time.Now()
+	s.info.App, s.info.AppVersion = hello.App, hello.AppVersion
+	close(s.up)
+	s.mu.Unlock()
+	s.log.Info("worker ready", "pid", proc.Pid(), "app", hello.App, "version", hello.AppVersion)
+	return nil
+}
+
+// wait returns true when the worker died, false when the pool stopped it.
+func (s *slot) wait(ctx context.Context) bool {
+	s.mu.Lock()
+	peer, proc := s.peer, s.proc
+	s.mu.Unlock()
+	select {
+	case <-peer.Done():
+		how := "channel closed"
+		if err := peer.Err(); err != nil && !errors.Is(err, channel.ErrClosed) {
+			how = err.Error()
+		}
+		s.down(StateDead, "exited: "+how)
+		proc.Kill()
+		s.log.Warn("worker died; starting a replacement", "how", how)
+		return true
+	case <-ctx.Done():
+		s.down(StateStopped, "stopped by the host")
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, _ = peer.Call(sctx, &protocol.Envelope{Body: &protocol.Envelope_Shutdown{Shutdown: &protocol.Shutdown{Reason: "host stopping"}}})
+		cancel()
+		peer.Close()
+		proc.Kill()
+		return false
+	}
+}
+
+func (s *slot) down(state, how string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.up:
+		s.up = make(chan struct{})
+	default:
+	}
+	s.info.State = state
+	s.info.DiedAt = time.Now()
+	s.info.HowDied = how
+}
+
+func (s *slot) setState(state, how string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.info.State = state
+	if how != "" {
+		s.info.HowDied = how
+		s.info.DiedAt = time.Now()
+	}
+}
+
+// readyPeer waits until the slot is ready or ctx ends.
+func (s *slot) readyPeer(ctx context.Context, stop <-chan struct{}) (*channel.Peer, error) {
+	for {
+		s.mu.Lock()
+		up, peer := s.up, s.peer
+		s.mu.Unlock()
+		select {
+		case <-up:
+			select {
+			case <-peer.Done():
+				// Died between the check and now; wait for the next one.
+				time.Sleep(time.Millisecond)
+				continue
+			default:
+			}
+			return peer, nil
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for worker %s: %w", s.id, ctx.Err())
+		case <-stop:
+			return nil, ErrStopping
+		}
+	}
+}
+
+func (p *Pool) slot(id string) (*slot, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.slots[id]
+	if s == nil {
+		return nil, fmt.Errorf("%w %q", ErrUnknownWorker, id)
+	}
+	return s, nil
+}
+
+func (p *Pool) stopCh() <-chan struct{} {
+	if p.ctx == nil {
+		return nil
+	}
+	return p.ctx.Done()
+}
+
+// Send starts a frame to a worker, waiting (bounded by ctx) while the worker
+// is being replaced. Frames sent from one goroutine arrive in order.
+func (p *Pool) Send(ctx context.Context, workerID string, f *protocol.Frame) (*channel.Call, error) {
+	s, err := p.slot(workerID)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		peer, err := s.readyPeer(ctx, p.stopCh())
+		if err != nil {
+			return nil, err
+		}
+		c, err := peer.Start(&protocol.Envelope{Body: &protocol.Envelope_Frame{Frame: f}})
+		if err == nil {
+			return c, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+	}
+}
+
+// Probe asks a worker for its numbers.
+func (p *Pool) Probe(ctx context.Context, workerID string) (*protocol.ProbeReply, error) {
+	s, err := p.slot(workerID)
+	if err != nil {
+		return nil, err
+	}
+	peer, err := s.readyPeer(ctx, p.stopCh())
+	if err != nil {
+		return nil, err
+	}
+	env, err := peer.Call(ctx, &protocol.Envelope{Body: &protocol.Envelope_Probe{Probe: &protocol.Probe{}}})
+	if err != nil {
+		return nil, err
+	}
+	return env.GetProbeReply(), nil
+}
+
+// Workers lists the slots in id order.
+func (p *Pool) Workers() []WorkerInfo {
+	p.mu.Lock()
+	slots := make([]*slot, 0, len(p.order))
+	for _, id := range p.order {
+		slots = append(slots, p.slots[id])
+	}
+	p.mu.Unlock()
+	out := make([]WorkerInfo, 0, len(slots))
+	for _, s := range slots {
+		s.mu.Lock()
+		out = append(out, s.info)
+		s.mu.Unlock()
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Group < out[j].Group })
+	return out
+}
+
+// Ready lists the ids of the workers ready now.
+func (p *Pool) Ready() []string {
+	var ids []string
+	for _, w := range p.Workers() {
+		if w.State == StateReady {
+			ids = append(ids, w.ID)
+		}
+	}
+	return ids
+}
+
+// Close stops every worker (asking each to shut down, then killing it) and
+// waits for them. Idempotent.
+func (p *Pool) Close() error {
+	if p.cancel != nil {
+		p.cancel()
+	}
+	p.wg.Wait()
+	return nil
+}

@@ -1,0 +1,189 @@
+// Package raftnode runs one hashicorp/raft member for the supervisor: its log
+// and stable store (BoltDB under the data dir, or in memory for dev), its
+// snapshots, its TCP transport, and applying entries with a deadline. It
+// knows the FSM only as a raft.FSM.
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// Config describes one member.
+type Config struct {
+	// ID names the member; it must be stable across restarts.
+	ID string
+	// DataDir holds the log, stable store and snapshots. Empty means
+	// everything in memory (dev mode): nothing survives the process.
+	DataDir string
+	// BindAddr is the TCP address of the raft transport ("127.0.0.1:0"
+	// picks a port). Empty means an in-memory transport (single member).
+	BindAddr string
+	// Bootstrap makes the member bootstrap a single-voter cluster when it
+	// has no state yet.
+	Bootstrap bool
+	// SnapshotThreshold is how many log entries trigger a snapshot; zero
+	// means raft's default.
+	SnapshotThreshold uint64
+	Logger            hclog.Logger
+}
+
+// Node is one running member.
+type Node struct {
+	Raft      *raft.Raft
+	transport raft.Transport
+	closers   []func() error
+}
+
+// ErrNotLeader is returned when a write reaches a member that is not the leader.
+var ErrNotLeader = errors.New("not the raft leader")
+
+// New starts a member.
+func New(cfg Config, fsm raft.FSM) (*Node, error) {
+	if cfg.ID == "" {
+		return nil, errors.New("raft: a member needs an id")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.Logger = log.Named("raft")
+	if cfg.SnapshotThreshold > 0 {
+		rc.SnapshotThreshold = cfg.SnapshotThreshold
+	}
+	n := &Node{}
+	var (
+		logs   raft.LogStore
+		stable raft.StableStore
+		snaps  raft.SnapshotStore
+	)
+	if cfg.DataDir == "" {
+		s := raft.NewInmemStore()
+		logs, stable, snaps = s, s, raft.NewInmemSnapshotStore()
+	} else {
+		dir := filepath.Join(cfg.DataDir, "raft")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("creating raft dir: %w", err)
+		}
+		bolt, err := raftboltdb.NewBoltStore(filepath.Join(dir, "raft.db"))
+		if err != nil {
+			return nil, fmt.Errorf("opening raft log: %w", err)
+		}
+		n.closers = append(n.closers, bolt.Close)
+		fss, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, log.Named("snapshot"))
+		if err != nil {
+			n.close()
+			return nil, fmt.Errorf("opening snapshot store: %w", err)
+		}
+		logs, stable, snaps = bolt, bolt, fss
+	}
+	if cfg.BindAddr == "" {
+		_, t := raft.NewInmemTransport(raft.ServerAddress(cfg.ID))
+		n.transport = t
+	} else {
+		addr, err := net.ResolveTCPAddr("tcp", cfg.BindAddr)
+		if err != nil {
+			n.close()
+			return nil, fmt.Errorf("resolving raft address %q: %w", cfg.BindAddr, err)
+		}
+		t, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, addr, 3, 10*time.Second, log.Named("transport"))
+		if err != nil {
+			n.close()
+			return nil, fmt.Errorf("starting raft transport on %s: %w", cfg.BindAddr, err)
+		}
+		n.transport = t
+		n.closers = append(n.closers, t.Close)
+	}
+	if cfg.Bootstrap {
+		has, err := raft.HasExistingState(logs, stable, snaps)
+		if err != nil {
+			n.close()
+			return nil, fmt.Errorf("reading raft state: %w", err)
+		}
+		if !has {
+			conf := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: n.transport.LocalAddr()}}}
+			if err := raft.BootstrapCluster(rc, logs, stable, snaps, n.transport, conf); err != nil {
+				n.close()
+				return nil, fmt.Errorf("bootstrapping raft: %w", err)
+			}
+		}
+	}
+	r, err := raft.NewRaft(rc, fsm, logs, stable, snaps, n.transport)
+	if err != nil {
+		n.close()
+		return nil, fmt.Errorf("starting raft: %w", err)
+	}
+	n.Raft = r
+	return n, nil
+}
+
+// Addr is the transport's address.
+func (n *Node) Addr() string { return string(n.transport.LocalAddr()) }
+
+// WaitLeader waits until some member is leader.
+func (n *Node) WaitLeader(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if addr, _ := n.Raft.LeaderWithID(); addr != "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for a raft leader: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Apply writes one entry through the log and returns what the FSM returned
+// for it (an error value from the FSM is returned as the error).
+func (n *Node) Apply(ctx context.Context, entry []byte) (any, error) {
+	timeout := 10 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
+		if timeout <= 0 {
+			return nil, context.DeadlineExceeded
+		}
+	}
+	f := n.Raft.Apply(entry, timeout)
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			return nil, ErrNotLeader
+		}
+		return nil, fmt.Errorf("applying raft entry: %w", err)
+	}
+	if err, ok := f.Response().(error); ok {
+		return nil, err
+	}
+	return f.Response(), nil
+}
+
+// Shutdown stops the member and closes its stores. Idempotent.
+func (n *Node) Shutdown() error {
+	var err error
+	if n.Raft != nil {
+		err = n.Raft.Shutdown().Error()
+		n.Raft = nil
+	}
+	n.close()
+	return err
+}
+
+func (n *Node) close() {
+	for i := len(n.closers) - 1; i >= 0; i-- {
+		_ = n.closers[i]()
+	}
+	n.closers = nil
+}

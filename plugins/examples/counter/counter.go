@@ -1,0 +1,112 @@
+// Package counter is the smallest complete stickyd application: a page with a
+// counter and a list of notes, a login route and an identity route. The
+// end-to-end tests and the benchmarks run it; it is also a readable example
+// of the worker SDK. It must stay deterministic: tests compare its page trees
+// with a reference model.
+package counter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/stickyd/stickyd/plugins/worker"
+)
+
+// App is the counter application.
+type App struct{}
+
+var _ worker.App = App{}
+
+// New returns the application.
+func New() App { return App{} }
+
+// ServeHTTP serves /, /whoami and POST /login?user=NAME.
+func (App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s := worker.SessionFrom(r.Context())
+	if s == nil {
+		http.Error(w, "not running under stickyd", http.StatusInternalServerError)
+		return
+	}
+	switch {
+	case r.URL.Path == "/":
+		fmt.Fprintf(w, "counter: connection %s on %s\n", s.Conn(), s.WorkerID())
+	case r.URL.Path == "/whoami":
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]string{"conn": s.Conn(), "user": s.User(), "worker": s.WorkerID()})
+	case r.URL.Path == "/login" && r.Method == http.MethodPost:
+		if err := s.Login(r.URL.Query().Get("user")); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]string{"user": s.User(), "worker": s.WorkerID()})
+	case r.URL.Path == "/name" && s.IsNew():
+		// Lets a test name its connection the way a site would.
+		if err := s.NameConnection(r.URL.Query().Get("conn")); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintln(w, s.Conn())
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// OpenPage starts a page with a zero counter.
+func (App) OpenPage(ctx context.Context, p *worker.Page) error {
+	return p.Tree().Set("count", 0)
+}
+
+type message struct {
+	Op    string          `json:"op"`
+	Text  string          `json:"text"`
+	Bytes int             `json:"bytes"`
+	V     json.RawMessage `json:"v"`
+}
+
+// Message handles inc, note, fill, echo and panic.
+func (App) Message(ctx context.Context, p *worker.Page, raw json.RawMessage) (any, error) {
+	var m message
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("decoding message: %w", err)
+	}
+	t := p.Tree()
+	switch m.Op {
+	case "inc":
+		n := t.Number("count") + 1
+		if err := t.Set("count", n); err != nil {
+			return nil, err
+		}
+		return map[string]any{"count": n, "worker": p.Session().WorkerID()}, nil
+	case "note":
+		// Notes append one entry each: the page receives exactly one delta
+		// per note, so order and completeness can be checked.
+		n := int(t.Number("notes"))
+		if err := t.Set("note/"+strconv.Itoa(n), m.Text); err != nil {
+			return nil, err
+		}
+		if err := t.Set("notes", n+1); err != nil {
+			return nil, err
+		}
+		return n + 1, nil
+	case "fill":
+		if m.Bytes < 0 || m.Bytes > 256<<20 {
+			return nil, errors.New("fill: bytes must be 0..256 MiB")
+		}
+		if err := t.Set("blob", strings.Repeat("x", m.Bytes)); err != nil {
+			return nil, err
+		}
+		return m.Bytes, nil
+	case "echo":
+		return m.V, nil
+	case "panic":
+		panic("counter: asked to panic")
+	default:
+		return nil, fmt.Errorf("unknown op %q", m.Op)
+	}
+}

@@ -1,0 +1,334 @@
+// Package e2e drives a real stickyd agent from the outside: real HTTP and
+// WebSocket clients against the front, with workers as go-plugin subprocesses
+// (this test binary, re-executed as the counter worker) or in-process on the
+// in-memory channel.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/stickyd/stickyd/internal/agent"
+	"github.com/stickyd/stickyd/plugins/examples/counter"
+	"github.com/stickyd/stickyd/plugins/worker"
+)
+
+const workerEnv = "STICKYD_E2E_WORKER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) == "counter" {
+		worker.Serve(counter.New(), worker.Options{Name: "counter", Version: "1"})
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// modes are the two channels every end-to-end test runs on.
+var modes = []string{"subprocess", "inprocess"}
+
+func startAgent(t *testing.T, mode string, workers int) *agent.Agent {
+	t.Helper()
+	g := &agent.GroupConfig{Name: "web", Workers: workers}
+	switch mode {
+	case "subprocess":
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.Plugin = &agent.PluginConfig{Command: exe, Env: map[string]string{workerEnv: "counter"}}
+	case "inprocess":
+		g.Builtin = "counter"
+	default:
+		t.Fatalf("unknown mode %q", mode)
+	}
+	cfg := &agent.Config{
+		Name:   "e2e",
+		Front:  &agent.FrontConfig{Address: "127.0.0.1:0", FrameTimeout: "10s", MaxMessageBytes: 64 << 10},
+		Groups: []*agent.GroupConfig{g},
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Warn, Output: testWriter{t}})
+	a, err := agent.New(cfg, map[string]agent.Builtin{"counter": {App: counter.New(), Opts: worker.Options{Name: "counter", Version: "1"}}}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := a.Start(ctx); err != nil {
+		t.Fatalf("starting agent: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := a.Shutdown(ctx); err != nil {
+			t.Errorf("shutting down: %v", err)
+		}
+	})
+	return a
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+// browser is one browser: a cookie jar and an HTTP client.
+type browser struct {
+	t    *testing.T
+	base string
+	jar  *cookiejar.Jar
+	http *http.Client
+}
+
+func newBrowser(t *testing.T, a *agent.Agent) *browser {
+	jar, _ := cookiejar.New(nil)
+	return &browser{t: t, base: "http://" + a.Addr(), jar: jar, http: &http.Client{Jar: jar, Timeout: 30 * time.Second}}
+}
+
+func (b *browser) do(method, path string) (int, string) {
+	b.t.Helper()
+	req, _ := http.NewRequest(method, b.base+path, nil)
+	resp, err := b.http.Do(req)
+	if err != nil {
+		b.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+type whoami struct{ Conn, User, Worker string }
+
+func (b *browser) whoami() whoami {
+	b.t.Helper()
+	code, body := b.do("GET", "/whoami")
+	if code != 200 {
+		b.t.Fatalf("whoami: %d %s", code, body)
+	}
+	var w whoami
+	if err := json.Unmarshal([]byte(body), &w); err != nil {
+		b.t.Fatalf("whoami: %v: %s", err, body)
+	}
+	return w
+}
+
+func (b *browser) cookie() string {
+	u, _ := url.Parse(b.base)
+	for _, c := range b.jar.Cookies(u) {
+		if c.Name == "stickyd_conn" {
+			return c.Value
+		}
+	}
+	return ""
+}
+
+// tab is one browser tab: a WebSocket and a page on it.
+type tab struct {
+	t    *testing.T
+	b    *browser
+	ws   *websocket.Conn
+	page string
+	next uint64
+	last uint64 // last delta sequence applied
+	tree map[string]any
+	seqs []uint64
+}
+
+func (b *browser) dial() (*websocket.Conn, *http.Response, error) {
+	u, _ := url.Parse(b.base)
+	h := http.Header{}
+	for _, c := range b.jar.Cookies(u) {
+		h.Add("Cookie", c.Name+"="+c.Value)
+	}
+	return websocket.DefaultDialer.Dial("ws://"+u.Host+"/_stickyd/ws", h)
+}
+
+func (b *browser) openTab(page string) *tab {
+	b.t.Helper()
+	tb := &tab{t: b.t, b: b, page: page, tree: map[string]any{}}
+	tb.connect()
+	return tb
+}
+
+// connect (re)opens the WebSocket and the page, resuming after tb.last.
+func (tb *tab) connect() answer {
+	tb.t.Helper()
+	ws, resp, err := tb.b.dial()
+	if err != nil {
+		code := 0
+		if resp != nil {
+			code = resp.StatusCode
+		}
+		tb.t.Fatalf("dialing websocket: %v (HTTP %d)", err, code)
+	}
+	tb.ws = ws
+	a := tb.op(map[string]any{"op": "open", "kind": "counter", "after": tb.last})
+	if a.Op != "reply" || a.Opened == nil {
+		tb.t.Fatalf("open: %+v", a)
+	}
+	if a.Opened.Resync {
+		tb.tree, tb.last = map[string]any{}, a.Opened.Base
+	}
+	return a
+}
+
+type answer struct {
+	Op     string          `json:"op"`
+	ID     uint64          `json:"id"`
+	Worker string          `json:"worker"`
+	Data   json.RawMessage `json:"data"`
+	Error  string          `json:"error"`
+	Retry  bool            `json:"retry"`
+	Code   string          `json:"code"`
+	Last   uint64          `json:"last"`
+	Opened *struct {
+		Seq    uint64 `json:"seq"`
+		Notice string `json:"notice"`
+		Resync bool   `json:"resync"`
+		Base   uint64 `json:"base"`
+	} `json:"opened"`
+	Deltas []struct {
+		Seq   uint64          `json:"seq"`
+		Op    string          `json:"op"`
+		Path  string          `json:"path"`
+		Value json.RawMessage `json:"value"`
+	} `json:"deltas"`
+}
+
+// op sends one op and waits for its answer.
+func (tb *tab) op(m map[string]any) answer {
+	tb.t.Helper()
+	a, err := tb.tryOp(m)
+	if err != nil {
+		tb.t.Fatal(err)
+	}
+	return a
+}
+
+func (tb *tab) tryOp(m map[string]any) (answer, error) {
+	tb.next++
+	m["id"] = tb.next
+	if _, ok := m["page"]; !ok {
+		m["page"] = tb.page
+	}
+	_ = tb.ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if err := tb.ws.WriteJSON(m); err != nil {
+		return answer{}, fmt.Errorf("writing %v: %w", m, err)
+	}
+	_ = tb.ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+	for {
+		var a answer
+		if err := tb.ws.ReadJSON(&a); err != nil {
+			return answer{}, fmt.Errorf("reading answer to %v: %w", m, err)
+		}
+		if a.ID == tb.next {
+			return a, nil
+		}
+	}
+}
+
+// send sends a message to the page and returns the app's answer.
+func (tb *tab) send(data any) answer {
+	tb.t.Helper()
+	a := tb.op(map[string]any{"op": "msg", "data": data})
+	if a.Op != "reply" || a.Error != "" {
+		tb.t.Fatalf("msg %v: %+v", data, a)
+	}
+	return a
+}
+
+// pull fetches deltas after tb.last and applies them like client.js does.
+func (tb *tab) pull(wait time.Duration) int {
+	tb.t.Helper()
+	a := tb.op(map[string]any{"op": "pull", "after": tb.last, "wait": wait.Milliseconds()})
+	if a.Op != "reply" {
+		tb.t.Fatalf("pull: %+v", a)
+	}
+	n := 0
+	for _, d := range a.Deltas {
+		if d.Seq <= tb.last {
+			tb.t.Fatalf("pull after %d returned old delta %d", tb.last, d.Seq)
+		}
+		if d.Seq != tb.last+1 {
+			tb.t.Fatalf("gap: after %d came %d", tb.last, d.Seq)
+		}
+		var v any
+		if len(d.Value) > 0 {
+			if err := json.Unmarshal(d.Value, &v); err != nil {
+				tb.t.Fatal(err)
+			}
+		}
+		switch d.Op {
+		case "set":
+			tb.tree[d.Path] = v
+		case "delete":
+			delete(tb.tree, d.Path)
+		case "reset":
+			tb.tree = flatten(v)
+		}
+		tb.last = d.Seq
+		tb.seqs = append(tb.seqs, d.Seq)
+		n++
+	}
+	return n
+}
+
+// drain pulls until the page holds want for key, or fails.
+func (tb *tab) drainUntil(key string, want any) {
+	tb.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if fmt.Sprint(tb.tree[key]) == fmt.Sprint(want) {
+			return
+		}
+		tb.pull(2 * time.Second)
+	}
+	tb.t.Fatalf("page never reached %s=%v; tree %v", key, want, tb.tree)
+}
+
+// flatten turns a RESET's tree into the flat path map the tab keeps.
+func flatten(v any) map[string]any {
+	out := map[string]any{}
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		m, ok := v.(map[string]any)
+		if !ok || (prefix != "" && prefix != "note") {
+			out[prefix] = v
+			return
+		}
+		for k, e := range m {
+			p := k
+			if prefix != "" {
+				p = prefix + "/" + k
+			}
+			walk(p, e)
+		}
+	}
+	walk("", v)
+	return out
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
