@@ -34,6 +34,10 @@ type App interface {
 	// Message handles one message from a page. Writes to p.Tree() become
 	// deltas for the page; the returned value (JSON-encodable) is the answer
 	// to this message. An error is shown to the page as a refusal.
+	//
+	// A message whose answer was lost with the connection is reported to the
+	// page as retryable, and the page decides whether to send it again: ops
+	// that a page resends should be safe to repeat.
 	Message(ctx context.Context, p *Page, msg json.RawMessage) (any, error)
 }
 

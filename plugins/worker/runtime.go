@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"runtime/debug"
 	goruntime "runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -223,14 +223,13 @@ func (rt *runtime) frame(f *protocol.Frame, id uint64) (*protocol.FrameReply, er
 }
 
 func (rt *runtime) newConnection(f *protocol.Frame) (*protocol.FrameReply, error) {
-	s := &Session{rt: rt, isNew: true, values: newTree(nil), pages: map[string]*Page{}}
+	// The connection has a name from the start, so the site can show it
+	// while serving the first request; NameConnection replaces it.
+	s := &Session{rt: rt, name: randomName(), isNew: true, values: newTree(nil), pages: map[string]*Page{}}
 	ctx := context.WithValue(rt.ctx, sessionKey{}, s)
 	resp, err := rt.serveHTTP(ctx, s, f.GetHttp())
 	if err != nil {
 		return nil, err
-	}
-	if s.name == "" {
-		s.name = randomName()
 	}
 	s.isNew = false
 	rt.mu.Lock()
@@ -311,7 +310,9 @@ func (rt *runtime) page(s *Session, id string) (*Page, error) {
 
 type pageUnknown struct{ id string }
 
-func (e *pageUnknown) Error() string { return fmt.Sprintf("page %q is not open here; open it again", e.id) }
+func (e *pageUnknown) Error() string {
+	return fmt.Sprintf("page %q is not open here; open it again", e.id)
+}
 
 func (rt *runtime) message(ctx context.Context, s *Session, m *protocol.PageMessage) (*protocol.FrameReply, error) {
 	p, err := rt.page(s, m.Page)

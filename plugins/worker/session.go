@@ -44,7 +44,8 @@ func SessionFrom(ctx context.Context) *Session {
 	return s
 }
 
-// Conn is the connection's name ("" until named on its first request).
+// Conn is the connection's name. On the first request it is a random name
+// until the site calls NameConnection.
 func (s *Session) Conn() string { return s.name }
 
 // IsNew reports whether this is the connection's first request.

@@ -4,7 +4,7 @@
 //     kind: "grid",                      // page kind, sent when the page opens
 //     onChange: (tree, deltas) => {},     // after deltas were applied to page.tree
 //     onNotice: (text) => {},             // the page restarted clean, and why
-//     onStatus: (status) => {},           // "connecting" | "live" | "offline" | "polling"
+//     onStatus: (status) => {},           // "connecting" | "live" | "offline" | "polling" | "failed"
 //   });
 //   const answer = await page.send({op: "filter", text: "abc"});
 //   page.tree    // the page's data tree, kept equal to the worker's
@@ -14,6 +14,10 @@
 // deltas it gets, in sequence order; a reconnect resumes after the last
 // sequence applied, so nothing is lost or applied twice. The page id lives in
 // sessionStorage: a reload of the tab resumes the same page.
+//
+// A message in flight when the connection drops is failed with a retryable
+// error (e.retry), never sent twice behind the application's back: resend it
+// only if the operation is safe to repeat.
 (function (global) {
   "use strict";
   const PREFIX = "/_stickyd";
@@ -70,7 +74,7 @@
       const fresh = [];
       for (const d of deltas) {
         if (d.seq <= p.last) continue; // already applied: never twice
-        if (d.op === "reset") p.tree = d.value || {};
+        if (d.op === "reset" || (d.op === "set" && !d.path)) p.tree = d.value || {};
         else if (d.op === "delete") deletePath(p.tree, d.path);
         else setPath(p.tree, d.path, d.value);
         p.last = d.seq;
@@ -85,7 +89,8 @@
       return new Promise((resolve, reject) => {
         if (polling) {
           fetch(PREFIX + "/op", { method: "POST", credentials: "same-origin", body: JSON.stringify(msg) })
-            .then((r) => r.json()).then((m) => handle(m, resolve, reject), reject);
+            .then((r) => r.json().catch(() => ({ op: "error", error: "HTTP " + r.status, retry: r.status >= 500 })))
+            .then((m) => handle(m, resolve, reject), (e) => { e.retry = true; reject(e); });
           return;
         }
         const w = { resolve, reject, msg, sent: false };
@@ -125,10 +130,26 @@
           apply(m.deltas || []);
         }
       } catch (e) {
-        // the connection dropped: the reconnect restarts the loop
+        // Over a WebSocket, the reconnect restarts the loop; when polling
+        // there is no reconnect, so the loop restarts itself.
+        if (polling && !closed) setTimeout(pullLoop, 1000);
       } finally {
         pulling = false;
       }
+    }
+
+    // openFailed handles a refused open: a transient failure retries, a
+    // refusal (unknown page kind, bad request) is shown and stops.
+    function openFailed(e) {
+      if (e && e.retry) {
+        if (polling) setTimeout(startPolling, 2000);
+        else if (ws) ws.close();
+        return;
+      }
+      closed = true;
+      status("failed");
+      if (opts.onNotice) opts.onNotice("This page could not open: " + (e && e.message));
+      if (ws) ws.close();
     }
 
     function connect() {
@@ -138,7 +159,7 @@
       ws = new WebSocket(proto + "//" + global.location.host + PREFIX + "/ws");
       ws.onopen = () => {
         failures = 0;
-        request({ op: "open", kind: kind, after: p.last }).then(onOpened, () => {});
+        request({ op: "open", kind: kind, after: p.last }).then(onOpened, openFailed);
       };
       ws.onmessage = (ev) => {
         const m = JSON.parse(ev.data);
@@ -169,7 +190,7 @@
     function startPolling() {
       polling = true;
       status("polling");
-      request({ op: "open", kind: kind, after: p.last }).then(onOpened, () => setTimeout(startPolling, 2000));
+      request({ op: "open", kind: kind, after: p.last }).then(onOpened, openFailed);
     }
 
     function send(data) {

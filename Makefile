@@ -1,0 +1,50 @@
+# stickyd — see README.md. The two commands: `make run` and `make test`.
+GO      ?= go
+BIN     ?= bin
+VERSION ?= 0.1.0-dev
+LDFLAGS := -X github.com/stickyd/stickyd/internal/command.Version=$(VERSION)
+ADDR    ?= 127.0.0.1:8080
+
+.PHONY: all build run run-subprocess test lint unit bench proto clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/stickyd ./cmd/stickyd
+	$(GO) build -o $(BIN)/demo-worker ./plugins/examples/demo/cmd/demo-worker
+	$(GO) build -o $(BIN)/counter-worker ./plugins/examples/counter/cmd/counter-worker
+
+## run: stickyd dev with the demo app on http://$(ADDR) (in-process workers).
+run: build
+	./$(BIN)/stickyd dev -addr $(ADDR)
+
+## run-subprocess: the same with the demo as go-plugin subprocess workers.
+run-subprocess: build
+	./$(BIN)/stickyd dev -addr $(ADDR) -plugin ./$(BIN)/demo-worker
+
+## test: format and vet checks, then every test with the race detector.
+test: lint
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+lint:
+	@out="$$(gofmt -l cmd internal plugins test)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+## unit: the tests without the race detector (quick).
+unit:
+	$(GO) test -count=1 ./...
+
+## bench: benchmark tables (see docs/benchmarks.md).
+bench:
+	$(GO) run ./test/bench/roundtrip
+
+## proto: regenerate the channel protocol (protoc from protobuf-compiler).
+proto:
+	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
+	cd internal/protocol && PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc \
+		--go_out=. --go_opt=paths=source_relative \
+		--go-grpc_out=. --go-grpc_opt=paths=source_relative stickyd.proto
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,66 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseConfig(t *testing.T) {
+	src := `
+name     = "node-1"
+data_dir = "/var/lib/stickyd"
+server {
+  bootstrap_expect = 1
+  raft_addr        = "10.0.0.1:4647"
+}
+front {
+  address       = "0.0.0.0:8080"
+  frame_timeout = "5s"
+}
+group "web" {
+  workers = 3
+  plugin {
+    command = "/usr/local/bin/demo-worker"
+    args    = ["-x"]
+    env     = { FOO = "bar" }
+  }
+}
+group "beta" {
+  builtin = "demo"
+}
+`
+	c, err := ParseConfig("test.hcl", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Name != "node-1" || c.Server.RaftAddr != "10.0.0.1:4647" || c.Front.frameTimeout().Seconds() != 5 {
+		t.Fatalf("config %+v", c)
+	}
+	if len(c.Groups) != 2 || c.Groups[0].Workers != 3 || c.Groups[0].Plugin.Env["FOO"] != "bar" || c.Groups[1].Workers != 1 {
+		t.Fatalf("groups %+v %+v", c.Groups[0], c.Groups[1])
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	tests := []struct {
+		name, src, want string
+	}{
+		{"syntax", `name = `, "test.hcl:1"},
+		{"unknown field", "colour = \"red\"\ngroup \"g\" { builtin = \"demo\" }", "Unsupported argument"},
+		{"no group", `name = "x"`, "no group configured"},
+		{"both runtimes", "group \"g\" {\n builtin = \"demo\"\n plugin { command = \"x\" }\n}", "exactly one"},
+		{"neither runtime", `group "g" { workers = 2 }`, "exactly one"},
+		{"duplicate group", "group \"g\" { builtin = \"demo\" }\ngroup \"g\" { builtin = \"demo\" }", "twice"},
+		{"negative workers", "group \"g\" {\n builtin = \"demo\"\n workers = -1\n}", "positive"},
+		{"bad timeout", "front { frame_timeout = \"soon\" }\ngroup \"g\" { builtin = \"demo\" }", "frame_timeout"},
+		{"cluster", "server { bootstrap_expect = 3 }\ngroup \"g\" { builtin = \"demo\" }", "single server"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig("test.hcl", []byte(tt.src))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want it to mention %q", err, tt.want)
+			}
+		})
+	}
+}

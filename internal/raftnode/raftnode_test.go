@@ -1,0 +1,89 @@
+package raftnode
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/stickyd/stickyd/internal/fsm"
+)
+
+func connect(t *testing.T, n *Node, conn, worker string) {
+	t.Helper()
+	b, _ := fsm.Encode(fsm.ConnectRequestType, fsm.ConnectRequest{Conn: conn, Worker: worker})
+	if _, err := n.Apply(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func start(t *testing.T, cfg Config, f *fsm.FSM) *Node {
+	t.Helper()
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: hclog.DefaultOutput})
+	n, err := New(cfg, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := n.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestInmem(t *testing.T) {
+	f := fsm.New()
+	n := start(t, Config{ID: "dev", Bootstrap: true}, f)
+	defer n.Shutdown()
+	connect(t, n, "c1", "w1")
+	if r, ok := f.Lookup("c1"); !ok || r.Worker != "w1" {
+		t.Fatalf("lookup %+v %v", r, ok)
+	}
+	// An FSM error comes back as the Apply error.
+	b, _ := fsm.Encode(fsm.LoginRequestType, fsm.LoginRequest{Conn: "nobody", User: "x"})
+	if _, err := n.Apply(t.Context(), b); err == nil {
+		t.Fatal("login on an unknown connection succeeded")
+	}
+}
+
+// A member on disk with a TCP transport comes back with its maps, from the
+// log and from a snapshot.
+func TestDurableRestart(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{ID: "s1", DataDir: dir, BindAddr: "127.0.0.1:0", Bootstrap: true, SnapshotThreshold: 2}
+	f := fsm.New()
+	n := start(t, cfg, f)
+	for i, c := range []string{"a", "b", "c", "d"} {
+		connect(t, n, c, []string{"w1", "w2"}[i%2])
+	}
+	if err := n.Raft.Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	connect(t, n, "e", "w1") // after the snapshot: only in the log
+	if err := n.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Shutdown(); err != nil {
+		t.Fatalf("second shutdown: %v", err)
+	}
+
+	g := fsm.New()
+	m := start(t, cfg, g)
+	defer m.Shutdown()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if conns, _ := g.Counts(); conns == 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			conns, users := g.Counts()
+			t.Fatalf("after restart: %d conns %d users, want 5", conns, users)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r, ok := g.Lookup("e"); !ok || r.Worker != "w1" {
+		t.Fatalf("e after restart: %+v", r)
+	}
+}

@@ -1,0 +1,155 @@
+package demo
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/stickyd/stickyd/plugins/worker"
+)
+
+// The site's routes:
+//
+//	GET  /               the app page (grid, document, login box, status bar)
+//	GET  /assets/{name}  app.js and app.css
+//	POST /login          form field "user": logs the connection in, 303 to /
+//	GET  /whoami         {"conn", "user", "worker"} of the connection
+//
+// Anything else is 404 (405 for a known path with another method).
+
+// httpError is a route's refusal: its status, the message the browser may
+// see, and the cause for the log.
+type httpError struct {
+	status int
+	msg    string
+	err    error
+}
+
+func (e *httpError) Error() string {
+	if e.err != nil {
+		return e.msg + ": " + e.err.Error()
+	}
+	return e.msg
+}
+
+func (e *httpError) Unwrap() error { return e.err }
+
+// handlerFunc is a route that returns its error instead of writing it.
+type handlerFunc func(http.ResponseWriter, *http.Request) error
+
+func (a *App) newRoutes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /{$}", a.handle(a.serveIndex))
+	mux.Handle("GET /assets/{name}", a.handle(a.serveAsset))
+	mux.Handle("POST /login", a.handle(a.serveLogin))
+	mux.Handle("GET /whoami", a.handle(a.serveWhoami))
+	return mux
+}
+
+// handle writes a route's error: an *httpError as it says, anything else as
+// a 500 whose cause is logged, not shown.
+func (a *App) handle(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err := h(w, r)
+		if err == nil {
+			return
+		}
+		var he *httpError
+		if !errors.As(err, &he) {
+			he = &httpError{status: http.StatusInternalServerError, msg: "internal error", err: err}
+		}
+		if he.status >= 500 {
+			a.log.Error("serving a request", "method", r.Method, "path", r.URL.Path, "error", err)
+		}
+		hdr := w.Header()
+		hdr.Set("Content-Type", "text/plain; charset=utf-8")
+		hdr.Set("X-Content-Type-Options", "nosniff")
+		hdr.Set("Cache-Control", "no-store")
+		w.WriteHeader(he.status)
+		fmt.Fprintln(w, he.msg)
+	})
+}
+
+func (a *App) serveIndex(w http.ResponseWriter, r *http.Request) error {
+	d := indexData{}
+	if s := a.sessionFrom(r.Context()); s != nil {
+		d = indexData{InStickyd: true, Worker: s.WorkerID(), Conn: s.Conn(), User: s.User()}
+	}
+	body, err := renderIndex(d)
+	if err != nil {
+		return fmt.Errorf("rendering the page: %w", err)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Security-Policy", "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; frame-ancestors 'none'")
+	_, err = w.Write(body)
+	return err
+}
+
+func (a *App) serveAsset(w http.ResponseWriter, r *http.Request) error {
+	f, ok := assets[r.PathValue("name")]
+	if !ok {
+		return &httpError{status: http.StatusNotFound, msg: "404 page not found"}
+	}
+	h := w.Header()
+	h.Set("ETag", f.etag)
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Content-Type-Options", "nosniff")
+	// No modification time: freshness rests on the ETag alone.
+	http.ServeContent(w, r, f.name, time.Time{}, bytes.NewReader(f.body))
+	return nil
+}
+
+// maxLoginForm bounds the login form's body.
+const maxLoginForm = 4 << 10
+
+func (a *App) serveLogin(w http.ResponseWriter, r *http.Request) error {
+	r.Body = http.MaxBytesReader(w, r.Body, maxLoginForm)
+	if err := r.ParseForm(); err != nil {
+		return &httpError{status: http.StatusBadRequest, msg: "reading the login form: " + err.Error(), err: err}
+	}
+	user := strings.TrimSpace(r.PostForm.Get("user"))
+	if user == "" {
+		return &httpError{status: http.StatusBadRequest, msg: `logging in: the form needs a "user" field with a user name`}
+	}
+	s := a.sessionFrom(r.Context())
+	if s == nil {
+		return &httpError{status: http.StatusInternalServerError, msg: "logging in: " + errNoSession.Error(), err: errNoSession}
+	}
+	if err := s.Login(user); err != nil {
+		if errors.Is(err, worker.ErrBadName) {
+			return &httpError{status: http.StatusBadRequest, msg: err.Error(), err: err}
+		}
+		return fmt.Errorf("logging in %q: %w", user, err)
+	}
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+	return nil
+}
+
+// whoami is the answer of GET /whoami.
+type whoami struct {
+	Conn   string `json:"conn"`
+	User   string `json:"user"`
+	Worker string `json:"worker"`
+}
+
+func (a *App) serveWhoami(w http.ResponseWriter, r *http.Request) error {
+	s := a.sessionFrom(r.Context())
+	if s == nil {
+		return &httpError{status: http.StatusInternalServerError, msg: "reading the connection: " + errNoSession.Error(), err: errNoSession}
+	}
+	b, err := json.Marshal(whoami{Conn: s.Conn(), User: s.User(), Worker: s.WorkerID()})
+	if err != nil {
+		return fmt.Errorf("encoding whoami: %w", err)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	_, err = w.Write(append(b, '\n'))
+	return err
+}

@@ -1,0 +1,107 @@
+package worker
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/protocol"
+)
+
+func pullNow(c *collector, after uint64) ([]*protocol.Delta, uint64) {
+	var ds []*protocol.Delta
+	var last uint64
+	c.pull(after, 0, func(d []*protocol.Delta, l uint64) { ds, last = d, l })
+	return ds, last
+}
+
+func TestCollectorPullAckResume(t *testing.T) {
+	c := &collector{fold: func() []byte { return []byte(`{}`) }}
+	for i := 0; i < 5; i++ {
+		c.add(protocol.Delta_SET, "k", []byte("1"))
+	}
+	ds, last := pullNow(c, 0)
+	if len(ds) != 5 || last != 5 || ds[0].Seq != 1 {
+		t.Fatalf("first pull: %d deltas, last %d", len(ds), last)
+	}
+	// The page acknowledged 3 (it only applied that many): 4 and 5 again.
+	ds, _ = pullNow(c, 3)
+	if len(ds) != 2 || ds[0].Seq != 4 {
+		t.Fatalf("pull after 3: %v", ds)
+	}
+	if c.floor != 3 || len(c.pending) != 2 {
+		t.Fatalf("ack did not trim: floor %d pending %d", c.floor, len(c.pending))
+	}
+	// A page asking for what was already acknowledged must resync.
+	base := c.resync()
+	ds, _ = pullNow(c, base)
+	if len(ds) != 1 || ds[0].Op != protocol.Delta_RESET || ds[0].Seq != base+1 {
+		t.Fatalf("after resync: %v", ds)
+	}
+}
+
+func TestCollectorWaitingPull(t *testing.T) {
+	c := &collector{}
+	got := make(chan []*protocol.Delta, 1)
+	c.pull(0, 5*time.Second, func(d []*protocol.Delta, _ uint64) { got <- d })
+	select {
+	case <-got:
+		t.Fatal("a pull with nothing to give answered at once")
+	case <-time.After(20 * time.Millisecond):
+	}
+	c.add(protocol.Delta_SET, "k", []byte("1"))
+	select {
+	case d := <-got:
+		if len(d) != 1 {
+			t.Fatalf("woken pull got %v", d)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("waiting pull not woken by a delta")
+	}
+	// A pull that times out answers empty, once.
+	c.pull(1, 10*time.Millisecond, func(d []*protocol.Delta, _ uint64) { got <- d })
+	if d := <-got; len(d) != 0 {
+		t.Fatalf("timed-out pull got %v", d)
+	}
+	c.add(protocol.Delta_SET, "k", []byte("2"))
+	select {
+	case d := <-got:
+		t.Fatalf("a finished pull answered twice: %v", d)
+	case <-time.After(20 * time.Millisecond):
+	}
+}
+
+// A page that never pulls keeps bounded memory: its deltas fold into one
+// RESET of the whole tree, so nothing is lost.
+func TestCollectorFoldsASilentPage(t *testing.T) {
+	p := NewTestPage("k")
+	for i := 0; i < maxPending+10; i++ {
+		if err := p.Tree().Set("n", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := p.PendingDeltas(); n > maxPending {
+		t.Fatalf("%d pending deltas, bound %d", n, maxPending)
+	}
+	ds, _ := pullNow(p.coll, 0)
+	if ds[0].Op != protocol.Delta_RESET {
+		t.Fatalf("first delta after folding is %v", ds[0].Op)
+	}
+	// Replaying what the page receives yields the tree.
+	tree := map[string]any{}
+	for _, d := range ds {
+		if d.Op == protocol.Delta_RESET {
+			tree = map[string]any{}
+			if err := json.Unmarshal(d.Value, &tree); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		var v any
+		_ = json.Unmarshal(d.Value, &v)
+		tree[d.Path] = v
+	}
+	if tree["n"] != float64(maxPending+9) {
+		t.Fatalf("replayed tree has n=%v, want %d", tree["n"], maxPending+9)
+	}
+}

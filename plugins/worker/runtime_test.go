@@ -1,0 +1,182 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/channel"
+	"github.com/stickyd/stickyd/internal/protocol"
+)
+
+// testApp counts messages in its page tree and logs in on /login.
+type testApp struct{}
+
+func (testApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s := SessionFrom(r.Context())
+	switch r.URL.Path {
+	case "/name":
+		if err := s.NameConnection(r.URL.Query().Get("n")); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+	case "/login":
+		if err := s.Login(r.URL.Query().Get("u")); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+	case "/boom":
+		panic("boom")
+	}
+	_, _ = w.Write([]byte(s.Conn()))
+}
+
+func (testApp) OpenPage(ctx context.Context, p *Page) error { return p.Tree().Set("n", 0) }
+
+func (testApp) Message(ctx context.Context, p *Page, msg json.RawMessage) (any, error) {
+	if string(msg) == `"fail"` {
+		return nil, errors.New("refused")
+	}
+	n := p.Tree().Number("n") + 1
+	return n, p.Tree().Set("n", n)
+}
+
+// host is the test's side of one in-process worker.
+type host struct {
+	t    *testing.T
+	peer *channel.Peer
+	done chan struct{}
+}
+
+func startWorker(t *testing.T) *host {
+	t.Helper()
+	h, w := channel.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = ServeConn(ctx, testApp{}, Options{Name: "test"}, w)
+	}()
+	if _, err := channel.Accept(t.Context(), h, &protocol.HelloAck{WorkerId: "w1"}); err != nil {
+		t.Fatal(err)
+	}
+	hs := &host{t: t, peer: channel.NewPeer(h, nil), done: done}
+	t.Cleanup(func() {
+		cancel()
+		hs.peer.Close()
+		<-done
+	})
+	return hs
+}
+
+func (h *host) frame(f *protocol.Frame) (*protocol.FrameReply, error) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(h.t.Context(), 5*time.Second)
+	defer cancel()
+	env, err := h.peer.Call(ctx, &protocol.Envelope{Body: &protocol.Envelope_Frame{Frame: f}})
+	if err != nil {
+		return nil, err
+	}
+	return env.GetFrameReply(), nil
+}
+
+func (h *host) get(user, conn, path string) *protocol.FrameReply {
+	h.t.Helper()
+	r, err := h.frame(&protocol.Frame{User: user, Conn: conn, Kind: &protocol.Frame_Http{Http: &protocol.HTTPRequest{Method: "GET", Url: path}}})
+	if err != nil {
+		h.t.Fatalf("GET %s: %v", path, err)
+	}
+	return r
+}
+
+func TestNamingAndLogin(t *testing.T) {
+	h := startWorker(t)
+	r := h.get("", "", "/name?n=site-chosen")
+	if r.Identity.Conn != "site-chosen" || r.WorkerId != "w1" {
+		t.Fatalf("named connection: %+v", r.Identity)
+	}
+	r = h.get("", "", "/")
+	if len(r.Identity.Conn) < 20 {
+		t.Fatalf("SDK-chosen name %q is too short to be unguessable", r.Identity.Conn)
+	}
+	if r := h.get("", "", "/name?n=bad%20name"); r.GetHttp().Status != 400 {
+		t.Fatalf("bad name accepted: %d", r.GetHttp().Status)
+	}
+	// Naming is only for the first request.
+	if r := h.get("~site-chosen", "site-chosen", "/name?n=x"); r.GetHttp().Status != 400 {
+		t.Fatalf("renaming accepted: %d", r.GetHttp().Status)
+	}
+	r = h.get("~site-chosen", "site-chosen", "/login?u=maria")
+	if r.Identity.User != "maria" {
+		t.Fatalf("login not reported: %+v", r.Identity)
+	}
+	for _, bad := range []string{"~maria", "", "a b"} {
+		if r := h.get("~site-chosen", "site-chosen", "/login?u="+bad); r.GetHttp().Status != 400 {
+			t.Fatalf("login as %q accepted", bad)
+		}
+	}
+}
+
+func TestPagesAndPanics(t *testing.T) {
+	h := startWorker(t)
+	conn := h.get("", "", "/").Identity.Conn
+	u := "~" + conn
+	open := func(page string, after uint64) *protocol.PageState {
+		r, err := h.frame(&protocol.Frame{User: u, Conn: conn, Kind: &protocol.Frame_Open{Open: &protocol.PageOpen{Page: page, Kind: "k", After: after}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetOpened()
+	}
+	msg := func(page, data string) (*protocol.FrameReply, error) {
+		return h.frame(&protocol.Frame{User: u, Conn: conn, Kind: &protocol.Frame_Message{Message: &protocol.PageMessage{Page: page, Data: []byte(data)}}})
+	}
+	if st := open("p1", 0); st.Seq != 1 || st.Resync {
+		t.Fatalf("new page: %+v", st)
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := msg("p1", `{}`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, _ := msg("p1", `"fail"`); r.GetMessage().Error != "refused" {
+		t.Fatalf("app refusal: %+v", r)
+	}
+	if _, err := msg("nope", `{}`); err == nil || !strings.Contains(err.Error(), "not open") {
+		t.Fatalf("message to an unknown page: %v", err)
+	}
+	// Resuming with a sequence the page never had asks for a resync.
+	if st := open("p1", 99); !st.Resync {
+		t.Fatalf("resume beyond the last sequence: %+v", st)
+	}
+	// A page unknown here but known to the client restarted clean.
+	if st := open("p2", 7); !st.Resync || st.Notice == "" || st.Base != 0 {
+		t.Fatalf("lost page: %+v", st)
+	}
+	// An app panic fails that frame only.
+	if _, err := h.frame(&protocol.Frame{User: u, Conn: conn, Kind: &protocol.Frame_Http{Http: &protocol.HTTPRequest{Method: "GET", Url: "/boom"}}}); err == nil {
+		t.Fatal("panic not reported")
+	}
+	if _, err := msg("p1", `{}`); err != nil {
+		t.Fatalf("worker unusable after a panic: %v", err)
+	}
+	env, err := h.peer.Call(t.Context(), &protocol.Envelope{Body: &protocol.Envelope_Probe{Probe: &protocol.Probe{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := env.GetProbeReply(); p.Pages != 2 || p.Conns != 1 || p.Frames == 0 {
+		t.Fatalf("probe %+v", p)
+	}
+	// Release forgets the connection.
+	if _, err := h.frame(&protocol.Frame{User: u, Conn: conn, Kind: &protocol.Frame_Release{Release: &protocol.Release{}}}); err != nil {
+		t.Fatal(err)
+	}
+	env, _ = h.peer.Call(t.Context(), &protocol.Envelope{Body: &protocol.Envelope_Probe{Probe: &protocol.Probe{}}})
+	if p := env.GetProbeReply(); p.Pages != 0 || p.Conns != 0 {
+		t.Fatalf("probe after release %+v", p)
+	}
+}
