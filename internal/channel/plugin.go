@@ -16,6 +16,22 @@ var Handshake = plugin.HandshakeConfig{
 	MagicCookieValue: "3f1c0b1e-stickyd-worker",
 }
 
+// MaxEnvelopeBytes bounds one envelope on the gRPC channel, in both
+// directions (gRPC's default is 4 MiB). The front's body and message limits
+// must stay below it.
+const MaxEnvelopeBytes = 512 << 20
+
+// ServerOptions are the worker's gRPC server options.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxEnvelopeBytes), grpc.MaxSendMsgSize(MaxEnvelopeBytes)}
+}
+
+// DialOptions are the host's gRPC options for a worker's channel.
+func DialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithDefaultCallOptions(
+		grpc.MaxCallRecvMsgSize(MaxEnvelopeBytes), grpc.MaxCallSendMsgSize(MaxEnvelopeBytes))}
+}
+
 // PluginName is the name the worker plugin is dispensed under.
 const PluginName = "worker"
 

@@ -14,6 +14,7 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -109,6 +110,11 @@ func New(cfg Config) (*Front, error) {
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 10 << 20
+	}
+	// A frame must fit in one channel envelope, with room for its headers.
+	const ceiling = channel.MaxEnvelopeBytes - 1<<20
+	if cfg.MaxBodyBytes > ceiling || cfg.MaxMessageBytes > ceiling {
+		return nil, fmt.Errorf("front: max_body_bytes and max_message_bytes must stay under %d (the channel's envelope limit)", ceiling)
 	}
 	if cfg.FrameTimeout <= 0 {
 		cfg.FrameTimeout = 30 * time.Second

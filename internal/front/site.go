@@ -2,8 +2,10 @@ package front
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"unicode/utf8"
 
 	"github.com/stickyd/stickyd/internal/protocol"
 )
@@ -26,9 +28,17 @@ func (f *Front) serveSite(w http.ResponseWriter, r *http.Request) error {
 		return &HTTPError{Status: http.StatusBadRequest, Message: "reading request body: " + err.Error()}
 	}
 	req := &protocol.HTTPRequest{Method: r.Method, Url: r.URL.RequestURI(), Body: body, RemoteAddr: r.RemoteAddr, Host: r.Host}
+	if !utf8.ValidString(r.Host) {
+		return &HTTPError{Status: http.StatusBadRequest, Message: "the Host header is not valid UTF-8"}
+	}
 	for k, v := range r.Header {
 		if hopHeaders[k] {
 			continue
+		}
+		for _, s := range v {
+			if !utf8.ValidString(s) {
+				return &HTTPError{Status: http.StatusBadRequest, Message: fmt.Sprintf("header %s is not valid UTF-8", k)}
+			}
 		}
 		if k == "Cookie" {
 			v = f.stripOwnCookie(r)

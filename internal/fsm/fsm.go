@@ -22,9 +22,11 @@ import (
 
 // FSM holds the maps. Reads take the read lock and see the last applied entry.
 type FSM struct {
-	mu    sync.RWMutex // guards state and index
+	mu    sync.RWMutex // guards state, index and load
 	state *State
 	index uint64
+	// load counts users per worker; derived from state, never persisted.
+	load map[string]int
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -50,7 +52,7 @@ type User struct {
 type Route = placement.Route
 
 // New returns an empty FSM.
-func New() *FSM { return &FSM{state: newState()} }
+func New() *FSM { return &FSM{state: newState(), load: map[string]int{}} }
 
 func newState() *State {
 	return &State{Conns: map[string]string{}, Users: map[string]*User{}}
@@ -79,11 +81,17 @@ func (f *FSM) routeLocked(conn string) (Route, bool) {
 func (f *FSM) UsersOn() map[string]int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	out := map[string]int{}
-	for _, u := range f.state.Users {
-		out[u.Worker]++
+	out := make(map[string]int, len(f.load))
+	for w, n := range f.load {
+		out[w] = n
 	}
 	return out
+}
+
+// addUserLocked records a new user's home.
+func (f *FSM) addUserLocked(user string, h *User) {
+	f.state.Users[user] = h
+	f.load[h.Worker]++
 }
 
 // Counts returns the number of connections and users.
@@ -142,7 +150,7 @@ func (f *FSM) applyConnect(buf []byte) interface{} {
 		h := f.state.Users[user]
 		if h == nil {
 			h = &User{Worker: req.Worker, Epoch: 1}
-			f.state.Users[user] = h
+			f.addUserLocked(user, h)
 		}
 		h.Conns++
 	}
@@ -169,7 +177,7 @@ func (f *FSM) applyLogin(buf []byte) interface{} {
 			// The person arrives for the first time: this connection's
 			// worker becomes their home.
 			h = &User{Worker: res.Previous, Epoch: 1}
-			f.state.Users[req.User] = h
+			f.addUserLocked(req.User, h)
 		}
 		h.Conns++
 		f.state.Conns[req.Conn] = req.User
@@ -200,6 +208,9 @@ func (f *FSM) unbindLocked(user string) {
 	h.Conns--
 	if h.Conns <= 0 {
 		delete(f.state.Users, user)
+		if f.load[h.Worker]--; f.load[h.Worker] <= 0 {
+			delete(f.load, h.Worker)
+		}
 	}
 }
 
@@ -231,8 +242,12 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if s.Users == nil {
 		s.Users = map[string]*User{}
 	}
+	load := map[string]int{}
+	for _, u := range s.Users {
+		load[u.Worker]++
+	}
 	f.mu.Lock()
-	f.state = s
+	f.state, f.load = s, load
 	f.mu.Unlock()
 	return nil
 }

@@ -54,6 +54,7 @@ func (l *PluginLauncher) Launch(ctx context.Context, id string) (Process, channe
 		Cmd:              cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		Logger:           log.Named(id),
+		GRPCDialOptions:  channel.DialOptions(),
 		Managed:          false,
 	})
 	rpc, err := client.Client()

@@ -57,15 +57,16 @@ const (
 
 // WorkerInfo is a slot as the monitor sees it.
 type WorkerInfo struct {
-	ID, Group   string
-	State       string
-	Pid         int
-	Incarnation int
-	Born        time.Time
-	DiedAt      time.Time
-	HowDied     string
-	App         string
-	AppVersion  string
+	ID          string    `json:"id"`
+	Group       string    `json:"group"`
+	State       string    `json:"state"`
+	Pid         int       `json:"pid,omitempty"`
+	Incarnation int       `json:"incarnation"`
+	Born        time.Time `json:"born,omitzero"`
+	DiedAt      time.Time `json:"died_at,omitzero"`
+	HowDied     string    `json:"how_died,omitempty"`
+	App         string    `json:"app,omitempty"`
+	AppVersion  string    `json:"app_version,omitempty"`
 }
 
 type slot struct {
@@ -309,7 +310,15 @@ func (p *Pool) Send(ctx context.Context, workerID string, f *protocol.Frame) (*c
 		if err == nil {
 			return c, nil
 		}
-		if ctx.Err() != nil {
+		select {
+		case <-peer.Done():
+			// The worker died under the frame: wait for its replacement.
+			if ctx.Err() != nil {
+				return nil, err
+			}
+		default:
+			// The frame itself could not be sent (it cannot be encoded):
+			// retrying would fail the same way.
 			return nil, err
 		}
 	}

@@ -73,10 +73,12 @@ func (rt *runtime) handle(env *protocol.Envelope) {
 			}()
 			return
 		}
+		// Enqueue under rt.mu: a mailbox that has just drained removes its
+		// user under the same lock, so a frame never lands in a user that
+		// is no longer in the map (two mailboxes for one person).
 		rt.mu.Lock()
-		u := rt.userLocked(f.User)
+		rt.userLocked(f.User).enqueue(env)
 		rt.mu.Unlock()
-		u.enqueue(env)
 	case *protocol.Envelope_Probe:
 		_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_ProbeReply{ProbeReply: rt.probe()}})
 	case *protocol.Envelope_Shutdown:
@@ -103,16 +105,22 @@ func (u *user) enqueue(env *protocol.Envelope) {
 }
 
 // run drains the mailbox; it exits when the mailbox is empty, so an idle
-// person costs no goroutine.
+// person costs no goroutine and no map entry (their sessions stay in conns).
 func (u *user) run() {
 	defer u.rt.wg.Done()
 	for {
+		u.rt.mu.Lock()
 		u.mu.Lock()
 		if len(u.queue) == 0 {
 			u.running = false
+			if u.rt.users[u.key] == u {
+				delete(u.rt.users, u.key)
+			}
 			u.mu.Unlock()
+			u.rt.mu.Unlock()
 			return
 		}
+		u.rt.mu.Unlock()
 		env := u.queue[0]
 		u.queue[0] = nil
 		u.queue = u.queue[1:]
@@ -247,7 +255,9 @@ func (rt *runtime) httpReply(s *Session, resp *protocol.HTTPResponse) *protocol.
 
 func (rt *runtime) identity(s *Session) *protocol.Identity {
 	if s.login != "" {
+		rt.mu.Lock()
 		s.user, s.login = s.login, ""
+		rt.mu.Unlock()
 	}
 	return &protocol.Identity{Conn: s.name, User: s.user}
 }
@@ -355,8 +365,12 @@ func (rt *runtime) probe() *protocol.ProbeReply {
 	goruntime.ReadMemStats(&ms)
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	people := map[string]bool{}
+	for _, s := range rt.conns {
+		people[s.userKey()] = true
+	}
 	r := &protocol.ProbeReply{
-		Users:      int64(len(rt.users)),
+		Users:      int64(len(people)),
 		Conns:      int64(len(rt.conns)),
 		Goroutines: int64(goruntime.NumGoroutine()),
 		HeapBytes:  ms.HeapAlloc,

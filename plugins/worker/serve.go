@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
 
 	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/protocol"
@@ -29,8 +30,10 @@ func Serve(app App, opts Options) {
 			go func() { os.Exit(0) }()
 			return err
 		}),
-		GRPCServer: plugin.DefaultGRPCServer,
-		Logger:     log,
+		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
+			return plugin.DefaultGRPCServer(append(opts, channel.ServerOptions()...))
+		},
+		Logger: log,
 	})
 }
 

@@ -83,6 +83,13 @@ func (s *Session) Login(user string) error {
 	return nil
 }
 
+func (s *Session) userKey() string {
+	if s.user != "" {
+		return s.user
+	}
+	return protocol.AnonymousUser(s.name)
+}
+
 // WorkerID names the worker holding this connection now.
 func (s *Session) WorkerID() string { return s.rt.workerID }
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -344,5 +345,39 @@ func TestShutdownLeavesNoOrphans(t *testing.T) {
 		waitFor(t, 10*time.Second, fmt.Sprintf("worker pid %d to exit", pid), func() bool {
 			return syscall.Kill(pid, 0) == syscall.ESRCH
 		})
+	}
+}
+
+// Bodies up to the front's limit reach a subprocess worker (the channel's
+// gRPC limit is above it); bigger ones get 413; a header that cannot travel
+// on the channel gets 400, not a dead worker.
+func TestLargeBodiesAndBadHeaders(t *testing.T) {
+	a := startAgent(t, "subprocess", 1)
+	b := newBrowser(t, a)
+	b.do("GET", "/")
+	before := a.Pool().Workers()[0]
+	post := func(n int) int {
+		req, _ := http.NewRequest("POST", b.base+"/", strings.NewReader(strings.Repeat("x", n)))
+		resp, err := b.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(8 << 20); code != 200 {
+		t.Fatalf("8 MiB body: %d", code)
+	}
+	if code := post(11 << 20); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("11 MiB body: %d", code)
+	}
+	req, _ := http.NewRequest("GET", b.base+"/", nil)
+	req.Header.Set("X-Bad", "\xff\xfe")
+	resp, body := rawDo(t, req)
+	if resp.StatusCode != 400 || !strings.Contains(body, "UTF-8") {
+		t.Fatalf("non-UTF-8 header: %d %s", resp.StatusCode, body)
+	}
+	if after := a.Pool().Workers()[0]; after.Incarnation != before.Incarnation || after.State != host.StateReady {
+		t.Fatalf("worker restarted: before %+v after %+v", before, after)
 	}
 }

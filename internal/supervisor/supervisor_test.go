@@ -1,0 +1,82 @@
+package supervisor
+
+import (
+	"context"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/stickyd/stickyd/internal/fsm"
+)
+
+// direct applies entries straight to the FSM, as a one-member log would.
+type direct struct {
+	f *fsm.FSM
+	i uint64
+}
+
+func (d *direct) Apply(ctx context.Context, entry []byte) (any, error) {
+	d.i++
+	res := d.f.Apply(&raft.Log{Index: d.i, Data: entry})
+	if err, ok := res.(error); ok {
+		return nil, err
+	}
+	return res, nil
+}
+
+type ready []string
+
+func (r ready) Ready() []string { return r }
+
+func TestPlaceSpreadsNewConnections(t *testing.T) {
+	f := fsm.New()
+	s := New(f, &direct{f: f}, ready{"w1", "w2", "w3"})
+	for i := 0; i < 9; i++ {
+		w, err := s.Place(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Connect(t.Context(), string(rune('a'+i)), "", w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for w, n := range f.UsersOn() {
+		if n != 3 {
+			t.Fatalf("worker %s holds %d of 9 people: %v", w, n, f.UsersOn())
+		}
+	}
+	if _, err := New(f, &direct{f: f}, ready{}).Place(t.Context()); err != ErrNoWorkers {
+		t.Fatalf("place with no workers: %v", err)
+	}
+}
+
+func TestLoginJoinsTheHome(t *testing.T) {
+	f := fsm.New()
+	s := New(f, &direct{f: f}, ready{"w1", "w2"})
+	if _, err := s.Connect(t.Context(), "c1", "", "w1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Connect(t.Context(), "c2", "", "w2"); err != nil {
+		t.Fatal(err)
+	}
+	r, prev, err := s.Login(t.Context(), "c1", "maria")
+	if err != nil || r.Worker != "w1" || prev != "w1" {
+		t.Fatalf("first login: %+v %q %v", r, prev, err)
+	}
+	r, prev, err = s.Login(t.Context(), "c2", "maria")
+	if err != nil || r.Worker != "w1" || prev != "w2" {
+		t.Fatalf("second login: %+v %q %v", r, prev, err)
+	}
+	if got, ok := s.Lookup("c2"); !ok || got.Worker != "w1" {
+		t.Fatalf("lookup after login: %+v", got)
+	}
+	if _, _, err := s.Login(t.Context(), "ghost", "maria"); err == nil {
+		t.Fatal("login on an unknown connection succeeded")
+	}
+	if err := s.Forget(t.Context(), "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Lookup("c1"); ok {
+		t.Fatal("forgotten connection still routes")
+	}
+}
