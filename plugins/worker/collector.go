@@ -7,9 +7,11 @@ import (
 	"github.com/stickyd/stickyd/internal/protocol"
 )
 
-// maxPending is how many deltas a silent page keeps before they are folded
-// into one RESET carrying the whole tree: a page that never pulls costs
-// bounded memory and still loses nothing.
+// maxPending is how many deltas a silent page keeps. Past it, deltas that a
+// later write to the same path superseded are dropped (their sequence numbers
+// are skipped); if that is not enough, everything folds into one RESET
+// carrying the whole tree. A page that never pulls costs bounded memory and
+// still ends with exactly the worker's tree.
 const maxPending = 4096
 
 // collector holds a page's deltas until the page pulls them. Sequences start
@@ -35,12 +37,37 @@ func (c *collector) add(op protocol.Delta_Op, path string, value []byte) {
 	c.mu.Lock()
 	c.seq++
 	c.pending = append(c.pending, &protocol.Delta{Seq: c.seq, Op: op, Path: path, Value: value})
-	if len(c.pending) > maxPending && c.fold != nil {
-		c.resetLocked()
+	if len(c.pending) > maxPending {
+		c.coalesceLocked()
+		if len(c.pending) > maxPending*3/4 && c.fold != nil {
+			c.resetLocked()
+		}
 	}
 	ready := c.takeWaitersLocked()
 	c.mu.Unlock()
 	c.fire(ready)
+}
+
+// coalesceLocked keeps only the last delta of each path, in sequence order.
+// Replaying the survivors gives the same tree: a later write to a path
+// replaces whatever an earlier one put there.
+func (c *collector) coalesceLocked() {
+	last := make(map[string]uint64, len(c.pending))
+	for _, d := range c.pending {
+		if d.Op != protocol.Delta_RESET {
+			last[d.Path] = d.Seq
+		}
+	}
+	keep := c.pending[:0]
+	for _, d := range c.pending {
+		if d.Op == protocol.Delta_RESET || last[d.Path] == d.Seq {
+			keep = append(keep, d)
+		}
+	}
+	for i := len(keep); i < len(c.pending); i++ {
+		c.pending[i] = nil
+	}
+	c.pending = keep
 }
 
 // resetLocked replaces everything pending with one RESET of the whole tree.

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"encoding/json"
+	"strconv"
 	"testing"
 	"time"
 
@@ -71,12 +72,41 @@ func TestCollectorWaitingPull(t *testing.T) {
 	}
 }
 
-// A page that never pulls keeps bounded memory: its deltas fold into one
-// RESET of the whole tree, so nothing is lost.
+// A page that never pulls keeps bounded memory: superseded deltas are
+// dropped, and distinct ones fold into one RESET of the whole tree; either
+// way replaying what the page receives gives the worker's tree.
+func TestCollectorSilentPageCoalesces(t *testing.T) {
+	p := NewTestPage("k")
+	for i := 0; i < 3*maxPending; i++ {
+		if err := p.Tree().Set("n", i); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Tree().Set("m", -i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds := p.TestDeltas()
+	if len(ds) > maxPending {
+		t.Fatalf("%d pending deltas, bound %d", len(ds), maxPending)
+	}
+	for _, d := range ds {
+		if d.Op == "reset" {
+			t.Fatal("superseded writes were folded instead of coalesced")
+		}
+	}
+	got := map[string]string{}
+	for _, d := range ds {
+		got[d.Path] = d.Value
+	}
+	if got["n"] != "12287" || got["m"] != "-12287" {
+		t.Fatalf("replayed %v", got)
+	}
+}
+
 func TestCollectorFoldsASilentPage(t *testing.T) {
 	p := NewTestPage("k")
 	for i := 0; i < maxPending+10; i++ {
-		if err := p.Tree().Set("n", i); err != nil {
+		if err := p.Tree().Set("n/"+strconv.Itoa(i), i); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -99,9 +129,16 @@ func TestCollectorFoldsASilentPage(t *testing.T) {
 		}
 		var v any
 		_ = json.Unmarshal(d.Value, &v)
-		tree[d.Path] = v
+		parent, key := splitLast(d.Path)
+		m, _ := tree[parent].(map[string]any)
+		if m == nil {
+			m = map[string]any{}
+			tree[parent] = m
+		}
+		m[key] = v
 	}
-	if tree["n"] != float64(maxPending+9) {
-		t.Fatalf("replayed tree has n=%v, want %d", tree["n"], maxPending+9)
+	n, _ := tree["n"].(map[string]any)
+	if len(n) != maxPending+10 || n["4105"] != float64(4105) {
+		t.Fatalf("replayed tree has %d entries under n", len(n))
 	}
 }

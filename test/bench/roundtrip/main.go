@@ -154,19 +154,14 @@ func parseSize(s string) (int, error) {
 	return n * mult, nil
 }
 
-// cells lists what to measure: for each mode, one page at every size, then
-// each larger page count at the first size.
+// cells lists what to measure: for each mode, every page count at every size.
 func (o *options) cells() []cell {
 	var out []cell
 	for _, m := range o.modes {
 		for _, p := range o.pages {
-			if p == 1 {
-				for _, s := range o.sizes {
-					out = append(out, cell{mode: m, pages: 1, size: s})
-				}
-				continue
+			for _, s := range o.sizes {
+				out = append(out, cell{mode: m, pages: p, size: s})
 			}
-			out = append(out, cell{mode: m, pages: p, size: o.sizes[0]})
 		}
 	}
 	return out
