@@ -17,19 +17,18 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/front"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/raftnode"
 	"github.com/stickyd/stickyd/internal/supervisor"
-	"github.com/stickyd/stickyd/plugins/worker"
 )
 
-// Builtin is an application compiled into stickyd, runnable in-process.
-type Builtin struct {
-	App  worker.App
-	Opts worker.Options
-}
+// Builtin is an application compiled into stickyd, runnable in-process: it
+// serves one worker on its end of an in-memory channel until the channel
+// closes or ctx ends. worker.InProcess builds one from an App.
+type Builtin func(ctx context.Context, c channel.Conn) error
 
 // Agent is one running stickyd process.
 type Agent struct {
@@ -69,11 +68,7 @@ func New(cfg *Config, builtins map[string]Builtin, log hclog.Logger) (*Agent, er
 			if !ok {
 				return nil, fmt.Errorf("group %q: no builtin application named %q", g.Name, g.Builtin)
 			}
-			opts := b.Opts
-			if opts.Logger == nil {
-				opts.Logger = log.Named("worker")
-			}
-			spec.Launcher = &host.InprocLauncher{App: b.App, Opts: opts}
+			spec.Launcher = &host.InprocLauncher{Serve: b}
 		}
 		groups = append(groups, spec)
 	}

@@ -72,7 +72,7 @@ func (c *AgentCommand) Run(args []string) int {
 		c.UI.Error(fmt.Sprintf("unknown log level %q (want trace, debug, info, warn or error)", cfg.LogLevel))
 		return 1
 	}
-	return runAgent(c.Meta, cfg, nil, c.logger("stickyd", cfg.LogLevel))
+	return runAgent(c.Meta, cfg, c.Builtins, c.logger("stickyd", cfg.LogLevel))
 }
 
 // runAgent starts an agent and waits for a signal or for the front to fail.

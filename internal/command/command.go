@@ -12,20 +12,24 @@ import (
 
 	"github.com/hashicorp/cli"
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/stickyd/stickyd/internal/agent"
 )
 
 // Version is the stickyd version, set at build time with
 // -ldflags "-X github.com/stickyd/stickyd/internal/command.Version=...".
 var Version = "0.1.0-dev"
 
-// Run runs the command line and returns the exit code.
-func Run(args []string) int {
-	return RunWith(args, &cli.BasicUi{Reader: os.Stdin, Writer: os.Stdout, ErrorWriter: os.Stderr})
+// Run runs the command line and returns the exit code. builtins are the
+// applications compiled into this binary, which groups (and stickyd dev)
+// can run in-process.
+func Run(args []string, builtins map[string]agent.Builtin) int {
+	return RunWith(args, &cli.BasicUi{Reader: os.Stdin, Writer: os.Stdout, ErrorWriter: os.Stderr}, builtins)
 }
 
 // RunWith runs the command line with the given UI (tests pass a mock).
-func RunWith(args []string, ui cli.Ui) int {
-	meta := Meta{UI: ui}
+func RunWith(args []string, ui cli.Ui, builtins map[string]agent.Builtin) int {
+	meta := Meta{UI: ui, Builtins: builtins}
 	c := &cli.CLI{
 		Name:     "stickyd",
 		Version:  Version,
@@ -49,7 +53,8 @@ func RunWith(args []string, ui cli.Ui) int {
 
 // Meta is what every command shares.
 type Meta struct {
-	UI cli.Ui
+	UI       cli.Ui
+	Builtins map[string]agent.Builtin
 }
 
 // flagSet returns a FlagSet whose errors and usage go to the UI.

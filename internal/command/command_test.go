@@ -28,11 +28,12 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"dev", "-workers", "0"}, 1, "", "want 1 to 256"},
 		{[]string{"dev", "-log-level", "loud"}, 1, "", "unknown log level"},
 		{[]string{"dev", "stray"}, 1, "", "unexpected arguments"},
+		{[]string{"dev"}, 1, "", "no builtin demo"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			ui := cli.NewMockUi()
-			if code := RunWith(tt.args, ui); code != tt.code {
+			if code := RunWith(tt.args, ui, nil); code != tt.code {
 				t.Fatalf("exit %d, want %d; stderr %q", code, tt.code, ui.ErrorWriter.String())
 			}
 			if !strings.Contains(ui.OutputWriter.String(), tt.out) {

@@ -5,8 +5,6 @@ import (
 	"strings"
 
 	"github.com/stickyd/stickyd/internal/agent"
-	"github.com/stickyd/stickyd/plugins/examples/demo"
-	"github.com/stickyd/stickyd/plugins/worker"
 )
 
 // DevCommand runs everything in one process on embedded defaults.
@@ -56,11 +54,12 @@ func (c *DevCommand) Run(args []string) int {
 		c.UI.Error(fmt.Sprintf("unknown log level %q (want trace, debug, info, warn or error)", level))
 		return 1
 	}
-	cfg := DevConfig(addr, workers, plugin)
-	builtins := map[string]agent.Builtin{
-		"demo": {App: demo.New(), Opts: worker.Options{Name: "demo", Version: Version}},
+	if plugin == "" && c.Builtins["demo"] == nil {
+		c.UI.Error("this stickyd binary has no builtin demo application; run with -plugin PATH")
+		return 1
 	}
-	return runAgent(c.Meta, cfg, builtins, c.logger("stickyd", level))
+	cfg := DevConfig(addr, workers, plugin)
+	return runAgent(c.Meta, cfg, c.Builtins, c.logger("stickyd", level))
 }
 
 // DevConfig is the embedded configuration of stickyd dev.

@@ -10,7 +10,6 @@ import (
 	"github.com/hashicorp/go-plugin"
 
 	"github.com/stickyd/stickyd/internal/channel"
-	"github.com/stickyd/stickyd/plugins/worker"
 )
 
 // Launcher starts one worker process and opens its channel.
@@ -106,8 +105,9 @@ func (p *pluginProcess) Kill() {
 // InprocLauncher runs workers inside the agent on an in-memory channel, as
 // stickyd dev does. The channel carries the same encoded bytes as gRPC.
 type InprocLauncher struct {
-	App  worker.App
-	Opts worker.Options
+	// Serve runs one worker on its end of the channel until the channel
+	// closes or ctx ends (worker.InProcess builds it from an App).
+	Serve func(ctx context.Context, c channel.Conn) error
 }
 
 var _ Launcher = (*InprocLauncher)(nil)
@@ -119,7 +119,7 @@ func (l *InprocLauncher) Launch(ctx context.Context, id string) (Process, channe
 	p := &inprocProcess{cancel: cancel, conn: hostEnd, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		_ = worker.ServeConn(wctx, l.App, l.Opts, workerEnd)
+		_ = l.Serve(wctx, workerEnd)
 	}()
 	return p, hostEnd, nil
 }

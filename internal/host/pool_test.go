@@ -88,7 +88,7 @@ func TestCompatibleWorkerProbe(t *testing.T) {
 
 // An in-process worker whose channel dies is relaunched in the same slot.
 func TestInprocWorkerRelaunched(t *testing.T) {
-	l := &InprocLauncher{App: counter.New(), Opts: worker.Options{Name: "counter"}}
+	l := &InprocLauncher{Serve: worker.InProcess(counter.New(), worker.Options{Name: "counter"})}
 	p := New(nil, []GroupSpec{{Name: "web", Workers: 1, Launcher: l}})
 	defer p.Close()
 	if err := p.Start(t.Context()); err != nil {

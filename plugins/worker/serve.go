@@ -37,6 +37,13 @@ func Serve(app App, opts Options) {
 	})
 }
 
+// InProcess returns a function that serves app on one end of an in-memory
+// channel: the form stickyd takes for an application compiled into it
+// (stickyd dev, tests).
+func InProcess(app App, opts Options) func(context.Context, channel.Conn) error {
+	return func(ctx context.Context, c channel.Conn) error { return ServeConn(ctx, app, opts, c) }
+}
+
 // ServeConn runs app on an open channel until the channel closes or ctx ends.
 // Serve uses it for the plugin's gRPC channel; stickyd dev uses it for an
 // in-process worker on an in-memory channel.

@@ -58,7 +58,7 @@ func startAgent(t *testing.T, mode string, workers int) *agent.Agent {
 		Groups: []*agent.GroupConfig{g},
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Warn, Output: testWriter{t}})
-	a, err := agent.New(cfg, map[string]agent.Builtin{"counter": {App: counter.New(), Opts: worker.Options{Name: "counter", Version: "1"}}}, log)
+	a, err := agent.New(cfg, map[string]agent.Builtin{"counter": worker.InProcess(counter.New(), worker.Options{Name: "counter", Version: "1", Logger: log.Named("worker")})}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

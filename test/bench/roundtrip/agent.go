@@ -57,7 +57,7 @@ func startAgent(ctx context.Context, mode string, workers int, log hclog.Logger)
 		Front:  &agent.FrontConfig{Address: "127.0.0.1:0", FrameTimeout: "10s"},
 		Groups: []*agent.GroupConfig{g},
 	}
-	builtins := map[string]agent.Builtin{"counter": {App: counter.New(), Opts: worker.Options{Name: "counter", Version: "bench"}}}
+	builtins := map[string]agent.Builtin{"counter": worker.InProcess(counter.New(), worker.Options{Name: "counter", Version: "bench", Logger: log})}
 	a, err := agent.New(cfg, builtins, log)
 	if err != nil {
 		return nil, err
