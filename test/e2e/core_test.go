@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -379,5 +381,54 @@ func TestLargeBodiesAndBadHeaders(t *testing.T) {
 	}
 	if after := a.Pool().Workers()[0]; after.Incarnation != before.Incarnation || after.State != host.StateReady {
 		t.Fatalf("worker restarted: before %+v after %+v", before, after)
+	}
+}
+
+// The long-poll fallback: the same ops as the WebSocket, one per POST.
+func TestLongPollFallback(t *testing.T) {
+	a := startAgent(t, "subprocess", 2)
+	b := newBrowser(t, a)
+	b.do("GET", "/")
+	op := func(m map[string]any) (int, answer) {
+		t.Helper()
+		body, _ := json.Marshal(m)
+		req, _ := http.NewRequest("POST", b.base+"/_stickyd/op", bytes.NewReader(body))
+		resp, err := b.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var ans answer
+		if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, ans
+	}
+	if code, ans := op(map[string]any{"op": "open", "id": 1, "page": "lp", "kind": "counter"}); code != 200 || ans.Opened == nil {
+		t.Fatalf("open: %d %+v", code, ans)
+	}
+	// A pull that waits is answered by the delta a later message produces.
+	got := make(chan answer, 1)
+	go func() {
+		_, ans := op(map[string]any{"op": "pull", "id": 2, "page": "lp", "after": 1, "wait": 10000})
+		got <- ans
+	}()
+	time.Sleep(50 * time.Millisecond) // let the pull park (a slow machine only makes the test weaker, not wrong)
+	if code, ans := op(map[string]any{"op": "msg", "id": 3, "page": "lp", "data": map[string]any{"op": "inc"}}); code != 200 || ans.Error != "" {
+		t.Fatalf("msg: %d %+v", code, ans)
+	}
+	select {
+	case ans := <-got:
+		if len(ans.Deltas) != 1 || ans.Deltas[0].Seq != 2 || string(ans.Deltas[0].Value) != "1" {
+			t.Fatalf("long-poll pull: %+v", ans)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("long-poll pull never answered")
+	}
+	if code, ans := op(map[string]any{"op": "msg", "id": 4, "page": "nope", "data": map[string]any{"op": "inc"}}); code != 400 || ans.Code != "bad_request" {
+		t.Fatalf("msg to an unknown page: %d %+v", code, ans)
+	}
+	if code, ans := op(map[string]any{"op": "pull", "id": 5, "page": "lp", "wait": -1}); code != 400 || ans.Error == "" {
+		t.Fatalf("negative wait: %d %+v", code, ans)
 	}
 }
