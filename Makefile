@@ -5,7 +5,7 @@ VERSION ?= 0.1.0-dev
 LDFLAGS := -X github.com/stickyd/stickyd/internal/command.Version=$(VERSION)
 ADDR    ?= 127.0.0.1:8080
 
-.PHONY: all build run run-subprocess test lint unit bench proto clean
+.PHONY: all build run run-subprocess deps test lint unit bench proto clean
 
 all: build
 
@@ -22,8 +22,14 @@ run: build
 run-subprocess: build
 	./$(BIN)/stickyd dev -addr $(ADDR) -plugin ./$(BIN)/demo-worker
 
-## test: format and vet checks, then every test with the race detector.
-test: lint
+## deps: what the tests need beyond Go: Chromium for test/browser (Debian).
+deps:
+	@command -v chromium >/dev/null || { \
+		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get update && $$sudo apt-get install -y chromium; }
+
+## test: set-up (deps), format and vet checks, then every test with the race detector.
+test: deps lint
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 lint:

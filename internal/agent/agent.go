@@ -7,20 +7,26 @@ package agent
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stickyd/stickyd/internal/api"
 	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/front"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/host"
+	"github.com/stickyd/stickyd/internal/move"
+	"github.com/stickyd/stickyd/internal/park"
 	"github.com/stickyd/stickyd/internal/raftnode"
 	"github.com/stickyd/stickyd/internal/supervisor"
 )
@@ -37,11 +43,16 @@ type Agent struct {
 	fsm      *fsm.FSM
 	raft     *raftnode.Node
 	pool     *host.Pool
+	park     park.Store
 	sup      *supervisor.Supervisor
 	front    *front.Front
 	server   *http.Server
 	listener net.Listener
 	served   chan error
+	admin    *http.Server
+	adminLn  net.Listener
+	token    string
+	registry *prometheus.Registry
 }
 
 // New checks the configuration and prepares an agent; Start runs it.
@@ -98,11 +109,21 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	if err := a.raft.WaitLeader(wctx); err != nil {
 		return err
 	}
+	a.registry = prometheus.NewRegistry()
+	if a.cfg.DataDir == "" {
+		a.park = park.NewMemStore()
+	} else if a.park, err = park.NewFileStore(filepath.Join(a.cfg.DataDir, "park")); err != nil {
+		return err
+	}
+	mover := move.New(move.Config{FreezeTimeout: duration(a.cfg.Move.FreezeTimeout), Logger: a.log.Named("move"), Registry: a.registry},
+		a.fsm, a.raft, a.pool, a.park)
+	a.sup = supervisor.New(a.fsm, a.raft, a.pool, mover)
+	a.pool.Parcels = a.park
+	a.pool.Woken = a.woken
 	a.log.Info("starting workers", "workers", len(a.pool.Workers()))
 	if err := a.pool.Start(ctx); err != nil {
 		return fmt.Errorf("starting workers: %w", err)
 	}
-	a.sup = supervisor.New(a.fsm, a.raft, a.pool)
 	key, err := a.cookieKey()
 	if err != nil {
 		return err
@@ -115,6 +136,10 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		MaxMessageBytes: a.cfg.Front.MaxMessageBytes,
 		MaxBodyBytes:    a.cfg.Front.MaxBodyBytes,
 		FrameTimeout:    a.cfg.Front.frameTimeout(),
+		BarrierWait:     duration(a.cfg.Front.BarrierWait),
+		MaxHeldPerUser:  a.cfg.Front.MaxHeldPerUser,
+		MaxHeld:         a.cfg.Front.MaxHeld,
+		Registry:        a.registry,
 		Health:          a.health,
 		Logger:          a.log.Named("front"),
 	})
@@ -136,8 +161,88 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		a.served <- err
 	}()
 	a.log.Info("front listening", "address", a.Addr())
+	return a.startAdmin()
+}
+
+// startAdmin serves the admin API.
+func (a *Agent) startAdmin() error {
+	tok, err := a.adminToken()
+	if err != nil {
+		return err
+	}
+	a.token = tok
+	h := api.Handler(api.Config{Token: tok, Supervisor: a.sup, Gatherer: a.registry, Logger: a.log.Named("api"),
+		Workers: func() any { return a.pool.Workers() }})
+	a.adminLn, err = net.Listen("tcp", a.cfg.Admin.Address)
+	if err != nil {
+		return fmt.Errorf("listening for the admin API on %s: %w", a.cfg.Admin.Address, err)
+	}
+	srv, ln := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, a.adminLn
+	a.admin = srv
+	go func() { _ = srv.Serve(ln) }()
+	a.log.Info("admin API listening", "address", a.AdminAddr())
 	return nil
 }
+
+// adminToken finds the admin token: configured, $STICKYD_TOKEN, the data
+// dir's admin.token (created once), or a random one (dev).
+func (a *Agent) adminToken() (string, error) {
+	if a.cfg.Admin.Token != "" {
+		return a.cfg.Admin.Token, nil
+	}
+	if t := os.Getenv("STICKYD_TOKEN"); t != "" {
+		return t, nil
+	}
+	if a.cfg.DataDir == "" {
+		return randomToken(), nil
+	}
+	path := filepath.Join(a.cfg.DataDir, "admin.token")
+	b, err := os.ReadFile(path)
+	if err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("reading admin token: %w", err)
+	}
+	t := randomToken()
+	if err := os.MkdirAll(a.cfg.DataDir, 0o700); err != nil {
+		return "", fmt.Errorf("creating data dir: %w", err)
+	}
+	if err := os.WriteFile(path, []byte(t+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("writing admin token: %w", err)
+	}
+	return t, nil
+}
+
+func randomToken() string {
+	b := make([]byte, 18)
+	_, _ = rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// woken records a wake in the maps and drops the package it came from.
+func (a *Agent) woken(user, digest string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := a.sup.Woken(ctx, user, digest); err != nil {
+		a.log.Warn("recording a wake", "user", user, "error", err)
+		return
+	}
+	if u, ok := a.sup.User(user); !ok || u.Package != digest {
+		_ = a.park.Delete(digest)
+	}
+}
+
+// AdminAddr is the admin API's listening address.
+func (a *Agent) AdminAddr() string {
+	if a.adminLn == nil {
+		return ""
+	}
+	return a.adminLn.Addr().String()
+}
+
+// Token is the admin token in force.
+func (a *Agent) Token() string { return a.token }
 
 // Addr is the front's listening address.
 func (a *Agent) Addr() string {
@@ -198,6 +303,10 @@ func (a *Agent) cookieKey() ([]byte, error) {
 // that order. Idempotent.
 func (a *Agent) Shutdown(ctx context.Context) error {
 	var errs []error
+	if a.admin != nil {
+		_ = a.admin.Close()
+		a.admin = nil
+	}
 	if a.front != nil {
 		a.front.Close()
 	}

@@ -20,7 +20,24 @@ type Config struct {
 
 	Server *ServerConfig  `hcl:"server,block"`
 	Front  *FrontConfig   `hcl:"front,block"`
+	Admin  *AdminConfig   `hcl:"admin,block"`
+	Move   *MoveConfig    `hcl:"move,block"`
 	Groups []*GroupConfig `hcl:"group,block"`
+}
+
+// AdminConfig is the admin HTTP API (/v1/...).
+type AdminConfig struct {
+	// Address is where the API listens; default 127.0.0.1:4646.
+	Address string `hcl:"address,optional"`
+	// Token is the admin token. Default: $STICKYD_TOKEN, else the content
+	// of <data_dir>/admin.token, created on first start (dev: random).
+	Token string `hcl:"token,optional"`
+}
+
+// MoveConfig tunes the road people take between workers.
+type MoveConfig struct {
+	// FreezeTimeout bounds the freeze; past it the move rolls back ("5s").
+	FreezeTimeout string `hcl:"freeze_timeout,optional"`
 }
 
 // ServerConfig is the server role: a raft member.
@@ -45,6 +62,11 @@ type FrontConfig struct {
 	MaxBodyBytes    int64  `hcl:"max_body_bytes,optional"`
 	// FrameTimeout bounds how long a request waits for its worker ("30s").
 	FrameTimeout string `hcl:"frame_timeout,optional"`
+	// BarrierWait bounds how long a request waits for a moving person ("5s").
+	BarrierWait string `hcl:"barrier_wait,optional"`
+	// MaxHeldPerUser and MaxHeld cap the requests held on the barrier.
+	MaxHeldPerUser int `hcl:"max_held_per_user,optional"`
+	MaxHeld        int `hcl:"max_held,optional"`
 }
 
 // GroupConfig is a group of identical workers.
@@ -117,9 +139,24 @@ func (c *Config) Finish() error {
 	if c.Front.Address == "" {
 		c.Front.Address = "127.0.0.1:8080"
 	}
-	if c.Front.FrameTimeout != "" {
-		if _, err := time.ParseDuration(c.Front.FrameTimeout); err != nil {
-			return fmt.Errorf("front: frame_timeout %q: %w", c.Front.FrameTimeout, err)
+	if c.Admin == nil {
+		c.Admin = &AdminConfig{}
+	}
+	if c.Admin.Address == "" {
+		c.Admin.Address = "127.0.0.1:4646"
+	}
+	if c.Move == nil {
+		c.Move = &MoveConfig{}
+	}
+	for name, d := range map[string]string{
+		"front: frame_timeout": c.Front.FrameTimeout, "front: barrier_wait": c.Front.BarrierWait,
+		"move: freeze_timeout": c.Move.FreezeTimeout,
+	} {
+		if d == "" {
+			continue
+		}
+		if v, err := time.ParseDuration(d); err != nil || v <= 0 {
+			return fmt.Errorf("%s %q: want a positive duration like \"5s\"", name, d)
 		}
 	}
 	if len(c.Groups) == 0 {
@@ -144,7 +181,10 @@ func (c *Config) Finish() error {
 	return nil
 }
 
-func (f *FrontConfig) frameTimeout() time.Duration {
-	d, _ := time.ParseDuration(f.FrameTimeout)
+// duration parses a checked duration ("" is zero: the default).
+func duration(s string) time.Duration {
+	d, _ := time.ParseDuration(s)
 	return d
 }
+
+func (f *FrontConfig) frameTimeout() time.Duration { return duration(f.FrameTimeout) }

@@ -53,6 +53,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"duplicate group", "group \"g\" { builtin = \"demo\" }\ngroup \"g\" { builtin = \"demo\" }", "twice"},
 		{"negative workers", "group \"g\" {\n builtin = \"demo\"\n workers = -1\n}", "positive"},
 		{"bad timeout", "front { frame_timeout = \"soon\" }\ngroup \"g\" { builtin = \"demo\" }", "frame_timeout"},
+		{"negative freeze", "move { freeze_timeout = \"-1s\" }\ngroup \"g\" { builtin = \"demo\" }", "freeze_timeout"},
 		{"cluster", "server { bootstrap_expect = 3 }\ngroup \"g\" { builtin = \"demo\" }", "single server"},
 	}
 	for _, tt := range tests {

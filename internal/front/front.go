@@ -20,6 +20,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/placement"
@@ -41,6 +42,8 @@ type Directory interface {
 	// Login binds a connection to a person; it returns the new route and
 	// the worker that held the connection before.
 	Login(ctx context.Context, conn, user string) (placement.Route, string, error)
+	// Watch returns a channel closed at the next change of user in the maps.
+	Watch(user string) <-chan struct{}
 }
 
 // Dispatcher delivers frames to workers. Frames started from one goroutine
@@ -74,6 +77,16 @@ type Config struct {
 	// SendQueue is how many answers may wait for a slow WebSocket before
 	// the front closes it (1013, try again later); default 256.
 	SendQueue int
+	// BarrierWait bounds how long a frame waits for a person who is
+	// moving; default 5 s. Past it: 503 with Retry-After (WebSocket: a
+	// retryable error).
+	BarrierWait time.Duration
+	// MaxHeldPerUser and MaxHeld cap the frames held on the barrier for one
+	// person and in all; defaults 64 and 10000.
+	MaxHeldPerUser int
+	MaxHeld        int
+	// Registry receives the front's metrics; nil means none.
+	Registry prometheus.Registerer
 	// Health adds fields to /_stickyd/health.
 	Health func() map[string]any
 	Logger hclog.Logger
@@ -84,6 +97,7 @@ type Front struct {
 	cfg      Config
 	log      hclog.Logger
 	cookie   *signer
+	barrier  *barrier
 	upgrader websocket.Upgrader
 	mux      *http.ServeMux
 	// root is the parent of every WebSocket's context; Close cancels it.
@@ -131,7 +145,17 @@ func New(cfg Config) (*Front, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
+	if cfg.BarrierWait <= 0 {
+		cfg.BarrierWait = 5 * time.Second
+	}
+	if cfg.MaxHeldPerUser <= 0 {
+		cfg.MaxHeldPerUser = 64
+	}
+	if cfg.MaxHeld <= 0 {
+		cfg.MaxHeld = 10000
+	}
 	f := &Front{cfg: cfg, log: cfg.Logger, cookie: newSigner(cfg.CookieKey)}
+	f.barrier = newBarrier(cfg.Directory, cfg, cfg.Registry)
 	f.root, f.shutdown = context.WithCancel(context.Background())
 	f.upgrader = websocket.Upgrader{ReadBufferSize: 4096, WriteBufferSize: 4096}
 	f.mux = http.NewServeMux()

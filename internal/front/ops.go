@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/placement"
 	"github.com/stickyd/stickyd/internal/protocol"
 )
 
@@ -50,20 +49,22 @@ type opened struct {
 }
 
 type delta struct {
-	Seq   uint64          `json:"seq"`
-	Op    string          `json:"op"`
-	Path  string          `json:"path,omitempty"`
-	Value json.RawMessage `json:"value,omitempty"`
+	Seq    uint64          `json:"seq"`
+	Op     string          `json:"op"`
+	Path   string          `json:"path,omitempty"`
+	Value  json.RawMessage `json:"value,omitempty"`
+	Notice string          `json:"notice,omitempty"`
 }
 
 var deltaOps = map[protocol.Delta_Op]string{protocol.Delta_SET: "set", protocol.Delta_DELETE: "delete", protocol.Delta_RESET: "reset"}
 
-// frame checks an op and builds its frame.
-func (o *op) frame(rt placement.Route) (*protocol.Frame, time.Duration, error) {
+// frame checks an op and builds its frame; the routing fields are stamped
+// when it is sent.
+func (o *op) frame() (*protocol.Frame, time.Duration, error) {
 	if o.Page == "" || len(o.Page) > 128 {
 		return nil, 0, &HTTPError{Status: http.StatusBadRequest, Message: "an op needs a page id of 1-128 bytes"}
 	}
-	f := &protocol.Frame{User: rt.User, Conn: rt.Conn, Epoch: rt.Epoch}
+	f := &protocol.Frame{}
 	extra := time.Duration(0)
 	switch o.Op {
 	case "open":
@@ -106,7 +107,7 @@ func toAnswer(id uint64, rep *protocol.FrameReply) *answer {
 		a.Last = k.Deltas.Last
 		a.Deltas = make([]delta, len(k.Deltas.Deltas))
 		for i, d := range k.Deltas.Deltas {
-			a.Deltas[i] = delta{Seq: d.Seq, Op: deltaOps[d.Op], Path: d.Path}
+			a.Deltas[i] = delta{Seq: d.Seq, Op: deltaOps[d.Op], Path: d.Path, Notice: d.Notice}
 			if len(d.Value) > 0 {
 				a.Deltas[i].Value = d.Value
 			}
@@ -130,12 +131,12 @@ func errAnswer(id uint64, err error) *answer {
 }
 
 // runOp runs one op synchronously, for the HTTP fallback.
-func (f *Front) runOp(ctx context.Context, rt placement.Route, o *op) *answer {
-	fr, extra, err := o.frame(rt)
+func (f *Front) runOp(ctx context.Context, conn string, o *op) *answer {
+	fr, extra, err := o.frame()
 	if err != nil {
 		return errAnswer(o.ID, err)
 	}
-	rep, err := f.call(ctx, rt.Worker, fr, f.cfg.FrameTimeout+extra)
+	rep, _, err := f.deliver(ctx, conn, fr, f.cfg.FrameTimeout+extra)
 	if err != nil {
 		return errAnswer(o.ID, err)
 	}
@@ -154,7 +155,7 @@ func (f *Front) serveOp(w http.ResponseWriter, r *http.Request) error {
 	if err := dec.Decode(&o); err != nil {
 		return &HTTPError{Status: http.StatusBadRequest, Message: "decoding op: " + err.Error()}
 	}
-	a := f.runOp(r.Context(), rt, &o)
+	a := f.runOp(r.Context(), rt.Conn, &o)
 	status := http.StatusOK
 	if a.Op == "error" {
 		status = http.StatusBadRequest

@@ -50,16 +50,16 @@ func (f *Front) serveSite(w http.ResponseWriter, r *http.Request) error {
 	}
 	fr := &protocol.Frame{Kind: &protocol.Frame_Http{Http: req}}
 	rt, known := f.route(r)
-	worker := rt.Worker
+	var rep *protocol.FrameReply
 	if known {
-		fr.User, fr.Conn, fr.Epoch = rt.User, rt.Conn, rt.Epoch
+		rep, rt, err = f.deliver(r.Context(), rt.Conn, fr, f.cfg.FrameTimeout)
 	} else {
-		worker, err = f.cfg.Directory.Place(r.Context())
-		if err != nil {
-			return &HTTPError{Status: http.StatusServiceUnavailable, Message: "no worker can take a new session now; retry shortly", Retry: true, Err: err}
+		worker, perr := f.cfg.Directory.Place(r.Context())
+		if perr != nil {
+			return &HTTPError{Status: http.StatusServiceUnavailable, Message: "no worker can take a new session now; retry shortly", Retry: true, Err: perr}
 		}
+		rep, err = f.call(r.Context(), worker, fr, f.cfg.FrameTimeout)
 	}
-	rep, err := f.call(r.Context(), worker, fr, f.cfg.FrameTimeout)
 	if err != nil {
 		return err
 	}

@@ -5,23 +5,46 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"sort"
 	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/stickyd/stickyd/internal/channel"
+	"github.com/stickyd/stickyd/internal/placement"
 )
 
-// wsConn is one browser WebSocket. One goroutine reads (readLoop), one writes
-// (writeLoop); answers travel from waiting goroutines to the writer over out.
+// wsConn is one browser WebSocket. Three goroutines own it: the reader
+// (reads ops, hands them to the sender in order), the sender (routes each op,
+// holding it on the barrier while its person moves, and resends in order
+// what a worker refused with MOVED) and the writer (writes answers, pings).
+// Each frame in flight has a small goroutine that waits for its answer.
 type wsConn struct {
 	f    *Front
 	ws   *websocket.Conn
 	conn string
-	out  chan []byte
+	in   chan *op    // reader → sender, in socket order
+	out  chan []byte // answers → writer
 	ctx  context.Context
 	stop context.CancelFunc
 	wg   sync.WaitGroup
 	once sync.Once
+
+	mu      sync.Mutex // guards flights and nextSeq
+	flights map[uint64]*flight
+	nextSeq uint64
+	// changed gets a token whenever a flight ends or is refused with MOVED.
+	changed chan struct{}
+	epoch   uint64 // the epoch the sender last sent at; sender only
+}
+
+// flight is a frame in flight, in socket order.
+type flight struct {
+	seq   uint64
+	o     *op
+	epoch uint64
+	moved bool
 }
 
 func (f *Front) serveWS(w http.ResponseWriter, r *http.Request) error {
@@ -38,10 +61,13 @@ func (f *Front) serveWS(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(f.root)
-	c := &wsConn{f: f, ws: ws, conn: conn, out: make(chan []byte, f.cfg.SendQueue), ctx: ctx, stop: cancel}
+	c := &wsConn{f: f, ws: ws, conn: conn, ctx: ctx, stop: cancel,
+		in: make(chan *op, f.cfg.SendQueue), out: make(chan []byte, f.cfg.SendQueue),
+		flights: map[uint64]*flight{}, changed: make(chan struct{}, 1)}
 	ws.SetReadLimit(f.cfg.MaxMessageBytes)
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go c.writeLoop()
+	go c.sendLoop()
 	c.readLoop()
 	c.close()
 	c.wg.Wait()
@@ -54,8 +80,9 @@ func (c *wsConn) close() {
 	})
 }
 
-// readLoop reads ops in order and starts each frame before reading the next,
-// so the worker sees a page's ops in the order the page sent them.
+// readLoop reads ops and hands them to the sender in order. When the sender
+// falls behind (a person moving, a slow worker), the reader blocks and TCP
+// pushes back on this client only.
 func (c *wsConn) readLoop() {
 	pongWait := 2*c.f.cfg.PingInterval + c.f.cfg.WriteTimeout
 	_ = c.ws.SetReadDeadline(time.Now().Add(pongWait))
@@ -78,51 +105,194 @@ func (c *wsConn) readLoop() {
 			c.send(errAnswer(0, &HTTPError{Status: http.StatusBadRequest, Message: "decoding op: " + err.Error()}))
 			continue
 		}
-		c.start(&o)
-		if c.ctx.Err() != nil {
+		select {
+		case c.in <- &o:
+		case <-c.ctx.Done():
 			return
 		}
 	}
 }
 
-// start sends the op's frame now and waits for its answer in the background.
-func (c *wsConn) start(o *op) {
-	rt, ok := c.f.cfg.Directory.Lookup(c.conn)
-	if !ok {
-		c.send(errAnswer(o.ID, errNoConnection))
-		return
+// sendLoop routes ops in socket order. Before anything new goes out, frames
+// refused with MOVED are resent, oldest first, so a page's ops reach its
+// person's new home in the order the page sent them.
+func (c *wsConn) sendLoop() {
+	defer c.wg.Done()
+	for {
+		select {
+		case o := <-c.in:
+			c.resendMoved()
+			c.dispatch(o)
+		case <-c.changed:
+			c.resendMoved()
+		case <-c.ctx.Done():
+			return
+		}
 	}
-	fr, extra, err := o.frame(rt)
+}
+
+// dispatch checks an op, waits out a move, and sends it.
+func (c *wsConn) dispatch(o *op) {
+	fr, _, err := o.frame()
 	if err != nil {
 		c.send(errAnswer(o.ID, err))
 		return
 	}
+	_ = fr
+	c.mu.Lock()
+	c.nextSeq++
+	fl := &flight{seq: c.nextSeq, o: o}
+	c.mu.Unlock()
+	rt, err := c.routeAfterOlder(0)
+	if err != nil {
+		c.send(errAnswer(o.ID, err))
+		return
+	}
+	c.launch(fl, rt)
+}
+
+// routeAfterOlder waits for a route at minEpoch or later (through the
+// barrier) and, if the epoch changed since the last send, for every frame
+// sent at an older epoch to be answered or refused: nothing new may overtake
+// a frame that might still have to be resent.
+func (c *wsConn) routeAfterOlder(minEpoch uint64) (placement.Route, error) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.f.cfg.FrameTimeout)
+	defer cancel()
+	for {
+		rt, err := c.f.barrier.route(ctx, c.conn, minEpoch)
+		if err != nil {
+			return rt, err
+		}
+		if rt.Epoch == c.epoch || !c.olderInFlight(rt.Epoch) {
+			c.epoch = rt.Epoch
+			return rt, nil
+		}
+		select {
+		case <-c.changed:
+			// Give the token back: resendMoved may need it too.
+			select {
+			case c.changed <- struct{}{}:
+			default:
+			}
+			if c.hasMoved() {
+				return rt, errResendFirst
+			}
+			time.Sleep(time.Millisecond)
+		case <-ctx.Done():
+			return rt, errBarrierTimeout
+		}
+	}
+}
+
+var errResendFirst = errors.New("frames refused by the old home must be resent first")
+
+func (c *wsConn) olderInFlight(epoch uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, fl := range c.flights {
+		if fl.epoch < epoch && !fl.moved {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *wsConn) hasMoved() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, fl := range c.flights {
+		if fl.moved {
+			return true
+		}
+	}
+	return false
+}
+
+// resendMoved sends again, in socket order, every frame a worker refused
+// with MOVED. Such frames never ran, so sending them again is safe.
+func (c *wsConn) resendMoved() {
+	for {
+		c.mu.Lock()
+		var moved []*flight
+		minEpoch := uint64(0)
+		for _, fl := range c.flights {
+			if fl.moved {
+				moved = append(moved, fl)
+				minEpoch = max(minEpoch, fl.epoch+1)
+			}
+		}
+		c.mu.Unlock()
+		if len(moved) == 0 {
+			return
+		}
+		sort.Slice(moved, func(i, j int) bool { return moved[i].seq < moved[j].seq })
+		rt, err := c.routeAfterOlder(minEpoch)
+		if errors.Is(err, errResendFirst) {
+			continue // more were refused meanwhile: take them all, in order
+		}
+		for _, fl := range moved {
+			c.mu.Lock()
+			delete(c.flights, fl.seq)
+			fl.moved = false
+			c.mu.Unlock()
+			if err != nil {
+				c.send(errAnswer(fl.o.ID, err))
+				continue
+			}
+			c.launch(fl, rt)
+		}
+	}
+}
+
+// launch sends a flight's frame to rt and waits for its answer in the
+// background.
+func (c *wsConn) launch(fl *flight, rt placement.Route) {
+	fr, extra, _ := fl.o.frame()
+	stamp(fr, rt)
+	fl.epoch = rt.Epoch
 	ctx, cancel := context.WithTimeout(c.ctx, c.f.cfg.FrameTimeout+extra)
 	call, err := c.f.cfg.Dispatcher.Send(ctx, rt.Worker, fr)
 	if err != nil {
 		cancel()
-		c.send(errAnswer(o.ID, frameErr(err)))
+		c.send(errAnswer(fl.o.ID, frameErr(err)))
 		return
 	}
+	c.mu.Lock()
+	c.flights[fl.seq] = fl
+	c.mu.Unlock()
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		defer cancel()
 		env, err := call.Wait(ctx)
-		if err != nil {
-			if c.ctx.Err() != nil {
-				return // the socket is gone; nobody to tell
+		c.mu.Lock()
+		if isMoved(err) {
+			fl.moved = true
+		} else {
+			delete(c.flights, fl.seq)
+		}
+		c.mu.Unlock()
+		c.signal()
+		switch {
+		case isMoved(err):
+			return // the sender resends it
+		case err != nil:
+			if c.ctx.Err() == nil {
+				c.send(errAnswer(fl.o.ID, frameErr(err)))
 			}
-			c.send(errAnswer(o.ID, frameErr(err)))
-			return
+		case env.GetFrameReply() == nil:
+			c.send(errAnswer(fl.o.ID, errors.New("worker answered with an unexpected envelope")))
+		default:
+			c.send(toAnswer(fl.o.ID, env.GetFrameReply()))
 		}
-		rep := env.GetFrameReply()
-		if rep == nil {
-			c.send(errAnswer(o.ID, errors.New("worker answered with an unexpected envelope")))
-			return
-		}
-		c.send(toAnswer(o.ID, rep))
 	}()
+}
+
+func (c *wsConn) signal() {
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
 }
 
 // send queues an answer for the writer. A client too slow to take its
@@ -172,3 +342,5 @@ func (c *wsConn) writeLoop() {
 		}
 	}
 }
+
+var _ = channel.ErrClosed

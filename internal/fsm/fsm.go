@@ -27,6 +27,8 @@ type FSM struct {
 	index uint64
 	// load counts users per worker; derived from state, never persisted.
 	load map[string]int
+	// watch holds a channel per watched user, closed when the user changes.
+	watch map[string]chan struct{}
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -46,13 +48,85 @@ type User struct {
 	Epoch uint64 `json:"epoch"`
 	// Conns counts the connections bound to this user.
 	Conns int `json:"conns"`
+	// State is live, moving or parked (placement.State*); empty means live.
+	State string `json:"state,omitempty"`
+	// MovingTo is the destination while State is moving.
+	MovingTo string `json:"moving_to,omitempty"`
+	// Package is the parked package the user wakes from on Worker.
+	Package string `json:"package,omitempty"`
 }
 
 // Route is where frames of a connection go.
 type Route = placement.Route
 
 // New returns an empty FSM.
-func New() *FSM { return &FSM{state: newState(), load: map[string]int{}} }
+func New() *FSM {
+	return &FSM{state: newState(), load: map[string]int{}, watch: map[string]chan struct{}{}}
+}
+
+// Watch returns a channel closed at the next change of user (or at once if
+// the maps change wholesale, as on a snapshot restore).
+func (f *FSM) Watch(user string) <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ch := f.watch[user]
+	if ch == nil {
+		ch = make(chan struct{})
+		f.watch[user] = ch
+	}
+	return ch
+}
+
+// touchLocked wakes the watchers of user.
+func (f *FSM) touchLocked(user string) {
+	if ch := f.watch[user]; ch != nil {
+		close(ch)
+		delete(f.watch, user)
+	}
+}
+
+// User returns what the maps know of a user.
+func (f *FSM) User(user string) (placement.UserInfo, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	h := f.state.Users[user]
+	if h == nil {
+		return placement.UserInfo{}, false
+	}
+	return info(user, h), true
+}
+
+// Users lists every user, unordered.
+func (f *FSM) Users() []placement.UserInfo {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]placement.UserInfo, 0, len(f.state.Users))
+	for u, h := range f.state.Users {
+		out = append(out, info(u, h))
+	}
+	return out
+}
+
+// UsersOf lists the users whose home is worker.
+func (f *FSM) UsersOf(worker string) []string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var out []string
+	for u, h := range f.state.Users {
+		if h.Worker == worker {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+func info(user string, h *User) placement.UserInfo {
+	st := h.State
+	if st == "" {
+		st = placement.StateLive
+	}
+	return placement.UserInfo{User: user, Worker: h.Worker, Epoch: h.Epoch, State: st, MovingTo: h.MovingTo, Package: h.Package, Conns: h.Conns}
+}
 
 func newState() *State {
 	return &State{Conns: map[string]string{}, Users: map[string]*User{}}
@@ -74,7 +148,8 @@ func (f *FSM) routeLocked(conn string) (Route, bool) {
 	if h == nil {
 		return Route{}, false
 	}
-	return Route{Conn: conn, User: u, Worker: h.Worker, Epoch: h.Epoch}, true
+	return Route{Conn: conn, User: u, Worker: h.Worker, Epoch: h.Epoch,
+		Moving: h.State == placement.StateMoving, Package: h.Package}, true
 }
 
 // UsersOn counts the users whose home is each worker.
@@ -125,6 +200,14 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return f.applyLogin(buf)
 	case ForgetConnRequestType:
 		return f.applyForget(buf)
+	case MoveBeginRequestType:
+		return f.applyMoveBegin(buf)
+	case MoveCommitRequestType:
+		return f.applyMoveCommit(buf)
+	case MoveAbortRequestType:
+		return f.applyMoveAbort(buf)
+	case WokenRequestType:
+		return f.applyWoken(buf)
 	default:
 		// An entry from a newer version: skipping it keeps the replica
 		// running, and the newer leader will not send it to us until all
@@ -142,6 +225,7 @@ func (f *FSM) applyConnect(buf []byte) interface{} {
 	if req.User != "" {
 		user = req.User
 	}
+	defer f.touchLocked(user)
 	if old, ok := f.state.Conns[req.Conn]; ok && old != user {
 		f.unbindLocked(old)
 	}
@@ -167,6 +251,8 @@ func (f *FSM) applyLogin(buf []byte) interface{} {
 	if !ok {
 		return fmt.Errorf("login on unknown connection %q", req.Conn)
 	}
+	defer f.touchLocked(req.User)
+	defer f.touchLocked(old)
 	res := LoginResult{}
 	if oh := f.state.Users[old]; oh != nil {
 		res.Previous = oh.Worker
@@ -195,8 +281,89 @@ func (f *FSM) applyForget(buf []byte) interface{} {
 	if u, ok := f.state.Conns[req.Conn]; ok {
 		delete(f.state.Conns, req.Conn)
 		f.unbindLocked(u)
+		f.touchLocked(u)
 	}
 	return nil
+}
+
+// applyMoveBegin raises the barrier: the user is moving, with a new epoch.
+func (f *FSM) applyMoveBegin(buf []byte) interface{} {
+	var req MoveBeginRequest
+	if err := json.Unmarshal(buf, &req); err != nil {
+		return fmt.Errorf("decoding move begin: %w", err)
+	}
+	h := f.state.Users[req.User]
+	switch {
+	case h == nil:
+		return fmt.Errorf("%w: %q", ErrNoUser, req.User)
+	case h.State == placement.StateMoving:
+		return fmt.Errorf("%w: %q is already moving to %s", ErrBusy, req.User, h.MovingTo)
+	case h.Worker != req.From:
+		return fmt.Errorf("%w: %q lives on %s, not %s", ErrBusy, req.User, h.Worker, req.From)
+	case h.Epoch != req.Epoch:
+		return fmt.Errorf("%w: %q is at epoch %d, not %d", ErrBusy, req.User, h.Epoch, req.Epoch)
+	}
+	h.State, h.MovingTo = placement.StateMoving, req.To
+	h.Epoch++
+	f.touchLocked(req.User)
+	return info(req.User, h)
+}
+
+// applyMoveCommit reassigns the user to the destination, parked on Package
+// (empty when the state was lost), and drops the barrier.
+func (f *FSM) applyMoveCommit(buf []byte) interface{} {
+	var req MoveCommitRequest
+	if err := json.Unmarshal(buf, &req); err != nil {
+		return fmt.Errorf("decoding move commit: %w", err)
+	}
+	h := f.state.Users[req.User]
+	if h == nil || h.State != placement.StateMoving || h.Epoch != req.Epoch {
+		return fmt.Errorf("%w: no move of %q at epoch %d to commit", ErrBusy, req.User, req.Epoch)
+	}
+	f.load[h.Worker]--
+	if f.load[h.Worker] <= 0 {
+		delete(f.load, h.Worker)
+	}
+	h.Worker, h.MovingTo, h.Package = req.To, "", req.Package
+	h.State = placement.StateParked
+	if req.Package == "" {
+		h.State = placement.StateLive
+	}
+	f.load[h.Worker]++
+	f.touchLocked(req.User)
+	return info(req.User, h)
+}
+
+// applyMoveAbort drops the barrier and leaves the user at home. The epoch
+// stays raised, so frames stamped before the move are still refused.
+func (f *FSM) applyMoveAbort(buf []byte) interface{} {
+	var req MoveAbortRequest
+	if err := json.Unmarshal(buf, &req); err != nil {
+		return fmt.Errorf("decoding move abort: %w", err)
+	}
+	h := f.state.Users[req.User]
+	if h == nil || h.State != placement.StateMoving || h.Epoch != req.Epoch {
+		return fmt.Errorf("%w: no move of %q at epoch %d to abort", ErrBusy, req.User, req.Epoch)
+	}
+	h.State, h.MovingTo = placement.StateLive, ""
+	f.touchLocked(req.User)
+	return info(req.User, h)
+}
+
+// applyWoken records that the user was woken from their package.
+func (f *FSM) applyWoken(buf []byte) interface{} {
+	var req WokenRequest
+	if err := json.Unmarshal(buf, &req); err != nil {
+		return fmt.Errorf("decoding woken: %w", err)
+	}
+	h := f.state.Users[req.User]
+	if h == nil || h.State != placement.StateParked || h.Package != req.Package {
+		// Already woken, or moved again since: nothing to record.
+		return nil
+	}
+	h.State, h.Package = placement.StateLive, ""
+	f.touchLocked(req.User)
+	return info(req.User, h)
 }
 
 // unbindLocked drops one connection from a user, and the user with the last.
@@ -206,7 +373,7 @@ func (f *FSM) unbindLocked(user string) {
 		return
 	}
 	h.Conns--
-	if h.Conns <= 0 {
+	if h.Conns <= 0 && h.State != placement.StateMoving {
 		delete(f.state.Users, user)
 		if f.load[h.Worker]--; f.load[h.Worker] <= 0 {
 			delete(f.load, h.Worker)
@@ -248,6 +415,10 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.state, f.load = s, load
+	for u, ch := range f.watch {
+		close(ch)
+		delete(f.watch, u)
+	}
 	f.mu.Unlock()
 	return nil
 }

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 )
 
@@ -13,7 +14,48 @@ const (
 	ConnectRequestType    MessageType = 0
 	LoginRequestType      MessageType = 1
 	ForgetConnRequestType MessageType = 2
+	MoveBeginRequestType  MessageType = 3
+	MoveCommitRequestType MessageType = 4
+	MoveAbortRequestType  MessageType = 5
+	WokenRequestType      MessageType = 6
 )
+
+var (
+	// ErrNoUser is returned for a user the maps do not hold.
+	ErrNoUser = errors.New("no such user")
+	// ErrBusy is returned when a move does not match the user's state.
+	ErrBusy = errors.New("user is not in the state the move expects")
+)
+
+// MoveBeginRequest raises the barrier for a move of User from From (at
+// Epoch) to To; the user's epoch becomes Epoch+1.
+type MoveBeginRequest struct {
+	User  string `json:"user"`
+	From  string `json:"from"`
+	To    string `json:"to"`
+	Epoch uint64 `json:"epoch"`
+}
+
+// MoveCommitRequest reassigns a moving user (at Epoch, the move's) to To,
+// parked on Package; an empty Package means their state was lost.
+type MoveCommitRequest struct {
+	User    string `json:"user"`
+	To      string `json:"to"`
+	Epoch   uint64 `json:"epoch"`
+	Package string `json:"package,omitempty"`
+}
+
+// MoveAbortRequest rolls a move back: the user stays home.
+type MoveAbortRequest struct {
+	User  string `json:"user"`
+	Epoch uint64 `json:"epoch"`
+}
+
+// WokenRequest records that User woke from Package.
+type WokenRequest struct {
+	User    string `json:"user"`
+	Package string `json:"package"`
+}
 
 // ConnectRequest binds a new connection, named by the site, to a user (the
 // connection's anonymous user when User is empty). A user without a home gets

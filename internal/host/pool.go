@@ -27,8 +27,19 @@ type GroupSpec struct {
 	Launcher Launcher
 }
 
+// Parcels is where the host reads parked packages to wake people from.
+type Parcels interface {
+	Get(digest string) ([]byte, error)
+}
+
 // Pool is every worker slot of this host.
 type Pool struct {
+	// Parcels and Woken must be set before Start when frames may ask for a
+	// wake: the package is read from Parcels, and Woken is told once a
+	// worker has installed it (the supervisor records it in the maps).
+	Parcels Parcels
+	Woken   func(user, digest string)
+
 	log    hclog.Logger
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -77,8 +88,11 @@ type slot struct {
 	mu   sync.Mutex // guards everything below
 	peer *channel.Peer
 	proc Process
-	up   chan struct{} // closed while ready; replaced when down
-	info WorkerInfo
+	// woken is the epoch at which each user was woken on this incarnation,
+	// so that a wake is sent once however many frames ask for it.
+	woken map[string]uint64
+	up    chan struct{} // closed while ready; replaced when down
+	info  WorkerInfo
 
 	first chan error // the first start's outcome, once
 }
@@ -193,6 +207,7 @@ func (s *slot) start(ctx context.Context) error {
 	peer := channel.NewPeer(conn, nil)
 	s.mu.Lock()
 	s.peer, s.proc = peer, proc
+	s.woken = map[string]uint64{}
 	s.info.Incarnation++
 	s.info.State = StateReady
 	s.info.Pid = proc.Pid()
@@ -306,6 +321,9 @@ func (p *Pool) Send(ctx context.Context, workerID string, f *protocol.Frame) (*c
 		if err != nil {
 			return nil, err
 		}
+		if f.WakePackage != "" {
+			p.wake(s, peer, f)
+		}
 		c, err := peer.Start(&protocol.Envelope{Body: &protocol.Envelope_Frame{Frame: f}})
 		if err == nil {
 			return c, nil
@@ -322,6 +340,83 @@ func (p *Pool) Send(ctx context.Context, workerID string, f *protocol.Frame) (*c
 			return nil, err
 		}
 	}
+}
+
+// wake sends the user's package ahead of the frame, once per incarnation:
+// the worker runs it in the user's mailbox before the frame. A package that
+// cannot be read is reported and the user wakes with no state (their pages
+// restart clean with a notice): a clear outcome, never a hang.
+func (p *Pool) wake(s *slot, peer *channel.Peer, f *protocol.Frame) {
+	s.mu.Lock()
+	if s.woken[f.User] >= f.Epoch || s.peer != peer {
+		s.mu.Unlock()
+		return
+	}
+	s.woken[f.User] = f.Epoch
+	s.mu.Unlock()
+	var pkg []byte
+	if p.Parcels != nil {
+		b, err := p.Parcels.Get(f.WakePackage)
+		if err != nil {
+			s.log.Error("reading a parked package; the user wakes without state", "user", f.User, "package", f.WakePackage, "error", err)
+		}
+		pkg = b
+	}
+	c, err := peer.Start(&protocol.Envelope{Body: &protocol.Envelope_Wake{Wake: &protocol.Wake{User: f.User, Epoch: f.Epoch, Package: pkg}}})
+	if err != nil {
+		return
+	}
+	user, digest := f.User, f.WakePackage
+	go func() {
+		ctx, cancel := context.WithTimeout(p.ctx, time.Minute)
+		defer cancel()
+		if _, err := c.Wait(ctx); err != nil {
+			s.log.Error("waking a user", "user", user, "error", err)
+			return
+		}
+		if p.Woken != nil {
+			p.Woken(user, digest)
+		}
+	}()
+}
+
+// Call sends one request envelope to a worker and waits for its answer,
+// waiting (bounded by ctx) while the worker is being replaced.
+func (p *Pool) Call(ctx context.Context, workerID string, env *protocol.Envelope) (*protocol.Envelope, error) {
+	s, err := p.slot(workerID)
+	if err != nil {
+		return nil, err
+	}
+	peer, err := s.readyPeer(ctx, p.stopCh())
+	if err != nil {
+		return nil, err
+	}
+	return peer.Call(ctx, env)
+}
+
+// Freeze asks a worker for a user's package and fences the user there.
+func (p *Pool) Freeze(ctx context.Context, workerID, user string, epoch uint64) (*protocol.Frozen, error) {
+	env, err := p.Call(ctx, workerID, &protocol.Envelope{Body: &protocol.Envelope_Freeze{Freeze: &protocol.Freeze{User: user, Epoch: epoch}}})
+	if err != nil {
+		return nil, err
+	}
+	fz := env.GetFrozen()
+	if fz == nil {
+		return nil, fmt.Errorf("worker %s answered a freeze with %T", workerID, env.Body)
+	}
+	return fz, nil
+}
+
+// Thaw lets a frozen user run again on their worker (a rolled-back move).
+func (p *Pool) Thaw(ctx context.Context, workerID, user string, epoch uint64) error {
+	_, err := p.Call(ctx, workerID, &protocol.Envelope{Body: &protocol.Envelope_Thaw{Thaw: &protocol.Thaw{User: user, Epoch: epoch}}})
+	return err
+}
+
+// Evict drops a frozen user from a worker once their move committed.
+func (p *Pool) Evict(ctx context.Context, workerID, user string) error {
+	_, err := p.Call(ctx, workerID, &protocol.Envelope{Body: &protocol.Envelope_Evict{Evict: &protocol.Evict{User: user}}})
+	return err
 }
 
 // Probe asks a worker for its numbers.
@@ -357,6 +452,27 @@ func (p *Pool) Workers() []WorkerInfo {
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Group < out[j].Group })
 	return out
+}
+
+// Busy reports whether a worker has requests in flight.
+func (p *Pool) Busy(workerID string) bool {
+	s, err := p.slot(workerID)
+	if err != nil {
+		return false
+	}
+	s.mu.Lock()
+	peer := s.peer
+	s.mu.Unlock()
+	return peer != nil && peer.Pending() > 0
+}
+
+// GroupOf names the group of a worker ("" for an unknown worker).
+func (p *Pool) GroupOf(workerID string) string {
+	s, err := p.slot(workerID)
+	if err != nil {
+		return ""
+	}
+	return s.group
 }
 
 // Ready lists the ids of the workers ready now.

@@ -12,4 +12,28 @@ type Route struct {
 	// Epoch is the user's epoch: it grows each time the user's home
 	// changes, and every frame carries it.
 	Epoch uint64
+	// Moving is true while the user is between homes: frames wait on the
+	// barrier until it drops.
+	Moving bool
+	// Package names the parked package the user wakes from on Worker; empty
+	// once they are awake.
+	Package string
+}
+
+// User states in the maps.
+const (
+	StateLive   = "live"
+	StateMoving = "moving"
+	StateParked = "parked"
+)
+
+// UserInfo is a person as the maps know them.
+type UserInfo struct {
+	User     string `json:"user"`
+	Worker   string `json:"worker"`
+	Epoch    uint64 `json:"epoch"`
+	State    string `json:"state"`
+	MovingTo string `json:"moving_to,omitempty"`
+	Package  string `json:"package,omitempty"`
+	Conns    int    `json:"conns"`
 }

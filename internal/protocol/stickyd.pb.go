@@ -150,6 +150,12 @@ type Envelope struct {
 	//	*Envelope_ProbeReply
 	//	*Envelope_Shutdown
 	//	*Envelope_Error
+	//	*Envelope_Freeze
+	//	*Envelope_Frozen
+	//	*Envelope_Thaw
+	//	*Envelope_Wake
+	//	*Envelope_Woken
+	//	*Envelope_Evict
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -278,6 +284,60 @@ func (x *Envelope) GetError() *Error {
 	return nil
 }
 
+func (x *Envelope) GetFreeze() *Freeze {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Freeze); ok {
+			return x.Freeze
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetFrozen() *Frozen {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Frozen); ok {
+			return x.Frozen
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetThaw() *Thaw {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Thaw); ok {
+			return x.Thaw
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetWake() *Wake {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Wake); ok {
+			return x.Wake
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetWoken() *Woken {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Woken); ok {
+			return x.Woken
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetEvict() *Evict {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Evict); ok {
+			return x.Evict
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -314,6 +374,30 @@ type Envelope_Error struct {
 	Error *Error `protobuf:"bytes,17,opt,name=error,proto3,oneof"`
 }
 
+type Envelope_Freeze struct {
+	Freeze *Freeze `protobuf:"bytes,18,opt,name=freeze,proto3,oneof"`
+}
+
+type Envelope_Frozen struct {
+	Frozen *Frozen `protobuf:"bytes,19,opt,name=frozen,proto3,oneof"`
+}
+
+type Envelope_Thaw struct {
+	Thaw *Thaw `protobuf:"bytes,20,opt,name=thaw,proto3,oneof"`
+}
+
+type Envelope_Wake struct {
+	Wake *Wake `protobuf:"bytes,21,opt,name=wake,proto3,oneof"`
+}
+
+type Envelope_Woken struct {
+	Woken *Woken `protobuf:"bytes,22,opt,name=woken,proto3,oneof"`
+}
+
+type Envelope_Evict struct {
+	Evict *Evict `protobuf:"bytes,23,opt,name=evict,proto3,oneof"`
+}
+
 func (*Envelope_Hello) isEnvelope_Body() {}
 
 func (*Envelope_HelloAck) isEnvelope_Body() {}
@@ -329,6 +413,18 @@ func (*Envelope_ProbeReply) isEnvelope_Body() {}
 func (*Envelope_Shutdown) isEnvelope_Body() {}
 
 func (*Envelope_Error) isEnvelope_Body() {}
+
+func (*Envelope_Freeze) isEnvelope_Body() {}
+
+func (*Envelope_Frozen) isEnvelope_Body() {}
+
+func (*Envelope_Thaw) isEnvelope_Body() {}
+
+func (*Envelope_Wake) isEnvelope_Body() {}
+
+func (*Envelope_Woken) isEnvelope_Body() {}
+
+func (*Envelope_Evict) isEnvelope_Body() {}
 
 // Hello is the worker's first envelope: it names the protocol it speaks.
 type Hello struct {
@@ -466,7 +562,13 @@ type Frame struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	User  string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
 	Conn  string                 `protobuf:"bytes,2,opt,name=conn,proto3" json:"conn,omitempty"`
-	Epoch uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// epoch is the user's epoch as the sender read it from the maps. A worker
+	// refuses a frame older than the epoch it knows for the user (MOVED).
+	Epoch uint64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// wake_package names the parked package the user must be woken from
+	// before this frame runs. The host turns it into a Wake envelope carrying
+	// the package; the worker never reads the park store itself.
+	WakePackage string `protobuf:"bytes,4,opt,name=wake_package,json=wakePackage,proto3" json:"wake_package,omitempty"`
 	// Types that are valid to be assigned to Kind:
 	//
 	//	*Frame_Http
@@ -529,6 +631,13 @@ func (x *Frame) GetEpoch() uint64 {
 		return x.Epoch
 	}
 	return 0
+}
+
+func (x *Frame) GetWakePackage() string {
+	if x != nil {
+		return x.WakePackage
+	}
+	return ""
 }
 
 func (x *Frame) GetKind() isFrame_Kind {
@@ -1093,7 +1202,9 @@ type Delta struct {
 	Op    Delta_Op               `protobuf:"varint,2,opt,name=op,proto3,enum=stickyd.channel.v1.Delta_Op" json:"op,omitempty"`
 	Path  string                 `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
 	// value is JSON; empty for DELETE.
-	Value         []byte `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	Value []byte `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	// notice is set on a RESET when the page restarted clean, and says why.
+	Notice        string `protobuf:"bytes,5,opt,name=notice,proto3" json:"notice,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1154,6 +1265,13 @@ func (x *Delta) GetValue() []byte {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *Delta) GetNotice() string {
+	if x != nil {
+		return x.Notice
+	}
+	return ""
 }
 
 type PageState struct {
@@ -1760,11 +1878,602 @@ func (x *Error) GetMessage() string {
 	return ""
 }
 
+// Freeze asks a worker to stop a user's mailbox once the frames already in it
+// have run, and to answer with the user's whole state. From then on the
+// worker refuses the user's frames with MOVED.
+type Freeze struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	User  string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	// epoch is the user's new epoch (the move's).
+	Epoch         uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Freeze) Reset() {
+	*x = Freeze{}
+	mi := &file_stickyd_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Freeze) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Freeze) ProtoMessage() {}
+
+func (x *Freeze) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Freeze.ProtoReflect.Descriptor instead.
+func (*Freeze) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *Freeze) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *Freeze) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+type Frozen struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// package is an encoded UserPackage.
+	Package []byte `protobuf:"bytes,1,opt,name=package,proto3" json:"package,omitempty"`
+	Conns   uint32 `protobuf:"varint,2,opt,name=conns,proto3" json:"conns,omitempty"`
+	Pages   uint32 `protobuf:"varint,3,opt,name=pages,proto3" json:"pages,omitempty"`
+	// absent is set when the worker holds nothing of the user (a parked
+	// person who was never woken here): their parked package is still the
+	// truth.
+	Absent        bool `protobuf:"varint,4,opt,name=absent,proto3" json:"absent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Frozen) Reset() {
+	*x = Frozen{}
+	mi := &file_stickyd_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Frozen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Frozen) ProtoMessage() {}
+
+func (x *Frozen) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Frozen.ProtoReflect.Descriptor instead.
+func (*Frozen) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *Frozen) GetPackage() []byte {
+	if x != nil {
+		return x.Package
+	}
+	return nil
+}
+
+func (x *Frozen) GetConns() uint32 {
+	if x != nil {
+		return x.Conns
+	}
+	return 0
+}
+
+func (x *Frozen) GetPages() uint32 {
+	if x != nil {
+		return x.Pages
+	}
+	return 0
+}
+
+func (x *Frozen) GetAbsent() bool {
+	if x != nil {
+		return x.Absent
+	}
+	return false
+}
+
+// Thaw undoes a Freeze whose move was rolled back: the user stays, at epoch.
+type Thaw struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Thaw) Reset() {
+	*x = Thaw{}
+	mi := &file_stickyd_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Thaw) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Thaw) ProtoMessage() {}
+
+func (x *Thaw) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Thaw.ProtoReflect.Descriptor instead.
+func (*Thaw) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Thaw) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *Thaw) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// Wake installs a parked user on a worker.
+type Wake struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	User  string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	Epoch uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// package is an encoded UserPackage; empty wakes the user with no state.
+	Package       []byte `protobuf:"bytes,3,opt,name=package,proto3" json:"package,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Wake) Reset() {
+	*x = Wake{}
+	mi := &file_stickyd_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Wake) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Wake) ProtoMessage() {}
+
+func (x *Wake) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Wake.ProtoReflect.Descriptor instead.
+func (*Wake) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *Wake) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *Wake) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Wake) GetPackage() []byte {
+	if x != nil {
+		return x.Package
+	}
+	return nil
+}
+
+type Woken struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pages uint32                 `protobuf:"varint,1,opt,name=pages,proto3" json:"pages,omitempty"`
+	// reset_pages counts the pages that restarted clean because this build
+	// does not recognise their state.
+	ResetPages    uint32 `protobuf:"varint,2,opt,name=reset_pages,json=resetPages,proto3" json:"reset_pages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Woken) Reset() {
+	*x = Woken{}
+	mi := &file_stickyd_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Woken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Woken) ProtoMessage() {}
+
+func (x *Woken) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Woken.ProtoReflect.Descriptor instead.
+func (*Woken) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *Woken) GetPages() uint32 {
+	if x != nil {
+		return x.Pages
+	}
+	return 0
+}
+
+func (x *Woken) GetResetPages() uint32 {
+	if x != nil {
+		return x.ResetPages
+	}
+	return 0
+}
+
+// Evict drops a frozen user whose move committed elsewhere.
+type Evict struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Evict) Reset() {
+	*x = Evict{}
+	mi := &file_stickyd_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Evict) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Evict) ProtoMessage() {}
+
+func (x *Evict) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Evict.ProtoReflect.Descriptor instead.
+func (*Evict) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Evict) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+// UserPackage is everything of one person in a worker: the unit that is
+// frozen, parked and woken.
+type UserPackage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Format        uint32                 `protobuf:"varint,1,opt,name=format,proto3" json:"format,omitempty"`
+	User          string                 `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	App           string                 `protobuf:"bytes,4,opt,name=app,proto3" json:"app,omitempty"`
+	AppVersion    string                 `protobuf:"bytes,5,opt,name=app_version,json=appVersion,proto3" json:"app_version,omitempty"`
+	Conns         []*ConnPackage         `protobuf:"bytes,6,rep,name=conns,proto3" json:"conns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UserPackage) Reset() {
+	*x = UserPackage{}
+	mi := &file_stickyd_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UserPackage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UserPackage) ProtoMessage() {}
+
+func (x *UserPackage) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UserPackage.ProtoReflect.Descriptor instead.
+func (*UserPackage) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *UserPackage) GetFormat() uint32 {
+	if x != nil {
+		return x.Format
+	}
+	return 0
+}
+
+func (x *UserPackage) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *UserPackage) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *UserPackage) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *UserPackage) GetAppVersion() string {
+	if x != nil {
+		return x.AppVersion
+	}
+	return ""
+}
+
+func (x *UserPackage) GetConns() []*ConnPackage {
+	if x != nil {
+		return x.Conns
+	}
+	return nil
+}
+
+type ConnPackage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	User  string                 `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
+	// values is the connection's own tree, JSON.
+	Values        []byte         `protobuf:"bytes,3,opt,name=values,proto3" json:"values,omitempty"`
+	Pages         []*PagePackage `protobuf:"bytes,4,rep,name=pages,proto3" json:"pages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConnPackage) Reset() {
+	*x = ConnPackage{}
+	mi := &file_stickyd_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConnPackage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConnPackage) ProtoMessage() {}
+
+func (x *ConnPackage) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConnPackage.ProtoReflect.Descriptor instead.
+func (*ConnPackage) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ConnPackage) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ConnPackage) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *ConnPackage) GetValues() []byte {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *ConnPackage) GetPages() []*PagePackage {
+	if x != nil {
+		return x.Pages
+	}
+	return nil
+}
+
+type PagePackage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Kind  string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// schema is the page kind's state-schema version as the app declared it.
+	Schema uint32 `protobuf:"varint,3,opt,name=schema,proto3" json:"schema,omitempty"`
+	// tree is the page's tree, JSON.
+	Tree          []byte   `protobuf:"bytes,4,opt,name=tree,proto3" json:"tree,omitempty"`
+	Seq           uint64   `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	Floor         uint64   `protobuf:"varint,6,opt,name=floor,proto3" json:"floor,omitempty"`
+	Pending       []*Delta `protobuf:"bytes,7,rep,name=pending,proto3" json:"pending,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PagePackage) Reset() {
+	*x = PagePackage{}
+	mi := &file_stickyd_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PagePackage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PagePackage) ProtoMessage() {}
+
+func (x *PagePackage) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PagePackage.ProtoReflect.Descriptor instead.
+func (*PagePackage) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *PagePackage) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *PagePackage) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *PagePackage) GetSchema() uint32 {
+	if x != nil {
+		return x.Schema
+	}
+	return 0
+}
+
+func (x *PagePackage) GetTree() []byte {
+	if x != nil {
+		return x.Tree
+	}
+	return nil
+}
+
+func (x *PagePackage) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *PagePackage) GetFloor() uint64 {
+	if x != nil {
+		return x.Floor
+	}
+	return 0
+}
+
+func (x *PagePackage) GetPending() []*Delta {
+	if x != nil {
+		return x.Pending
+	}
+	return nil
+}
+
 var File_stickyd_proto protoreflect.FileDescriptor
 
 const file_stickyd_proto_rawDesc = "" +
 	"\n" +
-	"\rstickyd.proto\x12\x12stickyd.channel.v1\"\x83\x04\n" +
+	"\rstickyd.proto\x12\x12stickyd.channel.v1\"\xb5\x06\n" +
 	"\bEnvelope\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\bR\x05reply\x121\n" +
@@ -1778,7 +2487,13 @@ const file_stickyd_proto_rawDesc = "" +
 	"\vprobe_reply\x18\x0f \x01(\v2\x1e.stickyd.channel.v1.ProbeReplyH\x00R\n" +
 	"probeReply\x12:\n" +
 	"\bshutdown\x18\x10 \x01(\v2\x1c.stickyd.channel.v1.ShutdownH\x00R\bshutdown\x121\n" +
-	"\x05error\x18\x11 \x01(\v2\x19.stickyd.channel.v1.ErrorH\x00R\x05errorB\x06\n" +
+	"\x05error\x18\x11 \x01(\v2\x19.stickyd.channel.v1.ErrorH\x00R\x05error\x124\n" +
+	"\x06freeze\x18\x12 \x01(\v2\x1a.stickyd.channel.v1.FreezeH\x00R\x06freeze\x124\n" +
+	"\x06frozen\x18\x13 \x01(\v2\x1a.stickyd.channel.v1.FrozenH\x00R\x06frozen\x12.\n" +
+	"\x04thaw\x18\x14 \x01(\v2\x18.stickyd.channel.v1.ThawH\x00R\x04thaw\x12.\n" +
+	"\x04wake\x18\x15 \x01(\v2\x18.stickyd.channel.v1.WakeH\x00R\x04wake\x121\n" +
+	"\x05woken\x18\x16 \x01(\v2\x19.stickyd.channel.v1.WokenH\x00R\x05woken\x121\n" +
+	"\x05evict\x18\x17 \x01(\v2\x19.stickyd.channel.v1.EvictH\x00R\x05evictB\x06\n" +
 	"\x04body\"w\n" +
 	"\x05Hello\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x10\n" +
@@ -1789,11 +2504,12 @@ const file_stickyd_proto_rawDesc = "" +
 	"\bHelloAck\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x14\n" +
-	"\x05group\x18\x03 \x01(\tR\x05group\"\x99\x03\n" +
+	"\x05group\x18\x03 \x01(\tR\x05group\"\xbc\x03\n" +
 	"\x05Frame\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x12\n" +
 	"\x04conn\x18\x02 \x01(\tR\x04conn\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x125\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12!\n" +
+	"\fwake_package\x18\x04 \x01(\tR\vwakePackage\x125\n" +
 	"\x04http\x18\n" +
 	" \x01(\v2\x1f.stickyd.channel.v1.HTTPRequestH\x00R\x04http\x122\n" +
 	"\x04open\x18\v \x01(\v2\x1c.stickyd.channel.v1.PageOpenH\x00R\x04open\x12;\n" +
@@ -1830,12 +2546,13 @@ const file_stickyd_proto_rawDesc = "" +
 	"\await_ms\x18\x03 \x01(\rR\x06waitMs\"\x1f\n" +
 	"\tPageClose\x12\x12\n" +
 	"\x04page\x18\x01 \x01(\tR\x04page\"\t\n" +
-	"\aRelease\"\x97\x01\n" +
+	"\aRelease\"\xaf\x01\n" +
 	"\x05Delta\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12,\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x1c.stickyd.channel.v1.Delta.OpR\x02op\x12\x12\n" +
 	"\x04path\x18\x03 \x01(\tR\x04path\x12\x14\n" +
-	"\x05value\x18\x04 \x01(\fR\x05value\"$\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\x12\x16\n" +
+	"\x06notice\x18\x05 \x01(\tR\x06notice\"$\n" +
 	"\x02Op\x12\a\n" +
 	"\x03SET\x10\x00\x12\n" +
 	"\n" +
@@ -1891,7 +2608,49 @@ const file_stickyd_proto_rawDesc = "" +
 	"\fINCOMPATIBLE\x10\x02\x12\r\n" +
 	"\tNOT_FOUND\x10\x03\x12\t\n" +
 	"\x05MOVED\x10\x04\x12\x0f\n" +
-	"\vUNAVAILABLE\x10\x052S\n" +
+	"\vUNAVAILABLE\x10\x05\"2\n" +
+	"\x06Freeze\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"f\n" +
+	"\x06Frozen\x12\x18\n" +
+	"\apackage\x18\x01 \x01(\fR\apackage\x12\x14\n" +
+	"\x05conns\x18\x02 \x01(\rR\x05conns\x12\x14\n" +
+	"\x05pages\x18\x03 \x01(\rR\x05pages\x12\x16\n" +
+	"\x06absent\x18\x04 \x01(\bR\x06absent\"0\n" +
+	"\x04Thaw\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"J\n" +
+	"\x04Wake\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x18\n" +
+	"\apackage\x18\x03 \x01(\fR\apackage\">\n" +
+	"\x05Woken\x12\x14\n" +
+	"\x05pages\x18\x01 \x01(\rR\x05pages\x12\x1f\n" +
+	"\vreset_pages\x18\x02 \x01(\rR\n" +
+	"resetPages\"\x1b\n" +
+	"\x05Evict\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\"\xb9\x01\n" +
+	"\vUserPackage\x12\x16\n" +
+	"\x06format\x18\x01 \x01(\rR\x06format\x12\x12\n" +
+	"\x04user\x18\x02 \x01(\tR\x04user\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x10\n" +
+	"\x03app\x18\x04 \x01(\tR\x03app\x12\x1f\n" +
+	"\vapp_version\x18\x05 \x01(\tR\n" +
+	"appVersion\x125\n" +
+	"\x05conns\x18\x06 \x03(\v2\x1f.stickyd.channel.v1.ConnPackageR\x05conns\"\x84\x01\n" +
+	"\vConnPackage\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04user\x18\x02 \x01(\tR\x04user\x12\x16\n" +
+	"\x06values\x18\x03 \x01(\fR\x06values\x125\n" +
+	"\x05pages\x18\x04 \x03(\v2\x1f.stickyd.channel.v1.PagePackageR\x05pages\"\xba\x01\n" +
+	"\vPagePackage\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06schema\x18\x03 \x01(\rR\x06schema\x12\x12\n" +
+	"\x04tree\x18\x04 \x01(\fR\x04tree\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x14\n" +
+	"\x05floor\x18\x06 \x01(\x04R\x05floor\x123\n" +
+	"\apending\x18\a \x03(\v2\x19.stickyd.channel.v1.DeltaR\apending2S\n" +
 	"\x06Worker\x12I\n" +
 	"\aChannel\x12\x1c.stickyd.channel.v1.Envelope\x1a\x1c.stickyd.channel.v1.Envelope(\x010\x01B.Z,github.com/stickyd/stickyd/internal/protocolb\x06proto3"
 
@@ -1908,7 +2667,7 @@ func file_stickyd_proto_rawDescGZIP() []byte {
 }
 
 var file_stickyd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_stickyd_proto_goTypes = []any{
 	(Delta_Op)(0),         // 0: stickyd.channel.v1.Delta.Op
 	(Error_Code)(0),       // 1: stickyd.channel.v1.Error.Code
@@ -1934,6 +2693,15 @@ var file_stickyd_proto_goTypes = []any{
 	(*ProbeReply)(nil),    // 21: stickyd.channel.v1.ProbeReply
 	(*Shutdown)(nil),      // 22: stickyd.channel.v1.Shutdown
 	(*Error)(nil),         // 23: stickyd.channel.v1.Error
+	(*Freeze)(nil),        // 24: stickyd.channel.v1.Freeze
+	(*Frozen)(nil),        // 25: stickyd.channel.v1.Frozen
+	(*Thaw)(nil),          // 26: stickyd.channel.v1.Thaw
+	(*Wake)(nil),          // 27: stickyd.channel.v1.Wake
+	(*Woken)(nil),         // 28: stickyd.channel.v1.Woken
+	(*Evict)(nil),         // 29: stickyd.channel.v1.Evict
+	(*UserPackage)(nil),   // 30: stickyd.channel.v1.UserPackage
+	(*ConnPackage)(nil),   // 31: stickyd.channel.v1.ConnPackage
+	(*PagePackage)(nil),   // 32: stickyd.channel.v1.PagePackage
 }
 var file_stickyd_proto_depIdxs = []int32{
 	3,  // 0: stickyd.channel.v1.Envelope.hello:type_name -> stickyd.channel.v1.Hello
@@ -1944,29 +2712,38 @@ var file_stickyd_proto_depIdxs = []int32{
 	21, // 5: stickyd.channel.v1.Envelope.probe_reply:type_name -> stickyd.channel.v1.ProbeReply
 	22, // 6: stickyd.channel.v1.Envelope.shutdown:type_name -> stickyd.channel.v1.Shutdown
 	23, // 7: stickyd.channel.v1.Envelope.error:type_name -> stickyd.channel.v1.Error
-	7,  // 8: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
-	9,  // 9: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
-	10, // 10: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
-	11, // 11: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
-	12, // 12: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
-	13, // 13: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
-	6,  // 14: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
-	6,  // 15: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
-	0,  // 16: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
-	14, // 17: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
-	8,  // 18: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
-	15, // 19: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
-	17, // 20: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
-	16, // 21: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
-	18, // 22: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
-	1,  // 23: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
-	2,  // 24: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
-	2,  // 25: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
-	25, // [25:26] is the sub-list for method output_type
-	24, // [24:25] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	24, // 8: stickyd.channel.v1.Envelope.freeze:type_name -> stickyd.channel.v1.Freeze
+	25, // 9: stickyd.channel.v1.Envelope.frozen:type_name -> stickyd.channel.v1.Frozen
+	26, // 10: stickyd.channel.v1.Envelope.thaw:type_name -> stickyd.channel.v1.Thaw
+	27, // 11: stickyd.channel.v1.Envelope.wake:type_name -> stickyd.channel.v1.Wake
+	28, // 12: stickyd.channel.v1.Envelope.woken:type_name -> stickyd.channel.v1.Woken
+	29, // 13: stickyd.channel.v1.Envelope.evict:type_name -> stickyd.channel.v1.Evict
+	7,  // 14: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
+	9,  // 15: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
+	10, // 16: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
+	11, // 17: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
+	12, // 18: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
+	13, // 19: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
+	6,  // 20: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
+	6,  // 21: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
+	0,  // 22: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
+	14, // 23: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
+	8,  // 24: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
+	15, // 25: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
+	17, // 26: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
+	16, // 27: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
+	18, // 28: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
+	1,  // 29: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
+	31, // 30: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
+	32, // 31: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
+	14, // 32: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
+	2,  // 33: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
+	2,  // 34: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
+	34, // [34:35] is the sub-list for method output_type
+	33, // [33:34] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_stickyd_proto_init() }
@@ -1983,6 +2760,12 @@ func file_stickyd_proto_init() {
 		(*Envelope_ProbeReply)(nil),
 		(*Envelope_Shutdown)(nil),
 		(*Envelope_Error)(nil),
+		(*Envelope_Freeze)(nil),
+		(*Envelope_Frozen)(nil),
+		(*Envelope_Thaw)(nil),
+		(*Envelope_Wake)(nil),
+		(*Envelope_Woken)(nil),
+		(*Envelope_Evict)(nil),
 	}
 	file_stickyd_proto_msgTypes[3].OneofWrappers = []any{
 		(*Frame_Http)(nil),
@@ -2004,7 +2787,7 @@ func file_stickyd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stickyd_proto_rawDesc), len(file_stickyd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -9,9 +9,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"sync"
 	"sync/atomic"
 
 	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/placement"
 )
 
@@ -19,6 +22,13 @@ import (
 type Workers interface {
 	// Ready lists the workers that can take frames now.
 	Ready() []string
+	// GroupOf names a worker's group.
+	GroupOf(worker string) string
+}
+
+// Mover moves people; internal/move is the one road.
+type Mover interface {
+	Move(ctx context.Context, user, to, reason string) (move.Result, error)
 }
 
 // Log is the replicated log the maps are written through.
@@ -31,15 +41,135 @@ type Supervisor struct {
 	fsm     *fsm.FSM
 	log     Log
 	workers Workers
+	mover   Mover
 	rr      atomic.Uint64
 }
 
 // ErrNoWorkers is returned when no worker is ready to take a new connection.
 var ErrNoWorkers = errors.New("no worker is ready")
 
-// New returns a supervisor over the given replica, log and workers.
-func New(f *fsm.FSM, log Log, workers Workers) *Supervisor {
-	return &Supervisor{fsm: f, log: log, workers: workers}
+// New returns a supervisor over the given replica, log and workers. mover
+// may be nil where no move is ever made (tests).
+func New(f *fsm.FSM, log Log, workers Workers, mover Mover) *Supervisor {
+	return &Supervisor{fsm: f, log: log, workers: workers, mover: mover}
+}
+
+// Watch returns a channel closed at the next change of user in the maps.
+func (s *Supervisor) Watch(user string) <-chan struct{} { return s.fsm.Watch(user) }
+
+// Users lists the people in the maps, by name.
+func (s *Supervisor) Users() []placement.UserInfo {
+	us := s.fsm.Users()
+	sort.Slice(us, func(i, j int) bool { return us[i].User < us[j].User })
+	return us
+}
+
+// User returns one person.
+func (s *Supervisor) User(user string) (placement.UserInfo, bool) { return s.fsm.User(user) }
+
+// Woken records that a person woke from their package; the package is then
+// deleted from the park store by the caller.
+func (s *Supervisor) Woken(ctx context.Context, user, digest string) error {
+	_, err := s.apply(ctx, fsm.WokenRequestType, fsm.WokenRequest{User: user, Package: digest})
+	return err
+}
+
+// ErrNoDestination is returned when no worker can take a person.
+var ErrNoDestination = errors.New("no ready worker to move to")
+
+// Move moves a person to a worker.
+func (s *Supervisor) Move(ctx context.Context, user, to, reason string) (move.Result, error) {
+	return s.mover.Move(ctx, user, to, reason)
+}
+
+// MoveToGroup moves a person to the least loaded ready worker of group.
+func (s *Supervisor) MoveToGroup(ctx context.Context, user, group, reason string) (move.Result, error) {
+	u, ok := s.fsm.User(user)
+	if !ok {
+		return move.Result{User: user}, fmt.Errorf("moving %q: %w", user, fsm.ErrNoUser)
+	}
+	to, err := s.leastLoaded(func(w string) bool { return w != u.Worker && s.workers.GroupOf(w) == group })
+	if err != nil {
+		return move.Result{User: user}, fmt.Errorf("moving %q to group %q: %w", user, group, err)
+	}
+	return s.mover.Move(ctx, user, to, reason)
+}
+
+func (s *Supervisor) leastLoaded(ok func(string) bool) (string, error) {
+	load := s.fsm.UsersOn()
+	best := ""
+	for _, w := range s.workers.Ready() {
+		if ok(w) && (best == "" || load[w] < load[best]) {
+			best = w
+		}
+	}
+	if best == "" {
+		return "", ErrNoDestination
+	}
+	return best, nil
+}
+
+// DrainResult sums up a drain.
+type DrainResult struct {
+	Worker string `json:"worker"`
+	Users  int    `json:"users"`
+	Moved  int    `json:"moved"`
+	Failed int    `json:"failed"`
+}
+
+// Drain moves everyone off worker, parallel moves at a time, to the least
+// loaded other ready workers of its group (any group if it is alone).
+// progress, if not nil, is called after each move, from one goroutine at a
+// time.
+func (s *Supervisor) Drain(ctx context.Context, worker string, parallel int, progress func(move.Result, error)) (DrainResult, error) {
+	if s.workers.GroupOf(worker) == "" {
+		return DrainResult{Worker: worker}, fmt.Errorf("draining %q: %w: no such worker", worker, move.ErrBadDestination)
+	}
+	if parallel < 1 {
+		parallel = 1
+	}
+	users := s.fsm.UsersOf(worker)
+	sort.Strings(users)
+	res := DrainResult{Worker: worker, Users: len(users)}
+	group := s.workers.GroupOf(worker)
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, parallel)
+	)
+	for _, u := range users {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			to, err := s.leastLoaded(func(w string) bool { return w != worker && s.workers.GroupOf(w) == group })
+			if err != nil {
+				to, err = s.leastLoaded(func(w string) bool { return w != worker })
+			}
+			var r move.Result
+			if err == nil {
+				r, err = s.mover.Move(ctx, u, to, "drain")
+			} else {
+				r = move.Result{User: u, From: worker}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				res.Moved++
+			} else {
+				res.Failed++
+			}
+			if progress != nil {
+				progress(r, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return res, ctx.Err()
 }
 
 // Lookup returns a connection's route from the local replica.

@@ -26,11 +26,12 @@ func (d *direct) Apply(ctx context.Context, entry []byte) (any, error) {
 
 type ready []string
 
-func (r ready) Ready() []string { return r }
+func (r ready) Ready() []string         { return r }
+func (r ready) GroupOf(w string) string { return "g" }
 
 func TestPlaceSpreadsNewConnections(t *testing.T) {
 	f := fsm.New()
-	s := New(f, &direct{f: f}, ready{"w1", "w2", "w3"})
+	s := New(f, &direct{f: f}, ready{"w1", "w2", "w3"}, nil)
 	for i := 0; i < 9; i++ {
 		w, err := s.Place(t.Context())
 		if err != nil {
@@ -45,14 +46,14 @@ func TestPlaceSpreadsNewConnections(t *testing.T) {
 			t.Fatalf("worker %s holds %d of 9 people: %v", w, n, f.UsersOn())
 		}
 	}
-	if _, err := New(f, &direct{f: f}, ready{}).Place(t.Context()); err != ErrNoWorkers {
+	if _, err := New(f, &direct{f: f}, ready{}, nil).Place(t.Context()); err != ErrNoWorkers {
 		t.Fatalf("place with no workers: %v", err)
 	}
 }
 
 func TestLoginJoinsTheHome(t *testing.T) {
 	f := fsm.New()
-	s := New(f, &direct{f: f}, ready{"w1", "w2"})
+	s := New(f, &direct{f: f}, ready{"w1", "w2"}, nil)
 	if _, err := s.Connect(t.Context(), "c1", "", "w1"); err != nil {
 		t.Fatal(err)
 	}

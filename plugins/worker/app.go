@@ -47,6 +47,17 @@ type PageCloser interface {
 	ClosePage(ctx context.Context, p *Page)
 }
 
+// Schemas is an optional App ability: it declares, per page kind, the
+// version of the page's state schema and the oldest version this build still
+// reads. When a person moves between builds, a page whose kind is unknown
+// here, or whose version is outside [oldest, version], is not guessed at: it
+// restarts clean and the page is told why. Additive changes (a new field, a
+// missing field) need no new version. Without Schemas every kind is version
+// 0 and every page moves as it is.
+type Schemas interface {
+	Schema(kind string) (version, oldest uint32, known bool)
+}
+
 // Options describe the application to its host.
 type Options struct {
 	// Name and Version identify the build in the host's logs and monitor.

@@ -77,6 +77,17 @@ func (c *collector) resetLocked() {
 	c.pending = append(c.pending[:0:0], &protocol.Delta{Seq: c.seq, Op: protocol.Delta_RESET, Value: c.fold()})
 }
 
+// restartClean makes the page's next delta a RESET of its (new) tree that
+// carries notice, for a page whose state could not be kept.
+func (c *collector) restartClean(notice string) {
+	c.mu.Lock()
+	c.resetLocked()
+	c.pending[0].Notice = notice
+	ready := c.takeWaitersLocked()
+	c.mu.Unlock()
+	c.fire(ready)
+}
+
 // resync makes the next delta after the returned base a RESET of the whole
 // tree, for a client that lost its copy.
 func (c *collector) resync() uint64 {

@@ -7,6 +7,7 @@ import (
 // Page is one browser tab of a connection, with its own Tree.
 type Page struct {
 	id, kind string
+	schema   uint32 // the state-schema version this build declared for kind
 	session  *Session
 	tree     *Tree
 	coll     *collector
@@ -15,6 +16,9 @@ type Page struct {
 
 func newPage(s *Session, id, kind string) *Page {
 	p := &Page{id: id, kind: kind, session: s, coll: &collector{}, local: map[string]any{}}
+	if sc, ok := s.rt.app.(Schemas); ok {
+		p.schema, _, _ = sc.Schema(kind)
+	}
 	p.tree = newTree(func(op deltaOp, path string, v []byte) {
 		o := protocol.Delta_SET
 		if op == opDelete {

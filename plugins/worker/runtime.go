@@ -28,9 +28,13 @@ type runtime struct {
 	workerID string
 	ctx      context.Context
 
-	mu    sync.Mutex // guards users and conns
+	mu    sync.Mutex // guards users, conns, epochs and frozen
 	users map[string]*user
 	conns map[string]*Session
+	// epochs is the newest epoch seen per user; older frames are refused.
+	epochs map[string]uint64
+	// frozen marks users whose state was handed over by a Freeze.
+	frozen map[string]bool
 
 	frames atomic.Uint64
 	pages  atomic.Int64
@@ -73,12 +77,16 @@ func (rt *runtime) handle(env *protocol.Envelope) {
 			}()
 			return
 		}
-		// Enqueue under rt.mu: a mailbox that has just drained removes its
-		// user under the same lock, so a frame never lands in a user that
-		// is no longer in the map (two mailboxes for one person).
-		rt.mu.Lock()
-		rt.userLocked(f.User).enqueue(env)
-		rt.mu.Unlock()
+		rt.enqueue(f.User, env)
+	case *protocol.Envelope_Freeze:
+		rt.enqueue(b.Freeze.User, env)
+	case *protocol.Envelope_Thaw:
+		rt.enqueue(b.Thaw.User, env)
+	case *protocol.Envelope_Wake:
+		rt.enqueue(b.Wake.User, env)
+	case *protocol.Envelope_Evict:
+		rt.evict(b.Evict)
+		_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Evict{Evict: &protocol.Evict{}}})
 	case *protocol.Envelope_Probe:
 		_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_ProbeReply{ProbeReply: rt.probe()}})
 	case *protocol.Envelope_Shutdown:
@@ -90,6 +98,15 @@ func (rt *runtime) handle(env *protocol.Envelope) {
 			_ = rt.peer.ReplyError(env.Id, protocol.Error_BAD_REQUEST, fmt.Sprintf("worker does not handle %T", env.Body))
 		}
 	}
+}
+
+// enqueue puts env in the user's mailbox. It holds rt.mu: a mailbox that has
+// just drained removes its user under the same lock, so an envelope never
+// lands in a user that is no longer in the map (two mailboxes for one person).
+func (rt *runtime) enqueue(user string, env *protocol.Envelope) {
+	rt.mu.Lock()
+	rt.userLocked(user).enqueue(env)
+	rt.mu.Unlock()
 }
 
 func (u *user) enqueue(env *protocol.Envelope) {
@@ -125,7 +142,36 @@ func (u *user) run() {
 		u.queue[0] = nil
 		u.queue = u.queue[1:]
 		u.mu.Unlock()
-		u.rt.runFrame(env)
+		u.rt.runEnvelope(env)
+	}
+}
+
+// runEnvelope runs one mailbox item.
+func (rt *runtime) runEnvelope(env *protocol.Envelope) {
+	switch b := env.Body.(type) {
+	case *protocol.Envelope_Frame:
+		rt.runFrame(env)
+	case *protocol.Envelope_Freeze:
+		fz, err := rt.freeze(b.Freeze)
+		if err != nil {
+			_ = rt.peer.ReplyError(env.Id, protocol.Error_INTERNAL, err.Error())
+			return
+		}
+		_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Frozen{Frozen: fz}})
+	case *protocol.Envelope_Thaw:
+		rt.thaw(b.Thaw)
+		_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Thaw{Thaw: &protocol.Thaw{}}})
+	case *protocol.Envelope_Wake:
+		w, err := rt.wake(b.Wake)
+		if err != nil {
+			code := protocol.Error_BAD_REQUEST
+			if _, ok := err.(*movedError); ok {
+				code = protocol.Error_MOVED
+			}
+			_ = rt.peer.ReplyError(env.Id, code, err.Error())
+			return
+		}
+		_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Woken{Woken: w}})
 	}
 }
 
@@ -159,6 +205,9 @@ type badRequest struct{ error }
 func errCode(err error) protocol.Error_Code {
 	if _, ok := err.(badRequest); ok {
 		return protocol.Error_BAD_REQUEST
+	}
+	if _, ok := err.(*movedError); ok {
+		return protocol.Error_MOVED
 	}
 	return protocol.Error_INTERNAL
 }
@@ -199,6 +248,9 @@ func (rt *runtime) frame(f *protocol.Frame, id uint64) (*protocol.FrameReply, er
 	if _, ok := f.Kind.(*protocol.Frame_Release); ok {
 		rt.release(f.Conn)
 		return &protocol.FrameReply{}, nil
+	}
+	if err := rt.fence(f); err != nil {
+		return nil, err
 	}
 	s := rt.session(f)
 	ctx := context.WithValue(rt.ctx, sessionKey{}, s)

@@ -68,6 +68,8 @@ func serveConn(ctx context.Context, app App, opts Options, c channel.Conn, hello
 		ctx:      ctx,
 		users:    map[string]*user{},
 		conns:    map[string]*Session{},
+		epochs:   map[string]uint64{},
+		frozen:   map[string]bool{},
 	}
 	rt.peer = channel.NewIdlePeer(c, rt.handle)
 	rt.peer.Listen()

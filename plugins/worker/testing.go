@@ -1,11 +1,15 @@
 package worker
 
-import "context"
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+)
 
 // NewTestPage returns a page detached from any worker, for an application's
 // unit tests: its tree records deltas as usual; TestDeltas reports them.
 func NewTestPage(kind string) *Page {
-	s := &Session{rt: &runtime{workerID: "test"}, name: "test-conn", values: newTree(nil), pages: map[string]*Page{}}
+	s := &Session{rt: &runtime{workerID: "test", app: noApp{}}, name: "test-conn", values: newTree(nil), pages: map[string]*Page{}}
 	p := newPage(s, "test-page", kind)
 	s.pages[p.id] = p
 	return p
@@ -40,6 +44,13 @@ func (p *Page) TestDeltas() []TestDelta {
 // application's ServeHTTP can be tested with httptest:
 // req = req.WithContext(worker.NewTestContext(ctx)).
 func NewTestContext(ctx context.Context) context.Context {
-	s := &Session{rt: &runtime{workerID: "test"}, name: randomName(), isNew: true, values: newTree(nil), pages: map[string]*Page{}}
+	s := &Session{rt: &runtime{workerID: "test", app: noApp{}}, name: randomName(), isNew: true, values: newTree(nil), pages: map[string]*Page{}}
 	return context.WithValue(ctx, sessionKey{}, s)
 }
+
+// noApp stands in for the App of a detached test page.
+type noApp struct{}
+
+func (noApp) ServeHTTP(http.ResponseWriter, *http.Request)                 {}
+func (noApp) OpenPage(context.Context, *Page) error                        { return nil }
+func (noApp) Message(context.Context, *Page, json.RawMessage) (any, error) { return nil, nil }

@@ -13,6 +13,7 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,7 +25,10 @@ import (
 	"github.com/stickyd/stickyd/plugins/worker"
 )
 
-const workerEnv = "STICKYD_E2E_WORKER"
+const (
+	workerEnv = "STICKYD_E2E_WORKER"
+	testToken = "e2e-token"
+)
 
 func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) == "counter" {
@@ -38,6 +42,26 @@ func TestMain(m *testing.M) {
 var modes = []string{"subprocess", "inprocess"}
 
 func startAgent(t *testing.T, mode string, workers int) *agent.Agent {
+	t.Helper()
+	return startAgentWith(t, mode, workers)
+}
+
+// option adjusts a test agent's configuration.
+type option func(*agent.Config)
+
+func withDataDir(t *testing.T) option {
+	dir := t.TempDir()
+	return func(c *agent.Config) {
+		c.DataDir = dir
+		c.Server.RaftAddr = "127.0.0.1:0"
+	}
+}
+
+func withFreezeTimeout(d string) option {
+	return func(c *agent.Config) { c.Move = &agent.MoveConfig{FreezeTimeout: d} }
+}
+
+func startAgentWith(t *testing.T, mode string, workers int, opts ...option) *agent.Agent {
 	t.Helper()
 	g := &agent.GroupConfig{Name: "web", Workers: workers}
 	switch mode {
@@ -55,7 +79,12 @@ func startAgent(t *testing.T, mode string, workers int) *agent.Agent {
 	cfg := &agent.Config{
 		Name:   "e2e",
 		Front:  &agent.FrontConfig{Address: "127.0.0.1:0", FrameTimeout: "10s", MaxMessageBytes: 64 << 10},
+		Admin:  &agent.AdminConfig{Address: "127.0.0.1:0", Token: testToken},
+		Server: &agent.ServerConfig{},
 		Groups: []*agent.GroupConfig{g},
+	}
+	for _, o := range opts {
+		o(cfg)
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Warn, Output: testWriter{t}})
 	a, err := agent.New(cfg, map[string]agent.Builtin{"counter": worker.InProcess(counter.New(), worker.Options{Name: "counter", Version: "1", Logger: log.Named("worker")})}, log)
@@ -331,4 +360,21 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+// killWorker SIGKILLs a subprocess worker.
+func killWorker(t *testing.T, a *agent.Agent, id string) {
+	t.Helper()
+	for _, w := range a.Pool().Workers() {
+		if w.ID == id {
+			if w.Pid == 0 {
+				t.Fatalf("worker %s has no process", id)
+			}
+			if err := syscall.Kill(w.Pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("no worker %s", id)
 }

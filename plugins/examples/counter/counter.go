@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/stickyd/stickyd/plugins/worker"
 )
@@ -66,10 +67,11 @@ type message struct {
 	Op    string          `json:"op"`
 	Text  string          `json:"text"`
 	Bytes int             `json:"bytes"`
+	Ms    int             `json:"ms"`
 	V     json.RawMessage `json:"v"`
 }
 
-// Message handles inc, note, fill, echo and panic.
+// Message handles inc, note, fill, echo, stall and panic.
 func (App) Message(ctx context.Context, p *worker.Page, raw json.RawMessage) (any, error) {
 	var m message
 	if err := json.Unmarshal(raw, &m); err != nil {
@@ -106,6 +108,17 @@ func (App) Message(ctx context.Context, p *worker.Page, raw json.RawMessage) (an
 		return m.V, nil
 	case "panic":
 		panic("counter: asked to panic")
+	case "stall":
+		// Holds the person's mailbox, as a slow handler would; tests use it
+		// to make a freeze wait.
+		if m.Ms < 0 || m.Ms > 60000 {
+			return nil, errors.New("stall: ms must be 0..60000")
+		}
+		select {
+		case <-time.After(time.Duration(m.Ms) * time.Millisecond):
+		case <-ctx.Done():
+		}
+		return m.Ms, nil
 	default:
 		return nil, fmt.Errorf("unknown op %q", m.Op)
 	}

@@ -55,6 +55,7 @@ func startAgent(ctx context.Context, mode string, workers int, log hclog.Logger)
 		// MaxMessageBytes stays at its default: the measured messages are
 		// small and the big state only ever travels out, in a pull reply.
 		Front:  &agent.FrontConfig{Address: "127.0.0.1:0", FrameTimeout: "10s"},
+		Admin:  &agent.AdminConfig{Address: "127.0.0.1:0"},
 		Groups: []*agent.GroupConfig{g},
 	}
 	builtins := map[string]agent.Builtin{"counter": worker.InProcess(counter.New(), worker.Options{Name: "counter", Version: "bench", Logger: log})}

@@ -1,0 +1,250 @@
+// Package api is the agent's admin HTTP API (/v1/...), the surface the CLI
+// and operators' tools use. Every call needs the admin token (header
+// X-Stickyd-Token or Authorization: Bearer): missing → 401, wrong → 403.
+// It holds no logic of its own: it decodes, calls the supervisor, encodes.
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/move"
+	"github.com/stickyd/stickyd/internal/placement"
+	"github.com/stickyd/stickyd/internal/supervisor"
+)
+
+// Supervisor is what the API calls.
+type Supervisor interface {
+	Users() []placement.UserInfo
+	User(user string) (placement.UserInfo, bool)
+	Move(ctx context.Context, user, to, reason string) (move.Result, error)
+	MoveToGroup(ctx context.Context, user, group, reason string) (move.Result, error)
+	Drain(ctx context.Context, worker string, parallel int, progress func(move.Result, error)) (supervisor.DrainResult, error)
+}
+
+// Config configures the API.
+type Config struct {
+	Token      string
+	Supervisor Supervisor
+	// Workers lists the workers for GET /v1/workers.
+	Workers  func() any
+	Gatherer prometheus.Gatherer
+	Logger   hclog.Logger
+}
+
+// Handler returns the API's handler.
+func Handler(cfg Config) http.Handler {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	a := &server{cfg: cfg}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/users", a.handle(a.listUsers))
+	mux.HandleFunc("GET /v1/users/{user}", a.handle(a.getUser))
+	mux.HandleFunc("POST /v1/users/{user}/move", a.handle(a.moveUser))
+	mux.HandleFunc("GET /v1/workers", a.handle(a.listWorkers))
+	mux.HandleFunc("POST /v1/workers/{worker}/drain", a.handle(a.drain))
+	if cfg.Gatherer != nil {
+		mux.Handle("GET /v1/metrics", a.auth(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
+	}
+	mux.HandleFunc("/", a.handle(func(w http.ResponseWriter, r *http.Request) error {
+		return &Error{Status: http.StatusNotFound, Message: fmt.Sprintf("no API route %s %s", r.Method, r.URL.Path)}
+	}))
+	return mux
+}
+
+type server struct{ cfg Config }
+
+// Error is an API failure: status and a message the caller may read.
+type Error struct {
+	Status  int
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+func (a *server) checkToken(r *http.Request) error {
+	tok := r.Header.Get("X-Stickyd-Token")
+	if tok == "" {
+		tok, _ = strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	}
+	if tok == "" {
+		return &Error{Status: http.StatusUnauthorized, Message: "missing admin token: set STICKYD_TOKEN or pass -token"}
+	}
+	if subtle.ConstantTimeCompare([]byte(tok), []byte(a.cfg.Token)) != 1 {
+		return &Error{Status: http.StatusForbidden, Message: "wrong admin token"}
+	}
+	return nil
+}
+
+func (a *server) auth(h http.Handler) http.Handler {
+	return a.handle(func(w http.ResponseWriter, r *http.Request) error {
+		if err := a.checkToken(r); err != nil {
+			return err
+		}
+		h.ServeHTTP(w, r)
+		return nil
+	})
+}
+
+func (a *server) handle(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		err := a.checkToken(r)
+		if err == nil {
+			err = h(w, r)
+		}
+		if err == nil {
+			return
+		}
+		var ae *Error
+		if !errors.As(err, &ae) {
+			ae = &Error{Status: http.StatusInternalServerError, Message: err.Error()}
+			a.cfg.Logger.Warn("admin call failed", "path", r.URL.Path, "error", err)
+		}
+		writeJSON(w, ae.Status, map[string]string{"error": ae.Message})
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (a *server) listUsers(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, a.cfg.Supervisor.Users())
+	return nil
+}
+
+func (a *server) getUser(w http.ResponseWriter, r *http.Request) error {
+	u, ok := a.cfg.Supervisor.User(r.PathValue("user"))
+	if !ok {
+		return &Error{Status: http.StatusNotFound, Message: fmt.Sprintf("no user %q", r.PathValue("user"))}
+	}
+	writeJSON(w, http.StatusOK, u)
+	return nil
+}
+
+func (a *server) listWorkers(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, a.cfg.Workers())
+	return nil
+}
+
+// MoveRequest is the body of POST /v1/users/{user}/move: exactly one of To
+// (a worker) and Group.
+type MoveRequest struct {
+	To    string `json:"to,omitempty"`
+	Group string `json:"group,omitempty"`
+}
+
+func (a *server) moveUser(w http.ResponseWriter, r *http.Request) error {
+	var req MoveRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if (req.To == "") == (req.Group == "") {
+		return &Error{Status: http.StatusBadRequest, Message: "give exactly one of \"to\" (a worker) and \"group\""}
+	}
+	user := r.PathValue("user")
+	var (
+		res move.Result
+		err error
+	)
+	if req.To != "" {
+		res, err = a.cfg.Supervisor.Move(r.Context(), user, req.To, "admin")
+	} else {
+		res, err = a.cfg.Supervisor.MoveToGroup(r.Context(), user, req.Group, "admin")
+	}
+	if err != nil {
+		return moveErr(err)
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+func moveErr(err error) error {
+	switch {
+	case errors.Is(err, fsm.ErrNoUser):
+		return &Error{Status: http.StatusNotFound, Message: err.Error()}
+	case errors.Is(err, move.ErrBadDestination), errors.Is(err, supervisor.ErrNoDestination):
+		return &Error{Status: http.StatusBadRequest, Message: err.Error()}
+	case errors.Is(err, fsm.ErrBusy):
+		return &Error{Status: http.StatusConflict, Message: err.Error()}
+	case errors.Is(err, move.ErrRolledBack), errors.Is(err, move.ErrStateLost):
+		return &Error{Status: http.StatusConflict, Message: err.Error()}
+	}
+	return err
+}
+
+// DrainProgress is one line of the NDJSON stream POST /v1/workers/{w}/drain
+// answers with: one per move, then one with Done set.
+type DrainProgress struct {
+	Move  *move.Result            `json:"move,omitempty"`
+	Error string                  `json:"error,omitempty"`
+	Done  *supervisor.DrainResult `json:"done,omitempty"`
+}
+
+func (a *server) drain(w http.ResponseWriter, r *http.Request) error {
+	parallel := 8
+	if p := r.URL.Query().Get("parallel"); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 256 {
+			return &Error{Status: http.StatusBadRequest, Message: "parallel must be 1..256"}
+		}
+		parallel = n
+	}
+	worker := r.PathValue("worker")
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	enc := json.NewEncoder(w)
+	flusher, _ := w.(http.Flusher)
+	started := false
+	res, err := a.cfg.Supervisor.Drain(r.Context(), worker, parallel, func(m move.Result, err error) {
+		if !started {
+			w.WriteHeader(http.StatusOK)
+			started = true
+		}
+		p := DrainProgress{Move: &m}
+		if err != nil {
+			p.Error = err.Error()
+		}
+		_ = enc.Encode(p)
+		if flusher != nil {
+			flusher.Flush()
+		}
+	})
+	if err != nil && !started {
+		return moveErr(err)
+	}
+	if !started {
+		w.WriteHeader(http.StatusOK)
+	}
+	done := DrainProgress{Done: &res}
+	if err != nil {
+		done.Error = err.Error()
+	}
+	_ = enc.Encode(done)
+	return nil
+}
+
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &Error{Status: http.StatusBadRequest, Message: "decoding request: " + err.Error()}
+	}
+	return nil
+}
+
+var _ = time.Second

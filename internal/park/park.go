@@ -1,0 +1,183 @@
+// Package park stores parked state packages: content-addressed by their
+// SHA-256, checksummed on every read, written so that a package is either
+// wholly present under its name or absent (temporary name, fsync, rename).
+// It knows nothing of what a package holds.
+package park
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// Store holds packages.
+type Store interface {
+	// Put stores b and returns its digest ("sha256:<hex>").
+	Put(b []byte) (string, error)
+	// Get returns the package with the given digest, verified; ErrNotFound
+	// or ErrCorrupt otherwise.
+	Get(digest string) ([]byte, error)
+	// Delete removes a package; deleting what is absent is not an error.
+	Delete(digest string) error
+}
+
+var (
+	// ErrNotFound is returned for a digest the store does not hold.
+	ErrNotFound = errors.New("parked package not found")
+	// ErrCorrupt is returned when a package's bytes do not match its digest.
+	ErrCorrupt = errors.New("parked package is corrupt")
+	// ErrBadDigest is returned for a digest that is not "sha256:<64 hex>".
+	ErrBadDigest = errors.New("bad package digest")
+)
+
+// Digest returns the digest of b.
+func Digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func hexOf(digest string) (string, error) {
+	h, ok := strings.CutPrefix(digest, "sha256:")
+	if !ok || len(h) != 64 {
+		return "", fmt.Errorf("%w: %q", ErrBadDigest, digest)
+	}
+	if _, err := hex.DecodeString(h); err != nil {
+		return "", fmt.Errorf("%w: %q", ErrBadDigest, digest)
+	}
+	return h, nil
+}
+
+// FileStore keeps packages as files in a directory.
+type FileStore struct{ dir string }
+
+var _ Store = (*FileStore)(nil)
+
+// NewFileStore opens (creating) a store in dir.
+func NewFileStore(dir string) (*FileStore, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating park dir: %w", err)
+	}
+	return &FileStore{dir: dir}, nil
+}
+
+// Put writes b under its digest: to a temporary name, fsync, rename, fsync of
+// the directory. A package already present is not rewritten.
+func (s *FileStore) Put(b []byte) (string, error) {
+	d := Digest(b)
+	h, _ := hexOf(d)
+	final := filepath.Join(s.dir, h)
+	if _, err := os.Stat(final); err == nil {
+		return d, nil
+	}
+	f, err := os.CreateTemp(s.dir, ".tmp-"+h[:12]+"-*")
+	if err != nil {
+		return "", fmt.Errorf("parking package: %w", err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // a no-op after the rename
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return "", fmt.Errorf("parking package: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return "", fmt.Errorf("parking package: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("parking package: %w", err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return "", fmt.Errorf("parking package: %w", err)
+	}
+	if err := syncDir(s.dir); err != nil {
+		return "", fmt.Errorf("parking package: %w", err)
+	}
+	return d, nil
+}
+
+// Get reads and verifies a package.
+func (s *FileStore) Get(digest string) ([]byte, error) {
+	h, err := hexOf(digest)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(filepath.Join(s.dir, h))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, digest)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading parked package: %w", err)
+	}
+	if Digest(b) != digest {
+		return nil, fmt.Errorf("%w: %s", ErrCorrupt, digest)
+	}
+	return b, nil
+}
+
+// Delete removes a package.
+func (s *FileStore) Delete(digest string) error {
+	h, err := hexOf(digest)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(s.dir, h)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("deleting parked package: %w", err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// MemStore keeps packages in memory (dev mode, tests).
+type MemStore struct {
+	mu sync.Mutex // guards m
+	m  map[string][]byte
+}
+
+var _ Store = (*MemStore)(nil)
+
+// NewMemStore returns an empty in-memory store.
+func NewMemStore() *MemStore { return &MemStore{m: map[string][]byte{}} }
+
+func (s *MemStore) Put(b []byte) (string, error) {
+	d := Digest(b)
+	s.mu.Lock()
+	s.m[d] = append([]byte(nil), b...)
+	s.mu.Unlock()
+	return d, nil
+}
+
+func (s *MemStore) Get(digest string) ([]byte, error) {
+	if _, err := hexOf(digest); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	b, ok := s.m[digest]
+	s.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, digest)
+	}
+	if Digest(b) != digest {
+		return nil, fmt.Errorf("%w: %s", ErrCorrupt, digest)
+	}
+	return b, nil
+}
+
+func (s *MemStore) Delete(digest string) error {
+	s.mu.Lock()
+	delete(s.m, digest)
+	s.mu.Unlock()
+	return nil
+}

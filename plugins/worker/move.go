@@ -1,0 +1,220 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/stickyd/stickyd/internal/protocol"
+)
+
+// packageFormat is the UserPackage format this SDK writes and reads.
+const packageFormat = 1
+
+// noticeChanged is shown on a page whose state this build does not
+// recognise after its person moved here.
+const noticeChanged = "This page was reset because the application changed."
+
+// fence refuses a frame the user's mailbox must not run: the user is frozen
+// (moving away) or the frame carries an older epoch than the worker knows.
+// It runs in the mailbox, so frames queued before a Freeze still run.
+func (rt *runtime) fence(f *protocol.Frame) error {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	known := rt.epochs[f.User]
+	if rt.frozen[f.User] || f.Epoch < known {
+		return &movedError{user: f.User, epoch: known}
+	}
+	if f.Epoch > known {
+		rt.epochs[f.User] = f.Epoch
+	}
+	return nil
+}
+
+type movedError struct {
+	user  string
+	epoch uint64
+}
+
+func (e *movedError) Error() string {
+	return fmt.Sprintf("user %q has moved (epoch %d here)", e.user, e.epoch)
+}
+
+// sessionsOfLocked lists the connections of user.
+func (rt *runtime) sessionsOfLocked(user string) []*Session {
+	var out []*Session
+	for _, s := range rt.conns {
+		if s.userKey() == user {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// freeze stops the user and returns their package. It runs in the user's
+// mailbox, after every frame that was queued before it.
+func (rt *runtime) freeze(fr *protocol.Freeze) (*protocol.Frozen, error) {
+	rt.mu.Lock()
+	rt.frozen[fr.User] = true
+	if fr.Epoch > rt.epochs[fr.User] {
+		rt.epochs[fr.User] = fr.Epoch
+	}
+	sessions := rt.sessionsOfLocked(fr.User)
+	rt.mu.Unlock()
+	pkg := &protocol.UserPackage{Format: packageFormat, User: fr.User, Epoch: fr.Epoch, App: rt.opts.Name, AppVersion: rt.opts.Version}
+	out := &protocol.Frozen{Absent: len(sessions) == 0}
+	for _, s := range sessions {
+		values, err := s.values.snapshot()
+		if err != nil {
+			return nil, fmt.Errorf("encoding connection %q: %w", s.name, err)
+		}
+		cp := &protocol.ConnPackage{Name: s.name, User: s.user, Values: values}
+		for _, p := range s.pages {
+			tree, err := p.tree.snapshot()
+			if err != nil {
+				return nil, fmt.Errorf("encoding page %q: %w", p.id, err)
+			}
+			p.coll.mu.Lock()
+			pp := &protocol.PagePackage{Id: p.id, Kind: p.kind, Schema: p.schema, Tree: tree,
+				Seq: p.coll.seq, Floor: p.coll.floor, Pending: append([]*protocol.Delta(nil), p.coll.pending...)}
+			p.coll.mu.Unlock()
+			// A pull waiting here is answered now (with nothing); the page
+			// pulls again and finds the person at their new home.
+			p.coll.cancel()
+			cp.Pages = append(cp.Pages, pp)
+			out.Pages++
+		}
+		pkg.Conns = append(pkg.Conns, cp)
+		out.Conns++
+	}
+	b, err := proto.Marshal(pkg)
+	if err != nil {
+		return nil, fmt.Errorf("encoding package of %q: %w", fr.User, err)
+	}
+	out.Package = b
+	return out, nil
+}
+
+// thaw undoes a freeze: the move was rolled back.
+func (rt *runtime) thaw(t *protocol.Thaw) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	delete(rt.frozen, t.User)
+	if t.Epoch > rt.epochs[t.User] {
+		rt.epochs[t.User] = t.Epoch
+	}
+}
+
+// evict forgets a frozen user whose move committed elsewhere. The user
+// stays fenced: a late frame is still answered MOVED.
+func (rt *runtime) evict(e *protocol.Evict) {
+	rt.mu.Lock()
+	if !rt.frozen[e.User] {
+		rt.mu.Unlock()
+		return
+	}
+	sessions := rt.sessionsOfLocked(e.User)
+	for _, s := range sessions {
+		delete(rt.conns, s.name)
+	}
+	rt.mu.Unlock()
+	for _, s := range sessions {
+		rt.pages.Add(-int64(len(s.pages)))
+	}
+}
+
+// wake installs a user from their package. Pages whose state this build
+// does not recognise restart clean, with a notice.
+func (rt *runtime) wake(w *protocol.Wake) (*protocol.Woken, error) {
+	var pkg protocol.UserPackage
+	if len(w.Package) > 0 {
+		if err := proto.Unmarshal(w.Package, &pkg); err != nil {
+			return nil, fmt.Errorf("decoding package of %q: %w", w.User, err)
+		}
+		if pkg.Format != packageFormat {
+			return nil, fmt.Errorf("package of %q has format %d; this SDK reads %d", w.User, pkg.Format, packageFormat)
+		}
+	}
+	rt.mu.Lock()
+	known := rt.epochs[w.User]
+	if known > w.Epoch || (known == w.Epoch && rt.frozen[w.User]) {
+		// A late wake: the person has moved on since this package.
+		rt.mu.Unlock()
+		return nil, &movedError{user: w.User, epoch: known}
+	}
+	if known == w.Epoch && len(rt.sessionsOfLocked(w.User)) > 0 {
+		rt.mu.Unlock()
+		return &protocol.Woken{}, nil // already awake here
+	}
+	for _, s := range rt.sessionsOfLocked(w.User) {
+		// A stale copy from an earlier stay: the package is the truth.
+		delete(rt.conns, s.name)
+		rt.pages.Add(-int64(len(s.pages)))
+	}
+	delete(rt.frozen, w.User)
+	rt.epochs[w.User] = w.Epoch
+	rt.mu.Unlock()
+
+	out := &protocol.Woken{}
+	ctx := rt.ctx
+	for _, cp := range pkg.Conns {
+		s := &Session{rt: rt, name: cp.Name, user: cp.User, values: newTree(nil), pages: map[string]*Page{}}
+		if err := loadTree(s.values, cp.Values); err != nil {
+			return nil, fmt.Errorf("loading connection %q: %w", cp.Name, err)
+		}
+		sctx := context.WithValue(ctx, sessionKey{}, s)
+		for _, pp := range cp.Pages {
+			p := newPage(s, pp.Id, pp.Kind)
+			s.pages[p.id] = p
+			out.Pages++
+			if rt.recognises(pp) {
+				if err := loadTree(p.tree, pp.Tree); err != nil {
+					return nil, fmt.Errorf("loading page %q: %w", pp.Id, err)
+				}
+				p.coll.seq, p.coll.floor, p.coll.pending = pp.Seq, pp.Floor, pp.Pending
+				continue
+			}
+			// Not guessed at: the page starts over, numbering on from
+			// where it was, and its first delta says why.
+			out.ResetPages++
+			p.coll.seq, p.coll.floor = pp.Seq, pp.Seq
+			if err := rt.app.OpenPage(sctx, p); err != nil {
+				rt.log.Warn("reopening a page that restarted clean", "page", p.id, "error", err)
+			}
+			p.coll.restartClean(noticeChanged)
+		}
+		rt.mu.Lock()
+		rt.conns[s.name] = s
+		rt.mu.Unlock()
+		rt.pages.Add(int64(len(s.pages)))
+	}
+	return out, nil
+}
+
+// recognises applies the version rule to a parked page.
+func (rt *runtime) recognises(pp *protocol.PagePackage) bool {
+	sc, ok := rt.app.(Schemas)
+	if !ok {
+		return true
+	}
+	version, oldest, known := sc.Schema(pp.Kind)
+	return known && pp.Schema >= oldest && pp.Schema <= version
+}
+
+// loadTree replaces t's content with the JSON tree b, without deltas.
+func loadTree(t *Tree, b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	var root map[string]any
+	if err := json.Unmarshal(b, &root); err != nil {
+		return err
+	}
+	if root == nil {
+		root = map[string]any{}
+	}
+	t.root = root
+	return nil
+}

@@ -1,0 +1,157 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/move"
+)
+
+// One person, one page, moved back and forth while the page keeps writing:
+// every note arrives once, in order, and the page ends equal to its model.
+func TestMoveKeepsThePage(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			a := startAgentWith(t, mode, 3, withDataDir(t))
+			b := newBrowser(t, a)
+			b.do("POST", "/login?user=anna")
+			tb := b.openTab("notes")
+			tb.pull(0)
+			workers := a.Pool().Ready()
+			for i := 0; i < 30; i++ {
+				tb.send(map[string]any{"op": "note", "text": fmt.Sprintf("n%d", i)})
+				if i%3 == 0 {
+					home := b.whoami().Worker
+					to := workers[(indexOf(workers, home)+1)%len(workers)]
+					res, err := a.Supervisor().Move(t.Context(), "anna", to, "test")
+					if err != nil {
+						t.Fatalf("move %d: %v", i, err)
+					}
+					if res.Outcome != move.Moved || res.Bytes == 0 || res.Pages != 1 {
+						t.Fatalf("move result %+v", res)
+					}
+					if got := b.whoami().Worker; got != to {
+						t.Fatalf("after the move anna is served by %s, want %s", got, to)
+					}
+				}
+				if i%7 == 0 {
+					tb.pull(0)
+				}
+			}
+			tb.drainUntil("notes", 30)
+			for i := 0; i < 30; i++ {
+				if got := tb.tree[fmt.Sprintf("note/%d", i)]; got != fmt.Sprintf("n%d", i) {
+					t.Fatalf("note %d = %v after moves", i, got)
+				}
+			}
+			for i := 1; i < len(tb.seqs); i++ {
+				if tb.seqs[i] != tb.seqs[i-1]+1 {
+					t.Fatalf("sequence gap or duplicate across moves: %v", tb.seqs)
+				}
+			}
+		})
+	}
+}
+
+// A freeze that does not finish in time rolls the move back: the person
+// stays home and keeps working.
+func TestStuckFreezeRollsBack(t *testing.T) {
+	a := startAgentWith(t, "subprocess", 2, withDataDir(t), withFreezeTimeout("300ms"))
+	b := newBrowser(t, a)
+	b.do("POST", "/login?user=bea")
+	home := b.whoami().Worker
+	tb := b.openTab("p")
+	tb.send(map[string]any{"op": "inc"})
+	// A handler that stalls the person's mailbox: the freeze queues behind
+	// it and cannot finish in time.
+	stalled := make(chan error, 1)
+	go func() {
+		_, err := tb.tryOp(map[string]any{"op": "msg", "data": map[string]any{"op": "stall", "ms": 1500}})
+		stalled <- err
+	}()
+	waitFor(t, 5*time.Second, "the stall to start", func() bool { return a.Pool().Busy(home) })
+	other := otherWorker(a.Pool().Ready(), home)
+	_, err := a.Supervisor().Move(t.Context(), "bea", other, "test")
+	if !errors.Is(err, move.ErrRolledBack) {
+		t.Fatalf("move during a stall: %v, want a rollback", err)
+	}
+	if u, _ := a.Supervisor().User("bea"); u.Worker != home || u.State != "live" {
+		t.Fatalf("after the rollback bea is %+v", u)
+	}
+	if err := <-stalled; err != nil {
+		t.Fatal(err)
+	}
+	// The late freeze is undone by the thaw queued behind it: bea works on.
+	tb.send(map[string]any{"op": "inc"})
+	tb.drainUntil("count", 2)
+	if got := b.whoami().Worker; got != home {
+		t.Fatalf("bea moved to %s despite the rollback", got)
+	}
+}
+
+// SIGKILL of the old worker in the middle of a move: the person is not stuck
+// moving; they are reassigned and their page restarts clean with a notice.
+func TestOldWorkerKilledMidMove(t *testing.T) {
+	a := startAgentWith(t, "subprocess", 2, withDataDir(t), withFreezeTimeout("10s"))
+	b := newBrowser(t, a)
+	b.do("POST", "/login?user=cy")
+	home := b.whoami().Worker
+	tb := b.openTab("p")
+	tb.send(map[string]any{"op": "inc"})
+	tb.drainUntil("count", 1)
+	go func() { _, _ = tb.tryOp(map[string]any{"op": "msg", "data": map[string]any{"op": "stall", "ms": 5000}}) }()
+	waitFor(t, 5*time.Second, "the stall to start", func() bool { return a.Pool().Busy(home) })
+	other := otherWorker(a.Pool().Ready(), home)
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Supervisor().Move(context.Background(), "cy", other, "test")
+		done <- err
+	}()
+	waitFor(t, 5*time.Second, "the move to begin", func() bool {
+		u, _ := a.Supervisor().User("cy")
+		return u.State == "moving"
+	})
+	killWorker(t, a, home)
+	select {
+	case err := <-done:
+		if !errors.Is(err, move.ErrStateLost) {
+			t.Fatalf("move with a dead old worker: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("move stuck after the old worker died")
+	}
+	u, _ := a.Supervisor().User("cy")
+	if u.State == "moving" || u.Worker != other {
+		t.Fatalf("cy after the kill: %+v", u)
+	}
+	// Same login, new page state, and the page is told.
+	tb.ws.Close()
+	ans := tb.connect()
+	if ans.Opened.Notice == "" || !ans.Opened.Resync {
+		t.Fatalf("reopen after the lost move: %+v", ans.Opened)
+	}
+	if w := b.whoami(); w.User != "cy" || w.Worker != other {
+		t.Fatalf("cy is %+v", w)
+	}
+}
+
+func indexOf(list []string, s string) int {
+	for i, x := range list {
+		if x == s {
+			return i
+		}
+	}
+	return -1
+}
+
+func otherWorker(list []string, not string) string {
+	for _, x := range list {
+		if x != not {
+			return x
+		}
+	}
+	return ""
+}
