@@ -28,9 +28,12 @@ deps:
 		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
 		$$sudo apt-get update && $$sudo apt-get install -y chromium; }
 
-## test: set-up (deps), format and vet checks, then every test with the race detector.
+## test: set-up (deps), format and vet checks, every test with the race
+## detector, then the moves stress test at full size (200 users typing
+## through 10,000 moves) without it.
 test: deps lint
 	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -timeout 10m -run TestMovesUnderLoad ./test/e2e/
 
 lint:
 	@out="$$(gofmt -l cmd internal plugins test)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

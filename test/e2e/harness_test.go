@@ -13,6 +13,7 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/stickyd/stickyd/internal/agent"
 	"github.com/stickyd/stickyd/plugins/examples/counter"
+	"github.com/stickyd/stickyd/plugins/examples/demo"
 	"github.com/stickyd/stickyd/plugins/worker"
 )
 
@@ -31,8 +33,16 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(workerEnv) == "counter" {
+	switch os.Getenv(workerEnv) {
+	case "counter":
 		worker.Serve(counter.New(), worker.Options{Name: "counter", Version: "1"})
+		os.Exit(0)
+	case "demo1", "demo2":
+		r := demo.Release(1)
+		if os.Getenv(workerEnv) == "demo2" {
+			r = 2
+		}
+		worker.Serve(demo.NewRelease(r), worker.Options{Name: "demo", Version: os.Getenv(workerEnv)})
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
@@ -77,6 +87,7 @@ func startAgentWith(t *testing.T, mode string, workers int, opts ...option) *age
 		t.Fatalf("unknown mode %q", mode)
 	}
 	cfg := &agent.Config{
+		LogLevel: "warn",
 		Name:   "e2e",
 		Front:  &agent.FrontConfig{Address: "127.0.0.1:0", FrameTimeout: "10s", MaxMessageBytes: 64 << 10},
 		Admin:  &agent.AdminConfig{Address: "127.0.0.1:0", Token: testToken},
@@ -138,6 +149,22 @@ func (b *browser) do(method, path string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
+// doForm posts a form, without following a redirect.
+func (b *browser) doForm(path, form string) (int, string) {
+	b.t.Helper()
+	req, _ := http.NewRequest("POST", b.base+path, strings.NewReader(form))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	c := *b.http
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := c.Do(req)
+	if err != nil {
+		b.t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
 type whoami struct{ Conn, User, Worker string }
 
 func (b *browser) whoami() whoami {
@@ -169,10 +196,12 @@ type tab struct {
 	b    *browser
 	ws   *websocket.Conn
 	page string
+	kind string
 	next uint64
 	last uint64 // last delta sequence applied
-	tree map[string]any
-	seqs []uint64
+	tree    map[string]any
+	seqs    []uint64
+	notices []string
 }
 
 func (b *browser) dial() (*websocket.Conn, *http.Response, error) {
@@ -186,7 +215,12 @@ func (b *browser) dial() (*websocket.Conn, *http.Response, error) {
 
 func (b *browser) openTab(page string) *tab {
 	b.t.Helper()
-	tb := &tab{t: b.t, b: b, page: page, tree: map[string]any{}}
+	return b.openTabKind(page, "counter")
+}
+
+func (b *browser) openTabKind(page, kind string) *tab {
+	b.t.Helper()
+	tb := &tab{t: b.t, b: b, page: page, kind: kind, tree: map[string]any{}}
 	tb.connect()
 	return tb
 }
@@ -203,7 +237,7 @@ func (tb *tab) connect() answer {
 		tb.t.Fatalf("dialing websocket: %v (HTTP %d)", err, code)
 	}
 	tb.ws = ws
-	a := tb.op(map[string]any{"op": "open", "kind": "counter", "after": tb.last})
+	a := tb.op(map[string]any{"op": "open", "kind": tb.kind, "after": tb.last})
 	if a.Op != "reply" || a.Opened == nil {
 		tb.t.Fatalf("open: %+v", a)
 	}
@@ -229,10 +263,11 @@ type answer struct {
 		Base   uint64 `json:"base"`
 	} `json:"opened"`
 	Deltas []struct {
-		Seq   uint64          `json:"seq"`
-		Op    string          `json:"op"`
-		Path  string          `json:"path"`
-		Value json.RawMessage `json:"value"`
+		Seq    uint64          `json:"seq"`
+		Op     string          `json:"op"`
+		Path   string          `json:"path"`
+		Value  json.RawMessage `json:"value"`
+		Notice string          `json:"notice"`
 	} `json:"deltas"`
 }
 
@@ -290,7 +325,8 @@ func (tb *tab) pull(wait time.Duration) int {
 		if d.Seq <= tb.last {
 			tb.t.Fatalf("pull after %d returned old delta %d", tb.last, d.Seq)
 		}
-		if d.Seq != tb.last+1 {
+		if d.Seq != tb.last+1 && d.Op != "reset" {
+			// Only a RESET, which carries the whole tree, may skip.
 			tb.t.Fatalf("gap: after %d came %d", tb.last, d.Seq)
 		}
 		var v any
@@ -306,6 +342,9 @@ func (tb *tab) pull(wait time.Duration) int {
 			delete(tb.tree, d.Path)
 		case "reset":
 			tb.tree = flatten(v)
+			if d.Notice != "" {
+				tb.notices = append(tb.notices, d.Notice)
+			}
 		}
 		tb.last = d.Seq
 		tb.seqs = append(tb.seqs, d.Seq)

@@ -130,12 +130,25 @@
           apply(m.deltas || []);
         }
       } catch (e) {
-        // Over a WebSocket, the reconnect restarts the loop; when polling
-        // there is no reconnect, so the loop restarts itself.
-        if (polling && !closed) setTimeout(pullLoop, 1000);
+        if (!closed) recover(e);
       } finally {
         pulling = false;
       }
+    }
+
+    // recover restarts delivery after a failed pull. A lost connection is
+    // the reconnect's business; a page the worker no longer holds (its
+    // worker died) is opened again, and the worker answers with a notice
+    // and a fresh tree; anything else is retried.
+    function recover(e) {
+      const open = ws && ws.readyState === 1;
+      if (!polling && !open) return; // the reconnect reopens the page
+      if (e && e.code === "bad_request") {
+        opened = false;
+        request({ op: "open", kind: kind, after: p.last }).then(onOpened, openFailed);
+        return;
+      }
+      setTimeout(pullLoop, polling ? 1000 : 250);
     }
 
     // openFailed handles a refused open: a transient failure retries, a

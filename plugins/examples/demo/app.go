@@ -47,6 +47,8 @@ type App struct {
 	// table is the order table; tests give a smaller one.
 	table  func() *dataset
 	routes http.Handler
+	// release is the build (see Release); 0 and 1 are release 1.
+	release Release
 }
 
 var _ worker.App = (*App)(nil)
@@ -75,7 +77,15 @@ func (a *App) OpenPage(ctx context.Context, p *worker.Page) error {
 	case kindGrid:
 		return a.openGrid(p)
 	case kindDoc:
-		return a.openDoc(p)
+		if err := a.openDoc(p); err != nil {
+			return err
+		}
+		if a.release >= 2 {
+			// Release 2's additive field: older builds ignore it, and this
+			// one tolerates docs that lack it.
+			return p.Tree().Set("tags", []any{})
+		}
+		return nil
 	}
 	return fmt.Errorf("opening a %q page: %w", p.Kind(), ErrUnknownKind)
 }

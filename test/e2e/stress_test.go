@@ -1,0 +1,148 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/move"
+)
+
+// People type while the supervisor moves them around: no request fails, no
+// delta is lost or duplicated, every page's notes arrive in the order typed,
+// and every page tree equals the reference model (the notes each typist had
+// acknowledged). STICKYD_STRESS_USERS / STICKYD_STRESS_MOVES change the size
+// (defaults 200 and 10000; 100 and 1000 under the race detector).
+func TestMovesUnderLoad(t *testing.T) {
+	users, moves := envInt("STICKYD_STRESS_USERS", 200), envInt("STICKYD_STRESS_MOVES", 10000)
+	if raceEnabled {
+		users, moves = envInt("STICKYD_STRESS_USERS", 100), envInt("STICKYD_STRESS_MOVES", 1000)
+	}
+	a := startAgentWith(t, "subprocess", 3, withDataDir(t))
+	workers := a.Pool().Ready()
+	tabs := make([]*tab, users)
+	for i := range tabs {
+		b := newBrowser(t, a)
+		if code, body := b.do("POST", "/login?user=u"+strconv.Itoa(i)); code != 200 {
+			t.Fatalf("login: %d %s", code, body)
+		}
+		tabs[i] = b.openTab("typing")
+		tabs[i].pull(0)
+	}
+
+	var (
+		stop    atomic.Bool
+		typed   = make([]int, users)
+		failed  atomic.Int64
+		firstMu sync.Mutex
+		first   error
+		wg      sync.WaitGroup
+	)
+	fail := func(err error) {
+		failed.Add(1)
+		firstMu.Lock()
+		if first == nil {
+			first = err
+		}
+		firstMu.Unlock()
+	}
+	for i, tb := range tabs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; !stop.Load(); n++ {
+				ans, err := tb.tryOp(map[string]any{"op": "msg", "data": map[string]any{"op": "note", "text": strconv.Itoa(n)}})
+				if err != nil || ans.Op != "reply" || ans.Error != "" {
+					fail(fmt.Errorf("user %d note %d: %v %+v", i, n, err, ans))
+					return
+				}
+				var count int
+				if err := json.Unmarshal(ans.Data, &count); err != nil || count != n+1 {
+					fail(fmt.Errorf("user %d note %d: the page counted %s", i, n, ans.Data))
+					return
+				}
+				typed[i] = n + 1
+			}
+		}()
+	}
+
+	var (
+		done     atomic.Int64
+		outcomes sync.Map
+		mwg      sync.WaitGroup
+		started  = time.Now()
+	)
+	for m := 0; m < 8; m++ {
+		mwg.Add(1)
+		go func() {
+			defer mwg.Done()
+			for failed.Load() == 0 && done.Load() < int64(moves) {
+				user := "u" + strconv.Itoa(rand.IntN(users))
+				u, _ := a.Supervisor().User(user)
+				to := workers[rand.IntN(len(workers))]
+				if to == u.Worker {
+					to = otherWorker(workers, u.Worker)
+				}
+				res, err := a.Supervisor().Move(t.Context(), user, to, "stress")
+				if err != nil && res.Outcome == move.Failed {
+					continue // busy: another mover has this person right now
+				}
+				if err != nil {
+					fail(fmt.Errorf("move of %s: %v", user, err))
+					return
+				}
+				v, _ := outcomes.LoadOrStore(res.Outcome, new(atomic.Int64))
+				v.(*atomic.Int64).Add(1)
+				done.Add(1)
+			}
+		}()
+	}
+	mwg.Wait()
+	elapsed := time.Since(started)
+	stop.Store(true)
+	wg.Wait()
+	if first != nil {
+		t.Fatalf("%d failures; first: %v", failed.Load(), first)
+	}
+	total := 0
+	outcomes.Range(func(k, v any) bool {
+		t.Logf("moves %s: %d", k, v.(*atomic.Int64).Load())
+		if k != move.Moved {
+			t.Errorf("%d moves ended %s", v.(*atomic.Int64).Load(), k)
+		}
+		total += int(v.(*atomic.Int64).Load())
+		return true
+	})
+	if total < moves {
+		t.Fatalf("only %d of %d moves happened", total, moves)
+	}
+	notes := 0
+	for i, tb := range tabs {
+		tb.drainUntil("notes", typed[i])
+		for n := 0; n < typed[i]; n++ {
+			if got := tb.tree["note/"+strconv.Itoa(n)]; got != strconv.Itoa(n) {
+				t.Fatalf("user %d: note %d = %v", i, n, got)
+			}
+		}
+		for k := 1; k < len(tb.seqs); k++ {
+			if tb.seqs[k] != tb.seqs[k-1]+1 {
+				t.Fatalf("user %d: delta sequence gap or duplicate at %d", i, k)
+			}
+		}
+		notes += typed[i]
+	}
+	t.Logf("%d users typed %d notes during %d moves in %v (%.0f moves/s)", users, notes, total, elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds())
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
