@@ -4,6 +4,7 @@
 package command
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"io"
@@ -30,6 +31,19 @@ func Run(args []string, builtins map[string]agent.Builtin) int {
 // RunWith runs the command line with the given UI (tests pass a mock).
 func RunWith(args []string, ui cli.Ui, builtins map[string]agent.Builtin) int {
 	meta := Meta{UI: ui, Builtins: builtins}
+	// Help and usage errors are gathered and handed to the UI once the
+	// command returns, so they go where every other message goes (and a
+	// test's MockUi sees them). cli renders help in several writes, so
+	// the writers cannot pass each write to the UI as it comes.
+	var help, errs bytes.Buffer
+	defer func() {
+		if s := strings.TrimRight(help.String(), "\n"); s != "" {
+			ui.Output(s)
+		}
+		if s := strings.TrimRight(errs.String(), "\n"); s != "" {
+			ui.Error(s)
+		}
+	}()
 	c := &cli.CLI{
 		Name:     "stickyd",
 		Version:  Version,
@@ -39,9 +53,17 @@ func RunWith(args []string, ui cli.Ui, builtins map[string]agent.Builtin) int {
 			"agent":   func() (cli.Command, error) { return &AgentCommand{Meta: meta}, nil },
 			"dev":     func() (cli.Command, error) { return &DevCommand{Meta: meta}, nil },
 			"version": func() (cli.Command, error) { return &VersionCommand{Meta: meta}, nil },
+
+			"user":        func() (cli.Command, error) { return &UserCommand{Meta: meta}, nil },
+			"user list":   func() (cli.Command, error) { return &UserListCommand{Meta: meta}, nil },
+			"user show":   func() (cli.Command, error) { return &UserShowCommand{Meta: meta}, nil },
+			"user move":   func() (cli.Command, error) { return &UserMoveCommand{Meta: meta}, nil },
+			"worker":       func() (cli.Command, error) { return &WorkerCommand{Meta: meta}, nil },
+			"worker list":  func() (cli.Command, error) { return &WorkerListCommand{Meta: meta}, nil },
+			"worker drain": func() (cli.Command, error) { return &WorkerDrainCommand{Meta: meta}, nil },
 		},
-		HelpWriter:  os.Stdout,
-		ErrorWriter: os.Stderr,
+		HelpWriter:  &help,
+		ErrorWriter: &errs,
 	}
 	code, err := c.Run()
 	if err != nil {
