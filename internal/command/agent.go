@@ -89,6 +89,11 @@ func runAgent(m Meta, cfg *agent.Config, builtins map[string]agent.Builtin, log 
 		return 1
 	}
 	m.UI.Output(fmt.Sprintf("stickyd is serving on http://%s", a.Addr()))
+	m.UI.Output(fmt.Sprintf("admin API on http://%s", a.AdminAddr()))
+	if cfg.DataDir == "" && cfg.Admin.Token == "" && os.Getenv("STICKYD_TOKEN") == "" {
+		// Dev: the token lives only in this process; show it.
+		m.UI.Output(fmt.Sprintf("admin token (dev): export STICKYD_TOKEN=%s", a.Token()))
+	}
 	code := 0
 	select {
 	case <-ctx.Done():

@@ -50,10 +50,12 @@ type apiOptions struct {
 	token   string
 }
 
-// apiFlagSet is flagSet plus -address and -token, whose defaults are read
-// from the environment now.
-func (m *Meta) apiFlagSet(name string, help func() string) (*flag.FlagSet, *apiOptions) {
-	fs := m.flagSet(name, help)
+// apiFlagSet is a FlagSet with -address and -token, whose defaults are read
+// from the environment now. Parse it with parseArgs, which reports errors.
+func (m *Meta) apiFlagSet(name string) (*flag.FlagSet, *apiOptions) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	o := &apiOptions{}
 	addr := os.Getenv("STICKYD_ADDR")
 	if addr == "" {
@@ -234,9 +236,31 @@ func apiContext() (context.Context, context.CancelFunc) {
 }
 
 // parseArgs parses flags wherever they sit among the positional arguments
-// (so "user move alice -to web-2" works) and returns the positional ones.
-// Everything after "--" is positional.
-func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+// (so "user move alice -to web-2" works) and checks that there are want
+// positional ones. On bad arguments it prints why and the help, and
+// returns false.
+func (m *Meta) parseArgs(fs *flag.FlagSet, args []string, want int, help func() string) ([]string, bool) {
+	pos, err := interspersed(fs, args)
+	if err == nil && len(pos) != want {
+		switch {
+		case want == 0:
+			err = fmt.Errorf("unexpected arguments: %s", strings.Join(pos, " "))
+		case len(pos) < want:
+			err = fmt.Errorf("missing arguments: want %d, got %d", want, len(pos))
+		default:
+			err = fmt.Errorf("unexpected arguments: %s", strings.Join(pos[want:], " "))
+		}
+	}
+	if err != nil {
+		m.UI.Error(fmt.Sprintf("%v\n\n%s", err, help()))
+		return nil, false
+	}
+	return pos, true
+}
+
+// interspersed parses flags among positional arguments and returns the
+// positional ones. Everything after "--" is positional.
+func interspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -252,6 +276,12 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// fail prints err and returns the exit code of a failed command.
+func (m *Meta) fail(err error) int {
+	m.UI.Error(err.Error())
+	return 1
 }
 
 // printJSON prints an answer as indented JSON, its values untouched.

@@ -11,7 +11,6 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/placement"
 )
 
@@ -133,22 +132,27 @@ func (c *wsConn) sendLoop() {
 
 // dispatch checks an op, waits out a move, and sends it.
 func (c *wsConn) dispatch(o *op) {
-	fr, _, err := o.frame()
-	if err != nil {
+	if _, _, err := o.frame(); err != nil {
 		c.send(errAnswer(o.ID, err))
 		return
 	}
-	_ = fr
 	c.mu.Lock()
 	c.nextSeq++
 	fl := &flight{seq: c.nextSeq, o: o}
 	c.mu.Unlock()
-	rt, err := c.routeAfterOlder(0)
-	if err != nil {
-		c.send(errAnswer(o.ID, err))
+	for {
+		rt, err := c.routeAfterOlder(0)
+		if errors.Is(err, errResendFirst) {
+			c.resendMoved()
+			continue
+		}
+		if err != nil {
+			c.send(errAnswer(o.ID, err))
+			return
+		}
+		c.launch(fl, rt)
 		return
 	}
-	c.launch(fl, rt)
 }
 
 // routeAfterOlder waits for a route at minEpoch or later (through the
@@ -186,11 +190,13 @@ func (c *wsConn) routeAfterOlder(minEpoch uint64) (placement.Route, error) {
 
 var errResendFirst = errors.New("frames refused by the old home must be resent first")
 
+// olderInFlight reports frames sent at an older epoch and not yet answered.
+// Pulls do not count: they change nothing, so their order does not matter.
 func (c *wsConn) olderInFlight(epoch uint64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, fl := range c.flights {
-		if fl.epoch < epoch && !fl.moved {
+		if fl.epoch < epoch && !fl.moved && fl.o.Op != "pull" {
 			return true
 		}
 	}
@@ -342,5 +348,3 @@ func (c *wsConn) writeLoop() {
 		}
 	}
 }
-
-var _ = channel.ErrClosed

@@ -83,16 +83,19 @@ var (
 
 // Result says what a move did.
 type Result struct {
-	User     string        `json:"user"`
-	From     string        `json:"from"`
-	To       string        `json:"to"`
-	Epoch    uint64        `json:"epoch"`
-	Outcome  string        `json:"outcome"`
-	Bytes    int           `json:"bytes"`
-	Conns    int           `json:"conns"`
-	Pages    int           `json:"pages"`
-	Package  string        `json:"package,omitempty"`
-	Freeze   time.Duration `json:"freeze_ns"`
+	User    string `json:"user"`
+	From    string `json:"from"`
+	To      string `json:"to"`
+	Epoch   uint64 `json:"epoch"`
+	Outcome string `json:"outcome"`
+	Bytes   int    `json:"bytes"`
+	Conns   int    `json:"conns"`
+	Pages   int    `json:"pages"`
+	Package string `json:"package,omitempty"`
+	// Freeze is how long the old worker took to hand the person over.
+	Freeze time.Duration `json:"freeze_ns"`
+	// Duration runs from barrier up to reassignment. The wake, on the
+	// person's next frame at the new home, comes after it.
 	Duration time.Duration `json:"duration_ns"`
 }
 
@@ -159,8 +162,9 @@ func (m *Mover) Move(ctx context.Context, user, to, reason string) (res Result, 
 	digest := ""
 	{
 		fctx, cancel := context.WithTimeout(ctx, m.cfg.FreezeTimeout)
+		fstart := time.Now()
 		fz, err := m.workers.Freeze(fctx, u.Worker, user, epoch)
-		res.Freeze = time.Since(start)
+		res.Freeze = time.Since(fstart)
 		cancel()
 		switch {
 		case err != nil && isWorkerGone(err):

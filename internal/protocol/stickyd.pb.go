@@ -2310,7 +2310,7 @@ type ConnPackage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	User  string                 `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
-	// values is the connection's own tree, JSON.
+	// values is the connection's own tree, in the SDK's tree codec.
 	Values        []byte         `protobuf:"bytes,3,opt,name=values,proto3" json:"values,omitempty"`
 	Pages         []*PagePackage `protobuf:"bytes,4,rep,name=pages,proto3" json:"pages,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2381,7 +2381,7 @@ type PagePackage struct {
 	Kind  string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	// schema is the page kind's state-schema version as the app declared it.
 	Schema uint32 `protobuf:"varint,3,opt,name=schema,proto3" json:"schema,omitempty"`
-	// tree is the page's tree, JSON.
+	// tree is the page's tree, in the SDK's tree codec (plugins/worker/codec.go).
 	Tree          []byte   `protobuf:"bytes,4,opt,name=tree,proto3" json:"tree,omitempty"`
 	Seq           uint64   `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
 	Floor         uint64   `protobuf:"varint,6,opt,name=floor,proto3" json:"floor,omitempty"`

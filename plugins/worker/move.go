@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"google.golang.org/protobuf/proto"
@@ -66,13 +65,13 @@ func (rt *runtime) freeze(fr *protocol.Freeze) (*protocol.Frozen, error) {
 	pkg := &protocol.UserPackage{Format: packageFormat, User: fr.User, Epoch: fr.Epoch, App: rt.opts.Name, AppVersion: rt.opts.Version}
 	out := &protocol.Frozen{Absent: len(sessions) == 0}
 	for _, s := range sessions {
-		values, err := s.values.snapshot()
+		values, err := encodeTree(s.values)
 		if err != nil {
 			return nil, fmt.Errorf("encoding connection %q: %w", s.name, err)
 		}
 		cp := &protocol.ConnPackage{Name: s.name, User: s.user, Values: values}
 		for _, p := range s.pages {
-			tree, err := p.tree.snapshot()
+			tree, err := encodeTree(p.tree)
 			if err != nil {
 				return nil, fmt.Errorf("encoding page %q: %w", p.id, err)
 			}
@@ -161,7 +160,7 @@ func (rt *runtime) wake(w *protocol.Wake) (*protocol.Woken, error) {
 	ctx := rt.ctx
 	for _, cp := range pkg.Conns {
 		s := &Session{rt: rt, name: cp.Name, user: cp.User, values: newTree(nil), pages: map[string]*Page{}}
-		if err := loadTree(s.values, cp.Values); err != nil {
+		if err := decodeTree(s.values, cp.Values); err != nil {
 			return nil, fmt.Errorf("loading connection %q: %w", cp.Name, err)
 		}
 		sctx := context.WithValue(ctx, sessionKey{}, s)
@@ -170,7 +169,7 @@ func (rt *runtime) wake(w *protocol.Wake) (*protocol.Woken, error) {
 			s.pages[p.id] = p
 			out.Pages++
 			if rt.recognises(pp) {
-				if err := loadTree(p.tree, pp.Tree); err != nil {
+				if err := decodeTree(p.tree, pp.Tree); err != nil {
 					return nil, fmt.Errorf("loading page %q: %w", pp.Id, err)
 				}
 				p.coll.seq, p.coll.floor, p.coll.pending = pp.Seq, pp.Floor, pp.Pending
@@ -201,20 +200,4 @@ func (rt *runtime) recognises(pp *protocol.PagePackage) bool {
 	}
 	version, oldest, known := sc.Schema(pp.Kind)
 	return known && pp.Schema >= oldest && pp.Schema <= version
-}
-
-// loadTree replaces t's content with the JSON tree b, without deltas.
-func loadTree(t *Tree, b []byte) error {
-	if len(b) == 0 {
-		return nil
-	}
-	var root map[string]any
-	if err := json.Unmarshal(b, &root); err != nil {
-		return err
-	}
-	if root == nil {
-		root = map[string]any{}
-	}
-	t.root = root
-	return nil
 }

@@ -102,7 +102,11 @@ func TestOldWorkerKilledMidMove(t *testing.T) {
 	tb := b.openTab("p")
 	tb.send(map[string]any{"op": "inc"})
 	tb.drainUntil("count", 1)
-	go func() { _, _ = tb.tryOp(map[string]any{"op": "msg", "data": map[string]any{"op": "stall", "ms": 5000}}) }()
+	// A second tab of the same person stalls the mailbox.
+	staller := b.openTab("stall")
+	go func() {
+		_, _ = staller.tryOp(map[string]any{"op": "msg", "data": map[string]any{"op": "stall", "ms": 5000}})
+	}()
 	waitFor(t, 5*time.Second, "the stall to start", func() bool { return a.Pool().Busy(home) })
 	other := otherWorker(a.Pool().Ready(), home)
 	done := make(chan error, 1)

@@ -1,0 +1,35 @@
+package command
+
+import (
+	"strings"
+
+	"github.com/hashicorp/cli"
+)
+
+// UserCommand is the parent of the user subcommands; alone it prints their
+// list.
+type UserCommand struct{ Meta }
+
+func (c *UserCommand) Help() string {
+	return strings.TrimSpace(`
+Usage: stickyd user <subcommand> [options] [args]
+
+  Looks at the people stickyd hosts and moves them between workers, through
+  the agent's admin API. Every subcommand takes -address and -token
+  (defaults $STICKYD_ADDR and $STICKYD_TOKEN).
+
+  List the users and where they live:
+
+      $ stickyd user list
+
+  Move a user to another worker:
+
+      $ stickyd user move alice -to web-2
+
+  Run "stickyd user <subcommand> -help" for the options of each.
+`)
+}
+
+func (c *UserCommand) Synopsis() string { return "Look at and move users" }
+
+func (c *UserCommand) Run(args []string) int { return cli.RunResultHelp }

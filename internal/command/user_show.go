@@ -1,0 +1,75 @@
+package command
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/stickyd/stickyd/internal/placement"
+)
+
+// UserShowCommand shows one user.
+type UserShowCommand struct{ Meta }
+
+func (c *UserShowCommand) Help() string {
+	return strings.TrimSpace(`
+Usage: stickyd user show [options] USER
+
+  Shows where a user lives: their worker, state, epoch, open connections,
+  the worker they are moving to and the parked package they will wake
+  from, if any.
+
+Options:
+
+  -json              Print the API's JSON.
+` + apiOptionsHelp)
+}
+
+func (c *UserShowCommand) Synopsis() string { return "Show one user" }
+
+func (c *UserShowCommand) Run(args []string) int {
+	var asJSON bool
+	fs, opts := c.apiFlagSet("user show")
+	fs.BoolVar(&asJSON, "json", false, "")
+	pos, ok := c.parseArgs(fs, args, 1, c.Help)
+	if !ok {
+		return 1
+	}
+	user := pos[0]
+	client, err := opts.client()
+	if err != nil {
+		return c.fail(err)
+	}
+	defer client.Close()
+	ctx, stop := apiContext()
+	defer stop()
+
+	body, err := client.get(ctx, "/v1/users/"+url.PathEscape(user))
+	if err != nil {
+		return c.fail(fmt.Errorf("showing user %q: %w", user, err))
+	}
+	if asJSON {
+		c.printJSON(body)
+		return 0
+	}
+	var u placement.UserInfo
+	if err := json.Unmarshal(body, &u); err != nil {
+		return c.fail(fmt.Errorf("showing user %q: decoding the answer: %w", user, err))
+	}
+	kv := [][2]string{
+		{"User", u.User},
+		{"Worker", orDash(u.Worker)},
+		{"State", orDash(u.State)},
+	}
+	if u.MovingTo != "" {
+		kv = append(kv, [2]string{"Moving to", u.MovingTo})
+	}
+	kv = append(kv, [2]string{"Epoch", strconv.FormatUint(u.Epoch, 10)}, [2]string{"Conns", strconv.Itoa(u.Conns)})
+	if u.Package != "" {
+		kv = append(kv, [2]string{"Package", u.Package})
+	}
+	c.UI.Output(formatKV(kv))
+	return 0
+}

@@ -1,0 +1,167 @@
+package command
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/api"
+	"github.com/stickyd/stickyd/internal/move"
+	"github.com/stickyd/stickyd/internal/placement"
+)
+
+var testUsers = []placement.UserInfo{
+	{User: "carol", Worker: "web-2", Epoch: 3, State: placement.StateParked, Package: "pkg-c", Conns: 0},
+	{User: "alice", Worker: "web-1", Epoch: 7, State: placement.StateLive, Conns: 2},
+	{User: "bob", Worker: "web-1", Epoch: 12, State: placement.StateMoving, MovingTo: "web-3", Conns: 1},
+}
+
+func TestUserList(t *testing.T) {
+	f := newFakeAPI(t, map[string]http.HandlerFunc{"GET /v1/users": answer(200, testUsers)})
+	r := run(t, f.args("user", "list")...)
+	r.expect(t, 0, []string{"USER", "WORKER", "STATE", "EPOCH", "CONNS"}, nil)
+	if c := f.only(t); c.Method != "GET" || c.Path != "/v1/users" {
+		t.Fatalf("called %s %s", c.Method, c.Path)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("want a header and 3 rows:\n%s", r.stdout)
+	}
+	want := [][]string{
+		{"USER", "WORKER", "STATE", "EPOCH", "CONNS"},
+		{"alice", "web-1", "live", "7", "2"},
+		{"bob", "web-1", "moving", "→", "web-3", "12", "1"},
+		{"carol", "web-2", "parked", "3", "0"},
+	}
+	for i, l := range lines {
+		if got := strings.Fields(l); !reflect.DeepEqual(got, want[i]) {
+			t.Errorf("row %d = %q, want %q", i, got, want[i])
+		}
+	}
+}
+
+func TestUserListJSONAndEmpty(t *testing.T) {
+	f := newFakeAPI(t, map[string]http.HandlerFunc{"GET /v1/users": answer(200, testUsers)})
+	r := run(t, f.args("user", "list", "-json")...)
+	r.expect(t, 0, nil, nil)
+	var got []placement.UserInfo
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("-json printed no JSON: %v\n%s", err, r.stdout)
+	}
+	if !reflect.DeepEqual(got, testUsers) {
+		t.Fatalf("-json changed the answer:\n%+v\nwant\n%+v", got, testUsers)
+	}
+
+	empty := newFakeAPI(t, map[string]http.HandlerFunc{"GET /v1/users": answer(200, nil)})
+	run(t, empty.args("user", "list")...).expect(t, 0, []string{"No users"}, nil)
+}
+
+func TestUserShow(t *testing.T) {
+	bob := testUsers[2]
+	f := newFakeAPI(t, map[string]http.HandlerFunc{
+		"GET /v1/users/{user}": func(w http.ResponseWriter, r *http.Request) {
+			if r.PathValue("user") != "bob/the builder" {
+				writeError(w, 404, "no user "+r.PathValue("user"))
+				return
+			}
+			writeJSON(w, 200, bob)
+		},
+	})
+	r := run(t, f.args("user", "show", "bob/the builder")...)
+	r.expect(t, 0, []string{"User      = bob", "Worker    = web-1", "State     = moving", "Moving to = web-3", "Epoch     = 12", "Conns     = 1"}, nil)
+	if strings.Contains(r.stdout, "Package") {
+		t.Errorf("an empty package is shown:\n%s", r.stdout)
+	}
+	if c := f.only(t); c.RawPath != "/v1/users/bob%2Fthe%20builder" {
+		t.Fatalf("path %q: the name is not escaped", c.RawPath)
+	}
+
+	// Flags may come after the name.
+	f2 := newFakeAPI(t, map[string]http.HandlerFunc{"GET /v1/users/{user}": answer(200, testUsers[0])})
+	r = run(t, append([]string{"user", "show", "carol", "-json"}, f2.args()...)...)
+	r.expect(t, 0, []string{`"package": "pkg-c"`, `"user": "carol"`}, nil)
+}
+
+func TestUserMove(t *testing.T) {
+	res := move.Result{User: "alice", From: "web-1", To: "web-2", Epoch: 8, Outcome: move.Moved,
+		Bytes: 12 * 1024, Conns: 2, Pages: 3, Freeze: 1500 * time.Microsecond, Duration: 3 * time.Millisecond}
+	tests := []struct {
+		name string
+		args []string
+		body api.MoveRequest
+	}{
+		{"to", []string{"alice", "-to", "web-2"}, api.MoveRequest{To: "web-2"}},
+		{"group", []string{"-group", "web", "alice"}, api.MoveRequest{Group: "web"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeAPI(t, map[string]http.HandlerFunc{"POST /v1/users/{user}/move": answer(200, res)})
+			r := run(t, f.args(append([]string{"user", "move"}, tt.args...)...)...)
+			r.expect(t, 0, []string{"moved alice web-1 → web-2", "Epoch  = 8", "Bytes  = 12 KB (12288 bytes)",
+				"Pages  = 3", "Conns  = 2", "Freeze = 1.5 ms", "Total  = 3 ms"}, nil)
+			c := f.only(t)
+			if c.Method != "POST" || c.Path != "/v1/users/alice/move" {
+				t.Fatalf("called %s %s", c.Method, c.Path)
+			}
+			var body api.MoveRequest
+			dec := json.NewDecoder(bytes.NewReader(c.Body))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&body); err != nil || body != tt.body {
+				t.Fatalf("body %s (%v), want %+v", c.Body, err, tt.body)
+			}
+		})
+	}
+}
+
+func TestUserMoveFails(t *testing.T) {
+	tests := []struct {
+		name   string
+		status int
+		msg    string
+	}{
+		{"rolled back", 409, "move rolled back: the person stays home"},
+		{"unknown user", 404, `no user "alice"`},
+		{"bad destination", 400, "no such worker"},
+		{"busy", 409, "user is busy"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeAPI(t, map[string]http.HandlerFunc{
+				"POST /v1/users/{user}/move": func(w http.ResponseWriter, r *http.Request) { writeError(w, tt.status, tt.msg) },
+			})
+			r := run(t, f.args("user", "move", "alice", "-to", "web-9")...)
+			r.expect(t, 1, nil, []string{`moving user "alice" to web-9: ` + tt.msg})
+			if r.stdout != "" {
+				t.Fatalf("a failed move printed %q", r.stdout)
+			}
+		})
+	}
+}
+
+func TestUserUsageErrors(t *testing.T) {
+	f := newFakeAPI(t, nil)
+	tests := []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"user", "move", "alice"}, "give exactly one of -to WORKER and -group GROUP"},
+		{[]string{"user", "move", "alice", "-to", "a", "-group", "b"}, "give exactly one of"},
+		{[]string{"user", "move", "-to", "web-2"}, "missing arguments"},
+		{[]string{"user", "move", "alice", "bob", "-to", "web-2"}, "unexpected arguments: bob"},
+		{[]string{"user", "show"}, "Usage: stickyd user show"},
+		{[]string{"user", "list", "extra"}, "unexpected arguments: extra"},
+		{[]string{"user", "list", "-nope"}, "flag provided but not defined: -nope"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			run(t, f.args(tt.args...)...).expect(t, 1, nil, []string{tt.err})
+		})
+	}
+	if calls := f.Calls(); len(calls) != 0 {
+		t.Fatalf("usage errors called the API: %+v", calls)
+	}
+}

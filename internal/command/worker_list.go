@@ -1,0 +1,80 @@
+package command
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/host"
+)
+
+// WorkerListCommand lists the workers of the agent's pool.
+type WorkerListCommand struct{ Meta }
+
+func (c *WorkerListCommand) Help() string {
+	return strings.TrimSpace(`
+Usage: stickyd worker list [options]
+
+  Lists the workers of the agent's pool, by group: their state (starting,
+  ready, dead, refused, stopped), process id, incarnation (how many times
+  the slot was launched) and when the current process was born.
+
+Options:
+
+  -json              Print the API's JSON instead of a table (it also has
+                     died_at, how_died, app and app_version).
+` + apiOptionsHelp)
+}
+
+func (c *WorkerListCommand) Synopsis() string { return "List workers" }
+
+func (c *WorkerListCommand) Run(args []string) int {
+	var asJSON bool
+	fs, opts := c.apiFlagSet("worker list")
+	fs.BoolVar(&asJSON, "json", false, "")
+	if _, ok := c.parseArgs(fs, args, 0, c.Help); !ok {
+		return 1
+	}
+	client, err := opts.client()
+	if err != nil {
+		return c.fail(err)
+	}
+	defer client.Close()
+	ctx, stop := apiContext()
+	defer stop()
+
+	body, err := client.get(ctx, "/v1/workers")
+	if err != nil {
+		return c.fail(fmt.Errorf("listing workers: %w", err))
+	}
+	if asJSON {
+		c.printJSON(body)
+		return 0
+	}
+	var workers []host.WorkerInfo
+	if err := json.Unmarshal(body, &workers); err != nil {
+		return c.fail(fmt.Errorf("listing workers: decoding the answer: %w", err))
+	}
+	if len(workers) == 0 {
+		c.UI.Output("No workers")
+		return 0
+	}
+	// The agent's order (by group, then slot) is kept: web-10 stays after
+	// web-9.
+	rows := make([][]string, len(workers))
+	for i, w := range workers {
+		pid := "-"
+		if w.Pid != 0 {
+			pid = strconv.Itoa(w.Pid)
+		}
+		born := "-"
+		if !w.Born.IsZero() {
+			born = w.Born.Local().Format(time.RFC3339)
+		}
+		rows[i] = []string{w.ID, orDash(w.Group), orDash(w.State), pid, strconv.Itoa(w.Incarnation), born}
+	}
+	c.UI.Output(formatTable([]string{"ID", "GROUP", "STATE", "PID", "INCARNATION", "BORN"}, rows))
+	return 0
+}
