@@ -183,7 +183,9 @@ func (m *Mover) Move(ctx context.Context, user, to, reason string) (res Result, 
 		} else {
 			// Park: the package is stored, content-addressed and
 			// checksummed, before the maps point anywhere else.
-			digest, err = m.store.Put(fz.Package)
+			// Not fsynced: the package only stands in for the worker's
+			// memory, which a machine crash would take as well.
+			digest, err = m.store.Put(fz.Package, false)
 			if err != nil {
 				return res, m.rollback(ctx, &res, u.Worker, user, epoch, err)
 			}

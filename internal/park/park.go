@@ -17,8 +17,11 @@ import (
 
 // Store holds packages.
 type Store interface {
-	// Put stores b and returns its digest ("sha256:<hex>").
-	Put(b []byte) (string, error)
+	// Put stores b and returns its digest ("sha256:<hex>"). With sync, the
+	// package survives a machine crash once Put returns (file and directory
+	// fsynced); without, it survives the process, which is enough for a
+	// package that only stands in for a worker's memory.
+	Put(b []byte, sync bool) (string, error)
 	// Get returns the package with the given digest, verified; ErrNotFound
 	// or ErrCorrupt otherwise.
 	Get(digest string) ([]byte, error)
@@ -65,9 +68,10 @@ func NewFileStore(dir string) (*FileStore, error) {
 	return &FileStore{dir: dir}, nil
 }
 
-// Put writes b under its digest: to a temporary name, fsync, rename, fsync of
-// the directory. A package already present is not rewritten.
-func (s *FileStore) Put(b []byte) (string, error) {
+// Put writes b under its digest: to a temporary name, fsync (with sync),
+// rename, fsync of the directory (with sync). A package already present is
+// not rewritten. Either way the name appears only when the content is whole.
+func (s *FileStore) Put(b []byte, sync bool) (string, error) {
 	d := Digest(b)
 	h, _ := hexOf(d)
 	final := filepath.Join(s.dir, h)
@@ -84,9 +88,11 @@ func (s *FileStore) Put(b []byte) (string, error) {
 		f.Close()
 		return "", fmt.Errorf("parking package: %w", err)
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return "", fmt.Errorf("parking package: %w", err)
+	if sync {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return "", fmt.Errorf("parking package: %w", err)
+		}
 	}
 	if err := f.Close(); err != nil {
 		return "", fmt.Errorf("parking package: %w", err)
@@ -94,8 +100,10 @@ func (s *FileStore) Put(b []byte) (string, error) {
 	if err := os.Rename(tmp, final); err != nil {
 		return "", fmt.Errorf("parking package: %w", err)
 	}
-	if err := syncDir(s.dir); err != nil {
-		return "", fmt.Errorf("parking package: %w", err)
+	if sync {
+		if err := syncDir(s.dir); err != nil {
+			return "", fmt.Errorf("parking package: %w", err)
+		}
 	}
 	return d, nil
 }
@@ -151,7 +159,7 @@ var _ Store = (*MemStore)(nil)
 // NewMemStore returns an empty in-memory store.
 func NewMemStore() *MemStore { return &MemStore{m: map[string][]byte{}} }
 
-func (s *MemStore) Put(b []byte) (string, error) {
+func (s *MemStore) Put(b []byte, _ bool) (string, error) {
 	d := Digest(b)
 	s.mu.Lock()
 	s.m[d] = append([]byte(nil), b...)

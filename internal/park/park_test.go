@@ -15,14 +15,14 @@ func TestStores(t *testing.T) {
 	}
 	for name, s := range map[string]Store{"file": fs, "mem": NewMemStore()} {
 		t.Run(name, func(t *testing.T) {
-			d, err := s.Put([]byte("state"))
+			d, err := s.Put([]byte("state"), true)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if d != Digest([]byte("state")) || !strings.HasPrefix(d, "sha256:") {
 				t.Fatalf("digest %q", d)
 			}
-			if again, _ := s.Put([]byte("state")); again != d {
+			if again, _ := s.Put([]byte("state"), true); again != d {
 				t.Fatal("same content, other digest")
 			}
 			b, err := s.Get(d)
@@ -53,7 +53,7 @@ func TestStores(t *testing.T) {
 func TestFileStoreDetectsCorruption(t *testing.T) {
 	dir := t.TempDir()
 	s, _ := NewFileStore(dir)
-	d, _ := s.Put([]byte("precious"))
+	d, _ := s.Put([]byte("precious"), true)
 	h, _ := hexOf(d)
 	if err := os.WriteFile(filepath.Join(dir, h), []byte("tampered"), 0o600); err != nil {
 		t.Fatal(err)
