@@ -88,11 +88,11 @@ func startAgentWith(t *testing.T, mode string, workers int, opts ...option) *age
 	}
 	cfg := &agent.Config{
 		LogLevel: "warn",
-		Name:   "e2e",
-		Front:  &agent.FrontConfig{Address: "127.0.0.1:0", FrameTimeout: "10s", MaxMessageBytes: 64 << 10},
-		Admin:  &agent.AdminConfig{Address: "127.0.0.1:0", Token: testToken},
-		Server: &agent.ServerConfig{},
-		Groups: []*agent.GroupConfig{g},
+		Name:     "e2e",
+		Front:    &agent.FrontConfig{Address: "127.0.0.1:0", FrameTimeout: "10s", MaxMessageBytes: 64 << 10},
+		Admin:    &agent.AdminConfig{Address: "127.0.0.1:0", Token: testToken},
+		Server:   &agent.ServerConfig{},
+		Groups:   []*agent.GroupConfig{g},
 	}
 	for _, o := range opts {
 		o(cfg)
@@ -192,13 +192,13 @@ func (b *browser) cookie() string {
 
 // tab is one browser tab: a WebSocket and a page on it.
 type tab struct {
-	t    *testing.T
-	b    *browser
-	ws   *websocket.Conn
-	page string
-	kind string
-	next uint64
-	last uint64 // last delta sequence applied
+	t       *testing.T
+	b       *browser
+	ws      *websocket.Conn
+	page    string
+	kind    string
+	next    uint64
+	last    uint64 // last delta sequence applied
 	tree    map[string]any
 	seqs    []uint64
 	notices []string
