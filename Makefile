@@ -46,6 +46,7 @@ unit:
 ## bench: benchmark tables (see docs/benchmarks.md).
 bench:
 	$(GO) run ./test/bench/roundtrip
+	$(GO) run ./test/bench/movepause
 
 ## proto: regenerate the channel protocol (protoc from protobuf-compiler).
 proto:

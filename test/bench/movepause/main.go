@@ -265,7 +265,7 @@ func printReport(w io.Writer, o *options, rep report) {
 	fmt.Fprintf(w, "- load: %d other users, each sending `inc` on its own WebSocket, closed loop, throughout (%s)\n", o.load, spread(rep.perWorker))
 	fmt.Fprintf(w, "- moved person: one page filled with `{\"op\":\"fill\"}` and its deltas acknowledged, then typing `inc` closed loop (a pull acknowledging its deltas every %d incs); moved round the workers one move at a time, %d unmeasured warm-up move(s) per size\n", ackEvery, warmupMoves)
 	fmt.Fprintln(w, "- pause: the typist's longest round trip overlapping the move (from just before Move to its first reply after Move returned), raw")
-	fmt.Fprintln(w, "- move: barrier up → reassigned (`move.Result.Duration`); freeze: Move's start → package in hand (`Result.Freeze`, barrier raise included)")
+	fmt.Fprintln(w, "- move: barrier up → reassigned (`move.Result.Duration`); freeze: the old worker's freeze alone, request to package in hand (`Result.Freeze`)")
 	fmt.Fprintln(w, "- wake: reassigned (or the request sent, if later) → the reply to the first request the new worker served, which loaded the package")
 	fmt.Fprintln(w, "- goal p99: 5 ms + state / (1 GB/s), 1 GB = 2^30 bytes; MB/s: state / move p50; percentiles are nearest-rank, so with 30 moves p99 is the slowest")
 	fmt.Fprintln(w)

@@ -32,7 +32,7 @@ const (
 type sample struct {
 	pause  time.Duration // the typist's longest round trip overlapping the move window
 	move   time.Duration // move.Result.Duration: barrier up → reassigned
-	freeze time.Duration // move.Result.Freeze: Move's start → package in hand
+	freeze time.Duration // move.Result.Freeze: the freeze request to the package in hand
 	wake   time.Duration // reassigned (or sent, if later) → the new worker's first reply
 	bytes  int           // the package
 	// lateWatch is set when the watcher saw the reassignment only after
