@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -44,15 +45,21 @@ type Agent struct {
 	raft     *raftnode.Node
 	pool     *host.Pool
 	park     park.Store
+	mover    *move.Mover
 	sup      *supervisor.Supervisor
+	restart  RestartReport
 	front    *front.Front
 	server   *http.Server
 	listener net.Listener
 	served   chan error
 	admin    *http.Server
 	adminLn  net.Listener
-	token    string
-	registry *prometheus.Registry
+	// shutdownOnce guards parking on the way down.
+	shutdownOnce sync.Once
+	// started is set once Start succeeded.
+	started bool
+	token        string
+	registry     *prometheus.Registry
 }
 
 // New checks the configuration and prepares an agent; Start runs it.
@@ -115,9 +122,12 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	} else if a.park, err = park.NewFileStore(filepath.Join(a.cfg.DataDir, "park")); err != nil {
 		return err
 	}
-	mover := move.New(move.Config{FreezeTimeout: duration(a.cfg.Move.FreezeTimeout), Logger: a.log.Named("move"), Registry: a.registry},
+	a.mover = move.New(move.Config{FreezeTimeout: duration(a.cfg.Move.FreezeTimeout), Logger: a.log.Named("move"), Registry: a.registry},
 		a.fsm, a.raft, a.pool, a.park)
-	a.sup = supervisor.New(a.fsm, a.raft, a.pool, mover)
+	a.sup = supervisor.New(a.fsm, a.raft, a.pool, a.mover)
+	if a.restart, err = a.recover(ctx); err != nil {
+		return err
+	}
 	a.pool.Parcels = a.park
 	a.pool.Woken = a.woken
 	a.log.Info("starting workers", "workers", len(a.pool.Workers()))
@@ -161,7 +171,11 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		a.served <- err
 	}()
 	a.log.Info("front listening", "address", a.Addr())
-	return a.startAdmin()
+	if err := a.startAdmin(); err != nil {
+		return err
+	}
+	a.started = true
+	return nil
 }
 
 // startAdmin serves the admin API.
@@ -263,8 +277,12 @@ func (a *Agent) Served() <-chan error { return a.served }
 
 func (a *Agent) health() map[string]any {
 	conns, users := a.fsm.Counts()
-	return map[string]any{"workers": a.pool.Workers(), "ready": a.pool.Ready(), "connections": conns, "users": users}
+	return map[string]any{"workers": a.pool.Workers(), "ready": a.pool.Ready(), "connections": conns, "users": users,
+		"restart": a.restart}
 }
+
+// Restart reports what the agent found of its last stop.
+func (a *Agent) Restart() RestartReport { return a.restart }
 
 // cookieKey loads the cookie key, creating it on first start. Without a data
 // dir (dev) the key is random per process.
@@ -299,10 +317,25 @@ func (a *Agent) cookieKey() ([]byte, error) {
 	return key, nil
 }
 
-// Shutdown stops the front (closing WebSockets), the workers and raft, in
-// that order. Idempotent.
+// Shutdown stops the agent: the front stops taking requests (WebSockets
+// close), every person is parked (with a data dir), then the workers and raft
+// stop. Idempotent.
 func (a *Agent) Shutdown(ctx context.Context) error {
 	var errs []error
+	a.shutdownOnce.Do(func() {
+		if a.front != nil {
+			a.front.Close()
+		}
+		if a.server != nil {
+			// Abrupt: a request cut here never ran or gets its retryable
+			// error; the people it belonged to are parked next.
+			_ = a.server.Close()
+			a.server = nil
+		}
+		if err := a.parkAll(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("parking: %w", err))
+		}
+	})
 	if a.admin != nil {
 		_ = a.admin.Close()
 		a.admin = nil

@@ -128,7 +128,23 @@ func New(cfg Config, maps Maps, log Log, workers Workers, store park.Store) *Mov
 // barrier. On success the person is parked at to and wakes at their next
 // frame. The error says which clear outcome happened otherwise: nothing
 // changed (bad input, busy), ErrRolledBack, or ErrStateLost.
-func (m *Mover) Move(ctx context.Context, user, to, reason string) (res Result, err error) {
+func (m *Mover) Move(ctx context.Context, user, to, reason string) (Result, error) {
+	return m.travel(ctx, user, to, reason, false)
+}
+
+// Park takes the same road with the person's own worker as the destination,
+// and parks durably (fsynced): the person ends parked where they live and
+// wakes there, by the same code, at their next frame — after a restart of
+// the whole agent included. An agent going down parks everyone this way.
+func (m *Mover) Park(ctx context.Context, user string) (Result, error) {
+	u, ok := m.maps.User(user)
+	if !ok {
+		return Result{User: user, Outcome: Failed}, fmt.Errorf("parking %q: %w", user, fsm.ErrNoUser)
+	}
+	return m.travel(ctx, user, u.Worker, "park", true)
+}
+
+func (m *Mover) travel(ctx context.Context, user, to, reason string, park bool) (res Result, err error) {
 	start := time.Now()
 	res = Result{User: user, To: to, Outcome: Failed}
 	defer func() {
@@ -143,10 +159,10 @@ func (m *Mover) Move(ctx context.Context, user, to, reason string) (res Result, 
 		return res, fmt.Errorf("moving %q: %w", user, fsm.ErrNoUser)
 	}
 	res.From = u.Worker
-	if u.Worker == to {
+	if u.Worker == to && !park {
 		return res, fmt.Errorf("moving %q: %w: they already live on %s", user, ErrBadDestination, to)
 	}
-	if !contains(m.workers.Ready(), to) {
+	if !park && !contains(m.workers.Ready(), to) {
 		return res, fmt.Errorf("moving %q: %w: worker %q is not ready", user, ErrBadDestination, to)
 	}
 	if err := m.apply(ctx, fsm.MoveBeginRequestType, fsm.MoveBeginRequest{User: user, From: u.Worker, To: to, Epoch: u.Epoch}); err != nil {
@@ -180,12 +196,24 @@ func (m *Mover) Move(ctx context.Context, user, to, reason string) (res Result, 
 		res.Bytes, res.Conns, res.Pages = len(fz.Package), int(fz.Conns), int(fz.Pages)
 		if fz.Absent && u.State == placement.StateParked {
 			digest = u.Package
+			if park {
+				// Parked by an earlier move, without fsync: make it
+				// durable now.
+				b, gerr := m.store.Get(digest)
+				if gerr == nil {
+					_, gerr = m.store.Put(b, true)
+				}
+				if gerr != nil {
+					return res, m.rollback(ctx, &res, u.Worker, user, epoch, gerr)
+				}
+			}
 		} else {
 			// Park: the package is stored, content-addressed and
-			// checksummed, before the maps point anywhere else.
-			// Not fsynced: the package only stands in for the worker's
-			// memory, which a machine crash would take as well.
-			digest, err = m.store.Put(fz.Package, false)
+			// checksummed, before the maps point anywhere else. Not
+			// fsynced for a move: the package only stands in for the
+			// worker's memory, which a machine crash would take as well.
+			// Parking for a restart fsyncs.
+			digest, err = m.store.Put(fz.Package, park)
 			if err != nil {
 				return res, m.rollback(ctx, &res, u.Worker, user, epoch, err)
 			}
@@ -199,6 +227,9 @@ func (m *Mover) Move(ctx context.Context, user, to, reason string) (res Result, 
 	res.Outcome = Moved
 	if digest != u.Package && u.Package != "" {
 		_ = m.store.Delete(u.Package) // superseded: it was woken, then frozen again
+	}
+	if park {
+		return res, nil // the worker goes down with the agent: nothing to evict
 	}
 	{
 		from := u.Worker

@@ -76,6 +76,15 @@ func (s *FileStore) Put(b []byte, sync bool) (string, error) {
 	h, _ := hexOf(d)
 	final := filepath.Join(s.dir, h)
 	if _, err := os.Stat(final); err == nil {
+		if sync {
+			// Written earlier without fsync: make it durable now.
+			if err := syncFile(final); err != nil {
+				return "", fmt.Errorf("parking package: %w", err)
+			}
+			if err := syncDir(s.dir); err != nil {
+				return "", fmt.Errorf("parking package: %w", err)
+			}
+		}
 		return d, nil
 	}
 	f, err := os.CreateTemp(s.dir, ".tmp-"+h[:12]+"-*")
@@ -137,6 +146,15 @@ func (s *FileStore) Delete(digest string) error {
 		return fmt.Errorf("deleting parked package: %w", err)
 	}
 	return nil
+}
+
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 func syncDir(dir string) error {

@@ -147,6 +147,19 @@ func (n *Node) WaitLeader(ctx context.Context) error {
 	}
 }
 
+// Barrier waits until every entry committed before it has been applied to
+// the FSM: after it, the local maps are as fresh as the log. Leader only.
+func (n *Node) Barrier(ctx context.Context) error {
+	timeout := 30 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
+	}
+	if err := n.Raft.Barrier(timeout).Error(); err != nil {
+		return fmt.Errorf("waiting for the log to be applied: %w", err)
+	}
+	return nil
+}
+
 // Apply writes one entry through the log and returns what the FSM returned
 // for it (an error value from the FSM is returned as the error).
 func (n *Node) Apply(ctx context.Context, entry []byte) (any, error) {

@@ -22,12 +22,14 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/stickyd/stickyd/internal/agent"
+	"github.com/stickyd/stickyd/internal/command"
 	"github.com/stickyd/stickyd/plugins/examples/counter"
 	"github.com/stickyd/stickyd/plugins/examples/demo"
 	"github.com/stickyd/stickyd/plugins/worker"
 )
 
 const (
+	agentEnv  = "STICKYD_E2E_AGENT"
 	workerEnv = "STICKYD_E2E_WORKER"
 	testToken = "e2e-token"
 )
@@ -44,6 +46,11 @@ func TestMain(m *testing.M) {
 		}
 		worker.Serve(demo.NewRelease(r), worker.Options{Name: "demo", Version: os.Getenv(workerEnv)})
 		os.Exit(0)
+	}
+	if os.Getenv(agentEnv) == "1" {
+		// Re-executed as a real stickyd agent process (its workers, started
+		// with the worker variable set, took the switch above).
+		os.Exit(command.Run(os.Args[1:], nil))
 	}
 	os.Exit(m.Run())
 }
@@ -133,8 +140,12 @@ type browser struct {
 }
 
 func newBrowser(t *testing.T, a *agent.Agent) *browser {
+	return newBrowserAt(t, "http://"+a.Addr())
+}
+
+func newBrowserAt(t *testing.T, base string) *browser {
 	jar, _ := cookiejar.New(nil)
-	return &browser{t: t, base: "http://" + a.Addr(), jar: jar, http: &http.Client{Jar: jar, Timeout: 30 * time.Second}}
+	return &browser{t: t, base: base, jar: jar, http: &http.Client{Jar: jar, Timeout: 30 * time.Second}}
 }
 
 func (b *browser) do(method, path string) (int, string) {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/stickyd/stickyd/test/bench/internal/benchkit"
 )
 
 // failure is the run's first error. Any goroutine may report one; the
@@ -39,7 +41,7 @@ func (f *failure) check() error {
 // whichever worker the front placed it, sending inc closed loop until
 // stopped. They are never moved. A failed inc fails the run.
 type load struct {
-	pages  []*page
+	pages  []*benchkit.Page
 	frames atomic.Int64 // round trips completed
 	stop   atomic.Bool
 	wg     sync.WaitGroup
@@ -49,7 +51,7 @@ type load struct {
 func startLoad(ctx context.Context, addr string, n int, fail *failure) (*load, error) {
 	l := &load{}
 	for i := 0; i < n; i++ {
-		p, err := openPage(ctx, addr, "")
+		p, err := benchkit.OpenPage(ctx, addr, "", opTimeout)
 		if err != nil {
 			l.abort()
 			return nil, fmt.Errorf("opening load page %d: %w", i, err)
@@ -61,13 +63,9 @@ func startLoad(ctx context.Context, addr string, n int, fail *failure) (*load, e
 		go func() {
 			defer l.wg.Done()
 			for !l.stop.Load() {
-				w, err := p.inc()
-				if err == nil && w != p.worker {
-					err = fmt.Errorf("answered by %s, the page lives on %s", w, p.worker)
-				}
-				if err != nil {
+				if err := p.IncHome(); err != nil {
 					if !l.stop.Load() {
-						fail.set(fmt.Errorf("load page %d on %s: %w", i, p.worker, err))
+						fail.set(fmt.Errorf("load page %d on %s: %w", i, p.Worker(), err))
 					}
 					return
 				}
@@ -82,7 +80,7 @@ func startLoad(ctx context.Context, addr string, n int, fail *failure) (*load, e
 func (l *load) perWorker() map[string]int {
 	m := map[string]int{}
 	for _, p := range l.pages {
-		m[p.worker]++
+		m[p.Worker()]++
 	}
 	return m
 }
@@ -93,7 +91,7 @@ func (l *load) close() error {
 	l.wg.Wait()
 	var first error
 	for i, p := range l.pages {
-		if err := p.close(); err != nil && first == nil {
+		if err := p.Close(); err != nil && first == nil {
 			first = fmt.Errorf("load page %d: %w", i, err)
 		}
 	}
@@ -106,7 +104,7 @@ func (l *load) close() error {
 func (l *load) abort() {
 	l.stop.Store(true)
 	for _, p := range l.pages {
-		p.abort()
+		p.Abort()
 	}
 	l.wg.Wait()
 	l.pages = nil

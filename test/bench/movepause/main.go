@@ -27,37 +27,34 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"runtime"
-	"slices"
 	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/stickyd/stickyd/test/bench/internal/benchkit"
 )
 
-func main() {
-	if serveWorkerIfAsked() {
-		return
-	}
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+var program = benchkit.Program[*options, report]{
+	Name:    "movepause",
+	Parse:   parseFlags,
+	Measure: measure,
+	Report:  printReport,
 }
+
+func main() { program.Main() }
 
 // bigState is the size from which a state gets -big-moves instead of -moves.
 const bigState = 64 << 20
 
 // options are the parsed flags.
 type options struct {
-	sizes    []size
+	sizes    []benchkit.Size
 	moves    int
 	bigMoves int
 	load     int
@@ -65,49 +62,33 @@ type options struct {
 	logLevel hclog.Level
 }
 
-// size is a page-state size as the user wrote it and in bytes.
-type size struct {
-	label string
-	bytes int
-}
-
 // movesFor is the number of measured moves for a state of s.
-func (o *options) movesFor(s size) int {
-	if s.bytes >= bigState {
+func (o *options) movesFor(s benchkit.Size) int {
+	if s.Bytes >= bigState {
 		return o.bigMoves
 	}
 	return o.moves
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
-	fs := flag.NewFlagSet("movepause", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := benchkit.NewFlags("movepause", "smoke run: -moves 5 -big-moves 2 -load 10 unless given", stderr)
 	sizes := fs.String("sizes", "1KB,1MB,10MB,100MB", "state sizes of the moved person, comma-separated (B, KB, MB; 1KB = 1024 bytes)")
 	moves := fs.Int("moves", 30, "measured moves per size below 64MB")
 	bigMoves := fs.Int("big-moves", 10, "measured moves per size of 64MB or more")
 	load := fs.Int("load", 50, "other users typing inc closed loop on their own WebSockets during the moves")
 	workers := fs.Int("workers", 3, "subprocess workers the person is moved round")
-	quick := fs.Bool("quick", false, "smoke run: -moves 5 -big-moves 2 -load 10 unless given")
-	logLevel := fs.String("log", "warn", "agent log level on stderr: trace, debug, info, warn, error or off")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
 	o := &options{moves: *moves, bigMoves: *bigMoves, load: *load, workers: *workers}
-	if *quick {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		if !set["moves"] {
-			o.moves = 5
-		}
-		if !set["big-moves"] {
-			o.bigMoves = 2
-		}
-		if !set["load"] {
-			o.load = 10
-		}
+	if fs.QuickDefault("moves") {
+		o.moves = 5
+	}
+	if fs.QuickDefault("big-moves") {
+		o.bigMoves = 2
+	}
+	if fs.QuickDefault("load") {
+		o.load = 10
 	}
 	if o.moves < 1 || o.bigMoves < 1 {
 		return nil, errors.New("-moves and -big-moves must be at least 1")
@@ -119,8 +100,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("-workers must be at least 2: a move needs somewhere to go")
 	}
 	seen := map[int]bool{}
-	for _, s := range splitList(*sizes) {
-		n, err := parseSize(s)
+	for _, s := range benchkit.SplitList(*sizes) {
+		n, err := benchkit.ParseSize(s)
 		if err != nil {
 			return nil, fmt.Errorf("-sizes: %w", err)
 		}
@@ -129,64 +110,16 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			return nil, fmt.Errorf("-sizes: %q is given twice", s)
 		}
 		seen[n] = true
-		o.sizes = append(o.sizes, size{label: s, bytes: n})
+		o.sizes = append(o.sizes, benchkit.Size{Label: s, Bytes: n})
 	}
 	if len(o.sizes) == 0 {
 		return nil, errors.New("-sizes needs at least one value")
 	}
-	if o.logLevel = hclog.LevelFromString(*logLevel); o.logLevel == hclog.NoLevel {
-		return nil, fmt.Errorf("-log: unknown level %q", *logLevel)
+	var err error
+	if o.logLevel, err = fs.LogLevel(); err != nil {
+		return nil, err
 	}
 	return o, nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-// parseSize reads "512", "512B", "1KB", "10MB" (binary multiples).
-func parseSize(s string) (int, error) {
-	u := strings.ToUpper(s)
-	mult := 1
-	switch {
-	case strings.HasSuffix(u, "KB"):
-		mult, u = 1<<10, strings.TrimSuffix(u, "KB")
-	case strings.HasSuffix(u, "MB"):
-		mult, u = 1<<20, strings.TrimSuffix(u, "MB")
-	case strings.HasSuffix(u, "B"):
-		u = strings.TrimSuffix(u, "B")
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(u))
-	if err != nil || n < 0 || n > (256<<20)/mult {
-		return 0, fmt.Errorf("%q is not a size of 0 to 256MB", s)
-	}
-	return n * mult, nil
-}
-
-func run(args []string, stdout, stderr io.Writer) int {
-	o, err := parseFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "movepause: %v\n", err)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	rep, err := measure(ctx, o, stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "movepause: FAILED: %v\n", err)
-		return 1
-	}
-	printReport(stdout, o, rep)
-	return 0
 }
 
 // report is what a run measured.
@@ -198,7 +131,7 @@ type report struct {
 // measure starts the agent and the load, measures every size in turn and
 // takes it all down again; the first error of any part ends the run.
 func measure(ctx context.Context, o *options, stderr io.Writer) (rep report, err error) {
-	log := hclog.New(&hclog.LoggerOptions{Name: "agent", Level: o.logLevel, Output: stderr})
+	log := benchkit.NewAgentLogger(o.logLevel, stderr)
 	dir, err := os.MkdirTemp("", "stickyd-movepause-")
 	if err != nil {
 		return rep, fmt.Errorf("making the data dir: %w", err)
@@ -211,9 +144,7 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (rep report, err
 		return rep, fmt.Errorf("starting the agent: %w", err)
 	}
 	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if serr := a.Shutdown(sctx); serr != nil && err == nil {
+		if serr := benchkit.StopAgent(ctx, a); serr != nil && err == nil {
 			err = fmt.Errorf("shutting down the agent: %w", serr)
 		}
 	}()
@@ -242,7 +173,7 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (rep report, err
 		}
 		if err != nil {
 			l.abort()
-			return rep, fmt.Errorf("%s state: %w", s.label, err)
+			return rep, fmt.Errorf("%s state: %w", s.Label, err)
 		}
 		rep.results = append(rep.results, r)
 	}
@@ -259,10 +190,9 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (rep report, err
 func printReport(w io.Writer, o *options, rep report) {
 	fmt.Fprintln(w, "# stickyd hot move: the pause a moved person sees")
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "- machine: %s, %d logical CPUs, GOMAXPROCS=%d, %s %s/%s\n",
-		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(w, "- machine: %s\n", benchkit.Machine())
 	fmt.Fprintf(w, "- agent: %d subprocess (go-plugin) workers; raft log and parked packages on disk in a temp dir; the clients share its machine\n", o.workers)
-	fmt.Fprintf(w, "- load: %d other users, each sending `inc` on its own WebSocket, closed loop, throughout (%s)\n", o.load, spread(rep.perWorker))
+	fmt.Fprintf(w, "- load: %d other users, each sending `inc` on its own WebSocket, closed loop, throughout (%s)\n", o.load, benchkit.Spread(rep.perWorker))
 	fmt.Fprintf(w, "- moved person: one page filled with `{\"op\":\"fill\"}` and its deltas acknowledged, then typing `inc` closed loop (a pull acknowledging its deltas every %d incs); moved round the workers one move at a time, %d unmeasured warm-up move(s) per size\n", ackEvery, warmupMoves)
 	fmt.Fprintln(w, "- pause: the typist's longest round trip overlapping the move (from just before Move to its first reply after Move returned), raw")
 	fmt.Fprintln(w, "- move: barrier up → reassigned (`move.Result.Duration`); freeze: the old worker's freeze alone, request to package in hand (`Result.Freeze`)")
@@ -276,36 +206,35 @@ func printReport(w io.Writer, o *options, rep report) {
 		mv := r.durations(func(s sample) time.Duration { return s.move })
 		frz := r.durations(func(s sample) time.Duration { return s.freeze })
 		wake := r.durations(func(s sample) time.Duration { return s.wake })
-		g := goal(r.size.bytes)
+		g := goal(r.size.Bytes)
 		met := "yes"
-		if percentile(pause, 0.99) > g {
+		if benchkit.Percentile(pause, 0.99) > g {
 			met = "no"
 		}
-		mbps := float64(r.size.bytes) / float64(1<<20) / percentile(mv, 0.5).Seconds()
+		mbps := float64(r.size.Bytes) / float64(1<<20) / benchkit.Percentile(mv, 0.5).Seconds()
 		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			r.size.label, len(r.samples),
-			fmtDur(percentile(pause, 0.5)), fmtDur(percentile(pause, 0.99)), fmtDur(g), met,
-			fmtDur(percentile(mv, 0.5)), fmtDur(percentile(mv, 0.99)), fmtDur(percentile(frz, 0.5)),
-			fmtDur(percentile(wake, 0.5)), fmtDur(percentile(wake, 0.99)), fmtRate(mbps))
+			r.size.Label, len(r.samples),
+			fmtDur(benchkit.Percentile(pause, 0.5)), fmtDur(benchkit.Percentile(pause, 0.99)), fmtDur(g), met,
+			fmtDur(benchkit.Percentile(mv, 0.5)), fmtDur(benchkit.Percentile(mv, 0.99)), fmtDur(benchkit.Percentile(frz, 0.5)),
+			fmtDur(benchkit.Percentile(wake, 0.5)), fmtDur(benchkit.Percentile(wake, 0.99)), fmtRate(mbps))
 	}
 	fmt.Fprintln(w)
 	for _, r := range rep.results {
 		fmt.Fprintf(w, "- %s: package %s bytes (median); the typist made %d round trips and the load %.0f round trips/s over %.1f s of moves\n",
-			r.size.label, fmtInt(r.pkgBytes[len(r.pkgBytes)/2]), r.trips, float64(r.loadOps)/r.window.Seconds(), r.window.Seconds())
+			r.size.Label, fmtInt(r.pkgBytes[len(r.pkgBytes)/2]), r.trips, float64(r.loadOps)/r.window.Seconds(), r.window.Seconds())
 		if r.late > 0 {
 			fmt.Fprintf(w, "  (%d wake(s) counted as 0: the reassignment was seen only after the reply it released)\n", r.late)
 		}
 	}
 }
 
+// fmtDur is benchkit.FormatDuration, and seconds from a second on: a big
+// state's move takes seconds.
 func fmtDur(d time.Duration) string {
 	if d >= time.Second {
 		return fmt.Sprintf("%.2f s", d.Seconds())
 	}
-	if d < time.Millisecond {
-		return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
-	}
-	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+	return benchkit.FormatDuration(d)
 }
 
 func fmtRate(mbps float64) string {
@@ -322,38 +251,4 @@ func fmtInt(n int) string {
 		s = s[:i] + " " + s[i:]
 	}
 	return s
-}
-
-// spread says how many load pages sit on each worker.
-func spread(perWorker map[string]int) string {
-	keys := make([]string, 0, len(perWorker))
-	for k := range perWorker {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s: %d", k, perWorker[k])
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ", ")
-}
-
-// cpuModel is the first "model name" of /proc/cpuinfo, or "unknown CPU".
-func cpuModel() string {
-	f, err := os.Open("/proc/cpuinfo")
-	if err != nil {
-		return "unknown CPU"
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "unknown CPU"
 }

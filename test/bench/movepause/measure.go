@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -13,9 +12,14 @@ import (
 	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/placement"
 	"github.com/stickyd/stickyd/internal/supervisor"
+	"github.com/stickyd/stickyd/test/bench/internal/benchkit"
 )
 
 const (
+	// opTimeout bounds each page op's write and its answer. It is above
+	// the agent's barrier wait, so a slow move shows as a long round trip,
+	// not a timeout.
+	opTimeout = 90 * time.Second
 	// windowLimit bounds the wait for the typist's first reply after a
 	// move; past it the run fails.
 	windowLimit = 2 * time.Minute
@@ -42,7 +46,7 @@ type sample struct {
 
 // result is one size's measured moves.
 type result struct {
-	size     size
+	size     benchkit.Size
 	samples  []sample
 	trips    int           // the typist's round trips during the measured moves
 	loadOps  int64         // the other users' round trips meanwhile
@@ -60,16 +64,6 @@ func (r *result) durations(f func(sample) time.Duration) []time.Duration {
 	return out
 }
 
-// percentile is the nearest-rank percentile q (0 < q <= 1) of sorted ds.
-func percentile(ds []time.Duration, q float64) time.Duration {
-	n := len(ds)
-	if n == 0 {
-		return 0
-	}
-	i := int(math.Ceil(q*float64(n))) - 1
-	return ds[min(max(i, 0), n-1)]
-}
-
 // goal is the bound on the p99 pause for a state of n bytes:
 // 5 ms plus the time to move n bytes at 1 GB/s (1 GB = 2^30 bytes).
 func goal(n int) time.Duration {
@@ -81,24 +75,24 @@ func goal(n int) time.Duration {
 // unmeasured ones) round the workers, each time waiting for them to be
 // served and settled at the new home before the next move. It closes the
 // person's page at the end, freeing the state.
-func measureSize(ctx context.Context, a *agent.Agent, l *load, s size, moves int, fail *failure, stderr io.Writer) (res result, err error) {
+func measureSize(ctx context.Context, a *agent.Agent, l *load, s benchkit.Size, moves int, fail *failure, stderr io.Writer) (res result, err error) {
 	res.size = s
 	sup := a.Supervisor()
-	user := "typist-" + strings.ToLower(s.label)
+	user := "typist-" + strings.ToLower(s.Label)
 	workers := a.Pool().Ready()
 	if len(workers) < 2 {
 		return res, fmt.Errorf("%d ready workers: a move needs two", len(workers))
 	}
 
-	fmt.Fprintf(stderr, "  %s: filling ... ", s.label)
+	fmt.Fprintf(stderr, "  %s: filling ... ", s.Label)
 	began := time.Now()
-	p, err := openPage(ctx, a.Addr(), user)
+	p, err := benchkit.OpenPage(ctx, a.Addr(), user, opTimeout)
 	if err != nil {
 		return res, fmt.Errorf("opening the typist's page: %w", err)
 	}
-	if err := p.fill(s.bytes); err != nil {
-		p.abort()
-		return res, fmt.Errorf("filling the typist's page with %s: %w", s.label, err)
+	if err := p.Fill(s.Bytes); err != nil {
+		p.Abort()
+		return res, fmt.Errorf("filling the typist's page with %s: %w", s.Label, err)
 	}
 	fmt.Fprintf(stderr, "%.1fs; moving ", time.Since(began).Seconds())
 
@@ -109,7 +103,7 @@ func measureSize(ctx context.Context, a *agent.Agent, l *load, s size, moves int
 			return
 		}
 		t.halt()
-		if cerr := p.close(); cerr != nil {
+		if cerr := p.Close(); cerr != nil {
 			err = fmt.Errorf("closing the typist's page: %w", cerr)
 		}
 	}()
@@ -138,8 +132,8 @@ func measureSize(ctx context.Context, a *agent.Agent, l *load, s size, moves int
 	res.loadOps = l.frames.Load() - load0
 	slices.Sort(res.pkgBytes)
 	fmt.Fprintf(stderr, " pause p50 %s, move p50 %s\n",
-		fmtDur(percentile(res.durations(func(s sample) time.Duration { return s.pause }), 0.5)),
-		fmtDur(percentile(res.durations(func(s sample) time.Duration { return s.move }), 0.5)))
+		fmtDur(benchkit.Percentile(res.durations(func(s sample) time.Duration { return s.pause }), 0.5)),
+		fmtDur(benchkit.Percentile(res.durations(func(s sample) time.Duration { return s.move }), 0.5)))
 	return res, nil
 }
 
@@ -147,7 +141,7 @@ func measureSize(ctx context.Context, a *agent.Agent, l *load, s size, moves int
 // the typist keeps typing, and measures what the typist saw. It returns
 // once the typist has been served at the new home and the move has settled,
 // with the number of round trips the typist made meanwhile.
-func moveOnce(ctx context.Context, sup *supervisor.Supervisor, t *typist, user string, workers []string, s size, fail *failure) (sample, int, error) {
+func moveOnce(ctx context.Context, sup *supervisor.Supervisor, t *typist, user string, workers []string, s benchkit.Size, fail *failure) (sample, int, error) {
 	u, ok := sup.User(user)
 	if !ok {
 		return sample{}, 0, fmt.Errorf("%q is not in the maps", user)
@@ -168,8 +162,8 @@ func moveOnce(ctx context.Context, sup *supervisor.Supervisor, t *typist, user s
 	if err != nil {
 		return sample{}, 0, fmt.Errorf("moving %q from %s to %s: outcome %s: %w", user, from, to, res.Outcome, err)
 	}
-	if res.Outcome != move.Moved || res.Pages != 1 || res.Conns != 1 || res.Bytes < s.bytes {
-		return sample{}, 0, fmt.Errorf("moving %q from %s to %s: result %+v, want moved with 1 connection, 1 page and at least %d bytes", user, from, to, res, s.bytes)
+	if res.Outcome != move.Moved || res.Pages != 1 || res.Conns != 1 || res.Bytes < s.Bytes {
+		return sample{}, 0, fmt.Errorf("moving %q from %s to %s: result %+v, want moved with 1 connection, 1 page and at least %d bytes", user, from, to, res, s.Bytes)
 	}
 
 	// The window closes at the typist's first reply after Move returned,

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/stickyd/stickyd/test/bench/internal/benchkit"
 )
 
 // ackEvery is how many incs the typist sends between two pulls that
@@ -27,7 +29,7 @@ type trip struct {
 // every ackEvery incs) from one goroutine, recording every round trip. A
 // failed op fails the run.
 type typist struct {
-	p    *page
+	p    *benchkit.Page
 	tick chan struct{} // gets a token after each trip
 	stop atomic.Bool
 	done chan struct{} // closed when the goroutine has returned
@@ -36,7 +38,7 @@ type typist struct {
 	trips []trip     // in completion order: one op is in flight at a time
 }
 
-func startTypist(p *page, fail *failure) *typist {
+func startTypist(p *benchkit.Page, fail *failure) *typist {
 	t := &typist{p: p, tick: make(chan struct{}, 1), done: make(chan struct{})}
 	go t.run(fail)
 	return t
@@ -51,9 +53,9 @@ func (t *typist) run(fail *failure) {
 			err error
 		)
 		if n%(ackEvery+1) == 0 {
-			w, err = t.p.ack()
+			w, err = t.p.Ack()
 		} else {
-			w, err = t.p.inc()
+			w, err = t.p.Inc()
 		}
 		end := time.Now()
 		if err != nil {
@@ -125,6 +127,6 @@ func (t *typist) halt() {
 // kill stops the typist at once, dropping its WebSocket, and waits for it.
 func (t *typist) kill() {
 	t.stop.Store(true)
-	t.p.abort()
+	t.p.Abort()
 	<-t.done
 }

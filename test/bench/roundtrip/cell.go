@@ -4,22 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/stickyd/stickyd/internal/agent"
+	"github.com/stickyd/stickyd/test/bench/internal/benchkit"
 )
+
+// opTimeout bounds one op's write and its answer.
+const opTimeout = 30 * time.Second
 
 // cell is one measurement: a worker mode, a number of concurrent pages and
 // the state each page holds.
 type cell struct {
 	mode  string
 	pages int
-	size  size
+	size  benchkit.Size
 }
 
 // result is a measured cell.
@@ -33,48 +35,30 @@ type result struct {
 
 func (r *result) rate() float64 { return float64(r.frames) / r.window.Seconds() }
 
-// percentile is the nearest-rank percentile q (0 < q <= 1) of the latencies.
-func (r *result) percentile(q float64) time.Duration {
-	n := len(r.latencies)
-	if n == 0 {
-		return 0
-	}
-	i := int(math.Ceil(q*float64(n))) - 1
-	return r.latencies[min(max(i, 0), n-1)]
-}
-
-func (r *result) spread() string {
-	var parts []string
-	for _, w := range sortedKeys(r.perWorker) {
-		parts = append(parts, fmt.Sprintf("%s: %d", w, r.perWorker[w]))
-	}
-	return strings.Join(parts, ", ")
-}
-
 // runCell opens the cell's pages (each its own browser), fills their state,
 // runs every page closed loop for warmup and then for the measured window,
 // and closes the pages again so the next cell starts with empty workers.
 func runCell(ctx context.Context, a *agent.Agent, c cell, warmup, window time.Duration) (res result, err error) {
 	res = result{cell: c, window: window, perWorker: map[string]int{}}
-	var pages []*page
+	var pages []*benchkit.Page
 	defer func() {
 		// On success every page is closed below; on failure drop them.
 		for _, p := range pages {
-			p.abort()
+			p.Abort()
 		}
 	}()
 	for i := 0; i < c.pages; i++ {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		p, err := openPage(ctx, a.Addr())
+		p, err := benchkit.OpenPage(ctx, a.Addr(), "", opTimeout)
 		if err != nil {
 			return res, fmt.Errorf("page %d: %w", i, err)
 		}
 		pages = append(pages, p)
-		res.perWorker[p.worker]++
-		if err := p.fill(c.size.bytes); err != nil {
-			return res, fmt.Errorf("page %d: filling %s: %w", i, c.size.label, err)
+		res.perWorker[p.Worker()]++
+		if err := p.Fill(c.size.Bytes); err != nil {
+			return res, fmt.Errorf("page %d: filling %s: %w", i, c.size.Label, err)
 		}
 	}
 
@@ -92,7 +76,7 @@ func runCell(ctx context.Context, a *agent.Agent, c cell, warmup, window time.Du
 	}
 
 	for i, p := range pages {
-		if err := p.close(); err != nil {
+		if err := p.Close(); err != nil {
 			return res, fmt.Errorf("page %d: %w", i, err)
 		}
 	}
@@ -104,7 +88,7 @@ func runCell(ctx context.Context, a *agent.Agent, c cell, warmup, window time.Du
 // warmup+window has passed, and returns per page the latencies of the round
 // trips started inside the window. The first error stops every page and is
 // returned.
-func drive(ctx context.Context, pages []*page, warmup, window time.Duration) ([][]time.Duration, error) {
+func drive(ctx context.Context, pages []*benchkit.Page, warmup, window time.Duration) ([][]time.Duration, error) {
 	var (
 		stop     atomic.Bool
 		errOnce  sync.Once
@@ -116,7 +100,7 @@ func drive(ctx context.Context, pages []*page, warmup, window time.Duration) ([]
 			firstErr = err
 			stop.Store(true)
 			for _, p := range pages {
-				p.abort() // unblock the others' reads
+				p.Abort() // unblock the others' reads
 			}
 		})
 	}
@@ -146,9 +130,9 @@ func drive(ctx context.Context, pages []*page, warmup, window time.Duration) ([]
 				if !t0.Before(until) {
 					return
 				}
-				if err := p.inc(); err != nil {
+				if err := p.IncHome(); err != nil {
 					if !stop.Load() {
-						fail(fmt.Errorf("page on %s: %w", p.worker, err))
+						fail(fmt.Errorf("page on %s: %w", p.Worker(), err))
 					}
 					return
 				}

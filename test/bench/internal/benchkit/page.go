@@ -1,4 +1,4 @@
-package main
+package benchkit
 
 import (
 	"context"
@@ -19,22 +19,18 @@ import (
 // browser, so one name is enough.
 const pageName = "bench"
 
-// opTimeout bounds one op's write and its answer. It is above the agent's
-// barrier wait, so a slow move shows as a long round trip, not a timeout.
-const opTimeout = 90 * time.Second
-
-// page is one browser (its own cookie jar and HTTP client) with one tab: a
-// WebSocket and an open counter page on it. A page is used by one goroutine
-// at a time. Adapted from test/bench/roundtrip: here a page may log in as a
-// person, and the worker that answers may change (the person moves).
-type page struct {
-	http   *http.Client
-	ws     *websocket.Conn
-	worker string // the worker that answered the open
-	next   uint64 // the last op id sent
-	count  int    // the counter value the next inc must return, minus one
-	last   uint64 // the last delta sequence acknowledged
-	buf    []byte // the inc op being built
+// Page is one browser (its own cookie jar and HTTP client) with one tab: a
+// WebSocket and an open counter page on it. A Page is used by one goroutine
+// at a time, except Abort, which any goroutine may call.
+type Page struct {
+	http    *http.Client
+	ws      *websocket.Conn
+	timeout time.Duration // bounds each op's write and its answer
+	worker  string        // the worker that answered the open
+	next    uint64        // the last op id sent
+	count   int           // the counter value the next inc must return, minus one
+	last    uint64        // the last delta sequence acknowledged
+	buf     []byte        // the inc op being built
 }
 
 // answer is the front's JSON answer to an op (see internal/front/ops.go).
@@ -70,15 +66,18 @@ type incAnswer struct {
 	} `json:"data"`
 }
 
-// openPage loads the site in a new browser (which names its connection and
-// sets its cookie), logs it in as user unless user is empty, dials the
-// front's WebSocket with that cookie and opens the page.
-func openPage(ctx context.Context, addr, user string) (*page, error) {
+// OpenPage loads the site at addr in a new browser (which names its
+// connection and sets its cookie), logs it in as user unless user is empty,
+// dials the front's WebSocket with that cookie and opens a counter page.
+// timeout bounds each HTTP request, the handshake, and every later op's
+// write and its answer: a slow answer within it is a long round trip, past
+// it an error.
+func OpenPage(ctx context.Context, addr, user string, timeout time.Duration) (*Page, error) {
 	jar, err := cookiejar.New(nil)
 	if err != nil {
 		return nil, err
 	}
-	p := &page{http: &http.Client{Jar: jar, Timeout: opTimeout}}
+	p := &Page{http: &http.Client{Jar: jar, Timeout: timeout}, timeout: timeout}
 	base := "http://" + addr
 	if err := p.request(ctx, http.MethodGet, base+"/"); err != nil {
 		return nil, fmt.Errorf("loading the site: %w", err)
@@ -96,7 +95,7 @@ func openPage(ctx context.Context, addr, user string) (*page, error) {
 	if len(h) == 0 {
 		return nil, errors.New("loading the site set no cookie")
 	}
-	d := websocket.Dialer{HandshakeTimeout: opTimeout, ReadBufferSize: 4096, WriteBufferSize: 4096}
+	d := websocket.Dialer{HandshakeTimeout: timeout, ReadBufferSize: 4096, WriteBufferSize: 4096}
 	ws, wresp, err := d.DialContext(ctx, "ws://"+addr+"/_stickyd/ws", h)
 	if err != nil {
 		code := 0
@@ -108,20 +107,24 @@ func openPage(ctx context.Context, addr, user string) (*page, error) {
 	p.ws = ws
 	a, err := p.call(map[string]any{"op": "open", "kind": "counter"})
 	if err != nil {
-		p.abort()
+		p.Abort()
 		return nil, fmt.Errorf("opening the page: %w", err)
 	}
 	if a.Opened == nil || a.Worker == "" {
-		p.abort()
+		p.Abort()
 		return nil, fmt.Errorf("opening the page: answer without opened or worker: %+v", a)
 	}
 	p.worker = a.Worker
 	return p, nil
 }
 
+// Worker is the worker that answered the page's open: where it lives
+// unless it has been moved since.
+func (p *Page) Worker() string { return p.worker }
+
 // request makes one plain HTTP request in the page's browser; anything but
 // 200 is an error.
-func (p *page) request(ctx context.Context, method, u string) error {
+func (p *Page) request(ctx context.Context, method, u string) error {
 	req, err := http.NewRequestWithContext(ctx, method, u, nil)
 	if err != nil {
 		return err
@@ -139,15 +142,15 @@ func (p *page) request(ctx context.Context, method, u string) error {
 }
 
 // call sends one op and returns its answer; an error answer is an error.
-func (p *page) call(m map[string]any) (*answer, error) {
+func (p *Page) call(m map[string]any) (*answer, error) {
 	p.next++
 	m["id"] = p.next
 	m["page"] = pageName
-	_ = p.ws.SetWriteDeadline(time.Now().Add(opTimeout))
+	_ = p.ws.SetWriteDeadline(time.Now().Add(p.timeout))
 	if err := p.ws.WriteJSON(m); err != nil {
 		return nil, fmt.Errorf("writing %v: %w", m["op"], err)
 	}
-	_ = p.ws.SetReadDeadline(time.Now().Add(opTimeout))
+	_ = p.ws.SetReadDeadline(time.Now().Add(p.timeout))
 	var a answer
 	if err := p.ws.ReadJSON(&a); err != nil {
 		return nil, fmt.Errorf("reading the answer to %v: %w", m["op"], err)
@@ -161,11 +164,11 @@ func (p *page) call(m map[string]any) (*answer, error) {
 	return &a, nil
 }
 
-// fill sets the page's state to n bytes, then pulls the resulting deltas
+// Fill sets the page's state to n bytes, then pulls the resulting deltas
 // and acknowledges them, so the worker keeps the state but nothing of it is
 // left waiting to be sent (and none of it rides along in a move's package
 // as a pending delta).
-func (p *page) fill(n int) error {
+func (p *Page) Fill(n int) error {
 	a, err := p.call(map[string]any{"op": "msg", "data": map[string]any{"op": "fill", "bytes": n}})
 	if err != nil {
 		return err
@@ -199,19 +202,20 @@ func (p *page) fill(n int) error {
 	return nil
 }
 
-// inc sends one inc message, checks its answer (the right op id, no error,
+// Inc sends one inc message, checks its answer (the right op id, no error,
 // the counter one higher than the last, the front and the app agreeing on
-// the worker) and returns the worker that answered.
-func (p *page) inc() (string, error) {
+// the worker) and returns the worker that answered, which may differ from
+// Worker if the page has been moved.
+func (p *Page) Inc() (string, error) {
 	p.next++
 	p.buf = append(p.buf[:0], `{"op":"msg","id":`...)
 	p.buf = strconv.AppendUint(p.buf, p.next, 10)
 	p.buf = append(p.buf, `,"page":"`+pageName+`","data":{"op":"inc"}}`...)
-	_ = p.ws.SetWriteDeadline(time.Now().Add(opTimeout))
+	_ = p.ws.SetWriteDeadline(time.Now().Add(p.timeout))
 	if err := p.ws.WriteMessage(websocket.TextMessage, p.buf); err != nil {
 		return "", fmt.Errorf("writing inc %d: %w", p.next, err)
 	}
-	_ = p.ws.SetReadDeadline(time.Now().Add(opTimeout))
+	_ = p.ws.SetReadDeadline(time.Now().Add(p.timeout))
 	_, msg, err := p.ws.ReadMessage()
 	if err != nil {
 		return "", fmt.Errorf("reading the answer to inc %d: %w", p.next, err)
@@ -234,12 +238,22 @@ func (p *page) inc() (string, error) {
 	return a.Worker, nil
 }
 
-// ack pulls the page's deltas since the last acknowledged one, which also
+// IncHome is Inc for a page that is never moved: an answer from any worker
+// but Worker is an error.
+func (p *Page) IncHome() error {
+	w, err := p.Inc()
+	if err == nil && w != p.worker {
+		err = fmt.Errorf("inc %d: answered by %s, the page lives on %s", p.next, w, p.worker)
+	}
+	return err
+}
+
+// Ack pulls the page's deltas since the last acknowledged one, which also
 // acknowledges them, as client.js keeps doing. Between two acks the page only
 // incs, so every delta must set the counter; anything else (a RESET: the page
 // restarted, or its worker folded its deltas into the whole tree) fails.
 // It returns the worker that answered.
-func (p *page) ack() (string, error) {
+func (p *Page) Ack() (string, error) {
 	a, err := p.call(map[string]any{"op": "pull", "after": p.last, "wait": 0})
 	if err != nil {
 		return "", err
@@ -258,22 +272,23 @@ func (p *page) ack() (string, error) {
 	return a.Worker, nil
 }
 
-// close closes the page on its worker (freeing its state) and then the
+// Close closes the page on its worker (freeing its state) and then the
 // WebSocket, with a normal closure.
-func (p *page) close() error {
+func (p *Page) Close() error {
 	_, err := p.call(map[string]any{"op": "close"})
 	_ = p.ws.WriteControl(websocket.CloseMessage,
 		websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
-	p.abort()
+	p.Abort()
 	if err != nil {
 		return fmt.Errorf("closing the page: %w", err)
 	}
 	return nil
 }
 
-// abort drops the WebSocket and the browser's idle connections. It unblocks
-// a read or write in progress and is safe to call more than once.
-func (p *page) abort() {
+// Abort drops the WebSocket and the browser's idle connections. It unblocks
+// a read or write in progress, may be called from any goroutine and is
+// safe to call more than once.
+func (p *Page) Abort() {
 	if p.ws != nil {
 		_ = p.ws.Close()
 	}
