@@ -57,9 +57,9 @@ type Agent struct {
 	// shutdownOnce guards parking on the way down.
 	shutdownOnce sync.Once
 	// started is set once Start succeeded.
-	started bool
-	token        string
-	registry     *prometheus.Registry
+	started  bool
+	token    string
+	registry *prometheus.Registry
 }
 
 // New checks the configuration and prepares an agent; Start runs it.
