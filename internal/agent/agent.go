@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -60,6 +61,13 @@ type Agent struct {
 	started  bool
 	token    string
 	registry *prometheus.Registry
+	http     *http.Client
+	peers    peers
+	// mu guards restart.
+	mu sync.Mutex
+	// api is the full admin API (an http.Handler), stored once ready.
+	api        atomic.Value
+	stopLeader chan struct{}
 }
 
 // New checks the configuration and prepares an agent; Start runs it.
@@ -71,10 +79,13 @@ func New(cfg *Config, builtins map[string]Builtin, log hclog.Logger) (*Agent, er
 	if err := cfg.Finish(); err != nil {
 		return nil, fmt.Errorf("checking configuration: %w", err)
 	}
-	a := &Agent{cfg: cfg, log: log}
+	a := &Agent{cfg: cfg, log: log, http: &http.Client{Timeout: 30 * time.Second}, stopLeader: make(chan struct{})}
 	var groups []host.GroupSpec
 	for _, g := range cfg.Groups {
 		spec := host.GroupSpec{Name: g.Name, Workers: g.Workers}
+		if cfg.Server.BootstrapExpect > 1 {
+			spec.Prefix = cfg.Name + "."
+		}
 		if g.Plugin != nil {
 			env := make([]string, 0, len(g.Plugin.Env))
 			for k, v := range g.Plugin.Env {
@@ -103,6 +114,16 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		}
 	}()
 	a.fsm = fsm.New()
+	a.registry = prometheus.NewRegistry()
+	if a.cfg.DataDir == "" {
+		a.park = park.NewMemStore()
+	} else if a.park, err = park.NewFileStore(filepath.Join(a.cfg.DataDir, "park")); err != nil {
+		return err
+	}
+	// The admin API listens first: servers find each other through it.
+	if err := a.startAdmin(); err != nil {
+		return err
+	}
 	rcfg := raftnode.Config{ID: a.cfg.Name, Bootstrap: a.cfg.Server.BootstrapExpect == 1, Logger: a.log}
 	if a.cfg.DataDir != "" {
 		rcfg.DataDir, rcfg.BindAddr = a.cfg.DataDir, a.cfg.Server.RaftAddr
@@ -111,23 +132,36 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	if a.cfg.Server.BootstrapExpect > 1 {
+		jctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err := a.join(jctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := a.raft.WaitLeader(wctx); err != nil {
 		return err
 	}
-	a.registry = prometheus.NewRegistry()
-	if a.cfg.DataDir == "" {
-		a.park = park.NewMemStore()
-	} else if a.park, err = park.NewFileStore(filepath.Join(a.cfg.DataDir, "park")); err != nil {
-		return err
-	}
+	log := forwardingLog{a}
 	a.mover = move.New(move.Config{FreezeTimeout: duration(a.cfg.Move.FreezeTimeout), Logger: a.log.Named("move"), Registry: a.registry},
-		a.fsm, a.raft, a.pool, a.park)
-	a.sup = supervisor.New(a.fsm, a.raft, a.pool, a.mover)
-	if a.restart, err = a.recover(ctx); err != nil {
+		a.fsm, log, a.pool, a.park)
+	a.sup = supervisor.New(a.fsm, log, a.pool, a.mover)
+	rep, err := a.recover(ctx)
+	if err != nil {
 		return err
 	}
+	if a.raft.IsLeader() {
+		if rep.AbortedMoves, err = a.abortStuckMoves(wctx); err != nil {
+			return err
+		}
+	}
+	a.mu.Lock()
+	a.restart = rep
+	a.mu.Unlock()
+	go a.leaderLoop(a.stopLeader)
 	a.pool.Parcels = a.park
 	a.pool.Woken = a.woken
 	a.log.Info("starting workers", "workers", len(a.pool.Workers()))
@@ -171,9 +205,8 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		a.served <- err
 	}()
 	a.log.Info("front listening", "address", a.Addr())
-	if err := a.startAdmin(); err != nil {
-		return err
-	}
+	a.api.Store(api.Handler(api.Config{Token: a.token, Supervisor: a.sup, Gatherer: a.registry, Logger: a.log.Named("api"),
+		Workers: func() any { return a.pool.Workers() }, Status: a.status}))
 	a.started = true
 	return nil
 }
@@ -185,8 +218,14 @@ func (a *Agent) startAdmin() error {
 		return err
 	}
 	a.token = tok
-	h := api.Handler(api.Config{Token: tok, Supervisor: a.sup, Gatherer: a.registry, Logger: a.log.Named("api"),
-		Workers: func() any { return a.pool.Workers() }})
+	h := api.Cluster(api.ClusterConfig{Token: tok, Logger: a.log.Named("api"),
+		Self:  func() any { return a.self() },
+		Apply: a.applyHandler,
+		Rest: func() http.Handler {
+			h, _ := a.api.Load().(http.Handler)
+			return h
+		},
+	})
 	a.adminLn, err = net.Listen("tcp", a.cfg.Admin.Address)
 	if err != nil {
 		return fmt.Errorf("listening for the admin API on %s: %w", a.cfg.Admin.Address, err)
@@ -278,11 +317,33 @@ func (a *Agent) Served() <-chan error { return a.served }
 func (a *Agent) health() map[string]any {
 	conns, users := a.fsm.Counts()
 	return map[string]any{"workers": a.pool.Workers(), "ready": a.pool.Ready(), "connections": conns, "users": users,
-		"restart": a.restart}
+		"restart": a.Restart()}
 }
 
 // Restart reports what the agent found of its last stop.
-func (a *Agent) Restart() RestartReport { return a.restart }
+func (a *Agent) Restart() RestartReport {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.restart
+}
+
+// Status is the agent's view of the cluster, for `stickyd status`.
+type Status struct {
+	Name    string            `json:"name"`
+	Leader  string            `json:"leader"`
+	Members []raftnode.Peer   `json:"members"`
+	Workers []host.WorkerInfo `json:"workers"`
+	Users   int               `json:"users"`
+	Conns   int               `json:"connections"`
+	Index   uint64            `json:"applied_index"`
+}
+
+func (a *Agent) status() any {
+	peers, _ := a.raft.Peers()
+	_, leader := a.raft.Leader()
+	conns, users := a.fsm.Counts()
+	return Status{Name: a.cfg.Name, Leader: leader, Members: peers, Workers: a.pool.Workers(), Users: users, Conns: conns, Index: a.fsm.Index()}
+}
 
 // cookieKey loads the cookie key, creating it on first start. Without a data
 // dir (dev) the key is random per process.
@@ -351,6 +412,11 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	}
 	if a.pool != nil {
 		_ = a.pool.Close()
+	}
+	select {
+	case <-a.stopLeader:
+	default:
+		close(a.stopLeader)
 	}
 	if a.raft != nil {
 		if err := a.raft.Shutdown(); err != nil {

@@ -48,6 +48,8 @@ type ServerConfig struct {
 	BootstrapExpect int `hcl:"bootstrap_expect,optional"`
 	// RaftAddr is the raft TCP address; default 127.0.0.1:4647.
 	RaftAddr string `hcl:"raft_addr,optional"`
+	// RetryJoin lists the other servers' admin API addresses.
+	RetryJoin []string `hcl:"retry_join,optional"`
 }
 
 // FrontConfig is the HTTP and WebSocket front.
@@ -130,8 +132,17 @@ func (c *Config) Finish() error {
 	if c.Server.BootstrapExpect == 0 {
 		c.Server.BootstrapExpect = 1
 	}
-	if c.Server.BootstrapExpect != 1 {
-		return fmt.Errorf("server: bootstrap_expect = %d: this version runs a single server (use 1)", c.Server.BootstrapExpect)
+	if c.Server.BootstrapExpect < 1 {
+		return fmt.Errorf("server: bootstrap_expect = %d: want 1 (alone) or the number of servers", c.Server.BootstrapExpect)
+	}
+	if c.Server.BootstrapExpect > 1 {
+		if c.DataDir == "" {
+			return fmt.Errorf("server: a cluster (bootstrap_expect = %d) needs a data_dir", c.Server.BootstrapExpect)
+		}
+		if len(c.Server.RetryJoin) < c.Server.BootstrapExpect-1 {
+			return fmt.Errorf("server: bootstrap_expect = %d needs the other servers in retry_join (%d given)",
+				c.Server.BootstrapExpect, len(c.Server.RetryJoin))
+		}
 	}
 	if c.Front == nil {
 		c.Front = &FrontConfig{}

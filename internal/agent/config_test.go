@@ -54,7 +54,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"negative workers", "group \"g\" {\n builtin = \"demo\"\n workers = -1\n}", "positive"},
 		{"bad timeout", "front { frame_timeout = \"soon\" }\ngroup \"g\" { builtin = \"demo\" }", "frame_timeout"},
 		{"negative freeze", "move { freeze_timeout = \"-1s\" }\ngroup \"g\" { builtin = \"demo\" }", "freeze_timeout"},
-		{"cluster", "server { bootstrap_expect = 3 }\ngroup \"g\" { builtin = \"demo\" }", "single server"},
+		{"cluster without data", "server { bootstrap_expect = 3 }\ngroup \"g\" { builtin = \"demo\" }", "needs a data_dir"},
+		{"cluster without peers", "data_dir = \"/x\"\nserver { bootstrap_expect = 3 }\ngroup \"g\" { builtin = \"demo\" }", "retry_join"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

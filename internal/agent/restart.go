@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/placement"
 )
 
@@ -143,10 +142,6 @@ func (a *Agent) recover(ctx context.Context) (RestartReport, error) {
 	if a.cfg.DataDir == "" {
 		return rep, nil
 	}
-	// The maps must be as the log left them before judging anyone's state.
-	if err := a.raft.Barrier(ctx); err != nil {
-		return rep, err
-	}
 	entries, err := os.ReadDir(a.restartDir())
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return rep, fmt.Errorf("reading park folders: %w", err)
@@ -180,23 +175,6 @@ func (a *Agent) recover(ctx context.Context) (RestartReport, error) {
 				a.log.Warn("a parked package is missing or damaged; the person's pages will restart clean", "user", u.User, "error", err)
 			}
 		}
-	}
-	// A move the agent died in cannot finish: roll it back in the maps. The
-	// state it carried died with the workers; the person's pages restart
-	// clean, with a notice, at their next request.
-	for _, u := range a.sup.Users() {
-		if u.State != placement.StateMoving {
-			continue
-		}
-		entry, err := fsm.Encode(fsm.MoveAbortRequestType, fsm.MoveAbortRequest{User: u.User, Epoch: u.Epoch})
-		if err != nil {
-			return rep, err
-		}
-		if _, err := a.raft.Apply(ctx, entry); err != nil {
-			a.log.Warn("rolling back a move the last stop interrupted", "user", u.User, "error", err)
-			continue
-		}
-		rep.AbortedMoves = append(rep.AbortedMoves, u.User)
 	}
 	a.log.Info("restart", "park_folder", rep.Folder, "parked", rep.Parked, "missing", rep.Missing,
 		"incomplete_folders", len(rep.Incomplete), "aborted_moves", len(rep.AbortedMoves))

@@ -10,10 +10,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,7 +39,10 @@ type Config struct {
 	Token      string
 	Supervisor Supervisor
 	// Workers lists the workers for GET /v1/workers.
-	Workers  func() any
+	Workers func() any
+	// Status describes the cluster for GET /v1/status and
+	// GET /v1/operator/raft/peers.
+	Status   func() any
 	Gatherer prometheus.Gatherer
 	Logger   hclog.Logger
 }
@@ -56,6 +59,12 @@ func Handler(cfg Config) http.Handler {
 	mux.HandleFunc("POST /v1/users/{user}/move", a.handle(a.moveUser))
 	mux.HandleFunc("GET /v1/workers", a.handle(a.listWorkers))
 	mux.HandleFunc("POST /v1/workers/{worker}/drain", a.handle(a.drain))
+	if cfg.Status != nil {
+		mux.HandleFunc("GET /v1/status", a.handle(func(w http.ResponseWriter, r *http.Request) error {
+			writeJSON(w, http.StatusOK, cfg.Status())
+			return nil
+		}))
+	}
 	if cfg.Gatherer != nil {
 		mux.Handle("GET /v1/metrics", a.auth(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
 	}
@@ -247,4 +256,59 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
-var _ = time.Second
+// ClusterConfig configures the part of the API that serves before the agent
+// is fully up: servers find each other and forward writes through it.
+type ClusterConfig struct {
+	Token string
+	// Self describes this agent (GET /v1/agent/self).
+	Self func() any
+	// Apply applies a forwarded raft entry on the leader
+	// (POST /v1/internal/apply); it returns the result, an HTTP status and
+	// the error.
+	Apply func(ctx context.Context, entry []byte) (any, int, error)
+	// Rest returns the full API once the agent is ready, nil before: calls
+	// then get 503.
+	Rest   func() http.Handler
+	Logger hclog.Logger
+}
+
+// Cluster returns the admin API's handler for an agent that may still be
+// starting.
+func Cluster(cfg ClusterConfig) http.Handler {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	a := &server{cfg: Config{Token: cfg.Token, Logger: cfg.Logger}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/agent/self", a.handle(func(w http.ResponseWriter, r *http.Request) error {
+		writeJSON(w, http.StatusOK, cfg.Self())
+		return nil
+	}))
+	mux.HandleFunc("POST /v1/internal/apply", a.handle(func(w http.ResponseWriter, r *http.Request) error {
+		entry, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<20))
+		if err != nil {
+			return &Error{Status: http.StatusBadRequest, Message: "reading entry: " + err.Error()}
+		}
+		res, status, err := cfg.Apply(r.Context(), entry)
+		if err != nil {
+			writeJSON(w, status, map[string]string{"error": err.Error(), "kind": fsm.ErrorKind(err)})
+			return nil
+		}
+		b, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, map[string]json.RawMessage{"result": b})
+		return nil
+	}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if h := cfg.Rest(); h != nil {
+			h.ServeHTTP(w, r)
+			return
+		}
+		a.handle(func(http.ResponseWriter, *http.Request) error {
+			return &Error{Status: http.StatusServiceUnavailable, Message: "the agent is starting"}
+		})(w, r)
+	})
+	return mux
+}

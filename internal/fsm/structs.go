@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/stickyd/stickyd/internal/placement"
 )
 
 // MessageType is the leading byte of a log entry. Types are append-only: a
@@ -92,4 +94,57 @@ func Encode(t MessageType, body any) ([]byte, error) {
 		return nil, fmt.Errorf("encoding log entry %d: %w", t, err)
 	}
 	return append([]byte{byte(t)}, b...), nil
+}
+
+// DecodeResult decodes the JSON form of what Apply returned for an entry of
+// type t, as a leader sends it to a follower that forwarded the write.
+func DecodeResult(t MessageType, b []byte) (any, error) {
+	if len(b) == 0 || string(b) == "null" {
+		return nil, nil
+	}
+	var v any
+	switch t {
+	case ConnectRequestType:
+		v = new(Route)
+	case LoginRequestType:
+		v = new(LoginResult)
+	case MoveBeginRequestType, MoveCommitRequestType, MoveAbortRequestType, WokenRequestType:
+		v = new(placement.UserInfo)
+	default:
+		return nil, nil
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return nil, fmt.Errorf("decoding the result of entry type %d: %w", t, err)
+	}
+	switch x := v.(type) {
+	case *Route:
+		return *x, nil
+	case *LoginResult:
+		return *x, nil
+	case *placement.UserInfo:
+		return *x, nil
+	}
+	return v, nil
+}
+
+// ErrorKind names a sentinel error for the wire ("" for any other).
+func ErrorKind(err error) string {
+	switch {
+	case errors.Is(err, ErrNoUser):
+		return "no_user"
+	case errors.Is(err, ErrBusy):
+		return "busy"
+	}
+	return ""
+}
+
+// KindError rebuilds an error a leader reported, wrapping its sentinel.
+func KindError(kind, msg string) error {
+	switch kind {
+	case "no_user":
+		return fmt.Errorf("%w (on the leader: %s)", ErrNoUser, msg)
+	case "busy":
+		return fmt.Errorf("%w (on the leader: %s)", ErrBusy, msg)
+	}
+	return errors.New(msg)
 }

@@ -25,6 +25,9 @@ type GroupSpec struct {
 	Name     string
 	Workers  int
 	Launcher Launcher
+	// Prefix starts every worker id of the group ("s1." in a cluster, so
+	// ids are unique across hosts).
+	Prefix string
 }
 
 // Parcels is where the host reads parked packages to wake people from.
@@ -105,7 +108,7 @@ func New(log hclog.Logger, groups []GroupSpec) *Pool {
 	p := &Pool{log: log, slots: map[string]*slot{}}
 	for _, g := range groups {
 		for i := 1; i <= g.Workers; i++ {
-			id := fmt.Sprintf("%s-%d", g.Name, i)
+			id := fmt.Sprintf("%s%s-%d", g.Prefix, g.Name, i)
 			s := &slot{id: id, group: g.Name, launcher: g.Launcher, log: log.With("worker", id),
 				up: make(chan struct{}), first: make(chan error, 1)}
 			s.info = WorkerInfo{ID: id, Group: g.Name, State: StateStarting}

@@ -42,6 +42,10 @@ type Node struct {
 	Raft      *raft.Raft
 	transport raft.Transport
 	closers   []func() error
+	leaderCh  chan bool
+	logs      raft.LogStore
+	stable    raft.StableStore
+	snaps     raft.SnapshotStore
 }
 
 // ErrNotLeader is returned when a write reaches a member that is not the leader.
@@ -62,7 +66,8 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 	if cfg.SnapshotThreshold > 0 {
 		rc.SnapshotThreshold = cfg.SnapshotThreshold
 	}
-	n := &Node{}
+	n := &Node{leaderCh: make(chan bool, 16)}
+	rc.NotifyCh = n.leaderCh
 	var (
 		logs   raft.LogStore
 		stable raft.StableStore
@@ -119,6 +124,7 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 			}
 		}
 	}
+	n.logs, n.stable, n.snaps = logs, stable, snaps
 	r, err := raft.NewRaft(rc, fsm, logs, stable, snaps, n.transport)
 	if err != nil {
 		n.close()
@@ -126,6 +132,59 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 	}
 	n.Raft = r
 	return n, nil
+}
+
+// LeaderCh delivers true when this member becomes leader and false when it
+// stops being leader. It is buffered: a transition is never dropped.
+func (n *Node) LeaderCh() <-chan bool { return n.leaderCh }
+
+// IsLeader reports whether this member is the leader now.
+func (n *Node) IsLeader() bool { return n.Raft.State() == raft.Leader }
+
+// Leader returns the leader's raft address and id ("" when there is none).
+func (n *Node) Leader() (addr, id string) {
+	a, i := n.Raft.LeaderWithID()
+	return string(a), string(i)
+}
+
+// HasState reports whether the member has a log or snapshot already: a
+// member that has is part of a cluster and must not bootstrap again.
+func (n *Node) HasState() (bool, error) { return raft.HasExistingState(n.logs, n.stable, n.snaps) }
+
+// Bootstrap starts a new cluster of the given members (id → raft address).
+// Every member may call it with the same set; raft keeps the first.
+func (n *Node) Bootstrap(members map[string]string) error {
+	var conf raft.Configuration
+	for id, addr := range members {
+		conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(addr)})
+	}
+	err := n.Raft.BootstrapCluster(conf).Error()
+	if errors.Is(err, raft.ErrCantBootstrap) {
+		return nil
+	}
+	return err
+}
+
+// Peer is a raft member as the operator sees it.
+type Peer struct {
+	ID      string `json:"id"`
+	Address string `json:"address"`
+	Voter   bool   `json:"voter"`
+	Leader  bool   `json:"leader"`
+}
+
+// Peers lists the members of the raft configuration.
+func (n *Node) Peers() ([]Peer, error) {
+	f := n.Raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, err
+	}
+	_, leader := n.Leader()
+	var out []Peer
+	for _, s := range f.Configuration().Servers {
+		out = append(out, Peer{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter, Leader: string(s.ID) == leader})
+	}
+	return out, nil
 }
 
 // Addr is the transport's address.

@@ -1,0 +1,269 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/placement"
+	"github.com/stickyd/stickyd/internal/raftnode"
+)
+
+// A cluster of servers: each knows the others by their admin API address
+// (retry_join). A server with no raft state asks each of them who they are
+// (GET /v1/agent/self) until it knows bootstrap_expect servers, then every one
+// bootstraps raft with that same set. The leader is the only writer: a write
+// reaching a follower is forwarded to the leader's admin API
+// (POST /v1/internal/apply) and waits — through an election too — within its
+// context's deadline.
+
+// Self is what an agent says of itself to the others.
+type Self struct {
+	Name      string `json:"name"`
+	RaftAddr  string `json:"raft_addr"`
+	AdminAddr string `json:"admin_addr"`
+	FrontAddr string `json:"front_addr"`
+}
+
+// peers is what this agent knows of the servers: raft address → admin address.
+type peers struct {
+	mu sync.Mutex // guards admin
+	// admin maps a server's raft address to its admin API address.
+	admin map[string]string
+}
+
+func (p *peers) set(raftAddr, adminAddr string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.admin == nil {
+		p.admin = map[string]string{}
+	}
+	p.admin[raftAddr] = adminAddr
+}
+
+func (p *peers) adminOf(raftAddr string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.admin[raftAddr]
+}
+
+func (a *Agent) self() Self {
+	return Self{Name: a.cfg.Name, RaftAddr: a.raft.Addr(), AdminAddr: a.AdminAddr(), FrontAddr: a.Addr()}
+}
+
+// client calls another agent's admin API.
+func (a *Agent) call(ctx context.Context, method, addr, path string, body []byte, out any) error {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	req, err := http.NewRequestWithContext(ctx, method, addr+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-Stickyd-Token", a.token)
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+			Kind  string `json:"kind"`
+		}
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			return &remoteErr{status: resp.StatusCode, err: fsm.KindError(e.Kind, e.Error)}
+		}
+		return &remoteErr{status: resp.StatusCode, err: fmt.Errorf("HTTP %d from %s", resp.StatusCode, addr)}
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+// remoteErr is a refusal from another agent.
+type remoteErr struct {
+	status int
+	err    error
+}
+
+func (e *remoteErr) Error() string { return e.err.Error() }
+func (e *remoteErr) Unwrap() error { return e.err }
+
+// join bootstraps a new cluster once bootstrap_expect servers are known.
+func (a *Agent) join(ctx context.Context) error {
+	has, err := a.raft.HasState()
+	if err != nil {
+		return err
+	}
+	expect := a.cfg.Server.BootstrapExpect
+	self := a.self()
+	a.peers.set(self.RaftAddr, self.AdminAddr)
+	members := map[string]string{self.Name: self.RaftAddr}
+	for attempt := 0; ; attempt++ {
+		for _, addr := range a.cfg.Server.RetryJoin {
+			var s Self
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			err := a.call(cctx, "GET", addr, "/v1/agent/self", nil, &s)
+			cancel()
+			if err != nil {
+				if attempt%20 == 0 {
+					a.log.Info("waiting for a server to join", "address", addr, "error", err)
+				}
+				continue
+			}
+			a.peers.set(s.RaftAddr, s.AdminAddr)
+			members[s.Name] = s.RaftAddr
+		}
+		if has {
+			return nil // a member already: raft finds the others itself
+		}
+		if len(members) >= expect {
+			a.log.Info("bootstrapping the cluster", "servers", len(members))
+			return a.raft.Bootstrap(members)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("joining: %d of %d servers found: %w", len(members), expect, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// refreshPeers keeps learning the servers' admin addresses (a server that
+// restarts may come back with a new one).
+func (a *Agent) refreshPeers(ctx context.Context) {
+	for _, addr := range a.cfg.Server.RetryJoin {
+		var s Self
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := a.call(cctx, "GET", addr, "/v1/agent/self", nil, &s); err == nil {
+			a.peers.set(s.RaftAddr, s.AdminAddr)
+		}
+		cancel()
+	}
+}
+
+// forwardingLog applies entries on the leader, from any server.
+type forwardingLog struct{ a *Agent }
+
+// Apply writes entry through the leader. While there is no leader (an
+// election), or the leader cannot be reached, it retries until ctx ends: a
+// write waits, it does not fail, within its bound.
+func (l forwardingLog) Apply(ctx context.Context, entry []byte) (any, error) {
+	a := l.a
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
+	for {
+		if a.raft.IsLeader() {
+			res, err := a.raft.Apply(ctx, entry)
+			if !errors.Is(err, raftnode.ErrNotLeader) {
+				return res, err
+			}
+		} else if leaderAddr, _ := a.raft.Leader(); leaderAddr != "" {
+			admin := a.peers.adminOf(leaderAddr)
+			if admin == "" {
+				a.refreshPeers(ctx)
+				admin = a.peers.adminOf(leaderAddr)
+			}
+			if admin != "" {
+				var out struct {
+					Result json.RawMessage `json:"result"`
+				}
+				err := a.call(ctx, "POST", admin, "/v1/internal/apply", entry, &out)
+				var re *remoteErr
+				switch {
+				case err == nil:
+					return fsm.DecodeResult(fsm.MessageType(entry[0]), out.Result)
+				case errors.As(err, &re) && re.status != http.StatusServiceUnavailable && re.status != http.StatusMisdirectedRequest:
+					return nil, re.err // the leader applied it and refused: final
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for a raft leader to take the write: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// applyHandler is the leader's side of a forwarded write.
+func (a *Agent) applyHandler(ctx context.Context, entry []byte) (any, int, error) {
+	if len(entry) == 0 {
+		return nil, http.StatusBadRequest, errors.New("empty entry")
+	}
+	if !a.raft.IsLeader() {
+		return nil, http.StatusMisdirectedRequest, errors.New("not the leader")
+	}
+	res, err := a.raft.Apply(ctx, entry)
+	if errors.Is(err, raftnode.ErrNotLeader) {
+		return nil, http.StatusMisdirectedRequest, err
+	}
+	if err != nil {
+		return nil, http.StatusConflict, err
+	}
+	return res, http.StatusOK, nil
+}
+
+// leaderLoop runs leader-only work while this server leads: moves the last
+// leader was making cannot finish, so they are rolled back.
+func (a *Agent) leaderLoop(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case leader := <-a.raft.LeaderCh():
+			if !leader {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			aborted, err := a.abortStuckMoves(ctx)
+			cancel()
+			if err != nil {
+				a.log.Warn("rolling back interrupted moves", "error", err)
+			}
+			if len(aborted) > 0 {
+				a.mu.Lock()
+				a.restart.AbortedMoves = append(a.restart.AbortedMoves, aborted...)
+				a.mu.Unlock()
+			}
+		}
+	}
+}
+
+// abortStuckMoves rolls back every move in the maps; called by a new leader,
+// which runs no move yet.
+func (a *Agent) abortStuckMoves(ctx context.Context) ([]string, error) {
+	if err := a.raft.Barrier(ctx); err != nil {
+		return nil, err
+	}
+	var aborted []string
+	for _, u := range a.fsm.Users() {
+		if u.State != placement.StateMoving {
+			continue
+		}
+		entry, err := fsm.Encode(fsm.MoveAbortRequestType, fsm.MoveAbortRequest{User: u.User, Epoch: u.Epoch})
+		if err != nil {
+			return aborted, err
+		}
+		if _, err := a.raft.Apply(ctx, entry); err != nil {
+			a.log.Warn("rolling back an interrupted move", "user", u.User, "error", err)
+			continue
+		}
+		aborted = append(aborted, u.User)
+	}
+	return aborted, nil
+}
