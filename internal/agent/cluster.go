@@ -181,11 +181,14 @@ func (l forwardingLog) Apply(ctx context.Context, entry []byte) (any, error) {
 			if admin != "" {
 				var out struct {
 					Result json.RawMessage `json:"result"`
+					Index  uint64          `json:"index"`
 				}
 				err := a.call(ctx, "POST", admin, "/v1/internal/apply", entry, &out)
 				var re *remoteErr
 				switch {
 				case err == nil:
+					// Read your writes: the caller reads this replica next.
+					a.waitApplied(ctx, out.Index)
 					return fsm.DecodeResult(fsm.MessageType(entry[0]), out.Result)
 				case errors.As(err, &re) && re.status != http.StatusServiceUnavailable && re.status != http.StatusMisdirectedRequest:
 					return nil, re.err // the leader applied it and refused: final
@@ -200,22 +203,31 @@ func (l forwardingLog) Apply(ctx context.Context, entry []byte) (any, error) {
 	}
 }
 
+// waitApplied waits (bounded by ctx, at most 5 s) until the local replica
+// has applied index.
+func (a *Agent) waitApplied(ctx context.Context, index uint64) {
+	deadline := time.Now().Add(5 * time.Second)
+	for a.fsm.Index() < index && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // applyHandler is the leader's side of a forwarded write.
-func (a *Agent) applyHandler(ctx context.Context, entry []byte) (any, int, error) {
+func (a *Agent) applyHandler(ctx context.Context, entry []byte) (any, uint64, int, error) {
 	if len(entry) == 0 {
-		return nil, http.StatusBadRequest, errors.New("empty entry")
+		return nil, 0, http.StatusBadRequest, errors.New("empty entry")
 	}
 	if !a.raft.IsLeader() {
-		return nil, http.StatusMisdirectedRequest, errors.New("not the leader")
+		return nil, 0, http.StatusMisdirectedRequest, errors.New("not the leader")
 	}
-	res, err := a.raft.Apply(ctx, entry)
+	res, index, err := a.raft.ApplyIndex(ctx, entry)
 	if errors.Is(err, raftnode.ErrNotLeader) {
-		return nil, http.StatusMisdirectedRequest, err
+		return nil, 0, http.StatusMisdirectedRequest, err
 	}
 	if err != nil {
-		return nil, http.StatusConflict, err
+		return nil, 0, http.StatusConflict, err
 	}
-	return res, http.StatusOK, nil
+	return res, index, http.StatusOK, nil
 }
 
 // leaderLoop runs leader-only work while this server leads: moves the last

@@ -265,7 +265,7 @@ type ClusterConfig struct {
 	// Apply applies a forwarded raft entry on the leader
 	// (POST /v1/internal/apply); it returns the result, an HTTP status and
 	// the error.
-	Apply func(ctx context.Context, entry []byte) (any, int, error)
+	Apply func(ctx context.Context, entry []byte) (result any, index uint64, status int, err error)
 	// Rest returns the full API once the agent is ready, nil before: calls
 	// then get 503.
 	Rest   func() http.Handler
@@ -289,7 +289,7 @@ func Cluster(cfg ClusterConfig) http.Handler {
 		if err != nil {
 			return &Error{Status: http.StatusBadRequest, Message: "reading entry: " + err.Error()}
 		}
-		res, status, err := cfg.Apply(r.Context(), entry)
+		res, index, status, err := cfg.Apply(r.Context(), entry)
 		if err != nil {
 			writeJSON(w, status, map[string]string{"error": err.Error(), "kind": fsm.ErrorKind(err)})
 			return nil
@@ -298,7 +298,7 @@ func Cluster(cfg ClusterConfig) http.Handler {
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, map[string]json.RawMessage{"result": b})
+		writeJSON(w, http.StatusOK, map[string]any{"result": json.RawMessage(b), "index": index})
 		return nil
 	}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -222,24 +222,31 @@ func (n *Node) Barrier(ctx context.Context) error {
 // Apply writes one entry through the log and returns what the FSM returned
 // for it (an error value from the FSM is returned as the error).
 func (n *Node) Apply(ctx context.Context, entry []byte) (any, error) {
+	res, _, err := n.ApplyIndex(ctx, entry)
+	return res, err
+}
+
+// ApplyIndex is Apply that also returns the entry's log index, so that a
+// follower that forwarded the write can wait until its replica has it.
+func (n *Node) ApplyIndex(ctx context.Context, entry []byte) (any, uint64, error) {
 	timeout := 10 * time.Second
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
 		if timeout <= 0 {
-			return nil, context.DeadlineExceeded
+			return nil, 0, context.DeadlineExceeded
 		}
 	}
 	f := n.Raft.Apply(entry, timeout)
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
-			return nil, ErrNotLeader
+			return nil, 0, ErrNotLeader
 		}
-		return nil, fmt.Errorf("applying raft entry: %w", err)
+		return nil, 0, fmt.Errorf("applying raft entry: %w", err)
 	}
 	if err, ok := f.Response().(error); ok {
-		return nil, err
+		return nil, f.Index(), err
 	}
-	return f.Response(), nil
+	return f.Response(), f.Index(), nil
 }
 
 // Shutdown stops the member and closes its stores. Idempotent.

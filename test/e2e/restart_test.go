@@ -39,18 +39,32 @@ func freePort(t *testing.T) string {
 
 // newProc writes an agent configuration in a fresh directory.
 func newProc(t *testing.T, workers int) *proc {
+	return newProcWith(t, workers, "solo", 1, nil, "")
+}
+
+// newProcWith writes the configuration of one server of a cluster of expect
+// servers; admin and front are chosen here unless given.
+func newProcWith(t *testing.T, workers int, name string, expect int, join []string, admin string) *proc {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{t: t, dir: t.TempDir(), front: freePort(t), admin: freePort(t)}
+	p := &proc{t: t, dir: t.TempDir(), front: freePort(t), admin: admin}
+	if p.admin == "" {
+		p.admin = freePort(t)
+	}
+	joins := ""
+	for _, j := range join {
+		joins += fmt.Sprintf("%q, ", j)
+	}
 	cfg := fmt.Sprintf(`
-name     = "solo"
+name     = %q
 data_dir = %q
 log_level = "info"
 server {
-  bootstrap_expect = 1
+  bootstrap_expect = %d
   raft_addr        = %q
+  retry_join       = [%s]
 }
 front {
   address       = %q
@@ -68,7 +82,7 @@ group "web" {
     env     = { %s = "counter" }
   }
 }
-`, filepath.Join(p.dir, "data"), freePort(t), p.front, p.admin, testToken, workers, exe, workerEnv)
+`, name, filepath.Join(p.dir, "data"), expect, freePort(t), joins, p.front, p.admin, testToken, workers, exe, workerEnv)
 	if err := os.WriteFile(filepath.Join(p.dir, "stickyd.hcl"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +90,13 @@ group "web" {
 }
 
 func (p *proc) start() {
+	p.t.Helper()
+	p.launch()
+	p.waitHealthy()
+}
+
+// launch starts the process without waiting for it.
+func (p *proc) launch() {
 	p.t.Helper()
 	exe, _ := os.Executable()
 	p.out = &bytes.Buffer{}
@@ -87,13 +108,19 @@ func (p *proc) start() {
 	}
 	p.exited = make(chan error, 1)
 	go func() { p.exited <- p.cmd.Wait() }()
+	cmd, exited := p.cmd, p.exited
 	p.t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
-			_ = p.cmd.Process.Kill()
-			<-p.exited
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-exited
 		}
 	})
-	deadline := time.Now().Add(60 * time.Second)
+}
+
+// waitHealthy waits until the front answers its health check.
+func (p *proc) waitHealthy() {
+	p.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-p.exited:
