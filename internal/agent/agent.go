@@ -21,6 +21,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 
 	"github.com/stickyd/stickyd/internal/api"
 	"github.com/stickyd/stickyd/internal/channel"
@@ -68,6 +69,9 @@ type Agent struct {
 	// api is the full admin API (an http.Handler), stored once ready.
 	api        atomic.Value
 	stopLeader chan struct{}
+	router     *router
+	rpc        *grpc.Server
+	rpcLn      net.Listener
 }
 
 // New checks the configuration and prepares an agent; Start runs it.
@@ -120,9 +124,16 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	} else if a.park, err = park.NewFileStore(filepath.Join(a.cfg.DataDir, "park")); err != nil {
 		return err
 	}
-	// The admin API listens first: servers find each other through it.
+	// The admin API and the peer links listen first: servers find each
+	// other through them.
+	a.router = &router{a: a}
 	if err := a.startAdmin(); err != nil {
 		return err
+	}
+	if a.cfg.Server.RPCAddr != "" {
+		if err := a.serveLinks(); err != nil {
+			return err
+		}
 	}
 	rcfg := raftnode.Config{ID: a.cfg.Name, Bootstrap: a.cfg.Server.BootstrapExpect == 1, Logger: a.log}
 	if a.cfg.DataDir != "" {
@@ -147,8 +158,8 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	log := forwardingLog{a}
 	a.mover = move.New(move.Config{FreezeTimeout: duration(a.cfg.Move.FreezeTimeout), Logger: a.log.Named("move"), Registry: a.registry},
-		a.fsm, log, a.pool, a.park)
-	a.sup = supervisor.New(a.fsm, log, a.pool, a.mover)
+		a.fsm, log, a.router, a.park)
+	a.sup = supervisor.New(a.fsm, log, a.router, a.mover)
 	rep, err := a.recover(ctx)
 	if err != nil {
 		return err
@@ -162,11 +173,14 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	a.restart = rep
 	a.mu.Unlock()
 	go a.leaderLoop(a.stopLeader)
-	a.pool.Parcels = a.park
+	a.pool.Parcels = clusterParcels{a}
 	a.pool.Woken = a.woken
 	a.log.Info("starting workers", "workers", len(a.pool.Workers()))
 	if err := a.pool.Start(ctx); err != nil {
 		return fmt.Errorf("starting workers: %w", err)
+	}
+	if err := a.register(wctx); err != nil {
+		return fmt.Errorf("registering this agent's workers: %w", err)
 	}
 	key, err := a.cookieKey()
 	if err != nil {
@@ -174,7 +188,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	a.front, err = front.New(front.Config{
 		Directory:       a.sup,
-		Dispatcher:      a.pool,
+		Dispatcher:      a.router,
 		CookieKey:       key,
 		SecureCookie:    a.cfg.Front.SecureCookie,
 		MaxMessageBytes: a.cfg.Front.MaxMessageBytes,
@@ -221,6 +235,9 @@ func (a *Agent) startAdmin() error {
 	h := api.Cluster(api.ClusterConfig{Token: tok, Logger: a.log.Named("api"),
 		Self:  func() any { return a.self() },
 		Apply: a.applyHandler,
+		Park: func(digest string) ([]byte, error) {
+			return a.park.Get(digest)
+		},
 		Rest: func() http.Handler {
 			h, _ := a.api.Load().(http.Handler)
 			return h
@@ -417,6 +434,13 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	case <-a.stopLeader:
 	default:
 		close(a.stopLeader)
+	}
+	if a.router != nil {
+		a.router.close()
+	}
+	if a.rpc != nil {
+		a.rpc.Stop()
+		a.rpc = nil
 	}
 	if a.raft != nil {
 		if err := a.raft.Shutdown(); err != nil {

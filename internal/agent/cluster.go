@@ -29,6 +29,7 @@ import (
 type Self struct {
 	Name      string `json:"name"`
 	RaftAddr  string `json:"raft_addr"`
+	RPCAddr   string `json:"rpc_addr"`
 	AdminAddr string `json:"admin_addr"`
 	FrontAddr string `json:"front_addr"`
 }
@@ -56,7 +57,14 @@ func (p *peers) adminOf(raftAddr string) string {
 }
 
 func (a *Agent) self() Self {
-	return Self{Name: a.cfg.Name, RaftAddr: a.raft.Addr(), AdminAddr: a.AdminAddr(), FrontAddr: a.Addr()}
+	s := Self{Name: a.cfg.Name, AdminAddr: a.AdminAddr(), FrontAddr: a.Addr()}
+	if a.raft != nil {
+		s.RaftAddr = a.raft.Addr()
+	}
+	if a.rpcLn != nil {
+		s.RPCAddr = a.rpcLn.Addr().String()
+	}
+	return s
 }
 
 // client calls another agent's admin API.
@@ -91,6 +99,24 @@ func (a *Agent) call(ctx context.Context, method, addr, path string, body []byte
 	return nil
 }
 
+// fetch GETs raw bytes from another agent's admin API.
+func (a *Agent) fetch(ctx context.Context, addr, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+addr+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("X-Stickyd-Token", a.token)
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("HTTP %d from %s%s", resp.StatusCode, addr, path)
+	}
+	return io.ReadAll(resp.Body)
+}
+
 // remoteErr is a refusal from another agent.
 type remoteErr struct {
 	status int
@@ -122,6 +148,9 @@ func (a *Agent) join(ctx context.Context) error {
 				}
 				continue
 			}
+			if s.RaftAddr == "" || s.Name == "" {
+				continue // that server's raft is not up yet
+			}
 			a.peers.set(s.RaftAddr, s.AdminAddr)
 			members[s.Name] = s.RaftAddr
 		}
@@ -138,6 +167,24 @@ func (a *Agent) join(ctx context.Context) error {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// register records this agent's workers in the maps, so every server can
+// route to them.
+func (a *Agent) register(ctx context.Context) error {
+	e := fsm.AgentEntry{Name: a.cfg.Name, AdminAddr: a.AdminAddr(), Workers: map[string]string{}}
+	if a.rpcLn != nil {
+		e.RPCAddr = a.rpcLn.Addr().String()
+	}
+	for _, w := range a.pool.Workers() {
+		e.Workers[w.ID] = w.Group
+	}
+	entry, err := fsm.Encode(fsm.RegisterAgentRequestType, e)
+	if err != nil {
+		return err
+	}
+	_, err = forwardingLog{a}.Apply(ctx, entry)
+	return err
 }
 
 // refreshPeers keeps learning the servers' admin addresses (a server that

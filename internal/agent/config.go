@@ -50,6 +50,9 @@ type ServerConfig struct {
 	RaftAddr string `hcl:"raft_addr,optional"`
 	// RetryJoin lists the other servers' admin API addresses.
 	RetryJoin []string `hcl:"retry_join,optional"`
+	// RPCAddr is where other agents open peer links to this agent's
+	// workers; default 127.0.0.1:4648 in a cluster, none alone.
+	RPCAddr string `hcl:"rpc_addr,optional"`
 }
 
 // FrontConfig is the HTTP and WebSocket front.
@@ -136,6 +139,9 @@ func (c *Config) Finish() error {
 		return fmt.Errorf("server: bootstrap_expect = %d: want 1 (alone) or the number of servers", c.Server.BootstrapExpect)
 	}
 	if c.Server.BootstrapExpect > 1 {
+		if c.Server.RPCAddr == "" {
+			c.Server.RPCAddr = "127.0.0.1:4648"
+		}
 		if c.DataDir == "" {
 			return fmt.Errorf("server: a cluster (bootstrap_expect = %d) needs a data_dir", c.Server.BootstrapExpect)
 		}

@@ -266,6 +266,9 @@ type ClusterConfig struct {
 	// (POST /v1/internal/apply); it returns the result, an HTTP status and
 	// the error.
 	Apply func(ctx context.Context, entry []byte) (result any, index uint64, status int, err error)
+	// Park returns a parked package (GET /v1/internal/park/{digest}), for
+	// an agent waking its owner elsewhere.
+	Park func(digest string) ([]byte, error)
 	// Rest returns the full API once the agent is ready, nil before: calls
 	// then get 503.
 	Rest   func() http.Handler
@@ -299,6 +302,15 @@ func Cluster(cfg ClusterConfig) http.Handler {
 			return err
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"result": json.RawMessage(b), "index": index})
+		return nil
+	}))
+	mux.HandleFunc("GET /v1/internal/park/{digest}", a.handle(func(w http.ResponseWriter, r *http.Request) error {
+		b, err := cfg.Park(r.PathValue("digest"))
+		if err != nil {
+			return &Error{Status: http.StatusNotFound, Message: err.Error()}
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		_, _ = w.Write(b)
 		return nil
 	}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

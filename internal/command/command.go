@@ -61,6 +61,13 @@ func RunWith(args []string, ui cli.Ui, builtins map[string]agent.Builtin) int {
 			"worker":       func() (cli.Command, error) { return &WorkerCommand{Meta: meta}, nil },
 			"worker list":  func() (cli.Command, error) { return &WorkerListCommand{Meta: meta}, nil },
 			"worker drain": func() (cli.Command, error) { return &WorkerDrainCommand{Meta: meta}, nil },
+
+			"status":                   func() (cli.Command, error) { return &StatusCommand{Meta: meta}, nil },
+			"server":                   func() (cli.Command, error) { return &ServerCommand{Meta: meta}, nil },
+			"server members":           func() (cli.Command, error) { return &ServerMembersCommand{Meta: meta}, nil },
+			"operator":                 func() (cli.Command, error) { return &OperatorCommand{Meta: meta}, nil },
+			"operator raft":            func() (cli.Command, error) { return &OperatorRaftCommand{Meta: meta}, nil },
+			"operator raft list-peers": func() (cli.Command, error) { return &OperatorRaftListPeersCommand{Meta: meta}, nil },
 		},
 		HelpWriter:  &help,
 		ErrorWriter: &errs,

@@ -39,6 +39,17 @@ type State struct {
 	Conns map[string]string `json:"conns"`
 	// Users maps a user key to their home.
 	Users map[string]*User `json:"users"`
+	// Agents maps an agent's name to where its workers are reached.
+	Agents map[string]*AgentEntry `json:"agents,omitempty"`
+}
+
+// AgentEntry is an agent as the cluster reaches it.
+type AgentEntry struct {
+	Name      string `json:"name"`
+	RPCAddr   string `json:"rpc_addr"`
+	AdminAddr string `json:"admin_addr"`
+	// Workers maps each of its worker ids to its group.
+	Workers map[string]string `json:"workers"`
 }
 
 // User is where a person lives.
@@ -129,7 +140,30 @@ func info(user string, h *User) placement.UserInfo {
 }
 
 func newState() *State {
-	return &State{Conns: map[string]string{}, Users: map[string]*User{}}
+	return &State{Conns: map[string]string{}, Users: map[string]*User{}, Agents: map[string]*AgentEntry{}}
+}
+
+// AgentOf returns the agent running worker, if any agent registered it.
+func (f *FSM) AgentOf(worker string) (AgentEntry, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for _, a := range f.state.Agents {
+		if _, ok := a.Workers[worker]; ok {
+			return *a, true
+		}
+	}
+	return AgentEntry{}, false
+}
+
+// Agents lists the registered agents.
+func (f *FSM) Agents() []AgentEntry {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]AgentEntry, 0, len(f.state.Agents))
+	for _, a := range f.state.Agents {
+		out = append(out, *a)
+	}
+	return out
 }
 
 // Lookup returns the route of a connection from the local replica.
@@ -208,6 +242,13 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return f.applyMoveAbort(buf)
 	case WokenRequestType:
 		return f.applyWoken(buf)
+	case RegisterAgentRequestType:
+		var req AgentEntry
+		if err := json.Unmarshal(buf, &req); err != nil {
+			return fmt.Errorf("decoding agent registration: %w", err)
+		}
+		f.state.Agents[req.Name] = &req
+		return nil
 	default:
 		// An entry from a newer version: skipping it keeps the replica
 		// running, and the newer leader will not send it to us until all
@@ -393,6 +434,10 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		c := *v
 		s.Users[k] = &c
 	}
+	for k, v := range f.state.Agents {
+		c := *v
+		s.Agents[k] = &c
+	}
 	return &snapshot{state: s}, nil
 }
 
@@ -408,6 +453,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	if s.Users == nil {
 		s.Users = map[string]*User{}
+	}
+	if s.Agents == nil {
+		s.Agents = map[string]*AgentEntry{}
 	}
 	load := map[string]int{}
 	for _, u := range s.Users {

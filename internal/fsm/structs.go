@@ -20,6 +20,8 @@ const (
 	MoveCommitRequestType MessageType = 4
 	MoveAbortRequestType  MessageType = 5
 	WokenRequestType      MessageType = 6
+	// RegisterAgentRequestType records an AgentEntry.
+	RegisterAgentRequestType MessageType = 7
 )
 
 var (

@@ -383,6 +383,30 @@ func (p *Pool) wake(s *slot, peer *channel.Peer, f *protocol.Frame) {
 	}()
 }
 
+// StartEnvelope sends one request envelope to a worker without waiting for the
+// answer (a Frame goes through Send, for the wake). Envelopes started from
+// one goroutine reach the worker in order.
+func (p *Pool) StartEnvelope(ctx context.Context, workerID string, env *protocol.Envelope) (*channel.Call, error) {
+	if f := env.GetFrame(); f != nil {
+		return p.Send(ctx, workerID, f)
+	}
+	s, err := p.slot(workerID)
+	if err != nil {
+		return nil, err
+	}
+	peer, err := s.readyPeer(ctx, p.stopCh())
+	if err != nil {
+		return nil, err
+	}
+	return peer.Start(env)
+}
+
+// Has reports whether this host runs the worker.
+func (p *Pool) Has(workerID string) bool {
+	_, err := p.slot(workerID)
+	return err == nil
+}
+
 // Call sends one request envelope to a worker and waits for its answer,
 // waiting (bounded by ctx) while the worker is being replaced.
 func (p *Pool) Call(ctx context.Context, workerID string, env *protocol.Envelope) (*protocol.Envelope, error) {

@@ -140,6 +140,9 @@ type Envelope struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	Reply bool                   `protobuf:"varint,2,opt,name=reply,proto3" json:"reply,omitempty"`
+	// target names the worker an envelope is for on a peer link between
+	// agents (empty on a worker's own channel).
+	Target string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
 	// Types that are valid to be assigned to Body:
 	//
 	//	*Envelope_Hello
@@ -203,6 +206,13 @@ func (x *Envelope) GetReply() bool {
 		return x.Reply
 	}
 	return false
+}
+
+func (x *Envelope) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
 }
 
 func (x *Envelope) GetBody() isEnvelope_Body {
@@ -2473,10 +2483,11 @@ var File_stickyd_proto protoreflect.FileDescriptor
 
 const file_stickyd_proto_rawDesc = "" +
 	"\n" +
-	"\rstickyd.proto\x12\x12stickyd.channel.v1\"\xb5\x06\n" +
+	"\rstickyd.proto\x12\x12stickyd.channel.v1\"\xcd\x06\n" +
 	"\bEnvelope\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
-	"\x05reply\x18\x02 \x01(\bR\x05reply\x121\n" +
+	"\x05reply\x18\x02 \x01(\bR\x05reply\x12\x16\n" +
+	"\x06target\x18\x03 \x01(\tR\x06target\x121\n" +
 	"\x05hello\x18\n" +
 	" \x01(\v2\x19.stickyd.channel.v1.HelloH\x00R\x05hello\x12;\n" +
 	"\thello_ack\x18\v \x01(\v2\x1c.stickyd.channel.v1.HelloAckH\x00R\bhelloAck\x121\n" +

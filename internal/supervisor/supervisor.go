@@ -24,6 +24,9 @@ type Workers interface {
 	Ready() []string
 	// GroupOf names a worker's group.
 	GroupOf(worker string) string
+	// Local lists the ready workers of this agent: a new connection is
+	// placed on the host whose front it arrived at.
+	Local() []string
 }
 
 // Mover moves people; internal/move is the one road.
@@ -175,10 +178,14 @@ func (s *Supervisor) Drain(ctx context.Context, worker string, parallel int, pro
 // Lookup returns a connection's route from the local replica.
 func (s *Supervisor) Lookup(conn string) (placement.Route, bool) { return s.fsm.Lookup(conn) }
 
-// Place chooses the worker for a new connection: the ready worker holding the
-// fewest people, ties broken in turn.
+// Place chooses the worker for a new connection: the ready worker of this
+// host (of any, if it has none) holding the fewest people, ties broken in
+// turn.
 func (s *Supervisor) Place(ctx context.Context) (string, error) {
-	ready := s.workers.Ready()
+	ready := s.workers.Local()
+	if len(ready) == 0 {
+		ready = s.workers.Ready()
+	}
 	if len(ready) == 0 {
 		return "", ErrNoWorkers
 	}

@@ -28,6 +28,7 @@ type ready []string
 
 func (r ready) Ready() []string         { return r }
 func (r ready) GroupOf(w string) string { return "g" }
+func (r ready) Local() []string         { return r }
 
 func TestPlaceSpreadsNewConnections(t *testing.T) {
 	f := fsm.New()

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -156,6 +157,101 @@ func adminCallAtQuiet(addr, method, path, token string) (int, string) {
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// startCluster starts n real agents that form one raft cluster, with one
+// worker each, and returns them with the leader's index.
+func startCluster(t *testing.T, n int) ([]*proc, int) {
+	admins := make([]string, n)
+	for i := range admins {
+		admins[i] = freePort(t)
+	}
+	var ps []*proc
+	for i := range admins {
+		var join []string
+		for j, a := range admins {
+			if j != i {
+				join = append(join, a)
+			}
+		}
+		ps = append(ps, newProcWith(t, 1, "s"+strconv.Itoa(i+1), n, join, admins[i]))
+	}
+	for _, p := range ps {
+		p.launch()
+	}
+	for _, p := range ps {
+		p.waitHealthy()
+	}
+	leader := -1
+	waitFor(t, 30*time.Second, "a leader", func() bool {
+		s, ok := status(t, ps[0])
+		for i := range ps {
+			if ok && s.Leader == "s"+strconv.Itoa(i+1) {
+				leader = i
+			}
+		}
+		return leader >= 0 && len(s.Members) == n
+	})
+	return ps, leader
+}
+
+// A follower's front keeps routing a person while the leader moves them
+// from host to host: every note typed through the follower lands once, in
+// order, whichever host holds the person.
+func TestFollowerRoutesThroughMoves(t *testing.T) {
+	ps, leader := startCluster(t, 3)
+	follower := ps[(leader+1)%3]
+	b := procBrowser(t, follower)
+	if code, body := b.do("POST", "/login?user=rover"); code != 200 {
+		t.Fatalf("login: %d %s", code, body)
+	}
+	tb := b.openTab("notes")
+	tb.pull(0)
+	workers := []string{"s1.web-1", "s2.web-1", "s3.web-1"}
+	seen := map[string]bool{}
+	const notes = 40
+	for i := 0; i < notes; i++ {
+		tb.send(map[string]any{"op": "note", "text": strconv.Itoa(i)})
+		if i%5 == 4 {
+			home := b.whoami().Worker
+			seen[home] = true
+			to := workers[(indexOf(workers, home)+1)%len(workers)]
+			code, body := adminPost(t, ps[leader].admin, "/v1/users/rover/move", `{"to":"`+to+`"}`)
+			if code != 200 {
+				t.Fatalf("move by the leader to %s: %d %s", to, code, body)
+			}
+			if got := b.whoami().Worker; got != to {
+				t.Fatalf("the follower's front routes rover to %s, want %s", got, to)
+			}
+		}
+	}
+	tb.drainUntil("notes", notes)
+	for i := 0; i < notes; i++ {
+		if got := tb.tree["note/"+strconv.Itoa(i)]; got != strconv.Itoa(i) {
+			t.Fatalf("note %d = %v", i, got)
+		}
+	}
+	for k := 1; k < len(tb.seqs); k++ {
+		if tb.seqs[k] != tb.seqs[k-1]+1 {
+			t.Fatalf("delta gap or duplicate across hosts: %v", tb.seqs)
+		}
+	}
+	if len(seen) < 3 {
+		t.Fatalf("rover visited %d hosts, want all 3", len(seen))
+	}
+}
+
+func adminPost(t *testing.T, addr, path, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", "http://"+addr+path, strings.NewReader(body))
+	req.Header.Set("X-Stickyd-Token", testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)

@@ -64,6 +64,7 @@ log_level = "info"
 server {
   bootstrap_expect = %d
   raft_addr        = %q
+  rpc_addr         = %q
   retry_join       = [%s]
 }
 front {
@@ -82,7 +83,7 @@ group "web" {
     env     = { %s = "counter" }
   }
 }
-`, name, filepath.Join(p.dir, "data"), expect, freePort(t), joins, p.front, p.admin, testToken, workers, exe, workerEnv)
+`, name, filepath.Join(p.dir, "data"), expect, freePort(t), freePort(t), joins, p.front, p.admin, testToken, workers, exe, workerEnv)
 	if err := os.WriteFile(filepath.Join(p.dir, "stickyd.hcl"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
