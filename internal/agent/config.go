@@ -53,6 +53,11 @@ type ServerConfig struct {
 	// RPCAddr is where other agents open peer links to this agent's
 	// workers; default 127.0.0.1:4648 in a cluster, none alone.
 	RPCAddr string `hcl:"rpc_addr,optional"`
+	// SnapshotThreshold (entries between snapshots, default 8192) and
+	// TrailingLogs (entries kept after one, default 10240) tune log
+	// compaction; a server further behind catches up from a snapshot.
+	SnapshotThreshold uint64 `hcl:"snapshot_threshold,optional"`
+	TrailingLogs      uint64 `hcl:"trailing_logs,optional"`
 }
 
 // FrontConfig is the HTTP and WebSocket front.

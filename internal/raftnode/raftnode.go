@@ -32,9 +32,12 @@ type Config struct {
 	// has no state yet.
 	Bootstrap bool
 	// SnapshotThreshold is how many log entries trigger a snapshot; zero
-	// means raft's default.
+	// means raft's default (8192).
 	SnapshotThreshold uint64
-	Logger            hclog.Logger
+	// TrailingLogs is how many entries stay in the log after a snapshot,
+	// for followers slightly behind; zero means raft's default (10240).
+	TrailingLogs uint64
+	Logger       hclog.Logger
 }
 
 // Node is one running member.
@@ -65,6 +68,9 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 	rc.Logger = log.Named("raft")
 	if cfg.SnapshotThreshold > 0 {
 		rc.SnapshotThreshold = cfg.SnapshotThreshold
+	}
+	if cfg.TrailingLogs > 0 {
+		rc.TrailingLogs = cfg.TrailingLogs
 	}
 	n := &Node{leaderCh: make(chan bool, 16)}
 	rc.NotifyCh = n.leaderCh

@@ -1,0 +1,114 @@
+package raftnode
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/stickyd/stickyd/internal/fsm"
+)
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+type member struct {
+	cfg  Config
+	fsm  *fsm.FSM
+	node *Node
+}
+
+func (m *member) start(t *testing.T) {
+	t.Helper()
+	m.fsm = fsm.New()
+	n, err := New(m.cfg, m.fsm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.node = n
+	go func() {
+		for range n.LeaderCh() {
+		}
+	}()
+}
+
+// A real three-member cluster over TCP on loopback: a member that was down
+// while the leader compacted its log catches up from a snapshot.
+func TestClusterCatchUpFromSnapshot(t *testing.T) {
+	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: hclog.DefaultOutput})
+	ms := make([]*member, 3)
+	addrs := map[string]string{}
+	for i := range ms {
+		id := fmt.Sprintf("m%d", i+1)
+		ms[i] = &member{cfg: Config{ID: id, DataDir: t.TempDir(), BindAddr: freeAddr(t), SnapshotThreshold: 16, TrailingLogs: 8, Logger: log}}
+		addrs[id] = ms[i].cfg.BindAddr
+	}
+	for _, m := range ms {
+		m.start(t)
+		defer func(m *member) { m.node.Shutdown() }(m)
+	}
+	for _, m := range ms {
+		if err := m.node.Bootstrap(addrs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leader := func() *member {
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			for _, m := range ms {
+				if m.node.Raft != nil && m.node.IsLeader() {
+					return m
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatal("no leader")
+		return nil
+	}
+	l := leader()
+	var down *member
+	for _, m := range ms {
+		if m != l {
+			down = m
+			break
+		}
+	}
+	if err := down.node.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	// Writes while it is down, then a snapshot that compacts the log past
+	// them: the returning member cannot be sent those entries one by one.
+	for i := 0; i < 100; i++ {
+		b, _ := fsm.Encode(fsm.ConnectRequestType, fsm.ConnectRequest{Conn: fmt.Sprintf("c%d", i), Worker: "w"})
+		if _, err := l.node.Apply(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.node.Raft.Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	down.start(t)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if conns, _ := down.fsm.Counts(); conns == 100 {
+			break
+		}
+		if time.Now().After(deadline) {
+			conns, _ := down.fsm.Counts()
+			t.Fatalf("the returning member has %d of 100 connections", conns)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := down.node.Raft.Stats()["last_snapshot_index"]; got == "0" {
+		t.Fatalf("the returning member caught up without a snapshot (last_snapshot_index %s)", got)
+	}
+}
