@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stickyd/stickyd/internal/park"
 	"github.com/stickyd/stickyd/internal/placement"
 )
 
@@ -100,17 +101,17 @@ func (a *Agent) parkAll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := writeSynced(filepath.Join(tmp, "manifest.json"), b); err != nil {
+	if err := park.WriteSynced(filepath.Join(tmp, "manifest.json"), b); err != nil {
 		return fmt.Errorf("writing park manifest: %w", err)
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := park.SyncDir(tmp); err != nil {
 		return err
 	}
 	final := filepath.Join(a.restartDir(), name)
 	if err := os.Rename(tmp, final); err != nil {
 		return fmt.Errorf("naming the park folder: %w", err)
 	}
-	if err := syncDir(a.restartDir()); err != nil {
+	if err := park.SyncDir(a.restartDir()); err != nil {
 		return err
 	}
 	a.log.Info("parked everyone", "parked", len(m.Parked), "lost", len(m.Lost), "folder", final)
@@ -179,29 +180,4 @@ func (a *Agent) recover(ctx context.Context) (RestartReport, error) {
 	a.log.Info("restart", "park_folder", rep.Folder, "parked", rep.Parked, "missing", rep.Missing,
 		"incomplete_folders", len(rep.Incomplete), "aborted_moves", len(rep.AbortedMoves))
 	return rep, nil
-}
-
-func writeSynced(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

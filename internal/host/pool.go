@@ -407,45 +407,6 @@ func (p *Pool) Has(workerID string) bool {
 	return err == nil
 }
 
-// Call sends one request envelope to a worker and waits for its answer,
-// waiting (bounded by ctx) while the worker is being replaced.
-func (p *Pool) Call(ctx context.Context, workerID string, env *protocol.Envelope) (*protocol.Envelope, error) {
-	s, err := p.slot(workerID)
-	if err != nil {
-		return nil, err
-	}
-	peer, err := s.readyPeer(ctx, p.stopCh())
-	if err != nil {
-		return nil, err
-	}
-	return peer.Call(ctx, env)
-}
-
-// Freeze asks a worker for a user's package and fences the user there.
-func (p *Pool) Freeze(ctx context.Context, workerID, user string, epoch uint64) (*protocol.Frozen, error) {
-	env, err := p.Call(ctx, workerID, &protocol.Envelope{Body: &protocol.Envelope_Freeze{Freeze: &protocol.Freeze{User: user, Epoch: epoch}}})
-	if err != nil {
-		return nil, err
-	}
-	fz := env.GetFrozen()
-	if fz == nil {
-		return nil, fmt.Errorf("worker %s answered a freeze with %T", workerID, env.Body)
-	}
-	return fz, nil
-}
-
-// Thaw lets a frozen user run again on their worker (a rolled-back move).
-func (p *Pool) Thaw(ctx context.Context, workerID, user string, epoch uint64) error {
-	_, err := p.Call(ctx, workerID, &protocol.Envelope{Body: &protocol.Envelope_Thaw{Thaw: &protocol.Thaw{User: user, Epoch: epoch}}})
-	return err
-}
-
-// Evict drops a frozen user from a worker once their move committed.
-func (p *Pool) Evict(ctx context.Context, workerID, user string) error {
-	_, err := p.Call(ctx, workerID, &protocol.Envelope{Body: &protocol.Envelope_Evict{Evict: &protocol.Evict{User: user}}})
-	return err
-}
-
 // Probe asks a worker for its numbers.
 func (p *Pool) Probe(ctx context.Context, workerID string) (*protocol.ProbeReply, error) {
 	s, err := p.slot(workerID)

@@ -148,6 +148,26 @@ func (s *FileStore) Delete(digest string) error {
 	return nil
 }
 
+// WriteSynced writes b to path and fsyncs it (not the directory).
+func WriteSynced(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// SyncDir fsyncs a directory, making the names in it durable.
+func SyncDir(dir string) error { return syncDir(dir) }
+
 func syncFile(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
