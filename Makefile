@@ -47,6 +47,7 @@ unit:
 bench:
 	$(GO) run ./test/bench/roundtrip
 	$(GO) run ./test/bench/movepause
+	$(GO) run ./test/bench/restart
 
 ## proto: regenerate the channel protocol (protoc from protobuf-compiler).
 proto:

@@ -135,7 +135,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	rcfg := raftnode.Config{ID: a.cfg.Name, Bootstrap: a.cfg.Server.BootstrapExpect == 1, Logger: a.log,
+	rcfg := raftnode.Config{ID: a.cfg.Name, Bootstrap: a.cfg.Server.BootstrapExpect == 1, Solo: a.cfg.Server.BootstrapExpect == 1, Logger: a.log,
 		SnapshotThreshold: a.cfg.Server.SnapshotThreshold, TrailingLogs: a.cfg.Server.TrailingLogs}
 	if a.cfg.DataDir != "" {
 		rcfg.DataDir, rcfg.BindAddr = a.cfg.DataDir, a.cfg.Server.RaftAddr

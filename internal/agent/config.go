@@ -17,6 +17,9 @@ type Config struct {
 	DataDir string `hcl:"data_dir,optional"`
 	// LogLevel is trace, debug, info, warn or error.
 	LogLevel string `hcl:"log_level,optional"`
+	// ShutdownTimeout bounds a stop, parking everyone included ("2m"); who
+	// is not parked by then restarts clean. Keep Nomad's kill_timeout above.
+	ShutdownTimeout string `hcl:"shutdown_timeout,optional"`
 
 	Server *ServerConfig  `hcl:"server,block"`
 	Front  *FrontConfig   `hcl:"front,block"`
@@ -172,7 +175,7 @@ func (c *Config) Finish() error {
 	}
 	for name, d := range map[string]string{
 		"front: frame_timeout": c.Front.FrameTimeout, "front: barrier_wait": c.Front.BarrierWait,
-		"move: freeze_timeout": c.Move.FreezeTimeout,
+		"move: freeze_timeout": c.Move.FreezeTimeout, "shutdown_timeout": c.ShutdownTimeout,
 	} {
 		if d == "" {
 			continue
@@ -210,3 +213,11 @@ func duration(s string) time.Duration {
 }
 
 func (f *FrontConfig) frameTimeout() time.Duration { return duration(f.FrameTimeout) }
+
+// StopTimeout is how long a stop may take; default 2 minutes.
+func (c *Config) StopTimeout() time.Duration {
+	if d := duration(c.ShutdownTimeout); d > 0 {
+		return d
+	}
+	return 2 * time.Minute
+}

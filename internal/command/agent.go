@@ -7,7 +7,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -102,7 +101,7 @@ func runAgent(m Meta, cfg *agent.Config, builtins map[string]agent.Builtin, log 
 		m.UI.Error(fmt.Sprintf("front stopped: %v", err))
 		code = 1
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.StopTimeout())
 	defer cancel()
 	if err := a.Shutdown(sctx); err != nil {
 		m.UI.Error(fmt.Sprintf("shutting down: %v", err))

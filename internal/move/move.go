@@ -132,10 +132,11 @@ func (m *Mover) Move(ctx context.Context, user, to, reason string) (Result, erro
 	return m.travel(ctx, user, to, reason, false)
 }
 
-// Park takes the same road with the person's own worker as the destination,
-// and parks durably (fsynced): the person ends parked where they live and
-// wakes there, by the same code, at their next frame — after a restart of
-// the whole agent included. An agent going down parks everyone this way.
+// Park takes the same road with the person's own worker as the destination:
+// the person ends parked where they live and wakes there, by the same code,
+// at their next frame — after a restart of the whole agent included. An
+// agent going down parks everyone this way, then makes all the packages
+// durable at once with the store's Sync before it names its park folder.
 func (m *Mover) Park(ctx context.Context, user string) (Result, error) {
 	u, ok := m.maps.User(user)
 	if !ok {
@@ -144,7 +145,7 @@ func (m *Mover) Park(ctx context.Context, user string) (Result, error) {
 	return m.travel(ctx, user, u.Worker, "park", true)
 }
 
-func (m *Mover) travel(ctx context.Context, user, to, reason string, park bool) (res Result, err error) {
+func (m *Mover) travel(ctx context.Context, user, to, reason string, parking bool) (res Result, err error) {
 	start := time.Now()
 	res = Result{User: user, To: to, Outcome: Failed}
 	defer func() {
@@ -159,10 +160,10 @@ func (m *Mover) travel(ctx context.Context, user, to, reason string, park bool) 
 		return res, fmt.Errorf("moving %q: %w", user, fsm.ErrNoUser)
 	}
 	res.From = u.Worker
-	if u.Worker == to && !park {
+	if u.Worker == to && !parking {
 		return res, fmt.Errorf("moving %q: %w: they already live on %s", user, ErrBadDestination, to)
 	}
-	if !park && !contains(m.workers.Ready(), to) {
+	if !parking && !contains(m.workers.Ready(), to) {
 		return res, fmt.Errorf("moving %q: %w: worker %q is not ready", user, ErrBadDestination, to)
 	}
 	if err := m.apply(ctx, fsm.MoveBeginRequestType, fsm.MoveBeginRequest{User: user, From: u.Worker, To: to, Epoch: u.Epoch}); err != nil {
@@ -196,24 +197,16 @@ func (m *Mover) travel(ctx context.Context, user, to, reason string, park bool) 
 		res.Bytes, res.Conns, res.Pages = len(fz.Package), int(fz.Conns), int(fz.Pages)
 		if fz.Absent && u.State == placement.StateParked {
 			digest = u.Package
-			if park {
-				// Parked by an earlier move, without fsync: make it
-				// durable now.
-				b, gerr := m.store.Get(digest)
-				if gerr == nil {
-					_, gerr = m.store.Put(b, true)
-				}
-				if gerr != nil {
-					return res, m.rollback(ctx, &res, u.Worker, user, epoch, gerr)
-				}
+			if parking && !m.store.Has(digest) {
+				return res, m.rollback(ctx, &res, u.Worker, user, epoch, fmt.Errorf("%w: %s", park.ErrNotFound, digest))
 			}
 		} else {
 			// Park: the package is stored, content-addressed and
 			// checksummed, before the maps point anywhere else. Not
 			// fsynced for a move: the package only stands in for the
 			// worker's memory, which a machine crash would take as well.
-			// Parking for a restart fsyncs.
-			digest, err = m.store.Put(fz.Package, park)
+			// Parking for a restart syncs the store once at the end.
+			digest, err = m.store.Put(fz.Package, false)
 			if err != nil {
 				return res, m.rollback(ctx, &res, u.Worker, user, epoch, err)
 			}
@@ -228,7 +221,7 @@ func (m *Mover) travel(ctx context.Context, user, to, reason string, park bool) 
 	if digest != u.Package && u.Package != "" {
 		_ = m.store.Delete(u.Package) // superseded: it was woken, then frozen again
 	}
-	if park {
+	if parking {
 		return res, nil // the worker goes down with the agent: nothing to evict
 	}
 	{

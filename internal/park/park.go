@@ -27,6 +27,12 @@ type Store interface {
 	Get(digest string) ([]byte, error)
 	// Delete removes a package; deleting what is absent is not an error.
 	Delete(digest string) error
+	// Has reports whether a package is present (its content is checked
+	// only when read).
+	Has(digest string) bool
+	// Sync makes every package written so far survive a machine crash: one
+	// flush for many unsynced Puts.
+	Sync() error
 }
 
 var (
@@ -136,6 +142,25 @@ func (s *FileStore) Get(digest string) ([]byte, error) {
 	return b, nil
 }
 
+// Has reports whether the package's file is present.
+func (s *FileStore) Has(digest string) bool {
+	h, err := hexOf(digest)
+	if err != nil {
+		return false
+	}
+	_, err = os.Stat(filepath.Join(s.dir, h))
+	return err == nil
+}
+
+// Sync flushes the file system holding the store (syncfs on Linux), then
+// the directory: one flush for many packages written without fsync.
+func (s *FileStore) Sync() error {
+	if err := syncFS(s.dir); err != nil {
+		return fmt.Errorf("flushing parked packages: %w", err)
+	}
+	return syncDir(s.dir)
+}
+
 // Delete removes a package.
 func (s *FileStore) Delete(digest string) error {
 	h, err := hexOf(digest)
@@ -220,6 +245,15 @@ func (s *MemStore) Get(digest string) ([]byte, error) {
 	}
 	return b, nil
 }
+
+func (s *MemStore) Has(digest string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.m[digest]
+	return ok
+}
+
+func (s *MemStore) Sync() error { return nil }
 
 func (s *MemStore) Delete(digest string) error {
 	s.mu.Lock()

@@ -31,6 +31,9 @@ type Config struct {
 	// Bootstrap makes the member bootstrap a single-voter cluster when it
 	// has no state yet.
 	Bootstrap bool
+	// Solo marks a member that will always be alone: its timers are short,
+	// so it leads right after a start.
+	Solo bool
 	// SnapshotThreshold is how many log entries trigger a snapshot; zero
 	// means raft's default (8192).
 	SnapshotThreshold uint64
@@ -71,6 +74,12 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 	}
 	if cfg.TrailingLogs > 0 {
 		rc.TrailingLogs = cfg.TrailingLogs
+	}
+	if cfg.Bootstrap && cfg.Solo {
+		// Alone there is nobody to wait for: elect at once at start.
+		rc.HeartbeatTimeout = 100 * time.Millisecond
+		rc.ElectionTimeout = 100 * time.Millisecond
+		rc.LeaderLeaseTimeout = 50 * time.Millisecond
 	}
 	n := &Node{leaderCh: make(chan bool, 16)}
 	rc.NotifyCh = n.leaderCh

@@ -50,13 +50,15 @@ const (
 // stop or a start into its parts. A line that changed its wording is only
 // shown as "?" in the report.
 const (
-	markParking = "parking everyone before stopping"
-	markParked  = "parked everyone"
-	markMaps    = ": restart: " // after raft restored the maps and the packages were checked
-	markFront   = "front listening"
+	markParking  = "parking everyone before stopping"
+	markParked   = "parked everyone"
+	markFollower = "entering follower state" // hashicorp/raft: log and snapshot opened
+	markLeader   = "entering leader state"   // hashicorp/raft: elected
+	markMaps     = ": restart: "             // the maps applied and every parked package checked
+	markFront    = "front listening"
 )
 
-var marks = []string{markParking, markParked, markMaps, markFront}
+var marks = []string{markParking, markParked, markFollower, markLeader, markMaps, markFront}
 
 // agentProc is a real `stickyd agent` process (this binary, re-executed)
 // with its configuration and data in dir. It is started and stopped from
@@ -181,6 +183,8 @@ func (p *agentProc) start(ctx context.Context) (time.Duration, error) {
 
 // restartTimes splits a start, each from the exec.
 type restartTimes struct {
+	raftOpen time.Duration // markFollower logged; -1 if never
+	leader   time.Duration // markLeader logged; -1 if never
 	mapsBack time.Duration // markMaps logged; -1 if never
 	frontUp  time.Duration // markFront logged; -1 if never
 	health   time.Duration // the first health check answered 200
@@ -226,6 +230,7 @@ func (p *agentProc) restart(ctx context.Context, probe func(context.Context) err
 		return rt, fmt.Errorf("serving the first parked person: %w%s", probeEr, p.exitNote())
 	}
 	rt.health, rt.probe = healthAt.Sub(t0), probeAt.Sub(t0)
+	rt.raftOpen, rt.leader = p.log.since(markFollower, t0), p.log.since(markLeader, t0)
 	rt.mapsBack, rt.frontUp = p.log.since(markMaps, t0), p.log.since(markFront, t0)
 	return rt, nil
 }
@@ -324,7 +329,12 @@ func (p *agentProc) stop(ctx context.Context) (stopTimes, error) {
 	}
 	st := stopTimes{total: time.Since(t0), parkBegin: p.log.since(markParking, t0), parkEnd: p.log.since(markParked, t0)}
 	if p.exitErr != nil {
-		return st, fmt.Errorf("the agent exited with %v after %v; its last lines:\n%s", p.exitErr, st.total.Round(time.Millisecond), p.log.tail())
+		parked := "it never logged that parking ended"
+		if st.parkEnd >= 0 {
+			parked = fmt.Sprintf("%v after SIGTERM it logged %q", st.parkEnd.Round(time.Millisecond), p.log.line(markParked))
+		}
+		return st, fmt.Errorf("the agent exited with %v %v after SIGTERM; %s; its last lines:\n%s",
+			p.exitErr, st.total.Round(time.Millisecond), parked, p.log.tail())
 	}
 	return st, nil
 }
@@ -374,14 +384,15 @@ type agentLog struct {
 	echo   hclog.Level
 	stderr io.Writer
 
-	mu      sync.Mutex // guards all below
-	partial []byte     // a line not ended yet
-	last    []string   // the last tailLines lines
-	seen    map[string]time.Time
+	mu      sync.Mutex           // guards all below
+	partial []byte               // a line not ended yet
+	last    []string             // the last tailLines lines
+	seen    map[string]time.Time // when each mark first arrived
+	lines   map[string]string    // the line that carried it
 }
 
 func newAgentLog(echo hclog.Level, stderr io.Writer) *agentLog {
-	return &agentLog{echo: echo, stderr: stderr, seen: map[string]time.Time{}}
+	return &agentLog{echo: echo, stderr: stderr, seen: map[string]time.Time{}, lines: map[string]string{}}
 }
 
 // Write implements io.Writer; exec copies the process's output to it.
@@ -409,7 +420,7 @@ func (l *agentLog) lineLocked(now time.Time, s string) {
 	l.last = append(l.last, s)
 	for _, m := range marks {
 		if _, ok := l.seen[m]; !ok && strings.Contains(s, m) {
-			l.seen[m] = now
+			l.seen[m], l.lines[m] = now, s
 		}
 	}
 	if levelOf(s) >= l.echo {
@@ -438,6 +449,17 @@ func (l *agentLog) since(mark string, t0 time.Time) time.Duration {
 		return -1
 	}
 	return at.Sub(t0)
+}
+
+// line is the line that carried mark, without its timestamp; "" if none did.
+func (l *agentLog) line(mark string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.lines[mark]
+	if _, rest, ok := strings.Cut(s, "] "); ok {
+		s = strings.TrimSpace(rest)
+	}
+	return s
 }
 
 // tail is the agent's last lines, indented.

@@ -21,7 +21,7 @@
 // every person's next inc must continue their count, and each waker's page
 // must resume without a resync or a notice.
 //
-//	go run ./test/bench/restart            # full run: 10,000 users, ~1.5 min on 2 cores
+//	go run ./test/bench/restart            # full run: 10,000 users, ~1 min on 2 cores
 //	go run ./test/bench/restart -quick     # smoke run: 1,000 users, 50 wakers
 //
 // It prints the machine it ran on and a Markdown table on stdout, progress
@@ -73,6 +73,7 @@ type options struct {
 	concurrency int // browsers at work at once while creating and waking everyone
 	parallel    int // wakers measured at once
 	workers     int
+	dir         string // where the temp dir with the agent's data goes
 	logLevel    hclog.Level
 }
 
@@ -84,10 +85,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	concurrency := fs.Int("concurrency", 32, "browsers at work at once while creating the people and waking the others")
 	parallel := fs.Int("parallel", 4, "wakers whose first request is in flight at once")
 	workers := fs.Int("workers", 2, "subprocess workers of the agent's group")
+	dir := fs.String("dir", "", "directory the agent's data dir is made in (its raft log and fsynced packages); default the system's temp dir")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	o := &options{users: *users, wakers: *wakers, concurrency: *concurrency, parallel: *parallel, workers: *workers}
+	o := &options{users: *users, wakers: *wakers, concurrency: *concurrency, parallel: *parallel, workers: *workers, dir: *dir}
 	if fs.QuickDefault("users") {
 		o.users = 1000
 	}
@@ -129,8 +131,7 @@ type report struct {
 	raftBytes  int64         // the raft directory's size after the stop
 	restartRep restartReport // /_stickyd/health's restart report after the start
 
-	mapsBack     time.Duration // exec → "restart" logged (maps back from raft, packages checked); -1 if not seen
-	frontUp      time.Duration // exec → "front listening" logged; -1 if not seen
+	starting     restartTimes  // exec → each part of the start; -1 where a line was not seen
 	health       time.Duration // exec → the first GET /_stickyd/health answered 200
 	firstServed  time.Duration // exec → the first parked person's inc answered with their count
 	firstLatency time.Duration // that inc's own round trip
@@ -140,13 +141,14 @@ type report struct {
 
 	others     int           // everyone else, woken after the wakers
 	othersTime time.Duration // waking them all
+	stopAgain  time.Duration // the last stop, with everyone awake again
 }
 
 // measure starts the agent, creates the people, restarts the agent and
 // measures the wakes; the first error of any part ends the run.
 func measure(ctx context.Context, o *options, stderr io.Writer) (rep *report, err error) {
 	rep = &report{}
-	dir, err := os.MkdirTemp("", "stickyd-restart-")
+	dir, err := os.MkdirTemp(o.dir, "stickyd-restart-")
 	if err != nil {
 		return nil, fmt.Errorf("making the temp dir: %w", err)
 	}
@@ -202,7 +204,7 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (rep *report, er
 		fmt.Fprintln(stderr, "error")
 		return nil, fmt.Errorf("restarting with %d parked people: %w", o.users, err)
 	}
-	rep.mapsBack, rep.frontUp, rep.health, rep.firstServed = rs.mapsBack, rs.frontUp, rs.health, rs.probe
+	rep.starting, rep.health, rep.firstServed = rs, rs.health, rs.probe
 	rep.firstLatency, rep.firstUser = first.lastTrip, first.name
 	fmt.Fprintf(stderr, "health %.2fs, first person served %.2fs\n", rep.health.Seconds(), rep.firstServed.Seconds())
 	if rep.restartRep, err = ag.restartReport(ctx); err != nil {
@@ -230,12 +232,16 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (rep *report, er
 	rep.othersTime = time.Since(began)
 	fmt.Fprintf(stderr, "%.1fs\n", rep.othersTime.Seconds())
 
-	fmt.Fprintf(stderr, "stopping the agent ... ")
-	if _, err := ag.stop(ctx); err != nil {
+	// The last stop parks everyone again, now that they are awake: each
+	// must be parked once more, so it is a check as well as a time.
+	fmt.Fprintf(stderr, "stopping the agent again ... ")
+	st, err = ag.stop(ctx)
+	if err != nil {
 		fmt.Fprintln(stderr, "error")
-		return nil, fmt.Errorf("stopping the agent at the end: %w", err)
+		return nil, fmt.Errorf("stopping the agent at the end, with %d people awake: %w", o.users, err)
 	}
-	fmt.Fprintln(stderr, "done")
+	rep.stopAgain = st.total
+	fmt.Fprintf(stderr, "%.1fs\n", rep.stopAgain.Seconds())
 	return rep, nil
 }
 
@@ -244,7 +250,11 @@ func printReport(w io.Writer, o *options, rep *report) {
 	fmt.Fprintf(w, "# stickyd restart with %s parked people\n", fmtInt(o.users))
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "- machine: %s\n", benchkit.Machine())
-	fmt.Fprintf(w, "- agent: a real `stickyd agent` process (this binary re-executed) with %d subprocess (go-plugin) workers, its raft log and parked packages on disk in a temp dir; the clients share its machine\n", o.workers)
+	where := o.dir
+	if where == "" {
+		where = os.TempDir()
+	}
+	fmt.Fprintf(w, "- agent: a real `stickyd agent` process (this binary re-executed) with %d subprocess (go-plugin) workers, its raft log and parked packages in a temp dir under %s; the clients share its machine\n", o.workers, where)
 	fmt.Fprintf(w, "- people: each its own browser (cookie jar): `GET /`, `POST /login?user=NAME`, then `open` and one `inc` over `POST /_stickyd/op`; %d browsers at a time\n", o.concurrency)
 	fmt.Fprintf(w, "- wakers: %d of them filled their page with `{\"op\":\"fill\",\"bytes\":%d}` and pulled and acknowledged the delta before the stop; after the start each sends one `inc` (its first request, which wakes it), %d at a time\n", filler, o.state.Bytes, o.parallel)
 	fmt.Fprintln(w, "- every person's next `inc` after the start must answer count 2; every waker's page must then reopen without resync or notice and pull exactly that one delta")
@@ -254,11 +264,12 @@ func printReport(w io.Writer, o *options, rep *report) {
 	fmt.Fprintln(w, "|---|--:|---|")
 	fmt.Fprintf(w, "| create %s people (before; not part of the restart) | %s | %.0f people/s, %d pages filled with %s in %s |\n",
 		fmtInt(o.users), fmtDur(rep.created), float64(o.users)/(rep.created-rep.filled).Seconds(), filler, o.state.Label, fmtDur(rep.filled))
-	fmt.Fprintf(w, "| stop: SIGTERM → process exited | %s | parking %s: %s → %s after SIGTERM (%s); %s packages, %s MB; raft dir %s MB |\n",
+	fmt.Fprintf(w, "| stop: SIGTERM → process exited | %s | parking %s people: %s → %s after SIGTERM (%s, %.0f people/s); %s packages, %s MB; raft dir %s MB; the last stop, everyone awake again, took %s |\n",
 		fmtDur(rep.stop), fmtInt(o.users), fmtMark(rep.parkBegin), fmtMark(rep.parkEnd), fmtSpan(rep.parkBegin, rep.parkEnd),
-		fmtInt(rep.packages), fmtMB(rep.parkBytes), fmtMB(rep.raftBytes))
-	fmt.Fprintf(w, "| start: exec → `GET /_stickyd/health` 200 | %s | maps back from raft and packages checked at %s, front listening at %s; first start (empty data dir) took %s |\n",
-		fmtDur(rep.health), fmtMark(rep.mapsBack), fmtMark(rep.frontUp), fmtDur(rep.firstStart))
+		rate(o.users, rep.parkBegin, rep.parkEnd), fmtInt(rep.packages), fmtMB(rep.parkBytes), fmtMB(rep.raftBytes), fmtDur(rep.stopAgain))
+	st := rep.starting
+	fmt.Fprintf(w, "| start: exec → `GET /_stickyd/health` 200 | %s | raft log open at %s, leader at %s, maps applied and packages checked at %s, front listening at %s; the first start (empty data dir) took %s |\n",
+		fmtDur(rep.health), fmtMark(st.raftOpen), fmtMark(st.leader), fmtMark(st.mapsBack), fmtMark(st.frontUp), fmtDur(rep.firstStart))
 	fmt.Fprintf(w, "| start: exec → first parked person served with their state | %s | %s's `inc` answered count 2; its own round trip (the wake) %s |\n",
 		fmtDur(rep.firstServed), rep.firstUser, fmtDur(rep.firstLatency))
 	fmt.Fprintf(w, "| wake from a %s page: first request p50 | %s | %d people, %d at a time |\n",
@@ -296,6 +307,14 @@ func fmtSpan(a, b time.Duration) string {
 		return "?"
 	}
 	return fmtDur(b - a)
+}
+
+// rate is n per second from mark a to mark b; zero if either is missing.
+func rate(n int, a, b time.Duration) float64 {
+	if a < 0 || b <= a {
+		return 0
+	}
+	return float64(n) / (b - a).Seconds()
 }
 
 func fmtMB(n int64) string { return fmt.Sprintf("%.1f", float64(n)/(1<<20)) }
