@@ -71,6 +71,14 @@ func TestMovesUnderLoad(t *testing.T) {
 					return
 				}
 				typed[i] = n + 1
+				// Pull now and then, as a page does, so that deltas are
+				// delivered (and acknowledged) while the person moves.
+				if n%64 == 63 {
+					if _, err := tb.tryPull(0); err != nil {
+						fail(fmt.Errorf("user %d pull: %v", i, err))
+						return
+					}
+				}
 			}
 		}()
 	}
