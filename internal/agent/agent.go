@@ -175,6 +175,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	a.mu.Unlock()
 	go a.leaderLoop(a.stopLeader)
 	a.pool.Parcels = clusterParcels{a}
+	a.pool.ProbeInterval, a.pool.ProbeMisses = duration(a.cfg.Probe.Interval), a.cfg.Probe.Misses
 	a.pool.Woken = a.woken
 	a.log.Info("starting workers", "workers", len(a.pool.Workers()))
 	if err := a.pool.Start(ctx); err != nil {

@@ -25,6 +25,7 @@ type Config struct {
 	Front  *FrontConfig   `hcl:"front,block"`
 	Admin  *AdminConfig   `hcl:"admin,block"`
 	Move   *MoveConfig    `hcl:"move,block"`
+	Probe  *ProbeConfig   `hcl:"probe,block"`
 	Groups []*GroupConfig `hcl:"group,block"`
 }
 
@@ -35,6 +36,15 @@ type AdminConfig struct {
 	// Token is the admin token. Default: $STICKYD_TOKEN, else the content
 	// of <data_dir>/admin.token, created on first start (dev: random).
 	Token string `hcl:"token,optional"`
+}
+
+// ProbeConfig is the workers' probe: their numbers and proof of life.
+type ProbeConfig struct {
+	// Interval between probes ("2s"); "0s" turns probing off.
+	Interval string `hcl:"interval,optional"`
+	// Misses is how many probes in a row a worker may miss before it is
+	// killed and relaunched (default 3).
+	Misses int `hcl:"misses,optional"`
 }
 
 // MoveConfig tunes the road people take between workers.
@@ -172,6 +182,18 @@ func (c *Config) Finish() error {
 	}
 	if c.Move == nil {
 		c.Move = &MoveConfig{}
+	}
+	if c.Probe == nil {
+		c.Probe = &ProbeConfig{}
+	}
+	if c.Probe.Interval == "" {
+		c.Probe.Interval = "2s"
+	}
+	if d, err := time.ParseDuration(c.Probe.Interval); err != nil || d < 0 {
+		return fmt.Errorf("probe: interval %q: want a duration like \"2s\" (\"0s\" for none)", c.Probe.Interval)
+	}
+	if c.Probe.Misses < 0 {
+		return fmt.Errorf("probe: misses must be positive")
 	}
 	for name, d := range map[string]string{
 		"front: frame_timeout": c.Front.FrameTimeout, "front: barrier_wait": c.Front.BarrierWait,

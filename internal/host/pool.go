@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -42,6 +43,12 @@ type Pool struct {
 	// worker has installed it (the supervisor records it in the maps).
 	Parcels Parcels
 	Woken   func(user, digest string)
+	// ProbeInterval is how often each worker is probed; its answer is both
+	// its numbers and its proof of life. Zero means no probing.
+	ProbeInterval time.Duration
+	// ProbeMisses is how many probes in a row a worker may leave
+	// unanswered before it is killed and relaunched; default 3.
+	ProbeMisses int
 
 	log    hclog.Logger
 	ctx    context.Context
@@ -81,12 +88,21 @@ type WorkerInfo struct {
 	HowDied     string    `json:"how_died,omitempty"`
 	App         string    `json:"app,omitempty"`
 	AppVersion  string    `json:"app_version,omitempty"`
+	// The last probe's answer.
+	LastProbe  time.Time `json:"last_probe,omitzero"`
+	Users      int64     `json:"users"`
+	Conns      int64     `json:"conns"`
+	Pages      int64     `json:"pages"`
+	HeapBytes  uint64    `json:"heap_bytes"`
+	Goroutines int64     `json:"goroutines"`
+	Frames     uint64    `json:"frames"`
 }
 
 type slot struct {
 	id, group string
 	launcher  Launcher
 	log       hclog.Logger
+	pool      *Pool
 
 	mu   sync.Mutex // guards everything below
 	peer *channel.Peer
@@ -110,7 +126,7 @@ func New(log hclog.Logger, groups []GroupSpec) *Pool {
 		for i := 1; i <= g.Workers; i++ {
 			id := fmt.Sprintf("%s%s-%d", g.Prefix, g.Name, i)
 			s := &slot{id: id, group: g.Name, launcher: g.Launcher, log: log.With("worker", id),
-				up: make(chan struct{}), first: make(chan error, 1)}
+				up: make(chan struct{}), first: make(chan error, 1), pool: p}
 			s.info = WorkerInfo{ID: id, Group: g.Name, State: StateStarting}
 			p.slots[id] = s
 			p.order = append(p.order, id)
@@ -227,25 +243,78 @@ func (s *slot) wait(ctx context.Context) bool {
 	s.mu.Lock()
 	peer, proc := s.peer, s.proc
 	s.mu.Unlock()
-	select {
-	case <-peer.Done():
-		how := "channel closed"
-		if err := peer.Err(); err != nil && !errors.Is(err, channel.ErrClosed) {
-			how = err.Error()
+	var tick <-chan time.Time
+	interval, misses := s.pool.ProbeInterval, s.pool.ProbeMisses
+	if misses <= 0 {
+		misses = 3
+	}
+	if interval > 0 {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		tick = t.C
+	}
+	missed, silent := 0, false
+	for {
+		select {
+		case <-tick:
+			if s.probe(ctx, peer, interval) {
+				missed = 0
+				continue
+			}
+			missed++
+			if missed < misses {
+				continue
+			}
+			// Silence is information: a mute worker is killed and relaunched.
+			silent = true
+			s.log.Warn("worker missed its probes; killing it", "missed", missed, "interval", interval)
+			if pid := proc.Pid(); pid > 0 {
+				if p, err := os.FindProcess(pid); err == nil {
+					_ = p.Kill()
+				}
+			}
+			peer.Close()
+			continue
+		case <-peer.Done():
+			how := "exited: channel closed"
+			if err := peer.Err(); err != nil && !errors.Is(err, channel.ErrClosed) {
+				how = "exited: " + err.Error()
+			}
+			if silent {
+				how = fmt.Sprintf("killed for silence: %d probes unanswered", missed)
+			}
+			s.down(StateDead, how)
+			proc.Kill()
+			s.log.Warn("worker died; starting a replacement", "how", how)
+			return true
+		case <-ctx.Done():
+			s.down(StateStopped, "stopped by the host")
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, _ = peer.Call(sctx, &protocol.Envelope{Body: &protocol.Envelope_Shutdown{Shutdown: &protocol.Shutdown{Reason: "host stopping"}}})
+			cancel()
+			peer.Close()
+			proc.Kill()
+			return false
 		}
-		s.down(StateDead, "exited: "+how)
-		proc.Kill()
-		s.log.Warn("worker died; starting a replacement", "how", how)
-		return true
-	case <-ctx.Done():
-		s.down(StateStopped, "stopped by the host")
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, _ = peer.Call(sctx, &protocol.Envelope{Body: &protocol.Envelope_Shutdown{Shutdown: &protocol.Shutdown{Reason: "host stopping"}}})
-		cancel()
-		peer.Close()
-		proc.Kill()
+	}
+}
+
+// probe asks the worker for its numbers and records them; false when it did
+// not answer in time.
+func (s *slot) probe(ctx context.Context, peer *channel.Peer, timeout time.Duration) bool {
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	env, err := peer.Call(pctx, &protocol.Envelope{Body: &protocol.Envelope_Probe{Probe: &protocol.Probe{}}})
+	if err != nil || env.GetProbeReply() == nil {
 		return false
 	}
+	r := env.GetProbeReply()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.info.LastProbe = time.Now()
+	s.info.Users, s.info.Conns, s.info.Pages = r.Users, r.Conns, r.Pages
+	s.info.HeapBytes, s.info.Goroutines, s.info.Frames = r.HeapBytes, r.Goroutines, r.Frames
+	return true
 }
 
 func (s *slot) down(state, how string) {
