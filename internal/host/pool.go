@@ -94,6 +94,9 @@ type WorkerInfo struct {
 	Conns      int64     `json:"conns"`
 	Pages      int64     `json:"pages"`
 	HeapBytes  uint64    `json:"heap_bytes"`
+	RSSBytes   uint64    `json:"rss_bytes"`
+	CPUSeconds float64   `json:"cpu_seconds"`
+	Mailbox    int64     `json:"mailbox_depth"`
 	Goroutines int64     `json:"goroutines"`
 	Frames     uint64    `json:"frames"`
 }
@@ -314,6 +317,7 @@ func (s *slot) probe(ctx context.Context, peer *channel.Peer, timeout time.Durat
 	s.info.LastProbe = time.Now()
 	s.info.Users, s.info.Conns, s.info.Pages = r.Users, r.Conns, r.Pages
 	s.info.HeapBytes, s.info.Goroutines, s.info.Frames = r.HeapBytes, r.Goroutines, r.Frames
+	s.info.RSSBytes, s.info.CPUSeconds, s.info.Mailbox = r.RssBytes, r.CpuSeconds, r.MailboxDepth
 	return true
 }
 

@@ -1708,13 +1708,18 @@ func (*Probe) Descriptor() ([]byte, []int) {
 }
 
 type ProbeReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Users         int64                  `protobuf:"varint,1,opt,name=users,proto3" json:"users,omitempty"`
-	Conns         int64                  `protobuf:"varint,2,opt,name=conns,proto3" json:"conns,omitempty"`
-	Pages         int64                  `protobuf:"varint,3,opt,name=pages,proto3" json:"pages,omitempty"`
-	Goroutines    int64                  `protobuf:"varint,4,opt,name=goroutines,proto3" json:"goroutines,omitempty"`
-	HeapBytes     uint64                 `protobuf:"varint,5,opt,name=heap_bytes,json=heapBytes,proto3" json:"heap_bytes,omitempty"`
-	Frames        uint64                 `protobuf:"varint,6,opt,name=frames,proto3" json:"frames,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Users      int64                  `protobuf:"varint,1,opt,name=users,proto3" json:"users,omitempty"`
+	Conns      int64                  `protobuf:"varint,2,opt,name=conns,proto3" json:"conns,omitempty"`
+	Pages      int64                  `protobuf:"varint,3,opt,name=pages,proto3" json:"pages,omitempty"`
+	Goroutines int64                  `protobuf:"varint,4,opt,name=goroutines,proto3" json:"goroutines,omitempty"`
+	HeapBytes  uint64                 `protobuf:"varint,5,opt,name=heap_bytes,json=heapBytes,proto3" json:"heap_bytes,omitempty"`
+	Frames     uint64                 `protobuf:"varint,6,opt,name=frames,proto3" json:"frames,omitempty"`
+	// cpu_seconds is the process's CPU time (user + system) since it began.
+	CpuSeconds float64 `protobuf:"fixed64,7,opt,name=cpu_seconds,json=cpuSeconds,proto3" json:"cpu_seconds,omitempty"`
+	RssBytes   uint64  `protobuf:"varint,8,opt,name=rss_bytes,json=rssBytes,proto3" json:"rss_bytes,omitempty"`
+	// mailbox_depth counts envelopes waiting in the users' mailboxes.
+	MailboxDepth  int64 `protobuf:"varint,9,opt,name=mailbox_depth,json=mailboxDepth,proto3" json:"mailbox_depth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1787,6 +1792,27 @@ func (x *ProbeReply) GetHeapBytes() uint64 {
 func (x *ProbeReply) GetFrames() uint64 {
 	if x != nil {
 		return x.Frames
+	}
+	return 0
+}
+
+func (x *ProbeReply) GetCpuSeconds() float64 {
+	if x != nil {
+		return x.CpuSeconds
+	}
+	return 0
+}
+
+func (x *ProbeReply) GetRssBytes() uint64 {
+	if x != nil {
+		return x.RssBytes
+	}
+	return 0
+}
+
+func (x *ProbeReply) GetMailboxDepth() int64 {
+	if x != nil {
+		return x.MailboxDepth
 	}
 	return 0
 }
@@ -2596,7 +2622,7 @@ const file_stickyd_proto_rawDesc = "" +
 	"\bidentity\x18\x14 \x01(\v2\x1c.stickyd.channel.v1.IdentityR\bidentity\x12\x1b\n" +
 	"\tworker_id\x18\x15 \x01(\tR\bworkerIdB\x06\n" +
 	"\x04kind\"\a\n" +
-	"\x05Probe\"\xa5\x01\n" +
+	"\x05Probe\"\x88\x02\n" +
 	"\n" +
 	"ProbeReply\x12\x14\n" +
 	"\x05users\x18\x01 \x01(\x03R\x05users\x12\x14\n" +
@@ -2607,7 +2633,11 @@ const file_stickyd_proto_rawDesc = "" +
 	"goroutines\x12\x1d\n" +
 	"\n" +
 	"heap_bytes\x18\x05 \x01(\x04R\theapBytes\x12\x16\n" +
-	"\x06frames\x18\x06 \x01(\x04R\x06frames\"\"\n" +
+	"\x06frames\x18\x06 \x01(\x04R\x06frames\x12\x1f\n" +
+	"\vcpu_seconds\x18\a \x01(\x01R\n" +
+	"cpuSeconds\x12\x1b\n" +
+	"\trss_bytes\x18\b \x01(\x04R\brssBytes\x12#\n" +
+	"\rmailbox_depth\x18\t \x01(\x03R\fmailboxDepth\"\"\n" +
 	"\bShutdown\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xb9\x01\n" +
 	"\x05Error\x122\n" +

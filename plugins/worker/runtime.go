@@ -421,13 +421,23 @@ func (rt *runtime) probe() *protocol.ProbeReply {
 	for _, s := range rt.conns {
 		people[s.userKey()] = true
 	}
+	var depth int64
+	for _, u := range rt.users {
+		u.mu.Lock()
+		depth += int64(len(u.queue))
+		u.mu.Unlock()
+	}
+	cpu, rss := usage()
 	r := &protocol.ProbeReply{
-		Users:      int64(len(people)),
-		Conns:      int64(len(rt.conns)),
-		Goroutines: int64(goruntime.NumGoroutine()),
-		HeapBytes:  ms.HeapAlloc,
-		Frames:     rt.frames.Load(),
-		Pages:      rt.pages.Load(),
+		CpuSeconds:   cpu,
+		RssBytes:     rss,
+		MailboxDepth: depth,
+		Users:        int64(len(people)),
+		Conns:        int64(len(rt.conns)),
+		Goroutines:   int64(goruntime.NumGoroutine()),
+		HeapBytes:    ms.HeapAlloc,
+		Frames:       rt.frames.Load(),
+		Pages:        rt.pages.Load(),
 	}
 	return r
 }

@@ -168,7 +168,7 @@ func TestPagesAndPanics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := env.GetProbeReply(); p.Pages != 2 || p.Conns != 1 || p.Frames == 0 {
+	if p := env.GetProbeReply(); p.Pages != 2 || p.Conns != 1 || p.Frames == 0 || p.RssBytes == 0 || p.CpuSeconds <= 0 {
 		t.Fatalf("probe %+v", p)
 	}
 	// Release forgets the connection.

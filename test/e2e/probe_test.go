@@ -24,7 +24,7 @@ func TestSilentWorkerIsReplaced(t *testing.T) {
 	home := b.whoami().Worker
 	waitFor(t, 10*time.Second, "a probe reading", func() bool {
 		for _, w := range a.Pool().Workers() {
-			if w.ID == home && !w.LastProbe.IsZero() && w.Pages == 1 && w.Conns == 1 {
+			if w.ID == home && !w.LastProbe.IsZero() && w.Pages == 1 && w.Conns == 1 && w.RSSBytes > 0 && w.CPUSeconds > 0 {
 				return true
 			}
 		}
