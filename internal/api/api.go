@@ -40,8 +40,8 @@ type Config struct {
 	Supervisor Supervisor
 	// Workers lists the workers for GET /v1/workers.
 	Workers func() any
-	// Status describes the cluster for GET /v1/status and
-	// GET /v1/operator/raft/peers.
+	// Status describes the cluster for GET /v1/status (the CLI's status,
+	// server members and operator raft list-peers read it).
 	Status   func() any
 	Gatherer prometheus.Gatherer
 	Logger   hclog.Logger
