@@ -70,6 +70,8 @@ type Agent struct {
 	api        atomic.Value
 	stopLeader chan struct{}
 	router     *router
+	govern     *governance
+	stopGovern chan struct{}
 	rpc        *grpc.Server
 	rpcLn      net.Listener
 }
@@ -221,8 +223,16 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		a.served <- err
 	}()
 	a.log.Info("front listening", "address", a.Addr())
+	if a.govern, err = newGovernance(a); err != nil {
+		return fmt.Errorf("configuring governance: %w", err)
+	}
+	if a.govern != nil {
+		a.stopGovern = make(chan struct{})
+		go a.govern.run(duration(a.cfg.Probe.Interval), a.stopGovern)
+	}
 	a.api.Store(api.Handler(api.Config{Token: a.token, Supervisor: a.sup, Gatherer: a.registry, Logger: a.log.Named("api"),
-		Workers: func() any { return a.pool.Workers() }, Status: a.status}))
+		Workers: func() any { return a.pool.Workers() }, Status: a.status,
+		Events: func() any { return a.govern.events() }}))
 	a.started = true
 	return nil
 }
@@ -403,6 +413,10 @@ func (a *Agent) cookieKey() ([]byte, error) {
 func (a *Agent) Shutdown(ctx context.Context) error {
 	var errs []error
 	a.shutdownOnce.Do(func() {
+		if a.stopGovern != nil {
+			close(a.stopGovern) // no governance move may race the parking
+			a.govern.wait()
+		}
 		if a.front != nil {
 			a.front.Close()
 		}

@@ -101,6 +101,31 @@ type GroupConfig struct {
 	// Builtin runs an application compiled into stickyd in-process on an
 	// in-memory channel ("demo").
 	Builtin string `hcl:"builtin,optional"`
+	// Governance moves people off workers saturated on one resource.
+	Governance *GovernanceConfig `hcl:"governance,block"`
+}
+
+// GovernanceConfig turns on the governance of a group (docs/governance.md).
+// Zero values keep the engine's defaults.
+type GovernanceConfig struct {
+	Enabled bool `hcl:"enabled,optional"`
+	// MemoryLimitMB is what 100% memory means for one worker (default 1024).
+	MemoryLimitMB int `hcl:"memory_limit_mb,optional"`
+	// CPULimit is what 100% CPU means, in cores (default 1).
+	CPULimit           float64 `hcl:"cpu_limit,optional"`
+	MaxConcurrentMoves int     `hcl:"max_concurrent_moves,optional"`
+	UserCoolDown       string  `hcl:"user_cool_down,optional"`
+	WorkerCoolDown     string  `hcl:"worker_cool_down,optional"`
+}
+
+// group finds a group's configuration; the bool says if it is governed.
+func (c *Config) group(name string) (*GroupConfig, bool) {
+	for _, g := range c.Groups {
+		if g.Name == name {
+			return g, g.Governance != nil && g.Governance.Enabled
+		}
+	}
+	return nil, false
 }
 
 // PluginConfig names a worker plugin binary.

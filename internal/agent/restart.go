@@ -64,6 +64,8 @@ func (a *Agent) parkAll(ctx context.Context) error {
 		}
 	}
 	sort.Strings(users)
+	// Parking keeps workers busy on purpose: no killing for silence now.
+	a.pool.PauseProbes()
 	name := fmt.Sprintf("park-%s", time.Now().UTC().Format("20060102T150405.000000000Z"))
 	tmp := filepath.Join(a.restartDir(), name+".tmp")
 	if err := os.MkdirAll(tmp, 0o700); err != nil {

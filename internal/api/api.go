@@ -42,7 +42,9 @@ type Config struct {
 	Workers func() any
 	// Status describes the cluster for GET /v1/status (the CLI's status,
 	// server members and operator raft list-peers read it).
-	Status   func() any
+	Status func() any
+	// Events lists governance's recent decisions (GET /v1/events).
+	Events   func() any
 	Gatherer prometheus.Gatherer
 	Logger   hclog.Logger
 }
@@ -59,6 +61,12 @@ func Handler(cfg Config) http.Handler {
 	mux.HandleFunc("POST /v1/users/{user}/move", a.handle(a.moveUser))
 	mux.HandleFunc("GET /v1/workers", a.handle(a.listWorkers))
 	mux.HandleFunc("POST /v1/workers/{worker}/drain", a.handle(a.drain))
+	if cfg.Events != nil {
+		mux.HandleFunc("GET /v1/events", a.handle(func(w http.ResponseWriter, r *http.Request) error {
+			writeJSON(w, http.StatusOK, cfg.Events())
+			return nil
+		}))
+	}
 	if cfg.Status != nil {
 		mux.HandleFunc("GET /v1/status", a.handle(func(w http.ResponseWriter, r *http.Request) error {
 			writeJSON(w, http.StatusOK, cfg.Status())

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/stickyd/stickyd/internal/protocol"
 )
@@ -20,6 +21,8 @@ type Peer struct {
 	conn   Conn
 	handle Handler
 	nextID atomic.Uint64
+	// lastRecv is when the last envelope arrived (unix nanoseconds).
+	lastRecv atomic.Int64
 
 	mu      sync.Mutex // guards pending and err
 	pending map[uint64]*Call
@@ -118,6 +121,16 @@ func (p *Peer) Notify(env *protocol.Envelope) error {
 	return p.conn.Send(env)
 }
 
+// LastRecv is when the last envelope arrived from the other side (zero
+// before the first): any envelope is a sign of life.
+func (p *Peer) LastRecv() time.Time {
+	n := p.lastRecv.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
 // Done is closed when the peer stops: Close was called or the Conn failed.
 func (p *Peer) Done() <-chan struct{} { return p.done }
 
@@ -154,6 +167,7 @@ func (p *Peer) readLoop() {
 			p.stop(err)
 			return
 		}
+		p.lastRecv.Store(time.Now().UnixNano())
 		if !env.Reply {
 			if p.handle != nil {
 				p.handle(env)

@@ -63,6 +63,7 @@ func RunWith(args []string, ui cli.Ui, builtins map[string]agent.Builtin) int {
 			"worker drain": func() (cli.Command, error) { return &WorkerDrainCommand{Meta: meta}, nil },
 
 			"status":                   func() (cli.Command, error) { return &StatusCommand{Meta: meta}, nil },
+			"events":                   func() (cli.Command, error) { return &EventsCommand{Meta: meta}, nil },
 			"server":                   func() (cli.Command, error) { return &ServerCommand{Meta: meta}, nil },
 			"server members":           func() (cli.Command, error) { return &ServerMembersCommand{Meta: meta}, nil },
 			"operator":                 func() (cli.Command, error) { return &OperatorCommand{Meta: meta}, nil },

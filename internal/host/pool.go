@@ -13,6 +13,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -49,6 +50,8 @@ type Pool struct {
 	// ProbeMisses is how many probes in a row a worker may leave
 	// unanswered before it is killed and relaunched; default 3.
 	ProbeMisses int
+	// probesOff stops killing for silence (PauseProbes).
+	probesOff atomic.Bool
 
 	log    hclog.Logger
 	ctx    context.Context
@@ -260,8 +263,16 @@ func (s *slot) wait(ctx context.Context) bool {
 	for {
 		select {
 		case <-tick:
+			if s.pool.probesOff.Load() {
+				continue
+			}
 			if s.probe(ctx, peer, interval) {
 				missed = 0
+				continue
+			}
+			if time.Since(peer.LastRecv()) < interval {
+				// No answer yet, but the worker is talking (a large
+				// package on the channel ahead of the answer): alive.
 				continue
 			}
 			missed++
@@ -514,6 +525,11 @@ func (p *Pool) Workers() []WorkerInfo {
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Group < out[j].Group })
 	return out
 }
+
+// PauseProbes stops probing, for a planned operation that keeps workers
+// busy on purpose (parking everyone before a stop): nobody is killed for
+// silence while it runs.
+func (p *Pool) PauseProbes() { p.probesOff.Store(true) }
 
 // Busy reports whether a worker has requests in flight.
 func (p *Pool) Busy(workerID string) bool {

@@ -1,0 +1,68 @@
+package command
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/governor"
+)
+
+// EventsCommand lists governance's recent decisions, with their reasons.
+type EventsCommand struct{ Meta }
+
+func (c *EventsCommand) Help() string {
+	return strings.TrimSpace(`
+Usage: stickyd events [options]
+
+  Lists the agent's recent governance events, oldest first: every decision
+  (a move off a saturated worker, a start, a replacement, a drain) with its
+  reason and numbers, and what became of it (completed, failed, blocked).
+  Empty when no group enables governance.
+
+Options:
+
+  -json              Print the API's JSON instead of a table.
+` + apiOptionsHelp)
+}
+
+func (c *EventsCommand) Synopsis() string { return "List governance decisions and their reasons" }
+
+func (c *EventsCommand) Run(args []string) int {
+	var asJSON bool
+	fs, opts := c.apiFlagSet("events")
+	fs.BoolVar(&asJSON, "json", false, "")
+	if _, ok := c.parseArgs(fs, args, 0, c.Help); !ok {
+		return 1
+	}
+	client, err := opts.client()
+	if err != nil {
+		return c.fail(err)
+	}
+	defer client.Close()
+	ctx, stop := apiContext()
+	defer stop()
+	body, err := client.get(ctx, "/v1/events")
+	if err != nil {
+		return c.fail(fmt.Errorf("listing events: %w", err))
+	}
+	if asJSON {
+		c.printJSON(body)
+		return 0
+	}
+	var events []governor.Event
+	if err := json.Unmarshal(body, &events); err != nil {
+		return c.fail(fmt.Errorf("listing events: decoding the answer: %w", err))
+	}
+	if len(events) == 0 {
+		c.UI.Output("No governance events")
+		return 0
+	}
+	rows := make([][]string, len(events))
+	for i, e := range events {
+		rows[i] = []string{e.At.Local().Format(time.TimeOnly), string(e.Kind), orDash(e.Worker), orDash(e.User), orDash(e.To), e.Reason}
+	}
+	c.UI.Output(formatTable([]string{"TIME", "KIND", "WORKER", "USER", "TO", "REASON"}, rows))
+	return 0
+}
