@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -64,5 +65,23 @@ func TestParseConfigErrors(t *testing.T) {
 				t.Fatalf("error %v, want it to mention %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// The configuration the README shows is a valid one.
+func TestReadmeConfigParses(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	i := strings.Index(s, "```hcl\n")
+	if i < 0 {
+		t.Fatal("README has no hcl block")
+	}
+	s = s[i+len("```hcl\n"):]
+	src := s[:strings.Index(s, "```")]
+	if _, err := ParseConfig("README.md", []byte(src)); err != nil {
+		t.Fatalf("the README's configuration does not parse: %v", err)
 	}
 }
