@@ -81,7 +81,7 @@ func TestReadmeConfigParses(t *testing.T) {
 	}
 	s = s[i+len("```hcl\n"):]
 	src := s[:strings.Index(s, "```")]
-	if _, err := ParseConfig("README.md", []byte(src)); err != nil {
+	if _, err := ParseConfig("README.hcl", []byte(src)); err != nil {
 		t.Fatalf("the README's configuration does not parse: %v", err)
 	}
 }
