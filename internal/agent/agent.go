@@ -278,22 +278,41 @@ func (a *Agent) adminToken() (string, error) {
 	if a.cfg.DataDir == "" {
 		return randomToken(), nil
 	}
-	path := filepath.Join(a.cfg.DataDir, "admin.token")
-	b, err := os.ReadFile(path)
-	if err == nil && len(strings.TrimSpace(string(b))) > 0 {
-		return strings.TrimSpace(string(b)), nil
+	b, err := readOrCreate(filepath.Join(a.cfg.DataDir, "admin.token"), "admin token", func() []byte {
+		return []byte(randomToken() + "\n")
+	})
+	if err != nil {
+		return "", err
 	}
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("reading admin token: %w", err)
-	}
-	t := randomToken()
-	if err := os.MkdirAll(a.cfg.DataDir, 0o700); err != nil {
-		return "", fmt.Errorf("creating data dir: %w", err)
-	}
-	if err := os.WriteFile(path, []byte(t+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("writing admin token: %w", err)
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		// An empty file names no token: make one, as on a first start.
+		t = randomToken()
+		if err := os.WriteFile(filepath.Join(a.cfg.DataDir, "admin.token"), []byte(t+"\n"), 0o600); err != nil {
+			return "", fmt.Errorf("writing admin token: %w", err)
+		}
 	}
 	return t, nil
+}
+
+// readOrCreate reads a secret file, creating it (and its directory) with
+// make's content, mode 0600, when it does not exist yet.
+func readOrCreate(path, what string, make func() []byte) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		return b, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("reading %s: %w", what, err)
+	}
+	b = make()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("creating the directory of the %s: %w", what, err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return nil, fmt.Errorf("writing %s: %w", what, err)
+	}
+	return b, nil
 }
 
 func randomToken() string {
@@ -386,20 +405,13 @@ func (a *Agent) cookieKey() ([]byte, error) {
 		_, _ = rand.Read(key)
 		return key, nil
 	}
-	key, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		key = make([]byte, 32)
+	key, err := readOrCreate(path, "cookie key", func() []byte {
+		key := make([]byte, 32)
 		_, _ = rand.Read(key)
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, fmt.Errorf("creating cookie key dir: %w", err)
-		}
-		if err := os.WriteFile(path, key, 0o600); err != nil {
-			return nil, fmt.Errorf("writing cookie key: %w", err)
-		}
-		return key, nil
-	}
+		return key
+	})
 	if err != nil {
-		return nil, fmt.Errorf("reading cookie key: %w", err)
+		return nil, err
 	}
 	if len(key) < 32 {
 		return nil, fmt.Errorf("cookie key %s holds %d bytes; it needs at least 32", path, len(key))

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/placement"
 	"github.com/stickyd/stickyd/internal/raftnode"
@@ -67,54 +68,48 @@ func (a *Agent) self() Self {
 	return s
 }
 
-// client calls another agent's admin API.
+// call calls another agent's admin API and decodes its JSON answer into
+// out (when not nil).
 func (a *Agent) call(ctx context.Context, method, addr, path string, body []byte, out any) error {
+	b, err := a.fetch(ctx, method, addr, path, body)
+	if err != nil || out == nil {
+		return err
+	}
+	return json.Unmarshal(b, out)
+}
+
+// fetch calls another agent's admin API and returns the answer's bytes; a
+// refusal is a *remoteErr carrying the agent's message.
+func (a *Agent) fetch(ctx context.Context, method, addr, path string, body []byte) ([]byte, error) {
 	if !strings.Contains(addr, "://") {
 		addr = "http://" + addr
 	}
 	req, err := http.NewRequestWithContext(ctx, method, addr+path, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("X-Stickyd-Token", a.token)
 	resp, err := a.http.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	// A parked package is the largest answer; it fits an envelope.
+	b, err := io.ReadAll(io.LimitReader(resp.Body, channel.MaxEnvelopeBytes))
+	if err != nil {
+		return nil, err
+	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct {
 			Error string `json:"error"`
 			Kind  string `json:"kind"`
 		}
 		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			return &remoteErr{status: resp.StatusCode, err: fsm.KindError(e.Kind, e.Error)}
+			return nil, &remoteErr{status: resp.StatusCode, err: fsm.KindError(e.Kind, e.Error)}
 		}
-		return &remoteErr{status: resp.StatusCode, err: fmt.Errorf("HTTP %d from %s", resp.StatusCode, addr)}
+		return nil, &remoteErr{status: resp.StatusCode, err: fmt.Errorf("HTTP %d from %s%s", resp.StatusCode, addr, path)}
 	}
-	if out != nil {
-		return json.Unmarshal(b, out)
-	}
-	return nil
-}
-
-// fetch GETs raw bytes from another agent's admin API.
-func (a *Agent) fetch(ctx context.Context, addr, path string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+addr+path, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("X-Stickyd-Token", a.token)
-	resp, err := a.http.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("HTTP %d from %s%s", resp.StatusCode, addr, path)
-	}
-	return io.ReadAll(resp.Body)
+	return b, nil
 }
 
 // remoteErr is a refusal from another agent.

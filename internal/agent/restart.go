@@ -29,13 +29,12 @@ func (a *Agent) restartDir() string { return filepath.Join(a.cfg.DataDir, "resta
 
 // parkManifest is a park folder's record.
 type parkManifest struct {
-	Time    time.Time              `json:"time"`
-	Agent   string                 `json:"agent"`
-	Parked  []placement.UserInfo   `json:"parked"`
-	Lost    []parkFailure          `json:"lost,omitempty"`
-	Maps    []placement.UserInfo   `json:"maps"`
-	Workers map[string]int         `json:"workers"`
-	Extra   map[string]interface{} `json:"extra,omitempty"`
+	Time    time.Time            `json:"time"`
+	Agent   string               `json:"agent"`
+	Parked  []placement.UserInfo `json:"parked"`
+	Lost    []parkFailure        `json:"lost,omitempty"`
+	Maps    []placement.UserInfo `json:"maps"`
+	Workers map[string]int       `json:"workers"`
 }
 
 type parkFailure struct {

@@ -243,7 +243,7 @@ func (c clusterParcels) Get(digest string) ([]byte, error) {
 		if ag.Name == c.a.cfg.Name {
 			continue
 		}
-		b, ferr := c.a.fetch(ctx, ag.AdminAddr, "/v1/internal/park/"+digest)
+		b, ferr := c.a.fetch(ctx, "GET", ag.AdminAddr, "/v1/internal/park/"+digest, nil)
 		if ferr != nil {
 			continue
 		}

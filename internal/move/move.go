@@ -176,40 +176,38 @@ func (m *Mover) travel(ctx context.Context, user, to, reason string, parking boo
 	// (a wake included), then hands over everything and refuses the rest. A
 	// parked person the worker never woke is absent there: their parked
 	// package stays the truth.
-	digest := ""
-	{
-		fctx, cancel := context.WithTimeout(ctx, m.cfg.FreezeTimeout)
-		fstart := time.Now()
-		fz, err := m.workers.Freeze(fctx, u.Worker, user, epoch)
-		res.Freeze = time.Since(fstart)
-		cancel()
-		switch {
-		case err != nil && isWorkerGone(err):
-			m.cfg.Logger.Warn("worker died during a move; reassigning without state", "user", user, "from", u.Worker, "error", err)
-			if cerr := m.apply(ctx, fsm.MoveCommitRequestType, fsm.MoveCommitRequest{User: user, To: to, Epoch: epoch}); cerr != nil {
-				return res, fmt.Errorf("moving %q: reassigning after the old worker died: %w", user, cerr)
-			}
-			res.Outcome = StateLost
-			return res, fmt.Errorf("moving %q: %w (%v)", user, ErrStateLost, err)
-		case err != nil:
-			return res, m.rollback(ctx, &res, u.Worker, user, epoch, fmt.Errorf("freezing: %w", err))
+	var digest string
+	fctx, cancel := context.WithTimeout(ctx, m.cfg.FreezeTimeout)
+	fstart := time.Now()
+	fz, err := m.workers.Freeze(fctx, u.Worker, user, epoch)
+	res.Freeze = time.Since(fstart)
+	cancel()
+	switch {
+	case err != nil && isWorkerGone(err):
+		m.cfg.Logger.Warn("worker died during a move; reassigning without state", "user", user, "from", u.Worker, "error", err)
+		if cerr := m.apply(ctx, fsm.MoveCommitRequestType, fsm.MoveCommitRequest{User: user, To: to, Epoch: epoch}); cerr != nil {
+			return res, fmt.Errorf("moving %q: reassigning after the old worker died: %w", user, cerr)
 		}
-		res.Bytes, res.Conns, res.Pages = len(fz.Package), int(fz.Conns), int(fz.Pages)
-		if fz.Absent && u.State == placement.StateParked {
-			digest = u.Package
-			if parking && !m.store.Has(digest) {
-				return res, m.rollback(ctx, &res, u.Worker, user, epoch, fmt.Errorf("%w: %s", park.ErrNotFound, digest))
-			}
-		} else {
-			// Park: the package is stored, content-addressed and
-			// checksummed, before the maps point anywhere else. Not
-			// fsynced for a move: the package only stands in for the
-			// worker's memory, which a machine crash would take as well.
-			// Parking for a restart syncs the store once at the end.
-			digest, err = m.store.Put(fz.Package, false)
-			if err != nil {
-				return res, m.rollback(ctx, &res, u.Worker, user, epoch, err)
-			}
+		res.Outcome = StateLost
+		return res, fmt.Errorf("moving %q: %w (%v)", user, ErrStateLost, err)
+	case err != nil:
+		return res, m.rollback(ctx, &res, u.Worker, user, epoch, fmt.Errorf("freezing: %w", err))
+	}
+	res.Bytes, res.Conns, res.Pages = len(fz.Package), int(fz.Conns), int(fz.Pages)
+	if fz.Absent && u.State == placement.StateParked {
+		digest = u.Package
+		if parking && !m.store.Has(digest) {
+			return res, m.rollback(ctx, &res, u.Worker, user, epoch, fmt.Errorf("%w: %s", park.ErrNotFound, digest))
+		}
+	} else {
+		// Park: the package is stored, content-addressed and
+		// checksummed, before the maps point anywhere else. Not
+		// fsynced for a move: the package only stands in for the
+		// worker's memory, which a machine crash would take as well.
+		// Parking for a restart syncs the store once at the end.
+		digest, err = m.store.Put(fz.Package, false)
+		if err != nil {
+			return res, m.rollback(ctx, &res, u.Worker, user, epoch, err)
 		}
 	}
 	res.Package = digest
@@ -224,16 +222,14 @@ func (m *Mover) travel(ctx context.Context, user, to, reason string, parking boo
 	if parking {
 		return res, nil // the worker goes down with the agent: nothing to evict
 	}
-	{
-		from := u.Worker
-		go func() {
-			ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			if err := m.workers.Evict(ectx, from, user); err != nil {
-				m.cfg.Logger.Warn("evicting a moved user from their old worker", "user", user, "worker", from, "error", err)
-			}
-		}()
-	}
+	from := u.Worker
+	go func() {
+		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := m.workers.Evict(ectx, from, user); err != nil {
+			m.cfg.Logger.Warn("evicting a moved user from their old worker", "user", user, "worker", from, "error", err)
+		}
+	}()
 	return res, nil
 }
 

@@ -43,11 +43,9 @@ func (e *movedError) Error() string {
 
 // sessionsOfLocked lists the connections of user.
 func (rt *runtime) sessionsOfLocked(user string) []*Session {
-	var out []*Session
-	for _, s := range rt.conns {
-		if s.userKey() == user {
-			out = append(out, s)
-		}
+	out := make([]*Session, 0, len(rt.byUser[user]))
+	for s := range rt.byUser[user] {
+		out = append(out, s)
 	}
 	return out
 }
@@ -116,7 +114,7 @@ func (rt *runtime) evict(e *protocol.Evict) {
 	}
 	sessions := rt.sessionsOfLocked(e.User)
 	for _, s := range sessions {
-		delete(rt.conns, s.name)
+		rt.dropConnLocked(s)
 	}
 	rt.mu.Unlock()
 	for _, s := range sessions {
@@ -143,13 +141,13 @@ func (rt *runtime) wake(w *protocol.Wake) (*protocol.Woken, error) {
 		rt.mu.Unlock()
 		return nil, &movedError{user: w.User, epoch: known}
 	}
-	if known == w.Epoch && len(rt.sessionsOfLocked(w.User)) > 0 {
+	if known == w.Epoch && len(rt.byUser[w.User]) > 0 {
 		rt.mu.Unlock()
 		return &protocol.Woken{}, nil // already awake here
 	}
 	for _, s := range rt.sessionsOfLocked(w.User) {
 		// A stale copy from an earlier stay: the package is the truth.
-		delete(rt.conns, s.name)
+		rt.dropConnLocked(s)
 		rt.pages.Add(-int64(len(s.pages)))
 	}
 	delete(rt.frozen, w.User)
@@ -185,7 +183,7 @@ func (rt *runtime) wake(w *protocol.Wake) (*protocol.Woken, error) {
 			p.coll.restartClean(noticeChanged)
 		}
 		rt.mu.Lock()
-		rt.conns[s.name] = s
+		rt.addConnLocked(s)
 		rt.mu.Unlock()
 		rt.pages.Add(int64(len(s.pages)))
 	}

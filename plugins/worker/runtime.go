@@ -31,6 +31,9 @@ type runtime struct {
 	mu    sync.Mutex // guards users, conns, epochs and frozen
 	users map[string]*user
 	conns map[string]*Session
+	// byUser indexes conns by their user key (addConnLocked and friends
+	// keep it), so a freeze or a wake does not scan every connection.
+	byUser map[string]map[*Session]struct{}
 	// epochs is the newest epoch seen per user; older frames are refused.
 	epochs map[string]uint64
 	// frozen marks users whose state was handed over by a Freeze.
@@ -219,14 +222,47 @@ func (rt *runtime) session(f *protocol.Frame) *Session {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if s := rt.conns[f.Conn]; s != nil {
-		if u := userOf(f.User); u != s.user {
-			s.user = u
-		}
+		rt.setUserLocked(s, userOf(f.User))
 		return s
 	}
 	s := &Session{rt: rt, name: f.Conn, user: userOf(f.User), values: newTree(nil), pages: map[string]*Page{}}
-	rt.conns[f.Conn] = s
+	rt.addConnLocked(s)
 	return s
+}
+
+// addConnLocked registers a connection (replacing one of the same name).
+func (rt *runtime) addConnLocked(s *Session) {
+	if old := rt.conns[s.name]; old != nil {
+		rt.dropConnLocked(old)
+	}
+	rt.conns[s.name] = s
+	k := s.userKey()
+	if rt.byUser[k] == nil {
+		rt.byUser[k] = map[*Session]struct{}{}
+	}
+	rt.byUser[k][s] = struct{}{}
+}
+
+// dropConnLocked forgets a connection.
+func (rt *runtime) dropConnLocked(s *Session) {
+	if rt.conns[s.name] == s {
+		delete(rt.conns, s.name)
+	}
+	k := s.userKey()
+	delete(rt.byUser[k], s)
+	if len(rt.byUser[k]) == 0 {
+		delete(rt.byUser, k)
+	}
+}
+
+// setUserLocked changes who a registered connection belongs to.
+func (rt *runtime) setUserLocked(s *Session, user string) {
+	if s.user == user {
+		return
+	}
+	rt.dropConnLocked(s)
+	s.user = user
+	rt.addConnLocked(s)
 }
 
 func userOf(key string) string {
@@ -293,7 +329,7 @@ func (rt *runtime) newConnection(f *protocol.Frame) (*protocol.FrameReply, error
 	}
 	s.isNew = false
 	rt.mu.Lock()
-	rt.conns[s.name] = s
+	rt.addConnLocked(s)
 	rt.mu.Unlock()
 	return rt.httpReply(s, resp), nil
 }
@@ -308,7 +344,12 @@ func (rt *runtime) httpReply(s *Session, resp *protocol.HTTPResponse) *protocol.
 func (rt *runtime) identity(s *Session) *protocol.Identity {
 	if s.login != "" {
 		rt.mu.Lock()
-		s.user, s.login = s.login, ""
+		if rt.conns[s.name] == s {
+			rt.setUserLocked(s, s.login)
+		} else {
+			s.user = s.login // not registered yet: a new connection
+		}
+		s.login = ""
 		rt.mu.Unlock()
 	}
 	return &protocol.Identity{Conn: s.name, User: s.user}
@@ -317,7 +358,9 @@ func (rt *runtime) identity(s *Session) *protocol.Identity {
 func (rt *runtime) release(conn string) {
 	rt.mu.Lock()
 	s := rt.conns[conn]
-	delete(rt.conns, conn)
+	if s != nil {
+		rt.dropConnLocked(s)
+	}
 	rt.mu.Unlock()
 	if s == nil {
 		return
@@ -417,10 +460,6 @@ func (rt *runtime) probe() *protocol.ProbeReply {
 	goruntime.ReadMemStats(&ms)
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	people := map[string]bool{}
-	for _, s := range rt.conns {
-		people[s.userKey()] = true
-	}
 	var depth int64
 	for _, u := range rt.users {
 		u.mu.Lock()
@@ -432,7 +471,7 @@ func (rt *runtime) probe() *protocol.ProbeReply {
 		CpuSeconds:   cpu,
 		RssBytes:     rss,
 		MailboxDepth: depth,
-		Users:        int64(len(people)),
+		Users:        int64(len(rt.byUser)),
 		Conns:        int64(len(rt.conns)),
 		Goroutines:   int64(goruntime.NumGoroutine()),
 		HeapBytes:    ms.HeapAlloc,

@@ -68,6 +68,7 @@ func serveConn(ctx context.Context, app App, opts Options, c channel.Conn, hello
 		ctx:      ctx,
 		users:    map[string]*user{},
 		conns:    map[string]*Session{},
+		byUser:   map[string]map[*Session]struct{}{},
 		epochs:   map[string]uint64{},
 		frozen:   map[string]bool{},
 	}
