@@ -66,6 +66,8 @@ type Agent struct {
 	peers    peers
 	// mu guards restart.
 	mu sync.Mutex
+	// registerMu orders the agent's registrations of its workers.
+	registerMu sync.Mutex
 	// api is the full admin API (an http.Handler), stored once ready.
 	api        atomic.Value
 	stopLeader chan struct{}
@@ -88,7 +90,7 @@ func New(cfg *Config, builtins map[string]Builtin, log hclog.Logger) (*Agent, er
 	a := &Agent{cfg: cfg, log: log, http: &http.Client{Timeout: 30 * time.Second}, stopLeader: make(chan struct{})}
 	var groups []host.GroupSpec
 	for _, g := range cfg.Groups {
-		spec := host.GroupSpec{Name: g.Name, Workers: g.Workers}
+		spec := host.GroupSpec{Name: g.Name, Workers: g.Workers, MemoryMax: uint64(g.MemoryMaxMB) << 20}
 		if cfg.Server.BootstrapExpect > 1 {
 			spec.Prefix = cfg.Name + "."
 		}
@@ -231,7 +233,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		go a.govern.run(duration(a.cfg.Probe.Interval), a.stopGovern)
 	}
 	a.api.Store(api.Handler(api.Config{Token: a.token, Supervisor: a.sup, Gatherer: a.registry, Logger: a.log.Named("api"),
-		Workers: func() any { return a.pool.Workers() }, Status: a.status,
+		Workers: func() any { return append(a.pool.Workers(), a.pool.Retired()...) }, Status: a.status,
 		Events: func() any { return a.govern.events() }}))
 	a.started = true
 	return nil

@@ -167,6 +167,10 @@ func (a *Agent) join(ctx context.Context) error {
 // register records this agent's workers in the maps, so every server can
 // route to them.
 func (a *Agent) register(ctx context.Context) error {
+	// One at a time: a list read before a retirement must not be applied
+	// after the list read after it.
+	a.registerMu.Lock()
+	defer a.registerMu.Unlock()
 	e := fsm.AgentEntry{Name: a.cfg.Name, AdminAddr: a.AdminAddr(), Workers: map[string]string{}}
 	if a.rpcLn != nil {
 		e.RPCAddr = a.rpcLn.Addr().String()

@@ -101,21 +101,46 @@ type GroupConfig struct {
 	// Builtin runs an application compiled into stickyd in-process on an
 	// in-memory channel ("demo").
 	Builtin string `hcl:"builtin,optional"`
-	// Governance moves people off workers saturated on one resource.
+	// MemoryMaxMB is the hard ceiling of one worker's memory (RSS): over
+	// it, the worker is killed and relaunched. 0 (the default) is none.
+	MemoryMaxMB int `hcl:"memory_max_mb,optional"`
+	// Governance balances, replaces and compacts the group's workers.
 	Governance *GovernanceConfig `hcl:"governance,block"`
 }
 
 // GovernanceConfig turns on the governance of a group (docs/governance.md).
-// Zero values keep the engine's defaults.
+// Unset values keep the defaults of policy.go.
 type GovernanceConfig struct {
 	Enabled bool `hcl:"enabled,optional"`
-	// MemoryLimitMB is what 100% memory means for one worker (default 1024).
+	// MemoryLimitMB is what 100% memory means for one worker: its live Go
+	// heap (default 1024).
 	MemoryLimitMB int `hcl:"memory_limit_mb,optional"`
 	// CPULimit is what 100% CPU means, in cores (default 1).
-	CPULimit           float64 `hcl:"cpu_limit,optional"`
-	MaxConcurrentMoves int     `hcl:"max_concurrent_moves,optional"`
-	UserCoolDown       string  `hcl:"user_cool_down,optional"`
-	WorkerCoolDown     string  `hcl:"worker_cool_down,optional"`
+	CPULimit float64 `hcl:"cpu_limit,optional"`
+	// GoroutineLimit and MailboxLimit are 100% goroutines and 100% frames
+	// waiting in mailboxes (defaults 10000 and 1000).
+	GoroutineLimit int `hcl:"goroutine_limit,optional"`
+	MailboxLimit   int `hcl:"mailbox_limit,optional"`
+	// MinWorkers is the fewest workers compaction leaves (default: the
+	// group's workers); MaxWorkers the most saturation may start (default:
+	// the larger of the group's workers and 8).
+	MinWorkers         int    `hcl:"min_workers,optional"`
+	MaxWorkers         int    `hcl:"max_workers,optional"`
+	MaxConcurrentMoves int    `hcl:"max_concurrent_moves,optional"`
+	UserCoolDown       string `hcl:"user_cool_down,optional"`
+	WorkerCoolDown     string `hcl:"worker_cool_down,optional"`
+	// ReplaceHorizon: a worker projected to reach its memory limit sooner
+	// is replaced ("30m"; "0s" turns replacement off).
+	ReplaceHorizon string `hcl:"replace_horizon,optional"`
+	// GrowthWindow is the memory history the projection fits ("15m");
+	// GrowthMinSamples the fewest probe readings it needs (6).
+	GrowthWindow     string `hcl:"growth_window,optional"`
+	GrowthMinSamples int    `hcl:"growth_min_samples,optional"`
+	// CompactBelow is the load under which, held for CompactAfter, the
+	// least loaded worker is drained and retired (0.30 and "10m"; 0 turns
+	// compaction off).
+	CompactBelow *float64 `hcl:"compact_below,optional"`
+	CompactAfter string   `hcl:"compact_after,optional"`
 }
 
 // group finds a group's configuration; the bool says if it is governed.
@@ -248,6 +273,14 @@ func (c *Config) Finish() error {
 		}
 		if (g.Plugin == nil) == (g.Builtin == "") {
 			return fmt.Errorf("group %q: set exactly one of a plugin block or builtin", g.Name)
+		}
+		if g.MemoryMaxMB < 0 {
+			return fmt.Errorf("group %q: memory_max_mb must not be negative", g.Name)
+		}
+		if g.Governance != nil && g.Governance.Enabled {
+			if _, err := g.policy(); err != nil {
+				return fmt.Errorf("group %q: governance: %w", g.Name, err)
+			}
 		}
 	}
 	return nil

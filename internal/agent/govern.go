@@ -2,30 +2,34 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/stickyd/stickyd/internal/governor"
 	"github.com/stickyd/stickyd/internal/host"
+	"github.com/stickyd/stickyd/internal/protocol"
 )
 
 // governance feeds the probe readings of this agent's workers to the
-// decision engine and carries out its moves by the one road. Only moves
-// between running workers are carried out for now; starting, replacing and
-// retiring workers are recorded as blocked (the pool's slots are fixed).
+// decision engine and carries out its decisions: moves by the one road,
+// starts and replacements by adding workers to the pool, drains by
+// cordoning, retirements by stopping an empty worker.
 type governance struct {
 	a   *Agent
-	mu  sync.Mutex // guards eng, prev and inFlight
+	mu  sync.Mutex // guards eng, prev, totals and inFlight
 	eng *governor.Engine
-	// prev is each worker's previous reading, for its CPU rate.
+	// prev is each worker's previous reading, for its CPU rate; totals
+	// each user's running totals at that reading, for their recent use.
 	prev     map[string]host.WorkerInfo
+	totals   map[string]map[string]*protocol.UserUsage
 	inFlight int
-	moves    sync.WaitGroup // moves under way
+	work     sync.WaitGroup // decisions under way
 }
 
-// wait waits for the moves under way.
-func (g *governance) wait() { g.moves.Wait() }
+// wait waits for the decisions under way.
+func (g *governance) wait() { g.work.Wait() }
 
 // newGovernance returns nil when no group enables governance.
 func newGovernance(a *Agent) (*governance, error) {
@@ -34,32 +38,10 @@ func newGovernance(a *Agent) (*governance, error) {
 		if g.Governance == nil || !g.Governance.Enabled {
 			continue
 		}
-		p := governor.DefaultPolicy()
-		gc := g.Governance
-		if gc.MemoryLimitMB > 0 {
-			t := p.Thresholds[governor.Memory]
-			t.Limit = float64(gc.MemoryLimitMB) * (1 << 20)
-			p.Thresholds[governor.Memory] = t
+		p, err := g.policy()
+		if err != nil {
+			return nil, fmt.Errorf("group %q: governance: %w", g.Name, err)
 		}
-		if gc.CPULimit > 0 {
-			t := p.Thresholds[governor.CPU]
-			t.Limit = gc.CPULimit
-			p.Thresholds[governor.CPU] = t
-		}
-		if gc.MaxConcurrentMoves > 0 {
-			p.MaxConcurrentMoves = gc.MaxConcurrentMoves
-		}
-		if d := duration(gc.UserCoolDown); d > 0 {
-			p.UserCoolDown = d
-		}
-		if d := duration(gc.WorkerCoolDown); d > 0 {
-			p.WorkerCoolDown = d
-		}
-		// The pool cannot add or retire workers yet: no starts, no
-		// replacement, no compaction.
-		p.MaxWorkers = g.Workers
-		p.ReplaceHorizon = 0
-		p.CompactBelow = 0
 		policies[g.Name] = p
 	}
 	if len(policies) == 0 {
@@ -69,7 +51,7 @@ func newGovernance(a *Agent) (*governance, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &governance{a: a, eng: eng, prev: map[string]host.WorkerInfo{}}, nil
+	return &governance{a: a, eng: eng, prev: map[string]host.WorkerInfo{}, totals: map[string]map[string]*protocol.UserUsage{}}, nil
 }
 
 // run observes and decides every interval until stop.
@@ -92,47 +74,132 @@ func (g *governance) run(interval time.Duration, stop <-chan struct{}) {
 func (g *governance) round(now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	live := map[string]bool{}
 	for _, w := range g.a.pool.Workers() {
+		live[w.ID] = true
 		if w.State != host.StateReady || w.LastProbe.IsZero() {
 			continue
 		}
 		if _, governed := g.a.cfg.group(w.Group); !governed {
 			continue
 		}
-		// Memory is the live heap: RSS keeps pages a worker has freed, so it
-		// would not fall when people leave.
-		r := governor.Reading{Worker: w.ID, Group: w.Group, At: w.LastProbe, Heap: w.HeapBytes,
-			Goroutines: int(w.Goroutines), MailboxDepth: int(w.Mailbox), Pages: int(w.Pages), PerUser: map[string]governor.Usage{}}
-		if p, ok := g.prev[w.ID]; ok && w.LastProbe.After(p.LastProbe) && w.CPUSeconds >= p.CPUSeconds {
-			r.CPU = (w.CPUSeconds - p.CPUSeconds) / w.LastProbe.Sub(p.LastProbe).Seconds()
+		if p, ok := g.prev[w.ID]; ok && !w.LastProbe.After(p.LastProbe) {
+			continue // no new reading since the last round
 		}
-		g.prev[w.ID] = w
-		for _, u := range g.a.fsm.UsersOf(w.ID) {
-			r.PerUser[u] = governor.Usage{}
+		g.eng.Observe(g.reading(w))
+	}
+	for id := range g.prev {
+		if !live[id] {
+			delete(g.prev, id)
+			delete(g.totals, id)
 		}
-		r.Users = len(r.PerUser)
-		g.eng.Observe(r)
 	}
 	for _, d := range g.eng.Decide(now, g.inFlight) {
-		if d.Kind != governor.KindMove {
-			g.a.log.Info("governance decision not carried out: the pool's workers are fixed", "kind", d.Kind, "reason", d.Reason)
-			g.eng.Done(d, false, now)
-			continue
-		}
-		g.a.log.Info("governance", "decision", d.Reason)
+		g.a.log.Info("governance", "decision", d.Kind, "reason", d.Reason)
 		g.inFlight++
-		g.moves.Add(1)
+		g.work.Add(1)
 		go func(d governor.Decision) {
-			defer g.moves.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			_, err := g.a.sup.Move(ctx, d.User, d.To, d.Cause)
-			cancel()
+			defer g.work.Done()
+			ok := g.carryOut(&d)
 			g.mu.Lock()
 			defer g.mu.Unlock()
 			g.inFlight--
-			g.eng.Done(d, err == nil, time.Now())
+			g.eng.Done(d, ok, time.Now())
 		}(d)
 	}
+}
+
+// reading turns a worker's last probe into the engine's reading: CPU as a
+// rate since the previous one, and per user what they used in between
+// (handler time as CPU, bytes written into their trees as memory growth).
+func (g *governance) reading(w host.WorkerInfo) governor.Reading {
+	// Memory is the live heap: RSS keeps pages a worker has freed, so it
+	// would not fall when people leave.
+	r := governor.Reading{Worker: w.ID, Group: w.Group, At: w.LastProbe, Heap: w.HeapBytes,
+		Goroutines: int(w.Goroutines), MailboxDepth: int(w.Mailbox), Pages: int(w.Pages), PerUser: map[string]governor.Usage{}}
+	var elapsed float64
+	p, seen := g.prev[w.ID]
+	if seen {
+		elapsed = w.LastProbe.Sub(p.LastProbe).Seconds()
+		if w.CPUSeconds >= p.CPUSeconds && elapsed > 0 {
+			r.CPU = (w.CPUSeconds - p.CPUSeconds) / elapsed
+		}
+	}
+	g.prev[w.ID] = w
+	now := g.a.pool.Usage(w.ID)
+	before := g.totals[w.ID]
+	g.totals[w.ID] = now
+	for _, u := range g.a.fsm.UsersOf(w.ID) {
+		var use governor.Usage
+		if t := now[u]; t != nil {
+			use.Mailbox = int(t.Queued)
+			if b := before[u]; b != nil && elapsed > 0 && t.BusySeconds >= b.BusySeconds {
+				use.CPU = (t.BusySeconds - b.BusySeconds) / elapsed
+				use.MemGrowth = float64(t.StateBytes) - float64(b.StateBytes)
+			}
+		}
+		r.PerUser[u] = use
+	}
+	r.Users = len(r.PerUser)
+	return r
+}
+
+// carryOut does what a decision asks; it reports whether it worked. d.To is
+// set for a start or a replacement.
+func (g *governance) carryOut(d *governor.Decision) bool {
+	a := g.a
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var err error
+	switch d.Kind {
+	case governor.KindMove:
+		_, err = a.sup.Move(ctx, d.User, d.To, d.Cause)
+	case governor.KindStart:
+		d.To, err = g.add(ctx, d.Group)
+	case governor.KindReplace:
+		// No newcomer lands on the worker being replaced.
+		if err = a.pool.Cordon(d.Worker, true); err == nil {
+			if d.To, err = g.add(ctx, d.Group); err != nil {
+				_ = a.pool.Cordon(d.Worker, false)
+			}
+		}
+	case governor.KindDrain:
+		err = a.pool.Cordon(d.Worker, true)
+	case governor.KindRetire:
+		err = g.retire(ctx, d.Worker, d.Reason)
+	default:
+		err = fmt.Errorf("unknown decision %q", d.Kind)
+	}
+	if err != nil {
+		a.log.Warn("governance decision failed", "decision", d.Kind, "worker", d.Worker, "user", d.User, "error", err)
+		return false
+	}
+	return true
+}
+
+// add starts a worker in the group and records it in the maps, so that
+// every server can route to it.
+func (g *governance) add(ctx context.Context, group string) (string, error) {
+	id, err := g.a.pool.Add(ctx, group)
+	if err != nil {
+		return "", err
+	}
+	if err := g.a.register(ctx); err != nil {
+		return id, fmt.Errorf("recording worker %s in the maps: %w", id, err)
+	}
+	return id, nil
+}
+
+// retire stops a drained worker. It is refused while the maps still place
+// anyone on it or its probe reports a person, a connection or a page.
+func (g *governance) retire(ctx context.Context, worker, reason string) error {
+	if users := g.a.fsm.UsersOf(worker); len(users) > 0 {
+		return fmt.Errorf("retiring %s: %w: the maps still place %d users there", worker, host.ErrNotEmpty, len(users))
+	}
+	if err := g.a.pool.Retire(ctx, worker, reason); err != nil {
+		return err
+	}
+	return g.a.register(ctx)
 }
 
 // events returns the engine's recent events.

@@ -18,8 +18,12 @@ func (c *WorkerListCommand) Help() string {
 Usage: stickyd worker list [options]
 
   Lists the workers of the agent's pool, by group: their state (starting,
-  ready, dead, refused, stopped), process id, incarnation (how many times
-  the slot was launched) and when the current process was born.
+  ready, dead, refused, stopped, retired; "cordoned" while they take no
+  newcomers), process id, incarnation (how many times the slot was
+  launched), when the current process was born, the people it holds and its
+  live heap at the last probe. Below the table, how each worker's last
+  process ended: its exit status or signal, killed for silence (probes
+  unanswered), killed for memory, or retired by governance and why.
 
 Options:
 
@@ -64,6 +68,7 @@ func (c *WorkerListCommand) Run(args []string) int {
 	// The agent's order (by group, then slot) is kept: web-10 stays after
 	// web-9.
 	rows := make([][]string, len(workers))
+	var ends []string
 	for i, w := range workers {
 		pid := "-"
 		if w.Pid != 0 {
@@ -73,8 +78,22 @@ func (c *WorkerListCommand) Run(args []string) int {
 		if !w.Born.IsZero() {
 			born = w.Born.Local().Format(time.RFC3339)
 		}
-		rows[i] = []string{w.ID, orDash(w.Group), orDash(w.State), pid, strconv.Itoa(w.Incarnation), born}
+		state := orDash(w.State)
+		if w.Cordoned {
+			state += ",cordoned"
+		}
+		heap := "-"
+		if !w.LastProbe.IsZero() {
+			heap = fmt.Sprintf("%.1fMiB", float64(w.HeapBytes)/(1<<20))
+		}
+		rows[i] = []string{w.ID, orDash(w.Group), state, pid, strconv.Itoa(w.Incarnation), born, strconv.FormatInt(w.Users, 10), heap}
+		if w.HowDied != "" {
+			ends = append(ends, fmt.Sprintf("  %s at %s: %s", w.ID, w.DiedAt.Local().Format(time.RFC3339), w.HowDied))
+		}
 	}
-	c.UI.Output(formatTable([]string{"ID", "GROUP", "STATE", "PID", "INCARNATION", "BORN"}, rows))
+	c.UI.Output(formatTable([]string{"ID", "GROUP", "STATE", "PID", "INCARNATION", "BORN", "USERS", "HEAP"}, rows))
+	if len(ends) > 0 {
+		c.UI.Output("\nLast ends:\n" + strings.Join(ends, "\n"))
+	}
 	return 0
 }

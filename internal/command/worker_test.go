@@ -20,8 +20,9 @@ import (
 func TestWorkerList(t *testing.T) {
 	born := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 	workers := []host.WorkerInfo{
-		{ID: "web-1", Group: "web", State: host.StateReady, Pid: 4242, Incarnation: 1, Born: born, App: "demo", AppVersion: "1.2.0"},
-		{ID: "web-2", Group: "web", State: host.StateDead, Incarnation: 3, Born: born, DiedAt: born.Add(time.Hour), HowDied: "killed"},
+		{ID: "web-1", Group: "web", State: host.StateReady, Pid: 4242, Incarnation: 1, Born: born, App: "demo", AppVersion: "1.2.0",
+			Cordoned: true, LastProbe: born, Users: 7, HeapBytes: 3 << 20},
+		{ID: "web-2", Group: "web", State: host.StateDead, Incarnation: 3, Born: born, DiedAt: born.Add(time.Hour), HowDied: "killed for silence: 3 probes unanswered"},
 		{ID: "api-1", Group: "zz", State: host.StateStarting},
 	}
 	f := newFakeAPI(t, map[string]http.HandlerFunc{"GET /v1/workers": answer(200, workers)})
@@ -32,12 +33,16 @@ func TestWorkerList(t *testing.T) {
 	}
 	stamp := born.Local().Format(time.RFC3339)
 	want := [][]string{
-		{"ID", "GROUP", "STATE", "PID", "INCARNATION", "BORN"},
-		{"web-1", "web", "ready", "4242", "1", stamp},
-		{"web-2", "web", "dead", "-", "3", stamp},
-		{"api-1", "zz", "starting", "-", "0", "-"},
+		{"ID", "GROUP", "STATE", "PID", "INCARNATION", "BORN", "USERS", "HEAP"},
+		{"web-1", "web", "ready,cordoned", "4242", "1", stamp, "7", "3.0MiB"},
+		{"web-2", "web", "dead", "-", "3", stamp, "0", "-"},
+		{"api-1", "zz", "starting", "-", "0", "-", "0", "-"},
 	}
-	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	table, ends, _ := strings.Cut(r.stdout, "\nLast ends:\n")
+	if want := "web-2 at " + born.Add(time.Hour).Local().Format(time.RFC3339) + ": killed for silence: 3 probes unanswered"; strings.TrimSpace(ends) != want {
+		t.Fatalf("last ends %q, want %q", ends, want)
+	}
+	lines := strings.Split(strings.TrimSpace(table), "\n")
 	if len(lines) != len(want) {
 		t.Fatalf("want %d lines:\n%s", len(want), r.stdout)
 	}
@@ -48,7 +53,7 @@ func TestWorkerList(t *testing.T) {
 	}
 
 	r = run(t, f.args("worker", "list", "-json")...)
-	r.expect(t, 0, []string{`"how_died": "killed"`, `"app_version": "1.2.0"`}, nil)
+	r.expect(t, 0, []string{`"how_died": "killed for silence: 3 probes unanswered"`, `"app_version": "1.2.0"`}, nil)
 	var got []host.WorkerInfo
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got) != 3 || !got[1].DiedAt.Equal(born.Add(time.Hour)) {
 		t.Fatalf("-json: %v %+v", err, got)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
@@ -23,6 +24,12 @@ type Process interface {
 	Pid() int
 	// Kill stops the process, gracefully if it can. Idempotent.
 	Kill()
+}
+
+// exitReporter is a Process that can tell how it ended ("exit status 2",
+// "signal: killed"), waiting at most wait for the OS to report it.
+type exitReporter interface {
+	ExitStatus(wait time.Duration) string
 }
 
 // PluginLauncher starts workers as go-plugin subprocesses of Command.
@@ -81,14 +88,31 @@ func (l *PluginLauncher) Launch(ctx context.Context, id string) (Process, channe
 	if rc := client.ReattachConfig(); rc != nil {
 		pid = rc.Pid
 	}
-	return &pluginProcess{client: client, pid: pid, conn: conn}, conn, nil
+	return &pluginProcess{client: client, cmd: cmd, pid: pid, conn: conn}, conn, nil
 }
 
 type pluginProcess struct {
 	client *plugin.Client
+	cmd    *exec.Cmd
 	pid    int
 	conn   channel.Conn
 	once   sync.Once
+}
+
+// ExitStatus reads the process's end once go-plugin has reaped it.
+func (p *pluginProcess) ExitStatus(wait time.Duration) string {
+	deadline := time.Now().Add(wait)
+	for !p.client.Exited() {
+		if time.Now().After(deadline) {
+			return ""
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// go-plugin sets Exited under its lock after cmd.Wait returned.
+	if st := p.cmd.ProcessState; st != nil {
+		return st.String()
+	}
+	return ""
 }
 
 func (p *pluginProcess) Pid() int { return p.pid }

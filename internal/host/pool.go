@@ -30,6 +30,11 @@ type GroupSpec struct {
 	// Prefix starts every worker id of the group ("s1." in a cluster, so
 	// ids are unique across hosts).
 	Prefix string
+	// MemoryMax is the hard memory ceiling of one worker, in bytes (its
+	// RSS, or its heap when RSS is unknown): a probe that reads more kills
+	// the worker ("killed for memory") and its slot relaunches it. Zero
+	// means none. Governance replaces a growing worker well before it.
+	MemoryMax uint64
 }
 
 // Parcels is where the host reads parked packages to wake people from.
@@ -58,16 +63,31 @@ type Pool struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu    sync.Mutex // guards slots and order
-	slots map[string]*slot
-	order []string
+	mu     sync.Mutex // guards slots, order, groups, next and retired
+	slots  map[string]*slot
+	order  []string
+	groups map[string]GroupSpec
+	// next is the number of the next worker of each group: a retired id is
+	// never given again while the host runs.
+	next map[string]int
+	// retired keeps the last retiredHistory retired workers, for the
+	// monitor (their lifecycle: born, retired at, why).
+	retired []WorkerInfo
 }
+
+// retiredHistory bounds the retired workers a host remembers.
+const retiredHistory = 32
 
 var (
 	// ErrUnknownWorker is returned for a worker id this host does not run.
 	ErrUnknownWorker = errors.New("unknown worker")
 	// ErrStopping is returned once the pool is shutting down.
 	ErrStopping = errors.New("host is shutting down")
+	// ErrNotEmpty is returned when retiring a worker that still holds
+	// people or pages.
+	ErrNotEmpty = errors.New("worker is not empty")
+	// ErrUnknownGroup is returned for a group this host does not run.
+	ErrUnknownGroup = errors.New("unknown group")
 )
 
 // Lifecycle states of a slot.
@@ -77,6 +97,7 @@ const (
 	StateDead     = "dead"
 	StateRefused  = "refused"
 	StateStopped  = "stopped"
+	StateRetired  = "retired"
 )
 
 // WorkerInfo is a slot as the monitor sees it.
@@ -91,6 +112,9 @@ type WorkerInfo struct {
 	HowDied     string    `json:"how_died,omitempty"`
 	App         string    `json:"app,omitempty"`
 	AppVersion  string    `json:"app_version,omitempty"`
+	// Cordoned is set while the worker takes no newcomers (it is being
+	// drained or replaced).
+	Cordoned bool `json:"cordoned,omitempty"`
 	// The last probe's answer.
 	LastProbe  time.Time `json:"last_probe,omitzero"`
 	Users      int64     `json:"users"`
@@ -106,9 +130,13 @@ type WorkerInfo struct {
 
 type slot struct {
 	id, group string
-	launcher  Launcher
+	spec      GroupSpec
 	log       hclog.Logger
 	pool      *Pool
+	// cancel stops this slot alone (retirement); done closes when its
+	// worker is stopped for good.
+	cancel context.CancelFunc
+	done   chan struct{}
 
 	mu   sync.Mutex // guards everything below
 	peer *channel.Peer
@@ -118,6 +146,8 @@ type slot struct {
 	woken map[string]uint64
 	up    chan struct{} // closed while ready; replaced when down
 	info  WorkerInfo
+	// usage is each user's running totals from the probes (UserUsage).
+	usage map[string]*protocol.UserUsage
 
 	first chan error // the first start's outcome, once
 }
@@ -127,37 +157,168 @@ func New(log hclog.Logger, groups []GroupSpec) *Pool {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	p := &Pool{log: log, slots: map[string]*slot{}}
+	p := &Pool{log: log, slots: map[string]*slot{}, groups: map[string]GroupSpec{}, next: map[string]int{}}
 	for _, g := range groups {
-		for i := 1; i <= g.Workers; i++ {
-			id := fmt.Sprintf("%s%s-%d", g.Prefix, g.Name, i)
-			s := &slot{id: id, group: g.Name, launcher: g.Launcher, log: log.With("worker", id),
-				up: make(chan struct{}), first: make(chan error, 1), pool: p}
-			s.info = WorkerInfo{ID: id, Group: g.Name, State: StateStarting}
-			p.slots[id] = s
-			p.order = append(p.order, id)
+		p.groups[g.Name] = g
+		for range g.Workers {
+			p.newSlotLocked(g)
 		}
 	}
 	return p
+}
+
+// newSlotLocked adds a slot for the group's next worker id. p.mu is held
+// (or the pool is not shared yet).
+func (p *Pool) newSlotLocked(g GroupSpec) *slot {
+	p.next[g.Name]++
+	id := fmt.Sprintf("%s%s-%d", g.Prefix, g.Name, p.next[g.Name])
+	s := &slot{id: id, group: g.Name, spec: g, log: p.log.With("worker", id),
+		up: make(chan struct{}), first: make(chan error, 1), done: make(chan struct{}), pool: p}
+	s.info = WorkerInfo{ID: id, Group: g.Name, State: StateStarting}
+	p.slots[id] = s
+	p.order = append(p.order, id)
+	return s
+}
+
+// launch runs the slot's worker in the background until the pool stops or
+// the slot is retired.
+func (p *Pool) launch(s *slot) {
+	ctx, cancel := context.WithCancel(p.ctx)
+	s.cancel = cancel
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer close(s.done)
+		s.run(ctx)
+	}()
+}
+
+// Add starts one more worker in the group and waits for its first start;
+// it returns the new worker's id. A worker that fails to start is retired
+// again, so that a failed Add leaves nothing behind.
+func (p *Pool) Add(ctx context.Context, group string) (string, error) {
+	p.mu.Lock()
+	g, ok := p.groups[group]
+	if !ok {
+		p.mu.Unlock()
+		return "", fmt.Errorf("%w %q", ErrUnknownGroup, group)
+	}
+	if p.ctx == nil || p.ctx.Err() != nil {
+		p.mu.Unlock()
+		return "", ErrStopping
+	}
+	s := p.newSlotLocked(g)
+	p.launch(s)
+	p.mu.Unlock()
+	select {
+	case err := <-s.first:
+		if err != nil {
+			p.remove(s, "failed to start: "+err.Error())
+			return "", fmt.Errorf("adding a worker to group %q: %w", group, err)
+		}
+		s.log.Info("worker added")
+		return s.id, nil
+	case <-ctx.Done():
+		p.remove(s, "start abandoned")
+		return "", ctx.Err()
+	}
+}
+
+// Retire stops an empty worker for good and forgets its slot; the monitor
+// keeps its lifecycle among the retired. A worker whose probe reports a
+// person or a page is refused with ErrNotEmpty: retirement never drops
+// state. The caller drains it first (and keeps it cordoned).
+func (p *Pool) Retire(ctx context.Context, id, reason string) error {
+	s, err := p.slot(id)
+	if err != nil {
+		return err
+	}
+	r, err := p.Probe(ctx, id)
+	if err != nil {
+		return fmt.Errorf("retiring %s: probing it: %w", id, err)
+	}
+	if r.Users > 0 || r.Pages > 0 || r.Conns > 0 {
+		return fmt.Errorf("retiring %s: %w: %d users, %d connections, %d pages", id, ErrNotEmpty, r.Users, r.Conns, r.Pages)
+	}
+	p.remove(s, reason)
+	s.log.Info("worker retired", "reason", reason)
+	return nil
+}
+
+// remove stops the slot, waits for its worker to end and moves it to the
+// retired history.
+func (p *Pool) remove(s *slot, reason string) {
+	if s.cancel != nil {
+		s.cancel()
+		<-s.done
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.slots, s.id)
+	for i, id := range p.order {
+		if id == s.id {
+			p.order = append(p.order[:i:i], p.order[i+1:]...)
+			break
+		}
+	}
+	s.mu.Lock()
+	info := s.info
+	s.mu.Unlock()
+	info.State, info.HowDied, info.DiedAt, info.Cordoned = StateRetired, "retired: "+reason, time.Now(), false
+	p.retired = append(p.retired, info)
+	if len(p.retired) > retiredHistory {
+		p.retired = p.retired[len(p.retired)-retiredHistory:]
+	}
+}
+
+// Cordon stops (on) or resumes (off) placing newcomers on a worker: it
+// leaves Ready, so neither placement nor a move chooses it, while frames
+// for the people it holds go on.
+func (p *Pool) Cordon(id string, on bool) error {
+	s, err := p.slot(id)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.info.Cordoned = on
+	s.mu.Unlock()
+	return nil
+}
+
+// Usage returns a copy of each user's running totals on a worker, as its
+// probes reported them.
+func (p *Pool) Usage(id string) map[string]*protocol.UserUsage {
+	s, err := p.slot(id)
+	if err != nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]*protocol.UserUsage, len(s.usage))
+	for k, v := range s.usage {
+		out[k] = v
+	}
+	return out
 }
 
 // Start launches every worker and waits for each first start. A worker that
 // cannot start, or that speaks another protocol, fails Start with the reason;
 // the pool keeps retrying it in the background either way.
 func (p *Pool) Start(ctx context.Context) error {
+	p.mu.Lock()
 	p.ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	slots := make([]*slot, 0, len(p.order))
 	for _, id := range p.order {
 		s := p.slots[id]
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			s.run(p.ctx)
-		}()
+		p.launch(s)
+		slots = append(slots, s)
 	}
+	p.mu.Unlock()
 	var errs []error
-	for _, id := range p.order {
+	for _, s := range slots {
+		id := s.id
 		select {
-		case err := <-p.slots[id].first:
+		case err := <-s.first:
 			if err != nil {
 				errs = append(errs, fmt.Errorf("worker %s: %w", id, err))
 			}
@@ -214,7 +375,7 @@ func (s *slot) start(ctx context.Context) error {
 	s.setState(StateStarting, "")
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	proc, conn, err := s.launcher.Launch(sctx, s.id)
+	proc, conn, err := s.spec.Launcher.Launch(sctx, s.id)
 	if err != nil {
 		s.setState(StateDead, "launch failed: "+err.Error())
 		return err
@@ -233,6 +394,7 @@ func (s *slot) start(ctx context.Context) error {
 	s.mu.Lock()
 	s.peer, s.proc = peer, proc
 	s.woken = map[string]uint64{}
+	s.usage = map[string]*protocol.UserUsage{}
 	s.info.Incarnation++
 	s.info.State = StateReady
 	s.info.Pid = proc.Pid()
@@ -259,7 +421,15 @@ func (s *slot) wait(ctx context.Context) bool {
 		defer t.Stop()
 		tick = t.C
 	}
-	missed, silent := 0, false
+	missed, silent, bloated := 0, false, ""
+	kill := func() {
+		if pid := proc.Pid(); pid > 0 {
+			if p, err := os.FindProcess(pid); err == nil {
+				_ = p.Kill()
+			}
+		}
+		peer.Close()
+	}
 	for {
 		select {
 		case <-tick:
@@ -268,6 +438,12 @@ func (s *slot) wait(ctx context.Context) bool {
 			}
 			if s.probe(ctx, peer, interval) {
 				missed = 0
+				if bloated == "" {
+					if bloated = s.overMemory(); bloated != "" {
+						s.log.Warn("worker over its memory ceiling; killing it", "why", bloated)
+						kill()
+					}
+				}
 				continue
 			}
 			if time.Since(peer.LastRecv()) < interval {
@@ -282,20 +458,25 @@ func (s *slot) wait(ctx context.Context) bool {
 			// Silence is information: a mute worker is killed and relaunched.
 			silent = true
 			s.log.Warn("worker missed its probes; killing it", "missed", missed, "interval", interval)
-			if pid := proc.Pid(); pid > 0 {
-				if p, err := os.FindProcess(pid); err == nil {
-					_ = p.Kill()
-				}
-			}
-			peer.Close()
+			kill()
 			continue
 		case <-peer.Done():
 			how := "exited: channel closed"
 			if err := peer.Err(); err != nil && !errors.Is(err, channel.ErrClosed) {
 				how = "exited: " + err.Error()
 			}
-			if silent {
+			switch {
+			case silent:
 				how = fmt.Sprintf("killed for silence: %d probes unanswered", missed)
+			case bloated != "":
+				how = "killed for memory: " + bloated
+			default:
+				proc.Kill()
+				if er, ok := proc.(exitReporter); ok {
+					if st := er.ExitStatus(time.Second); st != "" {
+						how = "exited: " + st
+					}
+				}
 			}
 			s.down(StateDead, how)
 			proc.Kill()
@@ -329,7 +510,32 @@ func (s *slot) probe(ctx context.Context, peer *channel.Peer, timeout time.Durat
 	s.info.Users, s.info.Conns, s.info.Pages = r.Users, r.Conns, r.Pages
 	s.info.HeapBytes, s.info.Goroutines, s.info.Frames = r.HeapBytes, r.Goroutines, r.Frames
 	s.info.RSSBytes, s.info.CPUSeconds, s.info.Mailbox = r.RssBytes, r.CpuSeconds, r.MailboxDepth
+	for _, u := range r.PerUser {
+		s.usage[u.User] = u
+	}
+	for _, u := range r.Left {
+		delete(s.usage, u)
+	}
 	return true
+}
+
+// overMemory describes the worker's breach of its group's hard memory
+// ceiling, or returns "".
+func (s *slot) overMemory() string {
+	max := s.spec.MemoryMax
+	if max == 0 {
+		return ""
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mem, what := s.info.RSSBytes, "rss"
+	if mem == 0 {
+		mem, what = s.info.HeapBytes, "heap"
+	}
+	if mem <= max {
+		return ""
+	}
+	return fmt.Sprintf("%s %d MiB > ceiling %d MiB", what, mem>>20, max>>20)
 }
 
 func (s *slot) down(state, how string) {
@@ -526,6 +732,13 @@ func (p *Pool) Workers() []WorkerInfo {
 	return out
 }
 
+// Retired lists the workers retired lately, oldest first.
+func (p *Pool) Retired() []WorkerInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]WorkerInfo(nil), p.retired...)
+}
+
 // PauseProbes stops probing, for a planned operation that keeps workers
 // busy on purpose (parking everyone before a stop): nobody is killed for
 // silence while it runs.
@@ -552,11 +765,11 @@ func (p *Pool) GroupOf(workerID string) string {
 	return s.group
 }
 
-// Ready lists the ids of the workers ready now.
+// Ready lists the ids of the workers ready now that take newcomers.
 func (p *Pool) Ready() []string {
 	var ids []string
 	for _, w := range p.Workers() {
-		if w.State == StateReady {
+		if w.State == StateReady && !w.Cordoned {
 			ids = append(ids, w.ID)
 		}
 	}

@@ -22,6 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // probes until its channel closes.
 type fakeLauncher struct {
 	version  uint32
+	heap     uint64 // what its probe answers say
 	launches atomic.Int32
 }
 
@@ -40,7 +41,7 @@ func (l *fakeLauncher) Launch(ctx context.Context, id string) (Process, channel.
 		}
 		var p *channel.Peer
 		p = channel.NewIdlePeer(wk, func(env *protocol.Envelope) {
-			_ = p.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_ProbeReply{ProbeReply: &protocol.ProbeReply{}}})
+			_ = p.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_ProbeReply{ProbeReply: &protocol.ProbeReply{HeapBytes: l.heap}}})
 		})
 		p.Listen()
 	}()
@@ -116,5 +117,85 @@ func TestInprocWorkerRelaunched(t *testing.T) {
 	r, err := p.Probe(t.Context(), "web-1")
 	if err != nil || r.Goroutines == 0 {
 		t.Fatalf("probe after relaunch: %v %v", r, err)
+	}
+}
+
+// Workers come and go at run time: an added worker gets a fresh id, a
+// cordoned one takes no newcomers, and only an empty one can be retired.
+func TestAddCordonRetire(t *testing.T) {
+	l := &InprocLauncher{Serve: worker.InProcess(counter.New(), worker.Options{Name: "counter"})}
+	p := New(nil, []GroupSpec{{Name: "web", Workers: 1, Launcher: l}})
+	defer p.Close()
+	if err := p.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Add(t.Context(), "nope"); !errors.Is(err, ErrUnknownGroup) {
+		t.Fatalf("Add to an unknown group: %v", err)
+	}
+	id, err := p.Add(t.Context(), "web")
+	if err != nil || id != "web-2" {
+		t.Fatalf("Add: %q %v", id, err)
+	}
+	if got := p.Ready(); len(got) != 2 {
+		t.Fatalf("ready %v", got)
+	}
+	if err := p.Cordon("web-2", true); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Ready(); len(got) != 1 || got[0] != "web-1" {
+		t.Fatalf("ready with web-2 cordoned: %v", got)
+	}
+	// web-1 holds a connection: it cannot be retired.
+	c, err := p.Send(t.Context(), "web-1", &protocol.Frame{Kind: &protocol.Frame_Http{Http: &protocol.HTTPRequest{Method: "GET", Url: "/"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Retire(t.Context(), "web-1", "test"); !errors.Is(err, ErrNotEmpty) {
+		t.Fatalf("retiring a worker with a connection: %v", err)
+	}
+	if err := p.Retire(t.Context(), "web-2", "compacted"); err != nil {
+		t.Fatal(err)
+	}
+	if ws := p.Workers(); len(ws) != 1 || ws[0].ID != "web-1" {
+		t.Fatalf("workers after retirement: %+v", ws)
+	}
+	if r := p.Retired(); len(r) != 1 || r[0].ID != "web-2" || r[0].State != StateRetired || !strings.Contains(r[0].HowDied, "compacted") {
+		t.Fatalf("retired: %+v", r)
+	}
+	if _, err := p.Send(t.Context(), "web-2", &protocol.Frame{}); !errors.Is(err, ErrUnknownWorker) {
+		t.Fatalf("frame to a retired worker: %v", err)
+	}
+	// A retired id is never given again.
+	if id, err := p.Add(t.Context(), "web"); err != nil || id != "web-3" {
+		t.Fatalf("Add after retirement: %q %v", id, err)
+	}
+}
+
+// A worker over its group's memory ceiling is killed and relaunched, and its
+// lifecycle says why.
+func TestWorkerOverMemoryCeilingIsKilled(t *testing.T) {
+	l := &fakeLauncher{version: protocol.Version, heap: 300 << 20}
+	p := New(nil, []GroupSpec{{Name: "web", Workers: 1, Launcher: l, MemoryMax: 256 << 20}})
+	p.ProbeInterval = 20 * time.Millisecond
+	defer p.Close()
+	if err := p.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		w := p.Workers()[0]
+		if w.Incarnation >= 2 {
+			if !strings.HasPrefix(w.HowDied, "killed for memory: heap 300 MiB > ceiling 256 MiB") {
+				t.Fatalf("how it died: %q", w.HowDied)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker over its ceiling still runs: %+v", w)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

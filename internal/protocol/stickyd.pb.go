@@ -131,7 +131,7 @@ func (x Error_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Error_Code.Descriptor instead.
 func (Error_Code) EnumDescriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{21, 0}
+	return file_stickyd_proto_rawDescGZIP(), []int{22, 0}
 }
 
 // Envelope is the one message on the channel. A request carries a fresh id;
@@ -1719,7 +1719,13 @@ type ProbeReply struct {
 	CpuSeconds float64 `protobuf:"fixed64,7,opt,name=cpu_seconds,json=cpuSeconds,proto3" json:"cpu_seconds,omitempty"`
 	RssBytes   uint64  `protobuf:"varint,8,opt,name=rss_bytes,json=rssBytes,proto3" json:"rss_bytes,omitempty"`
 	// mailbox_depth counts envelopes waiting in the users' mailboxes.
-	MailboxDepth  int64 `protobuf:"varint,9,opt,name=mailbox_depth,json=mailboxDepth,proto3" json:"mailbox_depth,omitempty"`
+	MailboxDepth int64 `protobuf:"varint,9,opt,name=mailbox_depth,json=mailboxDepth,proto3" json:"mailbox_depth,omitempty"`
+	// per_user holds the running totals of every user whose totals changed
+	// since the previous probe; a user absent kept their previous totals.
+	PerUser []*UserUsage `protobuf:"bytes,10,rep,name=per_user,json=perUser,proto3" json:"per_user,omitempty"`
+	// left names the users whose totals were dropped since the previous probe
+	// (they moved away or were evicted).
+	Left          []string `protobuf:"bytes,11,rep,name=left,proto3" json:"left,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1817,6 +1823,101 @@ func (x *ProbeReply) GetMailboxDepth() int64 {
 	return 0
 }
 
+func (x *ProbeReply) GetPerUser() []*UserUsage {
+	if x != nil {
+		return x.PerUser
+	}
+	return nil
+}
+
+func (x *ProbeReply) GetLeft() []string {
+	if x != nil {
+		return x.Left
+	}
+	return nil
+}
+
+// UserUsage is what one user has consumed on this worker since they arrived,
+// as running totals: the supervisor takes differences between probes.
+type UserUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	User  string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	// busy_seconds is the time the user's handlers ran (wall clock).
+	BusySeconds float64 `protobuf:"fixed64,2,opt,name=busy_seconds,json=busySeconds,proto3" json:"busy_seconds,omitempty"`
+	Frames      uint64  `protobuf:"varint,3,opt,name=frames,proto3" json:"frames,omitempty"`
+	// state_bytes counts the bytes written into the user's page trees.
+	StateBytes uint64 `protobuf:"varint,4,opt,name=state_bytes,json=stateBytes,proto3" json:"state_bytes,omitempty"`
+	// queued is the number of envelopes in the user's mailbox now.
+	Queued        int64 `protobuf:"varint,5,opt,name=queued,proto3" json:"queued,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UserUsage) Reset() {
+	*x = UserUsage{}
+	mi := &file_stickyd_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UserUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UserUsage) ProtoMessage() {}
+
+func (x *UserUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UserUsage.ProtoReflect.Descriptor instead.
+func (*UserUsage) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *UserUsage) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *UserUsage) GetBusySeconds() float64 {
+	if x != nil {
+		return x.BusySeconds
+	}
+	return 0
+}
+
+func (x *UserUsage) GetFrames() uint64 {
+	if x != nil {
+		return x.Frames
+	}
+	return 0
+}
+
+func (x *UserUsage) GetStateBytes() uint64 {
+	if x != nil {
+		return x.StateBytes
+	}
+	return 0
+}
+
+func (x *UserUsage) GetQueued() int64 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
 // Shutdown asks the worker to stop; it answers and exits.
 type Shutdown struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1827,7 +1928,7 @@ type Shutdown struct {
 
 func (x *Shutdown) Reset() {
 	*x = Shutdown{}
-	mi := &file_stickyd_proto_msgTypes[20]
+	mi := &file_stickyd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1839,7 +1940,7 @@ func (x *Shutdown) String() string {
 func (*Shutdown) ProtoMessage() {}
 
 func (x *Shutdown) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[20]
+	mi := &file_stickyd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1852,7 +1953,7 @@ func (x *Shutdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
 func (*Shutdown) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{20}
+	return file_stickyd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Shutdown) GetReason() string {
@@ -1872,7 +1973,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_stickyd_proto_msgTypes[21]
+	mi := &file_stickyd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1884,7 +1985,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[21]
+	mi := &file_stickyd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1897,7 +1998,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{21}
+	return file_stickyd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Error) GetCode() Error_Code {
@@ -1928,7 +2029,7 @@ type Freeze struct {
 
 func (x *Freeze) Reset() {
 	*x = Freeze{}
-	mi := &file_stickyd_proto_msgTypes[22]
+	mi := &file_stickyd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1940,7 +2041,7 @@ func (x *Freeze) String() string {
 func (*Freeze) ProtoMessage() {}
 
 func (x *Freeze) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[22]
+	mi := &file_stickyd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1953,7 +2054,7 @@ func (x *Freeze) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Freeze.ProtoReflect.Descriptor instead.
 func (*Freeze) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{22}
+	return file_stickyd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Freeze) GetUser() string {
@@ -1986,7 +2087,7 @@ type Frozen struct {
 
 func (x *Frozen) Reset() {
 	*x = Frozen{}
-	mi := &file_stickyd_proto_msgTypes[23]
+	mi := &file_stickyd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2099,7 @@ func (x *Frozen) String() string {
 func (*Frozen) ProtoMessage() {}
 
 func (x *Frozen) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[23]
+	mi := &file_stickyd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2112,7 @@ func (x *Frozen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Frozen.ProtoReflect.Descriptor instead.
 func (*Frozen) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{23}
+	return file_stickyd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Frozen) GetPackage() []byte {
@@ -2053,7 +2154,7 @@ type Thaw struct {
 
 func (x *Thaw) Reset() {
 	*x = Thaw{}
-	mi := &file_stickyd_proto_msgTypes[24]
+	mi := &file_stickyd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2166,7 @@ func (x *Thaw) String() string {
 func (*Thaw) ProtoMessage() {}
 
 func (x *Thaw) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[24]
+	mi := &file_stickyd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,7 +2179,7 @@ func (x *Thaw) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thaw.ProtoReflect.Descriptor instead.
 func (*Thaw) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{24}
+	return file_stickyd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Thaw) GetUser() string {
@@ -2108,7 +2209,7 @@ type Wake struct {
 
 func (x *Wake) Reset() {
 	*x = Wake{}
-	mi := &file_stickyd_proto_msgTypes[25]
+	mi := &file_stickyd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2120,7 +2221,7 @@ func (x *Wake) String() string {
 func (*Wake) ProtoMessage() {}
 
 func (x *Wake) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[25]
+	mi := &file_stickyd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2133,7 +2234,7 @@ func (x *Wake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Wake.ProtoReflect.Descriptor instead.
 func (*Wake) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{25}
+	return file_stickyd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Wake) GetUser() string {
@@ -2169,7 +2270,7 @@ type Woken struct {
 
 func (x *Woken) Reset() {
 	*x = Woken{}
-	mi := &file_stickyd_proto_msgTypes[26]
+	mi := &file_stickyd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2181,7 +2282,7 @@ func (x *Woken) String() string {
 func (*Woken) ProtoMessage() {}
 
 func (x *Woken) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[26]
+	mi := &file_stickyd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2194,7 +2295,7 @@ func (x *Woken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Woken.ProtoReflect.Descriptor instead.
 func (*Woken) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{26}
+	return file_stickyd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Woken) GetPages() uint32 {
@@ -2221,7 +2322,7 @@ type Evict struct {
 
 func (x *Evict) Reset() {
 	*x = Evict{}
-	mi := &file_stickyd_proto_msgTypes[27]
+	mi := &file_stickyd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2334,7 @@ func (x *Evict) String() string {
 func (*Evict) ProtoMessage() {}
 
 func (x *Evict) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[27]
+	mi := &file_stickyd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2347,7 @@ func (x *Evict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evict.ProtoReflect.Descriptor instead.
 func (*Evict) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{27}
+	return file_stickyd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Evict) GetUser() string {
@@ -2272,7 +2373,7 @@ type UserPackage struct {
 
 func (x *UserPackage) Reset() {
 	*x = UserPackage{}
-	mi := &file_stickyd_proto_msgTypes[28]
+	mi := &file_stickyd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +2385,7 @@ func (x *UserPackage) String() string {
 func (*UserPackage) ProtoMessage() {}
 
 func (x *UserPackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[28]
+	mi := &file_stickyd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +2398,7 @@ func (x *UserPackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserPackage.ProtoReflect.Descriptor instead.
 func (*UserPackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{28}
+	return file_stickyd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UserPackage) GetFormat() uint32 {
@@ -2355,7 +2456,7 @@ type ConnPackage struct {
 
 func (x *ConnPackage) Reset() {
 	*x = ConnPackage{}
-	mi := &file_stickyd_proto_msgTypes[29]
+	mi := &file_stickyd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +2468,7 @@ func (x *ConnPackage) String() string {
 func (*ConnPackage) ProtoMessage() {}
 
 func (x *ConnPackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[29]
+	mi := &file_stickyd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +2481,7 @@ func (x *ConnPackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnPackage.ProtoReflect.Descriptor instead.
 func (*ConnPackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{29}
+	return file_stickyd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ConnPackage) GetName() string {
@@ -2428,7 +2529,7 @@ type PagePackage struct {
 
 func (x *PagePackage) Reset() {
 	*x = PagePackage{}
-	mi := &file_stickyd_proto_msgTypes[30]
+	mi := &file_stickyd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2440,7 +2541,7 @@ func (x *PagePackage) String() string {
 func (*PagePackage) ProtoMessage() {}
 
 func (x *PagePackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[30]
+	mi := &file_stickyd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2453,7 +2554,7 @@ func (x *PagePackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PagePackage.ProtoReflect.Descriptor instead.
 func (*PagePackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{30}
+	return file_stickyd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PagePackage) GetId() string {
@@ -2622,7 +2723,7 @@ const file_stickyd_proto_rawDesc = "" +
 	"\bidentity\x18\x14 \x01(\v2\x1c.stickyd.channel.v1.IdentityR\bidentity\x12\x1b\n" +
 	"\tworker_id\x18\x15 \x01(\tR\bworkerIdB\x06\n" +
 	"\x04kind\"\a\n" +
-	"\x05Probe\"\x88\x02\n" +
+	"\x05Probe\"\xd6\x02\n" +
 	"\n" +
 	"ProbeReply\x12\x14\n" +
 	"\x05users\x18\x01 \x01(\x03R\x05users\x12\x14\n" +
@@ -2637,7 +2738,17 @@ const file_stickyd_proto_rawDesc = "" +
 	"\vcpu_seconds\x18\a \x01(\x01R\n" +
 	"cpuSeconds\x12\x1b\n" +
 	"\trss_bytes\x18\b \x01(\x04R\brssBytes\x12#\n" +
-	"\rmailbox_depth\x18\t \x01(\x03R\fmailboxDepth\"\"\n" +
+	"\rmailbox_depth\x18\t \x01(\x03R\fmailboxDepth\x128\n" +
+	"\bper_user\x18\n" +
+	" \x03(\v2\x1d.stickyd.channel.v1.UserUsageR\aperUser\x12\x12\n" +
+	"\x04left\x18\v \x03(\tR\x04left\"\x93\x01\n" +
+	"\tUserUsage\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12!\n" +
+	"\fbusy_seconds\x18\x02 \x01(\x01R\vbusySeconds\x12\x16\n" +
+	"\x06frames\x18\x03 \x01(\x04R\x06frames\x12\x1f\n" +
+	"\vstate_bytes\x18\x04 \x01(\x04R\n" +
+	"stateBytes\x12\x16\n" +
+	"\x06queued\x18\x05 \x01(\x03R\x06queued\"\"\n" +
 	"\bShutdown\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xb9\x01\n" +
 	"\x05Error\x122\n" +
@@ -2708,7 +2819,7 @@ func file_stickyd_proto_rawDescGZIP() []byte {
 }
 
 var file_stickyd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_stickyd_proto_goTypes = []any{
 	(Delta_Op)(0),         // 0: stickyd.channel.v1.Delta.Op
 	(Error_Code)(0),       // 1: stickyd.channel.v1.Error.Code
@@ -2732,17 +2843,18 @@ var file_stickyd_proto_goTypes = []any{
 	(*FrameReply)(nil),    // 19: stickyd.channel.v1.FrameReply
 	(*Probe)(nil),         // 20: stickyd.channel.v1.Probe
 	(*ProbeReply)(nil),    // 21: stickyd.channel.v1.ProbeReply
-	(*Shutdown)(nil),      // 22: stickyd.channel.v1.Shutdown
-	(*Error)(nil),         // 23: stickyd.channel.v1.Error
-	(*Freeze)(nil),        // 24: stickyd.channel.v1.Freeze
-	(*Frozen)(nil),        // 25: stickyd.channel.v1.Frozen
-	(*Thaw)(nil),          // 26: stickyd.channel.v1.Thaw
-	(*Wake)(nil),          // 27: stickyd.channel.v1.Wake
-	(*Woken)(nil),         // 28: stickyd.channel.v1.Woken
-	(*Evict)(nil),         // 29: stickyd.channel.v1.Evict
-	(*UserPackage)(nil),   // 30: stickyd.channel.v1.UserPackage
-	(*ConnPackage)(nil),   // 31: stickyd.channel.v1.ConnPackage
-	(*PagePackage)(nil),   // 32: stickyd.channel.v1.PagePackage
+	(*UserUsage)(nil),     // 22: stickyd.channel.v1.UserUsage
+	(*Shutdown)(nil),      // 23: stickyd.channel.v1.Shutdown
+	(*Error)(nil),         // 24: stickyd.channel.v1.Error
+	(*Freeze)(nil),        // 25: stickyd.channel.v1.Freeze
+	(*Frozen)(nil),        // 26: stickyd.channel.v1.Frozen
+	(*Thaw)(nil),          // 27: stickyd.channel.v1.Thaw
+	(*Wake)(nil),          // 28: stickyd.channel.v1.Wake
+	(*Woken)(nil),         // 29: stickyd.channel.v1.Woken
+	(*Evict)(nil),         // 30: stickyd.channel.v1.Evict
+	(*UserPackage)(nil),   // 31: stickyd.channel.v1.UserPackage
+	(*ConnPackage)(nil),   // 32: stickyd.channel.v1.ConnPackage
+	(*PagePackage)(nil),   // 33: stickyd.channel.v1.PagePackage
 }
 var file_stickyd_proto_depIdxs = []int32{
 	3,  // 0: stickyd.channel.v1.Envelope.hello:type_name -> stickyd.channel.v1.Hello
@@ -2751,14 +2863,14 @@ var file_stickyd_proto_depIdxs = []int32{
 	19, // 3: stickyd.channel.v1.Envelope.frame_reply:type_name -> stickyd.channel.v1.FrameReply
 	20, // 4: stickyd.channel.v1.Envelope.probe:type_name -> stickyd.channel.v1.Probe
 	21, // 5: stickyd.channel.v1.Envelope.probe_reply:type_name -> stickyd.channel.v1.ProbeReply
-	22, // 6: stickyd.channel.v1.Envelope.shutdown:type_name -> stickyd.channel.v1.Shutdown
-	23, // 7: stickyd.channel.v1.Envelope.error:type_name -> stickyd.channel.v1.Error
-	24, // 8: stickyd.channel.v1.Envelope.freeze:type_name -> stickyd.channel.v1.Freeze
-	25, // 9: stickyd.channel.v1.Envelope.frozen:type_name -> stickyd.channel.v1.Frozen
-	26, // 10: stickyd.channel.v1.Envelope.thaw:type_name -> stickyd.channel.v1.Thaw
-	27, // 11: stickyd.channel.v1.Envelope.wake:type_name -> stickyd.channel.v1.Wake
-	28, // 12: stickyd.channel.v1.Envelope.woken:type_name -> stickyd.channel.v1.Woken
-	29, // 13: stickyd.channel.v1.Envelope.evict:type_name -> stickyd.channel.v1.Evict
+	23, // 6: stickyd.channel.v1.Envelope.shutdown:type_name -> stickyd.channel.v1.Shutdown
+	24, // 7: stickyd.channel.v1.Envelope.error:type_name -> stickyd.channel.v1.Error
+	25, // 8: stickyd.channel.v1.Envelope.freeze:type_name -> stickyd.channel.v1.Freeze
+	26, // 9: stickyd.channel.v1.Envelope.frozen:type_name -> stickyd.channel.v1.Frozen
+	27, // 10: stickyd.channel.v1.Envelope.thaw:type_name -> stickyd.channel.v1.Thaw
+	28, // 11: stickyd.channel.v1.Envelope.wake:type_name -> stickyd.channel.v1.Wake
+	29, // 12: stickyd.channel.v1.Envelope.woken:type_name -> stickyd.channel.v1.Woken
+	30, // 13: stickyd.channel.v1.Envelope.evict:type_name -> stickyd.channel.v1.Evict
 	7,  // 14: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
 	9,  // 15: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
 	10, // 16: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
@@ -2774,17 +2886,18 @@ var file_stickyd_proto_depIdxs = []int32{
 	17, // 26: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
 	16, // 27: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
 	18, // 28: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
-	1,  // 29: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
-	31, // 30: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
-	32, // 31: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
-	14, // 32: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
-	2,  // 33: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
-	2,  // 34: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
-	34, // [34:35] is the sub-list for method output_type
-	33, // [33:34] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	22, // 29: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
+	1,  // 30: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
+	32, // 31: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
+	33, // 32: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
+	14, // 33: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
+	2,  // 34: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
+	2,  // 35: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
+	35, // [35:36] is the sub-list for method output_type
+	34, // [34:35] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_stickyd_proto_init() }
@@ -2828,7 +2941,7 @@ func file_stickyd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stickyd_proto_rawDesc), len(file_stickyd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -116,6 +116,7 @@ func (rt *runtime) evict(e *protocol.Evict) {
 	for _, s := range sessions {
 		rt.dropConnLocked(s)
 	}
+	rt.dropAccountLocked(e.User)
 	rt.mu.Unlock()
 	for _, s := range sessions {
 		rt.pages.Add(-int64(len(s.pages)))

@@ -24,6 +24,7 @@ func newPage(s *Session, id, kind string) *Page {
 		if op == opDelete {
 			o = protocol.Delta_DELETE
 		}
+		p.session.wrote(len(path) + len(v))
 		p.coll.add(o, path, v)
 	})
 	p.coll.fold = func() []byte {

@@ -38,6 +38,10 @@ type runtime struct {
 	epochs map[string]uint64
 	// frozen marks users whose state was handed over by a Freeze.
 	frozen map[string]bool
+	// accounts is what each user consumed here; left names those dropped
+	// since the previous probe (account.go).
+	accounts map[string]*account
+	left     []string
 
 	frames atomic.Uint64
 	pages  atomic.Int64
@@ -188,6 +192,7 @@ func (rt *runtime) runFrame(env *protocol.Envelope) {
 		}
 	}()
 	f := env.GetFrame()
+	defer rt.charge(f.User, time.Now())
 	reply, err := rt.frame(f, env.Id)
 	if err != nil {
 		_ = rt.peer.ReplyError(env.Id, errCode(err), err.Error())
@@ -223,10 +228,12 @@ func (rt *runtime) session(f *protocol.Frame) *Session {
 	defer rt.mu.Unlock()
 	if s := rt.conns[f.Conn]; s != nil {
 		rt.setUserLocked(s, userOf(f.User))
+		s.acct = rt.accountLocked(s.userKey())
 		return s
 	}
 	s := &Session{rt: rt, name: f.Conn, user: userOf(f.User), values: newTree(nil), pages: map[string]*Page{}}
 	rt.addConnLocked(s)
+	s.acct = rt.accountLocked(s.userKey())
 	return s
 }
 
@@ -360,6 +367,9 @@ func (rt *runtime) release(conn string) {
 	s := rt.conns[conn]
 	if s != nil {
 		rt.dropConnLocked(s)
+		if len(rt.byUser[s.userKey()]) == 0 {
+			rt.dropAccountLocked(s.userKey())
+		}
 	}
 	rt.mu.Unlock()
 	if s == nil {
@@ -467,7 +477,10 @@ func (rt *runtime) probe() *protocol.ProbeReply {
 		u.mu.Unlock()
 	}
 	cpu, rss := usage()
+	perUser, left := rt.usageLocked()
 	r := &protocol.ProbeReply{
+		PerUser:      perUser,
+		Left:         left,
 		CpuSeconds:   cpu,
 		RssBytes:     rss,
 		MailboxDepth: depth,

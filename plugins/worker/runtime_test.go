@@ -180,3 +180,58 @@ func TestPagesAndPanics(t *testing.T) {
 		t.Fatalf("probe after release %+v", p)
 	}
 }
+
+func TestProbeReportsWhatEachUserConsumed(t *testing.T) {
+	h := startWorker(t)
+	probe := func() *protocol.ProbeReply {
+		t.Helper()
+		env, err := h.peer.Call(t.Context(), &protocol.Envelope{Body: &protocol.Envelope_Probe{Probe: &protocol.Probe{}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env.GetProbeReply()
+	}
+	users := map[string]string{} // user key → conn
+	for _, n := range []int{6, 1} {
+		conn := h.get("", "", "/").Identity.Conn
+		u := "~" + conn
+		users[u] = conn
+		if _, err := h.frame(&protocol.Frame{User: u, Conn: conn, Kind: &protocol.Frame_Open{Open: &protocol.PageOpen{Page: "p", Kind: "k"}}}); err != nil {
+			t.Fatal(err)
+		}
+		for range n {
+			if _, err := h.frame(&protocol.Frame{User: u, Conn: conn, Kind: &protocol.Frame_Message{Message: &protocol.PageMessage{Page: "p", Data: []byte(`{}`)}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got := map[string]*protocol.UserUsage{}
+	for _, u := range probe().PerUser {
+		got[u.User] = u
+	}
+	if len(got) != 2 {
+		t.Fatalf("per-user usage for %d users, want 2: %v", len(got), got)
+	}
+	var heavy, light *protocol.UserUsage
+	for _, u := range got {
+		if heavy == nil || u.Frames > heavy.Frames {
+			heavy, light = u, heavy
+		} else {
+			light = u
+		}
+	}
+	if heavy.Frames != 7 || light.Frames != 2 || heavy.StateBytes <= light.StateBytes || heavy.BusySeconds <= 0 {
+		t.Fatalf("heavy %+v, light %+v", heavy, light)
+	}
+	// Nothing changed: nothing reported.
+	if p := probe(); len(p.PerUser) != 0 || len(p.Left) != 0 {
+		t.Fatalf("idle probe reports %v, left %v", p.PerUser, p.Left)
+	}
+	// Releasing the light user's only connection closes their account.
+	if _, err := h.frame(&protocol.Frame{User: light.User, Conn: users[light.User], Kind: &protocol.Frame_Release{Release: &protocol.Release{}}}); err != nil {
+		t.Fatal(err)
+	}
+	if p := probe(); len(p.Left) != 1 || p.Left[0] != light.User {
+		t.Fatalf("left %v, want [%s]", p.Left, light.User)
+	}
+}

@@ -24,6 +24,8 @@ type Session struct {
 	isNew  bool
 	values *Tree
 	pages  map[string]*Page
+	// acct is the account of the user the current frame belongs to.
+	acct *account
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,128}$`)

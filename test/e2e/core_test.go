@@ -301,8 +301,12 @@ func TestKilledWorkerIsReplaced(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "a replacement worker", func() bool {
 		for _, w := range a.Pool().Workers() {
-			if w.ID == victim.ID {
-				return w.State == host.StateReady && w.Incarnation == 2 && w.Pid != victim.Pid
+			if w.ID == victim.ID && w.State == host.StateReady && w.Incarnation == 2 && w.Pid != victim.Pid {
+				// The lifecycle says how the process ended.
+				if w.HowDied != "exited: signal: killed" {
+					t.Errorf("how the killed worker died: %q", w.HowDied)
+				}
+				return true
 			}
 		}
 		return false

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stickyd/stickyd/internal/agent"
+	"github.com/stickyd/stickyd/internal/host"
 )
 
 // Governance on real workers: people whose pages weigh on one worker's
@@ -64,6 +65,241 @@ func TestMemorySaturationMovesPeople(t *testing.T) {
 		t.Fatalf("no move decision in %+v", events)
 	}
 	for _, tb := range tabs {
+		tb.send(map[string]any{"op": "inc"})
+		tb.drainUntil("count", 2)
+	}
+}
+
+// Replace before the limit: a person makes their worker bloat steadily (the
+// counter's leak op holds memory outside any page). Governance fits the
+// growth, starts a fresh worker, moves everyone there and retires the old
+// one before its heap reaches the limit; nobody's request fails and the
+// pages come through.
+func TestBloatedWorkerIsReplaced(t *testing.T) {
+	const limitMB = 240
+	compactOff := 0.0
+	a := startAgentWith(t, "subprocess", 2, withDataDir(t), withFreezeTimeout("30s"), func(c *agent.Config) {
+		c.Probe = &agent.ProbeConfig{Interval: "200ms", Misses: 10}
+		g := c.Groups[0]
+		g.MemoryMaxMB = 2 * limitMB // the hard ceiling: never reached
+		g.Governance = &agent.GovernanceConfig{Enabled: true, MemoryLimitMB: limitMB, CPULimit: 64,
+			ReplaceHorizon: "2m", GrowthWindow: "4s", GrowthMinSamples: 5, CompactBelow: &compactOff}
+	})
+	bloated := a.Pool().Ready()[0]
+	tabs := map[string]*tab{}
+	for _, user := range []string{"leaker", "bystander"} {
+		b := newBrowser(t, a)
+		b.do("POST", "/login?user="+user)
+		if u, _ := a.Supervisor().User(user); u.Worker != bloated {
+			if _, err := a.Supervisor().Move(t.Context(), user, bloated, "test"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tb := b.openTab("p")
+		for range 3 {
+			tb.send(map[string]any{"op": "inc"})
+		}
+		tb.send(map[string]any{"op": "note", "text": "kept"})
+		tabs[user] = tb
+	}
+
+	// Leak 1 MiB every 50 ms (~20 MiB/s: the limit is ~12 s away) until the
+	// bloated worker is retired, watching its heap meanwhile.
+	var peak uint64
+	retired := func() bool {
+		for _, w := range a.Pool().Workers() {
+			if w.ID == bloated {
+				peak = max(peak, w.HeapBytes)
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	leaks := 0
+	for !retired() {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker %s not replaced after %d leaks; heap peak %d MiB", bloated, leaks, peak>>20)
+		}
+		tabs["leaker"].send(map[string]any{"op": "leak", "bytes": 1 << 20})
+		leaks++
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("%s retired after %d leaks; its heap peaked at %d MiB (limit %d MiB)", bloated, leaks, peak>>20, limitMB)
+	if peak >= limitMB<<20 {
+		t.Fatalf("heap peaked at %d MiB, not under the %d MiB limit", peak>>20, limitMB)
+	}
+
+	// The decisions, with their reasons.
+	var events []struct{ Kind, Worker, User, To, Reason string }
+	code, body := adminCall(t, a, "GET", "/v1/events", testToken, "")
+	if code != 200 {
+		t.Fatalf("events: %d %s", code, body)
+	}
+	if err := json.Unmarshal([]byte(body), &events); err != nil {
+		t.Fatal(err)
+	}
+	var fresh string
+	moved := map[string]bool{}
+	retiredOK := false
+	for _, e := range events {
+		switch {
+		case e.Kind == "replace" && e.Worker == bloated:
+			if !strings.Contains(e.Reason, "memory") {
+				t.Errorf("replacement without its reason: %+v", e)
+			}
+		case e.Kind == "completed" && e.Worker == bloated && e.To != "" && e.User == "":
+			fresh = e.To
+		case e.Kind == "move" && e.Worker == bloated:
+			moved[e.User] = true
+		case e.Kind == "completed" && e.Worker == bloated && e.User == "" && e.To == "":
+			retiredOK = true
+		}
+	}
+	if fresh == "" || !moved["leaker"] || !moved["bystander"] || !retiredOK {
+		t.Fatalf("want replace → start → moves of both → retire of %s; events:\n%s", bloated, body)
+	}
+	for user := range tabs {
+		if u, _ := a.Supervisor().User(user); u.Worker != fresh {
+			t.Errorf("%s is on %s, want the fresh worker %s", user, u.Worker, fresh)
+		}
+	}
+
+	// The old worker's end is recorded; none was killed for memory.
+	code, body = adminCall(t, a, "GET", "/v1/workers", testToken, "")
+	var workers []host.WorkerInfo
+	if err := json.Unmarshal([]byte(body), &workers); code != 200 || err != nil {
+		t.Fatalf("workers: %d %v", code, err)
+	}
+	found := false
+	for _, w := range workers {
+		if strings.Contains(w.HowDied, "memory") && !strings.HasPrefix(w.HowDied, "retired") {
+			t.Errorf("%s was killed: %s", w.ID, w.HowDied)
+		}
+		if w.ID == bloated {
+			found = w.State == host.StateRetired && strings.HasPrefix(w.HowDied, "retired")
+		}
+	}
+	if !found {
+		t.Fatalf("%s not listed as retired: %s", bloated, body)
+	}
+
+	// Both people kept their pages.
+	for user, tb := range tabs {
+		tb.send(map[string]any{"op": "inc"})
+		tb.drainUntil("count", 4.0)
+		if got := tb.tree["note/0"]; got != "kept" {
+			t.Errorf("%s's note: %v", user, got)
+		}
+	}
+}
+
+// governanceEvents reads /v1/events.
+func governanceEvents(t *testing.T, a *agent.Agent) []struct{ Kind, Worker, User, To, Reason string } {
+	t.Helper()
+	var events []struct{ Kind, Worker, User, To, Reason string }
+	code, body := adminCall(t, a, "GET", "/v1/events", testToken, "")
+	if code != 200 {
+		t.Fatalf("events: %d %s", code, body)
+	}
+	if err := json.Unmarshal([]byte(body), &events); err != nil {
+		t.Fatal(err)
+	}
+	return events
+}
+
+// Saturation with no room in the group starts a worker (the group's max
+// allows it) and moves people there.
+func TestSaturationStartsAWorker(t *testing.T) {
+	compactOff := 0.0
+	a := startAgentWith(t, "subprocess", 1, withDataDir(t), withFreezeTimeout("30s"), func(c *agent.Config) {
+		c.Probe = &agent.ProbeConfig{Interval: "250ms", Misses: 8}
+		c.Groups[0].Governance = &agent.GovernanceConfig{Enabled: true, MemoryLimitMB: 48, CPULimit: 64,
+			MaxWorkers: 2, ReplaceHorizon: "0s", CompactBelow: &compactOff}
+	})
+	first := a.Pool().Ready()[0]
+	var tabs []*tab
+	for i := range 6 {
+		b := newBrowser(t, a)
+		b.do("POST", "/login?user=s"+strconv.Itoa(i))
+		tb := b.openTab("p")
+		tb.send(map[string]any{"op": "fill", "bytes": 6 << 20})
+		tb.send(map[string]any{"op": "inc"})
+		tabs = append(tabs, tb)
+	}
+	waitFor(t, 30*time.Second, "a person moved to a started worker", func() bool {
+		ws := a.Pool().Ready()
+		if len(ws) != 2 {
+			return false
+		}
+		for _, e := range governanceEvents(t, a) {
+			if e.Kind == "completed" && e.Worker == first && e.User != "" && e.To != first {
+				return true
+			}
+		}
+		return false
+	})
+	started := false
+	for _, e := range governanceEvents(t, a) {
+		if e.Kind == "start" && strings.Contains(e.Reason, "memory") {
+			started = true
+		}
+	}
+	if !started {
+		t.Fatalf("no start decision with its reason: %+v", governanceEvents(t, a))
+	}
+	if n := len(a.Pool().Workers()); n != 2 {
+		t.Fatalf("%d workers, want the group's max 2", n)
+	}
+	for _, tb := range tabs {
+		tb.send(map[string]any{"op": "inc"})
+		tb.drainUntil("count", 2)
+	}
+}
+
+// Compaction: a quiet group drains its least loaded worker, down to its
+// minimum, and retires it once empty; its person moves with their page.
+func TestQuietGroupIsCompacted(t *testing.T) {
+	a := startAgentWith(t, "subprocess", 3, withDataDir(t), func(c *agent.Config) {
+		c.Probe = &agent.ProbeConfig{Interval: "200ms", Misses: 8}
+		c.Groups[0].Governance = &agent.GovernanceConfig{Enabled: true, MinWorkers: 2, CompactAfter: "1s",
+			ReplaceHorizon: "0s", UserCoolDown: "1s", WorkerCoolDown: "1s"}
+	})
+	workers := a.Pool().Ready()
+	var tabs []*tab
+	for i, w := range workers {
+		b := newBrowser(t, a)
+		user := "c" + strconv.Itoa(i)
+		b.do("POST", "/login?user="+user)
+		if u, _ := a.Supervisor().User(user); u.Worker != w {
+			if _, err := a.Supervisor().Move(t.Context(), user, w, "test"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tb := b.openTab("p")
+		tb.send(map[string]any{"op": "inc"})
+		tabs = append(tabs, tb)
+	}
+	waitFor(t, 30*time.Second, "a worker retired", func() bool { return len(a.Pool().Retired()) == 1 })
+	// Down to the minimum, and no further.
+	time.Sleep(3 * time.Second)
+	if n := len(a.Pool().Workers()); n != 2 {
+		t.Fatalf("%d workers after compaction, want min_workers 2", n)
+	}
+	gone := a.Pool().Retired()[0]
+	drained := false
+	for _, e := range governanceEvents(t, a) {
+		if e.Kind == "drain" && e.Worker == gone.ID && strings.Contains(e.Reason, "%") {
+			drained = true
+		}
+	}
+	if !drained {
+		t.Fatalf("no drain decision for %s with its numbers: %+v", gone.ID, governanceEvents(t, a))
+	}
+	for i, tb := range tabs {
+		if u, _ := a.Supervisor().User("c" + strconv.Itoa(i)); u.Worker == gone.ID {
+			t.Fatalf("c%d still placed on the retired worker", i)
+		}
 		tb.send(map[string]any{"op": "inc"})
 		tb.drainUntil("count", 2)
 	}

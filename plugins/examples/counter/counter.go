@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/stickyd/stickyd/plugins/worker"
@@ -71,7 +72,14 @@ type message struct {
 	V     json.RawMessage `json:"v"`
 }
 
-// Message handles inc, note, fill, echo, stall and panic.
+// leaked is memory the leak op holds for the life of the process: a worker
+// bloating, as a cache that never evicts would.
+var leaked struct {
+	sync.Mutex
+	chunks [][]byte
+}
+
+// Message handles inc, note, fill, leak, echo, stall and panic.
 func (App) Message(ctx context.Context, p *worker.Page, raw json.RawMessage) (any, error) {
 	var m message
 	if err := json.Unmarshal(raw, &m); err != nil {
@@ -103,6 +111,20 @@ func (App) Message(ctx context.Context, p *worker.Page, raw json.RawMessage) (an
 		if err := t.Set("blob", strings.Repeat("x", m.Bytes)); err != nil {
 			return nil, err
 		}
+		return m.Bytes, nil
+	case "leak":
+		// Grows the worker, not the page: what the person's state does not
+		// hold is left behind when they move.
+		if m.Bytes < 0 || m.Bytes > 64<<20 {
+			return nil, errors.New("leak: bytes must be 0..64 MiB")
+		}
+		b := make([]byte, m.Bytes)
+		for i := range b {
+			b[i] = byte(i)
+		}
+		leaked.Lock()
+		leaked.chunks = append(leaked.chunks, b)
+		leaked.Unlock()
 		return m.Bytes, nil
 	case "echo":
 		return m.V, nil

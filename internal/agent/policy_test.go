@@ -1,0 +1,34 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/governor"
+)
+
+func TestGroupPolicy(t *testing.T) {
+	off := 0.0
+	g := &GroupConfig{Name: "web", Workers: 3, Governance: &GovernanceConfig{Enabled: true, MemoryLimitMB: 512,
+		ReplaceHorizon: "0s", CompactBelow: &off, UserCoolDown: "1m", GrowthMinSamples: 4}}
+	p, err := g.policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := governor.DefaultPolicy()
+	switch {
+	case p.MinWorkers != 3 || p.MaxWorkers != 8:
+		t.Errorf("bounds %d..%d, want the group's 3 .. 8", p.MinWorkers, p.MaxWorkers)
+	case p.Thresholds[governor.Memory].Limit != 512<<20 || p.Thresholds[governor.Memory].High != d.Thresholds[governor.Memory].High:
+		t.Errorf("memory threshold %+v", p.Thresholds[governor.Memory])
+	case p.ReplaceHorizon != 0 || p.CompactBelow != 0:
+		t.Errorf("replacement %v and compaction %v not turned off", p.ReplaceHorizon, p.CompactBelow)
+	case p.UserCoolDown != time.Minute || p.WorkerCoolDown != d.WorkerCoolDown || p.GrowthMinSamples != 4:
+		t.Errorf("cool-downs %v %v, samples %d", p.UserCoolDown, p.WorkerCoolDown, p.GrowthMinSamples)
+	}
+	// Unset knobs keep the defaults; a big group keeps its size as the max.
+	p, err = (&GroupConfig{Name: "big", Workers: 12}).policy()
+	if err != nil || p.MaxWorkers != 12 || p.ReplaceHorizon != d.ReplaceHorizon || p.CompactBelow != d.CompactBelow {
+		t.Fatalf("defaults: %v %+v", err, p)
+	}
+}
