@@ -1490,9 +1490,13 @@ func (x *MessageResult) GetError() string {
 // Identity is what the app declared while serving the frame: the name of the
 // connection and, after a login, the user.
 type Identity struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Conn          string                 `protobuf:"bytes,1,opt,name=conn,proto3" json:"conn,omitempty"`
-	User          string                 `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Conn  string                 `protobuf:"bytes,1,opt,name=conn,proto3" json:"conn,omitempty"`
+	User  string                 `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
+	// attributes are what the site declared about the person at login
+	// (customer, department...): group assignment rules match them. Sent only
+	// by the frame that logged in.
+	Attributes    map[string]string `protobuf:"bytes,3,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1539,6 +1543,13 @@ func (x *Identity) GetUser() string {
 		return x.User
 	}
 	return ""
+}
+
+func (x *Identity) GetAttributes() map[string]string {
+	if x != nil {
+		return x.Attributes
+	}
+	return nil
 }
 
 type FrameReply struct {
@@ -2709,10 +2720,16 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x04last\x18\x03 \x01(\x04R\x04last\"9\n" +
 	"\rMessageResult\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error\"2\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\"\xbf\x01\n" +
 	"\bIdentity\x12\x12\n" +
 	"\x04conn\x18\x01 \x01(\tR\x04conn\x12\x12\n" +
-	"\x04user\x18\x02 \x01(\tR\x04user\"\xd1\x02\n" +
+	"\x04user\x18\x02 \x01(\tR\x04user\x12L\n" +
+	"\n" +
+	"attributes\x18\x03 \x03(\v2,.stickyd.channel.v1.Identity.AttributesEntryR\n" +
+	"attributes\x1a=\n" +
+	"\x0fAttributesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd1\x02\n" +
 	"\n" +
 	"FrameReply\x126\n" +
 	"\x04http\x18\n" +
@@ -2819,7 +2836,7 @@ func file_stickyd_proto_rawDescGZIP() []byte {
 }
 
 var file_stickyd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_stickyd_proto_goTypes = []any{
 	(Delta_Op)(0),         // 0: stickyd.channel.v1.Delta.Op
 	(Error_Code)(0),       // 1: stickyd.channel.v1.Error.Code
@@ -2855,6 +2872,7 @@ var file_stickyd_proto_goTypes = []any{
 	(*UserPackage)(nil),   // 31: stickyd.channel.v1.UserPackage
 	(*ConnPackage)(nil),   // 32: stickyd.channel.v1.ConnPackage
 	(*PagePackage)(nil),   // 33: stickyd.channel.v1.PagePackage
+	nil,                   // 34: stickyd.channel.v1.Identity.AttributesEntry
 }
 var file_stickyd_proto_depIdxs = []int32{
 	3,  // 0: stickyd.channel.v1.Envelope.hello:type_name -> stickyd.channel.v1.Hello
@@ -2881,23 +2899,24 @@ var file_stickyd_proto_depIdxs = []int32{
 	6,  // 21: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
 	0,  // 22: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
 	14, // 23: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
-	8,  // 24: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
-	15, // 25: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
-	17, // 26: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
-	16, // 27: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
-	18, // 28: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
-	22, // 29: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
-	1,  // 30: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
-	32, // 31: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
-	33, // 32: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
-	14, // 33: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
-	2,  // 34: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
-	2,  // 35: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
-	35, // [35:36] is the sub-list for method output_type
-	34, // [34:35] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	34, // 24: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
+	8,  // 25: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
+	15, // 26: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
+	17, // 27: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
+	16, // 28: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
+	18, // 29: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
+	22, // 30: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
+	1,  // 31: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
+	32, // 32: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
+	33, // 33: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
+	14, // 34: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
+	2,  // 35: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
+	2,  // 36: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
+	36, // [36:37] is the sub-list for method output_type
+	35, // [35:36] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_stickyd_proto_init() }
@@ -2941,7 +2960,7 @@ func file_stickyd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stickyd_proto_rawDesc), len(file_stickyd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

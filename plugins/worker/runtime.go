@@ -349,7 +349,9 @@ func (rt *runtime) httpReply(s *Session, resp *protocol.HTTPResponse) *protocol.
 }
 
 func (rt *runtime) identity(s *Session) *protocol.Identity {
+	var attrs map[string]string
 	if s.login != "" {
+		attrs, s.attrs = s.attrs, nil
 		rt.mu.Lock()
 		if rt.conns[s.name] == s {
 			rt.setUserLocked(s, s.login)
@@ -359,7 +361,7 @@ func (rt *runtime) identity(s *Session) *protocol.Identity {
 		s.login = ""
 		rt.mu.Unlock()
 	}
-	return &protocol.Identity{Conn: s.name, User: s.user}
+	return &protocol.Identity{Conn: s.name, User: s.user, Attributes: attrs}
 }
 
 func (rt *runtime) release(conn string) {

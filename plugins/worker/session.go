@@ -21,6 +21,7 @@ type Session struct {
 	name   string
 	user   string // "" while anonymous
 	login  string // declared during the current frame
+	attrs  map[string]string
 	isNew  bool
 	values *Tree
 	pages  map[string]*Page
@@ -78,10 +79,32 @@ func (s *Session) User() string {
 // connections live on one worker; this connection's pages stay with it when
 // this worker becomes the person's home, and restart clean otherwise.
 func (s *Session) Login(user string) error {
+	return s.LoginWith(user, nil)
+}
+
+var attrKeyRE = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,63}$`)
+
+// ErrBadAttribute is returned for attributes stickyd cannot carry.
+var ErrBadAttribute = errors.New("bad attribute: at most 16, keys of 1-64 of a-z 0-9 _ . - starting with a letter, values of at most 256 bytes")
+
+// LoginWith is Login with attributes of the person (customer, department,
+// plan...): the operator's assignment rules match them to send people to a
+// group (a canary, a customer's own release). They are recorded with the
+// person at each login.
+func (s *Session) LoginWith(user string, attrs map[string]string) error {
 	if !nameRE.MatchString(user) || strings.HasPrefix(user, protocol.AnonymousPrefix) {
 		return fmt.Errorf("logging in %q: %w", user, ErrBadName)
 	}
+	if len(attrs) > 16 {
+		return fmt.Errorf("logging in %q: %w", user, ErrBadAttribute)
+	}
+	for k, v := range attrs {
+		if !attrKeyRE.MatchString(k) || len(v) > 256 {
+			return fmt.Errorf("logging in %q: attribute %q: %w", user, k, ErrBadAttribute)
+		}
+	}
 	s.login = user
+	s.attrs = attrs
 	return nil
 }
 

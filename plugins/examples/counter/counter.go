@@ -27,7 +27,9 @@ var _ worker.App = App{}
 // New returns the application.
 func New() App { return App{} }
 
-// ServeHTTP serves /, /whoami and POST /login?user=NAME.
+// ServeHTTP serves /, /whoami and POST /login?user=NAME[&attr=value...]:
+// every other query parameter of the login is an attribute of the person
+// (team=canary), which group assignment rules can match.
 func (App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s := worker.SessionFrom(r.Context())
 	if s == nil {
@@ -41,7 +43,14 @@ func (App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]string{"conn": s.Conn(), "user": s.User(), "worker": s.WorkerID()})
 	case r.URL.Path == "/login" && r.Method == http.MethodPost:
-		if err := s.Login(r.URL.Query().Get("user")); err != nil {
+		q := r.URL.Query()
+		attrs := map[string]string{}
+		for k := range q {
+			if k != "user" {
+				attrs[k] = q.Get(k)
+			}
+		}
+		if err := s.LoginWith(q.Get("user"), attrs); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
