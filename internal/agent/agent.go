@@ -74,6 +74,12 @@ type Agent struct {
 	router     *router
 	govern     *governance
 	stopGovern chan struct{}
+	builtins   map[string]Builtin
+	// catalogGroups are the groups this agent runs for the catalog (not
+	// from its configuration file); guarded by groupsMu.
+	groupsMu      sync.Mutex
+	catalogGroups map[string]bool
+	stopCatalog   chan struct{}
 	rpc        *grpc.Server
 	rpcLn      net.Listener
 }
@@ -88,26 +94,20 @@ func New(cfg *Config, builtins map[string]Builtin, log hclog.Logger) (*Agent, er
 		return nil, fmt.Errorf("checking configuration: %w", err)
 	}
 	a := &Agent{cfg: cfg, log: log, http: &http.Client{Timeout: 30 * time.Second}, stopLeader: make(chan struct{})}
+	a.builtins = builtins
 	var groups []host.GroupSpec
 	for _, g := range cfg.Groups {
-		spec := host.GroupSpec{Name: g.Name, Workers: g.Workers, MemoryMax: uint64(g.MemoryMaxMB) << 20}
-		if cfg.Server.BootstrapExpect > 1 {
-			spec.Prefix = cfg.Name + "."
-		}
+		var env map[string]string
+		recipe := recipe{Builtin: g.Builtin}
 		if g.Plugin != nil {
-			env := make([]string, 0, len(g.Plugin.Env))
-			for k, v := range g.Plugin.Env {
-				env = append(env, k+"="+v)
-			}
-			spec.Launcher = &host.PluginLauncher{Command: g.Plugin.Command, Args: g.Plugin.Args, Env: env, Logger: log.Named("plugin")}
-		} else {
-			b, ok := builtins[g.Builtin]
-			if !ok {
-				return nil, fmt.Errorf("group %q: no builtin application named %q", g.Name, g.Builtin)
-			}
-			spec.Launcher = &host.InprocLauncher{Serve: b}
+			recipe.Command, recipe.Args, env = g.Plugin.Command, g.Plugin.Args, g.Plugin.Env
 		}
-		groups = append(groups, spec)
+		recipe.Env = env
+		launcher, err := a.launcher(recipe)
+		if err != nil {
+			return nil, fmt.Errorf("group %q: %w", g.Name, err)
+		}
+		groups = append(groups, a.groupSpec(g.Name, g.Workers, g.MemoryMaxMB, launcher))
 	}
 	a.pool = host.New(log.Named("host"), groups)
 	return a, nil
@@ -185,6 +185,18 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	if err := a.pool.Start(ctx); err != nil {
 		return fmt.Errorf("starting workers: %w", err)
 	}
+	a.sup.SetLogger(a.log.Named("supervisor"))
+	if len(a.cfg.Groups) > 0 {
+		a.sup.SetFallbackDefault(a.cfg.Groups[0].Name)
+	}
+	if a.govern, err = newGovernance(a); err != nil {
+		return fmt.Errorf("configuring governance: %w", err)
+	}
+	// The catalog's groups (replicated) start before anyone is routed: a
+	// parked person may wake on one of them.
+	a.syncGroups(ctx)
+	a.stopCatalog = make(chan struct{})
+	go a.catalogLoop(a.stopCatalog)
 	if err := a.register(wctx); err != nil {
 		return fmt.Errorf("registering this agent's workers: %w", err)
 	}
@@ -225,16 +237,14 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		a.served <- err
 	}()
 	a.log.Info("front listening", "address", a.Addr())
-	if a.govern, err = newGovernance(a); err != nil {
-		return fmt.Errorf("configuring governance: %w", err)
-	}
 	if a.govern != nil {
 		a.stopGovern = make(chan struct{})
 		go a.govern.run(duration(a.cfg.Probe.Interval), a.stopGovern)
 	}
 	a.api.Store(api.Handler(api.Config{Token: a.token, Supervisor: a.sup, Gatherer: a.registry, Logger: a.log.Named("api"),
 		Workers: func() any { return append(a.pool.Workers(), a.pool.Retired()...) }, Status: a.status,
-		Events: func() any { return a.govern.events() }}))
+		Events: func() any { return a.govern.events() },
+		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: checkGovernance}))
 	a.started = true
 	return nil
 }
@@ -456,6 +466,13 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("stopping front: %w", err))
 		}
 		a.server = nil
+	}
+	if a.stopCatalog != nil {
+		select {
+		case <-a.stopCatalog:
+		default:
+			close(a.stopCatalog)
+		}
 	}
 	if a.pool != nil {
 		_ = a.pool.Close()

@@ -111,36 +111,36 @@ type GroupConfig struct {
 // GovernanceConfig turns on the governance of a group (docs/governance.md).
 // Unset values keep the defaults of policy.go.
 type GovernanceConfig struct {
-	Enabled bool `hcl:"enabled,optional"`
+	Enabled bool `hcl:"enabled,optional" json:"enabled,omitempty"`
 	// MemoryLimitMB is what 100% memory means for one worker: its live Go
 	// heap (default 1024).
-	MemoryLimitMB int `hcl:"memory_limit_mb,optional"`
+	MemoryLimitMB int `hcl:"memory_limit_mb,optional" json:"memory_limit_mb,omitempty"`
 	// CPULimit is what 100% CPU means, in cores (default 1).
-	CPULimit float64 `hcl:"cpu_limit,optional"`
+	CPULimit float64 `hcl:"cpu_limit,optional" json:"cpu_limit,omitempty"`
 	// GoroutineLimit and MailboxLimit are 100% goroutines and 100% frames
 	// waiting in mailboxes (defaults 10000 and 1000).
-	GoroutineLimit int `hcl:"goroutine_limit,optional"`
-	MailboxLimit   int `hcl:"mailbox_limit,optional"`
+	GoroutineLimit int `hcl:"goroutine_limit,optional" json:"goroutine_limit,omitempty"`
+	MailboxLimit   int `hcl:"mailbox_limit,optional" json:"mailbox_limit,omitempty"`
 	// MinWorkers is the fewest workers compaction leaves (default: the
 	// group's workers); MaxWorkers the most saturation may start (default:
 	// the larger of the group's workers and 8).
-	MinWorkers         int    `hcl:"min_workers,optional"`
-	MaxWorkers         int    `hcl:"max_workers,optional"`
-	MaxConcurrentMoves int    `hcl:"max_concurrent_moves,optional"`
-	UserCoolDown       string `hcl:"user_cool_down,optional"`
-	WorkerCoolDown     string `hcl:"worker_cool_down,optional"`
+	MinWorkers         int    `hcl:"min_workers,optional" json:"min_workers,omitempty"`
+	MaxWorkers         int    `hcl:"max_workers,optional" json:"max_workers,omitempty"`
+	MaxConcurrentMoves int    `hcl:"max_concurrent_moves,optional" json:"max_concurrent_moves,omitempty"`
+	UserCoolDown       string `hcl:"user_cool_down,optional" json:"user_cool_down,omitempty"`
+	WorkerCoolDown     string `hcl:"worker_cool_down,optional" json:"worker_cool_down,omitempty"`
 	// ReplaceHorizon: a worker projected to reach its memory limit sooner
 	// is replaced ("30m"; "0s" turns replacement off).
-	ReplaceHorizon string `hcl:"replace_horizon,optional"`
+	ReplaceHorizon string `hcl:"replace_horizon,optional" json:"replace_horizon,omitempty"`
 	// GrowthWindow is the memory history the projection fits ("15m");
 	// GrowthMinSamples the fewest probe readings it needs (6).
-	GrowthWindow     string `hcl:"growth_window,optional"`
-	GrowthMinSamples int    `hcl:"growth_min_samples,optional"`
+	GrowthWindow     string `hcl:"growth_window,optional" json:"growth_window,omitempty"`
+	GrowthMinSamples int    `hcl:"growth_min_samples,optional" json:"growth_min_samples,omitempty"`
 	// CompactBelow is the load under which, held for CompactAfter, the
 	// least loaded worker is drained and retired (0.30 and "10m"; 0 turns
 	// compaction off).
-	CompactBelow *float64 `hcl:"compact_below,optional"`
-	CompactAfter string   `hcl:"compact_after,optional"`
+	CompactBelow *float64 `hcl:"compact_below,optional" json:"compact_below,omitempty"`
+	CompactAfter string   `hcl:"compact_after,optional" json:"compact_after,omitempty"`
 }
 
 // group finds a group's configuration; the bool says if it is governed.

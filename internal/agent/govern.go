@@ -26,14 +26,19 @@ type governance struct {
 	totals   map[string]map[string]*protocol.UserUsage
 	inFlight int
 	work     sync.WaitGroup // decisions under way
+	// governed names the groups governance acts on.
+	governed map[string]bool
 }
 
 // wait waits for the decisions under way.
 func (g *governance) wait() { g.work.Wait() }
 
-// newGovernance returns nil when no group enables governance.
+// newGovernance builds the engine with the configured groups' policies.
+// Groups that do not enable governance are not governed (a group of the
+// catalog may enable it later: setPolicy).
 func newGovernance(a *Agent) (*governance, error) {
 	policies := map[string]governor.Policy{}
+	governed := map[string]bool{}
 	for _, g := range a.cfg.Groups {
 		if g.Governance == nil || !g.Governance.Enabled {
 			continue
@@ -43,15 +48,28 @@ func newGovernance(a *Agent) (*governance, error) {
 			return nil, fmt.Errorf("group %q: governance: %w", g.Name, err)
 		}
 		policies[g.Name] = p
-	}
-	if len(policies) == 0 {
-		return nil, nil
+		governed[g.Name] = true
 	}
 	eng, err := governor.New(policies, rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x5eed)))
 	if err != nil {
 		return nil, err
 	}
-	return &governance{a: a, eng: eng, prev: map[string]host.WorkerInfo{}, totals: map[string]map[string]*protocol.UserUsage{}}, nil
+	return &governance{a: a, eng: eng, governed: governed, prev: map[string]host.WorkerInfo{}, totals: map[string]map[string]*protocol.UserUsage{}}, nil
+}
+
+// setPolicy governs a group created at run time.
+func (g *governance) setPolicy(gc *GroupConfig) error {
+	p, err := gc.policy()
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.eng.SetPolicy(gc.Name, p); err != nil {
+		return err
+	}
+	g.governed[gc.Name] = true
+	return nil
 }
 
 // run observes and decides every interval until stop.
@@ -80,7 +98,7 @@ func (g *governance) round(now time.Time) {
 		if w.State != host.StateReady || w.LastProbe.IsZero() {
 			continue
 		}
-		if _, governed := g.a.cfg.group(w.Group); !governed {
+		if !g.governed[w.Group] {
 			continue
 		}
 		if p, ok := g.prev[w.ID]; ok && !w.LastProbe.After(p.LastProbe) {

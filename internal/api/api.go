@@ -47,6 +47,11 @@ type Config struct {
 	Events   func() any
 	Gatherer prometheus.Gatherer
 	Logger   hclog.Logger
+	// Groups, GroupsView and CheckGovernance serve the group, rule and job
+	// routes (all three set, or none).
+	Groups          Groups
+	GroupsView      func() GroupsView
+	CheckGovernance func(governance []byte) error
 }
 
 // Handler returns the API's handler.
@@ -54,8 +59,11 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	a := &server{cfg: cfg}
+	a := &server{cfg: cfg, jobs: &jobs{log: cfg.Logger.Named("jobs")}}
 	mux := http.NewServeMux()
+	if cfg.Groups != nil && cfg.GroupsView != nil {
+		a.groupRoutes(mux)
+	}
 	mux.HandleFunc("GET /v1/users", a.handle(a.listUsers))
 	mux.HandleFunc("GET /v1/users/{user}", a.handle(a.getUser))
 	mux.HandleFunc("POST /v1/users/{user}/move", a.handle(a.moveUser))
@@ -82,7 +90,12 @@ func Handler(cfg Config) http.Handler {
 	return mux
 }
 
-type server struct{ cfg Config }
+type server struct {
+	cfg  Config
+	jobs *jobs
+}
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 
 // Error is an API failure: status and a message the caller may read.
 type Error struct {

@@ -62,6 +62,16 @@ func RunWith(args []string, ui cli.Ui, builtins map[string]agent.Builtin) int {
 			"worker list":  func() (cli.Command, error) { return &WorkerListCommand{Meta: meta}, nil },
 			"worker drain": func() (cli.Command, error) { return &WorkerDrainCommand{Meta: meta}, nil },
 
+			"group":          func() (cli.Command, error) { return &GroupCommand{Meta: meta}, nil },
+			"group create":   func() (cli.Command, error) { return &GroupCreateCommand{Meta: meta}, nil },
+			"group list":     func() (cli.Command, error) { return &GroupListCommand{Meta: meta}, nil },
+			"group status":   func() (cli.Command, error) { return &GroupStatusCommand{Meta: meta}, nil },
+			"group promote":  func() (cli.Command, error) { return &GroupPromoteCommand{Meta: meta}, nil },
+			"group rollback": func() (cli.Command, error) { return &GroupRollbackCommand{Meta: meta}, nil },
+			"group assign":   func() (cli.Command, error) { return &GroupAssignCommand{Meta: meta}, nil },
+			"group unassign": func() (cli.Command, error) { return &GroupUnassignCommand{Meta: meta}, nil },
+			"group retire":   func() (cli.Command, error) { return &GroupRetireCommand{Meta: meta}, nil },
+
 			"status":                   func() (cli.Command, error) { return &StatusCommand{Meta: meta}, nil },
 			"events":                   func() (cli.Command, error) { return &EventsCommand{Meta: meta}, nil },
 			"server":                   func() (cli.Command, error) { return &ServerCommand{Meta: meta}, nil },

@@ -29,7 +29,7 @@ func (d *fakeDir) Place(context.Context) (string, error) { return "", nil }
 func (d *fakeDir) Connect(context.Context, string, string, string) (placement.Route, error) {
 	return placement.Route{}, nil
 }
-func (d *fakeDir) Login(context.Context, string, string) (placement.Route, string, error) {
+func (d *fakeDir) Login(context.Context, string, string, map[string]string) (placement.Route, string, error) {
 	return placement.Route{}, "", nil
 }
 func (d *fakeDir) Watch(string) <-chan struct{} {

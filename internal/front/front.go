@@ -39,9 +39,10 @@ type Directory interface {
 	// Connect binds a connection the site just named (and its user, if the
 	// site already said who it is) to a worker.
 	Connect(ctx context.Context, conn, user, worker string) (placement.Route, error)
-	// Login binds a connection to a person; it returns the new route and
-	// the worker that held the connection before.
-	Login(ctx context.Context, conn, user string) (placement.Route, string, error)
+	// Login binds a connection to a person and records what the site
+	// declared about them (attrs, when not nil); it returns the new route
+	// and the worker that held the connection before.
+	Login(ctx context.Context, conn, user string, attrs map[string]string) (placement.Route, string, error)
 	// Watch returns a channel closed at the next change of user in the maps.
 	Watch(user string) <-chan struct{}
 }
@@ -285,8 +286,14 @@ func (f *Front) afterIdentity(ctx context.Context, w http.ResponseWriter, rt pla
 		if w != nil {
 			f.setCookie(w, id.Conn)
 		}
-	case id.User != "" && id.User != rt.User:
-		rt, _, err = f.cfg.Directory.Login(ctx, rt.Conn, id.User)
+		if id.User != "" && len(id.Attributes) > 0 {
+			// Logged in on the first request: record the attributes too.
+			if rt, _, err = f.cfg.Directory.Login(ctx, rt.Conn, id.User, id.Attributes); err != nil {
+				return rt, &HTTPError{Status: http.StatusServiceUnavailable, Message: "could not record the login; retry", Retry: true, Err: err}
+			}
+		}
+	case id.User != "" && (id.User != rt.User || len(id.Attributes) > 0):
+		rt, _, err = f.cfg.Directory.Login(ctx, rt.Conn, id.User, id.Attributes)
 		if err != nil {
 			return rt, &HTTPError{Status: http.StatusServiceUnavailable, Message: "could not record the login; retry", Retry: true, Err: err}
 		}

@@ -29,6 +29,8 @@ type FSM struct {
 	load map[string]int
 	// watch holds a channel per watched user, closed when the user changes.
 	watch map[string]chan struct{}
+	// catalogCh is closed at the next change of the catalog.
+	catalogCh chan struct{}
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -41,6 +43,8 @@ type State struct {
 	Users map[string]*User `json:"users"`
 	// Agents maps an agent's name to where its workers are reached.
 	Agents map[string]*AgentEntry `json:"agents,omitempty"`
+	// Catalog holds the groups, the default group and the rules.
+	Catalog Catalog `json:"catalog"`
 }
 
 // AgentEntry is an agent as the cluster reaches it.
@@ -65,6 +69,9 @@ type User struct {
 	MovingTo string `json:"moving_to,omitempty"`
 	// Package is the parked package the user wakes from on Worker.
 	Package string `json:"package,omitempty"`
+	// Attrs are what the site declared about the person at their last
+	// login; assignment rules match them.
+	Attrs map[string]string `json:"attrs,omitempty"`
 }
 
 // Route is where frames of a connection go.
@@ -242,6 +249,16 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return f.applyMoveAbort(buf)
 	case WokenRequestType:
 		return f.applyWoken(buf)
+	case GroupPutRequestType:
+		return f.applyGroupPut(buf, l.Index)
+	case GroupDeleteRequestType:
+		return f.applyGroupDelete(buf)
+	case SetDefaultRequestType:
+		return f.applySetDefault(buf)
+	case RulePutRequestType:
+		return f.applyRulePut(buf)
+	case RuleDeleteRequestType:
+		return f.applyRuleDelete(buf)
 	case RegisterAgentRequestType:
 		var req AgentEntry
 		if err := json.Unmarshal(buf, &req); err != nil {
@@ -309,6 +326,11 @@ func (f *FSM) applyLogin(buf []byte) interface{} {
 		h.Conns++
 		f.state.Conns[req.Conn] = req.User
 		f.unbindLocked(old)
+	}
+	if req.Attrs != nil {
+		if h := f.state.Users[req.User]; h != nil {
+			h.Attrs = req.Attrs
+		}
 	}
 	res.Route, _ = f.routeLocked(req.Conn)
 	return res
@@ -438,6 +460,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		c := *v
 		s.Agents[k] = &c
 	}
+	s.Catalog = f.state.Catalog.clone()
 	return &snapshot{state: s}, nil
 }
 
@@ -467,6 +490,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		close(ch)
 		delete(f.watch, u)
 	}
+	f.catalogChangedLocked()
 	f.mu.Unlock()
 	return nil
 }

@@ -75,6 +75,8 @@ type ConnectRequest struct {
 type LoginRequest struct {
 	Conn string `json:"conn"`
 	User string `json:"user"`
+	// Attrs, when not nil, replace the person's recorded attributes.
+	Attrs map[string]string `json:"attrs,omitempty"`
 }
 
 // LoginResult is the route after a login, and the worker that held the
@@ -136,6 +138,8 @@ func ErrorKind(err error) string {
 		return "no_user"
 	case errors.Is(err, ErrBusy):
 		return "busy"
+	case errors.Is(err, ErrGroupInUse):
+		return "group_in_use"
 	}
 	return ""
 }
@@ -147,6 +151,8 @@ func KindError(kind, msg string) error {
 		return fmt.Errorf("%w (on the leader: %s)", ErrNoUser, msg)
 	case "busy":
 		return fmt.Errorf("%w (on the leader: %s)", ErrBusy, msg)
+	case "group_in_use":
+		return fmt.Errorf("%w (on the leader: %s)", ErrGroupInUse, msg)
 	}
 	return errors.New(msg)
 }

@@ -118,6 +118,15 @@ func New(policies map[string]Policy, rng *rand.Rand) (*Engine, error) {
 	return e, nil
 }
 
+// SetPolicy governs group g by p from now on (a group created at run time).
+func (e *Engine) SetPolicy(g string, p Policy) error {
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("checking policy of group %q: %w", g, err)
+	}
+	e.policies[g] = p.clone()
+	return nil
+}
+
 // policy returns the policy governing group g: its own, or DefaultPolicy().
 func (e *Engine) policy(g string) Policy {
 	p, ok := e.policies[g]

@@ -199,3 +199,31 @@ func TestWorkerOverMemoryCeilingIsKilled(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Groups come and go at run time too.
+func TestAddAndRemoveGroup(t *testing.T) {
+	l := &InprocLauncher{Serve: worker.InProcess(counter.New(), worker.Options{Name: "counter"})}
+	p := New(nil, []GroupSpec{{Name: "v1", Workers: 1, Launcher: l}})
+	defer p.Close()
+	if err := p.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AddGroup(t.Context(), GroupSpec{Name: "v2", Workers: 2, Launcher: l}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AddGroup(t.Context(), GroupSpec{Name: "v2", Workers: 1, Launcher: l}); err == nil {
+		t.Fatal("a group added twice")
+	}
+	if got := p.Ready(); len(got) != 3 || p.GroupOf("v2-2") != "v2" || !p.HasGroup("v2") {
+		t.Fatalf("ready %v", got)
+	}
+	if err := p.RemoveGroup(t.Context(), "v2", "group retired"); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Ready(); len(got) != 1 || p.HasGroup("v2") || len(p.Retired()) != 2 {
+		t.Fatalf("after removing v2: ready %v, retired %+v", got, p.Retired())
+	}
+	if err := p.RemoveGroup(t.Context(), "v2", "again"); !errors.Is(err, ErrUnknownGroup) {
+		t.Fatalf("removing a group twice: %v", err)
+	}
+}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/placement"
@@ -42,10 +44,14 @@ type Log interface {
 // Supervisor writes and reads the maps.
 type Supervisor struct {
 	fsm     *fsm.FSM
-	log     Log
+	raft    Log
 	workers Workers
 	mover   Mover
 	rr      atomic.Uint64
+	log     hclog.Logger
+
+	mu              sync.Mutex // guards fallbackDefault
+	fallbackDefault string
 }
 
 // ErrNoWorkers is returned when no worker is ready to take a new connection.
@@ -54,8 +60,12 @@ var ErrNoWorkers = errors.New("no worker is ready")
 // New returns a supervisor over the given replica, log and workers. mover
 // may be nil where no move is ever made (tests).
 func New(f *fsm.FSM, log Log, workers Workers, mover Mover) *Supervisor {
-	return &Supervisor{fsm: f, log: log, workers: workers, mover: mover}
+	return &Supervisor{fsm: f, raft: log, workers: workers, mover: mover}
 }
+
+// SetLogger sets where the supervisor reports what it does in the
+// background.
+func (s *Supervisor) SetLogger(l hclog.Logger) { s.log = l }
 
 // Watch returns a channel closed at the next change of user in the maps.
 func (s *Supervisor) Watch(user string) <-chan struct{} { return s.fsm.Watch(user) }
@@ -178,14 +188,13 @@ func (s *Supervisor) Drain(ctx context.Context, worker string, parallel int, pro
 // Lookup returns a connection's route from the local replica.
 func (s *Supervisor) Lookup(conn string) (placement.Route, bool) { return s.fsm.Lookup(conn) }
 
-// Place chooses the worker for a new connection: the ready worker of this
-// host (of any, if it has none) holding the fewest people, ties broken in
-// turn.
+// Place chooses the worker for a new connection: the ready worker of the
+// default group on this host (on any host, if this one has none) holding
+// the fewest people, ties broken in turn. Should the default group have no
+// ready worker, any ready worker takes the newcomer: a connection is never
+// refused for want of its group.
 func (s *Supervisor) Place(ctx context.Context) (string, error) {
-	ready := s.workers.Local()
-	if len(ready) == 0 {
-		ready = s.workers.Ready()
-	}
+	ready := s.placeable()
 	if len(ready) == 0 {
 		return "", ErrNoWorkers
 	}
@@ -201,23 +210,52 @@ func (s *Supervisor) Place(ctx context.Context) (string, error) {
 	return best, nil
 }
 
+// placeable lists the workers a newcomer may be placed on.
+func (s *Supervisor) placeable() []string {
+	def := s.DefaultGroup()
+	inDefault := func(ws []string) []string {
+		var out []string
+		for _, w := range ws {
+			if def == "" || s.workers.GroupOf(w) == def {
+				out = append(out, w)
+			}
+		}
+		return out
+	}
+	local, all := s.workers.Local(), s.workers.Ready()
+	for _, ws := range [][]string{inDefault(local), inDefault(all), local, all} {
+		if len(ws) > 0 {
+			return ws
+		}
+	}
+	return nil
+}
+
 // Connect binds a connection the site just named to its user on worker.
 func (s *Supervisor) Connect(ctx context.Context, conn, user, worker string) (placement.Route, error) {
 	res, err := s.apply(ctx, fsm.ConnectRequestType, fsm.ConnectRequest{Conn: conn, User: user, Worker: worker})
 	if err != nil {
 		return placement.Route{}, fmt.Errorf("binding connection %q: %w", conn, err)
 	}
+	if user != "" {
+		s.assign(user)
+	}
 	return res.(placement.Route), nil
 }
 
 // Login binds a connection to the person the site declared. It returns the
 // new route and the worker that held the connection before.
-func (s *Supervisor) Login(ctx context.Context, conn, user string) (placement.Route, string, error) {
-	res, err := s.apply(ctx, fsm.LoginRequestType, fsm.LoginRequest{Conn: conn, User: user})
+//
+// attrs, if not nil, replace what is recorded about the person. A person
+// whose group (by the rules, else the default) is not their worker's moves
+// there in the background.
+func (s *Supervisor) Login(ctx context.Context, conn, user string, attrs map[string]string) (placement.Route, string, error) {
+	res, err := s.apply(ctx, fsm.LoginRequestType, fsm.LoginRequest{Conn: conn, User: user, Attrs: attrs})
 	if err != nil {
 		return placement.Route{}, "", fmt.Errorf("logging in %q on connection %q: %w", user, conn, err)
 	}
 	lr := res.(fsm.LoginResult)
+	s.assign(user)
 	return lr.Route, lr.Previous, nil
 }
 
@@ -232,5 +270,5 @@ func (s *Supervisor) apply(ctx context.Context, t fsm.MessageType, body any) (an
 	if err != nil {
 		return nil, err
 	}
-	return s.log.Apply(ctx, entry)
+	return s.raft.Apply(ctx, entry)
 }

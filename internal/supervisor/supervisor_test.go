@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -11,11 +12,14 @@ import (
 
 // direct applies entries straight to the FSM, as a one-member log would.
 type direct struct {
-	f *fsm.FSM
-	i uint64
+	mu sync.Mutex
+	f  *fsm.FSM
+	i  uint64
 }
 
 func (d *direct) Apply(ctx context.Context, entry []byte) (any, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.i++
 	res := d.f.Apply(&raft.Log{Index: d.i, Data: entry})
 	if err, ok := res.(error); ok {
@@ -61,18 +65,18 @@ func TestLoginJoinsTheHome(t *testing.T) {
 	if _, err := s.Connect(t.Context(), "c2", "", "w2"); err != nil {
 		t.Fatal(err)
 	}
-	r, prev, err := s.Login(t.Context(), "c1", "maria")
+	r, prev, err := s.Login(t.Context(), "c1", "maria", nil)
 	if err != nil || r.Worker != "w1" || prev != "w1" {
 		t.Fatalf("first login: %+v %q %v", r, prev, err)
 	}
-	r, prev, err = s.Login(t.Context(), "c2", "maria")
+	r, prev, err = s.Login(t.Context(), "c2", "maria", nil)
 	if err != nil || r.Worker != "w1" || prev != "w2" {
 		t.Fatalf("second login: %+v %q %v", r, prev, err)
 	}
 	if got, ok := s.Lookup("c2"); !ok || got.Worker != "w1" {
 		t.Fatalf("lookup after login: %+v", got)
 	}
-	if _, _, err := s.Login(t.Context(), "ghost", "maria"); err == nil {
+	if _, _, err := s.Login(t.Context(), "ghost", "maria", nil); err == nil {
 		t.Fatal("login on an unknown connection succeeded")
 	}
 	if err := s.Forget(t.Context(), "c1"); err != nil {

@@ -39,50 +39,9 @@ func TestMovesUnderLoad(t *testing.T) {
 		tabs[i].pull(0)
 	}
 
-	var (
-		stop    atomic.Bool
-		typed   = make([]int, users)
-		failed  atomic.Int64
-		firstMu sync.Mutex
-		first   error
-		wg      sync.WaitGroup
-	)
-	fail := func(err error) {
-		failed.Add(1)
-		firstMu.Lock()
-		if first == nil {
-			first = err
-		}
-		firstMu.Unlock()
-	}
-	for i, tb := range tabs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; !stop.Load(); n++ {
-				ans, err := tb.tryOp(map[string]any{"op": "msg", "data": map[string]any{"op": "note", "text": strconv.Itoa(n)}})
-				if err != nil || ans.Op != "reply" || ans.Error != "" {
-					fail(fmt.Errorf("user %d note %d: %v %+v", i, n, err, ans))
-					return
-				}
-				var count int
-				if err := json.Unmarshal(ans.Data, &count); err != nil || count != n+1 {
-					fail(fmt.Errorf("user %d note %d: the page counted %s", i, n, ans.Data))
-					return
-				}
-				typed[i] = n + 1
-				// Pull now and then, as a page does, so that deltas are
-				// delivered (and acknowledged) while the person moves.
-				if n%64 == 63 {
-					if _, err := tb.tryPull(0); err != nil {
-						fail(fmt.Errorf("user %d pull: %v", i, err))
-						return
-					}
-				}
-			}
-		}()
-	}
-
+	ty := startTypists(tabs)
+	failed := &ty.failed
+	fail := ty.fail
 	var (
 		done     atomic.Int64
 		outcomes sync.Map
@@ -116,10 +75,9 @@ func TestMovesUnderLoad(t *testing.T) {
 	}
 	mwg.Wait()
 	elapsed := time.Since(started)
-	stop.Store(true)
-	wg.Wait()
-	if first != nil {
-		t.Fatalf("%d failures; first: %v", failed.Load(), first)
+	typed, err := ty.stop()
+	if err != nil {
+		t.Fatal(err)
 	}
 	total := 0
 	outcomes.Range(func(k, v any) bool {
@@ -133,6 +91,86 @@ func TestMovesUnderLoad(t *testing.T) {
 	if total < moves {
 		t.Fatalf("only %d of %d moves happened", total, moves)
 	}
+	notes := checkTyped(t, tabs, typed)
+	t.Logf("%d users typed %d notes during %d moves in %v (%.0f moves/s)", users, notes, total, elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds())
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// typists make every tab type notes until stopped, checking each answer.
+type typists struct {
+	halt    atomic.Bool
+	typed   []int
+	failed  atomic.Int64
+	firstMu sync.Mutex
+	first   error
+	wg      sync.WaitGroup
+}
+
+func (ty *typists) fail(err error) {
+	ty.failed.Add(1)
+	ty.firstMu.Lock()
+	if ty.first == nil {
+		ty.first = err
+	}
+	ty.firstMu.Unlock()
+}
+
+// startTypists starts one typist per tab: each sends note n, checks the page
+// counted n+1 notes, and pulls every 64 notes as a page does.
+func startTypists(tabs []*tab) *typists {
+	ty := &typists{typed: make([]int, len(tabs))}
+	for i, tb := range tabs {
+		ty.wg.Add(1)
+		go func() {
+			defer ty.wg.Done()
+			for n := 0; !ty.halt.Load(); n++ {
+				ans, err := tb.tryOp(map[string]any{"op": "msg", "data": map[string]any{"op": "note", "text": strconv.Itoa(n)}})
+				if err != nil || ans.Op != "reply" || ans.Error != "" {
+					ty.fail(fmt.Errorf("user %d note %d: %v %+v", i, n, err, ans))
+					return
+				}
+				var count int
+				if err := json.Unmarshal(ans.Data, &count); err != nil || count != n+1 {
+					ty.fail(fmt.Errorf("user %d note %d: the page counted %s", i, n, ans.Data))
+					return
+				}
+				ty.typed[i] = n + 1
+				// Pull now and then, as a page does, so that deltas are
+				// delivered (and acknowledged) while the person moves.
+				if n%64 == 63 {
+					if _, err := tb.tryPull(0); err != nil {
+						ty.fail(fmt.Errorf("user %d pull: %v", i, err))
+						return
+					}
+				}
+			}
+		}()
+	}
+	return ty
+}
+
+// stop stops the typists and returns how many notes each typed, or the
+// first failure.
+func (ty *typists) stop() ([]int, error) {
+	ty.halt.Store(true)
+	ty.wg.Wait()
+	if ty.first != nil {
+		return nil, fmt.Errorf("%d typists failed; first: %w", ty.failed.Load(), ty.first)
+	}
+	return ty.typed, nil
+}
+
+// checkTyped checks every page against the reference model (the notes each
+// typist had acknowledged) and that deltas came without gap or duplicate;
+// it returns the number of notes.
+func checkTyped(t *testing.T, tabs []*tab, typed []int) int {
+	t.Helper()
 	notes := 0
 	for i, tb := range tabs {
 		tb.drainUntil("notes", typed[i])
@@ -148,12 +186,5 @@ func TestMovesUnderLoad(t *testing.T) {
 		}
 		notes += typed[i]
 	}
-	t.Logf("%d users typed %d notes during %d moves in %v (%.0f moves/s)", users, notes, total, elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds())
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
+	return notes
 }

@@ -1,0 +1,203 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/api"
+	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/host"
+)
+
+// recipe is what runs a group's workers, wherever the group was defined.
+type recipe struct {
+	Builtin string
+	Command string
+	Args    []string
+	Env     map[string]string
+	Bundle  string
+}
+
+// launcher builds the launcher of a recipe: a builtin application in
+// process, or a go-plugin binary (from a bundle, or a command).
+func (a *Agent) launcher(r recipe) (host.Launcher, error) {
+	switch {
+	case r.Builtin != "":
+		b, ok := a.builtins[r.Builtin]
+		if !ok {
+			return nil, fmt.Errorf("no builtin application named %q", r.Builtin)
+		}
+		return &host.InprocLauncher{Serve: b}, nil
+	case r.Bundle != "":
+		return a.bundleLauncher(r)
+	case r.Command != "":
+		env := make([]string, 0, len(r.Env))
+		for k, v := range r.Env {
+			env = append(env, k+"="+v)
+		}
+		sort.Strings(env)
+		return &host.PluginLauncher{Command: r.Command, Args: r.Args, Env: env, Logger: a.log.Named("plugin")}, nil
+	}
+	return nil, fmt.Errorf("no runtime: set a bundle, a command or a builtin")
+}
+
+// groupSpec is a group as this agent's host runs it.
+func (a *Agent) groupSpec(name string, workers, memoryMaxMB int, l host.Launcher) host.GroupSpec {
+	spec := host.GroupSpec{Name: name, Workers: workers, MemoryMax: uint64(memoryMaxMB) << 20, Launcher: l}
+	if a.cfg.Server.BootstrapExpect > 1 {
+		spec.Prefix = a.cfg.Name + "."
+	}
+	return spec
+}
+
+func (a *Agent) cfgHasGroup(group string) bool {
+	for _, g := range a.cfg.Groups {
+		if g.Name == group {
+			return true
+		}
+	}
+	return false
+}
+
+// catalogLoop keeps this agent's pool in step with the catalog: a group
+// created in the catalog starts here, a retired one stops.
+func (a *Agent) catalogLoop(stop <-chan struct{}) {
+	for {
+		changed := a.fsm.WatchCatalog()
+		select {
+		case <-stop:
+			return
+		case <-changed:
+		case <-time.After(15 * time.Second): // retry what failed
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		a.syncGroups(ctx)
+		cancel()
+	}
+}
+
+// syncGroups starts the catalog's groups this agent does not run yet and
+// stops those the catalog no longer has. Failures are logged and retried.
+func (a *Agent) syncGroups(ctx context.Context) {
+	a.groupsMu.Lock()
+	defer a.groupsMu.Unlock()
+	if a.catalogGroups == nil {
+		a.catalogGroups = map[string]bool{}
+	}
+	cat := a.fsm.Catalog()
+	changed := false
+	for _, name := range cat.GroupNames() {
+		g := cat.Groups[name]
+		if a.cfgHasGroup(name) || a.pool.HasGroup(name) {
+			continue
+		}
+		if err := a.startGroup(ctx, g); err != nil {
+			a.log.Error("starting a group of the catalog", "group", name, "error", err)
+			continue
+		}
+		a.catalogGroups[name] = true
+		changed = true
+	}
+	for name := range a.catalogGroups {
+		if _, ok := cat.Groups[name]; ok {
+			continue
+		}
+		if err := a.pool.RemoveGroup(ctx, name, "group "+name+" retired"); err != nil {
+			a.log.Error("stopping a retired group", "group", name, "error", err)
+			continue
+		}
+		delete(a.catalogGroups, name)
+		a.log.Info("group retired", "group", name)
+		changed = true
+	}
+	if changed {
+		if err := a.register(ctx); err != nil {
+			a.log.Error("recording this agent's workers", "error", err)
+		}
+	}
+}
+
+func (a *Agent) startGroup(ctx context.Context, g *fsm.GroupEntry) error {
+	l, err := a.launcher(recipe{Builtin: g.Builtin, Command: g.Command, Args: g.Args, Env: g.Env, Bundle: g.Bundle})
+	if err != nil {
+		return err
+	}
+	var gov *GovernanceConfig
+	if len(g.Governance) > 0 {
+		gov = &GovernanceConfig{}
+		if err := json.Unmarshal(g.Governance, gov); err != nil {
+			return fmt.Errorf("decoding its governance: %w", err)
+		}
+	}
+	a.log.Info("starting a group of the catalog", "group", g.Name, "workers", g.Workers, "runtime", g.Runtime)
+	if err := a.pool.AddGroup(ctx, a.groupSpec(g.Name, g.Workers, g.MemoryMaxMB, l)); err != nil {
+		return err
+	}
+	if gov != nil && gov.Enabled && a.govern != nil {
+		gc := &GroupConfig{Name: g.Name, Workers: g.Workers, Governance: gov}
+		if err := a.govern.setPolicy(gc); err != nil {
+			a.log.Error("governing a group of the catalog", "group", g.Name, "error", err)
+		}
+	}
+	return nil
+}
+
+// bundleLauncher opens a group's bundle from the archive (through the local
+// cache) and runs its entry point.
+func (a *Agent) bundleLauncher(r recipe) (host.Launcher, error) {
+	return nil, fmt.Errorf("bundle %s: bundles are not configured on this agent", r.Bundle)
+}
+
+// groupsView composes GET /v1/groups: the configured and catalog groups
+// with their workers and people, the default, the rules.
+func (a *Agent) groupsView() api.GroupsView {
+	cat := a.fsm.Catalog()
+	v := api.GroupsView{Default: a.sup.DefaultGroup(), Rules: cat.Rules}
+	workers := map[string][]string{}
+	for _, w := range a.pool.Workers() {
+		workers[w.Group] = append(workers[w.Group], w.ID)
+	}
+	for _, ag := range a.fsm.Agents() {
+		if ag.Name == a.cfg.Name {
+			continue
+		}
+		for w, g := range ag.Workers {
+			workers[g] = append(workers[g], w)
+		}
+	}
+	add := func(e fsm.GroupEntry, source string) {
+		ids := workers[e.Name]
+		sort.Strings(ids)
+		v.Groups = append(v.Groups, api.GroupInfo{GroupEntry: e, Source: source, WorkerIDs: ids,
+			Users: a.sup.GroupUsers(e.Name), Default: e.Name == v.Default, Previous: e.Name == cat.Previous})
+	}
+	for _, g := range a.cfg.Groups {
+		e := fsm.GroupEntry{Name: g.Name, Workers: g.Workers, Builtin: g.Builtin, Runtime: "builtin", MemoryMaxMB: g.MemoryMaxMB}
+		if g.Plugin != nil {
+			e.Runtime, e.Command, e.Args = "go-plugin", g.Plugin.Command, g.Plugin.Args
+		}
+		add(e, "config")
+	}
+	for _, name := range cat.GroupNames() {
+		if !a.cfgHasGroup(name) {
+			add(*cat.Groups[name], "catalog")
+		}
+	}
+	return v
+}
+
+// checkGovernance checks a catalog group's governance block.
+func checkGovernance(b []byte) error {
+	var gc GovernanceConfig
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&gc); err != nil {
+		return err
+	}
+	_, err := (&GroupConfig{Name: "check", Workers: 1, Governance: &gc}).policy()
+	return err
+}

@@ -1,0 +1,123 @@
+package command
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/hashicorp/cli"
+
+	"github.com/stickyd/stickyd/internal/api"
+)
+
+// GroupCommand is the parent of the group subcommands; alone it prints their
+// list.
+type GroupCommand struct{ Meta }
+
+func (c *GroupCommand) Help() string {
+	return strings.TrimSpace(`
+Usage: stickyd group <subcommand> [options] [args]
+
+  Manages the groups of workers: each runs one build of the application
+  (a bundle) on one runtime. People belong to the default group unless an
+  assignment rule sends them elsewhere; promoting a group makes it the
+  default and moves everyone over hot, rolling back moves them back.
+
+  Create a group from a bundle, promote it, roll back:
+
+      $ stickyd group create -bundle sha256:3f1c… -workers 3 v2
+      $ stickyd group promote v2
+      $ stickyd group rollback
+
+  Send one person ahead, or a whole team:
+
+      $ stickyd group assign -user maria canary
+      $ stickyd group assign -attr team=qa canary
+      $ stickyd group unassign maria-canary
+
+  Run "stickyd group <subcommand> -help" for the options of each.
+`)
+}
+
+func (c *GroupCommand) Synopsis() string { return "Create, promote, roll back and retire groups" }
+
+func (c *GroupCommand) Run(args []string) int { return cli.RunResultHelp }
+
+// followJob prints a job's moves as they happen and its summary; it returns
+// the exit code: 1 if a move failed or the job stopped with an error.
+// What names the job in messages ("promoting v2").
+func (m *Meta) followJob(ctx context.Context, client *apiClient, id, what string) int {
+	body, err := client.openStream(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), url.Values{"follow": {"1"}})
+	if err != nil {
+		return m.fail(fmt.Errorf("%s: following job %s: %w", what, id, err))
+	}
+	defer body.Close()
+	return m.readJob(ctx, body, id, what)
+}
+
+func (m *Meta) readJob(ctx context.Context, body io.Reader, id, what string) int {
+	var moved, failed int
+	dec := json.NewDecoder(body)
+	for {
+		var p api.JobProgress
+		if err := dec.Decode(&p); err != nil {
+			seen := fmt.Sprintf("%d moved and %d failed so far", moved, failed)
+			switch {
+			case ctx.Err() != nil:
+				return m.fail(fmt.Errorf("%s: stopped following (%s); the agent carries on: stickyd group status, or GET /v1/jobs/%s", what, seen, id))
+			case errors.Is(err, io.EOF):
+				return m.fail(fmt.Errorf("%s: the agent ended the stream before the job finished (%s)", what, seen))
+			}
+			return m.fail(fmt.Errorf("%s: reading progress (%s): %w", what, seen, err))
+		}
+		switch {
+		case p.Job != nil:
+			j := p.Job
+			failed = max(failed, j.Failed)
+			line := fmt.Sprintf("%s: %d of %d people moved, %d failed", what, j.Moved, j.Users, failed)
+			switch {
+			case j.Error != "":
+				m.UI.Error(fmt.Sprintf("%s stopped: %s; %d of %d people moved, %d failed", what, j.Error, j.Moved, j.Users, failed))
+				return 1
+			case failed > 0:
+				m.UI.Error(line)
+				return 1
+			}
+			m.UI.Output(line)
+			return 0
+		case p.Move != nil && p.Error != "":
+			failed++
+			m.UI.Output(fmt.Sprintf("failed %s %s → %s: %s", orDash(p.Move.User), orDash(p.Move.From), orDash(p.Move.To), p.Error))
+		case p.Move != nil:
+			moved++
+			m.UI.Output(moveLine(p.Move))
+		}
+	}
+}
+
+// startJob calls a route that starts a job (detached) and then follows it
+// unless detach is set.
+func (m *Meta) startJob(ctx context.Context, client *apiClient, method, path string, query url.Values, body any, detach bool, what string) int {
+	if query == nil {
+		query = url.Values{}
+	}
+	query.Set("detach", "true")
+	b, err := client.do(ctx, method, path, query, body)
+	if err != nil {
+		return m.fail(fmt.Errorf("%s: %w", what, err))
+	}
+	var j api.Job
+	if err := json.Unmarshal(b, &j); err != nil || j.ID == "" {
+		return m.fail(fmt.Errorf("%s: the agent's answer names no job: %s", what, strings.TrimSpace(string(b))))
+	}
+	if detach {
+		m.UI.Output(fmt.Sprintf("%s: job %s started; follow it with: stickyd group status", what, j.ID))
+		return 0
+	}
+	return m.followJob(ctx, client, j.ID, what)
+}

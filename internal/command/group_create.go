@@ -1,0 +1,101 @@
+package command
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/stickyd/stickyd/internal/api"
+)
+
+// GroupCreateCommand records a group's recipe; every agent starts its
+// workers.
+type GroupCreateCommand struct{ Meta }
+
+func (c *GroupCreateCommand) Help() string {
+	return strings.TrimSpace(`
+Usage: stickyd group create [options] NAME
+
+  Creates a group from a recipe: what runs its workers (a bundle from the
+  archive, a plugin command, or an application built into stickyd) and how
+  many each agent runs. The recipe is replicated: every agent starts the
+  group's workers. Nobody moves there until the group is promoted or a rule
+  sends people to it.
+
+Options:
+
+  -bundle=DIGEST     The application bundle (sha256:…) to run, from the
+                     agents' bundle archive (see stickyd bundle).
+  -command=PATH      A go-plugin worker binary present on every agent
+                     (instead of -bundle). Repeat -arg for its arguments
+                     and -env KEY=VALUE for its environment.
+  -builtin=NAME      An application compiled into stickyd (e.g. demo).
+  -workers=N         Workers per agent, 1 to 64. Default 1.
+  -memory-max-mb=N   A worker's hard memory ceiling (0: none).
+  -governance=FILE   The group's governance block, as JSON with the HCL
+                     names (see docs/governance.md).
+` + apiOptionsHelp)
+}
+
+func (c *GroupCreateCommand) Synopsis() string { return "Create a group" }
+
+func (c *GroupCreateCommand) Run(args []string) int {
+	var req api.GroupRequest
+	var argList, env stringList
+	var govFile string
+	fs, opts := c.apiFlagSet("group create")
+	fs.StringVar(&req.Bundle, "bundle", "", "")
+	fs.StringVar(&req.Command, "command", "", "")
+	fs.Var(&argList, "arg", "")
+	fs.Var(&env, "env", "")
+	fs.StringVar(&req.Builtin, "builtin", "", "")
+	fs.IntVar(&req.Workers, "workers", 1, "")
+	fs.IntVar(&req.MemoryMaxMB, "memory-max-mb", 0, "")
+	fs.StringVar(&govFile, "governance", "", "")
+	pos, ok := c.parseArgs(fs, args, 1, c.Help)
+	if !ok {
+		return 1
+	}
+	req.Args = argList
+	if len(env) > 0 {
+		req.Env = map[string]string{}
+		for _, kv := range env {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				c.UI.Error(fmt.Sprintf("-env %q: want KEY=VALUE", kv))
+				return 1
+			}
+			req.Env[k] = v
+		}
+	}
+	if govFile != "" {
+		b, err := os.ReadFile(govFile)
+		if err != nil {
+			return c.fail(fmt.Errorf("reading -governance: %w", err))
+		}
+		if err := json.Unmarshal(b, &req.Governance); err != nil {
+			return c.fail(fmt.Errorf("-governance %s: %w", govFile, err))
+		}
+	}
+	client, err := opts.client()
+	if err != nil {
+		return c.fail(err)
+	}
+	defer client.Close()
+	ctx, stop := apiContext()
+	defer stop()
+	if _, err := client.do(ctx, http.MethodPut, "/v1/groups/"+url.PathEscape(pos[0]), nil, req); err != nil {
+		return c.fail(fmt.Errorf("creating group %s: %w", pos[0], err))
+	}
+	c.UI.Output(fmt.Sprintf("Group %s created; every agent starts its workers. Promote it with: stickyd group promote %s", pos[0], pos[0]))
+	return 0
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
