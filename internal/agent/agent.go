@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/stickyd/stickyd/internal/api"
+	"github.com/stickyd/stickyd/internal/bundle"
 	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/front"
 	"github.com/stickyd/stickyd/internal/fsm"
@@ -75,6 +76,7 @@ type Agent struct {
 	govern     *governance
 	stopGovern chan struct{}
 	builtins   map[string]Builtin
+	bundles    *bundle.Cache
 	// catalogGroups are the groups this agent runs for the catalog (not
 	// from its configuration file); guarded by groupsMu.
 	groupsMu      sync.Mutex
@@ -95,14 +97,16 @@ func New(cfg *Config, builtins map[string]Builtin, log hclog.Logger) (*Agent, er
 	}
 	a := &Agent{cfg: cfg, log: log, http: &http.Client{Timeout: 30 * time.Second}, stopLeader: make(chan struct{})}
 	a.builtins = builtins
+	var err error
+	if a.bundles, err = openBundles(cfg); err != nil {
+		return nil, err
+	}
 	var groups []host.GroupSpec
 	for _, g := range cfg.Groups {
-		var env map[string]string
-		recipe := recipe{Builtin: g.Builtin}
+		recipe := recipe{Builtin: g.Builtin, Bundle: g.Bundle, Env: g.Env}
 		if g.Plugin != nil {
-			recipe.Command, recipe.Args, env = g.Plugin.Command, g.Plugin.Args, g.Plugin.Env
+			recipe.Command, recipe.Args, recipe.Env = g.Plugin.Command, g.Plugin.Args, g.Plugin.Env
 		}
-		recipe.Env = env
 		launcher, err := a.launcher(recipe)
 		if err != nil {
 			return nil, fmt.Errorf("group %q: %w", g.Name, err)
@@ -244,7 +248,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	a.api.Store(api.Handler(api.Config{Token: a.token, Supervisor: a.sup, Gatherer: a.registry, Logger: a.log.Named("api"),
 		Workers: func() any { return append(a.pool.Workers(), a.pool.Retired()...) }, Status: a.status,
 		Events: func() any { return a.govern.events() },
-		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: checkGovernance}))
+		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: checkGovernance, CheckBundle: a.checkBundle}))
 	a.started = true
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2/hclsimple"
+
+	"github.com/stickyd/stickyd/internal/bundle"
 )
 
 // Config is the agent's configuration file (HCL).
@@ -21,12 +23,28 @@ type Config struct {
 	// is not parked by then restarts clean. Keep Nomad's kill_timeout above.
 	ShutdownTimeout string `hcl:"shutdown_timeout,optional"`
 
-	Server *ServerConfig  `hcl:"server,block"`
-	Front  *FrontConfig   `hcl:"front,block"`
-	Admin  *AdminConfig   `hcl:"admin,block"`
-	Move   *MoveConfig    `hcl:"move,block"`
-	Probe  *ProbeConfig   `hcl:"probe,block"`
-	Groups []*GroupConfig `hcl:"group,block"`
+	Server *ServerConfig `hcl:"server,block"`
+	Front  *FrontConfig  `hcl:"front,block"`
+	Admin  *AdminConfig  `hcl:"admin,block"`
+	Move   *MoveConfig   `hcl:"move,block"`
+	Probe  *ProbeConfig  `hcl:"probe,block"`
+	// Bundles is where groups' application bundles come from.
+	Bundles *BundlesConfig `hcl:"bundles,block"`
+	Groups  []*GroupConfig `hcl:"group,block"`
+}
+
+// BundlesConfig is the bundle archive this agent runs groups from
+// (docs/bundles.md). The agent only reads it.
+type BundlesConfig struct {
+	// Archive is a directory, a file:// URL or an http(s):// URL (an archive
+	// served by "stickyd bundle serve", or any static server).
+	Archive string `hcl:"archive"`
+	// Token is sent to an HTTP archive (default $STICKYD_BUNDLE_TOKEN).
+	Token string `hcl:"token,optional"`
+	// CacheDir holds the verified, unpacked bundles the workers run from
+	// (default <data_dir>/bundles; without a data dir, a directory under
+	// the system's temporary directory).
+	CacheDir string `hcl:"cache_dir,optional"`
 }
 
 // AdminConfig is the admin HTTP API (/v1/...).
@@ -101,6 +119,12 @@ type GroupConfig struct {
 	// Builtin runs an application compiled into stickyd in-process on an
 	// in-memory channel ("demo").
 	Builtin string `hcl:"builtin,optional"`
+	// Bundle runs each worker from an application bundle of the archive
+	// ("sha256:…"), as a go-plugin subprocess of its entry point.
+	Bundle string `hcl:"bundle,optional"`
+	// Env is added to the workers' environment (with a bundle; a plugin
+	// block has its own).
+	Env map[string]string `hcl:"env,optional"`
 	// MemoryMaxMB is the hard ceiling of one worker's memory (RSS): over
 	// it, the worker is killed and relaunched. 0 (the default) is none.
 	MemoryMaxMB int `hcl:"memory_max_mb,optional"`
@@ -256,6 +280,9 @@ func (c *Config) Finish() error {
 			return fmt.Errorf("%s %q: want a positive duration like \"5s\"", name, d)
 		}
 	}
+	if c.Bundles != nil && c.Bundles.Archive == "" {
+		return fmt.Errorf("bundles: archive is empty: give a directory or an http(s):// URL")
+	}
 	if len(c.Groups) == 0 {
 		return fmt.Errorf("no group configured: add a group block with a plugin")
 	}
@@ -271,8 +298,22 @@ func (c *Config) Finish() error {
 		if g.Workers < 0 {
 			return fmt.Errorf("group %q: workers must be positive", g.Name)
 		}
-		if (g.Plugin == nil) == (g.Builtin == "") {
-			return fmt.Errorf("group %q: set exactly one of a plugin block or builtin", g.Name)
+		n := 0
+		for _, set := range []bool{g.Plugin != nil, g.Builtin != "", g.Bundle != ""} {
+			if set {
+				n++
+			}
+		}
+		if n != 1 {
+			return fmt.Errorf("group %q: set exactly one of a plugin block, builtin or bundle", g.Name)
+		}
+		if g.Bundle != "" {
+			if _, err := bundle.ParseDigest(g.Bundle); err != nil {
+				return fmt.Errorf("group %q: %w", g.Name, err)
+			}
+			if c.Bundles == nil {
+				return fmt.Errorf("group %q runs bundle %s: add a bundles block naming the archive", g.Name, g.Bundle)
+			}
 		}
 		if g.MemoryMaxMB < 0 {
 			return fmt.Errorf("group %q: memory_max_mb must not be negative", g.Name)

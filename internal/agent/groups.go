@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"time"
 
 	"github.com/stickyd/stickyd/internal/api"
+	"github.com/stickyd/stickyd/internal/bundle"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/host"
 )
@@ -147,9 +150,56 @@ func (a *Agent) startGroup(ctx context.Context, g *fsm.GroupEntry) error {
 }
 
 // bundleLauncher opens a group's bundle from the archive (through the local
-// cache) and runs its entry point.
+// cache: verified, unpacked read-only) and runs its entry point with the
+// manifest's arguments. Nothing is installed or built: a bundle that is not
+// in the archive, or fails verification, is refused with the reason.
 func (a *Agent) bundleLauncher(r recipe) (host.Launcher, error) {
-	return nil, fmt.Errorf("bundle %s: bundles are not configured on this agent", r.Bundle)
+	if a.bundles == nil {
+		return nil, fmt.Errorf("bundle %s: this agent has no bundles block naming an archive", r.Bundle)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	o, err := a.bundles.Open(ctx, r.Bundle)
+	if err != nil {
+		return nil, err
+	}
+	if rt := o.Manifest.Runtime; rt != "" && rt != "go-plugin" {
+		return nil, fmt.Errorf("bundle %s needs runtime %q; this agent runs go-plugin bundles", r.Bundle, rt)
+	}
+	env := make([]string, 0, len(r.Env)+1)
+	for k, v := range r.Env {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	env = append(env, "STICKYD_BUNDLE="+o.Digest)
+	a.log.Info("running a bundle", "bundle", o.Digest, "name", o.Manifest.Name, "version", o.Manifest.Version, "entry", o.EntryPath())
+	return &host.PluginLauncher{Command: o.EntryPath(), Args: append(append([]string(nil), o.Manifest.Args...), r.Args...), Env: env,
+		Logger: a.log.Named("plugin")}, nil
+}
+
+// openBundles prepares the bundle cache of the configuration's archive.
+func openBundles(cfg *Config) (*bundle.Cache, error) {
+	b := cfg.Bundles
+	if b == nil {
+		return nil, nil
+	}
+	tok := b.Token
+	if tok == "" {
+		tok = os.Getenv("STICKYD_BUNDLE_TOKEN")
+	}
+	ar, err := bundle.OpenArchive(b.Archive, bundle.ArchiveOptions{ReadOnly: true, Token: tok})
+	if err != nil {
+		return nil, fmt.Errorf("bundles: %w", err)
+	}
+	dir := b.CacheDir
+	switch {
+	case dir != "":
+	case cfg.DataDir != "":
+		dir = filepath.Join(cfg.DataDir, "bundles")
+	default:
+		dir = filepath.Join(os.TempDir(), "stickyd-bundles")
+	}
+	return &bundle.Cache{Dir: dir, Archive: ar}, nil
 }
 
 // groupsView composes GET /v1/groups: the configured and catalog groups
@@ -176,9 +226,12 @@ func (a *Agent) groupsView() api.GroupsView {
 			Users: a.sup.GroupUsers(e.Name), Default: e.Name == v.Default, Previous: e.Name == cat.Previous})
 	}
 	for _, g := range a.cfg.Groups {
-		e := fsm.GroupEntry{Name: g.Name, Workers: g.Workers, Builtin: g.Builtin, Runtime: "builtin", MemoryMaxMB: g.MemoryMaxMB}
-		if g.Plugin != nil {
+		e := fsm.GroupEntry{Name: g.Name, Workers: g.Workers, Builtin: g.Builtin, Runtime: "builtin", MemoryMaxMB: g.MemoryMaxMB, Bundle: g.Bundle}
+		switch {
+		case g.Plugin != nil:
 			e.Runtime, e.Command, e.Args = "go-plugin", g.Plugin.Command, g.Plugin.Args
+		case g.Bundle != "":
+			e.Runtime = "go-plugin"
 		}
 		add(e, "config")
 	}
@@ -200,4 +253,20 @@ func checkGovernance(b []byte) error {
 	}
 	_, err := (&GroupConfig{Name: "check", Workers: 1, Governance: &gc}).policy()
 	return err
+}
+
+// checkBundle makes sure a bundle a new group names is in the archive and
+// verifies (it is unpacked into the cache on the way).
+func (a *Agent) checkBundle(ctx context.Context, digest string) error {
+	if a.bundles == nil {
+		return fmt.Errorf("this agent has no bundles block naming an archive")
+	}
+	o, err := a.bundles.Open(ctx, digest)
+	if err != nil {
+		return err
+	}
+	if rt := o.Manifest.Runtime; rt != "" && rt != "go-plugin" {
+		return fmt.Errorf("bundle %s needs runtime %q; agents run go-plugin bundles", digest, rt)
+	}
+	return nil
 }

@@ -52,6 +52,9 @@ type Config struct {
 	Groups          Groups
 	GroupsView      func() GroupsView
 	CheckGovernance func(governance []byte) error
+	// CheckBundle, if set, checks that a new group's bundle is in the
+	// archive and verifies.
+	CheckBundle func(ctx context.Context, digest string) error
 }
 
 // Handler returns the API's handler.

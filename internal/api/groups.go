@@ -222,6 +222,11 @@ func (a *server) putGroup(w http.ResponseWriter, r *http.Request) error {
 			return &Error{Status: http.StatusConflict, Message: fmt.Sprintf("group %q exists (%s); retire it first", name, g.Source)}
 		}
 	}
+	if req.Bundle != "" && a.cfg.CheckBundle != nil {
+		if err := a.cfg.CheckBundle(r.Context(), req.Bundle); err != nil {
+			return &Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("bundle %s: %v", req.Bundle, err)}
+		}
+	}
 	e := fsm.GroupEntry{Name: name, Runtime: req.Runtime, Bundle: req.Bundle, Command: req.Command, Args: req.Args,
 		Env: req.Env, Builtin: req.Builtin, Workers: req.Workers, MemoryMaxMB: req.MemoryMaxMB}
 	if req.Governance != nil {

@@ -293,3 +293,26 @@ func (m *Meta) printJSON(b []byte) {
 	}
 	m.UI.Output(out.String())
 }
+
+// withAPI runs fn with a client of the admin API and the command's context
+// (which ends on SIGINT or SIGTERM), and returns fn's exit code; a bad
+// -address or a missing token fails first.
+func (m *Meta) withAPI(opts *apiOptions, fn func(ctx context.Context, client *apiClient) int) int {
+	client, err := opts.client()
+	if err != nil {
+		return m.fail(err)
+	}
+	defer client.Close()
+	ctx, stop := apiContext()
+	defer stop()
+	return fn(ctx, client)
+}
+
+// badParallel reports (and says) that a -parallel value is out of range.
+func (m *Meta) badParallel(n int) bool {
+	if n < 1 || n > 256 {
+		m.UI.Error(fmt.Sprintf("-parallel=%d: want 1 to 256", n))
+		return true
+	}
+	return false
+}

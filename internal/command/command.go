@@ -62,6 +62,13 @@ func RunWith(args []string, ui cli.Ui, builtins map[string]agent.Builtin) int {
 			"worker list":  func() (cli.Command, error) { return &WorkerListCommand{Meta: meta}, nil },
 			"worker drain": func() (cli.Command, error) { return &WorkerDrainCommand{Meta: meta}, nil },
 
+			"bundle":        func() (cli.Command, error) { return &BundleCommand{Meta: meta}, nil },
+			"bundle pack":   func() (cli.Command, error) { return &BundlePackCommand{Meta: meta}, nil },
+			"bundle push":   func() (cli.Command, error) { return &BundlePushCommand{Meta: meta}, nil },
+			"bundle verify": func() (cli.Command, error) { return &BundleVerifyCommand{Meta: meta}, nil },
+			"bundle ls":     func() (cli.Command, error) { return &BundleLsCommand{Meta: meta}, nil },
+			"bundle serve":  func() (cli.Command, error) { return &BundleServeCommand{Meta: meta}, nil },
+
 			"group":          func() (cli.Command, error) { return &GroupCommand{Meta: meta}, nil },
 			"group create":   func() (cli.Command, error) { return &GroupCreateCommand{Meta: meta}, nil },
 			"group list":     func() (cli.Command, error) { return &GroupListCommand{Meta: meta}, nil },

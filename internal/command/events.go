@@ -1,6 +1,7 @@
 package command
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -36,33 +37,28 @@ func (c *EventsCommand) Run(args []string) int {
 	if _, ok := c.parseArgs(fs, args, 0, c.Help); !ok {
 		return 1
 	}
-	client, err := opts.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	defer client.Close()
-	ctx, stop := apiContext()
-	defer stop()
-	body, err := client.get(ctx, "/v1/events")
-	if err != nil {
-		return c.fail(fmt.Errorf("listing events: %w", err))
-	}
-	if asJSON {
-		c.printJSON(body)
+	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
+		body, err := client.get(ctx, "/v1/events")
+		if err != nil {
+			return c.fail(fmt.Errorf("listing events: %w", err))
+		}
+		if asJSON {
+			c.printJSON(body)
+			return 0
+		}
+		var events []governor.Event
+		if err := json.Unmarshal(body, &events); err != nil {
+			return c.fail(fmt.Errorf("listing events: decoding the answer: %w", err))
+		}
+		if len(events) == 0 {
+			c.UI.Output("No governance events")
+			return 0
+		}
+		rows := make([][]string, len(events))
+		for i, e := range events {
+			rows[i] = []string{e.At.Local().Format(time.TimeOnly), string(e.Kind), orDash(e.Worker), orDash(e.User), orDash(e.To), e.Reason}
+		}
+		c.UI.Output(formatTable([]string{"TIME", "KIND", "WORKER", "USER", "TO", "REASON"}, rows))
 		return 0
-	}
-	var events []governor.Event
-	if err := json.Unmarshal(body, &events); err != nil {
-		return c.fail(fmt.Errorf("listing events: decoding the answer: %w", err))
-	}
-	if len(events) == 0 {
-		c.UI.Output("No governance events")
-		return 0
-	}
-	rows := make([][]string, len(events))
-	for i, e := range events {
-		rows[i] = []string{e.At.Local().Format(time.TimeOnly), string(e.Kind), orDash(e.Worker), orDash(e.User), orDash(e.To), e.Reason}
-	}
-	c.UI.Output(formatTable([]string{"TIME", "KIND", "WORKER", "USER", "TO", "REASON"}, rows))
-	return 0
+	})
 }

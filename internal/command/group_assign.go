@@ -1,6 +1,7 @@
 package command
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -73,19 +74,13 @@ func (c *GroupAssignCommand) Run(args []string) int {
 			id = ruleID(user, group)
 		}
 	}
-	if parallel < 1 || parallel > 256 {
-		c.UI.Error(fmt.Sprintf("-parallel=%d: want 1 to 256", parallel))
+	if c.badParallel(parallel) {
 		return 1
 	}
-	client, err := opts.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	defer client.Close()
-	ctx, stop := apiContext()
-	defer stop()
-	c.UI.Output(fmt.Sprintf("Rule %s: sending %s to %s", id, orDash(strings.TrimPrefix(user+" "+attr, " ")), group))
-	return c.startJob(ctx, client, http.MethodPut, "/v1/rules/"+url.PathEscape(id), url.Values{"parallel": {strconv.Itoa(parallel)}}, req, detach, "assigning to "+group)
+	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
+		c.UI.Output(fmt.Sprintf("Rule %s: sending %s to %s", id, orDash(strings.TrimPrefix(user+" "+attr, " ")), group))
+		return c.startJob(ctx, client, http.MethodPut, "/v1/rules/"+url.PathEscape(id), url.Values{"parallel": {strconv.Itoa(parallel)}}, req, detach, "assigning to "+group)
+	})
 }
 
 // ruleID derives a rule id from what it matches and its group.
@@ -132,17 +127,12 @@ func (c *GroupUnassignCommand) Run(args []string) int {
 	fs.IntVar(&parallel, "parallel", 8, "")
 	fs.BoolVar(&detach, "detach", false, "")
 	pos, ok := c.parseArgs(fs, args, 1, c.Help)
-	if !ok {
+	if !ok || c.badParallel(parallel) {
 		return 1
 	}
-	client, err := opts.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	defer client.Close()
-	ctx, stop := apiContext()
-	defer stop()
-	return c.startJob(ctx, client, http.MethodDelete, "/v1/rules/"+url.PathEscape(pos[0]), url.Values{"parallel": {strconv.Itoa(parallel)}}, nil, detach, "removing rule "+pos[0])
+	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
+		return c.startJob(ctx, client, http.MethodDelete, "/v1/rules/"+url.PathEscape(pos[0]), url.Values{"parallel": {strconv.Itoa(parallel)}}, nil, detach, "removing rule "+pos[0])
+	})
 }
 
 // GroupRetireCommand removes an empty group.
@@ -168,16 +158,11 @@ func (c *GroupRetireCommand) Run(args []string) int {
 	if !ok {
 		return 1
 	}
-	client, err := opts.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	defer client.Close()
-	ctx, stop := apiContext()
-	defer stop()
-	if _, err := client.do(ctx, http.MethodDelete, "/v1/groups/"+url.PathEscape(pos[0]), nil, nil); err != nil {
-		return c.fail(fmt.Errorf("retiring group %s: %w", pos[0], err))
-	}
-	c.UI.Output(fmt.Sprintf("Group %s retired; every agent stops its workers.", pos[0]))
-	return 0
+	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
+		if _, err := client.do(ctx, http.MethodDelete, "/v1/groups/"+url.PathEscape(pos[0]), nil, nil); err != nil {
+			return c.fail(fmt.Errorf("retiring group %s: %w", pos[0], err))
+		}
+		c.UI.Output(fmt.Sprintf("Group %s retired; every agent stops its workers.", pos[0]))
+		return 0
+	})
 }

@@ -1,6 +1,7 @@
 package command
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -60,16 +61,10 @@ func (c *GroupCreateCommand) Run(args []string) int {
 		return 1
 	}
 	req.Args = argList
-	if len(env) > 0 {
-		req.Env = map[string]string{}
-		for _, kv := range env {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok || k == "" {
-				c.UI.Error(fmt.Sprintf("-env %q: want KEY=VALUE", kv))
-				return 1
-			}
-			req.Env[k] = v
-		}
+	var err error
+	if req.Env, err = keyValues("-env", env); err != nil {
+		c.UI.Error(err.Error())
+		return 1
 	}
 	if govFile != "" {
 		b, err := os.ReadFile(govFile)
@@ -80,18 +75,29 @@ func (c *GroupCreateCommand) Run(args []string) int {
 			return c.fail(fmt.Errorf("-governance %s: %w", govFile, err))
 		}
 	}
-	client, err := opts.client()
-	if err != nil {
-		return c.fail(err)
+	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
+		if _, err := client.do(ctx, http.MethodPut, "/v1/groups/"+url.PathEscape(pos[0]), nil, req); err != nil {
+			return c.fail(fmt.Errorf("creating group %s: %w", pos[0], err))
+		}
+		c.UI.Output(fmt.Sprintf("Group %s created; every agent starts its workers. Promote it with: stickyd group promote %s", pos[0], pos[0]))
+		return 0
+	})
+}
+
+// keyValues reads repeated KEY=VALUE flags; nil when there are none.
+func keyValues(flag string, list []string) (map[string]string, error) {
+	if len(list) == 0 {
+		return nil, nil
 	}
-	defer client.Close()
-	ctx, stop := apiContext()
-	defer stop()
-	if _, err := client.do(ctx, http.MethodPut, "/v1/groups/"+url.PathEscape(pos[0]), nil, req); err != nil {
-		return c.fail(fmt.Errorf("creating group %s: %w", pos[0], err))
+	out := make(map[string]string, len(list))
+	for _, kv := range list {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%s %q: want KEY=VALUE", flag, kv)
+		}
+		out[k] = v
 	}
-	c.UI.Output(fmt.Sprintf("Group %s created; every agent starts its workers. Promote it with: stickyd group promote %s", pos[0], pos[0]))
-	return 0
+	return out, nil
 }
 
 // stringList is a repeatable string flag.

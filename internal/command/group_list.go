@@ -1,6 +1,7 @@
 package command
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -36,49 +37,44 @@ func (c *GroupListCommand) Run(args []string) int {
 	if _, ok := c.parseArgs(fs, args, 0, c.Help); !ok {
 		return 1
 	}
-	client, err := opts.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	defer client.Close()
-	ctx, stop := apiContext()
-	defer stop()
-	body, err := client.get(ctx, "/v1/groups")
-	if err != nil {
-		return c.fail(fmt.Errorf("listing groups: %w", err))
-	}
-	if asJSON {
-		c.printJSON(body)
-		return 0
-	}
-	var v api.GroupsView
-	if err := json.Unmarshal(body, &v); err != nil {
-		return c.fail(fmt.Errorf("listing groups: decoding the answer: %w", err))
-	}
-	rows := make([][]string, 0, len(v.Groups))
-	for _, g := range v.Groups {
-		mark := ""
-		switch {
-		case g.Default:
-			mark = "*"
-		case g.Previous:
-			mark = "<"
+	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
+		body, err := client.get(ctx, "/v1/groups")
+		if err != nil {
+			return c.fail(fmt.Errorf("listing groups: %w", err))
 		}
-		rows = append(rows, []string{g.Name + mark, g.Source, orDash(g.Runtime), build(g), strconv.Itoa(len(g.WorkerIDs)), strconv.Itoa(g.Users)})
-	}
-	c.UI.Output(formatTable([]string{"NAME", "SOURCE", "RUNTIME", "BUILD", "WORKERS", "USERS"}, rows))
-	if len(v.Rules) > 0 {
-		rows = rows[:0]
-		for _, r := range v.Rules {
-			match := "user=" + r.User
-			if r.User == "" {
-				match = r.Attr + "=" + r.Value
+		if asJSON {
+			c.printJSON(body)
+			return 0
+		}
+		var v api.GroupsView
+		if err := json.Unmarshal(body, &v); err != nil {
+			return c.fail(fmt.Errorf("listing groups: decoding the answer: %w", err))
+		}
+		rows := make([][]string, 0, len(v.Groups))
+		for _, g := range v.Groups {
+			mark := ""
+			switch {
+			case g.Default:
+				mark = "*"
+			case g.Previous:
+				mark = "<"
 			}
-			rows = append(rows, []string{r.ID, match, r.Group})
+			rows = append(rows, []string{g.Name + mark, g.Source, orDash(g.Runtime), build(g), strconv.Itoa(len(g.WorkerIDs)), strconv.Itoa(g.Users)})
 		}
-		c.UI.Output("\nRules (the first that matches wins):\n" + formatTable([]string{"ID", "MATCH", "GROUP"}, rows))
-	}
-	return 0
+		c.UI.Output(formatTable([]string{"NAME", "SOURCE", "RUNTIME", "BUILD", "WORKERS", "USERS"}, rows))
+		if len(v.Rules) > 0 {
+			rows = rows[:0]
+			for _, r := range v.Rules {
+				match := "user=" + r.User
+				if r.User == "" {
+					match = r.Attr + "=" + r.Value
+				}
+				rows = append(rows, []string{r.ID, match, r.Group})
+			}
+			c.UI.Output("\nRules (the first that matches wins):\n" + formatTable([]string{"ID", "MATCH", "GROUP"}, rows))
+		}
+		return 0
+	})
 }
 
 // build names what a group runs, shortly.

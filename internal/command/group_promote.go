@@ -1,7 +1,7 @@
 package command
 
 import (
-	"fmt"
+	"context"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -50,22 +50,16 @@ func (c *GroupPromoteCommand) Run(args []string) int {
 	if !ok {
 		return 1
 	}
-	if parallel < 1 || parallel > 256 {
-		c.UI.Error(fmt.Sprintf("-parallel=%d: want 1 to 256", parallel))
+	if c.badParallel(parallel) {
 		return 1
 	}
-	client, err := opts.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	defer client.Close()
-	ctx, stop := apiContext()
-	defer stop()
-	q := url.Values{"parallel": {strconv.Itoa(parallel)}}
-	if from != "" {
-		q.Set("from", from)
-	}
-	return c.startJob(ctx, client, http.MethodPost, "/v1/groups/"+url.PathEscape(pos[0])+"/promote", q, nil, detach, "promoting "+pos[0])
+	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
+		q := url.Values{"parallel": {strconv.Itoa(parallel)}}
+		if from != "" {
+			q.Set("from", from)
+		}
+		return c.startJob(ctx, client, http.MethodPost, "/v1/groups/"+url.PathEscape(pos[0])+"/promote", q, nil, detach, "promoting "+pos[0])
+	})
 }
 
 // GroupRollbackCommand returns to the previous default group.
@@ -99,16 +93,10 @@ func (c *GroupRollbackCommand) Run(args []string) int {
 	if _, ok := c.parseArgs(fs, args, 0, c.Help); !ok {
 		return 1
 	}
-	if parallel < 1 || parallel > 256 {
-		c.UI.Error(fmt.Sprintf("-parallel=%d: want 1 to 256", parallel))
+	if c.badParallel(parallel) {
 		return 1
 	}
-	client, err := opts.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	defer client.Close()
-	ctx, stop := apiContext()
-	defer stop()
-	return c.startJob(ctx, client, http.MethodPost, "/v1/rollback", url.Values{"parallel": {strconv.Itoa(parallel)}}, nil, detach, "rolling back")
+	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
+		return c.startJob(ctx, client, http.MethodPost, "/v1/rollback", url.Values{"parallel": {strconv.Itoa(parallel)}}, nil, detach, "rolling back")
+	})
 }

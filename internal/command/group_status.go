@@ -1,6 +1,7 @@
 package command
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -36,63 +37,58 @@ func (c *GroupStatusCommand) Run(args []string) int {
 	if !ok {
 		return 1
 	}
-	client, err := opts.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	defer client.Close()
-	ctx, stop := apiContext()
-	defer stop()
-	body, err := client.get(ctx, "/v1/groups/"+url.PathEscape(pos[0]))
-	if err != nil {
-		return c.fail(fmt.Errorf("group %s: %w", pos[0], err))
-	}
-	if asJSON {
-		c.printJSON(body)
-		return 0
-	}
-	var v struct {
-		Group api.GroupInfo `json:"group"`
-		Jobs  []api.Job     `json:"jobs"`
-	}
-	if err := json.Unmarshal(body, &v); err != nil {
-		return c.fail(fmt.Errorf("group %s: decoding the answer: %w", pos[0], err))
-	}
-	g := v.Group
-	role := ""
-	switch {
-	case g.Default:
-		role = " (default)"
-	case g.Previous:
-		role = " (previous default: rollback returns here)"
-	}
-	lines := []string{
-		fmt.Sprintf("Name     = %s%s", g.Name, role),
-		fmt.Sprintf("Source   = %s", g.Source),
-		fmt.Sprintf("Runtime  = %s", orDash(g.Runtime)),
-		fmt.Sprintf("Build    = %s", build(g)),
-		fmt.Sprintf("Workers  = %s", orDash(strings.Join(g.WorkerIDs, " "))),
-		fmt.Sprintf("Users    = %d", g.Users),
-	}
-	c.UI.Output(strings.Join(lines, "\n"))
-	if len(v.Jobs) > 0 {
-		rows := make([][]string, 0, len(v.Jobs))
-		for _, j := range v.Jobs {
-			state := "running"
-			if j.Done {
-				state = "done"
-				if j.Error != "" || j.Failed > 0 {
-					state = "failed"
-				}
-			}
-			target := j.Group
-			if j.From != "" {
-				target = j.From + "→" + orDash(j.Group)
-			}
-			rows = append(rows, []string{j.ID, j.Kind, target, state, fmt.Sprintf("%d/%d", j.Moved, j.Users), fmt.Sprint(j.Failed),
-				j.Started.Local().Format(time.RFC3339)})
+	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
+		body, err := client.get(ctx, "/v1/groups/"+url.PathEscape(pos[0]))
+		if err != nil {
+			return c.fail(fmt.Errorf("group %s: %w", pos[0], err))
 		}
-		c.UI.Output("\nJobs:\n" + formatTable([]string{"ID", "KIND", "GROUPS", "STATE", "MOVED", "FAILED", "STARTED"}, rows))
-	}
-	return 0
+		if asJSON {
+			c.printJSON(body)
+			return 0
+		}
+		var v struct {
+			Group api.GroupInfo `json:"group"`
+			Jobs  []api.Job     `json:"jobs"`
+		}
+		if err := json.Unmarshal(body, &v); err != nil {
+			return c.fail(fmt.Errorf("group %s: decoding the answer: %w", pos[0], err))
+		}
+		g := v.Group
+		role := ""
+		switch {
+		case g.Default:
+			role = " (default)"
+		case g.Previous:
+			role = " (previous default: rollback returns here)"
+		}
+		lines := []string{
+			fmt.Sprintf("Name     = %s%s", g.Name, role),
+			fmt.Sprintf("Source   = %s", g.Source),
+			fmt.Sprintf("Runtime  = %s", orDash(g.Runtime)),
+			fmt.Sprintf("Build    = %s", build(g)),
+			fmt.Sprintf("Workers  = %s", orDash(strings.Join(g.WorkerIDs, " "))),
+			fmt.Sprintf("Users    = %d", g.Users),
+		}
+		c.UI.Output(strings.Join(lines, "\n"))
+		if len(v.Jobs) > 0 {
+			rows := make([][]string, 0, len(v.Jobs))
+			for _, j := range v.Jobs {
+				state := "running"
+				if j.Done {
+					state = "done"
+					if j.Error != "" || j.Failed > 0 {
+						state = "failed"
+					}
+				}
+				target := j.Group
+				if j.From != "" {
+					target = j.From + "→" + orDash(j.Group)
+				}
+				rows = append(rows, []string{j.ID, j.Kind, target, state, fmt.Sprintf("%d/%d", j.Moved, j.Users), fmt.Sprint(j.Failed),
+					j.Started.Local().Format(time.RFC3339)})
+			}
+			c.UI.Output("\nJobs:\n" + formatTable([]string{"ID", "KIND", "GROUPS", "STATE", "MOVED", "FAILED", "STARTED"}, rows))
+		}
+		return 0
+	})
 }

@@ -1,6 +1,7 @@
 package command
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -36,37 +37,31 @@ func (c *UserListCommand) Run(args []string) int {
 	if _, ok := c.parseArgs(fs, args, 0, c.Help); !ok {
 		return 1
 	}
-	client, err := opts.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	defer client.Close()
-	ctx, stop := apiContext()
-	defer stop()
-
-	body, err := client.get(ctx, "/v1/users")
-	if err != nil {
-		return c.fail(fmt.Errorf("listing users: %w", err))
-	}
-	if asJSON {
-		c.printJSON(body)
+	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
+		body, err := client.get(ctx, "/v1/users")
+		if err != nil {
+			return c.fail(fmt.Errorf("listing users: %w", err))
+		}
+		if asJSON {
+			c.printJSON(body)
+			return 0
+		}
+		var users []placement.UserInfo
+		if err := json.Unmarshal(body, &users); err != nil {
+			return c.fail(fmt.Errorf("listing users: decoding the answer: %w", err))
+		}
+		if len(users) == 0 {
+			c.UI.Output("No users")
+			return 0
+		}
+		sort.Slice(users, func(i, j int) bool { return users[i].User < users[j].User })
+		rows := make([][]string, len(users))
+		for i, u := range users {
+			rows[i] = []string{u.User, orDash(u.Worker), userState(u), strconv.FormatUint(u.Epoch, 10), strconv.Itoa(u.Conns)}
+		}
+		c.UI.Output(formatTable([]string{"USER", "WORKER", "STATE", "EPOCH", "CONNS"}, rows))
 		return 0
-	}
-	var users []placement.UserInfo
-	if err := json.Unmarshal(body, &users); err != nil {
-		return c.fail(fmt.Errorf("listing users: decoding the answer: %w", err))
-	}
-	if len(users) == 0 {
-		c.UI.Output("No users")
-		return 0
-	}
-	sort.Slice(users, func(i, j int) bool { return users[i].User < users[j].User })
-	rows := make([][]string, len(users))
-	for i, u := range users {
-		rows[i] = []string{u.User, orDash(u.Worker), userState(u), strconv.FormatUint(u.Epoch, 10), strconv.Itoa(u.Conns)}
-	}
-	c.UI.Output(formatTable([]string{"USER", "WORKER", "STATE", "EPOCH", "CONNS"}, rows))
-	return 0
+	})
 }
 
 // userState is a user's state, with the destination while they move.

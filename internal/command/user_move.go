@@ -1,6 +1,7 @@
 package command
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -51,41 +52,35 @@ func (c *UserMoveCommand) Run(args []string) int {
 		return 1
 	}
 	user := pos[0]
-	client, err := opts.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	defer client.Close()
-	ctx, stop := apiContext()
-	defer stop()
-
-	dest := req.To
-	if dest == "" {
-		dest = "group " + req.Group
-	}
-	body, err := client.post(ctx, "/v1/users/"+url.PathEscape(user)+"/move", req)
-	if err != nil {
-		return c.fail(fmt.Errorf("moving user %q to %s: %w", user, dest, err))
-	}
-	var res move.Result
-	if err := json.Unmarshal(body, &res); err != nil {
-		return c.fail(fmt.Errorf("moving user %q to %s: decoding the answer: %w", user, dest, err))
-	}
-	c.UI.Output(fmt.Sprintf("%s %s %s → %s", outcomeVerb(res.Outcome), orDash(res.User), orDash(res.From), orDash(res.To)))
-	kv := [][2]string{
-		{"Epoch", strconv.FormatUint(res.Epoch, 10)},
-		{"Bytes", fmt.Sprintf("%s (%d bytes)", formatBytes(res.Bytes), res.Bytes)},
-		{"Pages", strconv.Itoa(res.Pages)},
-		{"Conns", strconv.Itoa(res.Conns)},
-	}
-	if res.Package != "" {
-		kv = append(kv, [2]string{"Package", res.Package})
-	}
-	kv = append(kv,
-		[2]string{"Freeze", formatDuration(res.Freeze)},
-		[2]string{"Total", formatDuration(res.Duration)})
-	c.UI.Output(formatKV(kv))
-	return 0
+	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
+		dest := req.To
+		if dest == "" {
+			dest = "group " + req.Group
+		}
+		body, err := client.post(ctx, "/v1/users/"+url.PathEscape(user)+"/move", req)
+		if err != nil {
+			return c.fail(fmt.Errorf("moving user %q to %s: %w", user, dest, err))
+		}
+		var res move.Result
+		if err := json.Unmarshal(body, &res); err != nil {
+			return c.fail(fmt.Errorf("moving user %q to %s: decoding the answer: %w", user, dest, err))
+		}
+		c.UI.Output(fmt.Sprintf("%s %s %s → %s", outcomeVerb(res.Outcome), orDash(res.User), orDash(res.From), orDash(res.To)))
+		kv := [][2]string{
+			{"Epoch", strconv.FormatUint(res.Epoch, 10)},
+			{"Bytes", fmt.Sprintf("%s (%d bytes)", formatBytes(res.Bytes), res.Bytes)},
+			{"Pages", strconv.Itoa(res.Pages)},
+			{"Conns", strconv.Itoa(res.Conns)},
+		}
+		if res.Package != "" {
+			kv = append(kv, [2]string{"Package", res.Package})
+		}
+		kv = append(kv,
+			[2]string{"Freeze", formatDuration(res.Freeze)},
+			[2]string{"Total", formatDuration(res.Duration)})
+		c.UI.Output(formatKV(kv))
+		return 0
+	})
 }
 
 // outcomeVerb words a move's outcome: "moved", "rolled back", ...

@@ -1,6 +1,7 @@
 package command
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -38,38 +39,32 @@ func (c *UserShowCommand) Run(args []string) int {
 		return 1
 	}
 	user := pos[0]
-	client, err := opts.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	defer client.Close()
-	ctx, stop := apiContext()
-	defer stop()
-
-	body, err := client.get(ctx, "/v1/users/"+url.PathEscape(user))
-	if err != nil {
-		return c.fail(fmt.Errorf("showing user %q: %w", user, err))
-	}
-	if asJSON {
-		c.printJSON(body)
+	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
+		body, err := client.get(ctx, "/v1/users/"+url.PathEscape(user))
+		if err != nil {
+			return c.fail(fmt.Errorf("showing user %q: %w", user, err))
+		}
+		if asJSON {
+			c.printJSON(body)
+			return 0
+		}
+		var u placement.UserInfo
+		if err := json.Unmarshal(body, &u); err != nil {
+			return c.fail(fmt.Errorf("showing user %q: decoding the answer: %w", user, err))
+		}
+		kv := [][2]string{
+			{"User", u.User},
+			{"Worker", orDash(u.Worker)},
+			{"State", orDash(u.State)},
+		}
+		if u.MovingTo != "" {
+			kv = append(kv, [2]string{"Moving to", u.MovingTo})
+		}
+		kv = append(kv, [2]string{"Epoch", strconv.FormatUint(u.Epoch, 10)}, [2]string{"Conns", strconv.Itoa(u.Conns)})
+		if u.Package != "" {
+			kv = append(kv, [2]string{"Package", u.Package})
+		}
+		c.UI.Output(formatKV(kv))
 		return 0
-	}
-	var u placement.UserInfo
-	if err := json.Unmarshal(body, &u); err != nil {
-		return c.fail(fmt.Errorf("showing user %q: decoding the answer: %w", user, err))
-	}
-	kv := [][2]string{
-		{"User", u.User},
-		{"Worker", orDash(u.Worker)},
-		{"State", orDash(u.State)},
-	}
-	if u.MovingTo != "" {
-		kv = append(kv, [2]string{"Moving to", u.MovingTo})
-	}
-	kv = append(kv, [2]string{"Epoch", strconv.FormatUint(u.Epoch, 10)}, [2]string{"Conns", strconv.Itoa(u.Conns)})
-	if u.Package != "" {
-		kv = append(kv, [2]string{"Package", u.Package})
-	}
-	c.UI.Output(formatKV(kv))
-	return 0
+	})
 }

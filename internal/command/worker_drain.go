@@ -47,26 +47,19 @@ func (c *WorkerDrainCommand) Run(args []string) int {
 	if !ok {
 		return 1
 	}
-	if parallel < 1 || parallel > 256 {
-		c.UI.Error(fmt.Sprintf("-parallel=%d: want 1 to 256", parallel))
+	if c.badParallel(parallel) {
 		return 1
 	}
 	worker := pos[0]
-	client, err := opts.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	defer client.Close()
-	ctx, stop := apiContext()
-	defer stop()
-
-	body, err := client.openStream(ctx, http.MethodPost, "/v1/workers/"+url.PathEscape(worker)+"/drain",
-		url.Values{"parallel": {strconv.Itoa(parallel)}})
-	if err != nil {
-		return c.fail(fmt.Errorf("draining %s: %w", worker, err))
-	}
-	defer body.Close()
-	return c.follow(ctx, worker, body)
+	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
+		body, err := client.openStream(ctx, http.MethodPost, "/v1/workers/"+url.PathEscape(worker)+"/drain",
+			url.Values{"parallel": {strconv.Itoa(parallel)}})
+		if err != nil {
+			return c.fail(fmt.Errorf("draining %s: %w", worker, err))
+		}
+		defer body.Close()
+		return c.follow(ctx, worker, body)
+	})
 }
 
 // follow prints the drain's progress lines as they come and its summary.

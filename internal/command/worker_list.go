@@ -1,6 +1,7 @@
 package command
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -41,59 +42,53 @@ func (c *WorkerListCommand) Run(args []string) int {
 	if _, ok := c.parseArgs(fs, args, 0, c.Help); !ok {
 		return 1
 	}
-	client, err := opts.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	defer client.Close()
-	ctx, stop := apiContext()
-	defer stop()
-
-	body, err := client.get(ctx, "/v1/workers")
-	if err != nil {
-		return c.fail(fmt.Errorf("listing workers: %w", err))
-	}
-	if asJSON {
-		c.printJSON(body)
+	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
+		body, err := client.get(ctx, "/v1/workers")
+		if err != nil {
+			return c.fail(fmt.Errorf("listing workers: %w", err))
+		}
+		if asJSON {
+			c.printJSON(body)
+			return 0
+		}
+		var workers []host.WorkerInfo
+		if err := json.Unmarshal(body, &workers); err != nil {
+			return c.fail(fmt.Errorf("listing workers: decoding the answer: %w", err))
+		}
+		if len(workers) == 0 {
+			c.UI.Output("No workers")
+			return 0
+		}
+		// The agent's order (by group, then slot) is kept: web-10 stays after
+		// web-9.
+		rows := make([][]string, len(workers))
+		var ends []string
+		for i, w := range workers {
+			pid := "-"
+			if w.Pid != 0 {
+				pid = strconv.Itoa(w.Pid)
+			}
+			born := "-"
+			if !w.Born.IsZero() {
+				born = w.Born.Local().Format(time.RFC3339)
+			}
+			state := orDash(w.State)
+			if w.Cordoned {
+				state += ",cordoned"
+			}
+			heap := "-"
+			if !w.LastProbe.IsZero() {
+				heap = fmt.Sprintf("%.1fMiB", float64(w.HeapBytes)/(1<<20))
+			}
+			rows[i] = []string{w.ID, orDash(w.Group), state, pid, strconv.Itoa(w.Incarnation), born, strconv.FormatInt(w.Users, 10), heap}
+			if w.HowDied != "" {
+				ends = append(ends, fmt.Sprintf("  %s at %s: %s", w.ID, w.DiedAt.Local().Format(time.RFC3339), w.HowDied))
+			}
+		}
+		c.UI.Output(formatTable([]string{"ID", "GROUP", "STATE", "PID", "INCARNATION", "BORN", "USERS", "HEAP"}, rows))
+		if len(ends) > 0 {
+			c.UI.Output("\nLast ends:\n" + strings.Join(ends, "\n"))
+		}
 		return 0
-	}
-	var workers []host.WorkerInfo
-	if err := json.Unmarshal(body, &workers); err != nil {
-		return c.fail(fmt.Errorf("listing workers: decoding the answer: %w", err))
-	}
-	if len(workers) == 0 {
-		c.UI.Output("No workers")
-		return 0
-	}
-	// The agent's order (by group, then slot) is kept: web-10 stays after
-	// web-9.
-	rows := make([][]string, len(workers))
-	var ends []string
-	for i, w := range workers {
-		pid := "-"
-		if w.Pid != 0 {
-			pid = strconv.Itoa(w.Pid)
-		}
-		born := "-"
-		if !w.Born.IsZero() {
-			born = w.Born.Local().Format(time.RFC3339)
-		}
-		state := orDash(w.State)
-		if w.Cordoned {
-			state += ",cordoned"
-		}
-		heap := "-"
-		if !w.LastProbe.IsZero() {
-			heap = fmt.Sprintf("%.1fMiB", float64(w.HeapBytes)/(1<<20))
-		}
-		rows[i] = []string{w.ID, orDash(w.Group), state, pid, strconv.Itoa(w.Incarnation), born, strconv.FormatInt(w.Users, 10), heap}
-		if w.HowDied != "" {
-			ends = append(ends, fmt.Sprintf("  %s at %s: %s", w.ID, w.DiedAt.Local().Format(time.RFC3339), w.HowDied))
-		}
-	}
-	c.UI.Output(formatTable([]string{"ID", "GROUP", "STATE", "PID", "INCARNATION", "BORN", "USERS", "HEAP"}, rows))
-	if len(ends) > 0 {
-		c.UI.Output("\nLast ends:\n" + strings.Join(ends, "\n"))
-	}
-	return 0
+	})
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/stickyd/stickyd/internal/fsm"
@@ -149,38 +148,14 @@ func (s *Supervisor) Misplaced(only func(u placement.UserInfo, group string) boo
 // at a time, by the one road. progress, if not nil, is called after each
 // move from one goroutine at a time.
 func (s *Supervisor) Reconcile(ctx context.Context, users []placement.UserInfo, parallel int, reason string, progress func(move.Result, error)) (ReconcileResult, error) {
-	if parallel < 1 {
-		parallel = 1
-	}
 	res := ReconcileResult{Users: len(users)}
-	var (
-		mu  sync.Mutex
-		wg  sync.WaitGroup
-		sem = make(chan struct{}, parallel)
-	)
-	for _, u := range users {
-		if ctx.Err() != nil {
-			break
-		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			r, err := s.MoveToGroup(ctx, u.User, s.Target(u.User), reason)
-			mu.Lock()
-			defer mu.Unlock()
-			if err == nil {
-				res.Moved++
-			} else {
-				res.Failed++
-			}
-			if progress != nil {
-				progress(r, err)
-			}
-		}()
+	names := make([]string, len(users))
+	for i, u := range users {
+		names[i] = u.User
 	}
-	wg.Wait()
+	res.Moved, res.Failed = moveEach(ctx, names, parallel, func(u string) (move.Result, error) {
+		return s.MoveToGroup(ctx, u, s.Target(u), reason)
+	}, progress)
 	return res, ctx.Err()
 }
 

@@ -138,50 +138,20 @@ func (s *Supervisor) Drain(ctx context.Context, worker string, parallel int, pro
 	if s.workers.GroupOf(worker) == "" {
 		return DrainResult{Worker: worker}, fmt.Errorf("draining %q: %w: no such worker", worker, move.ErrBadDestination)
 	}
-	if parallel < 1 {
-		parallel = 1
-	}
 	users := s.fsm.UsersOf(worker)
 	sort.Strings(users)
 	res := DrainResult{Worker: worker, Users: len(users)}
 	group := s.workers.GroupOf(worker)
-	var (
-		mu  sync.Mutex
-		wg  sync.WaitGroup
-		sem = make(chan struct{}, parallel)
-	)
-	for _, u := range users {
-		if ctx.Err() != nil {
-			break
+	res.Moved, res.Failed = moveEach(ctx, users, parallel, func(u string) (move.Result, error) {
+		to, err := s.leastLoaded(func(w string) bool { return w != worker && s.workers.GroupOf(w) == group })
+		if err != nil {
+			to, err = s.leastLoaded(func(w string) bool { return w != worker })
 		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			to, err := s.leastLoaded(func(w string) bool { return w != worker && s.workers.GroupOf(w) == group })
-			if err != nil {
-				to, err = s.leastLoaded(func(w string) bool { return w != worker })
-			}
-			var r move.Result
-			if err == nil {
-				r, err = s.mover.Move(ctx, u, to, "drain")
-			} else {
-				r = move.Result{User: u, From: worker}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if err == nil {
-				res.Moved++
-			} else {
-				res.Failed++
-			}
-			if progress != nil {
-				progress(r, err)
-			}
-		}()
-	}
-	wg.Wait()
+		if err != nil {
+			return move.Result{User: u, From: worker}, err
+		}
+		return s.mover.Move(ctx, u, to, "drain")
+	}, progress)
 	return res, ctx.Err()
 }
 
@@ -271,4 +241,39 @@ func (s *Supervisor) apply(ctx context.Context, t fsm.MessageType, body any) (an
 		return nil, err
 	}
 	return s.raft.Apply(ctx, entry)
+}
+
+// moveEach runs one move per user, parallel at a time (at least 1), and
+// calls progress (if not nil) after each, from one goroutine at a time. It
+// stops starting moves when ctx ends and returns how many moved and failed.
+func moveEach(ctx context.Context, users []string, parallel int, moveOne func(user string) (move.Result, error), progress func(move.Result, error)) (moved, failed int) {
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, max(parallel, 1))
+	)
+	for _, u := range users {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			r, err := moveOne(u)
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				moved++
+			} else {
+				failed++
+			}
+			if progress != nil {
+				progress(r, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return moved, failed
 }

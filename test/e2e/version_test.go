@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,17 +13,55 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/stickyd/stickyd/internal/agent"
+	"github.com/stickyd/stickyd/internal/bundle"
 )
 
-// The version rule, with two builds of the demo app: a person moved from
-// release 1 to release 2 keeps their doc page (an additive change) and gets
-// a clean grid page with a notice (its state changed shape); the session and
-// login survive. Moving back is the same road.
-func TestStateCrossesVersions(t *testing.T) {
-	exe, err := os.Executable()
+// demoBundles builds the demo worker and packs it twice into a directory
+// archive: release 1 and release 2 of the demo app (the manifest's
+// arguments choose the release). It returns the archive and both digests.
+func demoBundles(t *testing.T) (archive, r1, r2 string) {
+	t.Helper()
+	build := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(build, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "build", "-o", filepath.Join(build, "bin", "demo-worker"), "github.com/stickyd/stickyd/plugins/examples/demo/cmd/demo-worker")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the demo worker: %v\n%s", err, out)
+	}
+	src, err := bundle.SourceFromGit("../..", true)
+	if err != nil {
+		// Not a git checkout (an exported tree): say where it came from
+		// as best we can.
+		src = bundle.Source{Repo: "https://example.invalid/stickyd.git", Commit: strings.Repeat("0", 40)}
+	}
+	archive = t.TempDir()
+	ar, err := bundle.NewDirArchive(archive, false)
 	if err != nil {
 		t.Fatal(err)
 	}
+	pack := func(release string) string {
+		var buf bytes.Buffer
+		d, err := bundle.Pack(build, bundle.Manifest{Name: "demo", Version: release + ".0.0", Entry: "bin/demo-worker",
+			Args: []string{"-release", release}, Sources: []bundle.Source{src}}, &buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ar.Put(t.Context(), d, &buf); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return archive, pack("1"), pack("2")
+}
+
+// The version rule, with two bundles of the demo app: a person promoted
+// from release 1 to release 2 keeps their doc page (an additive change) and
+// gets a clean grid page with a notice (its state changed shape); the
+// session and login survive. The rollback is the same road back. The agent
+// opens the archive read-only and runs the bundles from its cache.
+func TestStateCrossesVersions(t *testing.T) {
+	archive, r1, r2 := demoBundles(t)
 	cfg := &agent.Config{
 		Name:     "e2e",
 		LogLevel: "warn",
@@ -28,10 +69,8 @@ func TestStateCrossesVersions(t *testing.T) {
 		Server:   &agent.ServerConfig{RaftAddr: "127.0.0.1:0"},
 		Front:    &agent.FrontConfig{Address: "127.0.0.1:0", FrameTimeout: "10s"},
 		Admin:    &agent.AdminConfig{Address: "127.0.0.1:0", Token: testToken},
-		Groups: []*agent.GroupConfig{
-			{Name: "v1", Workers: 1, Plugin: &agent.PluginConfig{Command: exe, Env: map[string]string{workerEnv: "demo1"}}},
-			{Name: "v2", Workers: 1, Plugin: &agent.PluginConfig{Command: exe, Env: map[string]string{workerEnv: "demo2"}}},
-		},
+		Bundles:  &agent.BundlesConfig{Archive: archive},
+		Groups:   []*agent.GroupConfig{{Name: "v1", Workers: 1, Bundle: r1}},
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Warn, Output: testWriter{t}})
 	a, err := agent.New(cfg, nil, log)
@@ -44,6 +83,13 @@ func TestStateCrossesVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+	if code, out := stickyd(t, a, "group", "create", "-bundle", "sha256:"+strings.Repeat("1", 64), "v9"); code != 1 || !strings.Contains(out, "not found") {
+		t.Fatalf("a group from a bundle not in the archive: %d %s", code, out)
+	}
+	if code, out := stickyd(t, a, "group", "create", "-bundle", r2, "v2"); code != 0 {
+		t.Fatalf("group create: %d %s", code, out)
+	}
+	waitGroupReady(t, a, "v2", 1)
 
 	b := newBrowser(t, a)
 	if code, body := b.do("POST", "/login"); code != 400 {
@@ -52,14 +98,8 @@ func TestStateCrossesVersions(t *testing.T) {
 	if code, _ := b.doForm("/login", "user=dora"); code != 303 {
 		t.Fatalf("login: %d", code)
 	}
-	w := b.whoami()
-	if w.User != "dora" {
-		t.Fatalf("whoami %+v", w)
-	}
-	if w.Worker != "v1-1" {
-		if _, err := a.Supervisor().Move(t.Context(), "dora", "v1-1", "test"); err != nil {
-			t.Fatal(err)
-		}
+	if w := b.whoami(); w.User != "dora" || w.Worker != "v1-1" {
+		t.Fatalf("whoami %+v, want dora on the default group's v1-1", w)
 	}
 	grid := b.openTabKind("g", "grid")
 	doc := b.openTabKind("d", "doc")
@@ -70,9 +110,9 @@ func TestStateCrossesVersions(t *testing.T) {
 	grid.drainUntil("filter/text", "Rome")
 	doc.drainUntil("title", "Q3 notes")
 
-	// Release: move dora to the new build.
-	if _, err := a.Supervisor().MoveToGroup(t.Context(), "dora", "v2", "release"); err != nil {
-		t.Fatal(err)
+	// Release: promote the new build.
+	if code, out := stickyd(t, a, "group", "promote", "v2"); code != 0 || !strings.Contains(out, "1 of 1 people moved") {
+		t.Fatalf("promote: %d %s", code, out)
 	}
 	grid.pull(2 * time.Second)
 	if len(grid.notices) != 1 || !strings.Contains(grid.notices[0], "application changed") {
@@ -90,9 +130,9 @@ func TestStateCrossesVersions(t *testing.T) {
 		t.Fatalf("after the release dora is %+v (session or login lost?)", w)
 	}
 
-	// Rollback is a move the other way: docs cross back untouched.
-	if _, err := a.Supervisor().MoveToGroup(t.Context(), "dora", "v1", "rollback"); err != nil {
-		t.Fatal(err)
+	// Rollback is the same road the other way: docs cross back untouched.
+	if code, out := stickyd(t, a, "group", "rollback"); code != 0 || !strings.Contains(out, "1 of 1 people moved") {
+		t.Fatalf("rollback: %d %s", code, out)
 	}
 	doc.send(map[string]any{"op": "edit", "title": "Q3 notes (rolled back)"})
 	doc.drainUntil("title", "Q3 notes (rolled back)")
