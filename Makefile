@@ -48,6 +48,8 @@ bench:
 	$(GO) run ./test/bench/roundtrip
 	$(GO) run ./test/bench/movepause
 	$(GO) run ./test/bench/restart
+	$(GO) run ./test/bench/promote
+	$(GO) run ./test/bench/template
 
 ## proto: regenerate the channel protocol (protoc from protobuf-compiler).
 proto:

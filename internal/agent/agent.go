@@ -103,7 +103,7 @@ func New(cfg *Config, builtins map[string]Builtin, log hclog.Logger) (*Agent, er
 	}
 	var groups []host.GroupSpec
 	for _, g := range cfg.Groups {
-		recipe := recipe{Builtin: g.Builtin, Bundle: g.Bundle, Env: g.Env}
+		recipe := recipe{Group: g.Name, Builtin: g.Builtin, Bundle: g.Bundle, Env: g.Env}
 		if g.Plugin != nil {
 			recipe.Command, recipe.Args, recipe.Env = g.Plugin.Command, g.Plugin.Args, g.Plugin.Env
 		}

@@ -16,8 +16,13 @@ import (
 	"github.com/stickyd/stickyd/internal/host"
 )
 
+// templateDirEnv names a group's template directory in its workers'
+// environment; the SDK reads it (worker.TemplateDirEnv).
+const templateDirEnv = "STICKYD_TEMPLATE_DIR"
+
 // recipe is what runs a group's workers, wherever the group was defined.
 type recipe struct {
+	Group   string
 	Builtin string
 	Command string
 	Args    []string
@@ -38,14 +43,29 @@ func (a *Agent) launcher(r recipe) (host.Launcher, error) {
 	case r.Bundle != "":
 		return a.bundleLauncher(r)
 	case r.Command != "":
-		env := make([]string, 0, len(r.Env))
-		for k, v := range r.Env {
-			env = append(env, k+"="+v)
-		}
-		sort.Strings(env)
-		return &host.PluginLauncher{Command: r.Command, Args: r.Args, Env: env, Logger: a.log.Named("plugin")}, nil
+		return &host.PluginLauncher{Command: r.Command, Args: r.Args, Env: a.workerEnv(r), Logger: a.log.Named("plugin")}, nil
 	}
 	return nil, fmt.Errorf("no runtime: set a bundle, a command or a builtin")
+}
+
+// workerEnv is what a plugin worker of the recipe gets in its environment:
+// the recipe's variables, and the group's template directory (where an
+// application with an engine build step keeps its frozen image, so that the
+// group builds it once; docs/templates.md) unless the recipe sets one.
+func (a *Agent) workerEnv(r recipe) []string {
+	env := make([]string, 0, len(r.Env)+1)
+	for k, v := range r.Env {
+		env = append(env, k+"="+v)
+	}
+	if _, ok := r.Env[templateDirEnv]; !ok {
+		root := filepath.Join(os.TempDir(), "stickyd-templates", a.cfg.Name)
+		if a.cfg.DataDir != "" {
+			root = filepath.Join(a.cfg.DataDir, "templates")
+		}
+		env = append(env, templateDirEnv+"="+filepath.Join(root, r.Group))
+	}
+	sort.Strings(env)
+	return env
 }
 
 // groupSpec is a group as this agent's host runs it.
@@ -125,7 +145,7 @@ func (a *Agent) syncGroups(ctx context.Context) {
 }
 
 func (a *Agent) startGroup(ctx context.Context, g *fsm.GroupEntry) error {
-	l, err := a.launcher(recipe{Builtin: g.Builtin, Command: g.Command, Args: g.Args, Env: g.Env, Bundle: g.Bundle})
+	l, err := a.launcher(recipe{Group: g.Name, Builtin: g.Builtin, Command: g.Command, Args: g.Args, Env: g.Env, Bundle: g.Bundle})
 	if err != nil {
 		return err
 	}
@@ -166,12 +186,7 @@ func (a *Agent) bundleLauncher(r recipe) (host.Launcher, error) {
 	if rt := o.Manifest.Runtime; rt != "" && rt != "go-plugin" {
 		return nil, fmt.Errorf("bundle %s needs runtime %q; this agent runs go-plugin bundles", r.Bundle, rt)
 	}
-	env := make([]string, 0, len(r.Env)+1)
-	for k, v := range r.Env {
-		env = append(env, k+"="+v)
-	}
-	sort.Strings(env)
-	env = append(env, "STICKYD_BUNDLE="+o.Digest)
+	env := append(a.workerEnv(r), "STICKYD_BUNDLE="+o.Digest)
 	a.log.Info("running a bundle", "bundle", o.Digest, "name", o.Manifest.Name, "version", o.Manifest.Version, "entry", o.EntryPath())
 	return &host.PluginLauncher{Command: o.EntryPath(), Args: append(append([]string(nil), o.Manifest.Args...), r.Args...), Env: env,
 		Logger: a.log.Named("plugin")}, nil

@@ -58,6 +58,35 @@ type Schemas interface {
 	Schema(kind string) (version, oldest uint32, known bool)
 }
 
+// Engine is an optional App ability: the App's read-only engine, the
+// reference data, indexes and compiled tables that every person's pages read
+// and nobody writes. BuildEngine builds it and returns its frozen image, a
+// flat byte layout the App defines (offsets, not pointers). LoadEngine starts
+// the App from an image before the worker serves its first frame.
+//
+// With a template (TemplateDirEnv names a directory for the group's
+// workers; see docs/templates.md) the image is built once per build of the
+// worker and written to a file; every worker of the group then maps that
+// file read-only and shares its pages. Without one, each worker builds its
+// own image, and it is read-only memory all the same.
+//
+// The contract:
+//   - BuildEngine must be deterministic in what it means: any worker of the
+//     same build may load an image another one built.
+//   - The image LoadEngine gets starts at an address aligned to 8 bytes and
+//     is read-only: the App reads it in place (unsafe.Slice views over it)
+//     and must never write to it. A write faults and kills the worker.
+//   - LoadEngine is called once per App value while any worker of this
+//     process serves it: in-process workers that share an App share its
+//     engine. When the last of them ends, the image is unmapped; LoadEngine
+//     is called again before that App serves again, and the App must not
+//     read the old image outside a worker.
+//   - A BuildEngine or LoadEngine error stops the worker's start.
+type Engine interface {
+	BuildEngine(ctx context.Context) ([]byte, error)
+	LoadEngine(image []byte) error
+}
+
 // Options describe the application to its host.
 type Options struct {
 	// Name and Version identify the build in the host's logs and monitor.

@@ -18,6 +18,7 @@ import (
 func Serve(app App, opts Options) {
 	log := opts.logger()
 	opts.Logger = log
+	prepareEngine(app)
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: channel.Handshake,
 		Plugins: channel.PluginMap(func(ctx context.Context, c channel.Conn) error {
@@ -53,6 +54,14 @@ func ServeConn(ctx context.Context, app App, opts Options, c channel.Conn) error
 }
 
 func serveConn(ctx context.Context, app App, opts Options, c channel.Conn, hello *protocol.Hello) error {
+	// The engine is loaded before the hello: the host counts the worker as
+	// started, and sends it frames, only once it can serve them.
+	releaseEngine, err := startEngine(ctx, app, opts, opts.logger())
+	if err != nil {
+		c.Close()
+		return fmt.Errorf("starting the engine: %w", err)
+	}
+	defer releaseEngine()
 	ack, err := channel.Greet(ctx, c, hello)
 	if err != nil {
 		c.Close()

@@ -74,6 +74,10 @@ type dataset struct {
 	nameRank, cityRank, productRank, statusRank []uint32
 	// Lower-case dictionaries, for the free-text filter.
 	namesLower, citiesLower, productsLower []string
+
+	// sorted is the engine's precomputed sort orders (engine.go), when the
+	// table came from an engine image; nil sorts at query time.
+	sorted *sortOrders
 }
 
 var (
@@ -98,15 +102,7 @@ func generate(n int) *dataset {
 		cents:   make([]int32, n),
 		day:     make([]uint16, n),
 	}
-	for _, f := range firstNames {
-		for _, l := range lastNames {
-			d.names = append(d.names, f+" "+l)
-		}
-	}
-	d.nameRank, d.namesLower = dictionary(d.names)
-	d.cityRank, d.citiesLower = dictionary(cities)
-	d.productRank, d.productsLower = dictionary(products)
-	d.statusRank, _ = dictionary(statuses)
+	d.fillDictionaries()
 
 	r := splitmix(0x5eed_57_1c_6d)
 	for i := range n {
@@ -123,6 +119,19 @@ func generate(n int) *dataset {
 		d.status[i] = pickStatus(r.next(), day)
 	}
 	return d
+}
+
+// fillDictionaries sets the dictionaries, which depend on no row.
+func (d *dataset) fillDictionaries() {
+	for _, f := range firstNames {
+		for _, l := range lastNames {
+			d.names = append(d.names, f+" "+l)
+		}
+	}
+	d.nameRank, d.namesLower = dictionary(d.names)
+	d.cityRank, d.citiesLower = dictionary(cities)
+	d.productRank, d.productsLower = dictionary(products)
+	d.statusRank, _ = dictionary(statuses)
 }
 
 // pickStatus makes recent orders more often pending or paid, and old ones
