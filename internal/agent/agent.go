@@ -82,8 +82,8 @@ type Agent struct {
 	groupsMu      sync.Mutex
 	catalogGroups map[string]bool
 	stopCatalog   chan struct{}
-	rpc        *grpc.Server
-	rpcLn      net.Listener
+	rpc           *grpc.Server
+	rpcLn         net.Listener
 }
 
 // New checks the configuration and prepares an agent; Start runs it.
