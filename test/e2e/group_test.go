@@ -50,12 +50,11 @@ func TestPromoteAndRollback(t *testing.T) {
 	if raceEnabled {
 		users = envInt("STICKYD_PROMOTE_USERS", 60)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Bundle A and bundle B: two releases of the counter worker.
+	archive, ds := packBundles(t, "counter", "counter/cmd/counter-worker", nil, nil)
 	a := startAgentWith(t, "subprocess", 2, withDataDir(t), func(c *agent.Config) {
-		c.Groups[0].Name = "v1"
+		c.Bundles = &agent.BundlesConfig{Archive: archive}
+		c.Groups[0] = &agent.GroupConfig{Name: "v1", Workers: 2, Bundle: ds[0]}
 		c.Front.BarrierWait = "30s"
 	})
 	browsers := make([]*browser, users)
@@ -68,10 +67,10 @@ func TestPromoteAndRollback(t *testing.T) {
 		tabs[i] = browsers[i].openTab("typing")
 		tabs[i].pull(0)
 	}
-	if code, out := stickyd(t, a, "group", "create", "-command", exe, "-env", workerEnv+"=counter", "-workers", "2", "v2"); code != 0 {
+	if code, out := stickyd(t, a, "group", "create", "-bundle", ds[1], "-workers", "2", "v2"); code != 0 {
 		t.Fatalf("group create: %d %s", code, out)
 	}
-	if code, out := stickyd(t, a, "group", "create", "-command", exe, "v2"); code != 1 || !strings.Contains(out, "exists") {
+	if code, out := stickyd(t, a, "group", "create", "-bundle", ds[1], "v2"); code != 1 || !strings.Contains(out, "exists") {
 		t.Fatalf("creating v2 twice: %d %s", code, out)
 	}
 	waitGroupReady(t, a, "v2", 2)

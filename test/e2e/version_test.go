@@ -1,11 +1,10 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,43 +15,49 @@ import (
 	"github.com/stickyd/stickyd/internal/bundle"
 )
 
-// demoBundles builds the demo worker and packs it twice into a directory
-// archive: release 1 and release 2 of the demo app (the manifest's
-// arguments choose the release). It returns the archive and both digests.
-func demoBundles(t *testing.T) (archive, r1, r2 string) {
+// packBundles builds the worker binary of package pkg (under
+// plugins/examples) and packs it into a new directory archive once per
+// release with the real stickyd command line (built without the race
+// detector: packing is compression, slow under it), each release's
+// manifest naming its version and the entry point's arguments. It returns
+// the archive and the digests, in order.
+func packBundles(t *testing.T, name, pkg string, releases ...[]string) (archive string, digests []string) {
 	t.Helper()
-	build := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(build, "bin"), 0o755); err != nil {
-		t.Fatal(err)
+	bin, build := t.TempDir(), t.TempDir()
+	entry := "bin/" + name + "-worker"
+	for _, b := range []struct{ out, pkg string }{
+		{filepath.Join(build, entry), "github.com/stickyd/stickyd/plugins/examples/" + pkg},
+		{filepath.Join(bin, "stickyd"), "github.com/stickyd/stickyd/cmd/stickyd"},
+	} {
+		if out, err := exec.Command("go", "build", "-o", b.out, b.pkg).CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", b.pkg, err, out)
+		}
 	}
-	cmd := exec.Command("go", "build", "-o", filepath.Join(build, "bin", "demo-worker"), "github.com/stickyd/stickyd/plugins/examples/demo/cmd/demo-worker")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building the demo worker: %v\n%s", err, out)
-	}
-	src, err := bundle.SourceFromGit("../..", true)
-	if err != nil {
-		// Not a git checkout (an exported tree): say where it came from
-		// as best we can.
-		src = bundle.Source{Repo: "https://example.invalid/stickyd.git", Commit: strings.Repeat("0", 40)}
+	// Where the build came from: this checkout, or (an exported tree)
+	// as best we can say.
+	source := []string{"-git", "../..", "-allow-dirty"}
+	if _, err := bundle.SourceFromGit("../..", true); err != nil {
+		source = []string{"-source", "https://example.invalid/stickyd.git@" + strings.Repeat("0", 40)}
 	}
 	archive = t.TempDir()
-	ar, err := bundle.NewDirArchive(archive, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pack := func(release string) string {
-		var buf bytes.Buffer
-		d, err := bundle.Pack(build, bundle.Manifest{Name: "demo", Version: release + ".0.0", Entry: "bin/demo-worker",
-			Args: []string{"-release", release}, Sources: []bundle.Source{src}}, &buf)
+	for i, args := range releases {
+		file := filepath.Join(t.TempDir(), "bundle.tar.gz")
+		pack := append([]string{"bundle", "pack", "-dir", build, "-name", name, "-version", strconv.Itoa(i+1) + ".0.0",
+			"-entry", entry, "-o", file}, source...)
+		for _, a := range args {
+			pack = append(pack, "-arg", a)
+		}
+		out, err := exec.Command(filepath.Join(bin, "stickyd"), pack...).CombinedOutput()
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("stickyd %s: %v\n%s", strings.Join(pack, " "), err, out)
 		}
-		if err := ar.Put(t.Context(), d, &buf); err != nil {
-			t.Fatal(err)
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		digests = append(digests, lines[len(lines)-1])
+		if out, err := exec.Command(filepath.Join(bin, "stickyd"), "bundle", "push", "-archive", archive, file).CombinedOutput(); err != nil {
+			t.Fatalf("stickyd bundle push: %v\n%s", err, out)
 		}
-		return d
 	}
-	return archive, pack("1"), pack("2")
+	return archive, digests
 }
 
 // The version rule, with two bundles of the demo app: a person promoted
@@ -61,7 +66,8 @@ func demoBundles(t *testing.T) (archive, r1, r2 string) {
 // session and login survive. The rollback is the same road back. The agent
 // opens the archive read-only and runs the bundles from its cache.
 func TestStateCrossesVersions(t *testing.T) {
-	archive, r1, r2 := demoBundles(t)
+	archive, ds := packBundles(t, "demo", "demo/cmd/demo-worker", []string{"-release", "1"}, []string{"-release", "2"})
+	r1, r2 := ds[0], ds[1]
 	cfg := &agent.Config{
 		Name:     "e2e",
 		LogLevel: "warn",
