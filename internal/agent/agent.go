@@ -76,6 +76,8 @@ type Agent struct {
 	govern     *governance
 	stopGovern chan struct{}
 	builtins   map[string]Builtin
+	tables     *tables
+	stopTables chan struct{}
 	bundles    *bundle.Cache
 	// catalogGroups are the groups this agent runs for the catalog (not
 	// from its configuration file); guarded by groupsMu.
@@ -185,6 +187,12 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	a.pool.Parcels = clusterParcels{a}
 	a.pool.ProbeInterval, a.pool.ProbeMisses = duration(a.cfg.Probe.Interval), a.cfg.Probe.Misses
 	a.pool.Woken = a.woken
+	if a.tables, err = newTables(a, a.registry); err != nil {
+		return err
+	}
+	a.stopTables = make(chan struct{})
+	go a.tables.run(a.stopTables)
+	a.pool.FromWorker, a.pool.Ended = a.fromWorker, a.workerEnded
 	a.log.Info("starting workers", "workers", len(a.pool.Workers()))
 	if err := a.pool.Start(ctx); err != nil {
 		return fmt.Errorf("starting workers: %w", err)
@@ -372,6 +380,9 @@ func (a *Agent) Addr() string {
 // Pool is the agent's worker pool.
 func (a *Agent) Pool() *host.Pool { return a.pool }
 
+// FSM returns the agent's replica of the maps (tests and benchmarks read it).
+func (a *Agent) FSM() *fsm.FSM { return a.fsm }
+
 // Supervisor is the agent's supervisor.
 func (a *Agent) Supervisor() *supervisor.Supervisor { return a.sup }
 
@@ -480,6 +491,14 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	}
 	if a.pool != nil {
 		_ = a.pool.Close()
+	}
+	if a.stopTables != nil {
+		select {
+		case <-a.stopTables:
+		default:
+			close(a.stopTables)
+		}
+		<-a.tables.done // no table work may reach raft once it stops
 	}
 	select {
 	case <-a.stopLeader:

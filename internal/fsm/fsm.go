@@ -45,6 +45,8 @@ type State struct {
 	Agents map[string]*AgentEntry `json:"agents,omitempty"`
 	// Catalog holds the groups, the default group and the rules.
 	Catalog Catalog `json:"catalog"`
+	// Tables maps a worker to the tables its pages subscribe to, sorted.
+	Tables map[string][]string `json:"tables,omitempty"`
 }
 
 // AgentEntry is an agent as the cluster reaches it.
@@ -259,6 +261,8 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return f.applyRulePut(buf)
 	case RuleDeleteRequestType:
 		return f.applyRuleDelete(buf)
+	case TableSubsRequestType:
+		return f.applyTableSubs(buf)
 	case RegisterAgentRequestType:
 		var req AgentEntry
 		if err := json.Unmarshal(buf, &req); err != nil {
@@ -461,6 +465,12 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		s.Agents[k] = &c
 	}
 	s.Catalog = f.state.Catalog.clone()
+	if len(f.state.Tables) > 0 {
+		s.Tables = make(map[string][]string, len(f.state.Tables))
+		for w, ts := range f.state.Tables {
+			s.Tables[w] = ts // replaced whole on change, never mutated
+		}
+	}
 	return &snapshot{state: s}, nil
 }
 

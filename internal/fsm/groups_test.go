@@ -73,3 +73,25 @@ func TestCatalog(t *testing.T) {
 		t.Fatalf("restored catalog %+v, want %+v", g.Catalog(), f.Catalog())
 	}
 }
+
+func TestTableSubscriptions(t *testing.T) {
+	f := New()
+	apply(t, f, 1, TableSubsRequestType, TableSubsRequest{Worker: "w1", Tables: []string{"orders", "stock", "orders"}})
+	apply(t, f, 2, TableSubsRequestType, TableSubsRequest{Worker: "w2", Tables: []string{"stock"}})
+	if got := f.Subscribers("stock"); !reflect.DeepEqual(got, []string{"w1", "w2"}) {
+		t.Fatalf("stock subscribers %v", got)
+	}
+	if got := f.Subscribers("orders"); !reflect.DeepEqual(got, []string{"w1"}) {
+		t.Fatalf("orders subscribers %v", got)
+	}
+	if got := f.Subscribers("nobody"); len(got) != 0 {
+		t.Fatalf("an unwatched table has subscribers %v", got)
+	}
+	apply(t, f, 3, TableSubsRequestType, TableSubsRequest{Worker: "w1"})
+	if got := f.Subscribers("orders"); len(got) != 0 || len(f.TablesOf("w1")) != 0 {
+		t.Fatalf("w1 emptied but orders has %v", got)
+	}
+	if res := apply(t, f, 4, TableSubsRequestType, TableSubsRequest{}); res == nil {
+		t.Fatal("subscriptions without a worker accepted")
+	}
+}

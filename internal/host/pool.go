@@ -57,6 +57,15 @@ type Pool struct {
 	ProbeMisses int
 	// probesOff stops killing for silence (PauseProbes).
 	probesOff atomic.Bool
+	// FromWorker, if set, receives what a worker sends unasked: notices
+	// (id 0) and requests, which it answers through r. It is called in
+	// arrival order from the worker's channel and must not block. Set it
+	// before Start.
+	FromWorker func(worker string, incarnation int, env *protocol.Envelope, r Replier)
+	// Ended, if set, is told when a worker's process has ended (died,
+	// stopped or retired): what it held for others (subscriptions, grants)
+	// is to be let go. Set it before Start.
+	Ended func(worker string, incarnation int)
 
 	log    hclog.Logger
 	ctx    context.Context
@@ -77,6 +86,12 @@ type Pool struct {
 
 // retiredHistory bounds the retired workers a host remembers.
 const retiredHistory = 32
+
+// Replier answers a worker's request (a *channel.Peer).
+type Replier interface {
+	Reply(id uint64, env *protocol.Envelope) error
+	ReplyError(id uint64, code protocol.Error_Code, msg string) error
+}
 
 var (
 	// ErrUnknownWorker is returned for a worker id this host does not run.
@@ -467,12 +482,23 @@ func (s *slot) start(ctx context.Context) error {
 		s.setState(state, err.Error())
 		return err
 	}
-	peer := channel.NewPeer(conn, nil)
+	s.mu.Lock()
+	incarnation := s.info.Incarnation + 1
+	s.mu.Unlock()
+	var peer *channel.Peer
+	peer = channel.NewIdlePeer(conn, func(env *protocol.Envelope) {
+		if f := s.pool.FromWorker; f != nil {
+			f(s.id, incarnation, env, peer)
+		} else if env.Id != 0 {
+			_ = peer.ReplyError(env.Id, protocol.Error_BAD_REQUEST, fmt.Sprintf("the host does not handle %T", env.Body))
+		}
+	})
+	peer.Listen()
 	s.mu.Lock()
 	s.peer, s.proc = peer, proc
 	s.woken = map[string]uint64{}
 	s.usage = map[string]*protocol.UserUsage{}
-	s.info.Incarnation++
+	s.info.Incarnation = incarnation
 	s.info.State = StateReady
 	s.info.Pid = proc.Pid()
 	s.info.Born = time.Now()
@@ -557,6 +583,7 @@ func (s *slot) wait(ctx context.Context) bool {
 			}
 			s.down(StateDead, how)
 			proc.Kill()
+			s.ended()
 			s.log.Warn("worker died; starting a replacement", "how", how)
 			return true
 		case <-ctx.Done():
@@ -566,6 +593,7 @@ func (s *slot) wait(ctx context.Context) bool {
 			cancel()
 			peer.Close()
 			proc.Kill()
+			s.ended()
 			return false
 		}
 	}
@@ -613,6 +641,16 @@ func (s *slot) overMemory() string {
 		return ""
 	}
 	return fmt.Sprintf("%s %d MiB > ceiling %d MiB", what, mem>>20, max>>20)
+}
+
+// ended tells the pool's Ended hook that this incarnation is over.
+func (s *slot) ended() {
+	if f := s.pool.Ended; f != nil {
+		s.mu.Lock()
+		inc := s.info.Incarnation
+		s.mu.Unlock()
+		f(s.id, inc)
+	}
 }
 
 func (s *slot) down(state, how string) {

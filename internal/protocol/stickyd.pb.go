@@ -85,6 +85,9 @@ const (
 	Error_NOT_FOUND    Error_Code = 3
 	Error_MOVED        Error_Code = 4
 	Error_UNAVAILABLE  Error_Code = 5
+	// STALE_GRANT: a commit under a grant the store no longer holds
+	// (released, expired, revoked); nothing was written.
+	Error_STALE_GRANT Error_Code = 6
 )
 
 // Enum value maps for Error_Code.
@@ -96,6 +99,7 @@ var (
 		3: "NOT_FOUND",
 		4: "MOVED",
 		5: "UNAVAILABLE",
+		6: "STALE_GRANT",
 	}
 	Error_Code_value = map[string]int32{
 		"INTERNAL":     0,
@@ -104,6 +108,7 @@ var (
 		"NOT_FOUND":    3,
 		"MOVED":        4,
 		"UNAVAILABLE":  5,
+		"STALE_GRANT":  6,
 	}
 )
 
@@ -159,6 +164,15 @@ type Envelope struct {
 	//	*Envelope_Wake
 	//	*Envelope_Woken
 	//	*Envelope_Evict
+	//	*Envelope_Tables
+	//	*Envelope_Publish
+	//	*Envelope_TableChange
+	//	*Envelope_StoreGet
+	//	*Envelope_StoreValues
+	//	*Envelope_GrantAcquire
+	//	*Envelope_GrantReply
+	//	*Envelope_GrantCommit
+	//	*Envelope_GrantRelease
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -348,6 +362,87 @@ func (x *Envelope) GetEvict() *Evict {
 	return nil
 }
 
+func (x *Envelope) GetTables() *Tables {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Tables); ok {
+			return x.Tables
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetPublish() *Publish {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Publish); ok {
+			return x.Publish
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetTableChange() *TableChange {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_TableChange); ok {
+			return x.TableChange
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetStoreGet() *StoreGet {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_StoreGet); ok {
+			return x.StoreGet
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetStoreValues() *StoreValues {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_StoreValues); ok {
+			return x.StoreValues
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGrantAcquire() *GrantAcquire {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_GrantAcquire); ok {
+			return x.GrantAcquire
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGrantReply() *GrantReply {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_GrantReply); ok {
+			return x.GrantReply
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGrantCommit() *GrantCommit {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_GrantCommit); ok {
+			return x.GrantCommit
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGrantRelease() *GrantRelease {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_GrantRelease); ok {
+			return x.GrantRelease
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -408,6 +503,42 @@ type Envelope_Evict struct {
 	Evict *Evict `protobuf:"bytes,23,opt,name=evict,proto3,oneof"`
 }
 
+type Envelope_Tables struct {
+	Tables *Tables `protobuf:"bytes,24,opt,name=tables,proto3,oneof"`
+}
+
+type Envelope_Publish struct {
+	Publish *Publish `protobuf:"bytes,25,opt,name=publish,proto3,oneof"`
+}
+
+type Envelope_TableChange struct {
+	TableChange *TableChange `protobuf:"bytes,26,opt,name=table_change,json=tableChange,proto3,oneof"`
+}
+
+type Envelope_StoreGet struct {
+	StoreGet *StoreGet `protobuf:"bytes,27,opt,name=store_get,json=storeGet,proto3,oneof"`
+}
+
+type Envelope_StoreValues struct {
+	StoreValues *StoreValues `protobuf:"bytes,28,opt,name=store_values,json=storeValues,proto3,oneof"`
+}
+
+type Envelope_GrantAcquire struct {
+	GrantAcquire *GrantAcquire `protobuf:"bytes,29,opt,name=grant_acquire,json=grantAcquire,proto3,oneof"`
+}
+
+type Envelope_GrantReply struct {
+	GrantReply *GrantReply `protobuf:"bytes,30,opt,name=grant_reply,json=grantReply,proto3,oneof"`
+}
+
+type Envelope_GrantCommit struct {
+	GrantCommit *GrantCommit `protobuf:"bytes,31,opt,name=grant_commit,json=grantCommit,proto3,oneof"`
+}
+
+type Envelope_GrantRelease struct {
+	GrantRelease *GrantRelease `protobuf:"bytes,32,opt,name=grant_release,json=grantRelease,proto3,oneof"`
+}
+
 func (*Envelope_Hello) isEnvelope_Body() {}
 
 func (*Envelope_HelloAck) isEnvelope_Body() {}
@@ -435,6 +566,24 @@ func (*Envelope_Wake) isEnvelope_Body() {}
 func (*Envelope_Woken) isEnvelope_Body() {}
 
 func (*Envelope_Evict) isEnvelope_Body() {}
+
+func (*Envelope_Tables) isEnvelope_Body() {}
+
+func (*Envelope_Publish) isEnvelope_Body() {}
+
+func (*Envelope_TableChange) isEnvelope_Body() {}
+
+func (*Envelope_StoreGet) isEnvelope_Body() {}
+
+func (*Envelope_StoreValues) isEnvelope_Body() {}
+
+func (*Envelope_GrantAcquire) isEnvelope_Body() {}
+
+func (*Envelope_GrantReply) isEnvelope_Body() {}
+
+func (*Envelope_GrantCommit) isEnvelope_Body() {}
+
+func (*Envelope_GrantRelease) isEnvelope_Body() {}
 
 // Hello is the worker's first envelope: it names the protocol it speaks.
 type Hello struct {
@@ -2530,10 +2679,15 @@ type PagePackage struct {
 	// schema is the page kind's state-schema version as the app declared it.
 	Schema uint32 `protobuf:"varint,3,opt,name=schema,proto3" json:"schema,omitempty"`
 	// tree is the page's tree, in the SDK's tree codec (plugins/worker/codec.go).
-	Tree          []byte   `protobuf:"bytes,4,opt,name=tree,proto3" json:"tree,omitempty"`
-	Seq           uint64   `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
-	Floor         uint64   `protobuf:"varint,6,opt,name=floor,proto3" json:"floor,omitempty"`
-	Pending       []*Delta `protobuf:"bytes,7,rep,name=pending,proto3" json:"pending,omitempty"`
+	Tree    []byte   `protobuf:"bytes,4,opt,name=tree,proto3" json:"tree,omitempty"`
+	Seq     uint64   `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	Floor   uint64   `protobuf:"varint,6,opt,name=floor,proto3" json:"floor,omitempty"`
+	Pending []*Delta `protobuf:"bytes,7,rep,name=pending,proto3" json:"pending,omitempty"`
+	// tables are the tables the page subscribes to: the subscriptions travel
+	// with the page.
+	Tables []string `protobuf:"bytes,8,rep,name=tables,proto3" json:"tables,omitempty"`
+	// marks maps each cached value's tree path to the tables it came from.
+	Marks         map[string]*TableList `protobuf:"bytes,9,rep,name=marks,proto3" json:"marks,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2617,11 +2771,576 @@ func (x *PagePackage) GetPending() []*Delta {
 	return nil
 }
 
+func (x *PagePackage) GetTables() []string {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
+}
+
+func (x *PagePackage) GetMarks() map[string]*TableList {
+	if x != nil {
+		return x.Marks
+	}
+	return nil
+}
+
+type TableList struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tables        []string               `protobuf:"bytes,1,rep,name=tables,proto3" json:"tables,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TableList) Reset() {
+	*x = TableList{}
+	mi := &file_stickyd_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TableList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TableList) ProtoMessage() {}
+
+func (x *TableList) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TableList.ProtoReflect.Descriptor instead.
+func (*TableList) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *TableList) GetTables() []string {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
+}
+
+// Tables (worker → host, a notice) is the whole set of tables the worker's
+// pages subscribe to now; it replaces the previous set. The host routes a
+// table's changes only to the workers whose set holds it.
+type Tables struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tables        []string               `protobuf:"bytes,1,rep,name=tables,proto3" json:"tables,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Tables) Reset() {
+	*x = Tables{}
+	mi := &file_stickyd_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Tables) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Tables) ProtoMessage() {}
+
+func (x *Tables) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Tables.ProtoReflect.Descriptor instead.
+func (*Tables) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *Tables) GetTables() []string {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
+}
+
+// Publish (worker → host, a notice) says that the app changed a table. The
+// worker has already delivered it to its own subscribed pages; the host
+// sends it on to the other workers subscribed to the table, and only to
+// them.
+type Publish struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Table string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	// data is what the app says about the change (JSON), handed as is to the
+	// subscribers.
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Publish) Reset() {
+	*x = Publish{}
+	mi := &file_stickyd_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Publish) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Publish) ProtoMessage() {}
+
+func (x *Publish) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Publish.ProtoReflect.Descriptor instead.
+func (*Publish) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *Publish) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *Publish) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// TableChange (host → worker, a notice) delivers a change published by
+// another worker (origin).
+type TableChange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Table         string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Origin        string                 `protobuf:"bytes,3,opt,name=origin,proto3" json:"origin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TableChange) Reset() {
+	*x = TableChange{}
+	mi := &file_stickyd_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TableChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TableChange) ProtoMessage() {}
+
+func (x *TableChange) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TableChange.ProtoReflect.Descriptor instead.
+func (*TableChange) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *TableChange) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *TableChange) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *TableChange) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+// StoreGet (worker → host) reads the global store: every value at or under
+// each path. Answered with StoreValues.
+type StoreGet struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Paths         []string               `protobuf:"bytes,1,rep,name=paths,proto3" json:"paths,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoreGet) Reset() {
+	*x = StoreGet{}
+	mi := &file_stickyd_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoreGet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoreGet) ProtoMessage() {}
+
+func (x *StoreGet) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoreGet.ProtoReflect.Descriptor instead.
+func (*StoreGet) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *StoreGet) GetPaths() []string {
+	if x != nil {
+		return x.Paths
+	}
+	return nil
+}
+
+type StoreValues struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// values maps each stored path to its JSON value.
+	Values        map[string][]byte `protobuf:"bytes,1,rep,name=values,proto3" json:"values,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoreValues) Reset() {
+	*x = StoreValues{}
+	mi := &file_stickyd_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoreValues) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoreValues) ProtoMessage() {}
+
+func (x *StoreValues) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoreValues.ProtoReflect.Descriptor instead.
+func (*StoreValues) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *StoreValues) GetValues() map[string][]byte {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+// GrantAcquire (worker → host) asks for an ordered, all-or-nothing grant on
+// a set of paths, on behalf of user. The answer (GrantReply) comes when the
+// grant is held: it carries the master's content for the paths.
+type GrantAcquire struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Paths         []string               `protobuf:"bytes,1,rep,name=paths,proto3" json:"paths,omitempty"`
+	LeaseMs       int64                  `protobuf:"varint,2,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	User          string                 `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantAcquire) Reset() {
+	*x = GrantAcquire{}
+	mi := &file_stickyd_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantAcquire) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantAcquire) ProtoMessage() {}
+
+func (x *GrantAcquire) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantAcquire.ProtoReflect.Descriptor instead.
+func (*GrantAcquire) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *GrantAcquire) GetPaths() []string {
+	if x != nil {
+		return x.Paths
+	}
+	return nil
+}
+
+func (x *GrantAcquire) GetLeaseMs() int64 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
+func (x *GrantAcquire) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+type GrantReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// token fences the grant: a commit with a token the store no longer holds
+	// is refused.
+	Token         uint64            `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	Values        map[string][]byte `protobuf:"bytes,3,rep,name=values,proto3" json:"values,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	LeaseMs       int64             `protobuf:"varint,4,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantReply) Reset() {
+	*x = GrantReply{}
+	mi := &file_stickyd_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantReply) ProtoMessage() {}
+
+func (x *GrantReply) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantReply.ProtoReflect.Descriptor instead.
+func (*GrantReply) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *GrantReply) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *GrantReply) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *GrantReply) GetValues() map[string][]byte {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *GrantReply) GetLeaseMs() int64 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
+// GrantCommit (worker → host) writes within a held grant and releases it.
+// Answered with an empty GrantCommit, or an Error (a stale grant).
+type GrantCommit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	Set           map[string][]byte      `protobuf:"bytes,3,rep,name=set,proto3" json:"set,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Delete        []string               `protobuf:"bytes,4,rep,name=delete,proto3" json:"delete,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantCommit) Reset() {
+	*x = GrantCommit{}
+	mi := &file_stickyd_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantCommit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantCommit) ProtoMessage() {}
+
+func (x *GrantCommit) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantCommit.ProtoReflect.Descriptor instead.
+func (*GrantCommit) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *GrantCommit) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *GrantCommit) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *GrantCommit) GetSet() map[string][]byte {
+	if x != nil {
+		return x.Set
+	}
+	return nil
+}
+
+func (x *GrantCommit) GetDelete() []string {
+	if x != nil {
+		return x.Delete
+	}
+	return nil
+}
+
+// GrantRelease (worker → host) releases a grant without writing, or gives
+// up waiting for it.
+type GrantRelease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantRelease) Reset() {
+	*x = GrantRelease{}
+	mi := &file_stickyd_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantRelease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantRelease) ProtoMessage() {}
+
+func (x *GrantRelease) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantRelease.ProtoReflect.Descriptor instead.
+func (*GrantRelease) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *GrantRelease) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
 var File_stickyd_proto protoreflect.FileDescriptor
 
 const file_stickyd_proto_rawDesc = "" +
 	"\n" +
-	"\rstickyd.proto\x12\x12stickyd.channel.v1\"\xcd\x06\n" +
+	"\rstickyd.proto\x12\x12stickyd.channel.v1\"\xa0\v\n" +
 	"\bEnvelope\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\bR\x05reply\x12\x16\n" +
@@ -2642,7 +3361,17 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x04thaw\x18\x14 \x01(\v2\x18.stickyd.channel.v1.ThawH\x00R\x04thaw\x12.\n" +
 	"\x04wake\x18\x15 \x01(\v2\x18.stickyd.channel.v1.WakeH\x00R\x04wake\x121\n" +
 	"\x05woken\x18\x16 \x01(\v2\x19.stickyd.channel.v1.WokenH\x00R\x05woken\x121\n" +
-	"\x05evict\x18\x17 \x01(\v2\x19.stickyd.channel.v1.EvictH\x00R\x05evictB\x06\n" +
+	"\x05evict\x18\x17 \x01(\v2\x19.stickyd.channel.v1.EvictH\x00R\x05evict\x124\n" +
+	"\x06tables\x18\x18 \x01(\v2\x1a.stickyd.channel.v1.TablesH\x00R\x06tables\x127\n" +
+	"\apublish\x18\x19 \x01(\v2\x1b.stickyd.channel.v1.PublishH\x00R\apublish\x12D\n" +
+	"\ftable_change\x18\x1a \x01(\v2\x1f.stickyd.channel.v1.TableChangeH\x00R\vtableChange\x12;\n" +
+	"\tstore_get\x18\x1b \x01(\v2\x1c.stickyd.channel.v1.StoreGetH\x00R\bstoreGet\x12D\n" +
+	"\fstore_values\x18\x1c \x01(\v2\x1f.stickyd.channel.v1.StoreValuesH\x00R\vstoreValues\x12G\n" +
+	"\rgrant_acquire\x18\x1d \x01(\v2 .stickyd.channel.v1.GrantAcquireH\x00R\fgrantAcquire\x12A\n" +
+	"\vgrant_reply\x18\x1e \x01(\v2\x1e.stickyd.channel.v1.GrantReplyH\x00R\n" +
+	"grantReply\x12D\n" +
+	"\fgrant_commit\x18\x1f \x01(\v2\x1f.stickyd.channel.v1.GrantCommitH\x00R\vgrantCommit\x12G\n" +
+	"\rgrant_release\x18  \x01(\v2 .stickyd.channel.v1.GrantReleaseH\x00R\fgrantReleaseB\x06\n" +
 	"\x04body\"w\n" +
 	"\x05Hello\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x10\n" +
@@ -2767,17 +3496,18 @@ const file_stickyd_proto_rawDesc = "" +
 	"stateBytes\x12\x16\n" +
 	"\x06queued\x18\x05 \x01(\x03R\x06queued\"\"\n" +
 	"\bShutdown\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xb9\x01\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xca\x01\n" +
 	"\x05Error\x122\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1e.stickyd.channel.v1.Error.CodeR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"b\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"s\n" +
 	"\x04Code\x12\f\n" +
 	"\bINTERNAL\x10\x00\x12\x0f\n" +
 	"\vBAD_REQUEST\x10\x01\x12\x10\n" +
 	"\fINCOMPATIBLE\x10\x02\x12\r\n" +
 	"\tNOT_FOUND\x10\x03\x12\t\n" +
 	"\x05MOVED\x10\x04\x12\x0f\n" +
-	"\vUNAVAILABLE\x10\x05\"2\n" +
+	"\vUNAVAILABLE\x10\x05\x12\x0f\n" +
+	"\vSTALE_GRANT\x10\x06\"2\n" +
 	"\x06Freeze\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"f\n" +
@@ -2811,7 +3541,7 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x16\n" +
 	"\x06values\x18\x03 \x01(\fR\x06values\x125\n" +
-	"\x05pages\x18\x04 \x03(\v2\x1f.stickyd.channel.v1.PagePackageR\x05pages\"\xba\x01\n" +
+	"\x05pages\x18\x04 \x03(\v2\x1f.stickyd.channel.v1.PagePackageR\x05pages\"\xed\x02\n" +
 	"\vPagePackage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
@@ -2819,7 +3549,54 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x04tree\x18\x04 \x01(\fR\x04tree\x12\x10\n" +
 	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05floor\x18\x06 \x01(\x04R\x05floor\x123\n" +
-	"\apending\x18\a \x03(\v2\x19.stickyd.channel.v1.DeltaR\apending2S\n" +
+	"\apending\x18\a \x03(\v2\x19.stickyd.channel.v1.DeltaR\apending\x12\x16\n" +
+	"\x06tables\x18\b \x03(\tR\x06tables\x12@\n" +
+	"\x05marks\x18\t \x03(\v2*.stickyd.channel.v1.PagePackage.MarksEntryR\x05marks\x1aW\n" +
+	"\n" +
+	"MarksEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
+	"\x05value\x18\x02 \x01(\v2\x1d.stickyd.channel.v1.TableListR\x05value:\x028\x01\"#\n" +
+	"\tTableList\x12\x16\n" +
+	"\x06tables\x18\x01 \x03(\tR\x06tables\" \n" +
+	"\x06Tables\x12\x16\n" +
+	"\x06tables\x18\x01 \x03(\tR\x06tables\"3\n" +
+	"\aPublish\x12\x14\n" +
+	"\x05table\x18\x01 \x01(\tR\x05table\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"O\n" +
+	"\vTableChange\x12\x14\n" +
+	"\x05table\x18\x01 \x01(\tR\x05table\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x16\n" +
+	"\x06origin\x18\x03 \x01(\tR\x06origin\" \n" +
+	"\bStoreGet\x12\x14\n" +
+	"\x05paths\x18\x01 \x03(\tR\x05paths\"\x8d\x01\n" +
+	"\vStoreValues\x12C\n" +
+	"\x06values\x18\x01 \x03(\v2+.stickyd.channel.v1.StoreValues.ValuesEntryR\x06values\x1a9\n" +
+	"\vValuesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"S\n" +
+	"\fGrantAcquire\x12\x14\n" +
+	"\x05paths\x18\x01 \x03(\tR\x05paths\x12\x19\n" +
+	"\blease_ms\x18\x02 \x01(\x03R\aleaseMs\x12\x12\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\"\xcc\x01\n" +
+	"\n" +
+	"GrantReply\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12B\n" +
+	"\x06values\x18\x03 \x03(\v2*.stickyd.channel.v1.GrantReply.ValuesEntryR\x06values\x12\x19\n" +
+	"\blease_ms\x18\x04 \x01(\x03R\aleaseMs\x1a9\n" +
+	"\vValuesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xbf\x01\n" +
+	"\vGrantCommit\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12:\n" +
+	"\x03set\x18\x03 \x03(\v2(.stickyd.channel.v1.GrantCommit.SetEntryR\x03set\x12\x16\n" +
+	"\x06delete\x18\x04 \x03(\tR\x06delete\x1a6\n" +
+	"\bSetEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\x1e\n" +
+	"\fGrantRelease\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id2S\n" +
 	"\x06Worker\x12I\n" +
 	"\aChannel\x12\x1c.stickyd.channel.v1.Envelope\x1a\x1c.stickyd.channel.v1.Envelope(\x010\x01B.Z,github.com/stickyd/stickyd/internal/protocolb\x06proto3"
 
@@ -2836,7 +3613,7 @@ func file_stickyd_proto_rawDescGZIP() []byte {
 }
 
 var file_stickyd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_stickyd_proto_goTypes = []any{
 	(Delta_Op)(0),         // 0: stickyd.channel.v1.Delta.Op
 	(Error_Code)(0),       // 1: stickyd.channel.v1.Error.Code
@@ -2872,7 +3649,21 @@ var file_stickyd_proto_goTypes = []any{
 	(*UserPackage)(nil),   // 31: stickyd.channel.v1.UserPackage
 	(*ConnPackage)(nil),   // 32: stickyd.channel.v1.ConnPackage
 	(*PagePackage)(nil),   // 33: stickyd.channel.v1.PagePackage
-	nil,                   // 34: stickyd.channel.v1.Identity.AttributesEntry
+	(*TableList)(nil),     // 34: stickyd.channel.v1.TableList
+	(*Tables)(nil),        // 35: stickyd.channel.v1.Tables
+	(*Publish)(nil),       // 36: stickyd.channel.v1.Publish
+	(*TableChange)(nil),   // 37: stickyd.channel.v1.TableChange
+	(*StoreGet)(nil),      // 38: stickyd.channel.v1.StoreGet
+	(*StoreValues)(nil),   // 39: stickyd.channel.v1.StoreValues
+	(*GrantAcquire)(nil),  // 40: stickyd.channel.v1.GrantAcquire
+	(*GrantReply)(nil),    // 41: stickyd.channel.v1.GrantReply
+	(*GrantCommit)(nil),   // 42: stickyd.channel.v1.GrantCommit
+	(*GrantRelease)(nil),  // 43: stickyd.channel.v1.GrantRelease
+	nil,                   // 44: stickyd.channel.v1.Identity.AttributesEntry
+	nil,                   // 45: stickyd.channel.v1.PagePackage.MarksEntry
+	nil,                   // 46: stickyd.channel.v1.StoreValues.ValuesEntry
+	nil,                   // 47: stickyd.channel.v1.GrantReply.ValuesEntry
+	nil,                   // 48: stickyd.channel.v1.GrantCommit.SetEntry
 }
 var file_stickyd_proto_depIdxs = []int32{
 	3,  // 0: stickyd.channel.v1.Envelope.hello:type_name -> stickyd.channel.v1.Hello
@@ -2889,34 +3680,48 @@ var file_stickyd_proto_depIdxs = []int32{
 	28, // 11: stickyd.channel.v1.Envelope.wake:type_name -> stickyd.channel.v1.Wake
 	29, // 12: stickyd.channel.v1.Envelope.woken:type_name -> stickyd.channel.v1.Woken
 	30, // 13: stickyd.channel.v1.Envelope.evict:type_name -> stickyd.channel.v1.Evict
-	7,  // 14: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
-	9,  // 15: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
-	10, // 16: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
-	11, // 17: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
-	12, // 18: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
-	13, // 19: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
-	6,  // 20: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
-	6,  // 21: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
-	0,  // 22: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
-	14, // 23: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
-	34, // 24: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
-	8,  // 25: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
-	15, // 26: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
-	17, // 27: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
-	16, // 28: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
-	18, // 29: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
-	22, // 30: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
-	1,  // 31: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
-	32, // 32: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
-	33, // 33: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
-	14, // 34: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
-	2,  // 35: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
-	2,  // 36: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
-	36, // [36:37] is the sub-list for method output_type
-	35, // [35:36] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	35, // 14: stickyd.channel.v1.Envelope.tables:type_name -> stickyd.channel.v1.Tables
+	36, // 15: stickyd.channel.v1.Envelope.publish:type_name -> stickyd.channel.v1.Publish
+	37, // 16: stickyd.channel.v1.Envelope.table_change:type_name -> stickyd.channel.v1.TableChange
+	38, // 17: stickyd.channel.v1.Envelope.store_get:type_name -> stickyd.channel.v1.StoreGet
+	39, // 18: stickyd.channel.v1.Envelope.store_values:type_name -> stickyd.channel.v1.StoreValues
+	40, // 19: stickyd.channel.v1.Envelope.grant_acquire:type_name -> stickyd.channel.v1.GrantAcquire
+	41, // 20: stickyd.channel.v1.Envelope.grant_reply:type_name -> stickyd.channel.v1.GrantReply
+	42, // 21: stickyd.channel.v1.Envelope.grant_commit:type_name -> stickyd.channel.v1.GrantCommit
+	43, // 22: stickyd.channel.v1.Envelope.grant_release:type_name -> stickyd.channel.v1.GrantRelease
+	7,  // 23: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
+	9,  // 24: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
+	10, // 25: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
+	11, // 26: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
+	12, // 27: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
+	13, // 28: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
+	6,  // 29: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
+	6,  // 30: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
+	0,  // 31: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
+	14, // 32: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
+	44, // 33: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
+	8,  // 34: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
+	15, // 35: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
+	17, // 36: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
+	16, // 37: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
+	18, // 38: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
+	22, // 39: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
+	1,  // 40: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
+	32, // 41: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
+	33, // 42: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
+	14, // 43: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
+	45, // 44: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
+	46, // 45: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
+	47, // 46: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
+	48, // 47: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
+	34, // 48: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
+	2,  // 49: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
+	2,  // 50: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
+	50, // [50:51] is the sub-list for method output_type
+	49, // [49:50] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_stickyd_proto_init() }
@@ -2939,6 +3744,15 @@ func file_stickyd_proto_init() {
 		(*Envelope_Wake)(nil),
 		(*Envelope_Woken)(nil),
 		(*Envelope_Evict)(nil),
+		(*Envelope_Tables)(nil),
+		(*Envelope_Publish)(nil),
+		(*Envelope_TableChange)(nil),
+		(*Envelope_StoreGet)(nil),
+		(*Envelope_StoreValues)(nil),
+		(*Envelope_GrantAcquire)(nil),
+		(*Envelope_GrantReply)(nil),
+		(*Envelope_GrantCommit)(nil),
+		(*Envelope_GrantRelease)(nil),
 	}
 	file_stickyd_proto_msgTypes[3].OneofWrappers = []any{
 		(*Frame_Http)(nil),
@@ -2960,7 +3774,7 @@ func file_stickyd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stickyd_proto_rawDesc), len(file_stickyd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   33,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -75,7 +75,8 @@ func (rt *runtime) freeze(fr *protocol.Freeze) (*protocol.Frozen, error) {
 			}
 			p.coll.mu.Lock()
 			pp := &protocol.PagePackage{Id: p.id, Kind: p.kind, Schema: p.schema, Tree: tree,
-				Seq: p.coll.seq, Floor: p.coll.floor, Pending: append([]*protocol.Delta(nil), p.coll.pending...)}
+				Seq: p.coll.seq, Floor: p.coll.floor, Pending: append([]*protocol.Delta(nil), p.coll.pending...),
+				Tables: p.Tables(), Marks: packMarks(p.marks)}
 			p.coll.mu.Unlock()
 			// A pull waiting here is answered now (with nothing); the page
 			// pulls again and finds the person at their new home.
@@ -118,6 +119,7 @@ func (rt *runtime) evict(e *protocol.Evict) {
 	}
 	rt.dropAccountLocked(e.User)
 	rt.mu.Unlock()
+	rt.syncTables()
 	for _, s := range sessions {
 		rt.pages.Add(-int64(len(s.pages)))
 	}
@@ -172,6 +174,11 @@ func (rt *runtime) wake(w *protocol.Wake) (*protocol.Woken, error) {
 					return nil, fmt.Errorf("loading page %q: %w", pp.Id, err)
 				}
 				p.coll.seq, p.coll.floor, p.coll.pending = pp.Seq, pp.Floor, pp.Pending
+				// Subscriptions and cache marks travel with the page.
+				p.marks = unpackMarks(pp.Marks)
+				if err := p.Subscribe(pp.Tables...); err != nil {
+					rt.log.Warn("restoring a page's subscriptions", "page", p.id, "error", err)
+				}
 				continue
 			}
 			// Not guessed at: the page starts over, numbering on from
@@ -188,7 +195,29 @@ func (rt *runtime) wake(w *protocol.Wake) (*protocol.Woken, error) {
 		rt.mu.Unlock()
 		rt.pages.Add(int64(len(s.pages)))
 	}
+	rt.signalArrival(w.User)
 	return out, nil
+}
+
+// signalArrival tells a person's pages that arrived from a move, once per
+// table they subscribe to, that the table may have changed while they
+// travelled (a change published then went to the worker they left): their
+// cached values marked with it are invalidated and the app hears of it with
+// empty Data and Origin. It runs in the person's mailbox, after the wake.
+func (rt *runtime) signalArrival(user string) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	seen := map[string]bool{}
+	for s := range rt.byUser[user] {
+		for _, p := range s.pages {
+			for t := range p.tables {
+				if !seen[t] {
+					seen[t] = true
+					rt.userLocked(user).enqueue(&protocol.Envelope{Body: &protocol.Envelope_TableChange{TableChange: &protocol.TableChange{Table: t}}})
+				}
+			}
+		}
+	}
 }
 
 // recognises applies the version rule to a parked page.

@@ -12,6 +12,11 @@ type Page struct {
 	tree     *Tree
 	coll     *collector
 	local    map[string]any
+	// tables are the tables the page subscribes to; marks maps a cached
+	// value's tree path to the tables it came from (tables.go). Both are
+	// used from the person's mailbox, and tables also under rt.mu.
+	tables map[string]bool
+	marks  map[string][]string
 }
 
 func newPage(s *Session, id, kind string) *Page {

@@ -42,6 +42,10 @@ type runtime struct {
 	// since the previous probe (account.go).
 	accounts map[string]*account
 	left     []string
+	// subs indexes the pages subscribed to each table; sentTables is the
+	// set last told to the host (tables.go).
+	subs       map[string]map[*Page]struct{}
+	sentTables []string
 
 	frames atomic.Uint64
 	pages  atomic.Int64
@@ -94,6 +98,11 @@ func (rt *runtime) handle(env *protocol.Envelope) {
 	case *protocol.Envelope_Evict:
 		rt.evict(b.Evict)
 		_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Evict{Evict: &protocol.Evict{}}})
+	case *protocol.Envelope_TableChange:
+		rt.deliverTable(b.TableChange)
+		if env.Id != 0 {
+			_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_TableChange{TableChange: &protocol.TableChange{}}})
+		}
 	case *protocol.Envelope_Probe:
 		_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_ProbeReply{ProbeReply: rt.probe()}})
 	case *protocol.Envelope_Shutdown:
@@ -149,13 +158,16 @@ func (u *user) run() {
 		u.queue[0] = nil
 		u.queue = u.queue[1:]
 		u.mu.Unlock()
-		u.rt.runEnvelope(env)
+		u.rt.runEnvelope(u.key, env)
 	}
 }
 
 // runEnvelope runs one mailbox item.
-func (rt *runtime) runEnvelope(env *protocol.Envelope) {
+func (rt *runtime) runEnvelope(user string, env *protocol.Envelope) {
+	defer rt.syncTables()
 	switch b := env.Body.(type) {
+	case *protocol.Envelope_TableChange:
+		rt.applyTable(user, b.TableChange)
 	case *protocol.Envelope_Frame:
 		rt.runFrame(env)
 	case *protocol.Envelope_Freeze:
@@ -250,8 +262,11 @@ func (rt *runtime) addConnLocked(s *Session) {
 	rt.byUser[k][s] = struct{}{}
 }
 
-// dropConnLocked forgets a connection.
+// dropConnLocked forgets a connection (and its pages' subscriptions).
 func (rt *runtime) dropConnLocked(s *Session) {
+	for _, p := range s.pages {
+		rt.dropPageLocked(p)
+	}
 	if rt.conns[s.name] == s {
 		delete(rt.conns, s.name)
 	}
@@ -312,6 +327,9 @@ func (rt *runtime) frame(f *protocol.Frame, id uint64) (*protocol.FrameReply, er
 		return rt.pull(s, k.Pull, id)
 	case *protocol.Frame_Close:
 		if p := s.pages[k.Close.Page]; p != nil {
+			rt.mu.Lock()
+			rt.dropPageLocked(p)
+			rt.mu.Unlock()
 			delete(s.pages, p.id)
 			rt.pages.Add(-1)
 			p.coll.cancel()

@@ -75,6 +75,8 @@ func (App) OpenPage(ctx context.Context, p *worker.Page) error {
 
 type message struct {
 	Op    string          `json:"op"`
+	Table string          `json:"table"`
+	Key   string          `json:"key"`
 	Text  string          `json:"text"`
 	Bytes int             `json:"bytes"`
 	Ms    int             `json:"ms"`
@@ -88,7 +90,9 @@ var leaked struct {
 	chunks [][]byte
 }
 
-// Message handles inc, note, fill, leak, echo, stall and panic.
+// Message handles inc, note, fill, leak, echo, stall and panic, and for
+// tables: sub (subscribe the page to table), pub (publish a change of table
+// with v), cache (cache v under key, marked with table).
 func (App) Message(ctx context.Context, p *worker.Page, raw json.RawMessage) (any, error) {
 	var m message
 	if err := json.Unmarshal(raw, &m); err != nil {
@@ -135,6 +139,12 @@ func (App) Message(ctx context.Context, p *worker.Page, raw json.RawMessage) (an
 		leaked.chunks = append(leaked.chunks, b)
 		leaked.Unlock()
 		return m.Bytes, nil
+	case "sub":
+		return nil, p.Subscribe(m.Table)
+	case "pub":
+		return nil, worker.Publish(ctx, m.Table, m.V)
+	case "cache":
+		return p.Cached(m.Key, []string{m.Table}, func() (any, error) { return m.V, nil })
 	case "echo":
 		return m.V, nil
 	case "panic":
@@ -153,4 +163,21 @@ func (App) Message(ctx context.Context, p *worker.Page, raw json.RawMessage) (an
 	default:
 		return nil, fmt.Errorf("unknown op %q", m.Op)
 	}
+}
+
+// OnTableChange counts the changes each table brought the page, and notes
+// when the last one arrived (unix nanoseconds) and what it said.
+func (App) OnTableChange(ctx context.Context, p *worker.Page, c worker.TableChange) error {
+	t := p.Tree()
+	if err := t.Set("heard/"+c.Table, t.Number("heard/"+c.Table)+1); err != nil {
+		return err
+	}
+	if err := t.Set("heard_at/"+c.Table, float64(time.Now().UnixNano())); err != nil {
+		return err
+	}
+	var v any
+	if len(c.Data) > 0 {
+		_ = json.Unmarshal(c.Data, &v)
+	}
+	return t.Set("heard_data/"+c.Table, v)
 }
