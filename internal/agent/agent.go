@@ -192,6 +192,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	a.stopTables = make(chan struct{})
 	go a.tables.run(a.stopTables)
+	go a.expireLoop(a.stopTables)
 	a.pool.FromWorker, a.pool.Ended = a.fromWorker, a.workerEnded
 	a.log.Info("starting workers", "workers", len(a.pool.Workers()))
 	if err := a.pool.Start(ctx); err != nil {

@@ -14,7 +14,9 @@ import (
 	"github.com/stickyd/stickyd/internal/protocol"
 )
 
-// tables carries table changes between workers: a worker reports the tables
+// tables carries table changes between workers (and runs the other work an
+// agent does for its workers in order, such as letting go of a dead
+// worker's grants): a worker reports the tables
 // its pages subscribe to (recorded in the maps, so every agent knows who
 // watches what), and publishes changes, which go to the other workers that
 // watch the table, and only to them. One goroutine does the work, in the
@@ -153,6 +155,8 @@ func (a *Agent) fromWorker(worker string, incarnation int, env *protocol.Envelop
 	case *protocol.Envelope_Publish:
 		p := b.Publish
 		a.tables.push(func() { a.tables.fanOut(worker, p) })
+	case *protocol.Envelope_StoreGet, *protocol.Envelope_GrantAcquire, *protocol.Envelope_GrantCommit, *protocol.Envelope_GrantRelease:
+		go a.storeCall(worker, incarnation, env, r)
 	default:
 		if env.Id != 0 {
 			_ = r.ReplyError(env.Id, protocol.Error_BAD_REQUEST, fmt.Sprintf("the host does not handle %T", env.Body))
@@ -162,5 +166,8 @@ func (a *Agent) fromWorker(worker string, incarnation int, env *protocol.Envelop
 
 // workerEnded lets go of what a worker's ended process held for others.
 func (a *Agent) workerEnded(worker string, incarnation int) {
-	a.tables.push(func() { a.tables.record(worker, nil) })
+	a.tables.push(func() {
+		a.tables.record(worker, nil)
+		a.releaseWorker(worker, incarnation)
+	})
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/stickyd/stickyd/internal/placement"
 	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/internal/store"
 )
 
 // FSM holds the maps. Reads take the read lock and see the last applied entry.
@@ -31,6 +32,8 @@ type FSM struct {
 	watch map[string]chan struct{}
 	// catalogCh is closed at the next change of the catalog.
 	catalogCh chan struct{}
+	// grantWatch holds a channel per watched grant (store.go).
+	grantWatch map[uint64]chan struct{}
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -47,6 +50,8 @@ type State struct {
 	Catalog Catalog `json:"catalog"`
 	// Tables maps a worker to the tables its pages subscribe to, sorted.
 	Tables map[string][]string `json:"tables,omitempty"`
+	// Store is the global store and its grants.
+	Store *store.Store `json:"store,omitempty"`
 }
 
 // AgentEntry is an agent as the cluster reaches it.
@@ -263,6 +268,8 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return f.applyRuleDelete(buf)
 	case TableSubsRequestType:
 		return f.applyTableSubs(buf)
+	case StoreOpRequestType:
+		return f.applyStoreOp(buf, l.Index)
 	case RegisterAgentRequestType:
 		var req AgentEntry
 		if err := json.Unmarshal(buf, &req); err != nil {
@@ -391,6 +398,9 @@ func (f *FSM) applyMoveCommit(buf []byte) interface{} {
 	if f.load[h.Worker] <= 0 {
 		delete(f.load, h.Worker)
 	}
+	// Grants the person held where they were are let go: whatever they
+	// meant to commit there will not be.
+	f.releaseMovedLocked(req.User, h.Worker, req.Now)
 	h.Worker, h.MovingTo, h.Package = req.To, "", req.Package
 	h.State = placement.StateParked
 	if req.Package == "" {
@@ -465,6 +475,9 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		s.Agents[k] = &c
 	}
 	s.Catalog = f.state.Catalog.clone()
+	if f.state.Store != nil {
+		s.Store = f.state.Store.Clone()
+	}
 	if len(f.state.Tables) > 0 {
 		s.Tables = make(map[string][]string, len(f.state.Tables))
 		for w, ts := range f.state.Tables {
@@ -501,6 +514,10 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		delete(f.watch, u)
 	}
 	f.catalogChangedLocked()
+	for id, ch := range f.grantWatch {
+		close(ch)
+		delete(f.grantWatch, id)
+	}
 	f.mu.Unlock()
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/stickyd/stickyd/internal/placement"
+	"github.com/stickyd/stickyd/internal/store"
 )
 
 // MessageType is the leading byte of a log entry. Types are append-only: a
@@ -47,6 +48,9 @@ type MoveCommitRequest struct {
 	To      string `json:"to"`
 	Epoch   uint64 `json:"epoch"`
 	Package string `json:"package,omitempty"`
+	// Now is the mover's clock (unix nanoseconds), for the grants the
+	// person's departure lets go.
+	Now int64 `json:"now,omitempty"`
 }
 
 // MoveAbortRequest rolls a move back: the user stays home.
@@ -114,6 +118,8 @@ func DecodeResult(t MessageType, b []byte) (any, error) {
 		v = new(LoginResult)
 	case MoveBeginRequestType, MoveCommitRequestType, MoveAbortRequestType, WokenRequestType:
 		v = new(placement.UserInfo)
+	case StoreOpRequestType:
+		v = new(StoreResult)
 	default:
 		return nil, nil
 	}
@@ -126,6 +132,8 @@ func DecodeResult(t MessageType, b []byte) (any, error) {
 	case *LoginResult:
 		return *x, nil
 	case *placement.UserInfo:
+		return *x, nil
+	case *StoreResult:
 		return *x, nil
 	}
 	return v, nil
@@ -140,6 +148,8 @@ func ErrorKind(err error) string {
 		return "busy"
 	case errors.Is(err, ErrGroupInUse):
 		return "group_in_use"
+	case errors.Is(err, store.ErrStaleGrant):
+		return "stale_grant"
 	}
 	return ""
 }
@@ -153,6 +163,8 @@ func KindError(kind, msg string) error {
 		return fmt.Errorf("%w (on the leader: %s)", ErrBusy, msg)
 	case "group_in_use":
 		return fmt.Errorf("%w (on the leader: %s)", ErrGroupInUse, msg)
+	case "stale_grant":
+		return fmt.Errorf("%w (on the leader: %s)", store.ErrStaleGrant, msg)
 	}
 	return errors.New(msg)
 }

@@ -185,7 +185,7 @@ func (m *Mover) travel(ctx context.Context, user, to, reason string, parking boo
 	switch {
 	case err != nil && isWorkerGone(err):
 		m.cfg.Logger.Warn("worker died during a move; reassigning without state", "user", user, "from", u.Worker, "error", err)
-		if cerr := m.apply(ctx, fsm.MoveCommitRequestType, fsm.MoveCommitRequest{User: user, To: to, Epoch: epoch}); cerr != nil {
+		if cerr := m.apply(ctx, fsm.MoveCommitRequestType, fsm.MoveCommitRequest{User: user, To: to, Epoch: epoch, Now: time.Now().UnixNano()}); cerr != nil {
 			return res, fmt.Errorf("moving %q: reassigning after the old worker died: %w", user, cerr)
 		}
 		res.Outcome = StateLost
@@ -212,7 +212,7 @@ func (m *Mover) travel(ctx context.Context, user, to, reason string, parking boo
 	}
 	res.Package = digest
 	// Reassign: the barrier drops with the person parked at to.
-	if err := m.apply(ctx, fsm.MoveCommitRequestType, fsm.MoveCommitRequest{User: user, To: to, Epoch: epoch, Package: digest}); err != nil {
+	if err := m.apply(ctx, fsm.MoveCommitRequestType, fsm.MoveCommitRequest{User: user, To: to, Epoch: epoch, Package: digest, Now: time.Now().UnixNano()}); err != nil {
 		return res, m.rollback(ctx, &res, u.Worker, user, epoch, fmt.Errorf("reassigning: %w", err))
 	}
 	res.Outcome = Moved

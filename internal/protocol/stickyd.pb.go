@@ -3091,10 +3091,13 @@ func (x *StoreValues) GetValues() map[string][]byte {
 // a set of paths, on behalf of user. The answer (GrantReply) comes when the
 // grant is held: it carries the master's content for the paths.
 type GrantAcquire struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Paths         []string               `protobuf:"bytes,1,rep,name=paths,proto3" json:"paths,omitempty"`
-	LeaseMs       int64                  `protobuf:"varint,2,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
-	User          string                 `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Paths   []string               `protobuf:"bytes,1,rep,name=paths,proto3" json:"paths,omitempty"`
+	LeaseMs int64                  `protobuf:"varint,2,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	User    string                 `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	// wait_ms bounds the wait in the queue; past it the request is withdrawn
+	// and answered UNAVAILABLE.
+	WaitMs        int64 `protobuf:"varint,4,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3148,6 +3151,13 @@ func (x *GrantAcquire) GetUser() string {
 		return x.User
 	}
 	return ""
+}
+
+func (x *GrantAcquire) GetWaitMs() int64 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
 }
 
 type GrantReply struct {
@@ -3573,11 +3583,12 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x06values\x18\x01 \x03(\v2+.stickyd.channel.v1.StoreValues.ValuesEntryR\x06values\x1a9\n" +
 	"\vValuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"S\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"l\n" +
 	"\fGrantAcquire\x12\x14\n" +
 	"\x05paths\x18\x01 \x03(\tR\x05paths\x12\x19\n" +
 	"\blease_ms\x18\x02 \x01(\x03R\aleaseMs\x12\x12\n" +
-	"\x04user\x18\x03 \x01(\tR\x04user\"\xcc\x01\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\x12\x17\n" +
+	"\await_ms\x18\x04 \x01(\x03R\x06waitMs\"\xcc\x01\n" +
 	"\n" +
 	"GrantReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -52,6 +53,8 @@ type Node struct {
 	logs      raft.LogStore
 	stable    raft.StableStore
 	snaps     raft.SnapshotStore
+	stopOnce  sync.Once
+	stopErr   error
 }
 
 // ErrNotLeader is returned when a write reaches a member that is not the leader.
@@ -264,15 +267,17 @@ func (n *Node) ApplyIndex(ctx context.Context, entry []byte) (any, uint64, error
 	return f.Response(), f.Index(), nil
 }
 
-// Shutdown stops the member and closes its stores. Idempotent.
+// Shutdown stops the member and closes its stores. Idempotent. Raft stays
+// set: a late call gets raft's ErrRaftShutdown (State reports Shutdown),
+// never a nil pointer.
 func (n *Node) Shutdown() error {
-	var err error
-	if n.Raft != nil {
-		err = n.Raft.Shutdown().Error()
-		n.Raft = nil
-	}
-	n.close()
-	return err
+	n.stopOnce.Do(func() {
+		if n.Raft != nil {
+			n.stopErr = n.Raft.Shutdown().Error()
+		}
+		n.close()
+	})
+	return n.stopErr
 }
 
 func (n *Node) close() {

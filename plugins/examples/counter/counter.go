@@ -77,6 +77,8 @@ type message struct {
 	Op    string          `json:"op"`
 	Table string          `json:"table"`
 	Key   string          `json:"key"`
+	Paths []string        `json:"paths"`
+	Lease int             `json:"lease_ms"`
 	Text  string          `json:"text"`
 	Bytes int             `json:"bytes"`
 	Ms    int             `json:"ms"`
@@ -145,6 +147,27 @@ func (App) Message(ctx context.Context, p *worker.Page, raw json.RawMessage) (an
 		return nil, worker.Publish(ctx, m.Table, m.V)
 	case "cache":
 		return p.Cached(m.Key, []string{m.Table}, func() (any, error) { return m.V, nil })
+	case "sget":
+		return worker.Get(ctx, m.Paths...)
+	case "sincr":
+		// Read-modify-write of a shared counter at Key under a grant on
+		// Paths (which must hold Key).
+		return incr(ctx, m.Key, m.Paths, time.Duration(m.Lease)*time.Millisecond, 0)
+	case "slate":
+		// The same with a pause of Ms between the grant and the commit:
+		// past the lease, the commit must be refused.
+		if m.Ms < 0 || m.Ms > 60000 {
+			return nil, errors.New("slate: ms must be 0..60000")
+		}
+		return incr(ctx, m.Key, m.Paths, time.Duration(m.Lease)*time.Millisecond, time.Duration(m.Ms)*time.Millisecond)
+	case "shold":
+		// Takes a grant and keeps it: it ends with its lease, its worker
+		// or its person's move.
+		g, err := worker.Acquire(ctx, m.Paths, time.Duration(m.Lease)*time.Millisecond)
+		if err != nil {
+			return nil, err
+		}
+		return g.Token, nil
 	case "echo":
 		return m.V, nil
 	case "panic":
@@ -180,4 +203,27 @@ func (App) OnTableChange(ctx context.Context, p *worker.Page, c worker.TableChan
 		_ = json.Unmarshal(c.Data, &v)
 	}
 	return t.Set("heard_data/"+c.Table, v)
+}
+
+// incr adds one to the number at key of the global store under a grant on
+// paths, pausing pause before the commit, and returns the new value.
+func incr(ctx context.Context, key string, paths []string, lease, pause time.Duration) (any, error) {
+	g, err := worker.Acquire(ctx, paths, lease)
+	if err != nil {
+		return nil, err
+	}
+	var n float64
+	if b, ok := g.Values[key]; ok {
+		if err := json.Unmarshal(b, &n); err != nil {
+			_ = g.Release(ctx)
+			return nil, fmt.Errorf("%s holds %s, not a number", key, b)
+		}
+	}
+	if pause > 0 {
+		time.Sleep(pause)
+	}
+	if err := g.Commit(ctx, map[string]any{key: n + 1}); err != nil {
+		return nil, err
+	}
+	return n + 1, nil
 }
