@@ -269,3 +269,53 @@ func adminPost(t *testing.T, addr, path, body string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// The global store and its queue of waiters live in the replicated maps: a
+// grant held through a follower, and a request waiting behind it through
+// another follower, survive the leader's SIGKILL; when the held grant's
+// lease runs out (the new leader expires it) the waiter is granted, and the
+// store's values are intact.
+func TestGrantQueueSurvivesLeaderLoss(t *testing.T) {
+	ps, leader := startCluster(t, 3)
+	f1, f2 := ps[(leader+1)%3], ps[(leader+2)%3]
+	person := func(p *proc, name string) *tab {
+		b := procBrowser(t, p)
+		if code, body := b.do("POST", "/login?user="+name); code != 200 {
+			t.Fatalf("login of %s: %d %s", name, code, body)
+		}
+		return b.openTab("p")
+	}
+	a, b := person(f1, "holder"), person(f2, "waiter")
+	if ans := a.send(map[string]any{"op": "sincr", "key": "kept/n", "paths": []string{"kept"}}); string(ans.Data) != "1" {
+		t.Fatalf("first increment: %s", ans.Data)
+	}
+	a.send(map[string]any{"op": "shold", "paths": []string{"q/k"}, "lease_ms": 6000})
+	held := time.Now()
+	got := make(chan answer, 1)
+	go func() {
+		ans, err := b.tryOp(map[string]any{"op": "msg", "data": map[string]any{"op": "sincr", "key": "q/k", "paths": []string{"q/k"}}})
+		if err != nil {
+			ans.Error = err.Error()
+		}
+		got <- ans
+	}()
+	time.Sleep(500 * time.Millisecond) // the waiter's request is queued
+	if err := ps[leader].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-ps[leader].exited
+	select {
+	case ans := <-got:
+		if ans.Op != "reply" || ans.Error != "" || string(ans.Data) != "1" {
+			t.Fatalf("the waiter's increment after the leader died: %+v", ans)
+		}
+		if waited := time.Since(held); waited < 5*time.Second {
+			t.Fatalf("the waiter was granted after %v, before the holder's 6 s lease ran out", waited)
+		}
+	case <-time.After(45 * time.Second):
+		t.Fatal("the waiter was never granted after the leader died")
+	}
+	if ans := b.send(map[string]any{"op": "sget", "paths": []string{"kept"}}); !strings.Contains(string(ans.Data), `"kept/n":1`) {
+		t.Fatalf("the store after the leader change: %s", ans.Data)
+	}
+}
