@@ -29,6 +29,7 @@ import (
 	"github.com/stickyd/stickyd/internal/front"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/host"
+	"github.com/stickyd/stickyd/internal/monitor"
 	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/park"
 	"github.com/stickyd/stickyd/internal/raftnode"
@@ -78,6 +79,9 @@ type Agent struct {
 	builtins   map[string]Builtin
 	tables     *tables
 	stopTables chan struct{}
+	history    history
+	monMu      sync.Mutex // guards lastParts
+	lastParts  map[string]LocalMonitor
 	bundles    *bundle.Cache
 	// catalogGroups are the groups this agent runs for the catalog (not
 	// from its configuration file); guarded by groupsMu.
@@ -190,6 +194,9 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	if a.tables, err = newTables(a, a.registry); err != nil {
 		return err
 	}
+	if err := a.registerMonitorMetrics(); err != nil {
+		return err
+	}
 	a.stopTables = make(chan struct{})
 	go a.tables.run(a.stopTables)
 	go a.expireLoop(a.stopTables)
@@ -230,6 +237,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		MaxHeld:         a.cfg.Front.MaxHeld,
 		Registry:        a.registry,
 		Health:          a.health,
+		Monitor:         monitor.WebHandler(a.token, a.monitorView),
 		Logger:          a.log.Named("front"),
 	})
 	if err != nil {
@@ -257,7 +265,9 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	a.api.Store(api.Handler(api.Config{Token: a.token, Supervisor: a.sup, Gatherer: a.registry, Logger: a.log.Named("api"),
 		Workers: func() any { return append(a.pool.Workers(), a.pool.Retired()...) }, Status: a.status,
 		Events: func() any { return a.govern.events() },
-		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: checkGovernance, CheckBundle: a.checkBundle}))
+		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: checkGovernance, CheckBundle: a.checkBundle,
+		Monitor:      func(ctx context.Context) (any, error) { return a.monitorView(ctx) },
+		MonitorLocal: func() any { return a.localMonitor() }}))
 	a.started = true
 	return nil
 }

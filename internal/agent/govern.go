@@ -95,6 +95,7 @@ func (g *governance) round(now time.Time) {
 	live := map[string]bool{}
 	for _, w := range g.a.pool.Workers() {
 		live[w.ID] = true
+		g.a.history.record(w) // every worker's memory, for the monitor's chart
 		if w.State != host.StateReady || w.LastProbe.IsZero() {
 			continue
 		}
@@ -228,4 +229,14 @@ func (g *governance) events() []governor.Event {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.eng.Events()
+}
+
+// outlook is governance's view of a worker, for the monitor.
+func (g *governance) outlook(worker string) (governor.Outlook, bool) {
+	if g == nil {
+		return governor.Outlook{}, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.eng.Outlook(worker)
 }

@@ -55,6 +55,10 @@ type Config struct {
 	// CheckBundle, if set, checks that a new group's bundle is in the
 	// archive and verifies.
 	CheckBundle func(ctx context.Context, digest string) error
+	// Monitor composes the whole pool's reading (GET /v1/monitor);
+	// MonitorLocal this agent's part of it (GET /v1/monitor/local).
+	Monitor      func(ctx context.Context) (any, error)
+	MonitorLocal func() any
 }
 
 // Handler returns the API's handler.
@@ -85,7 +89,27 @@ func Handler(cfg Config) http.Handler {
 		}))
 	}
 	if cfg.Gatherer != nil {
-		mux.Handle("GET /v1/metrics", a.auth(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
+		metrics := promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
+		mux.Handle("GET /v1/metrics", a.auth(metrics))
+		// Prometheus scrapes /metrics without the admin token, by
+		// convention; it shows counts, never a person's data.
+		mux.Handle("GET /metrics", metrics)
+	}
+	if cfg.Monitor != nil {
+		mux.HandleFunc("GET /v1/monitor", a.handle(func(w http.ResponseWriter, r *http.Request) error {
+			v, err := cfg.Monitor(r.Context())
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, v)
+			return nil
+		}))
+	}
+	if cfg.MonitorLocal != nil {
+		mux.HandleFunc("GET /v1/monitor/local", a.handle(func(w http.ResponseWriter, r *http.Request) error {
+			writeJSON(w, http.StatusOK, cfg.MonitorLocal())
+			return nil
+		}))
 	}
 	mux.HandleFunc("/", a.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return &Error{Status: http.StatusNotFound, Message: fmt.Sprintf("no API route %s %s", r.Method, r.URL.Path)}

@@ -80,6 +80,7 @@ func RunWith(args []string, ui cli.Ui, builtins map[string]agent.Builtin) int {
 			"group retire":   func() (cli.Command, error) { return &GroupRetireCommand{Meta: meta}, nil },
 
 			"status":                   func() (cli.Command, error) { return &StatusCommand{Meta: meta}, nil },
+			"monitor":                  func() (cli.Command, error) { return &MonitorCommand{Meta: meta}, nil },
 			"events":                   func() (cli.Command, error) { return &EventsCommand{Meta: meta}, nil },
 			"server":                   func() (cli.Command, error) { return &ServerCommand{Meta: meta}, nil },
 			"server members":           func() (cli.Command, error) { return &ServerMembersCommand{Meta: meta}, nil },

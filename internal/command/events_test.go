@@ -22,7 +22,7 @@ func TestEvents(t *testing.T) {
 		t.Fatalf("called %s %s", c.Method, c.Path)
 	}
 	r = run(t, f.args("events", "-json")...)
-	r.expect(t, 0, []string{`"Reason": "web-3 over memory`}, nil)
+	r.expect(t, 0, []string{`"reason": "web-3 over memory`}, nil)
 
 	empty := newFakeAPI(t, map[string]http.HandlerFunc{"GET /v1/events": answer(200, []governor.Event{})})
 	run(t, empty.args("events")...).expect(t, 0, []string{"No governance events"}, nil)

@@ -88,6 +88,10 @@ type Config struct {
 	MaxHeld        int
 	// Registry receives the front's metrics; nil means none.
 	Registry prometheus.Registerer
+	// Monitor, if set, serves the monitor web page under
+	// /_stickyd/monitor/ (it sees paths with that prefix stripped and does
+	// its own admin authentication).
+	Monitor http.Handler
 	// Health adds fields to /_stickyd/health.
 	Health func() map[string]any
 	Logger hclog.Logger
@@ -164,6 +168,9 @@ func New(cfg Config) (*Front, error) {
 	f.mux.HandleFunc("GET "+Prefix+"client.js", f.clientJS)
 	f.mux.HandleFunc("GET "+Prefix+"ws", f.handle(f.serveWS))
 	f.mux.HandleFunc("POST "+Prefix+"op", f.handle(f.serveOp))
+	if cfg.Monitor != nil {
+		f.mux.Handle(Prefix+"monitor/", http.StripPrefix(Prefix+"monitor", cfg.Monitor))
+	}
 	f.mux.HandleFunc(Prefix, f.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return &HTTPError{Status: http.StatusNotFound, Message: "no such stickyd route: " + r.URL.Path}
 	}))

@@ -81,17 +81,20 @@ type Decision struct {
 // Event is one entry of the engine's history.
 type Event struct {
 	// At is the caller's clock when the event happened.
-	At time.Time
+	At time.Time `json:"at"`
 	// Kind is a decision kind (the decision was taken) or KindCompleted,
 	// KindFailed, KindBlocked.
-	Kind Kind
+	Kind Kind `json:"kind"`
 	// ID is the decision's ID; 0 for KindBlocked.
-	ID uint64
+	ID uint64 `json:"id,omitempty"`
 	// Group, Worker, User and To are those of the decision, or what a
 	// KindBlocked event is about.
-	Group, Worker, User, To string
+	Group  string `json:"group,omitempty"`
+	Worker string `json:"worker,omitempty"`
+	User   string `json:"user,omitempty"`
+	To     string `json:"to,omitempty"`
 	// Reason explains, with numbers.
-	Reason string
+	Reason string `json:"reason"`
 }
 
 // HistorySize is how many events the engine keeps; older ones are dropped.

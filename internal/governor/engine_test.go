@@ -204,3 +204,28 @@ func TestStartGrace(t *testing.T) {
 		t.Errorf("no event about the lost start in %+v", e.Events())
 	}
 }
+
+func TestOutlook(t *testing.T) {
+	p := DefaultPolicy()
+	p.GrowthWindow, p.GrowthMinSamples = time.Minute, 3
+	e, err := New(map[string]Policy{"web": p}, rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.Outlook("w1"); ok {
+		t.Fatal("an outlook before any reading")
+	}
+	t0 := time.Unix(1000, 0)
+	for i := range 7 {
+		e.Observe(Reading{Worker: "w1", Group: "web", At: t0.Add(time.Duration(i) * 10 * time.Second), CPU: 0.5, Heap: uint64(100<<20 + i*(10<<20))})
+	}
+	o, ok := e.Outlook("w1")
+	if !ok || o.Saturation["cpu"] != 0.5 || len(o.Memory) != 7 {
+		t.Fatalf("outlook %+v", o)
+	}
+	// 1 MiB/s from 160 MiB at t0+60s: the 1 GiB limit 864 s later.
+	want := t0.Add(60 * time.Second).Add(864 * time.Second)
+	if d := o.Ceiling.Sub(want); d < -time.Second || d > time.Second {
+		t.Fatalf("ceiling %v, want %v", o.Ceiling, want)
+	}
+}

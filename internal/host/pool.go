@@ -141,6 +141,8 @@ type WorkerInfo struct {
 	Mailbox    int64     `json:"mailbox_depth"`
 	Goroutines int64     `json:"goroutines"`
 	Frames     uint64    `json:"frames"`
+	// ProbeFailures counts the probes the slot's workers left unanswered.
+	ProbeFailures int64 `json:"probe_failures"`
 }
 
 type slot struct {
@@ -549,6 +551,9 @@ func (s *slot) wait(ctx context.Context) bool {
 				}
 				continue
 			}
+			s.mu.Lock()
+			s.info.ProbeFailures++
+			s.mu.Unlock()
 			if time.Since(peer.LastRecv()) < interval {
 				// No answer yet, but the worker is talking (a large
 				// package on the channel ahead of the answer): alive.

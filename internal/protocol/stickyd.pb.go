@@ -2008,7 +2008,9 @@ type UserUsage struct {
 	// state_bytes counts the bytes written into the user's page trees.
 	StateBytes uint64 `protobuf:"varint,4,opt,name=state_bytes,json=stateBytes,proto3" json:"state_bytes,omitempty"`
 	// queued is the number of envelopes in the user's mailbox now.
-	Queued        int64 `protobuf:"varint,5,opt,name=queued,proto3" json:"queued,omitempty"`
+	Queued int64 `protobuf:"varint,5,opt,name=queued,proto3" json:"queued,omitempty"`
+	// pages is the number of the user's open pages here.
+	Pages         int64 `protobuf:"varint,6,opt,name=pages,proto3" json:"pages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2074,6 +2076,13 @@ func (x *UserUsage) GetStateBytes() uint64 {
 func (x *UserUsage) GetQueued() int64 {
 	if x != nil {
 		return x.Queued
+	}
+	return 0
+}
+
+func (x *UserUsage) GetPages() int64 {
+	if x != nil {
+		return x.Pages
 	}
 	return 0
 }
@@ -3497,14 +3506,15 @@ const file_stickyd_proto_rawDesc = "" +
 	"\rmailbox_depth\x18\t \x01(\x03R\fmailboxDepth\x128\n" +
 	"\bper_user\x18\n" +
 	" \x03(\v2\x1d.stickyd.channel.v1.UserUsageR\aperUser\x12\x12\n" +
-	"\x04left\x18\v \x03(\tR\x04left\"\x93\x01\n" +
+	"\x04left\x18\v \x03(\tR\x04left\"\xa9\x01\n" +
 	"\tUserUsage\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12!\n" +
 	"\fbusy_seconds\x18\x02 \x01(\x01R\vbusySeconds\x12\x16\n" +
 	"\x06frames\x18\x03 \x01(\x04R\x06frames\x12\x1f\n" +
 	"\vstate_bytes\x18\x04 \x01(\x04R\n" +
 	"stateBytes\x12\x16\n" +
-	"\x06queued\x18\x05 \x01(\x03R\x06queued\"\"\n" +
+	"\x06queued\x18\x05 \x01(\x03R\x06queued\x12\x14\n" +
+	"\x05pages\x18\x06 \x01(\x03R\x05pages\"\"\n" +
 	"\bShutdown\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xca\x01\n" +
 	"\x05Error\x122\n" +

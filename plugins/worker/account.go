@@ -15,6 +15,7 @@ type account struct {
 	busy       atomic.Int64 // nanoseconds in the user's handlers
 	frames     atomic.Uint64
 	stateBytes atomic.Uint64 // bytes written into the user's trees
+	pages      atomic.Int64  // the user's open pages here
 	dirty      atomic.Bool
 }
 
@@ -76,6 +77,7 @@ func (rt *runtime) usageLocked() ([]*protocol.UserUsage, []string) {
 			u.mu.Unlock()
 		}
 		out = append(out, &protocol.UserUsage{
+			Pages:       a.pages.Load(),
 			User:        key,
 			BusySeconds: math.Round(float64(a.busy.Load())/1e3) / 1e6,
 			Frames:      a.frames.Load(),
@@ -86,4 +88,14 @@ func (rt *runtime) usageLocked() ([]*protocol.UserUsage, []string) {
 	left := rt.left
 	rt.left = nil
 	return out, left
+}
+
+// countPages counts n pages opened (or closed, n < 0) on session s, for the
+// worker and for the account of its person.
+func (rt *runtime) countPages(s *Session, n int64) {
+	rt.pages.Add(n)
+	if a := s.acct; a != nil {
+		a.pages.Add(n)
+		a.dirty.Store(true)
+	}
 }

@@ -121,7 +121,7 @@ func (rt *runtime) evict(e *protocol.Evict) {
 	rt.mu.Unlock()
 	rt.syncTables()
 	for _, s := range sessions {
-		rt.pages.Add(-int64(len(s.pages)))
+		rt.countPages(s, -int64(len(s.pages)))
 	}
 }
 
@@ -151,7 +151,7 @@ func (rt *runtime) wake(w *protocol.Wake) (*protocol.Woken, error) {
 	for _, s := range rt.sessionsOfLocked(w.User) {
 		// A stale copy from an earlier stay: the package is the truth.
 		rt.dropConnLocked(s)
-		rt.pages.Add(-int64(len(s.pages)))
+		rt.countPages(s, -int64(len(s.pages)))
 	}
 	delete(rt.frozen, w.User)
 	rt.epochs[w.User] = w.Epoch
@@ -192,8 +192,9 @@ func (rt *runtime) wake(w *protocol.Wake) (*protocol.Woken, error) {
 		}
 		rt.mu.Lock()
 		rt.addConnLocked(s)
+		s.acct = rt.accountLocked(s.userKey())
 		rt.mu.Unlock()
-		rt.pages.Add(int64(len(s.pages)))
+		rt.countPages(s, int64(len(s.pages)))
 	}
 	rt.signalArrival(w.User)
 	return out, nil

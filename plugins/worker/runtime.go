@@ -331,7 +331,7 @@ func (rt *runtime) frame(f *protocol.Frame, id uint64) (*protocol.FrameReply, er
 			rt.dropPageLocked(p)
 			rt.mu.Unlock()
 			delete(s.pages, p.id)
-			rt.pages.Add(-1)
+			rt.countPages(s, -1)
 			p.coll.cancel()
 			if c, ok := rt.app.(PageCloser); ok {
 				c.ClosePage(ctx, p)
@@ -397,7 +397,7 @@ func (rt *runtime) release(conn string) {
 	}
 	for _, p := range s.pages {
 		p.coll.cancel()
-		rt.pages.Add(-1)
+		rt.countPages(s, -1)
 	}
 }
 
@@ -412,10 +412,10 @@ func (rt *runtime) open(ctx context.Context, s *Session, o *protocol.PageOpen) (
 	if p == nil {
 		p = newPage(s, o.Page, o.Kind)
 		s.pages[o.Page] = p
-		rt.pages.Add(1)
+		rt.countPages(s, 1)
 		if err := rt.app.OpenPage(ctx, p); err != nil {
 			delete(s.pages, o.Page)
-			rt.pages.Add(-1)
+			rt.countPages(s, -1)
 			return nil, badf("opening page %q: %v", o.Page, err)
 		}
 		if o.After > 0 {

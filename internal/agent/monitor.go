@@ -1,0 +1,203 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stickyd/stickyd/internal/host"
+	"github.com/stickyd/stickyd/internal/monitor"
+)
+
+// The monitor's reading: each agent describes its own workers (from its
+// hosts' last probe readings: nothing waits on a worker) and the usage of
+// the people on them; the agent asked composes every agent's part with the
+// maps. An agent that does not answer shows its last known part, its
+// workers unreachable.
+
+// LocalMonitor is one agent's part of the reading (GET /v1/monitor/local).
+type LocalMonitor struct {
+	Agent   string           `json:"agent"`
+	Workers []monitor.Worker `json:"workers"`
+	// Usage is each person's running totals on this agent's workers.
+	Usage map[string]monitor.Person `json:"usage"`
+}
+
+// history keeps each worker's recent heap readings for the monitor's chart.
+type history struct {
+	mu      sync.Mutex
+	samples map[string][]monitor.Sample
+	last    map[string]time.Time
+}
+
+const historyLen = 300
+
+// record adds a worker's reading, once per probe.
+func (h *history) record(w host.WorkerInfo) {
+	if w.LastProbe.IsZero() {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.samples == nil {
+		h.samples, h.last = map[string][]monitor.Sample{}, map[string]time.Time{}
+	}
+	if !w.LastProbe.After(h.last[w.ID]) {
+		return
+	}
+	h.last[w.ID] = w.LastProbe
+	s := append(h.samples[w.ID], monitor.Sample{At: w.LastProbe, Value: float64(w.HeapBytes)})
+	if len(s) > historyLen {
+		s = s[len(s)-historyLen:]
+	}
+	h.samples[w.ID] = s
+}
+
+func (h *history) of(id string) []monitor.Sample {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]monitor.Sample(nil), h.samples[id]...)
+}
+
+// staleAfter is how old a ready worker's last probe answer may be before the
+// monitor calls it unreachable.
+func (a *Agent) staleAfter() time.Duration {
+	d := duration(a.cfg.Probe.Interval)
+	if d <= 0 {
+		return 0
+	}
+	return 3 * d
+}
+
+// localMonitor describes this agent's workers and the people on them.
+func (a *Agent) localMonitor() LocalMonitor {
+	out := LocalMonitor{Agent: a.cfg.Name, Usage: map[string]monitor.Person{}}
+	stale := a.staleAfter()
+	now := time.Now()
+	for _, w := range append(a.pool.Workers(), a.pool.Retired()...) {
+		mw := monitor.Worker{ID: w.ID, Agent: a.cfg.Name, Group: w.Group, State: w.State, Cordoned: w.Cordoned, Pid: w.Pid,
+			Incarnation: w.Incarnation, Born: w.Born, DiedAt: w.DiedAt, HowDied: w.HowDied, AppVersion: w.AppVersion,
+			LastProbe: w.LastProbe, Users: w.Users, Conns: w.Conns, Pages: w.Pages, HeapBytes: w.HeapBytes, RSSBytes: w.RSSBytes,
+			CPUSeconds: w.CPUSeconds, Goroutines: w.Goroutines, Mailbox: w.Mailbox, Frames: w.Frames, ProbeFailures: w.ProbeFailures,
+			Memory: a.history.of(w.ID)}
+		if w.State == host.StateReady && stale > 0 {
+			seen := w.LastProbe
+			if seen.IsZero() {
+				seen = w.Born
+			}
+			if now.Sub(seen) > stale {
+				mw.State = monitor.StateUnreachable
+			}
+		}
+		if o, ok := a.govern.outlook(w.ID); ok {
+			mw.Saturation, mw.MemoryLimit = o.Saturation, o.MemoryLimit
+			if !o.Ceiling.IsZero() {
+				c := o.Ceiling
+				mw.Projection = &c
+			}
+		}
+		out.Workers = append(out.Workers, mw)
+		if w.State != host.StateRetired {
+			for user, u := range a.pool.Usage(w.ID) {
+				out.Usage[user] = monitor.Person{User: user, Worker: w.ID, Pages: u.Pages, BusySeconds: u.BusySeconds, Frames: u.Frames, StateBytes: u.StateBytes}
+			}
+		}
+	}
+	return out
+}
+
+// monitorView composes the whole pool's reading.
+func (a *Agent) monitorView(ctx context.Context) (monitor.View, error) {
+	_, leader := a.raft.Leader()
+	v := monitor.View{At: time.Now(), Agent: a.cfg.Name, Leader: leader, Default: a.sup.DefaultGroup(), Events: a.govern.events()}
+	parts := []LocalMonitor{a.localMonitor()}
+	for _, ag := range a.fsm.Agents() {
+		if ag.Name == a.cfg.Name {
+			continue
+		}
+		var part LocalMonitor
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := a.call(cctx, "GET", ag.AdminAddr, "/v1/monitor/local", nil, &part)
+		cancel()
+		a.monMu.Lock()
+		if err == nil {
+			if a.lastParts == nil {
+				a.lastParts = map[string]LocalMonitor{}
+			}
+			a.lastParts[ag.Name] = part
+		} else {
+			v.Unreachable = append(v.Unreachable, ag.Name)
+			part = a.lastParts[ag.Name]
+			part.Agent = ag.Name
+			if len(part.Workers) == 0 {
+				for id, g := range ag.Workers {
+					part.Workers = append(part.Workers, monitor.Worker{ID: id, Agent: ag.Name, Group: g})
+				}
+			}
+			for i := range part.Workers {
+				if part.Workers[i].State != host.StateRetired {
+					part.Workers[i].State = monitor.StateUnreachable
+				}
+			}
+		}
+		a.monMu.Unlock()
+		parts = append(parts, part)
+	}
+	usage := map[string]monitor.Person{}
+	for _, p := range parts {
+		v.Workers = append(v.Workers, p.Workers...)
+		for u, x := range p.Usage {
+			usage[u] = x
+		}
+	}
+	sort.SliceStable(v.Workers, func(i, j int) bool {
+		ri, rj := v.Workers[i].State == host.StateRetired, v.Workers[j].State == host.StateRetired
+		if ri != rj {
+			return rj
+		}
+		if v.Workers[i].Agent != v.Workers[j].Agent {
+			return v.Workers[i].Agent < v.Workers[j].Agent
+		}
+		return v.Workers[i].ID < v.Workers[j].ID
+	})
+	for _, u := range a.sup.Users() {
+		p := monitor.Person{User: u.User, Worker: u.Worker, Group: a.router.GroupOf(u.Worker), State: u.State, Conns: u.Conns}
+		if x, ok := usage[u.User]; ok && x.Worker == u.Worker {
+			p.Pages, p.BusySeconds, p.Frames, p.StateBytes = x.Pages, x.BusySeconds, x.Frames, x.StateBytes
+		}
+		v.People = append(v.People, p)
+	}
+	return v, nil
+}
+
+// registerMonitorMetrics publishes the workers' probe readings and the
+// raft member's state in the agent's registry.
+func (a *Agent) registerMonitorMetrics() error {
+	workers := func() []monitor.Worker { return a.localMonitor().Workers }
+	cs := []prometheus.Collector{
+		monitor.NewCollector(workers),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stickyd_raft_leader", Help: "1 when this server is the raft leader."}, func() float64 {
+			if a.raft.IsLeader() {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stickyd_raft_applied_index", Help: "The last raft index applied to this server's maps."}, func() float64 {
+			return float64(a.fsm.Index())
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stickyd_supervisor_users", Help: "People in the maps."}, func() float64 {
+			_, users := a.fsm.Counts()
+			return float64(users)
+		}),
+	}
+	for _, c := range cs {
+		if err := a.registry.Register(c); err != nil {
+			return fmt.Errorf("registering monitor metrics: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+package command
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/monitor"
+)
+
+// MonitorCommand shows the live population of the pool.
+type MonitorCommand struct{ Meta }
+
+func (c *MonitorCommand) Help() string {
+	return strings.TrimSpace(`
+Usage: stickyd monitor [options]
+
+  Shows the live population of the whole pool in one reading: every
+  worker of every agent (state, group, people, connections, pages, memory,
+  CPU, saturation), then every person (where they live, which group, how
+  heavy: handler time, frames, state bytes), then governance's latest
+  decisions. A worker that does not answer its probes shows up as
+  "unreachable" with its last known numbers; it never holds the reading up.
+  The same reading is the monitor web page at /_stickyd/monitor/.
+
+Options:
+
+  -json              Print the API's JSON.
+  -watch=DURATION    Print a new reading every DURATION (e.g. 2s) until
+                     interrupted.
+  -people=N          Show at most N people, the heaviest first (default 20;
+                     0 shows none).
+` + apiOptionsHelp)
+}
+
+func (c *MonitorCommand) Synopsis() string { return "Show the live population of the pool" }
+
+func (c *MonitorCommand) Run(args []string) int {
+	var asJSON bool
+	var watch time.Duration
+	var people int
+	fs, opts := c.apiFlagSet("monitor")
+	fs.BoolVar(&asJSON, "json", false, "")
+	fs.DurationVar(&watch, "watch", 0, "")
+	fs.IntVar(&people, "people", 20, "")
+	if _, ok := c.parseArgs(fs, args, 0, c.Help); !ok {
+		return 1
+	}
+	if watch < 0 || people < 0 {
+		c.UI.Error("-watch and -people must not be negative")
+		return 1
+	}
+	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
+		for {
+			body, err := client.get(ctx, "/v1/monitor")
+			if err != nil {
+				if watch > 0 && ctx.Err() != nil {
+					return 0
+				}
+				return c.fail(fmt.Errorf("reading the monitor: %w", err))
+			}
+			if asJSON {
+				c.printJSON(body)
+			} else {
+				var v monitor.View
+				if err := json.Unmarshal(body, &v); err != nil {
+					return c.fail(fmt.Errorf("reading the monitor: decoding the answer: %w", err))
+				}
+				c.UI.Output(formatView(v, people))
+			}
+			if watch == 0 {
+				return 0
+			}
+			select {
+			case <-ctx.Done():
+				return 0
+			case <-time.After(watch):
+				c.UI.Output("")
+			}
+		}
+	})
+}
+
+// formatView words a reading as tables.
+func formatView(v monitor.View, people int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Reading of %s by %s (leader %s, default group %s)\n", v.At.Local().Format(time.RFC3339), v.Agent, orDash(v.Leader), orDash(v.Default))
+	if len(v.Unreachable) > 0 {
+		fmt.Fprintf(&b, "Agents not answering (last known numbers shown): %s\n", strings.Join(v.Unreachable, ", "))
+	}
+	rows := make([][]string, 0, len(v.Workers))
+	for _, w := range v.Workers {
+		state := w.State
+		if w.Cordoned {
+			state += ",cordoned"
+		}
+		rows = append(rows, []string{w.ID, w.Group, state, strconv.FormatInt(w.Users, 10), strconv.FormatInt(w.Conns, 10),
+			strconv.FormatInt(w.Pages, 10), formatBytes(int(w.HeapBytes)), formatBytes(int(w.RSSBytes)),
+			fmt.Sprintf("%.1fs", w.CPUSeconds), saturation(w.Saturation)})
+	}
+	b.WriteString("\n" + formatTable([]string{"WORKER", "GROUP", "STATE", "USERS", "CONNS", "PAGES", "HEAP", "RSS", "CPU", "SATURATION"}, rows))
+	if people > 0 && len(v.People) > 0 {
+		ps := append([]monitor.Person(nil), v.People...)
+		sort.SliceStable(ps, func(i, j int) bool { return ps[i].BusySeconds > ps[j].BusySeconds })
+		if len(ps) > people {
+			ps = ps[:people]
+		}
+		rows = rows[:0]
+		for _, p := range ps {
+			rows = append(rows, []string{p.User, p.Worker, orDash(p.Group), p.State, strconv.Itoa(p.Conns), strconv.FormatInt(p.Pages, 10),
+				fmt.Sprintf("%.3fs", p.BusySeconds), strconv.FormatUint(p.Frames, 10), formatBytes(int(p.StateBytes))})
+		}
+		fmt.Fprintf(&b, "\n\nPeople (%d of %d, the heaviest first):\n", len(ps), len(v.People))
+		b.WriteString(formatTable([]string{"USER", "WORKER", "GROUP", "STATE", "CONNS", "PAGES", "BUSY", "FRAMES", "WRITTEN"}, rows))
+	}
+	if n := len(v.Events); n > 0 {
+		b.WriteString("\n\nGovernance, latest decisions:\n")
+		for _, e := range v.Events[max(0, n-5):] {
+			fmt.Fprintf(&b, "  %s %s %s\n", e.At.Local().Format("15:04:05"), e.Kind, e.Reason)
+		}
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// saturation words the saturation per resource: "cpu 12% memory 40%".
+func saturation(s map[string]float64) string {
+	if len(s) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, r := range []string{"cpu", "memory", "goroutines", "mailbox"} {
+		if v, ok := s[r]; ok {
+			parts = append(parts, fmt.Sprintf("%s=%.0f%%", r, v*100))
+		}
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,104 @@
+// Package monitor composes the live population of the pool in one reading
+// (GET /v1/monitor, stickyd monitor, the monitor web page) and republishes
+// the workers' probe readings as Prometheus metrics. It reads what the
+// agents already know (the maps, the hosts' last probe readings,
+// governance's events); it never waits on a worker, so a stopped worker
+// cannot stop the reading: it shows up as unreachable with its last known
+// numbers.
+package monitor
+
+import (
+	"time"
+
+	"github.com/stickyd/stickyd/internal/governor"
+)
+
+// View is one reading of the whole pool.
+type View struct {
+	At time.Time `json:"at"`
+	// Agent is the agent that composed the view; Leader the raft leader.
+	Agent  string `json:"agent"`
+	Leader string `json:"leader"`
+	// Default is the default group.
+	Default string `json:"default_group"`
+	// Workers are every worker of every agent, by agent then id, with the
+	// workers retired lately at the end.
+	Workers []Worker `json:"workers"`
+	// People are every person in the maps, by name.
+	People []Person `json:"people"`
+	// Events are governance's recent decisions on the composing agent,
+	// oldest first.
+	Events []governor.Event `json:"events"`
+	// Unreachable names the agents whose workers could not be read now
+	// (their last known numbers are shown).
+	Unreachable []string `json:"unreachable_agents,omitempty"`
+}
+
+// Worker states beyond the host's (starting, ready, dead, refused,
+// stopped, retired).
+const (
+	// StateUnreachable: the worker's host says ready, but its last probe
+	// answer is too old (it is stopped or swamped), or its agent cannot be
+	// reached. Its numbers are the last known.
+	StateUnreachable = "unreachable"
+)
+
+// Worker is a worker with what it holds and consumes.
+type Worker struct {
+	ID    string `json:"id"`
+	Agent string `json:"agent"`
+	Group string `json:"group"`
+	// State is the lifecycle state, or StateUnreachable.
+	State       string    `json:"state"`
+	Cordoned    bool      `json:"cordoned,omitempty"`
+	Pid         int       `json:"pid,omitempty"`
+	Incarnation int       `json:"incarnation"`
+	Born        time.Time `json:"born,omitzero"`
+	DiedAt      time.Time `json:"died_at,omitzero"`
+	HowDied     string    `json:"how_died,omitempty"`
+	AppVersion  string    `json:"app_version,omitempty"`
+	// LastProbe is when the numbers below were read.
+	LastProbe  time.Time `json:"last_probe,omitzero"`
+	Users      int64     `json:"users"`
+	Conns      int64     `json:"conns"`
+	Pages      int64     `json:"pages"`
+	HeapBytes  uint64    `json:"heap_bytes"`
+	RSSBytes   uint64    `json:"rss_bytes"`
+	CPUSeconds float64   `json:"cpu_seconds"`
+	Goroutines int64     `json:"goroutines"`
+	Mailbox    int64     `json:"mailbox_depth"`
+	Frames     uint64    `json:"frames"`
+	// ProbeFailures counts the probes the worker's slot left unanswered.
+	ProbeFailures int64 `json:"probe_failures"`
+	// Saturation is each watched resource's use as a fraction of its limit
+	// (cpu, memory, goroutines, mailbox), for governed groups.
+	Saturation map[string]float64 `json:"saturation,omitempty"`
+	// Memory is the worker's recent memory (heap) history, oldest first,
+	// for the chart; Projection, when set, is when its growth reaches the
+	// memory limit (the replacement projection).
+	Memory     []Sample   `json:"memory,omitempty"`
+	Projection *time.Time `json:"projection,omitempty"`
+	// MemoryLimit is what 100% memory means for the worker's group
+	// (governed groups), in bytes.
+	MemoryLimit float64 `json:"memory_limit,omitempty"`
+}
+
+// Sample is one reading of a number over time.
+type Sample struct {
+	At    time.Time `json:"at"`
+	Value float64   `json:"value"`
+}
+
+// Person is one person: where they live and how heavy they are.
+type Person struct {
+	User   string `json:"user"`
+	Worker string `json:"worker"`
+	Group  string `json:"group"`
+	State  string `json:"state"` // live, moving, parked
+	Conns  int    `json:"conns"`
+	Pages  int64  `json:"pages"`
+	// Cumulative consumption on their current worker (since they arrived).
+	BusySeconds float64 `json:"busy_seconds"`
+	Frames      uint64  `json:"frames"`
+	StateBytes  uint64  `json:"state_bytes"`
+}
