@@ -39,7 +39,10 @@ func TestCounterNoLostUpdate(t *testing.T) {
 	var id uint64
 	var now int64
 	value := 0 // what the last commit wrote
-	for value < increments {
+	for step := 0; value < increments; step++ {
+		if step > 100*increments {
+			t.Fatalf("no progress: counter %d after %d steps", value, step)
+		}
 		now += 10
 		i := r.IntN(clients)
 		c := &cs[i]

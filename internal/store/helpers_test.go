@@ -36,19 +36,6 @@ func conflictOracle(a, b []string) bool {
 	return false
 }
 
-// conflictFast is the same relation through the store's own overlaps, for
-// checks run after every operation.
-func conflictFast(a, b []string) bool {
-	for _, p := range a {
-		for _, q := range b {
-			if overlaps(p, q) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 func mustAcquire(t testing.TB, s *Store, id uint64, o Owner, now int64, paths ...string) Result {
 	t.Helper()
 	res, err := s.Acquire(id, o, paths, time.Minute, now)
