@@ -50,6 +50,7 @@ bench:
 	$(GO) run ./test/bench/restart
 	$(GO) run ./test/bench/promote
 	$(GO) run ./test/bench/template
+	$(GO) run ./test/bench/livedata
 
 ## proto: regenerate the channel protocol (protoc from protobuf-compiler).
 proto:

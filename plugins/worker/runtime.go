@@ -285,6 +285,12 @@ func (rt *runtime) setUserLocked(s *Session, user string) {
 	rt.dropConnLocked(s)
 	s.user = user
 	rt.addConnLocked(s)
+	// The connection's pages stay: so do their subscriptions.
+	for _, p := range s.pages {
+		for t := range p.tables {
+			rt.subscribeLocked(t, p)
+		}
+	}
 }
 
 func userOf(key string) string {

@@ -178,6 +178,15 @@ func TestTablesReachSubscribedPagesOnly(t *testing.T) {
 		e := got.last("tables")
 		return e != nil && len(e.GetTables().Tables) == 1 && e.GetTables().Tables[0] == "stock"
 	})
+	// Logging in keeps a page's subscriptions.
+	if _, err := hs.frame(&protocol.Frame{User: b.user, Conn: b.conn, Kind: &protocol.Frame_Http{Http: &protocol.HTTPRequest{Method: "GET", Url: "/login?u=bea"}}}); err != nil {
+		t.Fatal(err)
+	}
+	b.user = "bea"
+	if _, err := hs.peer.Call(t.Context(), &protocol.Envelope{Body: &protocol.Envelope_TableChange{TableChange: &protocol.TableChange{Table: "stock", Origin: "w2"}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("b's delta after the login", func() bool { db = pull(b); return db["heard/stock"] == "SET 2" })
 	if err := checkTables([]string{"Bad Name"}); err == nil {
 		t.Fatal("a bad table name was accepted")
 	}

@@ -5,7 +5,9 @@
 // filter typed in the search box comes back from the worker as deltas, two
 // tabs hold two pages on one worker, a reload resumes its page, the document's
 // word count is computed by the worker, and a killed worker's page restarts
-// clean with a notice.
+// clean with a notice. On customer pages, two people on two workers see each
+// other's saves live (the global store and table subscriptions) and take
+// distinct, consecutive numbers from a shared ticket sequence.
 //
 // The tests need Chromium (Debian: `apt-get install -y chromium`, or `make
 // deps`; $CHROMIUM names another binary). Without it they fail, never skip:

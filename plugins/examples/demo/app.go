@@ -16,14 +16,15 @@ import (
 
 // Page kinds the demo serves.
 const (
-	kindGrid = "grid"
-	kindDoc  = "doc"
+	kindGrid     = "grid"
+	kindDoc      = "doc"
+	kindCustomer = "customer"
 )
 
 // Errors a page sees when its message is refused.
 var (
 	// ErrUnknownKind is returned when a page of another kind opens.
-	ErrUnknownKind = errors.New("unknown page kind: the demo has grid and doc pages")
+	ErrUnknownKind = errors.New("unknown page kind: the demo has grid, doc and customer pages")
 	// ErrUnknownOp is returned for a message whose op the page kind lacks.
 	ErrUnknownOp = errors.New("unknown op")
 	// ErrBadMessage is returned for a message that is not what its op takes:
@@ -86,6 +87,8 @@ func (a *App) OpenPage(ctx context.Context, p *worker.Page) error {
 			return p.Tree().Set("tags", []any{})
 		}
 		return nil
+	case kindCustomer:
+		return a.openCustomer(ctx, p)
 	}
 	return fmt.Errorf("opening a %q page: %w", p.Kind(), ErrUnknownKind)
 }
@@ -99,6 +102,8 @@ func (a *App) Message(ctx context.Context, p *worker.Page, msg json.RawMessage) 
 		return a.gridMessage(p, msg)
 	case kindDoc:
 		return a.docMessage(p, msg)
+	case kindCustomer:
+		return a.customerMessage(ctx, p, msg)
 	}
 	return nil, fmt.Errorf("handling a %q page's message: %w", p.Kind(), ErrUnknownKind)
 }

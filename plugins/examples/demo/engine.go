@@ -70,12 +70,13 @@ type sortOrders struct {
 func (a *App) WithEngine() worker.App { return engineApp{a} }
 
 // engineApp is the App with worker.Engine. Embedding keeps every other
-// ability of *App (Schemas) visible to the SDK.
+// ability of *App (Schemas, TableWatcher) visible to the SDK.
 type engineApp struct{ *App }
 
 var (
-	_ worker.Engine  = engineApp{}
-	_ worker.Schemas = engineApp{}
+	_ worker.Engine       = engineApp{}
+	_ worker.Schemas      = engineApp{}
+	_ worker.TableWatcher = engineApp{}
 )
 
 // BuildEngine builds the engine's image for the whole order table.

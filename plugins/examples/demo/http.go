@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"time"
 
@@ -14,10 +15,12 @@ import (
 
 // The site's routes:
 //
-//	GET  /               the app page (grid, document, login box, status bar)
-//	GET  /assets/{name}  app.js and app.css
-//	POST /login          form field "user": logs the connection in, 303 to /
-//	GET  /whoami         {"conn", "user", "worker"} of the connection
+//	GET  /                the app page (grid, document, login box, status bar)
+//	GET  /customers/{id}  a customer page (customer.go); id is 1-9 digits
+//	GET  /assets/{name}   app.js, customer.js and app.css
+//	POST /login           form field "user": logs the connection in, 303 to
+//	                      the form's "next" (/ or a customer page; default /)
+//	GET  /whoami          {"conn", "user", "worker"} of the connection
 //
 // Anything else is 404 (405 for a known path with another method).
 
@@ -44,6 +47,7 @@ type handlerFunc func(http.ResponseWriter, *http.Request) error
 func (a *App) newRoutes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /{$}", a.handle(a.serveIndex))
+	mux.Handle("GET /customers/{id}", a.handle(a.serveCustomer))
 	mux.Handle("GET /assets/{name}", a.handle(a.serveAsset))
 	mux.Handle("POST /login", a.handle(a.serveLogin))
 	mux.Handle("GET /whoami", a.handle(a.serveWhoami))
@@ -75,19 +79,42 @@ func (a *App) handle(h handlerFunc) http.Handler {
 }
 
 func (a *App) serveIndex(w http.ResponseWriter, r *http.Request) error {
-	d := indexData{}
-	if s := a.sessionFrom(r.Context()); s != nil {
-		d = indexData{InStickyd: true, Worker: s.WorkerID(), Conn: s.Conn(), User: s.User()}
-	}
-	body, err := renderIndex(d)
+	body, err := renderIndex(a.pageData(r))
 	if err != nil {
 		return fmt.Errorf("rendering the page: %w", err)
 	}
+	return writePage(w, body)
+}
+
+func (a *App) serveCustomer(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if !customerIDRE.MatchString(id) {
+		return &httpError{status: http.StatusNotFound, msg: "no such customer: a customer id is 1-9 digits"}
+	}
+	d := a.pageData(r)
+	d.Customer, d.Here = id, "/customers/"+id
+	body, err := renderCustomer(d)
+	if err != nil {
+		return fmt.Errorf("rendering customer %s's page: %w", id, err)
+	}
+	return writePage(w, body)
+}
+
+// pageData is what a page shows of the request's connection.
+func (a *App) pageData(r *http.Request) indexData {
+	if s := a.sessionFrom(r.Context()); s != nil {
+		return indexData{InStickyd: true, Worker: s.WorkerID(), Conn: s.Conn(), User: s.User()}
+	}
+	return indexData{}
+}
+
+// writePage writes a rendered HTML page.
+func writePage(w http.ResponseWriter, body []byte) error {
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Security-Policy", "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; frame-ancestors 'none'")
-	_, err = w.Write(body)
+	_, err := w.Write(body)
 	return err
 }
 
@@ -108,6 +135,10 @@ func (a *App) serveAsset(w http.ResponseWriter, r *http.Request) error {
 // maxLoginForm bounds the login form's body.
 const maxLoginForm = 4 << 10
 
+// loginNextRE is where a login may send the browser back to: the site's own
+// pages, never another site (no open redirect).
+var loginNextRE = regexp.MustCompile(`^/(customers/[1-9][0-9]{0,8})?$`)
+
 func (a *App) serveLogin(w http.ResponseWriter, r *http.Request) error {
 	r.Body = http.MaxBytesReader(w, r.Body, maxLoginForm)
 	if err := r.ParseForm(); err != nil {
@@ -116,6 +147,13 @@ func (a *App) serveLogin(w http.ResponseWriter, r *http.Request) error {
 	user := strings.TrimSpace(r.PostForm.Get("user"))
 	if user == "" {
 		return &httpError{status: http.StatusBadRequest, msg: `logging in: the form needs a "user" field with a user name`}
+	}
+	next := r.PostForm.Get("next")
+	if next == "" {
+		next = "/"
+	}
+	if !loginNextRE.MatchString(next) {
+		return &httpError{status: http.StatusBadRequest, msg: `logging in: "next" must be / or a customer page (/customers/ID)`}
 	}
 	s := a.sessionFrom(r.Context())
 	if s == nil {
@@ -127,7 +165,7 @@ func (a *App) serveLogin(w http.ResponseWriter, r *http.Request) error {
 		}
 		return fmt.Errorf("logging in %q: %w", user, err)
 	}
-	http.Redirect(w, r, "/", http.StatusSeeOther)
+	http.Redirect(w, r, next, http.StatusSeeOther)
 	return nil
 }
 

@@ -87,6 +87,23 @@ func TestRoutes(t *testing.T) {
 		{"login blank user", nil, "POST", "/login", url.Values{"user": {"  "}}, 400, "needs a \"user\"", ""},
 		{"login bad name", &fakeSession{loginErr: badName}, "POST", "/login", url.Values{"user": {"x y"}}, 400, "bad name", ""},
 		{"login by get", &fakeSession{}, "GET", "/login", nil, 405, "", ""},
+		{"login back to a customer", &fakeSession{}, "POST", "/login", url.Values{"user": {"ana"}, "next": {"/customers/42"}}, 303, "", "/customers/42"},
+		{"login back home", &fakeSession{}, "POST", "/login", url.Values{"user": {"ana"}, "next": {"/"}}, 303, "", "/"},
+		{"login to another site", &fakeSession{}, "POST", "/login", url.Values{"user": {"ana"}, "next": {"//evil.example/"}}, 400, `"next" must be`, ""},
+		{"login to a url", &fakeSession{}, "POST", "/login", url.Values{"user": {"ana"}, "next": {"https://evil.example/"}}, 400, `"next" must be`, ""},
+		{"login to another path", &fakeSession{}, "POST", "/login", url.Values{"user": {"ana"}, "next": {"/whoami"}}, 400, `"next" must be`, ""},
+		{"customer page", nil, "GET", "/customers/42", nil, 200, `data-customer="42"`, ""},
+		{"customer page loads its script", nil, "GET", "/customers/7", nil, 200, `<script src="/assets/customer.js"></script>`, ""},
+		{"customer page comes back after login", nil, "GET", "/customers/42", nil, 200, `name="next" value="/customers/42"`, ""},
+		{"customer page with worker", &fakeSession{worker: "w-3", user: "bob"}, "GET", "/customers/1", nil, 200, `<b id="s-server">w-3</b>`, ""},
+		{"customer nav marks the page", nil, "GET", "/customers/42", nil, 200, `href="/customers/42" aria-current="page"`, ""},
+		{"customer id not digits", nil, "GET", "/customers/abc", nil, 404, "no such customer", ""},
+		{"customer id zero", nil, "GET", "/customers/0", nil, 404, "no such customer", ""},
+		{"customer id too long", nil, "GET", "/customers/1234567890", nil, 404, "no such customer", ""},
+		{"customers folder", nil, "GET", "/customers/", nil, 404, "", ""},
+		{"post customer", nil, "POST", "/customers/1", nil, 405, "", ""},
+		{"customer.js", nil, "GET", "/assets/customer.js", nil, 200, `stickyd.page({ kind: "customer"`, ""},
+		{"page links the customers", nil, "GET", "/", nil, 200, `<a href="/customers/42">Arthur Dent</a>`, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w := serve(withSession(c.session), c.method, c.target, c.form)

@@ -10,6 +10,9 @@ import "github.com/stickyd/stickyd/plugins/worker"
 //     and the doc gained a "tags" field, an additive change that keeps
 //     schema 1, so docs cross in both directions untouched.
 //
+// The customer page (schema 1) is the same in both: its truth is in the
+// global store, which every build reads alike.
+//
 // A grid page moved from release 1 to 2 (or back) restarts clean and is told
 // why; its person keeps their session, login and other pages.
 type Release int
@@ -32,7 +35,7 @@ func (a *App) Schema(kind string) (version, oldest uint32, known bool) {
 			return 2, 2, true
 		}
 		return 1, 1, true
-	case kindDoc:
+	case kindDoc, kindCustomer:
 		return 1, 1, true
 	}
 	return 0, 0, false

@@ -15,11 +15,14 @@ import (
 var (
 	//go:embed web/index.html
 	indexHTML string
+	//go:embed web/customer.html
+	customerHTML string
 	//go:embed web/static
 	staticFS embed.FS
 
-	indexTmpl = template.Must(template.New("index").Parse(indexHTML))
-	assets    = loadAssets()
+	indexTmpl    = template.Must(template.New("index").Parse(indexHTML))
+	customerTmpl = template.Must(template.New("customer").Parse(customerHTML))
+	assets       = loadAssets()
 )
 
 // asset is one file served under /assets/.
@@ -51,17 +54,45 @@ func loadAssets() map[string]asset {
 	return out
 }
 
-// indexData is what the page template shows before the client connects.
+// indexData is what the page templates show before the client connects.
 type indexData struct {
 	InStickyd bool
 	Worker    string
 	Conn      string
 	User      string
+	// Customers are the seed customers, for the navigation.
+	Customers []navCustomer
+	// Customer is the id a customer page shows; Here is its own path, where
+	// its login form comes back to.
+	Customer string
+	Here     string
+}
+
+// navCustomer is a link of the navigation.
+type navCustomer struct {
+	ID, Name string
+}
+
+func navCustomers() []navCustomer {
+	out := make([]navCustomer, len(seedCustomers))
+	for i, s := range seedCustomers {
+		out[i] = navCustomer{ID: s.id, Name: s.c.Name}
+	}
+	return out
 }
 
 func renderIndex(d indexData) ([]byte, error) {
+	return render(indexTmpl, d)
+}
+
+func renderCustomer(d indexData) ([]byte, error) {
+	return render(customerTmpl, d)
+}
+
+func render(t *template.Template, d indexData) ([]byte, error) {
+	d.Customers = navCustomers()
 	var buf bytes.Buffer
-	if err := indexTmpl.Execute(&buf, d); err != nil {
+	if err := t.Execute(&buf, d); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
