@@ -5,7 +5,7 @@ VERSION ?= 0.1.0-dev
 LDFLAGS := -X github.com/stickyd/stickyd/internal/command.Version=$(VERSION)
 ADDR    ?= 127.0.0.1:8080
 
-.PHONY: all build run run-subprocess deps test lint unit bench proto clean
+.PHONY: all build run run-subprocess deps test lint unit bench proto tools clean
 
 all: build
 
@@ -59,6 +59,18 @@ proto:
 	cd internal/protocol && PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc \
 		--go_out=. --go_opt=paths=source_relative \
 		--go-grpc_out=. --go-grpc_opt=paths=source_relative stickyd.proto
+
+## tools: the real Consul (v1.14.11) and Nomad (v1.6.3) agents the
+## deployment tests run, built once into $(BIN)/ from the Go module proxy by
+## the tool modules under test/tools (about 3.6 GB of modules and 10-15
+## minutes on a fresh 2-core machine; nothing when they are built).
+tools: $(BIN)/consul $(BIN)/nomad
+
+$(BIN)/consul:
+	cd test/tools/consul && $(GO) build -o $(CURDIR)/$(BIN)/consul github.com/hashicorp/consul
+
+$(BIN)/nomad:
+	cd test/tools/nomad && $(GO) build -o $(CURDIR)/$(BIN)/nomad github.com/hashicorp/nomad
 
 clean:
 	rm -rf $(BIN)
