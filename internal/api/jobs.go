@@ -127,7 +127,7 @@ func (js *jobs) pruneLocked() {
 		}
 	}
 	sort.Slice(done, func(a, b int) bool { return done[a].state.Started.Before(done[b].state.Started) })
-	for _, j := range done[:max(0, len(js.byID)-64)] {
+	for _, j := range done[:min(len(done), len(js.byID)-64)] {
 		delete(js.byID, j.state.ID)
 	}
 }
