@@ -131,8 +131,9 @@ func (a *Agent) monitorView(ctx context.Context) (monitor.View, error) {
 			a.lastParts[ag.Name] = part
 		} else {
 			v.Unreachable = append(v.Unreachable, ag.Name)
-			part = a.lastParts[ag.Name]
-			part.Agent = ag.Name
+			last := a.lastParts[ag.Name]
+			// A copy: the cached part stays as it was read.
+			part = LocalMonitor{Agent: ag.Name, Workers: append([]monitor.Worker(nil), last.Workers...), Usage: last.Usage}
 			if len(part.Workers) == 0 {
 				for id, g := range ag.Workers {
 					part.Workers = append(part.Workers, monitor.Worker{ID: id, Agent: ag.Name, Group: g})
