@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stickyd/stickyd/internal/agent"
+	"github.com/stickyd/stickyd/test/bench/internal/benchkit"
 )
 
 // The tables: the one every subscriber watches, and one nobody watches.
@@ -301,7 +302,7 @@ func (f *fanOut) round(ctx context.Context, settle time.Duration) (roundResult, 
 	}
 	start := time.Now()
 	lat := make([]time.Duration, len(f.subs))
-	err = forEach(len(f.subs), f.o.concurrency, func(i int) error {
+	err = benchkit.ForEach(len(f.subs), f.o.concurrency, func(i int) error {
 		s := f.subs[i]
 		s.expect++
 		at, err := s.await(ctx, v)
@@ -390,7 +391,7 @@ func (f *fanOut) verifyQuiet(ctx context.Context) error {
 	}
 	var mu sync.Mutex
 	heard := map[int]int{} // pages by changes heard
-	err := forEach(len(pages), f.o.concurrency, func(i int) error {
+	err := benchkit.ForEach(len(pages), f.o.concurrency, func(i int) error {
 		p := pages[i]
 		ds, err := p.pull(ctx, 0)
 		if err != nil {

@@ -7,42 +7,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/stickyd/stickyd/test/bench/internal/benchkit"
 )
 
 // opTimeout bounds each page op's write and its answer (a pull's wait comes
 // on top). It is above the agent's frame timeout, so a slow answer shows as
 // a long round trip, not a timeout.
 const opTimeout = 90 * time.Second
-
-// forEach calls f(0) … f(n-1), at most conc calls at a time, and returns
-// the first error; once a call has failed, no new one starts.
-func forEach(n, conc int, f func(i int) error) error {
-	var (
-		next   atomic.Int64
-		failed atomic.Bool
-		once   sync.Once
-		first  error // set once, before failed
-		wg     sync.WaitGroup
-	)
-	for range min(conc, n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !failed.Load() {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				if err := f(i); err != nil {
-					once.Do(func() { first = err; failed.Store(true) })
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return first
-}
 
 // openPages opens a page for each of names, conc at a time but one
 // arrival (load and login) at a time, so that the agent's placement sees
@@ -57,7 +29,7 @@ func openPages(ctx context.Context, addr string, names []string, conc int, label
 		arrival sync.Mutex
 	)
 	step := max(len(names)/5, 100)
-	err := forEach(len(names), conc, func(i int) error {
+	err := benchkit.ForEach(len(names), conc, func(i int) error {
 		p, err := openPage(ctx, addr, names[i], opTimeout, &arrival)
 		if err != nil {
 			return fmt.Errorf("opening %s's page: %w", names[i], err)
@@ -92,7 +64,7 @@ func abortPages(pages []*page) {
 // closePages closes every page on its worker, conc at a time, and returns
 // the first error; the pages that were not closed are aborted.
 func closePages(ctx context.Context, pages []*page, conc int) error {
-	err := forEach(len(pages), conc, func(i int) error {
+	err := benchkit.ForEach(len(pages), conc, func(i int) error {
 		p := pages[i]
 		if p == nil {
 			return nil

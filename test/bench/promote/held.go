@@ -105,7 +105,7 @@ func hold(ctx context.Context, addr string, first, count, conc int, stdin io.Rea
 	began := time.Now()
 	var opened atomic.Int64
 	step := max(count/10, 100)
-	err := forEach(count, conc, func(i int) error {
+	err := benchkit.ForEach(count, conc, func(i int) error {
 		p, err := benchkit.OpenPage(ctx, addr, h.name(i), opTimeout)
 		if err != nil {
 			return fmt.Errorf("opening %s's page: %w", h.name(i), err)
@@ -151,7 +151,7 @@ func hold(ctx context.Context, addr string, first, count, conc int, stdin io.Rea
 			for _, w := range strings.Split(arg, ",") {
 				want[w] = true
 			}
-			err := forEach(count, conc, func(i int) error {
+			err := benchkit.ForEach(count, conc, func(i int) error {
 				return h.with(i, func(p *benchkit.Page) error {
 					w, err := p.Inc()
 					if err == nil && !want[w] {
@@ -167,7 +167,7 @@ func hold(ctx context.Context, addr string, first, count, conc int, stdin io.Rea
 			if err := k.halt(); err != nil {
 				return err
 			}
-			err := forEach(count, conc, func(i int) error {
+			err := benchkit.ForEach(count, conc, func(i int) error {
 				return h.with(i, func(p *benchkit.Page) error {
 					h.pages[i] = nil
 					return p.Close()

@@ -91,7 +91,7 @@ func measureSize(ctx context.Context, o *options, users int, stderr io.Writer) (
 	fmt.Fprintf(stderr, "  opening %d pages, %d at a time: %d typists here, the others in the holder\n", users, o.concurrency, o.active)
 	began := time.Now()
 	pages := make([]*benchkit.Page, o.active)
-	err = forEach(o.active, o.concurrency, func(i int) error {
+	err = benchkit.ForEach(o.active, o.concurrency, func(i int) error {
 		p, err := benchkit.OpenPage(ctx, a.Addr(), userName(i), opTimeout)
 		if err != nil {
 			return fmt.Errorf("opening %s's page: %w", userName(i), err)
