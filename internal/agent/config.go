@@ -49,7 +49,7 @@ type BundlesConfig struct {
 
 // AdminConfig is the admin HTTP API (/v1/...).
 type AdminConfig struct {
-	// Address is where the API listens; default 127.0.0.1:4646.
+	// Address is where the API listens; default 127.0.0.1:4650.
 	Address string `hcl:"address,optional"`
 	// Token is the admin token. Default: $STICKYD_TOKEN, else the content
 	// of <data_dir>/admin.token, created on first start (dev: random).
@@ -252,7 +252,7 @@ func (c *Config) Finish() error {
 		c.Admin = &AdminConfig{}
 	}
 	if c.Admin.Address == "" {
-		c.Admin.Address = "127.0.0.1:4646"
+		c.Admin.Address = "127.0.0.1:4650"
 	}
 	if c.Move == nil {
 		c.Move = &MoveConfig{}

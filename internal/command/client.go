@@ -22,7 +22,7 @@ import (
 const (
 	// DefaultAddress is the admin API address when neither -address nor
 	// $STICKYD_ADDR gives one (the agent's default admin.address).
-	DefaultAddress = "http://127.0.0.1:4646"
+	DefaultAddress = "http://127.0.0.1:4650"
 
 	// dialTimeout bounds connecting, for every call, streams included.
 	dialTimeout = 5 * time.Second

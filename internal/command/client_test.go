@@ -107,7 +107,7 @@ func TestClientEnvironment(t *testing.T) {
 }
 
 func TestClientTimeouts(t *testing.T) {
-	c, err := (&apiOptions{address: "127.0.0.1:4646", token: "t"}).client()
+	c, err := (&apiOptions{address: "127.0.0.1:4650", token: "t"}).client()
 	if err != nil {
 		t.Fatal(err)
 	}
