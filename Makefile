@@ -5,7 +5,7 @@ VERSION ?= 0.1.0-dev
 LDFLAGS := -X github.com/stickyd/stickyd/internal/command.Version=$(VERSION)
 ADDR    ?= 127.0.0.1:8080
 
-.PHONY: all build run run-subprocess deps test lint unit bench proto tools clean
+.PHONY: all build run run-subprocess deps test test-deploy lint unit bench proto tools clean
 
 all: build
 
@@ -28,16 +28,24 @@ deps:
 		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
 		$$sudo apt-get update && $$sudo apt-get install -y chromium; }
 
-## test: set-up (deps), format and vet checks, every test with the race
-## detector, then the moves stress test at full size (200 users typing
-## through 10,000 moves) without it.
-test: deps lint
-	$(GO) test -race -count=1 -timeout 20m ./...
+## test: set-up (deps, and the real Consul and Nomad agents: tools), format
+## and vet checks, every test with the race detector (the deployment suite
+## of test/deploy included: real Consul and Nomad agents), then the moves
+## stress test at full size (200 users typing through 10,000 moves) without it.
+test: deps tools lint
+	STICKYD_REQUIRE_AGENTS=1 $(GO) test -race -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -timeout 10m -run TestMovesUnderLoad ./test/e2e/
+
+## test-deploy: the deployment suite alone (real Consul and Nomad agents,
+## jobs/stickyd.nomad, groups as Nomad jobs, Consul KV, CLI promotion).
+test-deploy: tools
+	STICKYD_REQUIRE_AGENTS=1 $(GO) test -count=1 -timeout 15m -v ./test/deploy/ ./internal/consul/ ./internal/nomad/ ./internal/testagents/
 
 lint:
 	@out="$$(gofmt -l cmd internal plugins test)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	@if command -v terraform >/dev/null; then terraform fmt -check -recursive terraform/; \
+	else echo "terraform not installed: terraform fmt -check skipped"; fi
 
 ## unit: the tests without the race detector (quick).
 unit:

@@ -1,34 +1,62 @@
-# Provisions stickyd on an existing Nomad cluster: the job in jobs/ with its
-# artifact URL. `terraform init && terraform apply -var stickyd_artifact=URL`.
-terraform {
-  required_providers {
-    nomad = {
-      source  = "hashicorp/nomad"
-      version = "~> 2.0"
+# Deploys stickyd on an existing Nomad cluster with Consul: the servers' job
+# from jobs/stickyd.nomad (the raft leader then registers one Nomad job per
+# catalog group), and the operators' keys in Consul KV. docs/terraform.md.
+#
+#   terraform init
+#   terraform apply -var-file=site.tfvars
+
+provider "nomad" {
+  address   = var.nomad_address
+  secret_id = var.nomad_token != "" ? var.nomad_token : null
+}
+
+provider "consul" {
+  address = var.consul_address
+  token   = var.consul_token != "" ? var.consul_token : null
+}
+
+locals {
+  jobspec = var.jobspec != "" ? var.jobspec : "${path.module}/../jobs/stickyd.nomad"
+}
+
+resource "nomad_job" "stickyd" {
+  jobspec          = file(local.jobspec)
+  purge_on_destroy = var.purge_on_destroy
+
+  # The jobspec's HCL2 variables, as strings (Nomad parses each by its
+  # declared type, so lists and numbers go as HCL); the names are those of
+  # the variable blocks in jobs/stickyd.nomad.
+  hcl2 {
+    vars = {
+      stickyd_artifact = var.stickyd_artifact
+      stickyd_checksum = var.stickyd_checksum
+      admin_token      = var.admin_token
+      datacenters      = jsonencode(var.datacenters)
+      driver           = var.driver
+      servers          = tostring(var.servers)
+      bundle_archive   = var.bundle_archive
+      cookie_key       = var.cookie_key
+      consul_address   = var.consul_address
+      consul_token     = var.consul_token
+      nomad_address    = var.nomad_address
+      nomad_token      = var.nomad_token
+      log_level        = var.log_level
     }
   }
 }
 
-variable "nomad_address" {
-  type    = string
-  default = "http://127.0.0.1:4646"
-}
+# The operators' keys under the agents' prefix. The raft leader's mirror
+# owns <prefix>placement/ and <prefix>groups/ (variables.tf refuses them);
+# Terraform deletes the keys it wrote when they leave consul_kv.
+resource "consul_keys" "stickyd" {
+  count = length(var.consul_kv) > 0 ? 1 : 0
 
-variable "stickyd_artifact" {
-  type        = string
-  description = "URL of a tarball holding stickyd and demo-worker"
-}
-
-provider "nomad" {
-  address = var.nomad_address
-}
-
-resource "nomad_job" "stickyd" {
-  jobspec = file("${path.module}/../jobs/stickyd.nomad")
-
-  hcl2 {
-    vars = {
-      stickyd_artifact = var.stickyd_artifact
+  dynamic "key" {
+    for_each = var.consul_kv
+    content {
+      path   = "${var.consul_prefix}${key.key}"
+      value  = key.value
+      delete = true
     }
   }
 }

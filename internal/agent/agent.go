@@ -26,6 +26,7 @@ import (
 	"github.com/stickyd/stickyd/internal/api"
 	"github.com/stickyd/stickyd/internal/bundle"
 	"github.com/stickyd/stickyd/internal/channel"
+	"github.com/stickyd/stickyd/internal/consul"
 	"github.com/stickyd/stickyd/internal/front"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/host"
@@ -90,6 +91,11 @@ type Agent struct {
 	stopCatalog   chan struct{}
 	rpc           *grpc.Server
 	rpcLn         net.Listener
+	// consul is the client of the consul block, made once.
+	consulOnce sync.Once
+	consul     *consul.Client
+	stopDeploy chan struct{}
+	deployWG   sync.WaitGroup
 }
 
 // New checks the configuration and prepares an agent; Start runs it.
@@ -149,7 +155,8 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	rcfg := raftnode.Config{ID: a.cfg.Name, Bootstrap: a.cfg.Server.BootstrapExpect == 1, Solo: a.cfg.Server.BootstrapExpect == 1, Logger: a.log,
+	alone := a.cfg.IsServer() && a.cfg.Server.BootstrapExpect == 1
+	rcfg := raftnode.Config{ID: a.cfg.Name, Bootstrap: alone, Solo: alone, Logger: a.log,
 		SnapshotThreshold: a.cfg.Server.SnapshotThreshold, TrailingLogs: a.cfg.Server.TrailingLogs}
 	if a.cfg.DataDir != "" {
 		rcfg.DataDir, rcfg.BindAddr = a.cfg.DataDir, a.cfg.Server.RaftAddr
@@ -158,9 +165,13 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if a.cfg.Server.BootstrapExpect > 1 {
+	if a.cfg.Server.BootstrapExpect > 1 || !a.cfg.IsServer() {
 		jctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		err := a.join(jctx)
+		join := a.join
+		if !a.cfg.IsServer() {
+			join = a.joinAsHost
+		}
+		err := join(jctx)
 		cancel()
 		if err != nil {
 			return err
@@ -220,6 +231,29 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	if err := a.register(wctx); err != nil {
 		return fmt.Errorf("registering this agent's workers: %w", err)
 	}
+	a.served = make(chan error, 1)
+	if a.cfg.FrontEnabled() {
+		if err := a.startFront(); err != nil {
+			return err
+		}
+	}
+	if a.govern != nil {
+		a.stopGovern = make(chan struct{})
+		go a.govern.run(duration(a.cfg.Probe.Interval), a.stopGovern)
+	}
+	a.api.Store(api.Handler(api.Config{Token: a.token, Supervisor: a.sup, Gatherer: a.registry, Logger: a.log.Named("api"),
+		Workers: func() any { return append(a.pool.Workers(), a.pool.Retired()...) }, Status: a.status,
+		Events: func() any { return a.govern.events() },
+		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: checkGovernance, CheckBundle: a.checkBundle,
+		Monitor:      func(ctx context.Context) (any, error) { return a.monitorView(ctx) },
+		MonitorLocal: func() any { return a.localMonitor() }}))
+	a.startDeployment()
+	a.started = true
+	return nil
+}
+
+// startFront serves the HTTP and WebSocket front.
+func (a *Agent) startFront() error {
 	key, err := a.cookieKey()
 	if err != nil {
 		return err
@@ -249,7 +283,6 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	srv, ln := &http.Server{Handler: a.front, ReadHeaderTimeout: 10 * time.Second}, a.listener
 	a.server = srv
-	a.served = make(chan error, 1)
 	go func() {
 		err := srv.Serve(ln)
 		if errors.Is(err, http.ErrServerClosed) {
@@ -258,17 +291,6 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		a.served <- err
 	}()
 	a.log.Info("front listening", "address", a.Addr())
-	if a.govern != nil {
-		a.stopGovern = make(chan struct{})
-		go a.govern.run(duration(a.cfg.Probe.Interval), a.stopGovern)
-	}
-	a.api.Store(api.Handler(api.Config{Token: a.token, Supervisor: a.sup, Gatherer: a.registry, Logger: a.log.Named("api"),
-		Workers: func() any { return append(a.pool.Workers(), a.pool.Retired()...) }, Status: a.status,
-		Events: func() any { return a.govern.events() },
-		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: checkGovernance, CheckBundle: a.checkBundle,
-		Monitor:      func(ctx context.Context) (any, error) { return a.monitorView(ctx) },
-		MonitorLocal: func() any { return a.localMonitor() }}))
-	a.started = true
 	return nil
 }
 
@@ -285,6 +307,7 @@ func (a *Agent) startAdmin() error {
 		Park: func(digest string) ([]byte, error) {
 			return a.park.Get(digest)
 		},
+		Member: a.memberHandler,
 		Rest: func() http.Handler {
 			h, _ := a.api.Load().(http.Handler)
 			return h
@@ -476,8 +499,15 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 			_ = a.server.Close()
 			a.server = nil
 		}
+		if a.stopDeploy != nil {
+			close(a.stopDeploy)
+			a.deployWG.Wait()
+		}
 		if err := a.parkAll(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("parking: %w", err))
+		}
+		if a.started && !a.cfg.IsServer() {
+			a.leaveCluster(ctx)
 		}
 	})
 	if a.admin != nil {

@@ -132,7 +132,7 @@ func (a *Agent) join(ctx context.Context) error {
 	a.peers.set(self.RaftAddr, self.AdminAddr)
 	members := map[string]string{self.Name: self.RaftAddr}
 	for attempt := 0; ; attempt++ {
-		for _, addr := range a.cfg.Server.RetryJoin {
+		for _, addr := range a.serverAddrs(ctx) {
 			var s Self
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			err := a.call(cctx, "GET", addr, "/v1/agent/self", nil, &s)
@@ -189,7 +189,7 @@ func (a *Agent) register(ctx context.Context) error {
 // refreshPeers keeps learning the servers' admin addresses (a server that
 // restarts may come back with a new one).
 func (a *Agent) refreshPeers(ctx context.Context) {
-	for _, addr := range a.cfg.Server.RetryJoin {
+	for _, addr := range a.serverAddrs(ctx) {
 		var s Self
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if err := a.call(cctx, "GET", addr, "/v1/agent/self", nil, &s); err == nil {

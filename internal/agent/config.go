@@ -1,8 +1,11 @@
 package agent
 
 import (
+	"cmp"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/hcl/v2/hclsimple"
@@ -24,6 +27,7 @@ type Config struct {
 	ShutdownTimeout string `hcl:"shutdown_timeout,optional"`
 
 	Server *ServerConfig `hcl:"server,block"`
+	Host   *HostConfig   `hcl:"host,block"`
 	Front  *FrontConfig  `hcl:"front,block"`
 	Admin  *AdminConfig  `hcl:"admin,block"`
 	Move   *MoveConfig   `hcl:"move,block"`
@@ -31,6 +35,77 @@ type Config struct {
 	// Bundles is where groups' application bundles come from.
 	Bundles *BundlesConfig `hcl:"bundles,block"`
 	Groups  []*GroupConfig `hcl:"group,block"`
+	// Consul is service discovery and the published placement registry
+	// (docs/deploy-nomad.md).
+	Consul *ConsulConfig `hcl:"consul,block"`
+	// Nomad makes the leader run each catalog group as a Nomad job.
+	Nomad *NomadConfig `hcl:"nomad,block"`
+}
+
+// HostConfig is the host role: the catalog groups this agent runs and, on
+// an agent that is not a server, how it joins the servers. Such an agent is
+// a non-voting raft member: it holds a replica of the maps, never votes.
+type HostConfig struct {
+	// Enabled runs catalog groups here (default true). Servers deployed
+	// beside Nomad-run hosts set it to false.
+	Enabled *bool `hcl:"enabled,optional"`
+	// Groups limits the catalog groups run here (default: all of them).
+	Groups []string `hcl:"groups,optional"`
+	// Join lists servers' admin API addresses (a host only; with a consul
+	// block, the servers found in Consul are added).
+	Join []string `hcl:"join,optional"`
+	// RaftAddr and RPCAddr are the host's raft and peer-link addresses
+	// (defaults 127.0.0.1:4647 and 127.0.0.1:4648).
+	RaftAddr string `hcl:"raft_addr,optional"`
+	RPCAddr  string `hcl:"rpc_addr,optional"`
+}
+
+// ConsulConfig connects the agent to Consul.
+type ConsulConfig struct {
+	// Address of the Consul HTTP API (default $CONSUL_HTTP_ADDR, else
+	// 127.0.0.1:8500) and the ACL token (default $CONSUL_HTTP_TOKEN).
+	Address    string `hcl:"address,optional"`
+	Token      string `hcl:"token,optional"`
+	Datacenter string `hcl:"datacenter,optional"`
+	// Prefix of the KV tree the leader publishes (default "stickyd/").
+	Prefix string `hcl:"prefix,optional"`
+	// ServerService is the Consul service of the servers' admin API
+	// (default "stickyd-server"): agents join the servers it lists.
+	ServerService string `hcl:"server_service,optional"`
+	// Mirror makes the leader publish the placement registry under
+	// <prefix>placement/ and <prefix>groups/ (default true).
+	Mirror *bool `hcl:"mirror,optional"`
+}
+
+// NomadConfig makes the leader register one Nomad job per catalog group
+// whose tasks run stickyd in the host role (docs/deploy-nomad.md).
+type NomadConfig struct {
+	// Address (default $NOMAD_ADDR, else http://127.0.0.1:4646), Token
+	// (default $NOMAD_TOKEN), Region, Namespace and Datacenters (["dc1"])
+	// of the jobs.
+	Address     string   `hcl:"address,optional"`
+	Token       string   `hcl:"token,optional"`
+	Region      string   `hcl:"region,optional"`
+	Namespace   string   `hcl:"namespace,optional"`
+	Datacenters []string `hcl:"datacenters,optional"`
+	// Driver runs the host tasks: "exec" (default) or "raw_exec".
+	Driver string `hcl:"driver,optional"`
+	// StickydArtifact is a tarball holding the stickyd binary (with
+	// StickydChecksum, "sha256:…"); or StickydCommand is its path on every
+	// client (raw_exec).
+	StickydArtifact string `hcl:"stickyd_artifact,optional"`
+	StickydChecksum string `hcl:"stickyd_checksum,optional"`
+	StickydCommand  string `hcl:"stickyd_command,optional"`
+	// Archive is the bundle archive's URL as the Nomad clients reach it
+	// (default the bundles block's archive, when it is an http(s) URL).
+	Archive string `hcl:"archive,optional"`
+	// Hosts is the number of host allocations per group (default 1);
+	// MaxHosts bounds scaling (default Hosts).
+	Hosts    int `hcl:"hosts,optional"`
+	MaxHosts int `hcl:"max_hosts,optional"`
+	// CPU (MHz) and MemoryMB of a host task (defaults 500 and 512).
+	CPU      int `hcl:"cpu,optional"`
+	MemoryMB int `hcl:"memory_mb,optional"`
 }
 
 // BundlesConfig is the bundle archive this agent runs groups from
@@ -73,7 +148,9 @@ type MoveConfig struct {
 
 // ServerConfig is the server role: a raft member.
 type ServerConfig struct {
-	Enabled bool `hcl:"enabled,optional"`
+	// Enabled makes the agent a raft voter and supervisor (default true);
+	// false makes it a host only (see HostConfig).
+	Enabled *bool `hcl:"enabled,optional"`
 	// BootstrapExpect is the number of servers to wait for before
 	// bootstrapping; 1 bootstraps alone.
 	BootstrapExpect int `hcl:"bootstrap_expect,optional"`
@@ -93,6 +170,8 @@ type ServerConfig struct {
 
 // FrontConfig is the HTTP and WebSocket front.
 type FrontConfig struct {
+	// Enabled serves the front (default true; hosts turn it off).
+	Enabled *bool `hcl:"enabled,optional"`
 	// Address is where the front listens; default 127.0.0.1:8080.
 	Address string `hcl:"address,optional"`
 	// CookieKeyFile holds the key signing connection cookies (32+ bytes).
@@ -219,7 +298,15 @@ func (c *Config) Finish() error {
 		c.LogLevel = "info"
 	}
 	if c.Server == nil {
-		c.Server = &ServerConfig{Enabled: true, BootstrapExpect: 1}
+		c.Server = &ServerConfig{BootstrapExpect: 1}
+	}
+	if c.Host == nil {
+		c.Host = &HostConfig{}
+	}
+	if !c.IsServer() {
+		if err := c.finishHost(); err != nil {
+			return err
+		}
 	}
 	if c.Server.RaftAddr == "" {
 		c.Server.RaftAddr = "127.0.0.1:4647"
@@ -237,8 +324,8 @@ func (c *Config) Finish() error {
 		if c.DataDir == "" {
 			return fmt.Errorf("server: a cluster (bootstrap_expect = %d) needs a data_dir", c.Server.BootstrapExpect)
 		}
-		if len(c.Server.RetryJoin) < c.Server.BootstrapExpect-1 {
-			return fmt.Errorf("server: bootstrap_expect = %d needs the other servers in retry_join (%d given)",
+		if len(c.Server.RetryJoin) < c.Server.BootstrapExpect-1 && c.Consul == nil {
+			return fmt.Errorf("server: bootstrap_expect = %d needs the other servers in retry_join (%d given) or a consul block",
 				c.Server.BootstrapExpect, len(c.Server.RetryJoin))
 		}
 	}
@@ -283,8 +370,8 @@ func (c *Config) Finish() error {
 	if c.Bundles != nil && c.Bundles.Archive == "" {
 		return fmt.Errorf("bundles: archive is empty: give a directory or an http(s):// URL")
 	}
-	if len(c.Groups) == 0 {
-		return fmt.Errorf("no group configured: add a group block with a plugin")
+	if err := c.finishConsulNomad(); err != nil {
+		return err
 	}
 	seen := map[string]bool{}
 	for _, g := range c.Groups {
@@ -324,6 +411,96 @@ func (c *Config) Finish() error {
 			}
 		}
 	}
+	return nil
+}
+
+// IsServer reports whether the agent is a raft voter (the server role).
+func (c *Config) IsServer() bool {
+	return c.Server == nil || c.Server.Enabled == nil || *c.Server.Enabled
+}
+
+// FrontEnabled reports whether the agent serves the front.
+func (c *Config) FrontEnabled() bool {
+	return c.Front == nil || c.Front.Enabled == nil || *c.Front.Enabled
+}
+
+// clustered reports whether other agents share the maps (worker ids then
+// carry the agent's name).
+func (c *Config) clustered() bool { return !c.IsServer() || c.Server.BootstrapExpect > 1 }
+
+// runsCatalogGroup reports whether this agent runs a catalog group.
+func (c *Config) runsCatalogGroup(name string) bool {
+	if c.Host.Enabled != nil && !*c.Host.Enabled {
+		return false
+	}
+	if len(c.Host.Groups) == 0 {
+		return true
+	}
+	return slices.Contains(c.Host.Groups, name)
+}
+
+// finishHost checks the host role of an agent that is not a server; the
+// server block's raft and peer-link fields then carry the host's.
+func (c *Config) finishHost() error {
+	if c.DataDir == "" {
+		return fmt.Errorf("host: an agent that is not a server needs a data_dir")
+	}
+	if len(c.Host.Join) == 0 && c.Consul == nil {
+		return fmt.Errorf("host: an agent that is not a server needs host.join (servers' admin addresses) or a consul block")
+	}
+	if c.Server.BootstrapExpect > 1 || len(c.Server.RetryJoin) > 0 {
+		return fmt.Errorf("server: bootstrap_expect and retry_join are for servers; a host joins with host.join")
+	}
+	c.Server.BootstrapExpect = 1
+	c.Server.RaftAddr, c.Server.RPCAddr, c.Server.RetryJoin = c.Host.RaftAddr, c.Host.RPCAddr, c.Host.Join
+	if c.Server.RPCAddr == "" {
+		c.Server.RPCAddr = "127.0.0.1:4648"
+	}
+	return nil
+}
+
+// finishConsulNomad fills the consul and nomad blocks' defaults.
+func (c *Config) finishConsulNomad() error {
+	if k := c.Consul; k != nil {
+		if k.Address == "" {
+			k.Address = cmp.Or(os.Getenv("CONSUL_HTTP_ADDR"), "127.0.0.1:8500")
+		}
+		if k.Token == "" {
+			k.Token = os.Getenv("CONSUL_HTTP_TOKEN")
+		}
+		k.Prefix = cmp.Or(k.Prefix, "stickyd/")
+		if !strings.HasSuffix(k.Prefix, "/") {
+			k.Prefix += "/"
+		}
+		k.ServerService = cmp.Or(k.ServerService, "stickyd-server")
+	}
+	n := c.Nomad
+	if n == nil {
+		return nil
+	}
+	if !c.IsServer() {
+		return fmt.Errorf("nomad: only servers register group jobs")
+	}
+	n.Address = cmp.Or(n.Address, os.Getenv("NOMAD_ADDR"), "http://127.0.0.1:4646")
+	n.Token = cmp.Or(n.Token, os.Getenv("NOMAD_TOKEN"))
+	n.Driver = cmp.Or(n.Driver, "exec")
+	if n.Driver != "exec" && n.Driver != "raw_exec" {
+		return fmt.Errorf("nomad: driver %q: want \"exec\" or \"raw_exec\"", n.Driver)
+	}
+	if (n.StickydArtifact == "") == (n.StickydCommand == "") {
+		return fmt.Errorf("nomad: set exactly one of stickyd_artifact (a tarball URL) and stickyd_command (a path on the clients)")
+	}
+	if n.Archive == "" && c.Bundles != nil && (strings.HasPrefix(c.Bundles.Archive, "http://") || strings.HasPrefix(c.Bundles.Archive, "https://")) {
+		n.Archive = c.Bundles.Archive
+	}
+	if n.Archive == "" {
+		return fmt.Errorf("nomad: archive is empty: give the bundle archive's http(s) URL as the Nomad clients reach it")
+	}
+	if c.Consul == nil {
+		return fmt.Errorf("nomad: group jobs find the servers through Consul: add a consul block")
+	}
+	n.Hosts = max(n.Hosts, 1)
+	n.MaxHosts = max(n.MaxHosts, n.Hosts)
 	return nil
 }
 

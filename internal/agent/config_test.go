@@ -48,7 +48,14 @@ func TestParseConfigErrors(t *testing.T) {
 	}{
 		{"syntax", `name = `, "test.hcl:1"},
 		{"unknown field", "colour = \"red\"\ngroup \"g\" { builtin = \"demo\" }", "Unsupported argument"},
-		{"no group", `name = "x"`, "no group configured"},
+		{"host without data", "server { enabled = false }\nhost { join = [\"s:4650\"] }", "needs a data_dir"},
+		{"host without servers", "data_dir = \"/x\"\nserver { enabled = false }", "host.join"},
+		{"host with bootstrap", "data_dir = \"/x\"\nserver {\n enabled = false\n bootstrap_expect = 3\n}\nhost { join = [\"s:4650\"] }", "a host joins with host.join"},
+		{"nomad on a host", "data_dir = \"/x\"\nserver { enabled = false }\nconsul {}\nnomad { stickyd_command = \"/bin/stickyd\" }", "only servers"},
+		{"nomad without stickyd", "consul {}\nnomad { archive = \"http://a/b\" }", "exactly one of stickyd_artifact"},
+		{"nomad without archive", "consul {}\nnomad { stickyd_command = \"/bin/stickyd\" }", "archive is empty"},
+		{"nomad without consul", "nomad {\n stickyd_command = \"/bin/stickyd\"\n archive = \"http://a/b\"\n}", "add a consul block"},
+		{"nomad bad driver", "consul {}\nnomad {\n driver = \"docker\"\n stickyd_command = \"/bin/stickyd\"\n}", "driver"},
 		{"both runtimes", "group \"g\" {\n builtin = \"demo\"\n plugin { command = \"x\" }\n}", "exactly one"},
 		{"neither runtime", `group "g" { workers = 2 }`, "exactly one"},
 		{"duplicate group", "group \"g\" { builtin = \"demo\" }\ngroup \"g\" { builtin = \"demo\" }", "twice"},
@@ -70,6 +77,44 @@ func TestParseConfigErrors(t *testing.T) {
 				t.Fatalf("error %v, want it to mention %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// A host: not a server, no front, a few catalog groups, joining through
+// Consul; its raft and peer-link addresses are the host block's.
+func TestParseHostConfig(t *testing.T) {
+	c, err := ParseConfig("host.hcl", []byte(`
+data_dir = "/var/lib/stickyd"
+server { enabled = false }
+front  { enabled = false }
+host {
+  groups    = ["v2"]
+  raft_addr = "10.0.0.9:24647"
+  rpc_addr  = "10.0.0.9:24648"
+}
+consul { token = "t" }
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.IsServer() || c.FrontEnabled() || !c.clustered() {
+		t.Fatalf("server %v front %v clustered %v", c.IsServer(), c.FrontEnabled(), c.clustered())
+	}
+	if c.Server.RaftAddr != "10.0.0.9:24647" || c.Server.RPCAddr != "10.0.0.9:24648" {
+		t.Fatalf("raft %q rpc %q", c.Server.RaftAddr, c.Server.RPCAddr)
+	}
+	if !c.runsCatalogGroup("v2") || c.runsCatalogGroup("v1") {
+		t.Fatal("host.groups is not the filter of catalog groups")
+	}
+	if c.Consul.Address != "127.0.0.1:8500" && os.Getenv("CONSUL_HTTP_ADDR") == "" || c.Consul.ServerService != "stickyd-server" || c.Consul.Prefix != "stickyd/" {
+		t.Fatalf("consul defaults %+v", c.Consul)
+	}
+	srv, err := ParseConfig("server.hcl", []byte("host { enabled = false }"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !srv.IsServer() || srv.runsCatalogGroup("v1") {
+		t.Fatal("a server with host disabled runs catalog groups")
 	}
 }
 

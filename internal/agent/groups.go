@@ -71,7 +71,7 @@ func (a *Agent) workerEnv(r recipe) []string {
 // groupSpec is a group as this agent's host runs it.
 func (a *Agent) groupSpec(name string, workers, memoryMaxMB int, l host.Launcher) host.GroupSpec {
 	spec := host.GroupSpec{Name: name, Workers: workers, MemoryMax: uint64(memoryMaxMB) << 20, Launcher: l}
-	if a.cfg.Server.BootstrapExpect > 1 {
+	if a.cfg.clustered() {
 		spec.Prefix = a.cfg.Name + "."
 	}
 	return spec
@@ -115,7 +115,7 @@ func (a *Agent) syncGroups(ctx context.Context) {
 	changed := false
 	for _, name := range cat.GroupNames() {
 		g := cat.Groups[name]
-		if a.cfgHasGroup(name) || a.pool.HasGroup(name) {
+		if a.cfgHasGroup(name) || a.pool.HasGroup(name) || !a.cfg.runsCatalogGroup(name) {
 			continue
 		}
 		if err := a.startGroup(ctx, g); err != nil {

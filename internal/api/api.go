@@ -317,10 +317,22 @@ type ClusterConfig struct {
 	// Park returns a parked package (GET /v1/internal/park/{digest}), for
 	// an agent waking its owner elsewhere.
 	Park func(digest string) ([]byte, error)
+	// Member adds a host to the raft configuration as a non-voter, or
+	// removes a member (POST /v1/internal/members); it returns an HTTP
+	// status and the error.
+	Member func(ctx context.Context, req MemberRequest) (status int, err error)
 	// Rest returns the full API once the agent is ready, nil before: calls
 	// then get 503.
 	Rest   func() http.Handler
 	Logger hclog.Logger
+}
+
+// MemberRequest asks the leader to add a host to the raft configuration as a
+// non-voting member (Op "join") or to remove a member (Op "leave").
+type MemberRequest struct {
+	Op       string `json:"op"`
+	Name     string `json:"name"`
+	RaftAddr string `json:"raft_addr,omitempty"`
 }
 
 // Cluster returns the admin API's handler for an agent that may still be
@@ -350,6 +362,23 @@ func Cluster(cfg ClusterConfig) http.Handler {
 			return err
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"result": json.RawMessage(b), "index": index})
+		return nil
+	}))
+	mux.HandleFunc("POST /v1/internal/members", a.handle(func(w http.ResponseWriter, r *http.Request) error {
+		var req MemberRequest
+		if err := decode(r, &req); err != nil {
+			return err
+		}
+		if req.Name == "" || (req.Op == "join" && req.RaftAddr == "") || (req.Op != "join" && req.Op != "leave") {
+			return &Error{Status: http.StatusBadRequest, Message: `want {"op": "join"|"leave", "name": ..., "raft_addr": ... (join)}`}
+		}
+		if cfg.Member == nil {
+			return &Error{Status: http.StatusNotImplemented, Message: "this agent does not manage members"}
+		}
+		if status, err := cfg.Member(r.Context(), req); err != nil {
+			return &Error{Status: status, Message: err.Error()}
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"result": req.Op + "ed"})
 		return nil
 	}))
 	mux.HandleFunc("GET /v1/internal/park/{digest}", a.handle(func(w http.ResponseWriter, r *http.Request) error {

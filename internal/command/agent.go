@@ -87,7 +87,11 @@ func runAgent(m Meta, cfg *agent.Config, builtins map[string]agent.Builtin, log 
 		m.UI.Error(fmt.Sprintf("starting agent: %v", err))
 		return 1
 	}
-	m.UI.Output(fmt.Sprintf("stickyd is serving on http://%s", a.Addr()))
+	if a.Addr() != "" {
+		m.UI.Output(fmt.Sprintf("stickyd is serving on http://%s", a.Addr()))
+	} else {
+		m.UI.Output(fmt.Sprintf("stickyd is running as a host (no front), %d workers", len(a.Pool().Workers())))
+	}
 	m.UI.Output(fmt.Sprintf("admin API on http://%s", a.AdminAddr()))
 	if cfg.DataDir == "" && cfg.Admin.Token == "" && os.Getenv("STICKYD_TOKEN") == "" {
 		// Dev: the token lives only in this process; show it.

@@ -73,7 +73,7 @@ func DevConfig(addr string, workers int, plugin string) *agent.Config {
 	return &agent.Config{
 		Name:     "dev",
 		LogLevel: "info",
-		Server:   &agent.ServerConfig{Enabled: true, BootstrapExpect: 1},
+		Server:   &agent.ServerConfig{BootstrapExpect: 1},
 		Front:    &agent.FrontConfig{Address: addr},
 		Groups:   []*agent.GroupConfig{g},
 	}

@@ -286,3 +286,50 @@ func (n *Node) close() {
 	}
 	n.closers = nil
 }
+
+// AddNonvoter adds a member that replicates the log and never votes: a
+// host, which needs the maps but must not weigh on elections. Adding a
+// member already known at the same address is a no-op. Leader only.
+func (n *Node) AddNonvoter(ctx context.Context, id, addr string) error {
+	f := n.Raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == id && string(s.Address) == addr {
+			return nil
+		}
+	}
+	err := n.Raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeoutOf(ctx)).Error()
+	if errors.Is(err, raft.ErrNotLeader) {
+		return ErrNotLeader
+	}
+	return err
+}
+
+// RemoveMember removes a member from the configuration; an unknown id is a
+// no-op. Leader only.
+func (n *Node) RemoveMember(ctx context.Context, id string) error {
+	f := n.Raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == id {
+			err := n.Raft.RemoveServer(s.ID, 0, timeoutOf(ctx)).Error()
+			if errors.Is(err, raft.ErrNotLeader) {
+				return ErrNotLeader
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// timeoutOf is what is left of ctx's deadline, 10 s without one.
+func timeoutOf(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return max(time.Until(d), time.Millisecond)
+	}
+	return 10 * time.Second
+}

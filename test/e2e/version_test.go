@@ -2,9 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,52 +9,14 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/stickyd/stickyd/internal/agent"
-	"github.com/stickyd/stickyd/internal/bundle"
+	"github.com/stickyd/stickyd/test/internal/benchkit"
 )
 
-// packBundles builds the worker binary of package pkg (under
-// plugins/examples) and packs it into a new directory archive once per
-// release with the real stickyd command line (built without the race
-// detector: packing is compression, slow under it), each release's
-// manifest naming its version and the entry point's arguments. It returns
-// the archive and the digests, in order.
+// packBundles packs the releases of an example worker with the real
+// stickyd command line (see benchkit.PackBundles).
 func packBundles(t *testing.T, name, pkg string, releases ...[]string) (archive string, digests []string) {
 	t.Helper()
-	bin, build := t.TempDir(), t.TempDir()
-	entry := "bin/" + name + "-worker"
-	for _, b := range []struct{ out, pkg string }{
-		{filepath.Join(build, entry), "github.com/stickyd/stickyd/plugins/examples/" + pkg},
-		{filepath.Join(bin, "stickyd"), "github.com/stickyd/stickyd/cmd/stickyd"},
-	} {
-		if out, err := exec.Command("go", "build", "-o", b.out, b.pkg).CombinedOutput(); err != nil {
-			t.Fatalf("building %s: %v\n%s", b.pkg, err, out)
-		}
-	}
-	// Where the build came from: this checkout, or (an exported tree)
-	// as best we can say.
-	source := []string{"-git", "../..", "-allow-dirty"}
-	if _, err := bundle.SourceFromGit("../..", true); err != nil {
-		source = []string{"-source", "https://example.invalid/stickyd.git@" + strings.Repeat("0", 40)}
-	}
-	archive = t.TempDir()
-	for i, args := range releases {
-		file := filepath.Join(t.TempDir(), "bundle.tar.gz")
-		pack := append([]string{"bundle", "pack", "-dir", build, "-name", name, "-version", strconv.Itoa(i+1) + ".0.0",
-			"-entry", entry, "-o", file}, source...)
-		for _, a := range args {
-			pack = append(pack, "-arg", a)
-		}
-		out, err := exec.Command(filepath.Join(bin, "stickyd"), pack...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("stickyd %s: %v\n%s", strings.Join(pack, " "), err, out)
-		}
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		digests = append(digests, lines[len(lines)-1])
-		if out, err := exec.Command(filepath.Join(bin, "stickyd"), "bundle", "push", "-archive", archive, file).CombinedOutput(); err != nil {
-			t.Fatalf("stickyd bundle push: %v\n%s", err, out)
-		}
-	}
-	return archive, digests
+	return benchkit.PackBundles(t, benchkit.BuildStickyd(t), name, pkg, releases...)
 }
 
 // The version rule, with two bundles of the demo app: a person promoted

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/stickyd/stickyd/internal/agent"
-	"github.com/stickyd/stickyd/test/bench/internal/benchkit"
+	"github.com/stickyd/stickyd/test/internal/benchkit"
 )
 
 // The tables: the one every subscriber watches, and one nobody watches.

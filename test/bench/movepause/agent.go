@@ -6,7 +6,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/stickyd/stickyd/internal/agent"
-	"github.com/stickyd/stickyd/test/bench/internal/benchkit"
+	"github.com/stickyd/stickyd/test/internal/benchkit"
 )
 
 // slowBound is the freeze timeout, barrier wait and frame timeout of the

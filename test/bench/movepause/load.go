@@ -6,7 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/stickyd/stickyd/test/bench/internal/benchkit"
+	"github.com/stickyd/stickyd/test/internal/benchkit"
 )
 
 // failure is the run's first error. Any goroutine may report one; the

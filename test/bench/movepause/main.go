@@ -37,7 +37,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/stickyd/stickyd/test/bench/internal/benchkit"
+	"github.com/stickyd/stickyd/test/internal/benchkit"
 )
 
 var program = benchkit.Program[*options, report]{

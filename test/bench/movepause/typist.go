@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/stickyd/stickyd/test/bench/internal/benchkit"
+	"github.com/stickyd/stickyd/test/internal/benchkit"
 )
 
 // ackEvery is how many incs the typist sends between two pulls that

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stickyd/stickyd/internal/agent"
 	"github.com/stickyd/stickyd/internal/fsm"
-	"github.com/stickyd/stickyd/test/bench/internal/benchkit"
+	"github.com/stickyd/stickyd/test/internal/benchkit"
 )
 
 // slowBound is the freeze timeout, barrier wait and frame timeout of the

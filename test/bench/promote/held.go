@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/stickyd/stickyd/test/bench/internal/benchkit"
+	"github.com/stickyd/stickyd/test/internal/benchkit"
 )
 
 // keepEvery is how often the holder sends each idle page a pull. A

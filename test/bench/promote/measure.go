@@ -13,7 +13,7 @@ import (
 	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/placement"
 	"github.com/stickyd/stickyd/internal/supervisor"
-	"github.com/stickyd/stickyd/test/bench/internal/benchkit"
+	"github.com/stickyd/stickyd/test/internal/benchkit"
 )
 
 // checkLimit bounds the wait for every typist's first round trip after a

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/stickyd/stickyd/test/bench/internal/benchkit"
+	"github.com/stickyd/stickyd/test/internal/benchkit"
 )
 
 // opTimeout bounds each page op's write and its answer. It is above the

@@ -20,7 +20,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/stickyd/stickyd/test/bench/internal/benchkit"
+	"github.com/stickyd/stickyd/test/internal/benchkit"
 )
 
 // agentEnv, set to "1" in this program's environment, makes it a real

@@ -30,7 +30,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/stickyd/stickyd/internal/agent"
-	"github.com/stickyd/stickyd/test/bench/internal/benchkit"
+	"github.com/stickyd/stickyd/test/internal/benchkit"
 )
 
 var program = benchkit.Program[*options, []result]{

@@ -1,0 +1,333 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/stickyd/stickyd/internal/api"
+	"github.com/stickyd/stickyd/internal/consul"
+	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/nomad"
+	"github.com/stickyd/stickyd/internal/raftnode"
+)
+
+// The deployment around the agent (docs/deploy-nomad.md): hosts join the
+// servers as non-voting raft members; servers find each other and hosts
+// find servers through Consul; the leader, and only the leader, publishes
+// the placement registry into Consul KV and runs each catalog group as a
+// Nomad job.
+
+// serverAddrs lists the servers' admin addresses: retry_join (host.join
+// on a host) and, with a consul block, the instances of the servers'
+// service. This agent's own address is left out.
+func (a *Agent) serverAddrs(ctx context.Context) []string {
+	addrs := slices.Clone(a.cfg.Server.RetryJoin)
+	if c := a.consulClient(); c != nil {
+		found, err := c.Services(ctx, a.cfg.Consul.ServerService)
+		if err != nil {
+			a.log.Debug("finding the servers in Consul", "service", a.cfg.Consul.ServerService, "error", err)
+		}
+		addrs = append(addrs, found...)
+	}
+	self := a.AdminAddr()
+	addrs = slices.DeleteFunc(addrs, func(s string) bool { return s == self })
+	slices.Sort(addrs)
+	return slices.Compact(addrs)
+}
+
+// consulClient is the Consul client of the consul block, nil without one.
+func (a *Agent) consulClient() *consul.Client {
+	a.consulOnce.Do(func() {
+		k := a.cfg.Consul
+		if k == nil {
+			return
+		}
+		c, err := consul.New(consul.Config{Address: k.Address, Token: k.Token, Datacenter: k.Datacenter, Prefix: k.Prefix})
+		if err != nil {
+			a.log.Error("connecting to Consul", "address", k.Address, "error", err)
+			return
+		}
+		a.consul = c
+	})
+	return a.consul
+}
+
+// joinAsHost asks the servers to add this agent to raft as a non-voting
+// member, until one of them (or the leader it forwards to) says yes.
+func (a *Agent) joinAsHost(ctx context.Context) error {
+	body, err := json.Marshal(api.MemberRequest{Op: "join", Name: a.cfg.Name, RaftAddr: a.raft.Addr()})
+	if err != nil {
+		return err
+	}
+	var last error
+	for attempt := 0; ; attempt++ {
+		addrs := a.serverAddrs(ctx)
+		for _, addr := range addrs {
+			cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			err := a.call(cctx, "POST", addr, "/v1/internal/members", body, nil)
+			cancel()
+			if err == nil {
+				a.log.Info("joined the servers as a host", "via", addr)
+				a.refreshPeers(ctx)
+				return nil
+			}
+			last = err
+		}
+		if attempt%20 == 0 {
+			a.log.Info("waiting to join the servers", "servers", addrs, "error", last)
+		}
+		select {
+		case <-ctx.Done():
+			if last == nil {
+				last = errors.New("no server found")
+			}
+			return fmt.Errorf("joining the servers: %w (last: %v)", ctx.Err(), last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// memberHandler adds a host to raft or removes a member, on the leader; a
+// follower forwards the request to it.
+func (a *Agent) memberHandler(ctx context.Context, req api.MemberRequest) (int, error) {
+	if a.raft == nil {
+		return http.StatusServiceUnavailable, errors.New("raft is not up yet")
+	}
+	if !a.raft.IsLeader() {
+		leaderAddr, _ := a.raft.Leader()
+		admin := a.peers.adminOf(leaderAddr)
+		if admin == "" {
+			a.refreshPeers(ctx)
+			admin = a.peers.adminOf(leaderAddr)
+		}
+		if admin == "" {
+			return http.StatusServiceUnavailable, errors.New("no leader known yet")
+		}
+		body, _ := json.Marshal(req)
+		if err := a.call(ctx, "POST", admin, "/v1/internal/members", body, nil); err != nil {
+			var re *remoteErr
+			if errors.As(err, &re) {
+				return re.status, re.err
+			}
+			return http.StatusServiceUnavailable, err
+		}
+		return http.StatusOK, nil
+	}
+	var err error
+	if req.Op == "join" {
+		a.log.Info("adding a host to raft as a non-voter", "name", req.Name, "raft_addr", req.RaftAddr)
+		err = a.raft.AddNonvoter(ctx, req.Name, req.RaftAddr)
+	} else {
+		a.log.Info("removing a member from raft", "name", req.Name)
+		err = a.raft.RemoveMember(ctx, req.Name)
+	}
+	switch {
+	case errors.Is(err, raftnode.ErrNotLeader):
+		return http.StatusServiceUnavailable, err
+	case err != nil:
+		return http.StatusInternalServerError, err
+	}
+	return http.StatusOK, nil
+}
+
+// leaveCluster is a host's goodbye, once its people are parked: its
+// workers leave the maps (nobody is placed on them any more) and it
+// leaves the raft configuration.
+func (a *Agent) leaveCluster(ctx context.Context) {
+	entry, err := fsm.Encode(fsm.RegisterAgentRequestType, fsm.AgentEntry{Name: a.cfg.Name, AdminAddr: a.AdminAddr(), Workers: map[string]string{}})
+	if err == nil {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err = forwardingLog{a}.Apply(cctx, entry)
+		cancel()
+	}
+	if err != nil {
+		a.log.Warn("taking this host's workers out of the maps", "error", err)
+	}
+	body, _ := json.Marshal(api.MemberRequest{Op: "leave", Name: a.cfg.Name})
+	for _, addr := range a.serverAddrs(ctx) {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := a.call(cctx, "POST", addr, "/v1/internal/members", body, nil)
+		cancel()
+		if err == nil {
+			a.log.Info("left the servers")
+			return
+		}
+	}
+	a.log.Warn("could not leave the raft configuration; the leader keeps this host as a silent non-voter")
+}
+
+// startDeployment starts the leader's publishing loops the configuration
+// asks for.
+func (a *Agent) startDeployment() {
+	a.stopDeploy = make(chan struct{})
+	if k := a.cfg.Consul; k != nil && a.cfg.IsServer() && (k.Mirror == nil || *k.Mirror) {
+		a.deployWG.Add(1)
+		go a.mirrorLoop(a.stopDeploy)
+	}
+	if a.cfg.Nomad != nil {
+		a.deployWG.Add(1)
+		go a.nomadLoop(a.stopDeploy)
+	}
+}
+
+// mirrorLoop publishes the placement registry to Consul KV while this
+// server leads: who is where, the groups, and the raft index it is as of.
+func (a *Agent) mirrorLoop(stop <-chan struct{}) {
+	defer a.deployWG.Done()
+	var (
+		m         *consul.Mirror
+		published uint64
+		failures  int
+	)
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		if !a.raft.IsLeader() {
+			m = nil // a new term lists and cleans the tree again
+			continue
+		}
+		c := a.consulClient()
+		if c == nil {
+			continue
+		}
+		if m == nil {
+			m, published = consul.NewMirror(c), 0
+		}
+		index := a.fsm.Index()
+		if index == published {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := m.Publish(ctx, a.placementSnapshot(index))
+		cancel()
+		if err != nil {
+			if failures%20 == 0 {
+				a.log.Warn("publishing the placement registry to Consul", "error", err)
+			}
+			failures++
+			continue
+		}
+		published, failures = index, 0
+	}
+}
+
+// placementSnapshot is the placement registry as of the replica's index.
+func (a *Agent) placementSnapshot(index uint64) consul.Placement {
+	p := consul.Placement{Index: index, Users: map[string]consul.User{}, Groups: map[string]json.RawMessage{}}
+	for _, u := range a.fsm.Users() {
+		e := consul.User{Worker: u.Worker, Epoch: u.Epoch, State: u.State, Group: a.router.GroupOf(u.Worker)}
+		if ag, ok := a.fsm.AgentOf(u.Worker); ok {
+			e.Host = ag.Name
+		} else if a.pool.GroupOf(u.Worker) != "" {
+			e.Host = a.cfg.Name
+		}
+		p.Users[u.User] = e
+	}
+	v := a.groupsView()
+	for _, g := range v.Groups {
+		b, err := json.Marshal(map[string]any{"name": g.Name, "runtime": g.Runtime, "bundle": g.Bundle, "workers": g.Workers,
+			"source": g.Source, "default": g.Default, "previous": g.Previous, "users": g.Users, "worker_ids": g.WorkerIDs})
+		if err == nil {
+			p.Groups[g.Name] = b
+		}
+	}
+	return p
+}
+
+// nomadLoop keeps one Nomad job per catalog group while this server leads:
+// registered when the group appears (re-registered when its recipe
+// changes), stopped and purged when it is retired.
+func (a *Agent) nomadLoop(stop <-chan struct{}) {
+	defer a.deployWG.Done()
+	n := a.cfg.Nomad
+	cfg := nomadapi.DefaultConfig()
+	cfg.Address, cfg.SecretID, cfg.Region, cfg.Namespace = n.Address, n.Token, n.Region, n.Namespace
+	client, err := nomadapi.NewClient(cfg)
+	if err != nil {
+		a.log.Error("connecting to Nomad", "address", n.Address, "error", err)
+		return
+	}
+	failures := 0
+	for {
+		changed := a.fsm.WatchCatalog()
+		if a.raft.IsLeader() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			err := a.syncNomadJobs(ctx, client)
+			cancel()
+			if err != nil {
+				if failures%10 == 0 {
+					a.log.Warn("keeping the groups' Nomad jobs", "error", err)
+				}
+				failures++
+			} else {
+				failures = 0
+			}
+		}
+		wait := 30 * time.Second
+		if failures > 0 {
+			wait = 2 * time.Second
+		}
+		select {
+		case <-stop:
+			return
+		case <-changed:
+		case <-a.raft.LeaderCh():
+		case <-time.After(wait):
+		}
+	}
+}
+
+// syncNomadJobs registers the catalog's groups' jobs and purges the jobs of
+// groups no longer in it.
+func (a *Agent) syncNomadJobs(ctx context.Context, client *nomadapi.Client) error {
+	n, k := a.cfg.Nomad, a.cfg.Consul
+	cat := a.fsm.Catalog()
+	var errs []error
+	for _, name := range cat.GroupNames() {
+		g := cat.Groups[name]
+		if g.Bundle == "" {
+			continue // a builtin or command group runs on the agents themselves
+		}
+		spec := nomad.GroupJob{Group: name, Bundle: g.Bundle, Archive: n.Archive, Workers: g.Workers,
+			Count: n.Hosts, MaxCount: n.MaxHosts, Datacenters: n.Datacenters, Namespace: n.Namespace, Region: n.Region,
+			Driver: n.Driver, StickydCommand: n.StickydCommand, ConsulAddr: k.Address, ConsulToken: k.Token,
+			ServerService: k.ServerService, AdminToken: a.token, CPU: n.CPU, MemoryMB: n.MemoryMB, Env: g.Env}
+		if n.StickydArtifact != "" {
+			spec.Stickyd = nomad.Artifact{Source: n.StickydArtifact, Checksum: n.StickydChecksum}
+		}
+		job, err := nomad.Render(spec)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("group %s: %w", name, err))
+			continue
+		}
+		if _, err := nomad.Register(ctx, client, job); err != nil {
+			errs = append(errs, fmt.Errorf("group %s: registering its job: %w", name, err))
+		}
+	}
+	running, err := nomad.Jobs(ctx, client)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, group := range running {
+		if _, ok := cat.Groups[group]; ok {
+			continue
+		}
+		a.log.Info("stopping the Nomad job of a retired group", "group", group, "job", nomad.JobID(group))
+		if err := nomad.Deregister(ctx, client, group, true); err != nil {
+			errs = append(errs, fmt.Errorf("group %s: stopping its job: %w", group, err))
+		}
+	}
+	return errors.Join(errs...)
+}

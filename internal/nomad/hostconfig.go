@@ -1,0 +1,61 @@
+package nomad
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2/hclwrite"
+	"github.com/zclconf/go-cty/cty"
+)
+
+// hostConfig returns the template Nomad renders into local/host.hcl: the
+// configuration of "stickyd agent" in the host role, with the allocation's
+// names, directories and addresses taken from the Nomad runtime environment.
+// Values of the spec are quoted twice, for HCL and, when they hold "{{", for
+// the template (see literal).
+func (s *spec) hostConfig() string {
+	var b strings.Builder
+	line := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+
+	line(`name     = "{{ env "NOMAD_JOB_NAME" }}-{{ env "NOMAD_ALLOC_INDEX" }}-{{ env "NOMAD_SHORT_ALLOC_ID" }}"`)
+	line(`data_dir = "{{ env "NOMAD_ALLOC_DIR" }}/data"`)
+	// Stop parking before Nomad's kill_timeout runs out.
+	line(`shutdown_timeout = %s`, literal((KillTimeout - hostShutdownMargin).String()))
+	line(``)
+	line(`server { enabled = false }`)
+	line(`front  { enabled = false }`)
+	line(`admin  {`)
+	line(`  address = "{{ env "NOMAD_ADDR_admin" }}"`)
+	line(`  token   = %s`, literal(s.AdminToken))
+	line(`}`)
+	line(`host {`)
+	line(`  groups    = [%s]`, literal(s.Group))
+	line(`  raft_addr = "{{ env "NOMAD_ADDR_raft" }}"`)
+	line(`  rpc_addr  = "{{ env "NOMAD_ADDR_rpc" }}"`)
+	line(`}`)
+	line(`consul {`)
+	line(`  address        = %s`, literal(s.ConsulAddr))
+	if s.ConsulToken != "" {
+		line(`  token          = %s`, literal(s.ConsulToken))
+	}
+	line(`  server_service = %s`, literal(s.ServerService))
+	line(`}`)
+	line(`bundles { archive = "{{ env "NOMAD_TASK_DIR" }}/bundles" }`)
+	return b.String()
+}
+
+// literal returns s as an HCL quoted string that the template engine
+// (consul-template: Go's text/template) copies as it is. HCL's escapes
+// cover quotes, backslashes, control characters and its own "${" and "%{"
+// sequences. A literal that holds "{{" would open a template action, so it
+// becomes one that prints the literal as a Go string constant. A "{{" can
+// only appear inside the literal: the quotes around it part it from the
+// template text on either side.
+func literal(s string) string {
+	q := strings.TrimSpace(string(hclwrite.TokensForValue(cty.StringVal(s)).Bytes()))
+	if !strings.Contains(q, "{{") {
+		return q
+	}
+	return "{{ " + strconv.Quote(q) + " }}"
+}

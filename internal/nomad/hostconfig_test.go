@@ -1,0 +1,159 @@
+package nomad
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"text/template"
+
+	"github.com/hashicorp/hcl/v2/hclsimple"
+)
+
+// hostFile mirrors the shape of the host configuration the template writes,
+// as "stickyd agent" reads it.
+type hostFile struct {
+	Name            string `hcl:"name"`
+	DataDir         string `hcl:"data_dir"`
+	ShutdownTimeout string `hcl:"shutdown_timeout"`
+	Server          struct {
+		Enabled bool `hcl:"enabled"`
+	} `hcl:"server,block"`
+	Front struct {
+		Enabled bool `hcl:"enabled"`
+	} `hcl:"front,block"`
+	Admin struct {
+		Address string `hcl:"address"`
+		Token   string `hcl:"token"`
+	} `hcl:"admin,block"`
+	Host struct {
+		Groups   []string `hcl:"groups"`
+		RaftAddr string   `hcl:"raft_addr"`
+		RPCAddr  string   `hcl:"rpc_addr"`
+	} `hcl:"host,block"`
+	Consul struct {
+		Address       string `hcl:"address"`
+		Token         string `hcl:"token,optional"`
+		ServerService string `hcl:"server_service"`
+	} `hcl:"consul,block"`
+	Bundles struct {
+		Archive string `hcl:"archive"`
+	} `hcl:"bundles,block"`
+}
+
+// testEnv is the Nomad runtime environment the template reads.
+var testEnv = map[string]string{
+	"NOMAD_JOB_NAME":       "stickyd-group-web",
+	"NOMAD_ALLOC_INDEX":    "2",
+	"NOMAD_SHORT_ALLOC_ID": "1a2b3c4d",
+	"NOMAD_ALLOC_DIR":      "/alloc",
+	"NOMAD_TASK_DIR":       "/local",
+	"NOMAD_ADDR_admin":     "10.0.0.7:25001",
+	"NOMAD_ADDR_raft":      "10.0.0.7:25002",
+	"NOMAD_ADDR_rpc":       "10.0.0.7:25003",
+}
+
+// renderHost renders a job's host.hcl template the way consul-template
+// does (Go's text/template with the default delimiters), then decodes it.
+func renderHost(t *testing.T, g GroupJob) (string, hostFile) {
+	t.Helper()
+	job, err := Render(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := job.TaskGroups[0].Tasks[0].Templates[0]
+	if *tmpl.DestPath != "local/host.hcl" || *tmpl.ChangeMode != "restart" {
+		t.Fatalf("template destination %q, change mode %q", *tmpl.DestPath, *tmpl.ChangeMode)
+	}
+	tp, err := template.New("host.hcl").Option("missingkey=error").Funcs(template.FuncMap{
+		"env": func(k string) string { return testEnv[k] },
+	}).Parse(*tmpl.EmbeddedTmpl)
+	if err != nil {
+		t.Fatalf("parsing the template: %v\n%s", err, *tmpl.EmbeddedTmpl)
+	}
+	var out strings.Builder
+	if err := tp.Execute(&out, nil); err != nil {
+		t.Fatalf("executing the template: %v", err)
+	}
+	var f hostFile
+	if err := hclsimple.Decode("host.hcl", []byte(out.String()), nil, &f); err != nil {
+		t.Fatalf("decoding the rendered host.hcl: %v\n%s", err, out.String())
+	}
+	return out.String(), f
+}
+
+func TestHostConfig(t *testing.T) {
+	g := validJob()
+	g.ConsulAddr = "consul.local:8500"
+	g.ServerService = "stickyd-eu"
+	_, f := renderHost(t, g)
+
+	var want hostFile
+	want.Name = "stickyd-group-web-2-1a2b3c4d"
+	want.DataDir = "/alloc/data"
+	want.ShutdownTimeout = "25s"
+	want.Admin.Address, want.Admin.Token = "10.0.0.7:25001", "admin-secret"
+	want.Host.Groups = []string{"web"}
+	want.Host.RaftAddr, want.Host.RPCAddr = "10.0.0.7:25002", "10.0.0.7:25003"
+	want.Consul.Address, want.Consul.ServerService = "consul.local:8500", "stickyd-eu"
+	want.Bundles.Archive = "/local/bundles"
+	if !reflect.DeepEqual(f, want) {
+		t.Errorf("host.hcl decoded to\n%+v\nwant\n%+v", f, want)
+	}
+}
+
+func TestHostConfigNoConsulToken(t *testing.T) {
+	text, f := renderHost(t, validJob())
+	if strings.Contains(text, "token          =") || f.Consul.Token != "" {
+		t.Errorf("consul token written though empty:\n%s", text)
+	}
+	if f.Consul.Address != DefaultConsulAddr || f.Consul.ServerService != DefaultServerService {
+		t.Errorf("consul block %+v, want the defaults", f.Consul)
+	}
+}
+
+// TestHostConfigEscaping checks that values reach the agent as they were
+// given, whatever HCL or the template engine would make of them.
+func TestHostConfigEscaping(t *testing.T) {
+	values := []string{
+		`plain`,
+		`quote"inside`,
+		`back\slash`,
+		`{{ env "HOME" }}`,
+		`{{`,
+		`}}`,
+		`a{{b`,
+		`{{"}}`,
+		`\"{{\"`,
+		`${NOMAD_TASK_DIR}`,
+		`%{ if true }x%{ endif }`,
+		`$${x}`,
+		"new\nline\ttab\x01ctl",
+		`{{- "trim" -}}`,
+		`/* comment */ # not`,
+		"unicodé ✓",
+		`}`,
+		`{`,
+	}
+	for _, v := range values {
+		t.Run(v, func(t *testing.T) {
+			g := validJob()
+			// Nomad would interpolate "${" in the admin token (Render
+			// refuses it); the other values only go through the template.
+			g.AdminToken = strings.ReplaceAll(v, "${", "$ {")
+			g.ConsulToken = v
+			g.ConsulAddr = v
+			g.ServerService = v
+			text, f := renderHost(t, g)
+			for _, c := range []struct{ name, got, want string }{
+				{"admin token", f.Admin.Token, g.AdminToken},
+				{"consul token", f.Consul.Token, v},
+				{"consul address", f.Consul.Address, v},
+				{"server service", f.Consul.ServerService, v},
+			} {
+				if c.got != c.want {
+					t.Errorf("%s read back as %q, want %q; host.hcl:\n%s", c.name, c.got, c.want, text)
+				}
+			}
+		})
+	}
+}
