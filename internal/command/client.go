@@ -8,14 +8,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
 )
 
 // Where the admin API is and how long a call may take.
@@ -41,7 +45,9 @@ const apiOptionsHelp = `
 HTTP API Options:
 
   -address=ADDR      The admin API address. Default $STICKYD_ADDR, else
-                     ` + DefaultAddress + `.
+                     ` + DefaultAddress + `. consul://SERVICE asks Consul
+                     ($CONSUL_HTTP_ADDR, $CONSUL_HTTP_TOKEN) for a healthy
+                     server of SERVICE (consul:// alone: stickyd-server).
   -token=TOKEN       The admin token. Default $STICKYD_TOKEN.`
 
 // apiOptions are the flags every admin API command takes.
@@ -73,6 +79,13 @@ func (o *apiOptions) client() (*apiClient, error) {
 		return nil, errNoToken
 	}
 	raw := strings.TrimSpace(o.address)
+	if service, ok := strings.CutPrefix(raw, "consul://"); ok {
+		addr, err := serverFromConsul(strings.TrimRight(service, "/"))
+		if err != nil {
+			return nil, err
+		}
+		raw = addr
+	}
 	if !strings.Contains(raw, "://") {
 		raw = "http://" + raw
 	}
@@ -96,6 +109,35 @@ func (o *apiOptions) client() (*apiClient, error) {
 		call:   &http.Client{Transport: tr, Timeout: callTimeout},
 		stream: &http.Client{Transport: tr},
 	}, nil
+}
+
+// serverFromConsul returns the admin address of a healthy instance of
+// service (default stickyd-server) from the Consul agent the environment
+// names (CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, as the consul CLI does).
+func serverFromConsul(service string) (string, error) {
+	if service == "" {
+		service = "stickyd-server"
+	}
+	cfg := consulapi.DefaultConfig()
+	c, err := consulapi.NewClient(cfg)
+	if err != nil {
+		return "", fmt.Errorf("consul://%s: %w", service, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	defer cancel()
+	entries, _, err := c.Health().Service(service, "", true, (&consulapi.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return "", fmt.Errorf("consul://%s: asking Consul at %s: %w", service, cfg.Address, err)
+	}
+	if len(entries) == 0 {
+		return "", fmt.Errorf("consul://%s: Consul at %s has no healthy instance of %q", service, cfg.Address, service)
+	}
+	e := entries[rand.IntN(len(entries))]
+	host := e.Service.Address
+	if host == "" {
+		host = e.Node.Address
+	}
+	return "http://" + net.JoinHostPort(host, strconv.Itoa(e.Service.Port)), nil
 }
 
 // apiClient calls the admin API. Close it when done.

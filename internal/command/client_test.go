@@ -188,3 +188,13 @@ func TestFormat(t *testing.T) {
 		}
 	}
 }
+
+// consul:// with no Consul reachable is a clear error naming the service
+// and the Consul asked, before any call to stickyd.
+func TestConsulAddressUnreachable(t *testing.T) {
+	t.Setenv("CONSUL_HTTP_ADDR", "127.0.0.1:1")
+	_, err := (&apiOptions{address: "consul://", token: "t"}).client()
+	if err == nil || !strings.Contains(err.Error(), "consul://stickyd-server") || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("error %v", err)
+	}
+}

@@ -98,7 +98,9 @@ log_level        = "debug"
 	cli("group", "create", "-bundle", digests[1], "-workers", "2", "v2")
 	waitJob(t, nomad.Env(), "stickyd-group-v2", time.Minute)
 	waitWorkers(t, admin, "v2", 2, 3*time.Minute)
-	out := cli("group", "promote", "v2")
+	// The promotion finds a server through Consul, as an operator would.
+	out := run(t, []string{"STICKYD_ADDR=consul://stickyd-server", "CONSUL_HTTP_ADDR=" + consul.HTTPAddr, "STICKYD_TOKEN=" + adminToken},
+		0, stickyd, "group", "promote", "v2")
 	t.Logf("promote: %s", lastLine(out))
 	typing.waitRounds(t, 5)
 	checkPlacement(t, consul.HTTPAddr, admin, typing, "v2")
