@@ -211,7 +211,8 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	a.stopTables = make(chan struct{})
 	go a.tables.run(a.stopTables)
 	go a.expireLoop(a.stopTables)
-	a.pool.FromWorker, a.pool.Ended = a.fromWorker, a.workerEnded
+	a.pool.FromWorker, a.pool.Ended, a.pool.Greeting = a.fromWorker, a.workerEnded, a.greeting
+	go a.maintenanceLoop(a.stopTables)
 	a.log.Info("starting workers", "workers", len(a.pool.Workers()))
 	if err := a.pool.Start(ctx); err != nil {
 		return fmt.Errorf("starting workers: %w", err)
@@ -246,7 +247,8 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		Events: func() any { return a.govern.events() },
 		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: checkGovernance, CheckBundle: a.checkBundle,
 		Monitor:      func(ctx context.Context) (any, error) { return a.monitorView(ctx) },
-		MonitorLocal: func() any { return a.localMonitor() }}))
+		MonitorLocal: func() any { return a.localMonitor() },
+		Maintenance:  maintenanceAPI{a}}))
 	a.startDeployment()
 	a.started = true
 	return nil
@@ -271,6 +273,7 @@ func (a *Agent) startFront() error {
 		MaxHeld:         a.cfg.Front.MaxHeld,
 		Registry:        a.registry,
 		Health:          a.health,
+		ExtraWait:       a.extraWait,
 		Monitor:         monitor.WebHandler(a.token, a.monitorView),
 		Logger:          a.log.Named("front"),
 	})

@@ -175,6 +175,10 @@ func (a *Agent) startDeployment() {
 		a.deployWG.Add(1)
 		go a.nomadLoop(a.stopDeploy)
 	}
+	if a.cfg.Consul != nil && a.cfg.IsServer() {
+		a.deployWG.Add(1)
+		go a.consulMaintenanceLoop(a.stopDeploy)
+	}
 }
 
 // mirrorLoop publishes the placement registry to Consul KV while this

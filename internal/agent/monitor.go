@@ -83,7 +83,7 @@ func (a *Agent) localMonitor() LocalMonitor {
 			Incarnation: w.Incarnation, Born: w.Born, DiedAt: w.DiedAt, HowDied: w.HowDied, AppVersion: w.AppVersion,
 			LastProbe: w.LastProbe, Users: w.Users, Conns: w.Conns, Pages: w.Pages, HeapBytes: w.HeapBytes, RSSBytes: w.RSSBytes,
 			CPUSeconds: w.CPUSeconds, Goroutines: w.Goroutines, Mailbox: w.Mailbox, Frames: w.Frames, ProbeFailures: w.ProbeFailures,
-			Memory: a.history.of(w.ID)}
+			Memory: a.history.of(w.ID), MaintenanceWaiting: w.MaintenanceWaiting, MaintenanceTimedOut: w.MaintenanceTimedOut}
 		if w.State == host.StateReady && stale > 0 {
 			seen := w.LastProbe
 			if seen.IsZero() {
@@ -172,6 +172,7 @@ func (a *Agent) monitorView(ctx context.Context) (monitor.View, error) {
 		}
 		v.People = append(v.People, p)
 	}
+	v.Maintenance = windows(a.fsm.Maintenance(), v.Workers)
 	return v, nil
 }
 

@@ -59,6 +59,8 @@ type Config struct {
 	// MonitorLocal this agent's part of it (GET /v1/monitor/local).
 	Monitor      func(ctx context.Context) (any, error)
 	MonitorLocal func() any
+	// Maintenance, if set, serves /v1/maintenance.
+	Maintenance Maintenance
 }
 
 // Handler returns the API's handler.
@@ -68,6 +70,9 @@ func Handler(cfg Config) http.Handler {
 	}
 	a := &server{cfg: cfg, jobs: &jobs{log: cfg.Logger.Named("jobs")}}
 	mux := http.NewServeMux()
+	if cfg.Maintenance != nil {
+		a.maintenanceRoutes(mux)
+	}
 	if cfg.Groups != nil && cfg.GroupsView != nil {
 		a.groupRoutes(mux)
 	}

@@ -62,6 +62,11 @@ func RunWith(args []string, ui cli.Ui, builtins map[string]agent.Builtin) int {
 			"worker list":  func() (cli.Command, error) { return &WorkerListCommand{Meta: meta}, nil },
 			"worker drain": func() (cli.Command, error) { return &WorkerDrainCommand{Meta: meta}, nil },
 
+			"maintenance":        func() (cli.Command, error) { return &MaintenanceCommand{Meta: meta}, nil },
+			"maintenance start":  func() (cli.Command, error) { return &MaintenanceStartCommand{Meta: meta}, nil },
+			"maintenance end":    func() (cli.Command, error) { return &MaintenanceEndCommand{Meta: meta}, nil },
+			"maintenance status": func() (cli.Command, error) { return &MaintenanceStatusCommand{Meta: meta}, nil },
+
 			"bundle":        func() (cli.Command, error) { return &BundleCommand{Meta: meta}, nil },
 			"bundle pack":   func() (cli.Command, error) { return &BundlePackCommand{Meta: meta}, nil },
 			"bundle push":   func() (cli.Command, error) { return &BundlePushCommand{Meta: meta}, nil },

@@ -112,3 +112,22 @@ func (c *Client) Services(ctx context.Context, name string) ([]string, error) {
 	sort.Strings(addrs)
 	return addrs, nil
 }
+
+// Put writes the KV key name (under the prefix).
+func (c *Client) Put(ctx context.Context, name string, value []byte) error {
+	q := (&api.WriteOptions{}).WithContext(ctx)
+	if _, err := c.api.KV().Put(&api.KVPair{Key: c.Key(name), Value: value}, q); err != nil {
+		return fmt.Errorf("writing %s to consul at %s: %w", c.Key(name), c.addr, err)
+	}
+	return nil
+}
+
+// Delete removes the KV key name (under the prefix); a missing key is no
+// error.
+func (c *Client) Delete(ctx context.Context, name string) error {
+	q := (&api.WriteOptions{}).WithContext(ctx)
+	if _, err := c.api.KV().Delete(c.Key(name), q); err != nil {
+		return fmt.Errorf("deleting %s from consul at %s: %w", c.Key(name), c.addr, err)
+	}
+	return nil
+}

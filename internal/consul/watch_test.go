@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -195,5 +198,67 @@ func TestBackoff(t *testing.T) {
 	}
 	if d != backoffMax {
 		t.Errorf("backoff settled at %s; want %s", d, backoffMax)
+	}
+}
+
+// WatchTree sees the folder's keys appear, change and go, and nothing of
+// the keys beside it.
+func TestWatchTree(t *testing.T) {
+	agent := testagents.StartConsul(t)
+	c := newClient(t, agent, "")
+	kv := agent.Client().KV()
+	var (
+		mu   sync.Mutex
+		seen []string
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- c.WatchTree(ctx, "maintenance/", func(m map[string][]byte) {
+			keys := slices.Sorted(maps.Keys(m))
+			var parts []string
+			for _, k := range keys {
+				parts = append(parts, k+"="+string(m[k]))
+			}
+			mu.Lock()
+			seen = append(seen, strings.Join(parts, ","))
+			mu.Unlock()
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("WatchTree returned %v", err)
+		}
+	})
+	var want []string
+	expect := func(step, w string) {
+		t.Helper()
+		want = append(want, w)
+		waitFor(t, 10*time.Second, step, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) >= len(want) })
+		mu.Lock()
+		defer mu.Unlock()
+		if fmt.Sprint(seen) != fmt.Sprint(want) {
+			t.Fatalf("after %s the watch saw %q; want %q", step, seen, want)
+		}
+	}
+	put := func(k, v string) {
+		t.Helper()
+		if _, err := kv.Put(&api.KVPair{Key: k, Value: []byte(v)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect("start", "")
+	put("stickyd/maintenance/db-a", "upgrading")
+	expect("put", "db-a=upgrading")
+	put("stickyd/placement/index", "7") // beside the folder: not seen
+	put("stickyd/maintenance/payments", `{"reason":"x"}`)
+	expect("second key", `db-a=upgrading,payments={"reason":"x"}`)
+	if _, err := kv.Delete("stickyd/maintenance/db-a", nil); err != nil {
+		t.Fatal(err)
+	}
+	expect("delete", `payments={"reason":"x"}`)
+	if err := c.WatchTree(context.Background(), "maintenance", nil); err == nil {
+		t.Fatal("a folder name without a trailing slash was accepted")
 	}
 }

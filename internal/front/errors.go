@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 )
 
 // HTTPError is what a handler returns for a request it cannot serve: the
@@ -14,7 +15,20 @@ type HTTPError struct {
 	// Retry marks a transient failure: the client should try again
 	// (Retry-After on HTTP, "retry": true on the WebSocket).
 	Retry bool
-	Err   error
+	// RetryAfter is the Retry-After in seconds (default 1 when Retry).
+	RetryAfter int
+	// Code names the refusal for WebSocket clients ("maintenance"); empty
+	// derives it from Status.
+	Code string
+	Err  error
+}
+
+// retryAfter is the Retry-After header's value.
+func (e *HTTPError) retryAfter() string {
+	if e.RetryAfter > 0 {
+		return strconv.Itoa(e.RetryAfter)
+	}
+	return "1"
 }
 
 func (e *HTTPError) Error() string {
@@ -41,7 +55,7 @@ func (f *Front) handle(h func(http.ResponseWriter, *http.Request) error) http.Ha
 			f.log.Warn("request failed", "path", r.URL.Path, "status", he.Status, "error", err)
 		}
 		if he.Retry {
-			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Retry-After", he.retryAfter())
 		}
 		_ = writeJSON(w, he.Status, map[string]any{"error": he.Message, "retry": he.Retry})
 	}

@@ -92,6 +92,9 @@ type Config struct {
 	// /_stickyd/monitor/ (it sees paths with that prefix stripped and does
 	// its own admin authentication).
 	Monitor http.Handler
+	// ExtraWait, if set, is added to the time a request waits for its
+	// worker: the longest max wait of the maintenance windows open now.
+	ExtraWait func() time.Duration
 	// Health adds fields to /_stickyd/health.
 	Health func() map[string]any
 	Logger hclog.Logger
@@ -237,6 +240,10 @@ func (f *Front) route(r *http.Request) (placement.Route, bool) {
 
 // call sends a frame and waits for its answer within timeout.
 func (f *Front) call(ctx context.Context, worker string, fr *protocol.Frame, timeout time.Duration) (*protocol.FrameReply, error) {
+	if f.cfg.ExtraWait != nil {
+		// A request may be held in the worker for a maintenance window.
+		timeout += f.cfg.ExtraWait()
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	c, err := f.cfg.Dispatcher.Send(ctx, worker, fr)
@@ -254,6 +261,10 @@ func (f *Front) call(ctx context.Context, worker string, fr *protocol.Frame, tim
 	return rep, nil
 }
 
+// maintenanceRetryAfter is the Retry-After (seconds) of a request refused
+// after waiting past a maintenance window's max wait.
+const maintenanceRetryAfter = 5
+
 // frameErr turns a dispatch error into what the client is told.
 func frameErr(err error) error {
 	var re *channel.RemoteError
@@ -264,6 +275,9 @@ func frameErr(err error) error {
 			return &HTTPError{Status: http.StatusBadRequest, Message: re.Message, Err: err}
 		case protocol.Error_MOVED, protocol.Error_UNAVAILABLE:
 			return &HTTPError{Status: http.StatusServiceUnavailable, Message: re.Message, Retry: true, Err: err}
+		case protocol.Error_MAINTENANCE:
+			return &HTTPError{Status: http.StatusServiceUnavailable, Message: re.Message, Retry: true,
+				RetryAfter: maintenanceRetryAfter, Code: "maintenance", Err: err}
 		default:
 			return &HTTPError{Status: http.StatusInternalServerError, Message: "the application failed on this request", Err: err}
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/stickyd/stickyd/internal/protocol"
@@ -126,6 +127,9 @@ func errAnswer(id uint64, err error) *answer {
 		case he.Status == http.StatusServiceUnavailable:
 			a.Code = "unavailable"
 		}
+		if he.Code != "" {
+			a.Code = he.Code
+		}
 	}
 	return a
 }
@@ -162,6 +166,9 @@ func (f *Front) serveOp(w http.ResponseWriter, r *http.Request) error {
 		if a.Retry {
 			status = http.StatusServiceUnavailable
 			w.Header().Set("Retry-After", "1")
+			if a.Code == "maintenance" {
+				w.Header().Set("Retry-After", strconv.Itoa(maintenanceRetryAfter))
+			}
 		}
 	}
 	return writeJSON(w, status, a)

@@ -32,6 +32,8 @@ type FSM struct {
 	watch map[string]chan struct{}
 	// catalogCh is closed at the next change of the catalog.
 	catalogCh chan struct{}
+	// maintCh is closed at the next change of the maintenance windows.
+	maintCh chan struct{}
 	// grantWatch holds a channel per watched grant (store.go).
 	grantWatch map[uint64]chan struct{}
 }
@@ -52,6 +54,8 @@ type State struct {
 	Tables map[string][]string `json:"tables,omitempty"`
 	// Store is the global store and its grants.
 	Store *store.Store `json:"store,omitempty"`
+	// Maintenance holds the open maintenance windows, by backend.
+	Maintenance map[string]*MaintenanceEntry `json:"maintenance,omitempty"`
 }
 
 // AgentEntry is an agent as the cluster reaches it.
@@ -270,6 +274,8 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return f.applyTableSubs(buf)
 	case StoreOpRequestType:
 		return f.applyStoreOp(buf, l.Index)
+	case MaintenanceRequestType:
+		return f.applyMaintenance(buf)
 	case RegisterAgentRequestType:
 		var req AgentEntry
 		if err := json.Unmarshal(buf, &req); err != nil {
@@ -484,6 +490,13 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 			s.Tables[w] = ts // replaced whole on change, never mutated
 		}
 	}
+	if len(f.state.Maintenance) > 0 {
+		s.Maintenance = make(map[string]*MaintenanceEntry, len(f.state.Maintenance))
+		for b, e := range f.state.Maintenance {
+			c := *e
+			s.Maintenance[b] = &c
+		}
+	}
 	return &snapshot{state: s}, nil
 }
 
@@ -514,6 +527,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		delete(f.watch, u)
 	}
 	f.catalogChangedLocked()
+	f.maintenanceChangedLocked()
 	for id, ch := range f.grantWatch {
 		close(ch)
 		delete(f.grantWatch, id)

@@ -66,6 +66,9 @@ type Pool struct {
 	// stopped or retired): what it held for others (subscriptions, grants)
 	// is to be let go. Set it before Start.
 	Ended func(worker string, incarnation int)
+	// Greeting, if set, returns envelopes sent to a worker as soon as it is
+	// accepted, before any frame can reach it.
+	Greeting func(worker string) []*protocol.Envelope
 
 	log    hclog.Logger
 	ctx    context.Context
@@ -143,6 +146,11 @@ type WorkerInfo struct {
 	Frames     uint64    `json:"frames"`
 	// ProbeFailures counts the probes the slot's workers left unanswered.
 	ProbeFailures int64 `json:"probe_failures"`
+	// MaintenanceWaiting counts, per backend, the requests waiting on a
+	// maintenance window; MaintenanceTimedOut those that gave up (this
+	// incarnation's running total).
+	MaintenanceWaiting  map[string]int64  `json:"maintenance_waiting,omitempty"`
+	MaintenanceTimedOut map[string]uint64 `json:"maintenance_timed_out,omitempty"`
 }
 
 type slot struct {
@@ -496,6 +504,15 @@ func (s *slot) start(ctx context.Context) error {
 		}
 	})
 	peer.Listen()
+	// What the worker must know before its first frame (the maintenance
+	// windows) goes first: envelopes started in order arrive in order.
+	if g := s.pool.Greeting; g != nil {
+		for _, env := range g(s.id) {
+			if _, err := peer.Start(env); err != nil {
+				s.log.Warn("greeting the worker", "envelope", fmt.Sprintf("%T", env.Body), "error", err)
+			}
+		}
+	}
 	s.mu.Lock()
 	s.peer, s.proc = peer, proc
 	s.woken = map[string]uint64{}
@@ -620,6 +637,7 @@ func (s *slot) probe(ctx context.Context, peer *channel.Peer, timeout time.Durat
 	s.info.Users, s.info.Conns, s.info.Pages = r.Users, r.Conns, r.Pages
 	s.info.HeapBytes, s.info.Goroutines, s.info.Frames = r.HeapBytes, r.Goroutines, r.Frames
 	s.info.RSSBytes, s.info.CPUSeconds, s.info.Mailbox = r.RssBytes, r.CpuSeconds, r.MailboxDepth
+	s.info.MaintenanceWaiting, s.info.MaintenanceTimedOut = r.MaintenanceWaiting, r.MaintenanceTimedOut
 	for _, u := range r.PerUser {
 		s.usage[u.User] = u
 	}

@@ -10,6 +10,9 @@ import (
 type Collector struct {
 	workers func() []Worker
 	descs   map[string]*prometheus.Desc
+	// waiting and timedOut are the per-worker, per-backend maintenance
+	// series.
+	waiting, timedOut *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -46,6 +49,10 @@ func NewCollector(workers func() []Worker) *Collector {
 	for _, m := range workerMetrics {
 		c.descs[m.name] = prometheus.NewDesc(m.name, m.help, []string{"worker", "group"}, nil)
 	}
+	c.waiting = prometheus.NewDesc("stickyd_maintenance_waiting", "Requests held in the worker on a backend's maintenance window now.",
+		[]string{"worker", "group", "backend"}, nil)
+	c.timedOut = prometheus.NewDesc("stickyd_maintenance_timed_out_total", "Requests refused (retryable) after waiting past a maintenance window's max wait.",
+		[]string{"worker", "group", "backend"}, nil)
 	return c
 }
 
@@ -54,6 +61,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.descs {
 		ch <- d
 	}
+	ch <- c.waiting
+	ch <- c.timedOut
 }
 
 // Collect implements prometheus.Collector.
@@ -68,6 +77,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				kind = prometheus.CounterValue
 			}
 			ch <- prometheus.MustNewConstMetric(c.descs[m.name], kind, m.value(w), w.ID, w.Group)
+		}
+		for b, n := range w.MaintenanceWaiting {
+			ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(n), w.ID, w.Group, b)
+		}
+		for b, n := range w.MaintenanceTimedOut {
+			ch <- prometheus.MustNewConstMetric(c.timedOut, prometheus.CounterValue, float64(n), w.ID, w.Group, b)
 		}
 	}
 }

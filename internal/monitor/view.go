@@ -32,6 +32,21 @@ type View struct {
 	// Unreachable names the agents whose workers could not be read now
 	// (their last known numbers are shown).
 	Unreachable []string `json:"unreachable_agents,omitempty"`
+	// Maintenance are the open maintenance windows.
+	Maintenance []Window `json:"maintenance,omitempty"`
+}
+
+// Window is an open maintenance window and the requests held on it.
+type Window struct {
+	Backend string    `json:"backend"`
+	Reason  string    `json:"reason,omitempty"`
+	MaxWait string    `json:"max_wait"`
+	Since   time.Time `json:"since"`
+	Source  string    `json:"source"`
+	// Waiting are the requests held on it now, in every worker; TimedOut
+	// those that gave up waiting (since their workers began).
+	Waiting  int64  `json:"waiting"`
+	TimedOut uint64 `json:"timed_out"`
 }
 
 // Worker states beyond the host's (starting, ready, dead, refused,
@@ -70,6 +85,10 @@ type Worker struct {
 	Frames     uint64    `json:"frames"`
 	// ProbeFailures counts the probes the worker's slot left unanswered.
 	ProbeFailures int64 `json:"probe_failures"`
+	// MaintenanceWaiting counts, per backend, the requests held on a
+	// maintenance window now; MaintenanceTimedOut those that gave up.
+	MaintenanceWaiting  map[string]int64  `json:"maintenance_waiting,omitempty"`
+	MaintenanceTimedOut map[string]uint64 `json:"maintenance_timed_out,omitempty"`
 	// Saturation is each watched resource's use as a fraction of its limit
 	// (cpu, memory, goroutines, mailbox), for governed groups.
 	Saturation map[string]float64 `json:"saturation,omitempty"`

@@ -73,7 +73,7 @@ func (x Delta_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Delta_Op.Descriptor instead.
 func (Delta_Op) EnumDescriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{12, 0}
+	return file_stickyd_proto_rawDescGZIP(), []int{14, 0}
 }
 
 type Error_Code int32
@@ -88,6 +88,9 @@ const (
 	// STALE_GRANT: a commit under a grant the store no longer holds
 	// (released, expired, revoked); nothing was written.
 	Error_STALE_GRANT Error_Code = 6
+	// MAINTENANCE: the request needs a backend in maintenance and waited
+	// past the window's max_wait; retry later.
+	Error_MAINTENANCE Error_Code = 7
 )
 
 // Enum value maps for Error_Code.
@@ -100,6 +103,7 @@ var (
 		4: "MOVED",
 		5: "UNAVAILABLE",
 		6: "STALE_GRANT",
+		7: "MAINTENANCE",
 	}
 	Error_Code_value = map[string]int32{
 		"INTERNAL":     0,
@@ -109,6 +113,7 @@ var (
 		"MOVED":        4,
 		"UNAVAILABLE":  5,
 		"STALE_GRANT":  6,
+		"MAINTENANCE":  7,
 	}
 )
 
@@ -136,7 +141,7 @@ func (x Error_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Error_Code.Descriptor instead.
 func (Error_Code) EnumDescriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{22, 0}
+	return file_stickyd_proto_rawDescGZIP(), []int{24, 0}
 }
 
 // Envelope is the one message on the channel. A request carries a fresh id;
@@ -173,6 +178,7 @@ type Envelope struct {
 	//	*Envelope_GrantReply
 	//	*Envelope_GrantCommit
 	//	*Envelope_GrantRelease
+	//	*Envelope_Maintenance
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -443,6 +449,15 @@ func (x *Envelope) GetGrantRelease() *GrantRelease {
 	return nil
 }
 
+func (x *Envelope) GetMaintenance() *Maintenance {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Maintenance); ok {
+			return x.Maintenance
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -539,6 +554,10 @@ type Envelope_GrantRelease struct {
 	GrantRelease *GrantRelease `protobuf:"bytes,32,opt,name=grant_release,json=grantRelease,proto3,oneof"`
 }
 
+type Envelope_Maintenance struct {
+	Maintenance *Maintenance `protobuf:"bytes,33,opt,name=maintenance,proto3,oneof"`
+}
+
 func (*Envelope_Hello) isEnvelope_Body() {}
 
 func (*Envelope_HelloAck) isEnvelope_Body() {}
@@ -585,6 +604,127 @@ func (*Envelope_GrantCommit) isEnvelope_Body() {}
 
 func (*Envelope_GrantRelease) isEnvelope_Body() {}
 
+func (*Envelope_Maintenance) isEnvelope_Body() {}
+
+// Maintenance is the host's notice of the backends in maintenance now (the
+// whole set, replacing the last one; docs/maintenance.md). A request or
+// message whose handler needs one of them waits in the user's mailbox,
+// before the handler runs, until the backend leaves the set or its max_wait
+// passes (then it is refused with MAINTENANCE). The host sends it before
+// any frame to a new worker and again on every change; a notice older than
+// the last one taken (a lower version) is ignored.
+type Maintenance struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Backends      []*MaintenanceBackend  `protobuf:"bytes,2,rep,name=backends,proto3" json:"backends,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Maintenance) Reset() {
+	*x = Maintenance{}
+	mi := &file_stickyd_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Maintenance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Maintenance) ProtoMessage() {}
+
+func (x *Maintenance) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Maintenance.ProtoReflect.Descriptor instead.
+func (*Maintenance) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Maintenance) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Maintenance) GetBackends() []*MaintenanceBackend {
+	if x != nil {
+		return x.Backends
+	}
+	return nil
+}
+
+type MaintenanceBackend struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	MaxWaitMs     int64                  `protobuf:"varint,3,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MaintenanceBackend) Reset() {
+	*x = MaintenanceBackend{}
+	mi := &file_stickyd_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MaintenanceBackend) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MaintenanceBackend) ProtoMessage() {}
+
+func (x *MaintenanceBackend) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MaintenanceBackend.ProtoReflect.Descriptor instead.
+func (*MaintenanceBackend) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *MaintenanceBackend) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *MaintenanceBackend) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *MaintenanceBackend) GetMaxWaitMs() int64 {
+	if x != nil {
+		return x.MaxWaitMs
+	}
+	return 0
+}
+
 // Hello is the worker's first envelope: it names the protocol it speaks.
 type Hello struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -598,7 +738,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_stickyd_proto_msgTypes[1]
+	mi := &file_stickyd_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -610,7 +750,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[1]
+	mi := &file_stickyd_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -623,7 +763,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{1}
+	return file_stickyd_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Hello) GetProtocolVersion() uint32 {
@@ -666,7 +806,7 @@ type HelloAck struct {
 
 func (x *HelloAck) Reset() {
 	*x = HelloAck{}
-	mi := &file_stickyd_proto_msgTypes[2]
+	mi := &file_stickyd_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +818,7 @@ func (x *HelloAck) String() string {
 func (*HelloAck) ProtoMessage() {}
 
 func (x *HelloAck) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[2]
+	mi := &file_stickyd_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +831,7 @@ func (x *HelloAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloAck.ProtoReflect.Descriptor instead.
 func (*HelloAck) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{2}
+	return file_stickyd_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *HelloAck) GetProtocolVersion() uint32 {
@@ -743,7 +883,7 @@ type Frame struct {
 
 func (x *Frame) Reset() {
 	*x = Frame{}
-	mi := &file_stickyd_proto_msgTypes[3]
+	mi := &file_stickyd_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +895,7 @@ func (x *Frame) String() string {
 func (*Frame) ProtoMessage() {}
 
 func (x *Frame) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[3]
+	mi := &file_stickyd_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +908,7 @@ func (x *Frame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Frame.ProtoReflect.Descriptor instead.
 func (*Frame) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{3}
+	return file_stickyd_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Frame) GetUser() string {
@@ -910,7 +1050,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_stickyd_proto_msgTypes[4]
+	mi := &file_stickyd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -922,7 +1062,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[4]
+	mi := &file_stickyd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -935,7 +1075,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{4}
+	return file_stickyd_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Header) GetName() string {
@@ -966,7 +1106,7 @@ type HTTPRequest struct {
 
 func (x *HTTPRequest) Reset() {
 	*x = HTTPRequest{}
-	mi := &file_stickyd_proto_msgTypes[5]
+	mi := &file_stickyd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1118,7 @@ func (x *HTTPRequest) String() string {
 func (*HTTPRequest) ProtoMessage() {}
 
 func (x *HTTPRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[5]
+	mi := &file_stickyd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1131,7 @@ func (x *HTTPRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPRequest.ProtoReflect.Descriptor instead.
 func (*HTTPRequest) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{5}
+	return file_stickyd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HTTPRequest) GetMethod() string {
@@ -1047,7 +1187,7 @@ type HTTPResponse struct {
 
 func (x *HTTPResponse) Reset() {
 	*x = HTTPResponse{}
-	mi := &file_stickyd_proto_msgTypes[6]
+	mi := &file_stickyd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1199,7 @@ func (x *HTTPResponse) String() string {
 func (*HTTPResponse) ProtoMessage() {}
 
 func (x *HTTPResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[6]
+	mi := &file_stickyd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1212,7 @@ func (x *HTTPResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPResponse.ProtoReflect.Descriptor instead.
 func (*HTTPResponse) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{6}
+	return file_stickyd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HTTPResponse) GetStatus() int32 {
@@ -1109,7 +1249,7 @@ type PageOpen struct {
 
 func (x *PageOpen) Reset() {
 	*x = PageOpen{}
-	mi := &file_stickyd_proto_msgTypes[7]
+	mi := &file_stickyd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1261,7 @@ func (x *PageOpen) String() string {
 func (*PageOpen) ProtoMessage() {}
 
 func (x *PageOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[7]
+	mi := &file_stickyd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1274,7 @@ func (x *PageOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PageOpen.ProtoReflect.Descriptor instead.
 func (*PageOpen) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{7}
+	return file_stickyd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PageOpen) GetPage() string {
@@ -1169,7 +1309,7 @@ type PageMessage struct {
 
 func (x *PageMessage) Reset() {
 	*x = PageMessage{}
-	mi := &file_stickyd_proto_msgTypes[8]
+	mi := &file_stickyd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1321,7 @@ func (x *PageMessage) String() string {
 func (*PageMessage) ProtoMessage() {}
 
 func (x *PageMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[8]
+	mi := &file_stickyd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1334,7 @@ func (x *PageMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PageMessage.ProtoReflect.Descriptor instead.
 func (*PageMessage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{8}
+	return file_stickyd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PageMessage) GetPage() string {
@@ -1224,7 +1364,7 @@ type PagePull struct {
 
 func (x *PagePull) Reset() {
 	*x = PagePull{}
-	mi := &file_stickyd_proto_msgTypes[9]
+	mi := &file_stickyd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1236,7 +1376,7 @@ func (x *PagePull) String() string {
 func (*PagePull) ProtoMessage() {}
 
 func (x *PagePull) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[9]
+	mi := &file_stickyd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1249,7 +1389,7 @@ func (x *PagePull) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PagePull.ProtoReflect.Descriptor instead.
 func (*PagePull) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{9}
+	return file_stickyd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PagePull) GetPage() string {
@@ -1282,7 +1422,7 @@ type PageClose struct {
 
 func (x *PageClose) Reset() {
 	*x = PageClose{}
-	mi := &file_stickyd_proto_msgTypes[10]
+	mi := &file_stickyd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1434,7 @@ func (x *PageClose) String() string {
 func (*PageClose) ProtoMessage() {}
 
 func (x *PageClose) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[10]
+	mi := &file_stickyd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1447,7 @@ func (x *PageClose) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PageClose.ProtoReflect.Descriptor instead.
 func (*PageClose) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{10}
+	return file_stickyd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PageClose) GetPage() string {
@@ -1327,7 +1467,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_stickyd_proto_msgTypes[11]
+	mi := &file_stickyd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1339,7 +1479,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[11]
+	mi := &file_stickyd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1352,7 +1492,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{11}
+	return file_stickyd_proto_rawDescGZIP(), []int{13}
 }
 
 type Delta struct {
@@ -1370,7 +1510,7 @@ type Delta struct {
 
 func (x *Delta) Reset() {
 	*x = Delta{}
-	mi := &file_stickyd_proto_msgTypes[12]
+	mi := &file_stickyd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1522,7 @@ func (x *Delta) String() string {
 func (*Delta) ProtoMessage() {}
 
 func (x *Delta) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[12]
+	mi := &file_stickyd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1535,7 @@ func (x *Delta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delta.ProtoReflect.Descriptor instead.
 func (*Delta) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{12}
+	return file_stickyd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Delta) GetSeq() uint64 {
@@ -1452,7 +1592,7 @@ type PageState struct {
 
 func (x *PageState) Reset() {
 	*x = PageState{}
-	mi := &file_stickyd_proto_msgTypes[13]
+	mi := &file_stickyd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1604,7 @@ func (x *PageState) String() string {
 func (*PageState) ProtoMessage() {}
 
 func (x *PageState) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[13]
+	mi := &file_stickyd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1617,7 @@ func (x *PageState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PageState.ProtoReflect.Descriptor instead.
 func (*PageState) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{13}
+	return file_stickyd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PageState) GetPage() string {
@@ -1533,7 +1673,7 @@ type Deltas struct {
 
 func (x *Deltas) Reset() {
 	*x = Deltas{}
-	mi := &file_stickyd_proto_msgTypes[14]
+	mi := &file_stickyd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1545,7 +1685,7 @@ func (x *Deltas) String() string {
 func (*Deltas) ProtoMessage() {}
 
 func (x *Deltas) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[14]
+	mi := &file_stickyd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1558,7 +1698,7 @@ func (x *Deltas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deltas.ProtoReflect.Descriptor instead.
 func (*Deltas) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{14}
+	return file_stickyd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Deltas) GetPage() string {
@@ -1594,7 +1734,7 @@ type MessageResult struct {
 
 func (x *MessageResult) Reset() {
 	*x = MessageResult{}
-	mi := &file_stickyd_proto_msgTypes[15]
+	mi := &file_stickyd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1606,7 +1746,7 @@ func (x *MessageResult) String() string {
 func (*MessageResult) ProtoMessage() {}
 
 func (x *MessageResult) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[15]
+	mi := &file_stickyd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1619,7 +1759,7 @@ func (x *MessageResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageResult.ProtoReflect.Descriptor instead.
 func (*MessageResult) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{15}
+	return file_stickyd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MessageResult) GetData() []byte {
@@ -1652,7 +1792,7 @@ type Identity struct {
 
 func (x *Identity) Reset() {
 	*x = Identity{}
-	mi := &file_stickyd_proto_msgTypes[16]
+	mi := &file_stickyd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +1804,7 @@ func (x *Identity) String() string {
 func (*Identity) ProtoMessage() {}
 
 func (x *Identity) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[16]
+	mi := &file_stickyd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +1817,7 @@ func (x *Identity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Identity.ProtoReflect.Descriptor instead.
 func (*Identity) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{16}
+	return file_stickyd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Identity) GetConn() string {
@@ -1718,7 +1858,7 @@ type FrameReply struct {
 
 func (x *FrameReply) Reset() {
 	*x = FrameReply{}
-	mi := &file_stickyd_proto_msgTypes[17]
+	mi := &file_stickyd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1870,7 @@ func (x *FrameReply) String() string {
 func (*FrameReply) ProtoMessage() {}
 
 func (x *FrameReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[17]
+	mi := &file_stickyd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +1883,7 @@ func (x *FrameReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FrameReply.ProtoReflect.Descriptor instead.
 func (*FrameReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{17}
+	return file_stickyd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FrameReply) GetKind() isFrameReply_Kind {
@@ -1839,7 +1979,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_stickyd_proto_msgTypes[18]
+	mi := &file_stickyd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +1991,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[18]
+	mi := &file_stickyd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +2004,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{18}
+	return file_stickyd_proto_rawDescGZIP(), []int{20}
 }
 
 type ProbeReply struct {
@@ -1885,14 +2025,19 @@ type ProbeReply struct {
 	PerUser []*UserUsage `protobuf:"bytes,10,rep,name=per_user,json=perUser,proto3" json:"per_user,omitempty"`
 	// left names the users whose totals were dropped since the previous probe
 	// (they moved away or were evicted).
-	Left          []string `protobuf:"bytes,11,rep,name=left,proto3" json:"left,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Left []string `protobuf:"bytes,11,rep,name=left,proto3" json:"left,omitempty"`
+	// maintenance_waiting counts, per backend, the requests waiting on it now.
+	MaintenanceWaiting map[string]int64 `protobuf:"bytes,12,rep,name=maintenance_waiting,json=maintenanceWaiting,proto3" json:"maintenance_waiting,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// maintenance_timed_out counts, per backend, the requests that gave up
+	// waiting (refused with MAINTENANCE) since the worker began.
+	MaintenanceTimedOut map[string]uint64 `protobuf:"bytes,13,rep,name=maintenance_timed_out,json=maintenanceTimedOut,proto3" json:"maintenance_timed_out,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ProbeReply) Reset() {
 	*x = ProbeReply{}
-	mi := &file_stickyd_proto_msgTypes[19]
+	mi := &file_stickyd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2049,7 @@ func (x *ProbeReply) String() string {
 func (*ProbeReply) ProtoMessage() {}
 
 func (x *ProbeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[19]
+	mi := &file_stickyd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2062,7 @@ func (x *ProbeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeReply.ProtoReflect.Descriptor instead.
 func (*ProbeReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{19}
+	return file_stickyd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ProbeReply) GetUsers() int64 {
@@ -1997,6 +2142,20 @@ func (x *ProbeReply) GetLeft() []string {
 	return nil
 }
 
+func (x *ProbeReply) GetMaintenanceWaiting() map[string]int64 {
+	if x != nil {
+		return x.MaintenanceWaiting
+	}
+	return nil
+}
+
+func (x *ProbeReply) GetMaintenanceTimedOut() map[string]uint64 {
+	if x != nil {
+		return x.MaintenanceTimedOut
+	}
+	return nil
+}
+
 // UserUsage is what one user has consumed on this worker since they arrived,
 // as running totals: the supervisor takes differences between probes.
 type UserUsage struct {
@@ -2017,7 +2176,7 @@ type UserUsage struct {
 
 func (x *UserUsage) Reset() {
 	*x = UserUsage{}
-	mi := &file_stickyd_proto_msgTypes[20]
+	mi := &file_stickyd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2029,7 +2188,7 @@ func (x *UserUsage) String() string {
 func (*UserUsage) ProtoMessage() {}
 
 func (x *UserUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[20]
+	mi := &file_stickyd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2042,7 +2201,7 @@ func (x *UserUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserUsage.ProtoReflect.Descriptor instead.
 func (*UserUsage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{20}
+	return file_stickyd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UserUsage) GetUser() string {
@@ -2097,7 +2256,7 @@ type Shutdown struct {
 
 func (x *Shutdown) Reset() {
 	*x = Shutdown{}
-	mi := &file_stickyd_proto_msgTypes[21]
+	mi := &file_stickyd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2109,7 +2268,7 @@ func (x *Shutdown) String() string {
 func (*Shutdown) ProtoMessage() {}
 
 func (x *Shutdown) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[21]
+	mi := &file_stickyd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2122,7 +2281,7 @@ func (x *Shutdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
 func (*Shutdown) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{21}
+	return file_stickyd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Shutdown) GetReason() string {
@@ -2142,7 +2301,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_stickyd_proto_msgTypes[22]
+	mi := &file_stickyd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2154,7 +2313,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[22]
+	mi := &file_stickyd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2167,7 +2326,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{22}
+	return file_stickyd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Error) GetCode() Error_Code {
@@ -2198,7 +2357,7 @@ type Freeze struct {
 
 func (x *Freeze) Reset() {
 	*x = Freeze{}
-	mi := &file_stickyd_proto_msgTypes[23]
+	mi := &file_stickyd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2210,7 +2369,7 @@ func (x *Freeze) String() string {
 func (*Freeze) ProtoMessage() {}
 
 func (x *Freeze) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[23]
+	mi := &file_stickyd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2223,7 +2382,7 @@ func (x *Freeze) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Freeze.ProtoReflect.Descriptor instead.
 func (*Freeze) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{23}
+	return file_stickyd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Freeze) GetUser() string {
@@ -2256,7 +2415,7 @@ type Frozen struct {
 
 func (x *Frozen) Reset() {
 	*x = Frozen{}
-	mi := &file_stickyd_proto_msgTypes[24]
+	mi := &file_stickyd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2268,7 +2427,7 @@ func (x *Frozen) String() string {
 func (*Frozen) ProtoMessage() {}
 
 func (x *Frozen) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[24]
+	mi := &file_stickyd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2281,7 +2440,7 @@ func (x *Frozen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Frozen.ProtoReflect.Descriptor instead.
 func (*Frozen) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{24}
+	return file_stickyd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Frozen) GetPackage() []byte {
@@ -2323,7 +2482,7 @@ type Thaw struct {
 
 func (x *Thaw) Reset() {
 	*x = Thaw{}
-	mi := &file_stickyd_proto_msgTypes[25]
+	mi := &file_stickyd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2494,7 @@ func (x *Thaw) String() string {
 func (*Thaw) ProtoMessage() {}
 
 func (x *Thaw) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[25]
+	mi := &file_stickyd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2507,7 @@ func (x *Thaw) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thaw.ProtoReflect.Descriptor instead.
 func (*Thaw) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{25}
+	return file_stickyd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Thaw) GetUser() string {
@@ -2378,7 +2537,7 @@ type Wake struct {
 
 func (x *Wake) Reset() {
 	*x = Wake{}
-	mi := &file_stickyd_proto_msgTypes[26]
+	mi := &file_stickyd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2390,7 +2549,7 @@ func (x *Wake) String() string {
 func (*Wake) ProtoMessage() {}
 
 func (x *Wake) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[26]
+	mi := &file_stickyd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2403,7 +2562,7 @@ func (x *Wake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Wake.ProtoReflect.Descriptor instead.
 func (*Wake) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{26}
+	return file_stickyd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Wake) GetUser() string {
@@ -2439,7 +2598,7 @@ type Woken struct {
 
 func (x *Woken) Reset() {
 	*x = Woken{}
-	mi := &file_stickyd_proto_msgTypes[27]
+	mi := &file_stickyd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2451,7 +2610,7 @@ func (x *Woken) String() string {
 func (*Woken) ProtoMessage() {}
 
 func (x *Woken) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[27]
+	mi := &file_stickyd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2464,7 +2623,7 @@ func (x *Woken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Woken.ProtoReflect.Descriptor instead.
 func (*Woken) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{27}
+	return file_stickyd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Woken) GetPages() uint32 {
@@ -2491,7 +2650,7 @@ type Evict struct {
 
 func (x *Evict) Reset() {
 	*x = Evict{}
-	mi := &file_stickyd_proto_msgTypes[28]
+	mi := &file_stickyd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2662,7 @@ func (x *Evict) String() string {
 func (*Evict) ProtoMessage() {}
 
 func (x *Evict) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[28]
+	mi := &file_stickyd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2675,7 @@ func (x *Evict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evict.ProtoReflect.Descriptor instead.
 func (*Evict) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{28}
+	return file_stickyd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Evict) GetUser() string {
@@ -2542,7 +2701,7 @@ type UserPackage struct {
 
 func (x *UserPackage) Reset() {
 	*x = UserPackage{}
-	mi := &file_stickyd_proto_msgTypes[29]
+	mi := &file_stickyd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2554,7 +2713,7 @@ func (x *UserPackage) String() string {
 func (*UserPackage) ProtoMessage() {}
 
 func (x *UserPackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[29]
+	mi := &file_stickyd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2567,7 +2726,7 @@ func (x *UserPackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserPackage.ProtoReflect.Descriptor instead.
 func (*UserPackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{29}
+	return file_stickyd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *UserPackage) GetFormat() uint32 {
@@ -2625,7 +2784,7 @@ type ConnPackage struct {
 
 func (x *ConnPackage) Reset() {
 	*x = ConnPackage{}
-	mi := &file_stickyd_proto_msgTypes[30]
+	mi := &file_stickyd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +2796,7 @@ func (x *ConnPackage) String() string {
 func (*ConnPackage) ProtoMessage() {}
 
 func (x *ConnPackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[30]
+	mi := &file_stickyd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +2809,7 @@ func (x *ConnPackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnPackage.ProtoReflect.Descriptor instead.
 func (*ConnPackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{30}
+	return file_stickyd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ConnPackage) GetName() string {
@@ -2703,7 +2862,7 @@ type PagePackage struct {
 
 func (x *PagePackage) Reset() {
 	*x = PagePackage{}
-	mi := &file_stickyd_proto_msgTypes[31]
+	mi := &file_stickyd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2715,7 +2874,7 @@ func (x *PagePackage) String() string {
 func (*PagePackage) ProtoMessage() {}
 
 func (x *PagePackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[31]
+	mi := &file_stickyd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2728,7 +2887,7 @@ func (x *PagePackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PagePackage.ProtoReflect.Descriptor instead.
 func (*PagePackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{31}
+	return file_stickyd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PagePackage) GetId() string {
@@ -2803,7 +2962,7 @@ type TableList struct {
 
 func (x *TableList) Reset() {
 	*x = TableList{}
-	mi := &file_stickyd_proto_msgTypes[32]
+	mi := &file_stickyd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2815,7 +2974,7 @@ func (x *TableList) String() string {
 func (*TableList) ProtoMessage() {}
 
 func (x *TableList) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[32]
+	mi := &file_stickyd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2828,7 +2987,7 @@ func (x *TableList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableList.ProtoReflect.Descriptor instead.
 func (*TableList) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{32}
+	return file_stickyd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TableList) GetTables() []string {
@@ -2850,7 +3009,7 @@ type Tables struct {
 
 func (x *Tables) Reset() {
 	*x = Tables{}
-	mi := &file_stickyd_proto_msgTypes[33]
+	mi := &file_stickyd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2862,7 +3021,7 @@ func (x *Tables) String() string {
 func (*Tables) ProtoMessage() {}
 
 func (x *Tables) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[33]
+	mi := &file_stickyd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2875,7 +3034,7 @@ func (x *Tables) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tables.ProtoReflect.Descriptor instead.
 func (*Tables) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{33}
+	return file_stickyd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Tables) GetTables() []string {
@@ -2901,7 +3060,7 @@ type Publish struct {
 
 func (x *Publish) Reset() {
 	*x = Publish{}
-	mi := &file_stickyd_proto_msgTypes[34]
+	mi := &file_stickyd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2913,7 +3072,7 @@ func (x *Publish) String() string {
 func (*Publish) ProtoMessage() {}
 
 func (x *Publish) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[34]
+	mi := &file_stickyd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2926,7 +3085,7 @@ func (x *Publish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Publish.ProtoReflect.Descriptor instead.
 func (*Publish) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{34}
+	return file_stickyd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Publish) GetTable() string {
@@ -2956,7 +3115,7 @@ type TableChange struct {
 
 func (x *TableChange) Reset() {
 	*x = TableChange{}
-	mi := &file_stickyd_proto_msgTypes[35]
+	mi := &file_stickyd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2968,7 +3127,7 @@ func (x *TableChange) String() string {
 func (*TableChange) ProtoMessage() {}
 
 func (x *TableChange) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[35]
+	mi := &file_stickyd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2981,7 +3140,7 @@ func (x *TableChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableChange.ProtoReflect.Descriptor instead.
 func (*TableChange) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{35}
+	return file_stickyd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TableChange) GetTable() string {
@@ -3016,7 +3175,7 @@ type StoreGet struct {
 
 func (x *StoreGet) Reset() {
 	*x = StoreGet{}
-	mi := &file_stickyd_proto_msgTypes[36]
+	mi := &file_stickyd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3028,7 +3187,7 @@ func (x *StoreGet) String() string {
 func (*StoreGet) ProtoMessage() {}
 
 func (x *StoreGet) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[36]
+	mi := &file_stickyd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3041,7 +3200,7 @@ func (x *StoreGet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreGet.ProtoReflect.Descriptor instead.
 func (*StoreGet) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{36}
+	return file_stickyd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StoreGet) GetPaths() []string {
@@ -3061,7 +3220,7 @@ type StoreValues struct {
 
 func (x *StoreValues) Reset() {
 	*x = StoreValues{}
-	mi := &file_stickyd_proto_msgTypes[37]
+	mi := &file_stickyd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3073,7 +3232,7 @@ func (x *StoreValues) String() string {
 func (*StoreValues) ProtoMessage() {}
 
 func (x *StoreValues) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[37]
+	mi := &file_stickyd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3086,7 +3245,7 @@ func (x *StoreValues) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreValues.ProtoReflect.Descriptor instead.
 func (*StoreValues) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{37}
+	return file_stickyd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StoreValues) GetValues() map[string][]byte {
@@ -3113,7 +3272,7 @@ type GrantAcquire struct {
 
 func (x *GrantAcquire) Reset() {
 	*x = GrantAcquire{}
-	mi := &file_stickyd_proto_msgTypes[38]
+	mi := &file_stickyd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3125,7 +3284,7 @@ func (x *GrantAcquire) String() string {
 func (*GrantAcquire) ProtoMessage() {}
 
 func (x *GrantAcquire) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[38]
+	mi := &file_stickyd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3138,7 +3297,7 @@ func (x *GrantAcquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantAcquire.ProtoReflect.Descriptor instead.
 func (*GrantAcquire) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{38}
+	return file_stickyd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GrantAcquire) GetPaths() []string {
@@ -3183,7 +3342,7 @@ type GrantReply struct {
 
 func (x *GrantReply) Reset() {
 	*x = GrantReply{}
-	mi := &file_stickyd_proto_msgTypes[39]
+	mi := &file_stickyd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3195,7 +3354,7 @@ func (x *GrantReply) String() string {
 func (*GrantReply) ProtoMessage() {}
 
 func (x *GrantReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[39]
+	mi := &file_stickyd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3208,7 +3367,7 @@ func (x *GrantReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantReply.ProtoReflect.Descriptor instead.
 func (*GrantReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{39}
+	return file_stickyd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GrantReply) GetId() uint64 {
@@ -3253,7 +3412,7 @@ type GrantCommit struct {
 
 func (x *GrantCommit) Reset() {
 	*x = GrantCommit{}
-	mi := &file_stickyd_proto_msgTypes[40]
+	mi := &file_stickyd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3265,7 +3424,7 @@ func (x *GrantCommit) String() string {
 func (*GrantCommit) ProtoMessage() {}
 
 func (x *GrantCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[40]
+	mi := &file_stickyd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3278,7 +3437,7 @@ func (x *GrantCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantCommit.ProtoReflect.Descriptor instead.
 func (*GrantCommit) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{40}
+	return file_stickyd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GrantCommit) GetId() uint64 {
@@ -3320,7 +3479,7 @@ type GrantRelease struct {
 
 func (x *GrantRelease) Reset() {
 	*x = GrantRelease{}
-	mi := &file_stickyd_proto_msgTypes[41]
+	mi := &file_stickyd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3332,7 +3491,7 @@ func (x *GrantRelease) String() string {
 func (*GrantRelease) ProtoMessage() {}
 
 func (x *GrantRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[41]
+	mi := &file_stickyd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3345,7 +3504,7 @@ func (x *GrantRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRelease.ProtoReflect.Descriptor instead.
 func (*GrantRelease) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{41}
+	return file_stickyd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GrantRelease) GetId() uint64 {
@@ -3359,7 +3518,7 @@ var File_stickyd_proto protoreflect.FileDescriptor
 
 const file_stickyd_proto_rawDesc = "" +
 	"\n" +
-	"\rstickyd.proto\x12\x12stickyd.channel.v1\"\xa0\v\n" +
+	"\rstickyd.proto\x12\x12stickyd.channel.v1\"\xe5\v\n" +
 	"\bEnvelope\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\bR\x05reply\x12\x16\n" +
@@ -3390,8 +3549,16 @@ const file_stickyd_proto_rawDesc = "" +
 	"\vgrant_reply\x18\x1e \x01(\v2\x1e.stickyd.channel.v1.GrantReplyH\x00R\n" +
 	"grantReply\x12D\n" +
 	"\fgrant_commit\x18\x1f \x01(\v2\x1f.stickyd.channel.v1.GrantCommitH\x00R\vgrantCommit\x12G\n" +
-	"\rgrant_release\x18  \x01(\v2 .stickyd.channel.v1.GrantReleaseH\x00R\fgrantReleaseB\x06\n" +
-	"\x04body\"w\n" +
+	"\rgrant_release\x18  \x01(\v2 .stickyd.channel.v1.GrantReleaseH\x00R\fgrantRelease\x12C\n" +
+	"\vmaintenance\x18! \x01(\v2\x1f.stickyd.channel.v1.MaintenanceH\x00R\vmaintenanceB\x06\n" +
+	"\x04body\"k\n" +
+	"\vMaintenance\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12B\n" +
+	"\bbackends\x18\x02 \x03(\v2&.stickyd.channel.v1.MaintenanceBackendR\bbackends\"`\n" +
+	"\x12MaintenanceBackend\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1e\n" +
+	"\vmax_wait_ms\x18\x03 \x01(\x03R\tmaxWaitMs\"w\n" +
 	"\x05Hello\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x1f\n" +
@@ -3488,7 +3655,7 @@ const file_stickyd_proto_rawDesc = "" +
 	"\bidentity\x18\x14 \x01(\v2\x1c.stickyd.channel.v1.IdentityR\bidentity\x12\x1b\n" +
 	"\tworker_id\x18\x15 \x01(\tR\bworkerIdB\x06\n" +
 	"\x04kind\"\a\n" +
-	"\x05Probe\"\xd6\x02\n" +
+	"\x05Probe\"\xbb\x05\n" +
 	"\n" +
 	"ProbeReply\x12\x14\n" +
 	"\x05users\x18\x01 \x01(\x03R\x05users\x12\x14\n" +
@@ -3506,7 +3673,15 @@ const file_stickyd_proto_rawDesc = "" +
 	"\rmailbox_depth\x18\t \x01(\x03R\fmailboxDepth\x128\n" +
 	"\bper_user\x18\n" +
 	" \x03(\v2\x1d.stickyd.channel.v1.UserUsageR\aperUser\x12\x12\n" +
-	"\x04left\x18\v \x03(\tR\x04left\"\xa9\x01\n" +
+	"\x04left\x18\v \x03(\tR\x04left\x12g\n" +
+	"\x13maintenance_waiting\x18\f \x03(\v26.stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntryR\x12maintenanceWaiting\x12k\n" +
+	"\x15maintenance_timed_out\x18\r \x03(\v27.stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntryR\x13maintenanceTimedOut\x1aE\n" +
+	"\x17MaintenanceWaitingEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1aF\n" +
+	"\x18MaintenanceTimedOutEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xa9\x01\n" +
 	"\tUserUsage\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12!\n" +
 	"\fbusy_seconds\x18\x02 \x01(\x01R\vbusySeconds\x12\x16\n" +
@@ -3516,10 +3691,10 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x06queued\x18\x05 \x01(\x03R\x06queued\x12\x14\n" +
 	"\x05pages\x18\x06 \x01(\x03R\x05pages\"\"\n" +
 	"\bShutdown\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xca\x01\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xdc\x01\n" +
 	"\x05Error\x122\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1e.stickyd.channel.v1.Error.CodeR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"s\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x84\x01\n" +
 	"\x04Code\x12\f\n" +
 	"\bINTERNAL\x10\x00\x12\x0f\n" +
 	"\vBAD_REQUEST\x10\x01\x12\x10\n" +
@@ -3527,7 +3702,8 @@ const file_stickyd_proto_rawDesc = "" +
 	"\tNOT_FOUND\x10\x03\x12\t\n" +
 	"\x05MOVED\x10\x04\x12\x0f\n" +
 	"\vUNAVAILABLE\x10\x05\x12\x0f\n" +
-	"\vSTALE_GRANT\x10\x06\"2\n" +
+	"\vSTALE_GRANT\x10\x06\x12\x0f\n" +
+	"\vMAINTENANCE\x10\a\"2\n" +
 	"\x06Freeze\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"f\n" +
@@ -3634,115 +3810,123 @@ func file_stickyd_proto_rawDescGZIP() []byte {
 }
 
 var file_stickyd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_stickyd_proto_goTypes = []any{
-	(Delta_Op)(0),         // 0: stickyd.channel.v1.Delta.Op
-	(Error_Code)(0),       // 1: stickyd.channel.v1.Error.Code
-	(*Envelope)(nil),      // 2: stickyd.channel.v1.Envelope
-	(*Hello)(nil),         // 3: stickyd.channel.v1.Hello
-	(*HelloAck)(nil),      // 4: stickyd.channel.v1.HelloAck
-	(*Frame)(nil),         // 5: stickyd.channel.v1.Frame
-	(*Header)(nil),        // 6: stickyd.channel.v1.Header
-	(*HTTPRequest)(nil),   // 7: stickyd.channel.v1.HTTPRequest
-	(*HTTPResponse)(nil),  // 8: stickyd.channel.v1.HTTPResponse
-	(*PageOpen)(nil),      // 9: stickyd.channel.v1.PageOpen
-	(*PageMessage)(nil),   // 10: stickyd.channel.v1.PageMessage
-	(*PagePull)(nil),      // 11: stickyd.channel.v1.PagePull
-	(*PageClose)(nil),     // 12: stickyd.channel.v1.PageClose
-	(*Release)(nil),       // 13: stickyd.channel.v1.Release
-	(*Delta)(nil),         // 14: stickyd.channel.v1.Delta
-	(*PageState)(nil),     // 15: stickyd.channel.v1.PageState
-	(*Deltas)(nil),        // 16: stickyd.channel.v1.Deltas
-	(*MessageResult)(nil), // 17: stickyd.channel.v1.MessageResult
-	(*Identity)(nil),      // 18: stickyd.channel.v1.Identity
-	(*FrameReply)(nil),    // 19: stickyd.channel.v1.FrameReply
-	(*Probe)(nil),         // 20: stickyd.channel.v1.Probe
-	(*ProbeReply)(nil),    // 21: stickyd.channel.v1.ProbeReply
-	(*UserUsage)(nil),     // 22: stickyd.channel.v1.UserUsage
-	(*Shutdown)(nil),      // 23: stickyd.channel.v1.Shutdown
-	(*Error)(nil),         // 24: stickyd.channel.v1.Error
-	(*Freeze)(nil),        // 25: stickyd.channel.v1.Freeze
-	(*Frozen)(nil),        // 26: stickyd.channel.v1.Frozen
-	(*Thaw)(nil),          // 27: stickyd.channel.v1.Thaw
-	(*Wake)(nil),          // 28: stickyd.channel.v1.Wake
-	(*Woken)(nil),         // 29: stickyd.channel.v1.Woken
-	(*Evict)(nil),         // 30: stickyd.channel.v1.Evict
-	(*UserPackage)(nil),   // 31: stickyd.channel.v1.UserPackage
-	(*ConnPackage)(nil),   // 32: stickyd.channel.v1.ConnPackage
-	(*PagePackage)(nil),   // 33: stickyd.channel.v1.PagePackage
-	(*TableList)(nil),     // 34: stickyd.channel.v1.TableList
-	(*Tables)(nil),        // 35: stickyd.channel.v1.Tables
-	(*Publish)(nil),       // 36: stickyd.channel.v1.Publish
-	(*TableChange)(nil),   // 37: stickyd.channel.v1.TableChange
-	(*StoreGet)(nil),      // 38: stickyd.channel.v1.StoreGet
-	(*StoreValues)(nil),   // 39: stickyd.channel.v1.StoreValues
-	(*GrantAcquire)(nil),  // 40: stickyd.channel.v1.GrantAcquire
-	(*GrantReply)(nil),    // 41: stickyd.channel.v1.GrantReply
-	(*GrantCommit)(nil),   // 42: stickyd.channel.v1.GrantCommit
-	(*GrantRelease)(nil),  // 43: stickyd.channel.v1.GrantRelease
-	nil,                   // 44: stickyd.channel.v1.Identity.AttributesEntry
-	nil,                   // 45: stickyd.channel.v1.PagePackage.MarksEntry
-	nil,                   // 46: stickyd.channel.v1.StoreValues.ValuesEntry
-	nil,                   // 47: stickyd.channel.v1.GrantReply.ValuesEntry
-	nil,                   // 48: stickyd.channel.v1.GrantCommit.SetEntry
+	(Delta_Op)(0),              // 0: stickyd.channel.v1.Delta.Op
+	(Error_Code)(0),            // 1: stickyd.channel.v1.Error.Code
+	(*Envelope)(nil),           // 2: stickyd.channel.v1.Envelope
+	(*Maintenance)(nil),        // 3: stickyd.channel.v1.Maintenance
+	(*MaintenanceBackend)(nil), // 4: stickyd.channel.v1.MaintenanceBackend
+	(*Hello)(nil),              // 5: stickyd.channel.v1.Hello
+	(*HelloAck)(nil),           // 6: stickyd.channel.v1.HelloAck
+	(*Frame)(nil),              // 7: stickyd.channel.v1.Frame
+	(*Header)(nil),             // 8: stickyd.channel.v1.Header
+	(*HTTPRequest)(nil),        // 9: stickyd.channel.v1.HTTPRequest
+	(*HTTPResponse)(nil),       // 10: stickyd.channel.v1.HTTPResponse
+	(*PageOpen)(nil),           // 11: stickyd.channel.v1.PageOpen
+	(*PageMessage)(nil),        // 12: stickyd.channel.v1.PageMessage
+	(*PagePull)(nil),           // 13: stickyd.channel.v1.PagePull
+	(*PageClose)(nil),          // 14: stickyd.channel.v1.PageClose
+	(*Release)(nil),            // 15: stickyd.channel.v1.Release
+	(*Delta)(nil),              // 16: stickyd.channel.v1.Delta
+	(*PageState)(nil),          // 17: stickyd.channel.v1.PageState
+	(*Deltas)(nil),             // 18: stickyd.channel.v1.Deltas
+	(*MessageResult)(nil),      // 19: stickyd.channel.v1.MessageResult
+	(*Identity)(nil),           // 20: stickyd.channel.v1.Identity
+	(*FrameReply)(nil),         // 21: stickyd.channel.v1.FrameReply
+	(*Probe)(nil),              // 22: stickyd.channel.v1.Probe
+	(*ProbeReply)(nil),         // 23: stickyd.channel.v1.ProbeReply
+	(*UserUsage)(nil),          // 24: stickyd.channel.v1.UserUsage
+	(*Shutdown)(nil),           // 25: stickyd.channel.v1.Shutdown
+	(*Error)(nil),              // 26: stickyd.channel.v1.Error
+	(*Freeze)(nil),             // 27: stickyd.channel.v1.Freeze
+	(*Frozen)(nil),             // 28: stickyd.channel.v1.Frozen
+	(*Thaw)(nil),               // 29: stickyd.channel.v1.Thaw
+	(*Wake)(nil),               // 30: stickyd.channel.v1.Wake
+	(*Woken)(nil),              // 31: stickyd.channel.v1.Woken
+	(*Evict)(nil),              // 32: stickyd.channel.v1.Evict
+	(*UserPackage)(nil),        // 33: stickyd.channel.v1.UserPackage
+	(*ConnPackage)(nil),        // 34: stickyd.channel.v1.ConnPackage
+	(*PagePackage)(nil),        // 35: stickyd.channel.v1.PagePackage
+	(*TableList)(nil),          // 36: stickyd.channel.v1.TableList
+	(*Tables)(nil),             // 37: stickyd.channel.v1.Tables
+	(*Publish)(nil),            // 38: stickyd.channel.v1.Publish
+	(*TableChange)(nil),        // 39: stickyd.channel.v1.TableChange
+	(*StoreGet)(nil),           // 40: stickyd.channel.v1.StoreGet
+	(*StoreValues)(nil),        // 41: stickyd.channel.v1.StoreValues
+	(*GrantAcquire)(nil),       // 42: stickyd.channel.v1.GrantAcquire
+	(*GrantReply)(nil),         // 43: stickyd.channel.v1.GrantReply
+	(*GrantCommit)(nil),        // 44: stickyd.channel.v1.GrantCommit
+	(*GrantRelease)(nil),       // 45: stickyd.channel.v1.GrantRelease
+	nil,                        // 46: stickyd.channel.v1.Identity.AttributesEntry
+	nil,                        // 47: stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
+	nil,                        // 48: stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
+	nil,                        // 49: stickyd.channel.v1.PagePackage.MarksEntry
+	nil,                        // 50: stickyd.channel.v1.StoreValues.ValuesEntry
+	nil,                        // 51: stickyd.channel.v1.GrantReply.ValuesEntry
+	nil,                        // 52: stickyd.channel.v1.GrantCommit.SetEntry
 }
 var file_stickyd_proto_depIdxs = []int32{
-	3,  // 0: stickyd.channel.v1.Envelope.hello:type_name -> stickyd.channel.v1.Hello
-	4,  // 1: stickyd.channel.v1.Envelope.hello_ack:type_name -> stickyd.channel.v1.HelloAck
-	5,  // 2: stickyd.channel.v1.Envelope.frame:type_name -> stickyd.channel.v1.Frame
-	19, // 3: stickyd.channel.v1.Envelope.frame_reply:type_name -> stickyd.channel.v1.FrameReply
-	20, // 4: stickyd.channel.v1.Envelope.probe:type_name -> stickyd.channel.v1.Probe
-	21, // 5: stickyd.channel.v1.Envelope.probe_reply:type_name -> stickyd.channel.v1.ProbeReply
-	23, // 6: stickyd.channel.v1.Envelope.shutdown:type_name -> stickyd.channel.v1.Shutdown
-	24, // 7: stickyd.channel.v1.Envelope.error:type_name -> stickyd.channel.v1.Error
-	25, // 8: stickyd.channel.v1.Envelope.freeze:type_name -> stickyd.channel.v1.Freeze
-	26, // 9: stickyd.channel.v1.Envelope.frozen:type_name -> stickyd.channel.v1.Frozen
-	27, // 10: stickyd.channel.v1.Envelope.thaw:type_name -> stickyd.channel.v1.Thaw
-	28, // 11: stickyd.channel.v1.Envelope.wake:type_name -> stickyd.channel.v1.Wake
-	29, // 12: stickyd.channel.v1.Envelope.woken:type_name -> stickyd.channel.v1.Woken
-	30, // 13: stickyd.channel.v1.Envelope.evict:type_name -> stickyd.channel.v1.Evict
-	35, // 14: stickyd.channel.v1.Envelope.tables:type_name -> stickyd.channel.v1.Tables
-	36, // 15: stickyd.channel.v1.Envelope.publish:type_name -> stickyd.channel.v1.Publish
-	37, // 16: stickyd.channel.v1.Envelope.table_change:type_name -> stickyd.channel.v1.TableChange
-	38, // 17: stickyd.channel.v1.Envelope.store_get:type_name -> stickyd.channel.v1.StoreGet
-	39, // 18: stickyd.channel.v1.Envelope.store_values:type_name -> stickyd.channel.v1.StoreValues
-	40, // 19: stickyd.channel.v1.Envelope.grant_acquire:type_name -> stickyd.channel.v1.GrantAcquire
-	41, // 20: stickyd.channel.v1.Envelope.grant_reply:type_name -> stickyd.channel.v1.GrantReply
-	42, // 21: stickyd.channel.v1.Envelope.grant_commit:type_name -> stickyd.channel.v1.GrantCommit
-	43, // 22: stickyd.channel.v1.Envelope.grant_release:type_name -> stickyd.channel.v1.GrantRelease
-	7,  // 23: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
-	9,  // 24: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
-	10, // 25: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
-	11, // 26: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
-	12, // 27: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
-	13, // 28: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
-	6,  // 29: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
-	6,  // 30: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
-	0,  // 31: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
-	14, // 32: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
-	44, // 33: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
-	8,  // 34: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
-	15, // 35: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
-	17, // 36: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
-	16, // 37: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
-	18, // 38: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
-	22, // 39: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
-	1,  // 40: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
-	32, // 41: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
-	33, // 42: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
-	14, // 43: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
-	45, // 44: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
-	46, // 45: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
-	47, // 46: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
-	48, // 47: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
-	34, // 48: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
-	2,  // 49: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
-	2,  // 50: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
-	50, // [50:51] is the sub-list for method output_type
-	49, // [49:50] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	5,  // 0: stickyd.channel.v1.Envelope.hello:type_name -> stickyd.channel.v1.Hello
+	6,  // 1: stickyd.channel.v1.Envelope.hello_ack:type_name -> stickyd.channel.v1.HelloAck
+	7,  // 2: stickyd.channel.v1.Envelope.frame:type_name -> stickyd.channel.v1.Frame
+	21, // 3: stickyd.channel.v1.Envelope.frame_reply:type_name -> stickyd.channel.v1.FrameReply
+	22, // 4: stickyd.channel.v1.Envelope.probe:type_name -> stickyd.channel.v1.Probe
+	23, // 5: stickyd.channel.v1.Envelope.probe_reply:type_name -> stickyd.channel.v1.ProbeReply
+	25, // 6: stickyd.channel.v1.Envelope.shutdown:type_name -> stickyd.channel.v1.Shutdown
+	26, // 7: stickyd.channel.v1.Envelope.error:type_name -> stickyd.channel.v1.Error
+	27, // 8: stickyd.channel.v1.Envelope.freeze:type_name -> stickyd.channel.v1.Freeze
+	28, // 9: stickyd.channel.v1.Envelope.frozen:type_name -> stickyd.channel.v1.Frozen
+	29, // 10: stickyd.channel.v1.Envelope.thaw:type_name -> stickyd.channel.v1.Thaw
+	30, // 11: stickyd.channel.v1.Envelope.wake:type_name -> stickyd.channel.v1.Wake
+	31, // 12: stickyd.channel.v1.Envelope.woken:type_name -> stickyd.channel.v1.Woken
+	32, // 13: stickyd.channel.v1.Envelope.evict:type_name -> stickyd.channel.v1.Evict
+	37, // 14: stickyd.channel.v1.Envelope.tables:type_name -> stickyd.channel.v1.Tables
+	38, // 15: stickyd.channel.v1.Envelope.publish:type_name -> stickyd.channel.v1.Publish
+	39, // 16: stickyd.channel.v1.Envelope.table_change:type_name -> stickyd.channel.v1.TableChange
+	40, // 17: stickyd.channel.v1.Envelope.store_get:type_name -> stickyd.channel.v1.StoreGet
+	41, // 18: stickyd.channel.v1.Envelope.store_values:type_name -> stickyd.channel.v1.StoreValues
+	42, // 19: stickyd.channel.v1.Envelope.grant_acquire:type_name -> stickyd.channel.v1.GrantAcquire
+	43, // 20: stickyd.channel.v1.Envelope.grant_reply:type_name -> stickyd.channel.v1.GrantReply
+	44, // 21: stickyd.channel.v1.Envelope.grant_commit:type_name -> stickyd.channel.v1.GrantCommit
+	45, // 22: stickyd.channel.v1.Envelope.grant_release:type_name -> stickyd.channel.v1.GrantRelease
+	3,  // 23: stickyd.channel.v1.Envelope.maintenance:type_name -> stickyd.channel.v1.Maintenance
+	4,  // 24: stickyd.channel.v1.Maintenance.backends:type_name -> stickyd.channel.v1.MaintenanceBackend
+	9,  // 25: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
+	11, // 26: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
+	12, // 27: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
+	13, // 28: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
+	14, // 29: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
+	15, // 30: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
+	8,  // 31: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
+	8,  // 32: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
+	0,  // 33: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
+	16, // 34: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
+	46, // 35: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
+	10, // 36: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
+	17, // 37: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
+	19, // 38: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
+	18, // 39: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
+	20, // 40: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
+	24, // 41: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
+	47, // 42: stickyd.channel.v1.ProbeReply.maintenance_waiting:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
+	48, // 43: stickyd.channel.v1.ProbeReply.maintenance_timed_out:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
+	1,  // 44: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
+	34, // 45: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
+	35, // 46: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
+	16, // 47: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
+	49, // 48: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
+	50, // 49: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
+	51, // 50: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
+	52, // 51: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
+	36, // 52: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
+	2,  // 53: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
+	2,  // 54: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
+	54, // [54:55] is the sub-list for method output_type
+	53, // [53:54] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_stickyd_proto_init() }
@@ -3774,8 +3958,9 @@ func file_stickyd_proto_init() {
 		(*Envelope_GrantReply)(nil),
 		(*Envelope_GrantCommit)(nil),
 		(*Envelope_GrantRelease)(nil),
+		(*Envelope_Maintenance)(nil),
 	}
-	file_stickyd_proto_msgTypes[3].OneofWrappers = []any{
+	file_stickyd_proto_msgTypes[5].OneofWrappers = []any{
 		(*Frame_Http)(nil),
 		(*Frame_Open)(nil),
 		(*Frame_Message)(nil),
@@ -3783,7 +3968,7 @@ func file_stickyd_proto_init() {
 		(*Frame_Close)(nil),
 		(*Frame_Release)(nil),
 	}
-	file_stickyd_proto_msgTypes[17].OneofWrappers = []any{
+	file_stickyd_proto_msgTypes[19].OneofWrappers = []any{
 		(*FrameReply_Http)(nil),
 		(*FrameReply_Opened)(nil),
 		(*FrameReply_Message)(nil),
@@ -3795,7 +3980,7 @@ func file_stickyd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stickyd_proto_rawDesc), len(file_stickyd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   47,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,6 +1,7 @@
 // Package tfprovider is the Terraform provider "stickyd": it manages the
-// catalog's groups (stickyd_group) and assignment rules (stickyd_assignment)
-// through the admin HTTP API, exactly as the CLI's group commands do. It
+// catalog's groups (stickyd_group), assignment rules (stickyd_assignment)
+// and backends' maintenance windows (stickyd_maintenance) through the admin
+// HTTP API, exactly as the CLI's group and maintenance commands do. It
 // holds no state of its own and never reaches into an agent except by that
 // API; it never manages groups from an agent's configuration file.
 package tfprovider
@@ -50,7 +51,7 @@ func (p *stickydProvider) Metadata(_ context.Context, _ provider.MetadataRequest
 
 func (p *stickydProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp *provider.SchemaResponse) {
 	resp.Schema = schema.Schema{
-		Description: "Manages stickyd groups and assignment rules through the admin HTTP API.",
+		Description: "Manages stickyd groups, assignment rules and maintenance windows through the admin HTTP API.",
 		Attributes: map[string]schema.Attribute{
 			"address": schema.StringAttribute{
 				Description: "The admin API address (http://HOST:PORT). Default $STICKYD_ADDR, else " + DefaultAddress + ".",
@@ -107,7 +108,7 @@ func envSuffix(attr string) string {
 }
 
 func (p *stickydProvider) Resources(context.Context) []func() resource.Resource {
-	return []func() resource.Resource{newGroupResource, newAssignmentResource}
+	return []func() resource.Resource{newGroupResource, newAssignmentResource, newMaintenanceResource}
 }
 
 func (p *stickydProvider) DataSources(context.Context) []func() datasource.DataSource {

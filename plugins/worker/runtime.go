@@ -47,6 +47,11 @@ type runtime struct {
 	subs       map[string]map[*Page]struct{}
 	sentTables []string
 
+	// maint is the backends in maintenance; needs says which ones each
+	// route and message needs (maintenance.go).
+	maint *maintenance
+	needs *Needs
+
 	frames atomic.Uint64
 	pages  atomic.Int64
 	wg     sync.WaitGroup // running mailboxes and new-connection frames
@@ -102,6 +107,11 @@ func (rt *runtime) handle(env *protocol.Envelope) {
 		rt.deliverTable(b.TableChange)
 		if env.Id != 0 {
 			_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_TableChange{TableChange: &protocol.TableChange{}}})
+		}
+	case *protocol.Envelope_Maintenance:
+		rt.maint.set(b.Maintenance)
+		if env.Id != 0 {
+			_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Maintenance{Maintenance: &protocol.Maintenance{}}})
 		}
 	case *protocol.Envelope_Probe:
 		_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_ProbeReply{ProbeReply: rt.probe()}})
@@ -229,6 +239,9 @@ func errCode(err error) protocol.Error_Code {
 	if _, ok := err.(*movedError); ok {
 		return protocol.Error_MOVED
 	}
+	if _, ok := err.(*maintenanceError); ok {
+		return protocol.Error_MAINTENANCE
+	}
 	return protocol.Error_INTERNAL
 }
 
@@ -320,6 +333,9 @@ func (rt *runtime) frame(f *protocol.Frame, id uint64) (*protocol.FrameReply, er
 	ctx := context.WithValue(rt.ctx, sessionKey{}, s)
 	switch k := f.Kind.(type) {
 	case *protocol.Frame_Http:
+		if err := rt.awaitBackends(ctx, rt.needs.ForPath(requestPath(k.Http.GetUrl()))); err != nil {
+			return nil, err
+		}
 		resp, err := rt.serveHTTP(ctx, s, k.Http)
 		if err != nil {
 			return nil, err
@@ -328,6 +344,9 @@ func (rt *runtime) frame(f *protocol.Frame, id uint64) (*protocol.FrameReply, er
 	case *protocol.Frame_Open:
 		return rt.open(ctx, s, k.Open)
 	case *protocol.Frame_Message:
+		if err := rt.awaitBackends(ctx, rt.needs.ForMessage(k.Message.GetData())); err != nil {
+			return nil, err
+		}
 		return rt.message(ctx, s, k.Message)
 	case *protocol.Frame_Pull:
 		return rt.pull(s, k.Pull, id)
@@ -354,6 +373,9 @@ func (rt *runtime) newConnection(f *protocol.Frame) (*protocol.FrameReply, error
 	// while serving the first request; NameConnection replaces it.
 	s := &Session{rt: rt, name: randomName(), isNew: true, values: newTree(nil), pages: map[string]*Page{}}
 	ctx := context.WithValue(rt.ctx, sessionKey{}, s)
+	if err := rt.awaitBackends(ctx, rt.needs.ForPath(requestPath(f.GetHttp().GetUrl()))); err != nil {
+		return nil, err
+	}
 	resp, err := rt.serveHTTP(ctx, s, f.GetHttp())
 	if err != nil {
 		return nil, err
@@ -517,5 +539,15 @@ func (rt *runtime) probe() *protocol.ProbeReply {
 		Frames:       rt.frames.Load(),
 		Pages:        rt.pages.Load(),
 	}
+	rt.maint.report(r)
 	return r
+}
+
+// awaitBackends holds a request that needs a backend in maintenance
+// (maintenance.go); a runtime built without one (tests) holds nothing.
+func (rt *runtime) awaitBackends(ctx context.Context, backends []string) error {
+	if rt.maint == nil {
+		return nil
+	}
+	return rt.maint.await(ctx, backends)
 }

@@ -80,6 +80,10 @@ func serveConn(ctx context.Context, app App, opts Options, c channel.Conn, hello
 		byUser:   map[string]map[*Session]struct{}{},
 		epochs:   map[string]uint64{},
 		frozen:   map[string]bool{},
+		maint:    newMaintenance(),
+	}
+	if d, ok := app.(Dependent); ok {
+		rt.needs = d.Needs()
 	}
 	rt.peer = channel.NewIdlePeer(c, rt.handle)
 	rt.peer.Listen()

@@ -27,6 +27,16 @@ var _ worker.App = App{}
 // New returns the application.
 func New() App { return App{} }
 
+// needs are the backends its routes and ops need (docs/maintenance.md): an
+// order (the "order" op, the /orders route) writes to db-a; the rest needs
+// no backend.
+var needs = new(worker.Needs).
+	Route("/orders", "db-a").
+	Op("order", "db-a")
+
+// Needs implements worker.Dependent.
+func (App) Needs() *worker.Needs { return needs }
+
 // ServeHTTP serves /, /whoami and POST /login?user=NAME[&attr=value...]:
 // every other query parameter of the login is an attribute of the person
 // (team=canary), which group assignment rules can match.
@@ -39,6 +49,8 @@ func (App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path == "/":
 		fmt.Fprintf(w, "counter: connection %s on %s\n", s.Conn(), s.WorkerID())
+	case r.URL.Path == "/orders":
+		fmt.Fprintf(w, "orders: connection %s on %s\n", s.Conn(), s.WorkerID())
 	case r.URL.Path == "/whoami":
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]string{"conn": s.Conn(), "user": s.User(), "worker": s.WorkerID()})
@@ -92,7 +104,7 @@ var leaked struct {
 	chunks [][]byte
 }
 
-// Message handles inc, note, fill, leak, echo, stall and panic, and for
+// Message handles inc, order (an inc of "orders" that needs db-a), note, fill, leak, echo, stall and panic, and for
 // tables: sub (subscribe the page to table), pub (publish a change of table
 // with v), cache (cache v under key, marked with table).
 func (App) Message(ctx context.Context, p *worker.Page, raw json.RawMessage) (any, error) {
@@ -108,6 +120,13 @@ func (App) Message(ctx context.Context, p *worker.Page, raw json.RawMessage) (an
 			return nil, err
 		}
 		return map[string]any{"count": n, "worker": p.Session().WorkerID()}, nil
+	case "order":
+		// An inc that needs db-a: it waits out db-a's maintenance windows.
+		n := t.Number("orders") + 1
+		if err := t.Set("orders", n); err != nil {
+			return nil, err
+		}
+		return map[string]any{"orders": n, "worker": p.Session().WorkerID(), "at": time.Now().UnixNano()}, nil
 	case "note":
 		// Notes append one entry each: the page receives exactly one delta
 		// per note, so order and completeness can be checked.
