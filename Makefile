@@ -59,6 +59,7 @@ bench:
 	$(GO) run ./test/bench/promote
 	$(GO) run ./test/bench/template
 	$(GO) run ./test/bench/livedata
+	$(GO) run ./test/bench/maintenance
 
 ## proto: regenerate the channel protocol (protoc from protobuf-compiler).
 proto:

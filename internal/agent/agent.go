@@ -96,6 +96,9 @@ type Agent struct {
 	consul     *consul.Client
 	stopDeploy chan struct{}
 	deployWG   sync.WaitGroup
+	// maintTold is the version (raft index) of the maintenance windows
+	// this agent's workers were last told.
+	maintTold atomic.Uint64
 }
 
 // New checks the configuration and prepares an agent; Start runs it.

@@ -71,6 +71,7 @@ func (a *Agent) maintenanceLoop(stop <-chan struct{}) {
 			}
 		}
 		cancel()
+		a.maintTold.Store(env.GetMaintenance().Version)
 		a.log.Info("maintenance windows changed", "open", len(env.GetMaintenance().Backends))
 	}
 }
@@ -245,6 +246,7 @@ func (m maintenanceAPI) Start(ctx context.Context, backend, reason string, maxWa
 			return monitor.Window{}, err
 		}
 	}
+	m.a.waitTold(ctx)
 	for _, w := range windows(m.a.fsm.Maintenance(), nil) {
 		if w.Backend == backend {
 			return w, nil
@@ -274,7 +276,19 @@ func (m maintenanceAPI) End(ctx context.Context, backend string) (time.Duration,
 	} else if err := m.a.applyWindow(ctx, fsm.MaintenanceRequest{Backend: backend}); err != nil {
 		return 0, err
 	}
+	m.a.waitTold(ctx)
 	return time.Since(open.Since), nil
+}
+
+// waitTold waits (at most 5 s) until this agent's workers have been told
+// the windows as the replica holds them now: when the API answers, the
+// requests reaching this agent's workers see the change.
+func (a *Agent) waitTold(ctx context.Context) {
+	index := a.fsm.Index()
+	deadline := time.Now().Add(5 * time.Second)
+	for a.maintTold.Load() < index && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // waitWindow waits (bounded) until the replica's window on backend is as

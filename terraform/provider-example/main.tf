@@ -59,14 +59,12 @@ resource "stickyd_assignment" "qa" {
 
 # A maintenance window on the backend "db-a": while it exists, requests that
 # need db-a wait (at most max_wait each) before their handler runs; destroy
-# it to end the window. Left commented out: test/terraform applies this
-# example to an agent, which may not serve /v1/maintenance yet.
-#
-# resource "stickyd_maintenance" "db_a" {
-#   backend  = "db-a"
-#   reason   = "upgrading to PostgreSQL 16.4"
-#   max_wait = "45s"
-# }
+# it to end the window.
+resource "stickyd_maintenance" "db_a" {
+  backend  = "db-a"
+  reason   = "upgrading to PostgreSQL 16.4"
+  max_wait = "45s"
+}
 
 output "canary_group" {
   value = stickyd_group.canary.id

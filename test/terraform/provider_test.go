@@ -60,9 +60,10 @@ func TestProviderExample(t *testing.T) {
 	admin := startAgent(t, stickyd)
 	tf := newTerraform(t, filepath.Join(bin, "provider"), "../../terraform/provider-example", admin)
 
-	// Plan: the group and two rules to add, nothing done yet.
+	// Plan: the group, two rules and a maintenance window to add, nothing
+	// done yet.
 	out := tf.run(t, 0, "plan", "-var", "canary_workers=1")
-	if !strings.Contains(out, "Plan: 3 to add, 0 to change, 0 to destroy.") {
+	if !strings.Contains(out, "Plan: 4 to add, 0 to change, 0 to destroy.") {
 		t.Fatalf("plan:\n%s", out)
 	}
 	if _, code := getJSON[struct{}](t, admin, "/v1/groups/canary"); code != http.StatusNotFound {
@@ -73,6 +74,7 @@ func TestProviderExample(t *testing.T) {
 	tf.run(t, 0, "apply", "-auto-approve", "-var", "canary_workers=1")
 	first := checkCanary(t, admin, 1)
 	checkRules(t, admin, true)
+	checkWindow(t, admin, true)
 	tf.run(t, 0, "plan", "-detailed-exitcode", "-var", "canary_workers=1") // 0: no changes
 
 	// A changed recipe replaces the group, and the rules with it (the API
@@ -109,6 +111,30 @@ func TestProviderExample(t *testing.T) {
 		t.Errorf("GET /v1/groups/canary after destroy answered %d, want 404", code)
 	}
 	checkRules(t, admin, false)
+	checkWindow(t, admin, false)
+}
+
+// checkWindow checks that the example's maintenance window on db-a is
+// open as written, or closed.
+func checkWindow(t *testing.T, admin string, open bool) {
+	t.Helper()
+	type window struct {
+		Backend string `json:"backend"`
+		Reason  string `json:"reason"`
+		MaxWait string `json:"max_wait"`
+		Source  string `json:"source"`
+	}
+	v, code := getJSON[struct{ Backends []window }](t, admin, "/v1/maintenance")
+	if code != http.StatusOK {
+		t.Fatalf("GET /v1/maintenance answered %d", code)
+	}
+	want := []window{{Backend: "db-a", Reason: "upgrading to PostgreSQL 16.4", MaxWait: "45s", Source: "raft"}}
+	if !open {
+		want = nil
+	}
+	if len(v.Backends) != len(want) || (open && v.Backends[0] != want[0]) {
+		t.Fatalf("maintenance windows %+v, want %+v", v.Backends, want)
+	}
 }
 
 // checkCanary checks the canary group as the API shows it, waits until this

@@ -294,3 +294,14 @@ func (p *Page) Abort() {
 	}
 	p.http.CloseIdleConnections()
 }
+
+// Send sends the page one message of op (the counter app's ops: "inc",
+// "order", ...) and returns the app's answer; a refusal is an error naming
+// its code ("maintenance" for a request that waited past a window).
+func (p *Page) Send(op string) (json.RawMessage, error) {
+	a, err := p.call(map[string]any{"op": "msg", "data": map[string]any{"op": op}})
+	if err != nil {
+		return nil, err
+	}
+	return a.Data, nil
+}
