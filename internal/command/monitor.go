@@ -92,6 +92,14 @@ func formatView(v monitor.View, people int) string {
 	if len(v.Unreachable) > 0 {
 		fmt.Fprintf(&b, "Agents not answering (last known numbers shown): %s\n", strings.Join(v.Unreachable, ", "))
 	}
+	for _, m := range v.Maintenance {
+		reason := ""
+		if m.Reason != "" {
+			reason = " (" + m.Reason + ")"
+		}
+		fmt.Fprintf(&b, "Backend %s in maintenance since %s%s: %d waiting, %d timed out (max wait %s)\n",
+			m.Backend, m.Since.Local().Format("15:04:05"), reason, m.Waiting, m.TimedOut, m.MaxWait)
+	}
 	rows := make([][]string, 0, len(v.Workers))
 	for _, w := range v.Workers {
 		state := w.State

@@ -132,6 +132,7 @@ type monitorView struct {
 	Reading    string        `json:"reading"`    // the last reading's time as shown
 	Summary    string        `json:"summary"`
 	Error      string        `json:"error"` // the error banner, while shown
+	Maint      string        `json:"maint"` // the maintenance banner, while shown
 	Stale      bool          `json:"stale"` // the page greys its data out
 	Workers    []monitorCard `json:"workers"`
 	People     []monitorRow  `json:"people"` // the rows shown, in order
@@ -211,7 +212,7 @@ const monitorJS = `(() => {
   return {
     login: false, tab: document.body.dataset.tab || "", polls: Number(document.body.dataset.polls || 0),
     at: document.body.dataset.at || "", reading: text(document, "#last-reading"), summary: text(document, "#summary"),
-    error: shown("error"), stale: document.body.classList.contains("stale"),
+    error: shown("error"), maint: shown("maintenance"), stale: document.body.classList.contains("stale"),
     workers, people, count: text(document, "#people-count"), filter: $("filter").value,
     sort: sorted ? sorted.dataset.key + " " + sorted.getAttribute("aria-sort") : "",
     events: events.map((tr) => tr.dataset.kind), pending: events.filter((tr) => tr.classList.contains("pending")).length,

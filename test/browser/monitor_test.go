@@ -228,6 +228,9 @@ func TestMonitorPage(t *testing.T) {
 	if want := []string{"move", "blocked", "completed", "move"}; !slices.Equal(v.Events, want) || v.Pending != 1 {
 		t.Errorf("events %v with %d in progress, want %v (newest first) with the last move in progress", v.Events, v.Pending, want)
 	}
+	if !strings.Contains(v.Maint, "db-a in maintenance since 1m 30s ago (upgrading): 3 requests waiting, 1 timed out (max wait 30s)") {
+		t.Errorf("maintenance banner %q", v.Maint)
+	}
 	op.screenshot("monitor-page.png")
 
 	// People: sort, filter.
@@ -395,6 +398,8 @@ func (s *scriptedView) view(ctx context.Context) (monitor.View, error) {
 				Reason: "web-1 over memory 92% > 85%: moving u-002 to web-2"},
 		},
 		Unreachable: []string{"agent-2"},
+		Maintenance: []monitor.Window{{Backend: "db-a", Reason: "upgrading", MaxWait: "30s", Since: now.Add(-90 * time.Second),
+			Source: "raft", Waiting: 3, TimedOut: 1}},
 	}
 	return v, nil
 }

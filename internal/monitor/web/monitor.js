@@ -250,6 +250,12 @@
     setText($("unreachable"), un.length
       ? `Not answering: ${un.join(", ")}. Their workers show their last known numbers.` : "");
 
+    const windows = v.maintenance || [];
+    $("maintenance").hidden = windows.length === 0;
+    setText($("maintenance"), windows.map(w =>
+      `${w.backend} in maintenance since ${fmtAgo(new Date(w.since), at)}` +
+      (w.reason ? ` (${w.reason})` : "") +
+      `: ${w.waiting} request${w.waiting === 1 ? "" : "s"} waiting, ${w.timed_out} timed out (max wait ${w.max_wait})`).join(" · "));
     const events = v.events || [];
     const pending = pendingDecisions(events);
     renderWorkers(workers, events, pending, at);
