@@ -1,0 +1,198 @@
+// Package gateway is stickyd's one gateway to many AI model providers
+// (docs/gateway.md): one adapter contract (Adapter), a router that applies
+// per-model limits across every node with a queue persisted through raft,
+// health and failover between a model's deployments, and the cost of every
+// answer added, as it returns, to its session, its day and the total.
+//
+// Nothing above Adapter knows which provider served a call: adapters turn
+// the provider's request and response shapes, errors and usage fields into
+// the types of this file.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Adapter is the contract every provider adapter implements (the seed's
+// three methods). Complete and Stream send req to the provider's model
+// req.Model (the deployment's upstream name: the router fills it in).
+type Adapter interface {
+	// Complete returns the whole answer.
+	Complete(ctx context.Context, req Request) (Response, error)
+	// Stream returns the answer as it is produced. The channel is closed
+	// after the last chunk; the last chunk carries Done (with the usage
+	// and the finish reason) or Err (the stream failed midway: a
+	// mid-stream failure). A stream that ends without either failed too.
+	// Cancelling ctx stops the stream and closes the channel.
+	Stream(ctx context.Context, req Request) (<-chan Chunk, error)
+	// HealthCheck makes the cheapest call that proves the deployment
+	// answers (a model listing, say); nil means healthy.
+	HealthCheck(ctx context.Context) error
+}
+
+// Message is one turn of a conversation.
+type Message struct {
+	// Role is "system", "user" or "assistant".
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// Request is a completion request in the gateway's own terms.
+type Request struct {
+	// Model is the model the caller asked for; the router replaces it with
+	// the deployment's upstream model name before calling an adapter.
+	Model    string    `json:"model"`
+	Messages []Message `json:"messages"`
+	// MaxTokens bounds the answer (0: the adapter's default; Anthropic
+	// needs one, its adapter uses 1024).
+	MaxTokens   int      `json:"max_tokens,omitempty"`
+	Temperature *float64 `json:"temperature,omitempty"`
+	TopP        *float64 `json:"top_p,omitempty"`
+	Stop        []string `json:"stop,omitempty"`
+	// User is passed to providers that take an end-user id.
+	User string `json:"user,omitempty"`
+}
+
+// Usage is what a call consumed, in tokens. Cached input tokens (served
+// from the provider's prompt cache, billed at their own price) are counted
+// apart from the other input tokens: Input excludes them.
+type Usage struct {
+	Input       int64 `json:"input_tokens"`
+	CachedInput int64 `json:"cached_input_tokens"`
+	// CacheWrite counts input tokens written to the prompt cache
+	// (Anthropic's cache_creation_input_tokens); they are billed as Input.
+	CacheWrite int64 `json:"cache_write_tokens,omitempty"`
+	Output     int64 `json:"output_tokens"`
+}
+
+// Add returns u + v.
+func (u Usage) Add(v Usage) Usage {
+	return Usage{Input: u.Input + v.Input, CachedInput: u.CachedInput + v.CachedInput, CacheWrite: u.CacheWrite + v.CacheWrite, Output: u.Output + v.Output}
+}
+
+// Price is what a deployment charges, in US dollars per million tokens.
+type Price struct {
+	Input       float64 `json:"input" hcl:"input,optional"`
+	CachedInput float64 `json:"cached_input" hcl:"cached_input,optional"`
+	Output      float64 `json:"output" hcl:"output,optional"`
+}
+
+// Cost is the price of usage, in micro-dollars (millionths of a US dollar),
+// rounded to the nearest: integers add up exactly across nodes.
+func (p Price) Cost(u Usage) int64 {
+	tokens := float64(u.Input+u.CacheWrite)*p.Input + float64(u.CachedInput)*p.CachedInput + float64(u.Output)*p.Output
+	// price per million tokens × tokens / 1e6 dollars = price × tokens micro-dollars
+	return int64(tokens + 0.5)
+}
+
+// Response is a whole answer.
+type Response struct {
+	// ID is the provider's id of the answer.
+	ID      string `json:"id"`
+	Model   string `json:"model"`
+	Content string `json:"content"`
+	// FinishReason is "stop", "length", "content_filter", "tool_calls" or
+	// the provider's own word, lower case.
+	FinishReason string `json:"finish_reason"`
+	Usage        Usage  `json:"usage"`
+	// Set by the router: who served it and what it cost.
+	Provider   string        `json:"provider,omitempty"`
+	Deployment string        `json:"deployment,omitempty"`
+	CostMicros int64         `json:"cost_micros"`
+	Latency    time.Duration `json:"latency_ns"`
+}
+
+// Chunk is one piece of a streamed answer.
+type Chunk struct {
+	// Delta is the text added by this chunk.
+	Delta string `json:"delta,omitempty"`
+	// Done marks the last chunk of a stream that ended well: Usage and
+	// FinishReason are then set (ID and Model when the provider said).
+	Done         bool   `json:"done,omitempty"`
+	FinishReason string `json:"finish_reason,omitempty"`
+	Usage        *Usage `json:"usage,omitempty"`
+	ID           string `json:"id,omitempty"`
+	Model        string `json:"model,omitempty"`
+	// Err is set on the last chunk of a stream that failed midway.
+	Err error `json:"-"`
+}
+
+// ErrorKind classifies a provider's refusal, so the router knows what to do
+// with it without knowing the provider.
+type ErrorKind string
+
+const (
+	// KindRateLimited: too many requests now (429); retry after RetryAfter.
+	KindRateLimited ErrorKind = "rate_limited"
+	// KindOverloaded: the provider is overloaded (Anthropic 529, 503);
+	// retry later or elsewhere.
+	KindOverloaded ErrorKind = "overloaded"
+	// KindQuotaExceeded: the account's spend limit or quota is reached
+	// (a 429 that must not be retried).
+	KindQuotaExceeded ErrorKind = "quota_exceeded"
+	// KindAuth: the key is refused (401, 403); not retried.
+	KindAuth ErrorKind = "auth"
+	// KindBadRequest: the request itself is wrong (400, 404, 413, 422);
+	// not retried, not failed over, not a health failure.
+	KindBadRequest ErrorKind = "bad_request"
+	// KindServer: the provider failed (500, 502, 504, a broken answer).
+	KindServer ErrorKind = "server"
+	// KindTimeout: no answer in time.
+	KindTimeout ErrorKind = "timeout"
+	// KindNetwork: the provider could not be reached.
+	KindNetwork ErrorKind = "network"
+)
+
+// ProviderError is an adapter's error: what kind of refusal it is, and
+// what the provider said.
+type ProviderError struct {
+	Kind ErrorKind
+	// Status is the HTTP status (0 when there was no answer).
+	Status int
+	// Type and Message are the provider's error type and message.
+	Type    string
+	Message string
+	// RetryAfter is how long the provider asked to wait (retry-after,
+	// retry-after-ms headers); 0 when it did not say.
+	RetryAfter time.Duration
+}
+
+func (e *ProviderError) Error() string {
+	s := fmt.Sprintf("provider: %s", e.Kind)
+	if e.Status != 0 {
+		s += fmt.Sprintf(" (HTTP %d)", e.Status)
+	}
+	if e.Type != "" {
+		s += " " + e.Type
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// Retryable reports whether the same request may succeed later or on
+// another deployment.
+func (e *ProviderError) Retryable() bool {
+	switch e.Kind {
+	case KindRateLimited, KindOverloaded, KindServer, KindTimeout, KindNetwork:
+		return true
+	}
+	return false
+}
+
+// KindOf returns err's ErrorKind: a ProviderError's, KindTimeout for a
+// deadline, KindNetwork otherwise.
+func KindOf(err error) ErrorKind {
+	var pe *ProviderError
+	switch {
+	case errors.As(err, &pe):
+		return pe.Kind
+	case errors.Is(err, context.DeadlineExceeded):
+		return KindTimeout
+	}
+	return KindNetwork
+}

@@ -1,0 +1,89 @@
+package gateway
+
+import (
+	"context"
+	"time"
+)
+
+// Call is one caller's request as the gateway takes it.
+type Call struct {
+	Request Request `json:"request"`
+	// Session is who pays: the sticky user session for calls from worker
+	// apps, the API key's name (or the X-Stickyd-Session header) for
+	// external callers. Its cost counter grows with every answer.
+	Session string `json:"session"`
+	// IdempotencyKey names the request across retries: a request
+	// submitted twice with the same key runs once (optional; the gateway
+	// makes one up when empty).
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Deadline bounds the whole call, queueing included (zero: the
+	// gateway's default).
+	Deadline time.Time `json:"deadline,omitzero"`
+}
+
+// Service is what the transports (REST, gRPC, OpenAI-compatible HTTP)
+// serve: every path goes through the same limits, failover and accounting.
+type Service interface {
+	// Complete runs call and returns the whole answer.
+	Complete(ctx context.Context, call Call) (Response, error)
+	// Stream runs call and streams the answer (see Adapter.Stream); the
+	// last chunk carries Done and the usage, or Err.
+	Stream(ctx context.Context, call Call) (<-chan Chunk, error)
+	// Submit accepts call to run in the background and returns its id
+	// at once (async REST); the call runs even if the caller goes away.
+	Submit(ctx context.Context, call Call) (string, error)
+	// Job reports a submitted call; ErrNoJob for an unknown id.
+	Job(ctx context.Context, id string) (Job, error)
+	// Cancel stops a submitted call that has not finished; ErrNoJob for
+	// an unknown id.
+	Cancel(ctx context.Context, id string) error
+}
+
+// JobState is where a submitted call is.
+type JobState string
+
+const (
+	JobQueued    JobState = "queued"
+	JobRunning   JobState = "running"
+	JobDone      JobState = "done"
+	JobFailed    JobState = "failed"
+	JobCancelled JobState = "cancelled"
+)
+
+// Job is a submitted call, as GET /v1/gateway/requests/{id} shows it.
+type Job struct {
+	ID        string    `json:"id"`
+	State     JobState  `json:"state"`
+	Model     string    `json:"model"`
+	Session   string    `json:"session"`
+	Submitted time.Time `json:"submitted"`
+	Finished  time.Time `json:"finished,omitzero"`
+	// Response when done; Error (and ErrorKind) when failed or cancelled.
+	Response  *Response `json:"response,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	ErrorKind string    `json:"error_kind,omitempty"`
+}
+
+// Gateway errors a caller can act on; transports map them to statuses.
+var (
+	// ErrNoJob: no submitted call has that id (404).
+	ErrNoJob = errorString("no such gateway request")
+	// ErrUnknownModel: the model is not configured (400/404).
+	ErrUnknownModel = errorString("unknown model")
+	// ErrQueueFull: the model's queue is at its bound (429/503, retryable).
+	ErrQueueFull = errorString("the model's queue is full")
+	// ErrQueueTimeout: the call waited in the queue past its deadline (504).
+	ErrQueueTimeout = errorString("the call waited in the queue past its deadline")
+	// ErrBudget: the session's or the day's budget is spent (402/429).
+	ErrBudget = errorString("budget exceeded")
+	// ErrNoDeployment: every deployment of the model is unhealthy or
+	// failed this call (502/503).
+	ErrNoDeployment = errorString("no healthy deployment answered")
+	// ErrInterrupted: the node running the call died with it; the call is
+	// not run again, to never run twice (503, the caller decides).
+	ErrInterrupted = errorString("the call was interrupted by a node failure and was not run again")
+)
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
