@@ -1,0 +1,254 @@
+// Package openai is the gateway's adapter for the OpenAI Chat Completions
+// API (POST /chat/completions, GET /models). It speaks the real wire
+// format, so it also serves OpenAI-compatible servers (vLLM, Ollama,
+// LM Studio) by pointing BaseURL at them.
+//
+// It owns the translation between gateway.Request/Response/Chunk and the
+// provider's JSON and server-sent events, the provider's usage fields
+// (prompt_tokens includes the cached tokens; gateway.Usage.Input does
+// not) and the classification of its errors into gateway.ProviderError.
+// It must never retry, queue, fail over or count cost (the router does),
+// and never log or return the API key.
+package openai
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/stickyd/stickyd/internal/gateway"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultBaseURL      = "https://api.openai.com/v1"
+	DefaultTimeout      = 60 * time.Second
+	DefaultStallTimeout = 30 * time.Second
+)
+
+// Limits on what is read from the provider.
+const (
+	// maxBody bounds a whole non-streamed answer.
+	maxBody = 16 << 20
+	// maxLine bounds one line (and one event) of a stream: a longer one
+	// is a broken answer, not a reason to run out of memory.
+	maxLine = 1 << 20
+)
+
+// Config configures an Adapter.
+type Config struct {
+	// BaseURL is the API root, without the trailing /chat/completions
+	// (empty: DefaultBaseURL). For a compatible server, its /v1 root,
+	// e.g. "http://vllm.service.consul:8000/v1".
+	BaseURL string
+	// APIKey is sent as "Authorization: Bearer <key>"; empty sends no
+	// Authorization header (local servers need none).
+	APIKey string
+	// Organization, when set, is sent as the OpenAI-Organization header.
+	Organization string
+	// HTTPClient makes the calls (nil: a client of its own). Its Timeout
+	// must be zero or longer than any stream: the adapter bounds calls
+	// itself.
+	HTTPClient *http.Client
+	// Timeout bounds a Complete or HealthCheck call whole, and a Stream
+	// call until the answer's headers have arrived (zero:
+	// DefaultTimeout). The caller's ctx bounds a stream whole.
+	Timeout time.Duration
+	// StallTimeout is how long a stream may go without a byte before it
+	// fails with KindTimeout (zero: DefaultStallTimeout). Time spent
+	// waiting for the reader of the stream's channel does not count.
+	StallTimeout time.Duration
+	// Name names the adapter in logs (empty: "openai").
+	Name string
+	// Logger receives the adapter's logs (nil: none).
+	Logger hclog.Logger
+}
+
+// Adapter calls one OpenAI-compatible deployment. It is safe for
+// concurrent use.
+type Adapter struct {
+	base         string // BaseURL without a trailing slash
+	apiKey       string
+	organization string
+	client       *http.Client
+	timeout      time.Duration
+	stallTimeout time.Duration
+	log          hclog.Logger
+	// now is the clock for Retry-After dates (time.Now; tests set it).
+	now func() time.Time
+}
+
+var _ gateway.Adapter = (*Adapter)(nil)
+
+// New returns an Adapter for cfg. It fails on a BaseURL that is not an
+// absolute http(s) URL or on a negative timeout.
+func New(cfg Config) (*Adapter, error) {
+	base := cfg.BaseURL
+	if base == "" {
+		base = DefaultBaseURL
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		return nil, fmt.Errorf("parsing base URL: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("parsing base URL %q: not an absolute http(s) URL", base)
+	}
+	if cfg.Timeout < 0 || cfg.StallTimeout < 0 {
+		return nil, errors.New("configuring openai adapter: negative timeout")
+	}
+	a := &Adapter{
+		base:         strings.TrimRight(base, "/"),
+		apiKey:       cfg.APIKey,
+		organization: cfg.Organization,
+		client:       cfg.HTTPClient,
+		timeout:      cfg.Timeout,
+		stallTimeout: cfg.StallTimeout,
+		log:          cfg.Logger,
+		now:          time.Now,
+	}
+	if a.client == nil {
+		a.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	}
+	if a.timeout == 0 {
+		a.timeout = DefaultTimeout
+	}
+	if a.stallTimeout == 0 {
+		a.stallTimeout = DefaultStallTimeout
+	}
+	if a.log == nil {
+		a.log = hclog.NewNullLogger()
+	}
+	name := cfg.Name
+	if name == "" {
+		name = "openai"
+	}
+	a.log = a.log.With("adapter", name)
+	return a, nil
+}
+
+// Complete sends req to POST {BaseURL}/chat/completions and returns the
+// first choice. Errors are *gateway.ProviderError, or the context's error
+// when ctx was cancelled.
+func (a *Adapter) Complete(ctx context.Context, req gateway.Request) (gateway.Response, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+
+	resp, err := a.do(ctx, http.MethodPost, "/chat/completions", "application/json", newChatRequest(req, false))
+	if err != nil {
+		return gateway.Response{}, err
+	}
+	defer resp.Body.Close()
+
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	if err != nil {
+		return gateway.Response{}, transportError(ctx, "reading completion", err)
+	}
+	if len(body) > maxBody {
+		return gateway.Response{}, serverError("completion longer than %d bytes", maxBody)
+	}
+	var cc chatCompletion
+	if err := json.Unmarshal(body, &cc); err != nil {
+		return gateway.Response{}, serverError("decoding completion: %v", err)
+	}
+	if hasError(cc.Error) {
+		e, _ := errorObject(cc.Error)
+		return gateway.Response{}, &gateway.ProviderError{Kind: gateway.KindServer, Status: resp.StatusCode, Type: e.ident(), Message: e.Message}
+	}
+	if len(cc.Choices) == 0 {
+		return gateway.Response{}, serverError("completion %q has no choices", cc.ID)
+	}
+	choice := cc.Choices[0]
+	for _, c := range cc.Choices {
+		if c.Index == 0 {
+			choice = c
+			break
+		}
+	}
+	if cc.Usage == nil {
+		a.log.Warn("completion without usage", "model", req.Model, "id", cc.ID)
+	}
+	return gateway.Response{
+		ID:           cc.ID,
+		Model:        cc.Model,
+		Content:      choice.Message.Content,
+		FinishReason: choice.FinishReason,
+		Usage:        cc.Usage.usage(),
+	}, nil
+}
+
+// HealthCheck lists the models (GET {BaseURL}/models): any 2xx answer is
+// healthy; otherwise it returns the classified error.
+func (a *Adapter) HealthCheck(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+
+	resp, err := a.do(ctx, http.MethodGet, "/models", "application/json", nil)
+	if err != nil {
+		return err
+	}
+	// Drain a little so the connection can be reused.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+	return resp.Body.Close()
+}
+
+// do sends a request with the adapter's headers, accepting accept, and
+// a JSON body (nil for none). It returns the answer when its status is 2xx; otherwise the
+// classified error, with the body read and closed.
+func (a *Adapter) do(ctx context.Context, method, path, accept string, body any) (*http.Response, error) {
+	req, err := a.newRequest(ctx, method, path, accept, body)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return nil, transportError(ctx, "calling "+path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		pe := statusError(resp, a.now())
+		resp.Body.Close()
+		a.log.Debug("provider refused", "path", path, "status", resp.StatusCode, "kind", pe.Kind, "type", pe.Type)
+		return nil, pe
+	}
+	return resp, nil
+}
+
+func (a *Adapter) newRequest(ctx context.Context, method, path, accept string, body any) (*http.Request, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("encoding request: %w", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, a.base+path, rd)
+	if err != nil {
+		return nil, fmt.Errorf("building request: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", accept)
+	if a.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+a.apiKey)
+	}
+	if a.organization != "" {
+		req.Header.Set("OpenAI-Organization", a.organization)
+	}
+	return req, nil
+}
+
+// serverError is a broken answer: KindServer with what was wrong.
+func serverError(format string, args ...any) *gateway.ProviderError {
+	return &gateway.ProviderError{Kind: gateway.KindServer, Message: fmt.Sprintf(format, args...)}
+}

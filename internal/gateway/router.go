@@ -1,0 +1,645 @@
+package gateway
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Deployment is one place a model is served: a provider account and its
+// upstream model name, what it costs, and its own concurrency bound.
+type Deployment struct {
+	Name     string
+	Provider string
+	// Upstream is the provider's name of the model.
+	Upstream string
+	Price    Price
+	// Concurrency bounds the calls running on this deployment from this
+	// node (0: only the model's limit).
+	Concurrency int
+	Adapter     Adapter
+}
+
+// Model is a model callers ask for by name: its deployments, tried in
+// order, and its aggregate concurrency limit.
+type Model struct {
+	Name string
+	// Concurrency is the number of calls of this model that may run at
+	// once on this node (its share of the cluster's limit).
+	Concurrency int
+	// QueueMax bounds the calls waiting for a slot (default 1000).
+	QueueMax    int
+	Deployments []Deployment
+}
+
+// Charge is one answer's cost, as the ledger records it.
+type Charge struct {
+	// Request names the call (its idempotency key): a charge recorded
+	// twice for one request counts once.
+	Request    string `json:"request"`
+	Session    string `json:"session"`
+	Day        string `json:"day"`
+	Model      string `json:"model"`
+	Deployment string `json:"deployment"`
+	Usage      Usage  `json:"usage"`
+	Micros     int64  `json:"micros"`
+}
+
+// Ledger keeps the cost counters: it adds each answer's cost to its
+// session, its day and the total as the answer returns.
+type Ledger interface {
+	Add(ctx context.Context, c Charge) error
+	// Spent returns what session and day have spent, in micro-dollars.
+	Spent(session, day string) (sessionMicros, dayMicros int64)
+}
+
+// Config configures a Router.
+type Config struct {
+	Models []Model
+	Health HealthConfig
+	// RetryAfterCap is the longest retry-after honoured on a deployment
+	// before failing over (default 10 s); Backoff the base of the jittered
+	// backoff between attempts (default 100 ms).
+	RetryAfterCap time.Duration
+	Backoff       time.Duration
+	// CallTimeout bounds one attempt (default 2 minutes); QueueTimeout a
+	// call's wait for a slot when the call has no deadline (default 1
+	// minute).
+	CallTimeout  time.Duration
+	QueueTimeout time.Duration
+	Ledger       Ledger
+	// SessionBudget and DayBudget, in micro-dollars, refuse calls of a
+	// session or a day that has spent them (0: none).
+	SessionBudget, DayBudget int64
+	// Zone is the calendar of the day counters (default UTC); Clock the
+	// time (default time.Now; tests move it).
+	Zone   *time.Location
+	Clock  func() time.Time
+	Logger hclog.Logger
+}
+
+// Router is the gateway's Service on one node: limits, queue, failover,
+// health and cost.
+type Router struct {
+	cfg    Config
+	log    hclog.Logger
+	models map[string]*model
+
+	mu   sync.Mutex // guards jobs and keys
+	jobs map[string]*job
+	keys map[string]string // idempotency key → job id
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+type model struct {
+	Model
+	slots *Slots
+	deps  []*deployment
+}
+
+type deployment struct {
+	Deployment
+	health *health
+	slots  *Slots // nil without a deployment bound
+}
+
+type job struct {
+	Job
+	done   chan struct{}
+	cancel context.CancelFunc
+}
+
+var _ Service = (*Router)(nil)
+
+// New builds a router and starts its health probes; Close stops them.
+func New(cfg Config) (*Router, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.RetryAfterCap <= 0 {
+		cfg.RetryAfterCap = 10 * time.Second
+	}
+	if cfg.Backoff <= 0 {
+		cfg.Backoff = 100 * time.Millisecond
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = 2 * time.Minute
+	}
+	if cfg.QueueTimeout <= 0 {
+		cfg.QueueTimeout = time.Minute
+	}
+	if cfg.Zone == nil {
+		cfg.Zone = time.UTC
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Ledger == nil {
+		cfg.Ledger = NewMemLedger()
+	}
+	cfg.Health = cfg.Health.withDefaults()
+	r := &Router{cfg: cfg, log: cfg.Logger, models: map[string]*model{}, jobs: map[string]*job{}, keys: map[string]string{}, stop: make(chan struct{})}
+	for _, m := range cfg.Models {
+		if m.Name == "" || len(m.Deployments) == 0 || m.Concurrency < 1 {
+			return nil, fmt.Errorf("model %q: needs a name, a concurrency of at least 1 and a deployment", m.Name)
+		}
+		if _, dup := r.models[m.Name]; dup {
+			return nil, fmt.Errorf("model %q is configured twice", m.Name)
+		}
+		if m.QueueMax <= 0 {
+			m.QueueMax = 1000
+		}
+		mm := &model{Model: m, slots: NewSlots(m.Concurrency, m.QueueMax)}
+		for _, d := range m.Deployments {
+			if d.Adapter == nil || d.Name == "" {
+				return nil, fmt.Errorf("model %q: deployment %q has no adapter", m.Name, d.Name)
+			}
+			dd := &deployment{Deployment: d, health: &health{cfg: cfg.Health}}
+			if d.Concurrency > 0 {
+				dd.slots = NewSlots(d.Concurrency, 0)
+			}
+			mm.deps = append(mm.deps, dd)
+		}
+		r.models[m.Name] = mm
+	}
+	r.wg.Add(1)
+	go r.probe()
+	return r, nil
+}
+
+// Close stops the health probes and cancels submitted calls.
+func (r *Router) Close() {
+	select {
+	case <-r.stop:
+		return
+	default:
+		close(r.stop)
+	}
+	r.mu.Lock()
+	for _, j := range r.jobs {
+		j.cancel()
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+}
+
+// Model returns a model's slots (for its share of a cluster's limit) and
+// whether it is configured.
+func (r *Router) Slots(name string) (*Slots, bool) {
+	m, ok := r.models[name]
+	if !ok {
+		return nil, false
+	}
+	return m.slots, true
+}
+
+// Models lists the configured models' names.
+func (r *Router) Models() []string {
+	out := make([]string, 0, len(r.models))
+	for n := range r.models {
+		out = append(out, n)
+	}
+	return out
+}
+
+// Complete runs one call to its end.
+func (r *Router) Complete(ctx context.Context, call Call) (Response, error) {
+	m, ctx, release, err := r.admit(ctx, call)
+	if err != nil {
+		return Response{}, err
+	}
+	defer release()
+	var last error
+	for attempt, d := range r.attempts(m) {
+		if attempt > 0 && !sleep(ctx, jitter(r.cfg.Backoff)) {
+			return Response{}, ctx.Err()
+		}
+		resp, err := r.completeOn(ctx, d, call)
+		if err == nil {
+			resp.Provider, resp.Deployment = d.Provider, d.Name
+			resp.CostMicros = d.Price.Cost(resp.Usage)
+			if err := r.charge(ctx, call, m, d, resp.Usage, resp.CostMicros); err != nil {
+				r.log.Error("recording a call's cost", "model", m.Name, "session", call.Session, "error", err)
+			}
+			return resp, nil
+		}
+		last = err
+		if !failOver(err) || ctx.Err() != nil {
+			return Response{}, err
+		}
+		r.log.Debug("failing over", "model", m.Name, "deployment", d.Name, "error", err)
+	}
+	if last == nil {
+		return Response{}, ErrNoDeployment
+	}
+	return Response{}, fmt.Errorf("%w: last: %v", ErrNoDeployment, last)
+}
+
+// completeOn calls one deployment, honouring its retry-after (up to the
+// cap) once.
+func (r *Router) completeOn(ctx context.Context, d *deployment, call Call) (Response, error) {
+	release, err := d.acquire(ctx)
+	if err != nil {
+		return Response{}, err
+	}
+	defer release()
+	req := call.Request
+	req.Model = d.Upstream
+	for try := 0; ; try++ {
+		start := r.cfg.Clock()
+		actx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+		resp, err := d.Adapter.Complete(actx, req)
+		cancel()
+		r.record(d, err)
+		if err == nil {
+			resp.Latency = r.cfg.Clock().Sub(start)
+			return resp, nil
+		}
+		var pe *ProviderError
+		if try == 0 && errors.As(err, &pe) && pe.Kind == KindRateLimited && pe.RetryAfter > 0 && pe.RetryAfter <= r.cfg.RetryAfterCap {
+			if !sleep(ctx, pe.RetryAfter+jitter(r.cfg.Backoff)) {
+				return Response{}, ctx.Err()
+			}
+			continue
+		}
+		return Response{}, err
+	}
+}
+
+// Stream runs one call, streaming its answer. Failover happens only before
+// the first chunk reached the caller; a failure after it ends the stream
+// with Err (and counts against the deployment).
+func (r *Router) Stream(ctx context.Context, call Call) (<-chan Chunk, error) {
+	m, ctx, release, err := r.admit(ctx, call)
+	if err != nil {
+		return nil, err
+	}
+	var last error
+	for attempt, d := range r.attempts(m) {
+		if attempt > 0 && !sleep(ctx, jitter(r.cfg.Backoff)) {
+			release()
+			return nil, ctx.Err()
+		}
+		drelease, err := d.acquire(ctx)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		req := call.Request
+		req.Model = d.Upstream
+		in, err := d.Adapter.Stream(ctx, req)
+		if err != nil {
+			drelease()
+			r.record(d, err)
+			last = err
+			if !failOver(err) || ctx.Err() != nil {
+				release()
+				return nil, err
+			}
+			continue
+		}
+		// Wait for the first chunk: a stream that fails before it can
+		// still go elsewhere.
+		first, ok := <-in
+		if !ok || first.Err != nil {
+			drelease()
+			err := first.Err
+			if !ok || err == nil {
+				err = &ProviderError{Kind: KindServer, Message: "the stream ended before its first chunk"}
+			}
+			r.record(d, err)
+			last = err
+			if !failOver(err) || ctx.Err() != nil {
+				release()
+				return nil, err
+			}
+			continue
+		}
+		out := make(chan Chunk, 16)
+		go r.relay(ctx, call, m, d, first, in, out, func() { drelease(); release() })
+		return out, nil
+	}
+	release()
+	if last == nil {
+		return nil, ErrNoDeployment
+	}
+	return nil, fmt.Errorf("%w: last: %v", ErrNoDeployment, last)
+}
+
+// relay forwards a stream to the caller, records its outcome and charges
+// its usage when it ends well.
+func (r *Router) relay(ctx context.Context, call Call, m *model, d *deployment, first Chunk, in <-chan Chunk, out chan<- Chunk, done func()) {
+	defer close(out)
+	defer done()
+	c, ok := first, true
+	for ok {
+		if c.Done || c.Err != nil {
+			break
+		}
+		select {
+		case out <- c:
+		case <-ctx.Done():
+			r.record(d, nil) // the caller left: not the deployment's failure
+			return
+		}
+		c, ok = <-in
+	}
+	switch {
+	case ok && c.Done:
+		r.record(d, nil)
+		var u Usage
+		if c.Usage != nil {
+			u = *c.Usage
+		}
+		cost := d.Price.Cost(u)
+		if err := r.charge(ctx, call, m, d, u, cost); err != nil {
+			r.log.Error("recording a stream's cost", "model", m.Name, "session", call.Session, "error", err)
+		}
+		c.Usage = &u
+		if c.Model == "" {
+			c.Model = d.Upstream
+		}
+		out <- c
+	default:
+		err := c.Err
+		if !ok || err == nil {
+			err = &ProviderError{Kind: KindServer, Message: "the stream ended without its last chunk"}
+		}
+		r.record(d, err) // a mid-stream failure counts
+		out <- Chunk{Err: err}
+	}
+}
+
+// admit checks the model and the budgets and takes a slot of the model,
+// waiting in line; it returns the call's context (with its deadline).
+func (r *Router) admit(ctx context.Context, call Call) (*model, context.Context, func(), error) {
+	m, ok := r.models[call.Request.Model]
+	if !ok {
+		return nil, nil, nil, fmt.Errorf("%w %q", ErrUnknownModel, call.Request.Model)
+	}
+	if len(call.Request.Messages) == 0 {
+		return nil, nil, nil, &ProviderError{Kind: KindBadRequest, Message: "a call needs at least one message"}
+	}
+	if r.cfg.SessionBudget > 0 || r.cfg.DayBudget > 0 {
+		s, d := r.cfg.Ledger.Spent(call.Session, r.day())
+		if r.cfg.SessionBudget > 0 && s >= r.cfg.SessionBudget {
+			return nil, nil, nil, fmt.Errorf("%w: session %q spent %s of %s", ErrBudget, call.Session, Dollars(s), Dollars(r.cfg.SessionBudget))
+		}
+		if r.cfg.DayBudget > 0 && d >= r.cfg.DayBudget {
+			return nil, nil, nil, fmt.Errorf("%w: today spent %s of %s", ErrBudget, Dollars(d), Dollars(r.cfg.DayBudget))
+		}
+	}
+	qctx, cancel := ctx, context.CancelFunc(func() {})
+	if !call.Deadline.IsZero() {
+		qctx, cancel = context.WithDeadline(ctx, call.Deadline)
+	}
+	wait := qctx
+	if _, has := qctx.Deadline(); !has {
+		var c2 context.CancelFunc
+		wait, c2 = context.WithTimeout(qctx, r.cfg.QueueTimeout)
+		defer c2()
+	}
+	release, _, err := m.slots.Acquire(wait)
+	if err != nil {
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = ErrQueueTimeout
+		}
+		return nil, nil, nil, err
+	}
+	return m, qctx, func() { release(); cancel() }, nil
+}
+
+// attempts lists the deployments to try in order: the healthy ones, then,
+// if none is, the degraded ones (a call is never refused on health alone
+// while something might answer).
+func (r *Router) attempts(m *model) []*deployment {
+	var ok, bad []*deployment
+	for _, d := range m.deps {
+		if d.health.isDegraded() {
+			bad = append(bad, d)
+		} else {
+			ok = append(ok, d)
+		}
+	}
+	if len(ok) > 0 {
+		return ok
+	}
+	return bad
+}
+
+func (d *deployment) acquire(ctx context.Context) (func(), error) {
+	if d.slots == nil {
+		return func() {}, nil
+	}
+	// A deployment's own bound waits without a queue limit of its own: the
+	// model's queue bounds the callers.
+	d.slots.mu.Lock()
+	if d.slots.queueMax == 0 {
+		d.slots.queueMax = 1 << 30
+	}
+	d.slots.mu.Unlock()
+	release, _, err := d.slots.Acquire(ctx)
+	return release, err
+}
+
+func (r *Router) record(d *deployment, err error) {
+	if d.health.record(r.cfg.Clock(), err) {
+		st := d.health.state(r.cfg.Clock())
+		r.log.Warn("deployment degraded: skipped and probed until it answers", "deployment", d.Name, "reason", st.Reason, "error", err)
+	}
+}
+
+// probe checks degraded deployments and readmits those that answer.
+func (r *Router) probe() {
+	defer r.wg.Done()
+	t := time.NewTicker(r.cfg.Health.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+		}
+		for _, m := range r.models {
+			for _, d := range m.deps {
+				if !d.health.isDegraded() {
+					continue
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				err := d.Adapter.HealthCheck(ctx)
+				cancel()
+				if err == nil {
+					d.health.readmit()
+					r.log.Info("deployment readmitted", "deployment", d.Name)
+				}
+			}
+		}
+	}
+}
+
+// Health reports every deployment's health and each model's slots.
+func (r *Router) Health() map[string]ModelHealth {
+	out := map[string]ModelHealth{}
+	now := r.cfg.Clock()
+	for name, m := range r.models {
+		mh := ModelHealth{Slots: m.slots.Stats(), Deployments: map[string]HealthState{}}
+		for _, d := range m.deps {
+			mh.Deployments[d.Name] = d.health.state(now)
+		}
+		out[name] = mh
+	}
+	return out
+}
+
+// ModelHealth is one model's slots and deployments' health.
+type ModelHealth struct {
+	Slots       SlotStats              `json:"slots"`
+	Deployments map[string]HealthState `json:"deployments"`
+}
+
+// charge records an answer's cost on the ledger, in the path that returns
+// the answer.
+func (r *Router) charge(ctx context.Context, call Call, m *model, d *deployment, u Usage, micros int64) error {
+	key := call.IdempotencyKey
+	if key == "" {
+		key = newID()
+	}
+	return r.cfg.Ledger.Add(context.WithoutCancel(ctx), Charge{Request: key, Session: call.Session, Day: r.day(), Model: m.Name,
+		Deployment: d.Name, Usage: u, Micros: micros})
+}
+
+// day is today's date in the counters' calendar.
+func (r *Router) day() string { return r.cfg.Clock().In(r.cfg.Zone).Format(time.DateOnly) }
+
+// failOver reports whether another deployment may answer where one failed.
+func failOver(err error) bool {
+	var pe *ProviderError
+	if errors.As(err, &pe) {
+		return pe.Retryable() || pe.Kind == KindQuotaExceeded || pe.Kind == KindAuth
+	}
+	return !errors.Is(err, context.Canceled)
+}
+
+// Submit starts call in the background (async REST).
+func (r *Router) Submit(ctx context.Context, call Call) (string, error) {
+	if _, ok := r.models[call.Request.Model]; !ok {
+		return "", fmt.Errorf("%w %q", ErrUnknownModel, call.Request.Model)
+	}
+	r.mu.Lock()
+	if call.IdempotencyKey != "" {
+		if id, ok := r.keys[call.IdempotencyKey]; ok {
+			r.mu.Unlock()
+			return id, nil
+		}
+	}
+	id := newID()
+	if call.IdempotencyKey == "" {
+		call.IdempotencyKey = id
+	}
+	jctx, cancel := context.WithCancel(context.Background())
+	j := &job{Job: Job{ID: id, State: JobQueued, Model: call.Request.Model, Session: call.Session, Submitted: r.cfg.Clock()},
+		done: make(chan struct{}), cancel: cancel}
+	r.jobs[id] = j
+	r.keys[call.IdempotencyKey] = id
+	r.mu.Unlock()
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer cancel()
+		r.setState(j, JobRunning)
+		resp, err := r.Complete(jctx, call)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		j.Finished = r.cfg.Clock()
+		switch {
+		case err == nil:
+			j.State, j.Response = JobDone, &resp
+		case errors.Is(jctx.Err(), context.Canceled) && j.State == JobCancelled:
+		default:
+			j.State, j.Error, j.ErrorKind = JobFailed, err.Error(), string(KindOf(err))
+		}
+		close(j.done)
+	}()
+	return id, nil
+}
+
+func (r *Router) setState(j *job, s JobState) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if j.State == JobQueued {
+		j.State = s
+	}
+}
+
+// Job reports a submitted call.
+func (r *Router) Job(ctx context.Context, id string) (Job, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	j, ok := r.jobs[id]
+	if !ok {
+		return Job{}, ErrNoJob
+	}
+	return j.Job, nil
+}
+
+// Wait waits until a submitted call ends or ctx does, and reports it.
+func (r *Router) Wait(ctx context.Context, id string) (Job, error) {
+	r.mu.Lock()
+	j, ok := r.jobs[id]
+	r.mu.Unlock()
+	if !ok {
+		return Job{}, ErrNoJob
+	}
+	select {
+	case <-j.done:
+	case <-ctx.Done():
+	}
+	return r.Job(ctx, id)
+}
+
+// Cancel stops a submitted call.
+func (r *Router) Cancel(ctx context.Context, id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	j, ok := r.jobs[id]
+	if !ok {
+		return ErrNoJob
+	}
+	if j.State == JobQueued || j.State == JobRunning {
+		j.State, j.Error = JobCancelled, "cancelled by the caller"
+		j.cancel()
+	}
+	return nil
+}
+
+// Dollars words micro-dollars as dollars.
+func Dollars(micros int64) string { return fmt.Sprintf("$%.6f", float64(micros)/1e6) }
+
+func newID() string {
+	b := make([]byte, 12)
+	_, _ = crand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
