@@ -34,6 +34,8 @@ type FSM struct {
 	catalogCh chan struct{}
 	// maintCh is closed at the next change of the maintenance windows.
 	maintCh chan struct{}
+	// gatewayCh is closed at the next change of the gateway's jobs.
+	gatewayCh chan struct{}
 	// grantWatch holds a channel per watched grant (store.go).
 	grantWatch map[uint64]chan struct{}
 }
@@ -56,6 +58,8 @@ type State struct {
 	Store *store.Store `json:"store,omitempty"`
 	// Maintenance holds the open maintenance windows, by backend.
 	Maintenance map[string]*MaintenanceEntry `json:"maintenance,omitempty"`
+	// Gateway holds the AI gateway's cost counters and submitted calls.
+	Gateway *GatewayState `json:"gateway,omitempty"`
 }
 
 // AgentEntry is an agent as the cluster reaches it.
@@ -276,6 +280,10 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return f.applyStoreOp(buf, l.Index)
 	case MaintenanceRequestType:
 		return f.applyMaintenance(buf)
+	case GatewayChargesRequestType:
+		return f.applyGatewayCharges(buf)
+	case GatewayJobRequestType:
+		return f.applyGatewayJob(buf, l.Index)
 	case RegisterAgentRequestType:
 		var req AgentEntry
 		if err := json.Unmarshal(buf, &req); err != nil {
@@ -490,6 +498,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 			s.Tables[w] = ts // replaced whole on change, never mutated
 		}
 	}
+	s.Gateway = cloneGateway(f.state.Gateway)
 	if len(f.state.Maintenance) > 0 {
 		s.Maintenance = make(map[string]*MaintenanceEntry, len(f.state.Maintenance))
 		for b, e := range f.state.Maintenance {
@@ -528,6 +537,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.catalogChangedLocked()
 	f.maintenanceChangedLocked()
+	f.gatewayChangedLocked()
 	for id, ch := range f.grantWatch {
 		close(ch)
 		delete(f.grantWatch, id)

@@ -120,6 +120,8 @@ func DecodeResult(t MessageType, b []byte) (any, error) {
 		v = new(placement.UserInfo)
 	case StoreOpRequestType:
 		v = new(StoreResult)
+	case GatewayJobRequestType:
+		v = new(string)
 	default:
 		return nil, nil
 	}
@@ -134,6 +136,8 @@ func DecodeResult(t MessageType, b []byte) (any, error) {
 	case *placement.UserInfo:
 		return *x, nil
 	case *StoreResult:
+		return *x, nil
+	case *string:
 		return *x, nil
 	}
 	return v, nil
