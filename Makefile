@@ -61,13 +61,17 @@ bench:
 	$(GO) run ./test/bench/livedata
 	$(GO) run ./test/bench/maintenance
 
-## proto: regenerate the channel protocol (protoc from protobuf-compiler).
+## proto: regenerate the channel protocol and the gateway's gRPC API (protoc
+## from protobuf-compiler).
 proto:
 	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
 	cd internal/protocol && PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc \
 		--go_out=. --go_opt=paths=source_relative \
 		--go-grpc_out=. --go-grpc_opt=paths=source_relative stickyd.proto
+	cd internal/gateway/gatewaypb && PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc \
+		--go_out=. --go_opt=paths=source_relative \
+		--go-grpc_out=. --go-grpc_opt=paths=source_relative gateway.proto
 
 ## tools: the real Consul (v1.14.11) and Nomad (v1.6.3) agents the
 ## deployment tests run, built once into $(BIN)/ from the Go module proxy by

@@ -17,9 +17,11 @@ require (
 	github.com/hashicorp/terraform-plugin-go v0.31.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/common v0.72.0
+	github.com/sashabaranov/go-openai v1.43.0
 	github.com/zclconf/go-cty v1.19.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.50.0
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )
@@ -86,5 +88,4 @@ require (
 	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/tools v0.49.0 // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 )

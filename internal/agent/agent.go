@@ -96,6 +96,10 @@ type Agent struct {
 	consul     *consul.Client
 	stopDeploy chan struct{}
 	deployWG   sync.WaitGroup
+	// gw is the AI gateway, with a gateway block; gwServers its listeners.
+	gw                 *gatewayNode
+	gwServers          []interface{ Close() error }
+	gwAddr, gwGRPCAddr string
 	// maintTold is the version (raft index) of the maintenance windows
 	// this agent's workers were last told.
 	maintTold atomic.Uint64
@@ -245,13 +249,16 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		a.stopGovern = make(chan struct{})
 		go a.govern.run(duration(a.cfg.Probe.Interval), a.stopGovern)
 	}
+	if err := a.startGateway(); err != nil {
+		return err
+	}
 	a.api.Store(api.Handler(api.Config{Token: a.token, Supervisor: a.sup, Gatherer: a.registry, Logger: a.log.Named("api"),
 		Workers: func() any { return append(a.pool.Workers(), a.pool.Retired()...) }, Status: a.status,
 		Events: func() any { return a.govern.events() },
 		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: checkGovernance, CheckBundle: a.checkBundle,
 		Monitor:      func(ctx context.Context) (any, error) { return a.monitorView(ctx) },
 		MonitorLocal: func() any { return a.localMonitor() },
-		Maintenance:  maintenanceAPI{a}}))
+		Maintenance:  maintenanceAPI{a}, Extra: a.gatewayRoutes}))
 	a.startDeployment()
 	a.started = true
 	return nil
@@ -558,6 +565,13 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	if a.rpc != nil {
 		a.rpc.Stop()
 		a.rpc = nil
+	}
+	for _, s := range a.gwServers {
+		_ = s.Close()
+	}
+	a.gwServers = nil
+	if a.gw != nil {
+		a.gw.router.Close()
 	}
 	if a.raft != nil {
 		if err := a.raft.Shutdown(); err != nil {

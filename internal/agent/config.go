@@ -40,6 +40,8 @@ type Config struct {
 	Consul *ConsulConfig `hcl:"consul,block"`
 	// Nomad makes the leader run each catalog group as a Nomad job.
 	Nomad *NomadConfig `hcl:"nomad,block"`
+	// Gateway is the AI model gateway (docs/gateway.md).
+	Gateway *GatewayConfig `hcl:"gateway,block"`
 }
 
 // HostConfig is the host role: the catalog groups this agent runs and, on
@@ -371,6 +373,9 @@ func (c *Config) Finish() error {
 		return fmt.Errorf("bundles: archive is empty: give a directory or an http(s):// URL")
 	}
 	if err := c.finishConsulNomad(); err != nil {
+		return err
+	}
+	if err := c.finishGateway(); err != nil {
 		return err
 	}
 	seen := map[string]bool{}

@@ -61,6 +61,9 @@ type Config struct {
 	MonitorLocal func() any
 	// Maintenance, if set, serves /v1/maintenance.
 	Maintenance Maintenance
+	// Extra, if set, adds routes; wrap gives a handler the API's token
+	// check and error answers (an *Error sets the status).
+	Extra func(mux *http.ServeMux, wrap func(func(http.ResponseWriter, *http.Request) error) http.HandlerFunc)
 }
 
 // Handler returns the API's handler.
@@ -72,6 +75,9 @@ func Handler(cfg Config) http.Handler {
 	mux := http.NewServeMux()
 	if cfg.Maintenance != nil {
 		a.maintenanceRoutes(mux)
+	}
+	if cfg.Extra != nil {
+		cfg.Extra(mux, a.handle)
 	}
 	if cfg.Groups != nil && cfg.GroupsView != nil {
 		a.groupRoutes(mux)

@@ -218,6 +218,11 @@ func (r *Router) Complete(ctx context.Context, call Call) (Response, error) {
 		return Response{}, err
 	}
 	defer release()
+	if call.OnStart != nil {
+		if err := call.OnStart(ctx); err != nil {
+			return Response{}, err
+		}
+	}
 	var last error
 	for attempt, d := range r.attempts(m) {
 		if attempt > 0 && !sleep(ctx, jitter(r.cfg.Backoff)) {
@@ -282,6 +287,12 @@ func (r *Router) Stream(ctx context.Context, call Call) (<-chan Chunk, error) {
 	m, ctx, release, err := r.admit(ctx, call)
 	if err != nil {
 		return nil, err
+	}
+	if call.OnStart != nil {
+		if err := call.OnStart(ctx); err != nil {
+			release()
+			return nil, err
+		}
 	}
 	var last error
 	for attempt, d := range r.attempts(m) {

@@ -19,6 +19,11 @@ type Call struct {
 	// Deadline bounds the whole call, queueing included (zero: the
 	// gateway's default).
 	Deadline time.Time `json:"deadline,omitzero"`
+	// OnStart, if set, is called once the call has its slot, before any
+	// provider is called; an error ends the call with it. A persisted
+	// queue records the start there, so that a call is known to have
+	// maybe run only from then on.
+	OnStart func(ctx context.Context) error `json:"-"`
 }
 
 // Service is what the transports (REST, gRPC, OpenAI-compatible HTTP)

@@ -178,6 +178,12 @@ func adminCallAtQuiet(addr, method, path, token string) (int, string) {
 // startCluster starts n real agents that form one raft cluster, with one
 // worker each, and returns them with the leader's index.
 func startCluster(t *testing.T, n int) ([]*proc, int) {
+	return startClusterWith(t, n, nil)
+}
+
+// startClusterWith starts n servers, adding extra(i) to server i's
+// configuration when extra is set.
+func startClusterWith(t *testing.T, n int, extra func(i int) string) ([]*proc, int) {
 	admins := make([]string, n)
 	for i := range admins {
 		admins[i] = freePort(t)
@@ -190,7 +196,11 @@ func startCluster(t *testing.T, n int) ([]*proc, int) {
 				join = append(join, a)
 			}
 		}
-		ps = append(ps, newProcWith(t, 1, "s"+strconv.Itoa(i+1), n, join, admins[i]))
+		var more []string
+		if extra != nil {
+			more = append(more, extra(i))
+		}
+		ps = append(ps, newProcWith(t, 1, "s"+strconv.Itoa(i+1), n, join, admins[i], more...))
 	}
 	for _, p := range ps {
 		p.launch()

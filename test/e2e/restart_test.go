@@ -44,7 +44,7 @@ func newProc(t *testing.T, workers int) *proc {
 
 // newProcWith writes the configuration of one server of a cluster of expect
 // servers; admin and front are chosen here unless given.
-func newProcWith(t *testing.T, workers int, name string, expect int, join []string, admin string) *proc {
+func newProcWith(t *testing.T, workers int, name string, expect int, join []string, admin string, extra ...string) *proc {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -84,6 +84,7 @@ group "web" {
   }
 }
 `, name, filepath.Join(p.dir, "data"), expect, freePort(t), freePort(t), joins, p.front, p.admin, testToken, workers, exe, workerEnv)
+	cfg += strings.Join(extra, "\n")
 	if err := os.WriteFile(filepath.Join(p.dir, "stickyd.hcl"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ package anthropic
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -106,13 +107,13 @@ func New(cfg Config) (*Adapter, error) {
 		return nil, errors.New("anthropic: negative timeout or max tokens")
 	}
 	a := &Adapter{
-		baseURL:      cmpOr(cfg.BaseURL, DefaultBaseURL),
+		baseURL:      cmp.Or(cfg.BaseURL, DefaultBaseURL),
 		apiKey:       cfg.APIKey,
-		version:      cmpOr(cfg.Version, DefaultVersion),
+		version:      cmp.Or(cfg.Version, DefaultVersion),
 		client:       cfg.HTTPClient,
-		timeout:      cmpOr(cfg.Timeout, DefaultTimeout),
-		stallTimeout: cmpOr(cfg.StallTimeout, DefaultStallTimeout),
-		maxTokens:    cmpOr(cfg.DefaultMaxTokens, DefaultMaxTokens),
+		timeout:      cmp.Or(cfg.Timeout, DefaultTimeout),
+		stallTimeout: cmp.Or(cfg.StallTimeout, DefaultStallTimeout),
+		maxTokens:    cmp.Or(cfg.DefaultMaxTokens, DefaultMaxTokens),
 		now:          time.Now,
 	}
 	u, err := url.Parse(a.baseURL)
@@ -126,27 +127,18 @@ func New(cfg Config) (*Adapter, error) {
 	return a, nil
 }
 
-// cmpOr is cmp.Or, spelled out for the mixed types above.
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
-}
-
 // Wire shapes of the Messages API (only the fields the gateway uses).
 type (
 	messagesRequest struct {
-		Model         string          `json:"model"`
-		System        string          `json:"system,omitempty"`
-		Messages      []wireMessage   `json:"messages"`
-		MaxTokens     int             `json:"max_tokens"`
-		Temperature   *float64        `json:"temperature,omitempty"`
-		TopP          *float64        `json:"top_p,omitempty"`
-		StopSequences []string        `json:"stop_sequences,omitempty"`
+		Model         string           `json:"model"`
+		System        string           `json:"system,omitempty"`
+		Messages      []wireMessage    `json:"messages"`
+		MaxTokens     int              `json:"max_tokens"`
+		Temperature   *float64         `json:"temperature,omitempty"`
+		TopP          *float64         `json:"top_p,omitempty"`
+		StopSequences []string         `json:"stop_sequences,omitempty"`
 		Metadata      *requestMetadata `json:"metadata,omitempty"`
-		Stream        bool            `json:"stream,omitempty"`
+		Stream        bool             `json:"stream,omitempty"`
 	}
 	wireMessage struct {
 		Role    string `json:"role"`
@@ -208,7 +200,7 @@ func (a *Adapter) buildRequest(req gateway.Request, stream bool) (messagesReques
 	mr := messagesRequest{
 		Model:         req.Model,
 		Messages:      make([]wireMessage, 0, len(req.Messages)),
-		MaxTokens:     cmpOr(req.MaxTokens, a.maxTokens),
+		MaxTokens:     cmp.Or(req.MaxTokens, a.maxTokens),
 		Temperature:   req.Temperature,
 		TopP:          req.TopP,
 		StopSequences: req.Stop,

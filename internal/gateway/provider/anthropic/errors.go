@@ -51,7 +51,7 @@ func (a *Adapter) statusError(resp *http.Response) *gateway.ProviderError {
 // the anthropic-ratelimit-*-reset headers are measured from.
 func classify(status int, h http.Header, body []byte, now time.Time) *gateway.ProviderError {
 	var eb errorBody
-	if err := json.Unmarshal(body, &eb); err != nil && eb.Error.Type == "" {
+	if err := json.Unmarshal(body, &eb); err != nil || (eb.Error.Type == "" && eb.Error.Message == "") {
 		// Not Anthropic's shape (a proxy's page, say): keep its start.
 		msg := strings.TrimSpace(string(body))
 		if len(msg) > 512 {

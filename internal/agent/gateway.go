@@ -1,0 +1,482 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/gateway"
+	"github.com/stickyd/stickyd/internal/gateway/provider/anthropic"
+	"github.com/stickyd/stickyd/internal/gateway/provider/openai"
+)
+
+// The AI gateway in the server role (docs/gateway.md). Every server builds
+// the same router from the configuration, but only the leader runs calls:
+// a model's limit is then the aggregate of every caller on every node, and
+// its queue one line. A follower's transports forward each call to the
+// leader's admin API. Submitted calls and the cost counters are in the
+// maps.
+
+// GatewayConfig is the gateway block.
+type GatewayConfig struct {
+	// Address serves the async REST API and the OpenAI-compatible
+	// /v1/chat/completions (default 127.0.0.1:4660); GRPCAddress the
+	// Gateway gRPC service (default 127.0.0.1:4661).
+	Address     string `hcl:"address,optional"`
+	GRPCAddress string `hcl:"grpc_address,optional"`
+	// APIKeys maps a caller's name to its API key (sent as a bearer
+	// token); the name is the session its costs go to unless the caller
+	// names one. Empty: the gateway listener takes every caller.
+	APIKeys map[string]string `hcl:"api_keys,optional"`
+	// QueueTimeout bounds a call's wait for a slot ("1m"); CallTimeout one
+	// attempt ("2m"); RetryAfterCap the longest retry-after honoured
+	// before failing over ("10s").
+	QueueTimeout  string `hcl:"queue_timeout,optional"`
+	CallTimeout   string `hcl:"call_timeout,optional"`
+	RetryAfterCap string `hcl:"retry_after_cap,optional"`
+	// DayZone is the calendar of the day counters (IANA name, default
+	// UTC).
+	DayZone string `hcl:"day_zone,optional"`
+	// SessionBudget and DayBudget, in US dollars, refuse the calls of a
+	// session or a day that spent them (0: none).
+	SessionBudget float64         `hcl:"session_budget,optional"`
+	DayBudget     float64         `hcl:"day_budget,optional"`
+	Models        []*GatewayModel `hcl:"model,block"`
+}
+
+// GatewayModel is a model callers ask for by name.
+type GatewayModel struct {
+	Name string `hcl:"name,label"`
+	// Concurrency is the aggregate limit: calls of this model running at
+	// once, cluster-wide. QueueMax bounds the calls waiting (1000).
+	Concurrency int                  `hcl:"concurrency"`
+	QueueMax    int                  `hcl:"queue_max,optional"`
+	Deployments []*GatewayDeployment `hcl:"deployment,block"`
+}
+
+// GatewayDeployment is one provider account serving a model, tried in the
+// order written.
+type GatewayDeployment struct {
+	Name string `hcl:"name,label"`
+	// Provider is "openai" (also any OpenAI-compatible server: vLLM,
+	// Ollama, LM Studio) or "anthropic".
+	Provider string `hcl:"provider"`
+	BaseURL  string `hcl:"base_url,optional"`
+	// Model is the provider's name of the model.
+	Model string `hcl:"model"`
+	// APIKeyEnv names the environment variable holding the key, or
+	// APIKeyFile a file holding it. Neither: no key (local servers).
+	APIKeyEnv   string         `hcl:"api_key_env,optional"`
+	APIKeyFile  string         `hcl:"api_key_file,optional"`
+	Concurrency int            `hcl:"concurrency,optional"`
+	Price       *gateway.Price `hcl:"price,block"`
+}
+
+// finishGateway checks the gateway block and fills its defaults.
+func (c *Config) finishGateway() error {
+	g := c.Gateway
+	if g == nil {
+		return nil
+	}
+	if !c.IsServer() {
+		return fmt.Errorf("gateway: only servers run the gateway")
+	}
+	if g.Address == "" {
+		g.Address = "127.0.0.1:4660"
+	}
+	if g.GRPCAddress == "" {
+		g.GRPCAddress = "127.0.0.1:4661"
+	}
+	for name, d := range map[string]string{"queue_timeout": g.QueueTimeout, "call_timeout": g.CallTimeout, "retry_after_cap": g.RetryAfterCap} {
+		if d == "" {
+			continue
+		}
+		if v, err := time.ParseDuration(d); err != nil || v <= 0 {
+			return fmt.Errorf("gateway: %s %q: want a positive duration like \"30s\"", name, d)
+		}
+	}
+	if g.DayZone != "" {
+		if _, err := time.LoadLocation(g.DayZone); err != nil {
+			return fmt.Errorf("gateway: day_zone %q: %w", g.DayZone, err)
+		}
+	}
+	if g.SessionBudget < 0 || g.DayBudget < 0 {
+		return fmt.Errorf("gateway: budgets must not be negative")
+	}
+	if len(g.Models) == 0 {
+		return fmt.Errorf("gateway: configure at least one model block")
+	}
+	seen := map[string]bool{}
+	for _, m := range g.Models {
+		if seen[m.Name] {
+			return fmt.Errorf("gateway: model %q is configured twice", m.Name)
+		}
+		seen[m.Name] = true
+		if m.Concurrency < 1 {
+			return fmt.Errorf("gateway: model %q: concurrency must be at least 1", m.Name)
+		}
+		if len(m.Deployments) == 0 {
+			return fmt.Errorf("gateway: model %q: add a deployment block", m.Name)
+		}
+		for _, d := range m.Deployments {
+			if d.Provider != "openai" && d.Provider != "anthropic" {
+				return fmt.Errorf("gateway: model %q, deployment %q: provider %q: want \"openai\" or \"anthropic\"", m.Name, d.Name, d.Provider)
+			}
+			if d.Model == "" {
+				return fmt.Errorf("gateway: model %q, deployment %q: model (the provider's name of it) is empty", m.Name, d.Name)
+			}
+			if d.APIKeyEnv != "" && d.APIKeyFile != "" {
+				return fmt.Errorf("gateway: model %q, deployment %q: set api_key_env or api_key_file, not both", m.Name, d.Name)
+			}
+		}
+	}
+	return nil
+}
+
+// startGateway builds the router (every server) and serves the
+// transports.
+func (a *Agent) startGateway() error {
+	g := a.cfg.Gateway
+	if g == nil {
+		return nil
+	}
+	rc := gateway.Config{QueueTimeout: duration(g.QueueTimeout), CallTimeout: duration(g.CallTimeout),
+		RetryAfterCap: duration(g.RetryAfterCap), Ledger: &raftLedger{a: a},
+		SessionBudget: int64(g.SessionBudget * 1e6), DayBudget: int64(g.DayBudget * 1e6), Logger: a.log.Named("gateway")}
+	if g.DayZone != "" {
+		rc.Zone, _ = time.LoadLocation(g.DayZone)
+	}
+	for _, m := range g.Models {
+		gm := gateway.Model{Name: m.Name, Concurrency: m.Concurrency, QueueMax: m.QueueMax}
+		for _, d := range m.Deployments {
+			ad, err := newAdapter(d)
+			if err != nil {
+				return fmt.Errorf("gateway: model %q, deployment %q: %w", m.Name, d.Name, err)
+			}
+			gd := gateway.Deployment{Name: d.Name, Provider: d.Provider, Upstream: d.Model, Concurrency: d.Concurrency, Adapter: ad}
+			if d.Price != nil {
+				gd.Price = *d.Price
+			}
+			gm.Deployments = append(gm.Deployments, gd)
+		}
+		rc.Models = append(rc.Models, gm)
+	}
+	r, err := gateway.New(rc)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	a.gw = &gatewayNode{a: a, router: r, running: map[string]context.CancelFunc{}}
+	go a.gw.runJobs(a.stopLeader)
+	return a.serveGateway()
+}
+
+// newAdapter builds a deployment's provider adapter.
+func newAdapter(d *GatewayDeployment) (gateway.Adapter, error) {
+	key := ""
+	switch {
+	case d.APIKeyEnv != "":
+		key = os.Getenv(d.APIKeyEnv)
+		if key == "" {
+			return nil, fmt.Errorf("the environment variable %s (api_key_env) is empty", d.APIKeyEnv)
+		}
+	case d.APIKeyFile != "":
+		b, err := os.ReadFile(d.APIKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading api_key_file: %w", err)
+		}
+		key = strings.TrimSpace(string(b))
+	}
+	switch d.Provider {
+	case "anthropic":
+		return anthropic.New(anthropic.Config{BaseURL: d.BaseURL, APIKey: key})
+	default:
+		return openai.New(openai.Config{BaseURL: d.BaseURL, APIKey: key})
+	}
+}
+
+// gatewayNode is the gateway on this agent: the router (used while this
+// server leads) and the submitted calls it runs.
+type gatewayNode struct {
+	a      *Agent
+	router *gateway.Router
+
+	mu      sync.Mutex // guards running
+	running map[string]context.CancelFunc
+}
+
+var _ gateway.Service = (*gatewayNode)(nil)
+
+// Complete runs the call on the leader.
+func (g *gatewayNode) Complete(ctx context.Context, call gateway.Call) (gateway.Response, error) {
+	if g.a.raft.IsLeader() {
+		return g.router.Complete(ctx, call)
+	}
+	var resp gateway.Response
+	err := g.forward(ctx, "/v1/internal/gateway/complete", call, func(body []byte) error { return json.Unmarshal(body, &resp) })
+	return resp, err
+}
+
+// Stream runs the call on the leader, streaming its answer.
+func (g *gatewayNode) Stream(ctx context.Context, call gateway.Call) (<-chan gateway.Chunk, error) {
+	if g.a.raft.IsLeader() {
+		return g.router.Stream(ctx, call)
+	}
+	return g.forwardStream(ctx, call)
+}
+
+// Submit records the call in the maps; the leader runs it.
+func (g *gatewayNode) Submit(ctx context.Context, call gateway.Call) (string, error) {
+	if _, ok := g.router.Slots(call.Request.Model); !ok {
+		return "", fmt.Errorf("%w %q", gateway.ErrUnknownModel, call.Request.Model)
+	}
+	if len(call.Request.Messages) == 0 {
+		return "", &gateway.ProviderError{Kind: gateway.KindBadRequest, Message: "a call needs at least one message"}
+	}
+	id := newGatewayID()
+	if call.IdempotencyKey == "" {
+		call.IdempotencyKey = id
+	}
+	j := &fsm.GatewayJob{Job: gateway.Job{ID: id, Model: call.Request.Model, Session: call.Session, Submitted: time.Now().UTC()},
+		Call: call, Key: call.IdempotencyKey}
+	res, err := g.apply(ctx, fsm.GatewayJobRequest{Op: fsm.JobOpSubmit, Job: j})
+	if err != nil {
+		return "", err
+	}
+	if s, ok := res.(string); ok && s != "" {
+		return s, nil
+	}
+	return id, nil
+}
+
+// Job reports a submitted call from the replica.
+func (g *gatewayNode) Job(ctx context.Context, id string) (gateway.Job, error) {
+	j, ok := g.a.fsm.GatewayJob(id)
+	if !ok {
+		return gateway.Job{}, gateway.ErrNoJob
+	}
+	return j.Job, nil
+}
+
+// Cancel records the cancellation; the leader stops the call if it runs.
+func (g *gatewayNode) Cancel(ctx context.Context, id string) error {
+	if _, ok := g.a.fsm.GatewayJob(id); !ok {
+		return gateway.ErrNoJob
+	}
+	_, err := g.apply(ctx, fsm.GatewayJobRequest{Op: fsm.JobOpCancel, ID: id, At: time.Now().UTC()})
+	return err
+}
+
+func (g *gatewayNode) apply(ctx context.Context, req fsm.GatewayJobRequest) (any, error) {
+	entry, err := fsm.Encode(fsm.GatewayJobRequestType, req)
+	if err != nil {
+		return nil, err
+	}
+	return forwardingLog{g.a}.Apply(ctx, entry)
+}
+
+// runJobs runs the submitted calls while this server leads: on taking the
+// lead it rejects the calls a dead leader had started (they may have run:
+// they are never run twice), then starts the queued ones in order, each
+// recorded as started before its provider is called.
+func (g *gatewayNode) runJobs(stop <-chan struct{}) {
+	leading := false
+	for {
+		changed := g.a.fsm.WatchGateway()
+		if g.a.raft.IsLeader() {
+			if !leading {
+				leading = true
+				g.rejectOrphans()
+			}
+			g.startQueued()
+			g.stopCancelled()
+		} else {
+			leading = false
+		}
+		select {
+		case <-stop:
+			return
+		case <-changed:
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// rejectOrphans fails the calls marked running that this node does not
+// run: the leader that started them is gone.
+func (g *gatewayNode) rejectOrphans() {
+	for _, j := range g.a.fsm.GatewayJobs(gateway.JobRunning) {
+		g.mu.Lock()
+		_, mine := g.running[j.ID]
+		g.mu.Unlock()
+		if mine {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := g.apply(ctx, fsm.GatewayJobRequest{Op: fsm.JobOpFinish, ID: j.ID, Error: gateway.ErrInterrupted.Error(),
+			ErrorKind: "interrupted", At: time.Now().UTC()})
+		cancel()
+		if err != nil {
+			g.a.log.Warn("rejecting a gateway call a dead leader started", "id", j.ID, "error", err)
+		}
+	}
+}
+
+func (g *gatewayNode) startQueued() {
+	for _, j := range g.a.fsm.GatewayJobs(gateway.JobQueued) {
+		g.mu.Lock()
+		_, mine := g.running[j.ID]
+		if !mine {
+			jctx, jcancel := context.WithCancel(context.Background())
+			g.running[j.ID] = jcancel
+			go g.run(jctx, j)
+		}
+		g.mu.Unlock()
+	}
+}
+
+func (g *gatewayNode) run(ctx context.Context, j fsm.GatewayJob) {
+	defer func() {
+		g.mu.Lock()
+		if c := g.running[j.ID]; c != nil {
+			c()
+		}
+		delete(g.running, j.ID)
+		g.mu.Unlock()
+	}()
+	// The start is recorded once the call has its slot, before the
+	// provider is called: a leader dying after it leaves a call that may
+	// have run, which is rejected, never run again.
+	started := false
+	call := j.Call
+	call.OnStart = func(ctx context.Context) error {
+		if !g.a.raft.IsLeader() {
+			return errNotLeading
+		}
+		_, err := g.apply(ctx, fsm.GatewayJobRequest{Op: fsm.JobOpStart, ID: j.ID})
+		started = err == nil
+		return err
+	}
+	resp, err := g.router.Complete(ctx, call)
+	if !started && err != nil {
+		// Never started here: it stays queued for whoever leads (or is
+		// cancelled, which the maps already say).
+		if errors.Is(err, errNotLeading) || !g.a.raft.IsLeader() || errors.Is(ctx.Err(), context.Canceled) {
+			return
+		}
+	}
+	req := fsm.GatewayJobRequest{Op: fsm.JobOpFinish, ID: j.ID, At: time.Now().UTC()}
+	if err != nil {
+		req.Error, req.ErrorKind = err.Error(), string(gateway.KindOf(err))
+	} else {
+		req.Response = &resp
+	}
+	// The outcome must reach the log even as this node loses the lead.
+	fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := g.apply(fctx, req); err != nil {
+		g.a.log.Error("recording a gateway call's outcome", "id", j.ID, "error", err)
+	}
+}
+
+// stopCancelled cancels the running calls the maps say are cancelled.
+func (g *gatewayNode) stopCancelled() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for id, cancel := range g.running {
+		if j, ok := g.a.fsm.GatewayJob(id); ok && j.State == gateway.JobCancelled {
+			cancel()
+		}
+	}
+}
+
+// errNotLeading stops a queued call on a server that lost the lead.
+var errNotLeading = errors.New("this server no longer leads")
+
+// raftLedger keeps the cost counters in the maps.
+type raftLedger struct{ a *Agent }
+
+// Add charges one answer through the log.
+func (l *raftLedger) Add(ctx context.Context, c gateway.Charge) error {
+	entry, err := fsm.Encode(fsm.GatewayChargesRequestType, fsm.GatewayChargesRequest{Charges: []gateway.Charge{c}})
+	if err != nil {
+		return err
+	}
+	_, err = forwardingLog{l.a}.Apply(ctx, entry)
+	return err
+}
+
+// Spent reads the replica.
+func (l *raftLedger) Spent(session, day string) (int64, int64) {
+	return l.a.fsm.GatewaySpent(session, day)
+}
+
+// forward posts a call to the leader's internal gateway endpoint.
+func (g *gatewayNode) forward(ctx context.Context, path string, call gateway.Call, decode func([]byte) error) error {
+	body, err := json.Marshal(call)
+	if err != nil {
+		return err
+	}
+	admin, err := g.leaderAdmin(ctx)
+	if err != nil {
+		return err
+	}
+	b, err := g.a.fetch(ctx, http.MethodPost, admin, path, body)
+	if err != nil {
+		return gatewayError(err)
+	}
+	return decode(b)
+}
+
+func (g *gatewayNode) leaderAdmin(ctx context.Context) (string, error) {
+	addr, _ := g.a.raft.Leader()
+	admin := g.a.peers.adminOf(addr)
+	if admin == "" {
+		g.a.refreshPeers(ctx)
+		admin = g.a.peers.adminOf(addr)
+	}
+	if admin == "" {
+		return "", fmt.Errorf("%w: no leader known to forward the call to", gateway.ErrNoDeployment)
+	}
+	return admin, nil
+}
+
+// gatewayError turns a leader's refusal back into the gateway's error.
+func gatewayError(err error) error {
+	var re *remoteErr
+	if !errors.As(err, &re) {
+		return err
+	}
+	msg := re.err.Error()
+	for _, s := range []error{gateway.ErrUnknownModel, gateway.ErrQueueFull, gateway.ErrQueueTimeout, gateway.ErrBudget,
+		gateway.ErrNoDeployment, gateway.ErrInterrupted, gateway.ErrNoJob} {
+		if strings.HasPrefix(msg, s.Error()) {
+			return fmt.Errorf("%w%s", s, strings.TrimPrefix(msg, s.Error()))
+		}
+	}
+	return &gateway.ProviderError{Kind: gateway.ErrorKind(kindFromStatus(re.status)), Status: re.status, Message: msg}
+}
+
+func kindFromStatus(status int) string {
+	switch {
+	case status == http.StatusBadRequest:
+		return string(gateway.KindBadRequest)
+	case status == http.StatusTooManyRequests:
+		return string(gateway.KindRateLimited)
+	case status == http.StatusGatewayTimeout:
+		return string(gateway.KindTimeout)
+	}
+	return string(gateway.KindServer)
+}
+
+func newGatewayID() string {
+	var b [12]byte
+	_, _ = randRead(b[:])
+	return fmt.Sprintf("gw-%x", b)
+}

@@ -1,0 +1,269 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/stickyd/stickyd/internal/api"
+	"github.com/stickyd/stickyd/internal/gateway"
+	"github.com/stickyd/stickyd/internal/gateway/gatewaypb"
+	"github.com/stickyd/stickyd/internal/gateway/transport"
+)
+
+var randRead = rand.Read
+
+// gatewayRoutes adds the gateway's admin routes: the cost counters and the
+// deployments' health for operators, and the leader's side of a forwarded
+// call.
+func (a *Agent) gatewayRoutes(mux *http.ServeMux, wrap func(func(http.ResponseWriter, *http.Request) error) http.HandlerFunc) {
+	if a.gw == nil {
+		return
+	}
+	mux.HandleFunc("GET /v1/gateway/usage", wrap(func(w http.ResponseWriter, r *http.Request) error {
+		c := a.fsm.GatewayCounters()
+		if s := r.URL.Query().Get("session"); s != "" {
+			t := c.Sessions[s]
+			c.Sessions = map[string]gateway.Tally{s: t}
+		}
+		writeJSONTo(w, http.StatusOK, c)
+		return nil
+	}))
+	mux.HandleFunc("GET /v1/gateway/health", wrap(func(w http.ResponseWriter, r *http.Request) error {
+		if !a.raft.IsLeader() {
+			admin, err := a.gw.leaderAdmin(r.Context())
+			if err != nil {
+				return err
+			}
+			b, err := a.fetch(r.Context(), http.MethodGet, admin, "/v1/gateway/health", nil)
+			if err != nil {
+				return err
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(b)
+			return nil
+		}
+		writeJSONTo(w, http.StatusOK, a.gw.router.Health())
+		return nil
+	}))
+	mux.HandleFunc("POST /v1/internal/gateway/complete", wrap(func(w http.ResponseWriter, r *http.Request) error {
+		call, err := readCall(r)
+		if err != nil {
+			return err
+		}
+		if !a.raft.IsLeader() {
+			return &api.Error{Status: http.StatusMisdirectedRequest, Message: "not the leader"}
+		}
+		resp, err := a.gw.router.Complete(r.Context(), call)
+		if err != nil {
+			return &api.Error{Status: gatewayStatus(err), Message: err.Error()}
+		}
+		writeJSONTo(w, http.StatusOK, resp)
+		return nil
+	}))
+	mux.HandleFunc("POST /v1/internal/gateway/stream", wrap(func(w http.ResponseWriter, r *http.Request) error {
+		call, err := readCall(r)
+		if err != nil {
+			return err
+		}
+		if !a.raft.IsLeader() {
+			return &api.Error{Status: http.StatusMisdirectedRequest, Message: "not the leader"}
+		}
+		ch, err := a.gw.router.Stream(r.Context(), call)
+		if err != nil {
+			return &api.Error{Status: gatewayStatus(err), Message: err.Error()}
+		}
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.WriteHeader(http.StatusOK)
+		enc := json.NewEncoder(w)
+		flusher, _ := w.(http.Flusher)
+		for c := range ch {
+			line := wireChunk{Chunk: c}
+			if c.Err != nil {
+				line.Error, line.Kind = c.Err.Error(), string(gateway.KindOf(c.Err))
+			}
+			if err := enc.Encode(line); err != nil {
+				return nil // the follower left; the router sees the context end
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		return nil
+	}))
+}
+
+// wireChunk is a chunk on the leader-to-follower stream.
+type wireChunk struct {
+	gateway.Chunk
+	Error string `json:"error,omitempty"`
+	Kind  string `json:"kind,omitempty"`
+}
+
+func readCall(r *http.Request) (gateway.Call, error) {
+	var call gateway.Call
+	if err := json.NewDecoder(io.LimitReader(r.Body, 16<<20)).Decode(&call); err != nil {
+		return call, &api.Error{Status: http.StatusBadRequest, Message: "decoding the call: " + err.Error()}
+	}
+	return call, nil
+}
+
+// gatewayStatus is the HTTP status of a gateway error.
+func gatewayStatus(err error) int {
+	var pe *gateway.ProviderError
+	switch {
+	case errors.Is(err, gateway.ErrUnknownModel), errors.Is(err, gateway.ErrNoJob):
+		return http.StatusNotFound
+	case errors.Is(err, gateway.ErrQueueFull), errors.Is(err, gateway.ErrBudget):
+		return http.StatusTooManyRequests
+	case errors.Is(err, gateway.ErrQueueTimeout):
+		return http.StatusGatewayTimeout
+	case errors.As(err, &pe) && pe.Kind == gateway.KindBadRequest:
+		return http.StatusBadRequest
+	}
+	return http.StatusBadGateway
+}
+
+// forwardStream streams a call through the leader.
+func (g *gatewayNode) forwardStream(ctx context.Context, call gateway.Call) (<-chan gateway.Chunk, error) {
+	admin, err := g.leaderAdmin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(call)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+admin+"/v1/internal/gateway/stream", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("X-Stickyd-Token", g.a.token)
+	resp, err := g.a.streamClient().Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reaching the leader: %v", gateway.ErrNoDeployment, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		var e struct {
+			Error string `json:"error"`
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		_ = json.Unmarshal(b, &e)
+		return nil, gatewayError(&remoteErr{status: resp.StatusCode, err: errors.New(e.Error)})
+	}
+	out := make(chan gateway.Chunk, 16)
+	go func() {
+		defer close(out)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
+		for sc.Scan() {
+			var wc wireChunk
+			if err := json.Unmarshal(sc.Bytes(), &wc); err != nil {
+				out <- gateway.Chunk{Err: &gateway.ProviderError{Kind: gateway.KindServer, Message: "a broken line from the leader"}}
+				return
+			}
+			c := wc.Chunk
+			if wc.Error != "" {
+				c.Err = &gateway.ProviderError{Kind: gateway.ErrorKind(wc.Kind), Message: wc.Error}
+			}
+			select {
+			case out <- c:
+			case <-ctx.Done():
+				return
+			}
+			if c.Done || c.Err != nil {
+				return
+			}
+		}
+		out <- gateway.Chunk{Err: &gateway.ProviderError{Kind: gateway.KindServer, Message: "the leader's stream ended early"}}
+	}()
+	return out, nil
+}
+
+// streamClient makes calls that may last as long as an answer streams.
+func (a *Agent) streamClient() *http.Client { return &http.Client{} }
+
+func writeJSONTo(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// serveGateway serves the gateway's transports: HTTP (async REST and the
+// OpenAI-compatible API) and gRPC, with the API keys as bearer tokens.
+func (a *Agent) serveGateway() error {
+	g := a.cfg.Gateway
+	keys := map[string]string{} // key → name
+	for name, key := range g.APIKeys {
+		keys[key] = name
+	}
+	name := func(auth string) (string, error) {
+		if len(keys) == 0 {
+			return "", nil
+		}
+		tok, ok := strings.CutPrefix(auth, "Bearer ")
+		if !ok {
+			return "", errors.New("an API key is required: Authorization: Bearer <key>")
+		}
+		for key, n := range keys {
+			if subtle.ConstantTimeCompare([]byte(key), []byte(tok)) == 1 {
+				return n, nil
+			}
+		}
+		return "", errors.New("the API key is not known")
+	}
+	log := a.log.Named("gateway")
+	h := transport.HTTPHandler(a.gw, transport.HTTPOptions{Logger: log,
+		Auth: func(r *http.Request) (string, error) { return name(r.Header.Get("Authorization")) }})
+	ln, err := net.Listen("tcp", g.Address)
+	if err != nil {
+		return fmt.Errorf("gateway: listening on %s: %w", g.Address, err)
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	a.gwServers = append(a.gwServers, hs)
+	a.gwAddr = ln.Addr().String()
+	gln, err := net.Listen("tcp", g.GRPCAddress)
+	if err != nil {
+		return fmt.Errorf("gateway: listening for gRPC on %s: %w", g.GRPCAddress, err)
+	}
+	gs := grpc.NewServer()
+	gatewaypb.RegisterGatewayServer(gs, transport.GRPCServer(a.gw, transport.GRPCOptions{Logger: log,
+		Auth: func(ctx context.Context) (string, error) {
+			md, _ := metadata.FromIncomingContext(ctx)
+			auth := ""
+			if v := md.Get("authorization"); len(v) > 0 {
+				auth = v[0]
+			}
+			return name(auth)
+		}}))
+	go func() { _ = gs.Serve(gln) }()
+	a.gwServers = append(a.gwServers, closer(func() error { gs.Stop(); return nil }))
+	a.gwGRPCAddr = gln.Addr().String()
+	log.Info("gateway listening", "http", a.gwAddr, "grpc", a.gwGRPCAddr, "models", a.gw.router.Models())
+	return nil
+}
+
+type closer func() error
+
+func (c closer) Close() error { return c() }
+
+// GatewayAddr and GatewayGRPCAddr are the gateway's listeners ("" without
+// a gateway block).
+func (a *Agent) GatewayAddr() string     { return a.gwAddr }
+func (a *Agent) GatewayGRPCAddr() string { return a.gwGRPCAddr }

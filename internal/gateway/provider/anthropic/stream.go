@@ -1,0 +1,223 @@
+package anthropic
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/gateway"
+)
+
+// streamEvent is the data of every event of a Messages stream (one
+// struct for all: each type fills only its own fields).
+type streamEvent struct {
+	Type string `json:"type"`
+	// message_start
+	Message struct {
+		ID    string    `json:"id"`
+		Model string    `json:"model"`
+		Usage wireUsage `json:"usage"`
+	} `json:"message"`
+	// content_block_start
+	ContentBlock struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"content_block"`
+	// content_block_delta (Type, Text) and message_delta (StopReason)
+	Delta struct {
+		Type       string `json:"type"`
+		Text       string `json:"text"`
+		StopReason string `json:"stop_reason"`
+	} `json:"delta"`
+	// message_delta: cumulative counts
+	Usage wireUsage `json:"usage"`
+	// error
+	Error wireError `json:"error"`
+}
+
+// Stream sends req with "stream": true and returns the answer's chunks as
+// they come. A refusal, or no response headers within Timeout, is
+// returned at once, as by Complete. Once the stream has started, its last
+// chunk carries Done (with the usage, the finish reason, the id and the
+// model) or Err, a *gateway.ProviderError: an error event (overloaded_error
+// is KindOverloaded), a stream that ends or breaks before message_stop, a
+// malformed event or an over-long line (KindServer), no byte for
+// StallTimeout (KindTimeout). Cancelling ctx closes the body and the
+// channel; a last chunk, if the reader still takes one, then carries an
+// error wrapping ctx.Err(). The caller must read the channel until it is
+// closed, or cancel ctx: the stream's goroutine waits for one or the other.
+func (a *Adapter) Stream(ctx context.Context, req gateway.Request) (<-chan gateway.Chunk, error) {
+	mr, err := a.buildRequest(req, true)
+	if err != nil {
+		return nil, err
+	}
+	// sctx lives as long as the stream; the header timer and the stall
+	// watchdog cancel it.
+	sctx, cancel := context.WithCancel(ctx)
+	hr, err := a.newRequest(sctx, http.MethodPost, messagesPath, mr)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	hr.Header.Set("accept", contentTypeEventStream)
+	headerTimer := time.AfterFunc(a.timeout, cancel)
+	resp, err := a.client.Do(hr)
+	if !headerTimer.Stop() { // it fired: sctx is cancelled
+		cancel()
+		if err == nil {
+			resp.Body.Close()
+		}
+		if ctx.Err() != nil {
+			return nil, transportError(ctx, "sending request", ctx.Err())
+		}
+		return nil, &gateway.ProviderError{Kind: gateway.KindTimeout,
+			Message: fmt.Sprintf("no response headers within %s", a.timeout)}
+	}
+	if err != nil {
+		cancel()
+		return nil, transportError(ctx, "sending request", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer cancel()
+		defer resp.Body.Close()
+		return nil, a.statusError(resp)
+	}
+
+	ch := make(chan gateway.Chunk)
+	go func() {
+		defer close(ch)
+		defer cancel()
+		defer resp.Body.Close()
+		body := newStallReader(resp.Body, a.stallTimeout, cancel)
+		defer body.stop()
+
+		last := readEvents(ctx, newSSEReader(body, maxEventLineBytes), ch)
+		switch {
+		case last.Err == nil:
+		case ctx.Err() != nil:
+			last = gateway.Chunk{Err: fmt.Errorf("streaming: %w", ctx.Err())}
+		case body.stalled.Load():
+			last = gateway.Chunk{Err: &gateway.ProviderError{Kind: gateway.KindTimeout,
+				Message: fmt.Sprintf("stream stalled: no byte for %s", a.stallTimeout)}}
+		}
+		select {
+		case ch <- last:
+		case <-ctx.Done():
+		}
+	}()
+	return ch, nil
+}
+
+// readEvents sends the text deltas of the events in r to ch, and returns
+// the stream's last chunk: Done at message_stop, or Err. It returns when
+// ctx is cancelled too (the Err chunk then says nothing: the caller
+// replaces it).
+func readEvents(ctx context.Context, r *sseReader, ch chan<- gateway.Chunk) gateway.Chunk {
+	var (
+		id, model, stopReason string
+		usage                 gateway.Usage
+	)
+	sendText := func(text string) bool {
+		if text == "" {
+			return true
+		}
+		select {
+		case ch <- gateway.Chunk{Delta: text}:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for {
+		raw, err := r.next()
+		if err != nil {
+			return gateway.Chunk{Err: readError(err)}
+		}
+		var ev streamEvent
+		if err := json.Unmarshal(raw.data, &ev); err != nil {
+			return gateway.Chunk{Err: &gateway.ProviderError{Kind: gateway.KindServer,
+				Message: fmt.Sprintf("malformed %s event: %v", raw.name, err)}}
+		}
+		typ := ev.Type
+		if typ == "" {
+			typ = raw.name
+		}
+		switch typ {
+		case "message_start":
+			id, model = ev.Message.ID, ev.Message.Model
+			ev.Message.Usage.mergeInto(&usage)
+		case "content_block_start":
+			if ev.ContentBlock.Type == "text" && !sendText(ev.ContentBlock.Text) {
+				return gateway.Chunk{Err: ctx.Err()}
+			}
+		case "content_block_delta":
+			// Other deltas (input_json_delta, thinking_delta, ...) are
+			// not text the gateway passes on.
+			if ev.Delta.Type == "text_delta" && !sendText(ev.Delta.Text) {
+				return gateway.Chunk{Err: ctx.Err()}
+			}
+		case "message_delta":
+			if ev.Delta.StopReason != "" {
+				stopReason = ev.Delta.StopReason
+			}
+			// The counts are cumulative: the latest replaces, never adds.
+			ev.Usage.mergeInto(&usage)
+		case "message_stop":
+			return gateway.Chunk{Done: true, FinishReason: finishReason(stopReason), Usage: &usage, ID: id, Model: model}
+		case "error":
+			return gateway.Chunk{Err: &gateway.ProviderError{Kind: streamErrorKind(ev.Error.Type),
+				Type: ev.Error.Type, Message: ev.Error.Message}}
+		default:
+			// ping, content_block_stop, and the event types Anthropic
+			// may add (its versioning policy says clients must ignore
+			// the ones they do not know).
+		}
+	}
+}
+
+// readError classifies why a stream could not be read to message_stop.
+func readError(err error) error {
+	switch {
+	case errors.Is(err, io.EOF):
+		return &gateway.ProviderError{Kind: gateway.KindServer, Message: "stream ended before message_stop"}
+	case errors.Is(err, errEventTooLong):
+		return &gateway.ProviderError{Kind: gateway.KindServer, Message: err.Error()}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &gateway.ProviderError{Kind: gateway.KindServer, Message: fmt.Sprintf("stream cut before message_stop: %v", err)}
+	}
+	return &gateway.ProviderError{Kind: gateway.KindNetwork, Message: fmt.Sprintf("reading stream: %v", err)}
+}
+
+// stallReader reads a body and calls stall (which cancels the request,
+// so that the blocked Read returns) when no byte came for d.
+type stallReader struct {
+	r       io.Reader
+	d       time.Duration
+	timer   *time.Timer
+	stalled atomic.Bool // set before stall is called
+}
+
+func newStallReader(r io.Reader, d time.Duration, stall func()) *stallReader {
+	s := &stallReader{r: r, d: d}
+	s.timer = time.AfterFunc(d, func() {
+		s.stalled.Store(true)
+		stall()
+	})
+	return s
+}
+
+func (s *stallReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if n > 0 {
+		s.timer.Reset(s.d)
+	}
+	return n, err
+}
+
+// stop stops the watchdog; the stream is over.
+func (s *stallReader) stop() { s.timer.Stop() }

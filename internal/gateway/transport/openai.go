@@ -1,0 +1,282 @@
+package transport
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/stickyd/stickyd/internal/gateway"
+)
+
+// chatBody is OpenAI's chat completion request.
+type chatBody struct {
+	completionBody
+	Stream        bool `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+}
+
+// chatCompletion is OpenAI's chat completion answer ("chat.completion").
+type chatCompletion struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []chatChoice `json:"choices"`
+	Usage   chatUsage    `json:"usage"`
+}
+
+type chatChoice struct {
+	Index        int         `json:"index"`
+	Message      chatMessage `json:"message"`
+	Logprobs     *struct{}   `json:"logprobs"` // always null
+	FinishReason string      `json:"finish_reason"`
+}
+
+type chatMessage struct {
+	Role    string  `json:"role"`
+	Content string  `json:"content"`
+	Refusal *string `json:"refusal"` // always null
+}
+
+// chatUsage is OpenAI's usage: prompt tokens count the cached ones, which
+// prompt_tokens_details repeats.
+type chatUsage struct {
+	PromptTokens        int64              `json:"prompt_tokens"`
+	CompletionTokens    int64              `json:"completion_tokens"`
+	TotalTokens         int64              `json:"total_tokens"`
+	PromptTokensDetails promptTokenDetails `json:"prompt_tokens_details"`
+}
+
+type promptTokenDetails struct {
+	CachedTokens int64 `json:"cached_tokens"`
+}
+
+// chatChunk is one event of OpenAI's stream ("chat.completion.chunk").
+type chatChunk struct {
+	ID      string        `json:"id"`
+	Object  string        `json:"object"`
+	Created int64         `json:"created"`
+	Model   string        `json:"model"`
+	Choices []chunkChoice `json:"choices"`
+	// Usage is absent without stream_options.include_usage; with it, it
+	// is null on every chunk but the last, which has no choices.
+	Usage any `json:"usage,omitempty"`
+}
+
+type chunkChoice struct {
+	Index        int        `json:"index"`
+	Delta        chunkDelta `json:"delta"`
+	Logprobs     *struct{}  `json:"logprobs"` // always null
+	FinishReason *string    `json:"finish_reason"`
+}
+
+type chunkDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+// jsonNull is a usage of null on a stream's chunks.
+var jsonNull any = json.RawMessage("null")
+
+// errStreamCut is a stream whose channel closed before its last chunk.
+var errStreamCut = &gateway.ProviderError{Kind: gateway.KindServer, Message: "the stream ended without its last chunk"}
+
+// chatCompletions serves POST /v1/chat/completions. The session is the
+// X-Stickyd-Session header, else the body's user, else the caller's name.
+func (h *httpServer) chatCompletions(w http.ResponseWriter, r *http.Request, caller string) error {
+	var body chatBody
+	if err := h.decodeBody(w, r, &body); err != nil {
+		return err
+	}
+	req, err := body.toRequest()
+	if err != nil {
+		return err
+	}
+	call := gateway.Call{
+		Request:        req,
+		Session:        firstOf(r.Header.Get(SessionHeader), req.User, caller),
+		IdempotencyKey: r.Header.Get(idempotencyKey),
+	}
+	if body.Stream {
+		return h.streamChat(w, r, call, body.StreamOptions != nil && body.StreamOptions.IncludeUsage)
+	}
+	resp, err := h.svc.Complete(r.Context(), call)
+	if err != nil {
+		return err
+	}
+	if resp.Provider != "" {
+		w.Header().Set(providerHeader, resp.Provider)
+	}
+	if resp.Deployment != "" {
+		w.Header().Set(deploymentHeader, resp.Deployment)
+	}
+	writeJSON(w, http.StatusOK, chatCompletion{
+		ID:      firstOf(resp.ID, newChatID()),
+		Object:  "chat.completion",
+		Created: h.opts.Now().Unix(),
+		Model:   firstOf(resp.Model, req.Model),
+		Choices: []chatChoice{{
+			Message:      chatMessage{Role: "assistant", Content: resp.Content},
+			FinishReason: openAIFinish(resp.FinishReason),
+		}},
+		Usage: openAIUsage(resp.Usage),
+	})
+	return nil
+}
+
+// streamChat answers call as OpenAI's server-sent events: a chunk with the
+// role, the content deltas, a chunk with the finish reason, the usage chunk
+// when asked for, then [DONE]; each event is flushed as it is written. A
+// stream that fails before its first chunk gets a plain error answer; one
+// that fails later gets an error event and no [DONE].
+func (h *httpServer) streamChat(w http.ResponseWriter, r *http.Request, call gateway.Call, includeUsage bool) error {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	ch, err := h.svc.Stream(ctx, call)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Cancelling makes the Service close the channel (its contract);
+		// draining it lets its sender finish.
+		cancel()
+		for range ch {
+		}
+	}()
+	// Wait for the first chunk before the first byte, so that a stream
+	// that fails at once still gets its status.
+	c, ok := <-ch
+	if !ok {
+		return errStreamCut
+	}
+	if c.Err != nil {
+		return c.Err
+	}
+
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/event-stream; charset=utf-8")
+	hdr.Set("Cache-Control", "no-cache")
+	hdr.Set("X-Accel-Buffering", "no") // no proxy buffering of the events
+	w.WriteHeader(http.StatusOK)
+	sse := sseWriter{w: w, rc: http.NewResponseController(w)}
+	id, created, model := newChatID(), h.opts.Now().Unix(), call.Request.Model
+	var usage any
+	if includeUsage {
+		usage = jsonNull
+	}
+	event := func(choices []chunkChoice, usage any) error {
+		return sse.event(chatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model, Choices: choices, Usage: usage})
+	}
+	gone := func(err error) error {
+		h.log.Debug("gateway stream's caller left", "model", model, "error", err)
+		return nil
+	}
+
+	empty := ""
+	if err := event([]chunkChoice{{Delta: chunkDelta{Role: "assistant", Content: &empty}}}, usage); err != nil {
+		return gone(err)
+	}
+	for {
+		if c.Delta != "" {
+			if err := event([]chunkChoice{{Delta: chunkDelta{Content: &c.Delta}}}, usage); err != nil {
+				return gone(err)
+			}
+		}
+		switch {
+		case c.Err != nil:
+			ae := toAPIError(c.Err)
+			h.log.Warn("gateway stream failed midway", "model", model, "session", call.Session, "error", c.Err)
+			if err := sse.event(newErrorBody(ae)); err != nil {
+				return gone(err)
+			}
+			return nil
+		case c.Done:
+			finish := openAIFinish(c.FinishReason)
+			if err := event([]chunkChoice{{Delta: chunkDelta{}, FinishReason: &finish}}, usage); err != nil {
+				return gone(err)
+			}
+			if includeUsage {
+				var u gateway.Usage
+				if c.Usage != nil {
+					u = *c.Usage
+				}
+				if err := event([]chunkChoice{}, openAIUsage(u)); err != nil {
+					return gone(err)
+				}
+			}
+			if err := sse.write([]byte("[DONE]")); err != nil {
+				return gone(err)
+			}
+			return nil
+		}
+		if c, ok = <-ch; !ok {
+			c = gateway.Chunk{Err: errStreamCut}
+		}
+	}
+}
+
+// sseWriter writes server-sent events, flushing each.
+type sseWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (s sseWriter) event(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding an event: %w", err)
+	}
+	return s.write(b)
+}
+
+func (s sseWriter) write(data []byte) error {
+	if _, err := fmt.Fprintf(s.w, "data: %s\n\n", data); err != nil {
+		return err
+	}
+	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
+}
+
+// openAIUsage words the gateway's usage as OpenAI's, whose prompt tokens
+// include the cached ones and those written to the cache.
+func openAIUsage(u gateway.Usage) chatUsage {
+	prompt := u.Input + u.CachedInput + u.CacheWrite
+	return chatUsage{
+		PromptTokens:        prompt,
+		CompletionTokens:    u.Output,
+		TotalTokens:         prompt + u.Output,
+		PromptTokensDetails: promptTokenDetails{CachedTokens: u.CachedInput},
+	}
+}
+
+// openAIFinish words a finish reason as OpenAI does, for the providers
+// whose adapters pass their own word through.
+func openAIFinish(reason string) string {
+	switch reason {
+	case "", "end_turn", "stop_sequence":
+		return "stop"
+	case "max_tokens":
+		return "length"
+	case "tool_use":
+		return "tool_calls"
+	case "safety", "recitation":
+		return "content_filter"
+	}
+	return reason
+}
+
+// newChatID makes an answer's id when the provider gave none, and a
+// stream's (its chunks share one, known before the provider's).
+func newChatID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "chatcmpl-" + hex.EncodeToString(b)
+}

@@ -1,0 +1,380 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/stickyd/stickyd/internal/agent"
+	"github.com/stickyd/stickyd/internal/gateway"
+	"github.com/stickyd/stickyd/internal/gateway/gatewaypb"
+)
+
+// provider is a local OpenAI-compatible server speaking the real wire
+// format (JSON and SSE with a usage chunk), answering after delay. It
+// counts every call by its first message and how many run at once.
+type provider struct {
+	delay   time.Duration
+	usage   gateway.Usage // per call: Input excludes Cached
+	mu      sync.Mutex
+	calls   map[string]int
+	running atomic.Int64
+	peak    atomic.Int64
+	srv     *httptest.Server
+}
+
+func newProvider(t *testing.T, delay time.Duration) *provider {
+	p := &provider{delay: delay, calls: map[string]int{}, usage: gateway.Usage{Input: 12, CachedInput: 30, Output: 7}}
+	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/v1/models" {
+		_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"small","object":"model"}]}`)
+		return
+	}
+	var req struct {
+		Model    string `json:"model"`
+		Stream   bool   `json:"stream"`
+		Messages []struct {
+			Content string `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Messages) == 0 {
+		http.Error(w, `{"error":{"message":"bad request","type":"invalid_request_error"}}`, http.StatusBadRequest)
+		return
+	}
+	n := p.running.Add(1)
+	defer p.running.Add(-1)
+	for {
+		peak := p.peak.Load()
+		if n <= peak || p.peak.CompareAndSwap(peak, n) {
+			break
+		}
+	}
+	p.mu.Lock()
+	p.calls[req.Messages[0].Content]++
+	p.mu.Unlock()
+	time.Sleep(p.delay)
+	u := p.usage
+	usage := fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}`,
+		u.Input+u.CachedInput, u.Output, u.Input+u.CachedInput+u.Output, u.CachedInput)
+	if !req.Stream {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":"echo: %s"},"finish_reason":"stop"}],"usage":%s}`,
+			req.Model, req.Messages[0].Content, usage)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	for _, piece := range []string{"ec", "ho: ", req.Messages[0].Content} {
+		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":null}]}\n\n", req.Model, piece)
+		w.(http.Flusher).Flush()
+	}
+	fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n", req.Model)
+	fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%q,\"choices\":[],\"usage\":%s}\n\ndata: [DONE]\n\n", req.Model, usage)
+}
+
+func (p *provider) count(content string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls[content]
+}
+
+// gatewayBlock is a gateway configuration with one model "small" on the
+// provider, at $1/M input, $0.5/M cached input and $4/M output.
+func gatewayBlock(p *provider, concurrency int) *agent.GatewayConfig {
+	return &agent.GatewayConfig{Address: "127.0.0.1:0", GRPCAddress: "127.0.0.1:0",
+		APIKeys: map[string]string{"billing-team": "key-billing"},
+		Models: []*agent.GatewayModel{{Name: "small", Concurrency: concurrency, Deployments: []*agent.GatewayDeployment{{
+			Name: "local", Provider: "openai", BaseURL: p.srv.URL + "/v1", Model: "small-v1",
+			Price: &gateway.Price{Input: 1, CachedInput: 0.5, Output: 4}}}}}}
+}
+
+// The three transports, one router: an unmodified OpenAI client (JSON and
+// SSE), the async REST API and the gRPC service all reach the provider,
+// and the cost counters are the exact sum of the replayed usage, cached
+// tokens and streams included.
+func TestGatewayTransports(t *testing.T) {
+	p := newProvider(t, 0)
+	a := startAgentWith(t, "inprocess", 1, func(c *agent.Config) { c.Gateway = gatewayBlock(p, 4) })
+	base := "http://" + a.GatewayAddr()
+
+	cfg := openai.DefaultConfig("key-billing")
+	cfg.BaseURL = base + "/v1"
+	client := openai.NewClientWithConfig(cfg)
+	ctx := context.Background()
+	resp, err := client.CreateChatCompletion(ctx, openai.ChatCompletionRequest{Model: "small",
+		Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "one"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Choices[0].Message.Content != "echo: one" || resp.Usage.PromptTokens != 42 || resp.Usage.CompletionTokens != 7 {
+		t.Fatalf("JSON answer %+v", resp)
+	}
+	stream, err := client.CreateChatCompletionStream(ctx, openai.ChatCompletionRequest{Model: "small", Stream: true,
+		StreamOptions: &openai.StreamOptions{IncludeUsage: true}, Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "two"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text string
+	var usage *openai.Usage
+	for {
+		r, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Choices) > 0 {
+			text += r.Choices[0].Delta.Content
+		}
+		if r.Usage != nil {
+			usage = r.Usage
+		}
+	}
+	stream.Close()
+	if text != "echo: two" || usage == nil || usage.PromptTokens != 42 {
+		t.Fatalf("SSE answer %q, usage %+v", text, usage)
+	}
+	// A wrong key is refused.
+	bad := openai.DefaultConfig("nope")
+	bad.BaseURL = base + "/v1"
+	if _, err := openai.NewClientWithConfig(bad).CreateChatCompletion(ctx, openai.ChatCompletionRequest{Model: "small",
+		Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "x"}}}); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("a wrong key: %v", err)
+	}
+
+	// Async REST: 202, then the job.
+	req, _ := http.NewRequest("POST", base+"/v1/gateway/requests", strings.NewReader(`{"model":"small","messages":[{"role":"user","content":"three"}],"session":"maria"}`))
+	req.Header.Set("Authorization", "Bearer key-billing")
+	hr, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sub struct {
+		ID string `json:"id"`
+	}
+	_ = json.NewDecoder(hr.Body).Decode(&sub)
+	hr.Body.Close()
+	if hr.StatusCode != http.StatusAccepted || sub.ID == "" {
+		t.Fatalf("submit: %d %+v", hr.StatusCode, sub)
+	}
+	var job gateway.Job
+	waitFor(t, 10*time.Second, "the submitted call to finish", func() bool {
+		r, _ := http.NewRequest("GET", base+"/v1/gateway/requests/"+sub.ID+"?wait=5s", nil)
+		r.Header.Set("Authorization", "Bearer key-billing")
+		hr, err := http.DefaultClient.Do(r)
+		if err != nil {
+			return false
+		}
+		defer hr.Body.Close()
+		_ = json.NewDecoder(hr.Body).Decode(&job)
+		return job.State == gateway.JobDone || job.State == gateway.JobFailed
+	})
+	if job.State != gateway.JobDone || job.Response == nil || job.Response.Content != "echo: three" || job.Response.Deployment != "local" {
+		t.Fatalf("job %+v", job)
+	}
+
+	// gRPC: Complete and Stream with the generated client.
+	conn, err := grpc.NewClient(a.GatewayGRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(bearer("key-billing")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	gc := gatewaypb.NewGatewayClient(conn)
+	cr, err := gc.Complete(ctx, &gatewaypb.CompletionRequest{Model: "small", Messages: []*gatewaypb.Message{{Role: "user", Content: "four"}}})
+	if err != nil || cr.GetContent() != "echo: four" {
+		t.Fatalf("gRPC Complete: %v %v", cr, err)
+	}
+	st, err := gc.Stream(ctx, &gatewaypb.CompletionRequest{Model: "small", Messages: []*gatewaypb.Message{{Role: "user", Content: "five"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text = ""
+	done := false
+	for {
+		c, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		text += c.GetDelta()
+		done = done || c.GetDone()
+	}
+	if text != "echo: five" || !done {
+		t.Fatalf("gRPC stream %q done %v", text, done)
+	}
+
+	// Five calls, each 12 input + 30 cached + 7 output tokens: 12×1 +
+	// 30×0.5 + 7×4 = 55 micro-dollars each.
+	var c gateway.Counters
+	waitFor(t, 5*time.Second, "the counters", func() bool {
+		_, body := adminCall(t, a, "GET", "/v1/gateway/usage", testToken, "")
+		_ = json.Unmarshal([]byte(body), &c)
+		return c.Total.Calls == 5
+	})
+	if c.Total.Micros != 5*55 || c.Total.Usage.CachedInput != 150 || c.Total.Usage.Input != 60 || c.Sessions["maria"].Micros != 55 || c.Sessions["billing-team"].Calls != 4 {
+		t.Fatalf("counters %+v", c)
+	}
+	day := time.Now().UTC().Format(time.DateOnly)
+	if c.Days[day].Micros != 275 {
+		t.Fatalf("today's counter %+v", c.Days)
+	}
+}
+
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+func (bearer) RequireTransportSecurity() bool { return false }
+
+// The gateway across three servers: the model's limit holds for the
+// aggregate (the provider never sees more than 3 at once) while 1,000
+// submitted calls arrive through every server; a follower's OpenAI-style
+// call is forwarded to the leader; the leader is SIGKILLed mid-queue, and
+// after the election every call ends done or explicitly rejected, and none
+// ran twice (the provider counts each one).
+func TestGatewayClusterLimitAndDurability(t *testing.T) {
+	const calls, limit = 1000, 3
+	p := newProvider(t, 5*time.Millisecond)
+	gwAddrs := make([]string, 3)
+	for i := range gwAddrs {
+		gwAddrs[i] = freePort(t)
+	}
+	ps, leader := startClusterWith(t, 3, func(i int) string {
+		return fmt.Sprintf(`
+gateway {
+  address      = %q
+  grpc_address = %q
+  model "small" {
+    concurrency = %d
+    queue_max   = 5000
+    deployment "local" {
+      provider = "openai"
+      base_url = %q
+      model    = "small-v1"
+      price {
+        input  = 1
+        output = 4
+      }
+    }
+  }
+}`, gwAddrs[i], freePort(t), limit, p.srv.URL+"/v1")
+	})
+	follower := (leader + 1) % 3
+
+	// A follower forwards a synchronous call to the leader.
+	cfg := openai.DefaultConfig("")
+	cfg.BaseURL = "http://" + gwAddrs[follower] + "/v1"
+	resp, err := openai.NewClientWithConfig(cfg).CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{Model: "small",
+		Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "through a follower"}}})
+	if err != nil || resp.Choices[0].Message.Content != "echo: through a follower" {
+		t.Fatalf("a follower's call: %+v %v", resp, err)
+	}
+
+	// 1,000 calls submitted through the three servers.
+	ids := make([]string, calls)
+	var wg sync.WaitGroup
+	var subErr atomic.Value
+	for i := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"model":"small","messages":[{"role":"user","content":"call-%04d"}],"idempotency_key":"k-%04d"}`, i, i)
+			r, err := http.Post("http://"+gwAddrs[i%3]+"/v1/gateway/requests", "application/json", strings.NewReader(body))
+			if err != nil {
+				subErr.Store(err)
+				return
+			}
+			defer r.Body.Close()
+			var sub struct {
+				ID string `json:"id"`
+			}
+			_ = json.NewDecoder(r.Body).Decode(&sub)
+			if r.StatusCode != http.StatusAccepted || sub.ID == "" {
+				subErr.Store(fmt.Errorf("submit %d: HTTP %d", i, r.StatusCode))
+			}
+			ids[i] = sub.ID
+		}()
+	}
+	wg.Wait()
+	if err, _ := subErr.Load().(error); err != nil {
+		t.Fatal(err)
+	}
+	// Kill the leader while the queue runs.
+	waitFor(t, 30*time.Second, "some calls to run", func() bool { return p.count("call-0100") > 0 || totalCalls(p) >= 100 })
+	if err := ps[leader].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-ps[leader].exited
+	states := map[gateway.JobState]int{}
+	waitFor(t, 3*time.Minute, "every call to end", func() bool {
+		clear(states)
+		for _, id := range ids {
+			var j gateway.Job
+			r, err := http.Get("http://" + gwAddrs[follower] + "/v1/gateway/requests/" + id)
+			if err != nil {
+				return false
+			}
+			err = json.NewDecoder(r.Body).Decode(&j)
+			r.Body.Close()
+			if err != nil {
+				return false
+			}
+			states[j.State]++
+		}
+		if states[gateway.JobDone]+states[gateway.JobFailed] == calls {
+			return true
+		}
+		t.Logf("calls by state: %v", states)
+		return false
+	})
+	twice := 0
+	p.mu.Lock()
+	for _, n := range p.calls {
+		if n > 1 {
+			twice++
+		}
+	}
+	p.mu.Unlock()
+	if twice > 0 {
+		t.Fatalf("%d calls reached the provider more than once", twice)
+	}
+	if peak := p.peak.Load(); peak > limit {
+		t.Fatalf("the provider saw %d calls at once; the aggregate limit is %d", peak, limit)
+	}
+	t.Logf("%d calls: %d done, %d rejected after the leader's SIGKILL; peak %d at the provider (limit %d); none ran twice",
+		calls, states[gateway.JobDone], states[gateway.JobFailed], p.peak.Load(), limit)
+}
+
+func totalCalls(p *provider) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, c := range p.calls {
+		n += c
+	}
+	return n
+}
