@@ -100,6 +100,7 @@ type Agent struct {
 	gw                 *gatewayNode
 	gwServers          []interface{ Close() error }
 	gwAddr, gwGRPCAddr string
+	gwLedgerDone       chan struct{} // closed once the last charges are sent
 	// maintTold is the version (raft index) of the maintenance windows
 	// this agent's workers were last told.
 	maintTold atomic.Uint64
@@ -554,10 +555,21 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 		}
 		<-a.tables.done // no table work may reach raft once it stops
 	}
+	// The gateway stops taking calls before its last charges are sent.
+	for _, s := range a.gwServers {
+		_ = s.Close()
+	}
+	a.gwServers = nil
+	if a.gw != nil {
+		a.gw.router.Close()
+	}
 	select {
 	case <-a.stopLeader:
 	default:
 		close(a.stopLeader)
+	}
+	if a.gwLedgerDone != nil {
+		<-a.gwLedgerDone // the last charges reach the log before raft stops
 	}
 	if a.router != nil {
 		a.router.close()
@@ -566,13 +578,7 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 		a.rpc.Stop()
 		a.rpc = nil
 	}
-	for _, s := range a.gwServers {
-		_ = s.Close()
-	}
-	a.gwServers = nil
-	if a.gw != nil {
-		a.gw.router.Close()
-	}
+
 	if a.raft != nil {
 		if err := a.raft.Shutdown(); err != nil {
 			errs = append(errs, fmt.Errorf("stopping raft: %w", err))

@@ -147,8 +147,9 @@ func (a *Agent) startGateway() error {
 	if g == nil {
 		return nil
 	}
+	ledger := newRaftLedger(a)
 	rc := gateway.Config{QueueTimeout: duration(g.QueueTimeout), CallTimeout: duration(g.CallTimeout),
-		RetryAfterCap: duration(g.RetryAfterCap), Ledger: &raftLedger{a: a},
+		RetryAfterCap: duration(g.RetryAfterCap), Ledger: ledger,
 		SessionBudget: int64(g.SessionBudget * 1e6), DayBudget: int64(g.DayBudget * 1e6), Logger: a.log.Named("gateway")}
 	if g.DayZone != "" {
 		rc.Zone, _ = time.LoadLocation(g.DayZone)
@@ -172,8 +173,16 @@ func (a *Agent) startGateway() error {
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	a.gw = &gatewayNode{a: a, router: r, running: map[string]context.CancelFunc{}}
+	a.gw = &gatewayNode{a: a, router: r, ledger: ledger, running: map[string]context.CancelFunc{}}
+	if err := a.registry.Register(newGatewayCollector(a)); err != nil {
+		return fmt.Errorf("gateway: registering its metrics: %w", err)
+	}
 	go a.gw.runJobs(a.stopLeader)
+	a.gwLedgerDone = make(chan struct{})
+	go func() {
+		defer close(a.gwLedgerDone)
+		ledger.run(a.stopLeader)
+	}()
 	return a.serveGateway()
 }
 
@@ -206,6 +215,7 @@ func newAdapter(d *GatewayDeployment) (gateway.Adapter, error) {
 type gatewayNode struct {
 	a      *Agent
 	router *gateway.Router
+	ledger *raftLedger
 
 	mu      sync.Mutex // guards running
 	running map[string]context.CancelFunc
@@ -399,22 +409,105 @@ func (g *gatewayNode) stopCancelled() {
 // errNotLeading stops a queued call on a server that lost the lead.
 var errNotLeading = errors.New("this server no longer leads")
 
-// raftLedger keeps the cost counters in the maps.
-type raftLedger struct{ a *Agent }
+// raftLedger keeps the cost counters in the maps. A charge is taken at
+// once, in the path that returns the answer, into a pending batch that
+// budgets already see; the batch reaches the log within flushEvery, as one
+// entry. A charge is applied once even if its batch is sent twice.
+type raftLedger struct {
+	a *Agent
 
-// Add charges one answer through the log.
-func (l *raftLedger) Add(ctx context.Context, c gateway.Charge) error {
-	entry, err := fsm.Encode(fsm.GatewayChargesRequestType, fsm.GatewayChargesRequest{Charges: []gateway.Charge{c}})
-	if err != nil {
-		return err
-	}
-	_, err = forwardingLog{l.a}.Apply(ctx, entry)
-	return err
+	mu      sync.Mutex // guards pending
+	pending []gateway.Charge
+	kick    chan struct{}
 }
 
-// Spent reads the replica.
+// flushEvery bounds how long a charge waits for the log; maxBatch how
+// many charges one entry carries.
+const (
+	flushEvery = 20 * time.Millisecond
+	maxBatch   = 512
+)
+
+func newRaftLedger(a *Agent) *raftLedger {
+	return &raftLedger{a: a, kick: make(chan struct{}, 1)}
+}
+
+// Add takes a charge.
+func (l *raftLedger) Add(ctx context.Context, c gateway.Charge) error {
+	l.mu.Lock()
+	l.pending = append(l.pending, c)
+	full := len(l.pending) >= maxBatch
+	l.mu.Unlock()
+	if full {
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// Spent reads the replica and adds what is pending here.
 func (l *raftLedger) Spent(session, day string) (int64, int64) {
-	return l.a.fsm.GatewaySpent(session, day)
+	s, d := l.a.fsm.GatewaySpent(session, day)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.pending {
+		if c.Session == session {
+			s += c.Micros
+		}
+		if c.Day == day {
+			d += c.Micros
+		}
+	}
+	return s, d
+}
+
+// run sends the pending charges to the log until stop closes, then sends
+// what is left.
+func (l *raftLedger) run(stop <-chan struct{}) {
+	t := time.NewTicker(flushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			for l.flush(ctx) {
+			}
+			cancel()
+			return
+		case <-t.C:
+		case <-l.kick:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		for l.flush(ctx) {
+		}
+		cancel()
+	}
+}
+
+// flush sends one batch; it reports whether it sent a full one (more may
+// wait).
+func (l *raftLedger) flush(ctx context.Context) bool {
+	l.mu.Lock()
+	n := min(len(l.pending), maxBatch)
+	batch := append([]gateway.Charge(nil), l.pending[:n]...)
+	l.mu.Unlock()
+	if n == 0 {
+		return false
+	}
+	entry, err := fsm.Encode(fsm.GatewayChargesRequestType, fsm.GatewayChargesRequest{Charges: batch})
+	if err == nil {
+		_, err = forwardingLog{l.a}.Apply(ctx, entry)
+	}
+	if err != nil {
+		l.a.log.Warn("recording gateway charges; kept to send again", "charges", n, "error", err)
+		return false
+	}
+	l.mu.Lock()
+	l.pending = l.pending[n:]
+	l.mu.Unlock()
+	return n == maxBatch
 }
 
 // forward posts a call to the leader's internal gateway endpoint.

@@ -240,6 +240,13 @@ func TestGatewayTransports(t *testing.T) {
 	if c.Days[day].Micros != 275 {
 		t.Fatalf("today's counter %+v", c.Days)
 	}
+	_, m := adminCall(t, a, "GET", "/metrics", "", "")
+	for _, want := range []string{"stickyd_gateway_cost_dollars_total 0.000275", "stickyd_gateway_calls_total 5",
+		`stickyd_gateway_tokens_total{kind="cached_input"} 150`, `stickyd_gateway_concurrency_limit{model="small"} 4`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 }
 
 type bearer string
