@@ -60,6 +60,7 @@ bench:
 	$(GO) run ./test/bench/template
 	$(GO) run ./test/bench/livedata
 	$(GO) run ./test/bench/maintenance
+	$(GO) run ./test/bench/gateway
 
 ## proto: regenerate the channel protocol and the gateway's gRPC API (protoc
 ## from protobuf-compiler).

@@ -573,3 +573,24 @@ func newGatewayID() string {
 	_, _ = randRead(b[:])
 	return fmt.Sprintf("gw-%x", b)
 }
+
+// Wait waits until a submitted call ends or ctx does, and reports it (the
+// transports' long poll).
+func (g *gatewayNode) Wait(ctx context.Context, id string) (gateway.Job, error) {
+	for {
+		changed := g.a.fsm.WatchGateway()
+		j, ok := g.a.fsm.GatewayJob(id)
+		if !ok {
+			return gateway.Job{}, gateway.ErrNoJob
+		}
+		switch j.State {
+		case gateway.JobDone, gateway.JobFailed, gateway.JobCancelled:
+			return j.Job, nil
+		}
+		select {
+		case <-ctx.Done():
+			return j.Job, nil
+		case <-changed:
+		}
+	}
+}

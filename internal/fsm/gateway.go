@@ -69,6 +69,9 @@ type GatewayState struct {
 	Jobs    map[string]*GatewayJob     `json:"jobs,omitempty"`
 	Keys    map[string]string          `json:"keys,omitempty"`
 	NextSeq uint64                     `json:"next_seq"`
+	// active indexes the jobs queued or running (not persisted: rebuilt
+	// from Jobs).
+	active map[string]bool
 }
 
 func (f *FSM) gatewayLocked() *GatewayState {
@@ -84,6 +87,14 @@ func (f *FSM) gatewayLocked() *GatewayState {
 	}
 	if g.Keys == nil {
 		g.Keys = map[string]string{}
+	}
+	if g.active == nil {
+		g.active = map[string]bool{}
+		for id, j := range g.Jobs {
+			if j.State == gateway.JobQueued || j.State == gateway.JobRunning {
+				g.active[id] = true
+			}
+		}
 	}
 	return g
 }
@@ -138,6 +149,7 @@ func (f *FSM) applyGatewayJob(buf []byte, index uint64) interface{} {
 		g.NextSeq++
 		j.Seq, j.State = g.NextSeq, gateway.JobQueued
 		g.Jobs[j.ID] = &j
+		g.active[j.ID] = true
 		if j.Key != "" {
 			g.Keys[j.Key] = j.ID
 		}
@@ -161,9 +173,11 @@ func (f *FSM) applyGatewayJob(buf []byte, index uint64) interface{} {
 			if req.Error != "" {
 				j.State = gateway.JobFailed
 			}
+			delete(g.active, j.ID)
 		case JobOpCancel:
 			if j.State == gateway.JobQueued || j.State == gateway.JobRunning {
 				j.State, j.Finished, j.Error = gateway.JobCancelled, req.At, "cancelled by the caller"
+				delete(g.active, j.ID)
 			}
 		}
 		return req.ID
@@ -222,9 +236,18 @@ func (f *FSM) GatewayJobs(state gateway.JobState) []GatewayJob {
 		return nil
 	}
 	var out []GatewayJob
-	for _, j := range f.state.Gateway.Jobs {
-		if j.State == state {
-			out = append(out, *j)
+	g := f.state.Gateway
+	if (state == gateway.JobQueued || state == gateway.JobRunning) && g.active != nil {
+		for id := range g.active {
+			if j := g.Jobs[id]; j != nil && j.State == state {
+				out = append(out, *j)
+			}
+		}
+	} else {
+		for _, j := range g.Jobs {
+			if j.State == state {
+				out = append(out, *j)
+			}
 		}
 	}
 	slices.SortFunc(out, func(a, b GatewayJob) int { return cmp.Compare(a.Seq, b.Seq) })

@@ -13,8 +13,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 )
+
+// Transport is the HTTP transport adapters use when given no client: the
+// default transport's settings, with enough idle connections per provider
+// to keep them open under load (the default's 2 would open and close a
+// connection for most calls at a few thousand calls a second).
+func Transport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 4096
+	t.MaxIdleConnsPerHost = 1024
+	return t
+}
 
 // Adapter is the contract every provider adapter implements (the seed's
 // three methods). Complete and Stream send req to the provider's model

@@ -122,7 +122,7 @@ func New(cfg Config) (*Adapter, error) {
 	}
 	a.baseURL = strings.TrimRight(a.baseURL, "/")
 	if a.client == nil {
-		a.client = &http.Client{}
+		a.client = &http.Client{Transport: gateway.Transport()}
 	}
 	return a, nil
 }

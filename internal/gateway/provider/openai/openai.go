@@ -117,7 +117,7 @@ func New(cfg Config) (*Adapter, error) {
 		now:          time.Now,
 	}
 	if a.client == nil {
-		a.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		a.client = &http.Client{Transport: gateway.Transport()}
 	}
 	if a.timeout == 0 {
 		a.timeout = DefaultTimeout

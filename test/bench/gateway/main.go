@@ -1,0 +1,343 @@
+// Command gateway measures what the AI gateway adds to a call: an
+// open-loop load (requests sent on a fixed schedule, latency measured from
+// each one's scheduled time, so a slow server cannot slow the load down)
+// against an instant local OpenAI-compatible provider, called directly and
+// through the gateway, side by side in the same run with the same client:
+//
+//   - direct: POST /v1/chat/completions on the provider;
+//   - gateway, slot path: the same request on the gateway's
+//     OpenAI-compatible endpoint (a free slot: no queue);
+//   - gateway, queue path: POST /v1/gateway/requests (the call is written
+//     to the replicated queue, started and finished through raft), then
+//     GET /v1/gateway/requests/{id}?wait until it is done.
+//
+// Each path runs at each rate (default 1000 and 5000 requests/s) for
+// -duration, then the rate is raised step by step to find the highest one
+// held with no error and a p99 under -slo.
+//
+//	go run ./test/bench/gateway            # 5 s per rate
+//	go run ./test/bench/gateway -quick     # 2 s per rate, no search
+//
+// It prints the machine and a Markdown table on stdout, progress on
+// stderr. It must stay a program that prints a table, never a timed
+// assertion.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/stickyd/stickyd/internal/agent"
+	"github.com/stickyd/stickyd/internal/gateway"
+	"github.com/stickyd/stickyd/test/internal/benchkit"
+)
+
+var program = benchkit.Program[*options, *report]{
+	Name:    "gateway",
+	Parse:   parseFlags,
+	Measure: measure,
+	Report:  printReport,
+}
+
+func main() { program.Main() }
+
+type options struct {
+	rates    []int
+	duration time.Duration
+	slo      time.Duration
+	search   bool
+	logLevel hclog.Level
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	f := benchkit.NewFlags("gateway", "2 s per rate and no search for the highest rate", stderr)
+	o := &options{}
+	rates := f.String("rates", "1000,5000", "request rates to measure, per second")
+	f.DurationVar(&o.duration, "duration", 5*time.Second, "how long each rate runs")
+	f.DurationVar(&o.slo, "slo", time.Second, "the p99 a rate must stay under to count as held")
+	f.BoolVar(&o.search, "search", true, "raise the rate until it is not held")
+	if err := f.Parse(args); err != nil {
+		return nil, err
+	}
+	if f.QuickDefault("duration") {
+		o.duration = 2 * time.Second
+	}
+	if f.QuickDefault("search") {
+		o.search = false
+	}
+	for _, r := range benchkit.SplitList(*rates) {
+		var n int
+		if _, err := fmt.Sscan(r, &n); err != nil || n < 1 {
+			return nil, fmt.Errorf("-rates: %q is not a positive number", r)
+		}
+		o.rates = append(o.rates, n)
+	}
+	var err error
+	o.logLevel, err = f.LogLevel()
+	return o, err
+}
+
+// run is one path at one rate.
+type run struct {
+	path     string
+	rate     int
+	sent     int
+	errors   int
+	firstErr string
+	p50, p99 time.Duration
+}
+
+type report struct {
+	o     *options
+	runs  []run
+	held  map[string]int
+	extra map[string]string
+}
+
+func measure(ctx context.Context, o *options, stderr io.Writer) (*report, error) {
+	provider, err := startProvider()
+	if err != nil {
+		return nil, err
+	}
+	defer provider.Close()
+	log := benchkit.NewAgentLogger(o.logLevel, stderr)
+	g, err := benchkit.CounterGroup(benchkit.ModeInProcess, 1)
+	if err != nil {
+		return nil, err
+	}
+	cfg := benchkit.AgentConfig(log, g)
+	dir, err := os.MkdirTemp("", "stickyd-bench-gateway-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	// A data dir: raft on disk (BoltDB, fsync), as in production.
+	cfg.DataDir = dir
+	cfg.Server = &agent.ServerConfig{RaftAddr: "127.0.0.1:0"}
+	cfg.Gateway = &agent.GatewayConfig{Address: "127.0.0.1:0", GRPCAddress: "127.0.0.1:0", QueueTimeout: "30s",
+		Models: []*agent.GatewayModel{{Name: "small", Concurrency: 4096, QueueMax: 100000, Deployments: []*agent.GatewayDeployment{{
+			Name: "local", Provider: "openai", BaseURL: "http://" + provider.Addr().String() + "/v1", Model: "small-v1",
+			Price: &gateway.Price{Input: 1, Output: 4}}}}}}
+	a, err := benchkit.StartAgent(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	defer benchkit.StopAgent(ctx, a)
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 20000, MaxIdleConnsPerHost: 20000, IdleConnTimeout: time.Minute}, Timeout: 30 * time.Second}
+	body := `{"model":"small","messages":[{"role":"user","content":"hello"}]}`
+	paths := []struct {
+		name string
+		do   func(ctx context.Context) error
+	}{
+		{"direct", func(ctx context.Context) error {
+			return post(ctx, client, "http://"+provider.Addr().String()+"/v1/chat/completions", body, http.StatusOK, nil)
+		}},
+		{"gateway, slot path", func(ctx context.Context) error {
+			return post(ctx, client, "http://"+a.GatewayAddr()+"/v1/chat/completions", body, http.StatusOK, nil)
+		}},
+		{"gateway, queue path", func(ctx context.Context) error {
+			var sub struct {
+				ID string `json:"id"`
+			}
+			if err := post(ctx, client, "http://"+a.GatewayAddr()+"/v1/gateway/requests", body, http.StatusAccepted, &sub); err != nil {
+				return err
+			}
+			var j gateway.Job
+			for j.State != gateway.JobDone {
+				if err := get(ctx, client, "http://"+a.GatewayAddr()+"/v1/gateway/requests/"+sub.ID+"?wait=30s", &j); err != nil {
+					return err
+				}
+				if j.State == gateway.JobFailed || j.State == gateway.JobCancelled {
+					return fmt.Errorf("call %s %s: %s", sub.ID, j.State, j.Error)
+				}
+			}
+			return nil
+		}},
+	}
+	r := &report{o: o, held: map[string]int{}, extra: map[string]string{}}
+	for _, p := range paths {
+		// Warm the connections.
+		if _, err := load(ctx, p.do, 200, time.Second); err != nil {
+			return nil, err
+		}
+		for _, rate := range o.rates {
+			fmt.Fprintf(stderr, "gateway: %s at %d/s for %s\n", p.name, rate, o.duration)
+			res, err := load(ctx, p.do, rate, o.duration)
+			if err != nil {
+				return nil, err
+			}
+			res.path = p.name
+			r.runs = append(r.runs, res)
+			if res.errors == 0 && res.p99 < o.slo {
+				r.held[p.name] = max(r.held[p.name], rate)
+			}
+		}
+		if !o.search {
+			continue
+		}
+		for rate := o.rates[len(o.rates)-1] + 1000; rate <= 20000; rate += 1000 {
+			if r.held[p.name] < rate-1000 {
+				break
+			}
+			fmt.Fprintf(stderr, "gateway: %s, searching: %d/s\n", p.name, rate)
+			res, err := load(ctx, p.do, rate, o.duration)
+			if err != nil {
+				return nil, err
+			}
+			if res.errors > 0 || res.p99 >= o.slo {
+				r.extra[p.name] = fmt.Sprintf("%d/s: %d errors of %d, p99 %s", rate, res.errors, res.sent, benchkit.FormatDuration(res.p99))
+				break
+			}
+			r.held[p.name] = rate
+		}
+	}
+	return r, nil
+}
+
+// load sends rate requests per second for d on a fixed schedule, each in
+// its own goroutine, and measures each from its scheduled time.
+func load(ctx context.Context, do func(context.Context) error, rate int, d time.Duration) (run, error) {
+	res := run{rate: rate}
+	n := int(float64(rate) * d.Seconds())
+	lat := make([]time.Duration, n)
+	var errs atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := range n {
+		at := start.Add(time.Duration(i) * interval)
+		if w := time.Until(at); w > 0 {
+			time.Sleep(w)
+		}
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := do(ctx); err != nil {
+				errs.Add(1)
+				firstErr.CompareAndSwap(nil, err.Error())
+				lat[i] = -1
+				return
+			}
+			lat[i] = time.Since(at)
+		}()
+	}
+	wg.Wait()
+	res.sent, res.errors = n, int(errs.Load())
+	if s, ok := firstErr.Load().(string); ok {
+		res.firstErr = s
+	}
+	ok := slices.DeleteFunc(lat, func(d time.Duration) bool { return d < 0 })
+	slices.Sort(ok)
+	if len(ok) > 0 {
+		res.p50, res.p99 = benchkit.Percentile(ok, 0.50), benchkit.Percentile(ok, 0.99)
+	}
+	return res, nil
+}
+
+func post(ctx context.Context, c *http.Client, url, body string, want int, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return do(c, req, want, out)
+}
+
+func get(ctx context.Context, c *http.Client, url string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	return do(c, req, http.StatusOK, out)
+}
+
+func do(c *http.Client, req *http.Request, want int, out any) error {
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != want {
+		return fmt.Errorf("HTTP %d: %.200s", resp.StatusCode, b)
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+// startProvider serves an instant OpenAI-compatible answer.
+func startProvider() (net.Listener, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	answer := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"small-v1","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}`)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(answer)
+	})}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			fmt.Fprintln(os.Stderr, "provider:", err)
+		}
+	}()
+	return ln, nil
+}
+
+func printReport(w io.Writer, o *options, r *report) {
+	fmt.Fprintf(w, "AI gateway overhead: open-loop load, instant local OpenAI-compatible provider, %s per rate\n", o.duration)
+	fmt.Fprintf(w, "machine: %s\n\n", benchkit.Machine())
+	direct := map[int]run{}
+	for _, x := range r.runs {
+		if x.path == "direct" {
+			direct[x.rate] = x
+		}
+	}
+	fmt.Fprintln(w, "| path | rate /s | sent | errors | p50 | p99 | added p50 | added p99 |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
+	for _, x := range r.runs {
+		added50, added99 := "—", "—"
+		if d, ok := direct[x.rate]; ok && x.path != "direct" {
+			added50, added99 = benchkit.FormatDuration(x.p50-d.p50), benchkit.FormatDuration(x.p99-d.p99)
+		}
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %s | %s | %s | %s |\n", x.path, x.rate, x.sent, x.errors,
+			benchkit.FormatDuration(x.p50), benchkit.FormatDuration(x.p99), added50, added99)
+	}
+	fmt.Fprintln(w)
+	for _, p := range []string{"direct", "gateway, slot path", "gateway, queue path"} {
+		line := fmt.Sprintf("highest rate held (0 errors, p99 < %s): %s: %d/s", o.slo, p, r.held[p])
+		if e := r.extra[p]; e != "" {
+			line += " (next step " + e + ")"
+		}
+		fmt.Fprintln(w, line)
+	}
+	for _, x := range r.runs {
+		if x.firstErr != "" {
+			fmt.Fprintf(w, "first error of %s at %d/s: %s\n", x.path, x.rate, x.firstErr)
+		}
+	}
+}
