@@ -36,6 +36,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -52,7 +53,16 @@ var program = benchkit.Program[*options, *report]{
 	Report:  printReport,
 }
 
-func main() { program.Main() }
+func main() {
+	// Thousands of calls in flight each hold a socket in this process
+	// (client, gateway and provider): take the hard limit of open files.
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil && lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+	program.Main()
+}
 
 type options struct {
 	rates    []int
