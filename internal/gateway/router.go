@@ -241,7 +241,7 @@ func (r *Router) Complete(ctx context.Context, call Call) (Response, error) {
 		if !failOver(err) || ctx.Err() != nil {
 			return Response{}, err
 		}
-		r.log.Debug("failing over", "model", m.Name, "deployment", d.Name, "error", err)
+		r.log.Info("failing over", "model", m.Name, "deployment", d.Name, "error", err)
 	}
 	if last == nil {
 		return Response{}, ErrNoDeployment
