@@ -67,6 +67,10 @@ func RunWith(args []string, ui cli.Ui, builtins map[string]agent.Builtin) int {
 			"maintenance end":    func() (cli.Command, error) { return &MaintenanceEndCommand{Meta: meta}, nil },
 			"maintenance status": func() (cli.Command, error) { return &MaintenanceStatusCommand{Meta: meta}, nil },
 
+			"gateway":        func() (cli.Command, error) { return &GatewayCommand{Meta: meta}, nil },
+			"gateway usage":  func() (cli.Command, error) { return &GatewayUsageCommand{Meta: meta}, nil },
+			"gateway health": func() (cli.Command, error) { return &GatewayHealthCommand{Meta: meta}, nil },
+
 			"bundle":        func() (cli.Command, error) { return &BundleCommand{Meta: meta}, nil },
 			"bundle pack":   func() (cli.Command, error) { return &BundlePackCommand{Meta: meta}, nil },
 			"bundle push":   func() (cli.Command, error) { return &BundlePushCommand{Meta: meta}, nil },
