@@ -221,6 +221,10 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	go a.expireLoop(a.stopTables)
 	a.pool.FromWorker, a.pool.Ended, a.pool.Greeting = a.fromWorker, a.workerEnded, a.greeting
 	go a.maintenanceLoop(a.stopTables)
+	// The gateway is up before any worker may call it.
+	if err := a.startGateway(); err != nil {
+		return err
+	}
 	a.log.Info("starting workers", "workers", len(a.pool.Workers()))
 	if err := a.pool.Start(ctx); err != nil {
 		return fmt.Errorf("starting workers: %w", err)
@@ -249,9 +253,6 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	if a.govern != nil {
 		a.stopGovern = make(chan struct{})
 		go a.govern.run(duration(a.cfg.Probe.Interval), a.stopGovern)
-	}
-	if err := a.startGateway(); err != nil {
-		return err
 	}
 	a.api.Store(api.Handler(api.Config{Token: a.token, Supervisor: a.sup, Gatherer: a.registry, Logger: a.log.Named("api"),
 		Workers: func() any { return append(a.pool.Workers(), a.pool.Retired()...) }, Status: a.status,

@@ -157,6 +157,8 @@ func (a *Agent) fromWorker(worker string, incarnation int, env *protocol.Envelop
 		a.tables.push(func() { a.tables.fanOut(worker, p) })
 	case *protocol.Envelope_StoreGet, *protocol.Envelope_GrantAcquire, *protocol.Envelope_GrantCommit, *protocol.Envelope_GrantRelease:
 		go a.storeCall(worker, incarnation, env, r)
+	case *protocol.Envelope_GatewayCall:
+		go a.gatewayFromWorker(worker, env, r)
 	default:
 		if env.Id != 0 {
 			_ = r.ReplyError(env.Id, protocol.Error_BAD_REQUEST, fmt.Sprintf("the host does not handle %T", env.Body))

@@ -86,7 +86,7 @@ func (c *Call) Wait(ctx context.Context) (*protocol.Envelope, error) {
 			return nil, c.p.Err()
 		}
 		if e := env.GetError(); e != nil {
-			return nil, &RemoteError{Code: e.Code, Message: e.Message}
+			return nil, &RemoteError{Code: e.Code, Message: e.Message, Kind: e.Kind}
 		}
 		return env, nil
 	case <-ctx.Done():
@@ -203,6 +203,8 @@ func (p *Peer) stop(err error) {
 type RemoteError struct {
 	Code    protocol.Error_Code
 	Message string
+	// Kind is the refusing subsystem's finer word, when it said one.
+	Kind string
 }
 
 func (e *RemoteError) Error() string {

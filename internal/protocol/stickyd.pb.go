@@ -91,6 +91,10 @@ const (
 	// MAINTENANCE: the request needs a backend in maintenance and waited
 	// past the window's max_wait; retry later.
 	Error_MAINTENANCE Error_Code = 7
+	// EXHAUSTED: a limit refused the request and retrying soon will not
+	// help (the AI gateway's budget for the person or the day, the
+	// provider's quota).
+	Error_EXHAUSTED Error_Code = 8
 )
 
 // Enum value maps for Error_Code.
@@ -104,6 +108,7 @@ var (
 		5: "UNAVAILABLE",
 		6: "STALE_GRANT",
 		7: "MAINTENANCE",
+		8: "EXHAUSTED",
 	}
 	Error_Code_value = map[string]int32{
 		"INTERNAL":     0,
@@ -114,6 +119,7 @@ var (
 		"UNAVAILABLE":  5,
 		"STALE_GRANT":  6,
 		"MAINTENANCE":  7,
+		"EXHAUSTED":    8,
 	}
 )
 
@@ -179,6 +185,9 @@ type Envelope struct {
 	//	*Envelope_GrantCommit
 	//	*Envelope_GrantRelease
 	//	*Envelope_Maintenance
+	//	*Envelope_GatewayCall
+	//	*Envelope_GatewayReply
+	//	*Envelope_GatewayChunk
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -458,6 +467,33 @@ func (x *Envelope) GetMaintenance() *Maintenance {
 	return nil
 }
 
+func (x *Envelope) GetGatewayCall() *GatewayCall {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_GatewayCall); ok {
+			return x.GatewayCall
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGatewayReply() *GatewayReply {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_GatewayReply); ok {
+			return x.GatewayReply
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetGatewayChunk() *GatewayChunk {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_GatewayChunk); ok {
+			return x.GatewayChunk
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -558,6 +594,18 @@ type Envelope_Maintenance struct {
 	Maintenance *Maintenance `protobuf:"bytes,33,opt,name=maintenance,proto3,oneof"`
 }
 
+type Envelope_GatewayCall struct {
+	GatewayCall *GatewayCall `protobuf:"bytes,34,opt,name=gateway_call,json=gatewayCall,proto3,oneof"`
+}
+
+type Envelope_GatewayReply struct {
+	GatewayReply *GatewayReply `protobuf:"bytes,35,opt,name=gateway_reply,json=gatewayReply,proto3,oneof"`
+}
+
+type Envelope_GatewayChunk struct {
+	GatewayChunk *GatewayChunk `protobuf:"bytes,36,opt,name=gateway_chunk,json=gatewayChunk,proto3,oneof"`
+}
+
 func (*Envelope_Hello) isEnvelope_Body() {}
 
 func (*Envelope_HelloAck) isEnvelope_Body() {}
@@ -605,6 +653,12 @@ func (*Envelope_GrantCommit) isEnvelope_Body() {}
 func (*Envelope_GrantRelease) isEnvelope_Body() {}
 
 func (*Envelope_Maintenance) isEnvelope_Body() {}
+
+func (*Envelope_GatewayCall) isEnvelope_Body() {}
+
+func (*Envelope_GatewayReply) isEnvelope_Body() {}
+
+func (*Envelope_GatewayChunk) isEnvelope_Body() {}
 
 // Maintenance is the host's notice of the backends in maintenance now (the
 // whole set, replacing the last one; docs/maintenance.md). A request or
@@ -2292,9 +2346,12 @@ func (x *Shutdown) GetReason() string {
 }
 
 type Error struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          Error_Code             `protobuf:"varint,1,opt,name=code,proto3,enum=stickyd.channel.v1.Error_Code" json:"code,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Code    Error_Code             `protobuf:"varint,1,opt,name=code,proto3,enum=stickyd.channel.v1.Error_Code" json:"code,omitempty"`
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// kind is the refusing subsystem's finer word for the error, when it has
+	// one: the AI gateway's error kind (unknown_model, rate_limited...).
+	Kind          string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2339,6 +2396,13 @@ func (x *Error) GetCode() Error_Code {
 func (x *Error) GetMessage() string {
 	if x != nil {
 		return x.Message
+	}
+	return ""
+}
+
+func (x *Error) GetKind() string {
+	if x != nil {
+		return x.Kind
 	}
 	return ""
 }
@@ -3514,11 +3578,210 @@ func (x *GrantRelease) GetId() uint64 {
 	return 0
 }
 
+// GatewayCall (worker → host) runs one call on the AI gateway
+// (docs/gateway.md), paid by session. Answered, when not a stream, with
+// GatewayReply carrying the whole answer. A stream's pieces come first as
+// GatewayChunk notices naming this envelope's id; the request is then
+// answered with an empty GatewayReply, or an Error. A refusal (unknown
+// model, budget, full queue) is an Error with the gateway's kind.
+type GatewayCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session is who pays: the person's user key, as the SDK knows it.
+	Session string `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// call is the gateway's call as JSON: {"request": {model, messages,
+	// max_tokens, temperature...}, "idempotency_key", "deadline"}.
+	Call          []byte `protobuf:"bytes,2,opt,name=call,proto3" json:"call,omitempty"`
+	Stream        bool   `protobuf:"varint,3,opt,name=stream,proto3" json:"stream,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GatewayCall) Reset() {
+	*x = GatewayCall{}
+	mi := &file_stickyd_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GatewayCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GatewayCall) ProtoMessage() {}
+
+func (x *GatewayCall) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GatewayCall.ProtoReflect.Descriptor instead.
+func (*GatewayCall) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *GatewayCall) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *GatewayCall) GetCall() []byte {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *GatewayCall) GetStream() bool {
+	if x != nil {
+		return x.Stream
+	}
+	return false
+}
+
+type GatewayReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// response is the gateway's whole answer as JSON (content, finish_reason,
+	// usage, provider, deployment, cost_micros...); empty after a stream.
+	Response      []byte `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GatewayReply) Reset() {
+	*x = GatewayReply{}
+	mi := &file_stickyd_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GatewayReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GatewayReply) ProtoMessage() {}
+
+func (x *GatewayReply) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GatewayReply.ProtoReflect.Descriptor instead.
+func (*GatewayReply) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *GatewayReply) GetResponse() []byte {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+// GatewayChunk (host → worker, a notice) is one piece of a streamed answer,
+// in order. The last one (last set) carries the usage, or the error that
+// ended the stream midway.
+type GatewayChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// call_id is the id of the GatewayCall envelope.
+	CallId uint64 `protobuf:"varint,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// chunk is the gateway's chunk as JSON (delta, done, finish_reason,
+	// usage).
+	Chunk []byte `protobuf:"bytes,2,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Last  bool   `protobuf:"varint,3,opt,name=last,proto3" json:"last,omitempty"`
+	// error and error_kind are set on a last chunk that ended the stream
+	// midway.
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	ErrorKind     string `protobuf:"bytes,5,opt,name=error_kind,json=errorKind,proto3" json:"error_kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GatewayChunk) Reset() {
+	*x = GatewayChunk{}
+	mi := &file_stickyd_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GatewayChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GatewayChunk) ProtoMessage() {}
+
+func (x *GatewayChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GatewayChunk.ProtoReflect.Descriptor instead.
+func (*GatewayChunk) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *GatewayChunk) GetCallId() uint64 {
+	if x != nil {
+		return x.CallId
+	}
+	return 0
+}
+
+func (x *GatewayChunk) GetChunk() []byte {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+func (x *GatewayChunk) GetLast() bool {
+	if x != nil {
+		return x.Last
+	}
+	return false
+}
+
+func (x *GatewayChunk) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *GatewayChunk) GetErrorKind() string {
+	if x != nil {
+		return x.ErrorKind
+	}
+	return ""
+}
+
 var File_stickyd_proto protoreflect.FileDescriptor
 
 const file_stickyd_proto_rawDesc = "" +
 	"\n" +
-	"\rstickyd.proto\x12\x12stickyd.channel.v1\"\xe5\v\n" +
+	"\rstickyd.proto\x12\x12stickyd.channel.v1\"\xbd\r\n" +
 	"\bEnvelope\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\bR\x05reply\x12\x16\n" +
@@ -3550,7 +3813,10 @@ const file_stickyd_proto_rawDesc = "" +
 	"grantReply\x12D\n" +
 	"\fgrant_commit\x18\x1f \x01(\v2\x1f.stickyd.channel.v1.GrantCommitH\x00R\vgrantCommit\x12G\n" +
 	"\rgrant_release\x18  \x01(\v2 .stickyd.channel.v1.GrantReleaseH\x00R\fgrantRelease\x12C\n" +
-	"\vmaintenance\x18! \x01(\v2\x1f.stickyd.channel.v1.MaintenanceH\x00R\vmaintenanceB\x06\n" +
+	"\vmaintenance\x18! \x01(\v2\x1f.stickyd.channel.v1.MaintenanceH\x00R\vmaintenance\x12D\n" +
+	"\fgateway_call\x18\" \x01(\v2\x1f.stickyd.channel.v1.GatewayCallH\x00R\vgatewayCall\x12G\n" +
+	"\rgateway_reply\x18# \x01(\v2 .stickyd.channel.v1.GatewayReplyH\x00R\fgatewayReply\x12G\n" +
+	"\rgateway_chunk\x18$ \x01(\v2 .stickyd.channel.v1.GatewayChunkH\x00R\fgatewayChunkB\x06\n" +
 	"\x04body\"k\n" +
 	"\vMaintenance\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12B\n" +
@@ -3691,10 +3957,11 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x06queued\x18\x05 \x01(\x03R\x06queued\x12\x14\n" +
 	"\x05pages\x18\x06 \x01(\x03R\x05pages\"\"\n" +
 	"\bShutdown\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xdc\x01\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xff\x01\n" +
 	"\x05Error\x122\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1e.stickyd.channel.v1.Error.CodeR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\x84\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\"\x93\x01\n" +
 	"\x04Code\x12\f\n" +
 	"\bINTERNAL\x10\x00\x12\x0f\n" +
 	"\vBAD_REQUEST\x10\x01\x12\x10\n" +
@@ -3703,7 +3970,8 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x05MOVED\x10\x04\x12\x0f\n" +
 	"\vUNAVAILABLE\x10\x05\x12\x0f\n" +
 	"\vSTALE_GRANT\x10\x06\x12\x0f\n" +
-	"\vMAINTENANCE\x10\a\"2\n" +
+	"\vMAINTENANCE\x10\a\x12\r\n" +
+	"\tEXHAUSTED\x10\b\"2\n" +
 	"\x06Freeze\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"f\n" +
@@ -3793,7 +4061,20 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\x1e\n" +
 	"\fGrantRelease\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id2S\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"S\n" +
+	"\vGatewayCall\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
+	"\x04call\x18\x02 \x01(\fR\x04call\x12\x16\n" +
+	"\x06stream\x18\x03 \x01(\bR\x06stream\"*\n" +
+	"\fGatewayReply\x12\x1a\n" +
+	"\bresponse\x18\x01 \x01(\fR\bresponse\"\x86\x01\n" +
+	"\fGatewayChunk\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\x04R\x06callId\x12\x14\n" +
+	"\x05chunk\x18\x02 \x01(\fR\x05chunk\x12\x12\n" +
+	"\x04last\x18\x03 \x01(\bR\x04last\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12\x1d\n" +
+	"\n" +
+	"error_kind\x18\x05 \x01(\tR\terrorKind2S\n" +
 	"\x06Worker\x12I\n" +
 	"\aChannel\x12\x1c.stickyd.channel.v1.Envelope\x1a\x1c.stickyd.channel.v1.Envelope(\x010\x01B.Z,github.com/stickyd/stickyd/internal/protocolb\x06proto3"
 
@@ -3810,7 +4091,7 @@ func file_stickyd_proto_rawDescGZIP() []byte {
 }
 
 var file_stickyd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_stickyd_proto_goTypes = []any{
 	(Delta_Op)(0),              // 0: stickyd.channel.v1.Delta.Op
 	(Error_Code)(0),            // 1: stickyd.channel.v1.Error.Code
@@ -3858,13 +4139,16 @@ var file_stickyd_proto_goTypes = []any{
 	(*GrantReply)(nil),         // 43: stickyd.channel.v1.GrantReply
 	(*GrantCommit)(nil),        // 44: stickyd.channel.v1.GrantCommit
 	(*GrantRelease)(nil),       // 45: stickyd.channel.v1.GrantRelease
-	nil,                        // 46: stickyd.channel.v1.Identity.AttributesEntry
-	nil,                        // 47: stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
-	nil,                        // 48: stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
-	nil,                        // 49: stickyd.channel.v1.PagePackage.MarksEntry
-	nil,                        // 50: stickyd.channel.v1.StoreValues.ValuesEntry
-	nil,                        // 51: stickyd.channel.v1.GrantReply.ValuesEntry
-	nil,                        // 52: stickyd.channel.v1.GrantCommit.SetEntry
+	(*GatewayCall)(nil),        // 46: stickyd.channel.v1.GatewayCall
+	(*GatewayReply)(nil),       // 47: stickyd.channel.v1.GatewayReply
+	(*GatewayChunk)(nil),       // 48: stickyd.channel.v1.GatewayChunk
+	nil,                        // 49: stickyd.channel.v1.Identity.AttributesEntry
+	nil,                        // 50: stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
+	nil,                        // 51: stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
+	nil,                        // 52: stickyd.channel.v1.PagePackage.MarksEntry
+	nil,                        // 53: stickyd.channel.v1.StoreValues.ValuesEntry
+	nil,                        // 54: stickyd.channel.v1.GrantReply.ValuesEntry
+	nil,                        // 55: stickyd.channel.v1.GrantCommit.SetEntry
 }
 var file_stickyd_proto_depIdxs = []int32{
 	5,  // 0: stickyd.channel.v1.Envelope.hello:type_name -> stickyd.channel.v1.Hello
@@ -3891,42 +4175,45 @@ var file_stickyd_proto_depIdxs = []int32{
 	44, // 21: stickyd.channel.v1.Envelope.grant_commit:type_name -> stickyd.channel.v1.GrantCommit
 	45, // 22: stickyd.channel.v1.Envelope.grant_release:type_name -> stickyd.channel.v1.GrantRelease
 	3,  // 23: stickyd.channel.v1.Envelope.maintenance:type_name -> stickyd.channel.v1.Maintenance
-	4,  // 24: stickyd.channel.v1.Maintenance.backends:type_name -> stickyd.channel.v1.MaintenanceBackend
-	9,  // 25: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
-	11, // 26: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
-	12, // 27: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
-	13, // 28: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
-	14, // 29: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
-	15, // 30: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
-	8,  // 31: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
-	8,  // 32: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
-	0,  // 33: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
-	16, // 34: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
-	46, // 35: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
-	10, // 36: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
-	17, // 37: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
-	19, // 38: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
-	18, // 39: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
-	20, // 40: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
-	24, // 41: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
-	47, // 42: stickyd.channel.v1.ProbeReply.maintenance_waiting:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
-	48, // 43: stickyd.channel.v1.ProbeReply.maintenance_timed_out:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
-	1,  // 44: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
-	34, // 45: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
-	35, // 46: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
-	16, // 47: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
-	49, // 48: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
-	50, // 49: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
-	51, // 50: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
-	52, // 51: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
-	36, // 52: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
-	2,  // 53: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
-	2,  // 54: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
-	54, // [54:55] is the sub-list for method output_type
-	53, // [53:54] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	46, // 24: stickyd.channel.v1.Envelope.gateway_call:type_name -> stickyd.channel.v1.GatewayCall
+	47, // 25: stickyd.channel.v1.Envelope.gateway_reply:type_name -> stickyd.channel.v1.GatewayReply
+	48, // 26: stickyd.channel.v1.Envelope.gateway_chunk:type_name -> stickyd.channel.v1.GatewayChunk
+	4,  // 27: stickyd.channel.v1.Maintenance.backends:type_name -> stickyd.channel.v1.MaintenanceBackend
+	9,  // 28: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
+	11, // 29: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
+	12, // 30: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
+	13, // 31: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
+	14, // 32: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
+	15, // 33: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
+	8,  // 34: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
+	8,  // 35: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
+	0,  // 36: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
+	16, // 37: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
+	49, // 38: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
+	10, // 39: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
+	17, // 40: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
+	19, // 41: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
+	18, // 42: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
+	20, // 43: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
+	24, // 44: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
+	50, // 45: stickyd.channel.v1.ProbeReply.maintenance_waiting:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
+	51, // 46: stickyd.channel.v1.ProbeReply.maintenance_timed_out:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
+	1,  // 47: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
+	34, // 48: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
+	35, // 49: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
+	16, // 50: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
+	52, // 51: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
+	53, // 52: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
+	54, // 53: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
+	55, // 54: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
+	36, // 55: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
+	2,  // 56: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
+	2,  // 57: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
+	57, // [57:58] is the sub-list for method output_type
+	56, // [56:57] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_stickyd_proto_init() }
@@ -3959,6 +4246,9 @@ func file_stickyd_proto_init() {
 		(*Envelope_GrantCommit)(nil),
 		(*Envelope_GrantRelease)(nil),
 		(*Envelope_Maintenance)(nil),
+		(*Envelope_GatewayCall)(nil),
+		(*Envelope_GatewayReply)(nil),
+		(*Envelope_GatewayChunk)(nil),
 	}
 	file_stickyd_proto_msgTypes[5].OneofWrappers = []any{
 		(*Frame_Http)(nil),
@@ -3980,7 +4270,7 @@ func file_stickyd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stickyd_proto_rawDesc), len(file_stickyd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   51,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

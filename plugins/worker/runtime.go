@@ -51,6 +51,8 @@ type runtime struct {
 	// route and message needs (maintenance.go).
 	maint *maintenance
 	needs *Needs
+	// gw routes the chunks of the AI gateway streams (gateway.go).
+	gw gatewayStreams
 
 	frames atomic.Uint64
 	pages  atomic.Int64
@@ -113,6 +115,8 @@ func (rt *runtime) handle(env *protocol.Envelope) {
 		if env.Id != 0 {
 			_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Maintenance{Maintenance: &protocol.Maintenance{}}})
 		}
+	case *protocol.Envelope_GatewayChunk:
+		rt.gw.deliver(b.GatewayChunk)
 	case *protocol.Envelope_Probe:
 		_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_ProbeReply{ProbeReply: rt.probe()}})
 	case *protocol.Envelope_Shutdown:

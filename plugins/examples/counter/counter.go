@@ -106,7 +106,9 @@ var leaked struct {
 
 // Message handles inc, order (an inc of "orders" that needs db-a), note, fill, leak, echo, stall and panic, and for
 // tables: sub (subscribe the page to table), pub (publish a change of table
-// with v), cache (cache v under key, marked with table).
+// with v), cache (cache v under key, marked with table); for the AI
+// gateway: ask (text to model "small", charged to the person) and
+// ask_stream (the same, streamed into the page tree at "answer").
 func (App) Message(ctx context.Context, p *worker.Page, raw json.RawMessage) (any, error) {
 	var m message
 	if err := json.Unmarshal(raw, &m); err != nil {
@@ -187,6 +189,15 @@ func (App) Message(ctx context.Context, p *worker.Page, raw json.RawMessage) (an
 			return nil, err
 		}
 		return g.Token, nil
+	case "ask":
+		// The call holds this person's mailbox until the answer comes.
+		resp, err := p.Gateway().Complete(ctx, askRequest(m.Text))
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"answer": resp.Content, "cost_micros": resp.CostMicros}, nil
+	case "ask_stream":
+		return askStream(ctx, p, m.Text)
 	case "echo":
 		return m.V, nil
 	case "panic":
@@ -245,4 +256,41 @@ func incr(ctx context.Context, key string, paths []string, lease, pause time.Dur
 		return nil, err
 	}
 	return n + 1, nil
+}
+
+// askModel is the gateway's model the ask ops use.
+const askModel = "small"
+
+func askRequest(text string) worker.GatewayRequest {
+	return worker.GatewayRequest{Model: askModel, Messages: []worker.GatewayMessage{{Role: "user", Content: text}}}
+}
+
+// askStream streams the answer to text into the page tree at "answer",
+// one delta per piece, and returns the whole answer with its usage.
+func askStream(ctx context.Context, p *worker.Page, text string) (any, error) {
+	// Leaving early cancels the stream (and ends its goroutine).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, err := p.Gateway().Stream(ctx, askRequest(text))
+	if err != nil {
+		return nil, err
+	}
+	var answer strings.Builder
+	var last worker.GatewayChunk
+	for c := range ch {
+		if c.Err != nil {
+			return nil, c.Err
+		}
+		if c.Delta != "" {
+			answer.WriteString(c.Delta)
+			if err := p.Tree().Set("answer", answer.String()); err != nil {
+				return nil, err
+			}
+		}
+		last = c
+	}
+	if !last.Done {
+		return nil, errors.New("ask_stream: the stream ended without its last piece")
+	}
+	return map[string]any{"answer": answer.String(), "output_tokens": last.Usage.Output}, nil
 }
