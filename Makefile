@@ -5,7 +5,7 @@ VERSION ?= 0.1.0-dev
 LDFLAGS := -X github.com/stickyd/stickyd/internal/command.Version=$(VERSION)
 ADDR    ?= 127.0.0.1:8080
 
-.PHONY: all build run run-subprocess deps test test-deploy lint unit bench proto tools clean
+.PHONY: all build run run-subprocess deps test test-deploy lint unit bench proto tools fuzz clean
 
 all: build
 
@@ -35,6 +35,23 @@ deps:
 test: deps tools lint
 	STICKYD_REQUIRE_AGENTS=1 $(GO) test -race -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -timeout 10m -run TestMovesUnderLoad ./test/e2e/
+	$(MAKE) fuzz FUZZTIME=3s
+
+## fuzz: every fuzz target of a decoder that takes outside input, for
+## FUZZTIME each (make fuzz FUZZTIME=10m for a long run).
+FUZZTIME ?= 30s
+FUZZ_TARGETS = \
+	./internal/front:FuzzCookieVerify ./internal/front:FuzzOp \
+	./internal/agent:FuzzParseConfig ./internal/bundle:FuzzVerify \
+	./internal/store:FuzzOps ./internal/store:FuzzUnmarshal \
+	./plugins/worker:FuzzDecodeTree ./plugins/worker:FuzzPackage \
+	./internal/gateway/provider/openai:FuzzStream ./internal/gateway/provider/anthropic:FuzzStream
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
 
 ## test-deploy: the deployment suite alone (real Consul and Nomad agents,
 ## jobs/stickyd.nomad, groups as Nomad jobs, Consul KV, CLI promotion).
