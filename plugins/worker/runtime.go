@@ -53,6 +53,11 @@ type runtime struct {
 	needs *Needs
 	// gw routes the chunks of the AI gateway streams (gateway.go).
 	gw gatewayStreams
+	// site runs the HTTP requests of a Site on a pool of their own
+	// (sitepool.go); nil for other Apps, whose requests run in the mailbox.
+	site *sitePool
+	// maxBody bounds a response body the recorder buffers (http.go).
+	maxBody int64
 
 	frames atomic.Uint64
 	pages  atomic.Int64
@@ -97,6 +102,11 @@ func (rt *runtime) handle(env *protocol.Envelope) {
 		}
 		rt.enqueue(f.User, env)
 	case *protocol.Envelope_Freeze:
+		if rt.site != nil {
+			// The freeze waits for the person's frames queued before it:
+			// their site requests go ahead of the pool's queue.
+			rt.site.expedite(b.Freeze.User)
+		}
 		rt.enqueue(b.Freeze.User, env)
 	case *protocol.Envelope_Thaw:
 		rt.enqueue(b.Thaw.User, env)
@@ -185,6 +195,9 @@ func (rt *runtime) runEnvelope(user string, env *protocol.Envelope) {
 	case *protocol.Envelope_Frame:
 		rt.runFrame(env)
 	case *protocol.Envelope_Freeze:
+		if rt.site != nil {
+			defer rt.site.settle(b.Freeze.User)
+		}
 		fz, err := rt.freeze(b.Freeze)
 		if err != nil {
 			_ = rt.peer.ReplyError(env.Id, protocol.Error_INTERNAL, err.Error())
@@ -213,7 +226,11 @@ func (rt *runtime) runEnvelope(user string, env *protocol.Envelope) {
 func (rt *runtime) runFrame(env *protocol.Envelope) {
 	defer func() {
 		if r := recover(); r != nil {
-			rt.log.Error("app panicked", "panic", r, "stack", string(debug.Stack()))
+			value, stack := r, debug.Stack()
+			if hp, ok := r.(*handlerPanic); ok {
+				value, stack = hp.value, hp.stack // a Site's handler, on the pool
+			}
+			rt.log.Error("app panicked", "panic", value, "stack", string(stack))
 			_ = rt.peer.ReplyError(env.Id, protocol.Error_INTERNAL, fmt.Sprintf("application error: %v", r))
 		}
 	}()
@@ -236,9 +253,16 @@ func (rt *runtime) send(id uint64, r *protocol.FrameReply) {
 
 type badRequest struct{ error }
 
+// unavailable refuses a frame that did not run and may be sent again soon
+// (the site's pool is full): HTTP 503 with Retry-After at the front.
+type unavailable struct{ error }
+
 func errCode(err error) protocol.Error_Code {
 	if _, ok := err.(badRequest); ok {
 		return protocol.Error_BAD_REQUEST
+	}
+	if _, ok := err.(unavailable); ok {
+		return protocol.Error_UNAVAILABLE
 	}
 	if _, ok := err.(*movedError); ok {
 		return protocol.Error_MOVED
@@ -527,6 +551,10 @@ func (rt *runtime) probe() *protocol.ProbeReply {
 		u.mu.Lock()
 		depth += int64(len(u.queue))
 		u.mu.Unlock()
+	}
+	if rt.site != nil {
+		// A site request waiting for the pool is a frame waiting too.
+		depth += int64(rt.site.waiting())
 	}
 	cpu, rss := usage()
 	perUser, left := rt.usageLocked()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,26 +51,38 @@ type host struct {
 	t    *testing.T
 	peer *channel.Peer
 	done chan struct{}
+	// stop stops the worker and waits for it; idempotent.
+	stop func()
 }
 
 func startWorker(t *testing.T) *host {
+	t.Helper()
+	return startApp(t, testApp{}, "w1")
+}
+
+// startApp serves app as the worker named id; the test's end stops it.
+func startApp(t *testing.T, app App, id string) *host {
 	t.Helper()
 	h, w := channel.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = ServeConn(ctx, testApp{}, Options{Name: "test"}, w)
+		_ = ServeConn(ctx, app, Options{Name: "test"}, w)
 	}()
-	if _, err := channel.Accept(t.Context(), h, &protocol.HelloAck{WorkerId: "w1"}); err != nil {
+	if _, err := channel.Accept(t.Context(), h, &protocol.HelloAck{WorkerId: id}); err != nil {
 		t.Fatal(err)
 	}
 	hs := &host{t: t, peer: channel.NewPeer(h, nil), done: done}
-	t.Cleanup(func() {
-		cancel()
-		hs.peer.Close()
-		<-done
-	})
+	var once sync.Once
+	hs.stop = func() {
+		once.Do(func() {
+			cancel()
+			hs.peer.Close()
+			<-done
+		})
+	}
+	t.Cleanup(hs.stop)
 	return hs
 }
 

@@ -81,9 +81,14 @@ func serveConn(ctx context.Context, app App, opts Options, c channel.Conn, hello
 		epochs:   map[string]uint64{},
 		frozen:   map[string]bool{},
 		maint:    newMaintenance(),
+		maxBody:  maxSiteBody,
 	}
 	if d, ok := app.(Dependent); ok {
 		rt.needs = d.Needs()
+	}
+	if p, ok := app.(pooled); ok {
+		o := p.siteOptions()
+		rt.site, rt.maxBody = newSitePool(o.Workers, o.QueueMax), o.MaxBodyBytes
 	}
 	rt.peer = channel.NewIdlePeer(c, rt.handle)
 	rt.peer.Listen()
@@ -93,6 +98,10 @@ func serveConn(ctx context.Context, app App, opts Options, c channel.Conn, hello
 		rt.peer.Close()
 	}
 	cancel()
+	if rt.site != nil {
+		// Before the mailboxes: those waiting for the pool are let go.
+		rt.site.close()
+	}
 	rt.wg.Wait()
 	return nil
 }

@@ -46,6 +46,9 @@ func TestMain(m *testing.M) {
 		}
 		worker.Serve(demo.NewRelease(r), worker.Options{Name: "demo", Version: os.Getenv(workerEnv)})
 		os.Exit(0)
+	case "site":
+		worker.Serve(siteApp(), worker.Options{Name: "site", Version: "1"})
+		os.Exit(0)
 	}
 	if os.Getenv(agentEnv) == "1" {
 		// Re-executed as a real stickyd agent process (its workers, started
@@ -78,6 +81,19 @@ func withFreezeTimeout(d string) option {
 	return func(c *agent.Config) { c.Move = &agent.MoveConfig{FreezeTimeout: d} }
 }
 
+// withApp makes the group's workers serve the named application of this
+// binary ("counter", the default, or "site") in either mode.
+func withApp(name string) option {
+	return func(c *agent.Config) {
+		g := c.Groups[0]
+		if g.Plugin != nil {
+			g.Plugin.Env[workerEnv] = name
+		} else {
+			g.Builtin = name
+		}
+	}
+}
+
 func startAgentWith(t *testing.T, mode string, workers int, opts ...option) *agent.Agent {
 	t.Helper()
 	g := &agent.GroupConfig{Name: "web", Workers: workers}
@@ -105,7 +121,11 @@ func startAgentWith(t *testing.T, mode string, workers int, opts ...option) *age
 		o(cfg)
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Warn, Output: testWriter{t}})
-	a, err := agent.New(cfg, map[string]agent.Builtin{"counter": worker.InProcess(counter.New(), worker.Options{Name: "counter", Version: "1", Logger: log.Named("worker")})}, log)
+	builtins := map[string]agent.Builtin{
+		"counter": worker.InProcess(counter.New(), worker.Options{Name: "counter", Version: "1", Logger: log.Named("worker")}),
+		"site":    worker.InProcess(siteApp(), worker.Options{Name: "site", Version: "1", Logger: log.Named("worker")}),
+	}
+	a, err := agent.New(cfg, builtins, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,271 @@
+package e2e
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/agent"
+	"github.com/stickyd/stickyd/internal/host"
+	"github.com/stickyd/stickyd/plugins/examples/site"
+	"github.com/stickyd/stickyd/plugins/worker"
+)
+
+// The site's pool in these tests: small, so that a test can fill it.
+const (
+	sitePoolWorkers = 4
+	sitePoolQueue   = 8
+)
+
+// siteApp is the example site as the "site" workers serve it, with one
+// route of the tests' own: POST /e2e/echo answers the request's body.
+func siteApp() worker.App {
+	mux := http.NewServeMux()
+	mux.Handle("/", site.New())
+	mux.HandleFunc("POST /e2e/echo", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		_, _ = io.Copy(w, r.Body)
+	})
+	return worker.Site(mux, worker.SiteOptions{Workers: sitePoolWorkers, QueueMax: sitePoolQueue})
+}
+
+type siteCart struct {
+	Conn, User, Worker string
+	Items              []string
+}
+
+func (b *browser) cart() siteCart {
+	b.t.Helper()
+	code, body := b.do("GET", "/cart.json")
+	if code != 200 {
+		b.t.Fatalf("cart: %d %s", code, body)
+	}
+	var c siteCart
+	if err := json.Unmarshal([]byte(body), &c); err != nil {
+		b.t.Fatalf("cart: %v: %s", err, body)
+	}
+	return c
+}
+
+func (b *browser) post(path, form string) {
+	b.t.Helper()
+	if code, body := b.doForm(path, form); code != http.StatusSeeOther {
+		b.t.Fatalf("POST %s %s: %d %s", path, form, code, body)
+	}
+}
+
+// An unmodified net/http site behind stickyd: each visitor's cookie always
+// reaches the same worker and their cart; a signed-in visitor moved between
+// workers (the admin API) keeps their cart, and the site goes on.
+func TestSiteCartsStickAndMove(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			a := startAgentWith(t, mode, 2, withDataDir(t), withApp("site"))
+			type shopper struct {
+				b     *browser
+				user  string
+				items []string
+				home  string
+			}
+			var shoppers []*shopper
+			for i := range 4 {
+				b := newBrowser(t, a)
+				if code, body := b.do("GET", "/"); code != 200 || !strings.Contains(body, "The cart is empty") {
+					t.Fatalf("first visit: %d %s", code, body)
+				}
+				s := &shopper{b: b, user: fmt.Sprintf("shopper%d", i)}
+				b.post("/login", "user="+s.user)
+				for _, item := range []string{"apple", "pear"} {
+					item = fmt.Sprintf("%s-%d", item, i)
+					b.post("/add", "item="+item)
+					s.items = append(s.items, item)
+				}
+				s.home = b.cart().Worker
+				shoppers = append(shoppers, s)
+			}
+			check := func(s *shopper) {
+				t.Helper()
+				for range 5 {
+					c := s.b.cart()
+					if c.Worker != s.home || c.User != s.user || !slices.Equal(c.Items, s.items) {
+						t.Fatalf("%s (at home on %s) got %+v, want items %v", s.user, s.home, c, s.items)
+					}
+				}
+				code, page := s.b.do("GET", "/")
+				if code != 200 || !strings.Contains(page, "<li>"+s.items[len(s.items)-1]+"</li>") || !strings.Contains(page, s.user) {
+					t.Fatalf("%s's page: %d %s", s.user, code, page)
+				}
+			}
+			homes := map[string]bool{}
+			for _, s := range shoppers {
+				check(s)
+				homes[s.home] = true
+			}
+			if len(homes) != 2 {
+				t.Fatalf("the shoppers live on %v; placement should have used both workers", homes)
+			}
+			// There and back again: the cart is in the session, which moves.
+			s := shoppers[0]
+			for range 2 {
+				to := otherWorker(a.Pool().Ready(), s.home)
+				code, body := adminCall(t, a, "POST", "/v1/users/"+s.user+"/move", testToken, `{"to":"`+to+`"}`)
+				if code != 200 || !strings.Contains(body, `"outcome":"moved"`) {
+					t.Fatalf("move of %s to %s: %d %s", s.user, to, code, body)
+				}
+				s.home = to
+				check(s)
+				s.b.post("/add", "item=plum")
+				s.items = append(s.items, "plum")
+				check(s)
+			}
+			for _, other := range shoppers[1:] {
+				check(other)
+			}
+		})
+	}
+}
+
+// A body of 8 MiB crosses the front and a subprocess worker's channel both
+// ways.
+func TestSiteBigBodies(t *testing.T) {
+	a := startAgentWith(t, "subprocess", 1, withApp("site"))
+	b := newBrowser(t, a)
+	b.cart()
+	big := make([]byte, 8<<20)
+	_, _ = rand.Read(big)
+	resp, err := b.http.Post(b.base+"/e2e/echo", "application/octet-stream", bytes.NewReader(big))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 || !bytes.Equal(got, big) {
+		t.Fatalf("8 MiB echo: %d, %d bytes back, %v", resp.StatusCode, len(got), err)
+	}
+}
+
+// The point of the site's own pool: while slow requests fill it and its
+// queue (and more are refused, 503 with Retry-After), the worker answers its
+// probes on time — GET /v1/workers shows last_probe advancing every interval
+// and a probe taken while the queue was full — and is never killed for
+// silence.
+func TestSiteProbesOnTimeWhileSaturated(t *testing.T) {
+	const interval = 300 * time.Millisecond
+	a := startAgentWith(t, "subprocess", 1, withApp("site"), func(c *agent.Config) {
+		c.Probe = &agent.ProbeConfig{Interval: interval.String(), Misses: 3}
+	})
+	// Three times what the pool holds, each a person of their own (one
+	// person has at most one request in the pool).
+	var people []*browser
+	for range 3 * (sitePoolWorkers + sitePoolQueue) {
+		b := newBrowser(t, a)
+		b.cart()
+		people = append(people, b)
+	}
+	id := people[0].cart().Worker
+	workerInfo := func() host.WorkerInfo {
+		t.Helper()
+		code, body := adminCall(t, a, "GET", "/v1/workers", testToken, "")
+		var ws []host.WorkerInfo
+		if err := json.Unmarshal([]byte(body), &ws); code != 200 || err != nil {
+			t.Fatalf("GET /v1/workers: %d %v %s", code, err, body)
+		}
+		for _, w := range ws {
+			if w.ID == id {
+				return w
+			}
+		}
+		t.Fatalf("worker %s not listed: %s", id, body)
+		return host.WorkerInfo{}
+	}
+	waitFor(t, 10*time.Second, "a first probe", func() bool { return !workerInfo().LastProbe.IsZero() })
+
+	var served, refused, noRetryAfter atomic.Int64
+	var mu sync.Mutex // guards odd
+	var odd []string
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, b := range people {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := b.http.Get(b.base + "/slow?ms=600")
+				if err != nil {
+					mu.Lock()
+					odd = append(odd, err.Error())
+					mu.Unlock()
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				switch resp.StatusCode {
+				case http.StatusOK:
+					served.Add(1)
+				case http.StatusServiceUnavailable:
+					refused.Add(1)
+					if resp.Header.Get("Retry-After") == "" {
+						noRetryAfter.Add(1)
+					}
+					// Paces the retries of a refused person; not a wait
+					// for anything.
+					time.Sleep(100 * time.Millisecond)
+				default:
+					mu.Lock()
+					odd = append(odd, resp.Status)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+
+	// Watch the worker for a dozen probe intervals.
+	var probes []time.Time
+	var maxStale time.Duration
+	var maxWaiting int64
+	for end := time.Now().Add(12 * interval); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		w := workerInfo()
+		if n := len(probes); n == 0 || w.LastProbe.After(probes[n-1]) {
+			probes = append(probes, w.LastProbe)
+			maxWaiting = max(maxWaiting, w.Mailbox)
+		}
+		maxStale = max(maxStale, time.Since(w.LastProbe))
+	}
+	close(stop)
+	wg.Wait()
+
+	if len(odd) > 0 {
+		t.Fatalf("unexpected answers under load: %v", odd)
+	}
+	if served.Load() == 0 || refused.Load() == 0 || noRetryAfter.Load() != 0 {
+		t.Fatalf("load: %d served, %d refused (%d without Retry-After); want both, all with Retry-After",
+			served.Load(), refused.Load(), noRetryAfter.Load())
+	}
+	if maxWaiting < sitePoolQueue {
+		t.Fatalf("no probe was taken with the pool's queue full (most waiting: %d, queue %d)", maxWaiting, sitePoolQueue)
+	}
+	if maxStale > 3*interval || len(probes) < 8 {
+		t.Fatalf("probes late under load: %d readings in %v, oldest reading %v old (interval %v)",
+			len(probes), 12*interval, maxStale, interval)
+	}
+	w := workerInfo()
+	if w.ProbeFailures != 0 || w.Incarnation != 1 || w.State != host.StateReady || w.HowDied != "" {
+		t.Fatalf("worker after the load: %+v", w)
+	}
+	t.Logf("%d served, %d refused; %d probe readings, oldest %v, most waiting %d",
+		served.Load(), refused.Load(), len(probes), maxStale, maxWaiting)
+}
