@@ -22,11 +22,15 @@ run: build
 run-subprocess: build
 	./$(BIN)/stickyd dev -addr $(ADDR) -plugin ./$(BIN)/demo-worker
 
-## deps: what the tests need beyond Go: Chromium for test/browser (Debian).
+## deps: what the tests need beyond Go (Debian): Chromium for test/browser,
+## and grpcio and protobuf for /usr/bin/python3 (the Python worker's tests).
 deps:
 	@command -v chromium >/dev/null || { \
 		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
 		$$sudo apt-get update && $$sudo apt-get install -y chromium; }
+	@/usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null || { \
+		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get update && $$sudo apt-get install -y python3-grpcio python3-protobuf; }
 
 ## test: set-up (deps, and the real Consul and Nomad agents: tools), format
 ## and vet checks, every test with the race detector (the deployment suite
@@ -79,14 +83,15 @@ bench:
 	$(GO) run ./test/bench/maintenance
 	$(GO) run ./test/bench/gateway
 
-## proto: regenerate the channel protocol and the gateway's gRPC API (protoc
-## from protobuf-compiler).
+## proto: regenerate the channel protocol (Go, and Python for the Python
+## worker) and the gateway's gRPC API (protoc from protobuf-compiler).
 proto:
 	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
 	cd internal/protocol && PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc \
 		--go_out=. --go_opt=paths=source_relative \
 		--go-grpc_out=. --go-grpc_opt=paths=source_relative stickyd.proto
+	protoc -I internal/protocol --python_out=plugins/python/stickyd internal/protocol/stickyd.proto
 	cd internal/gateway/gatewaypb && PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc \
 		--go_out=. --go_opt=paths=source_relative \
 		--go-grpc_out=. --go-grpc_opt=paths=source_relative gateway.proto

@@ -42,6 +42,11 @@ type Config struct {
 	Nomad *NomadConfig `hcl:"nomad,block"`
 	// Gateway is the AI model gateway (docs/gateway.md).
 	Gateway *GatewayConfig `hcl:"gateway,block"`
+	// PythonSDK is the directory holding the stickyd Python package
+	// (plugins/python in a checkout): python3 groups' workers find it on
+	// their PYTHONPATH (docs/python.md). Empty: the package must be
+	// importable already (installed, or in the group's PYTHONPATH).
+	PythonSDK string `hcl:"python_sdk,optional"`
 }
 
 // HostConfig is the host role: the catalog groups this agent runs and, on
@@ -258,8 +263,12 @@ func (c *Config) group(name string) (*GroupConfig, bool) {
 	return nil, false
 }
 
-// PluginConfig names a worker plugin binary.
+// PluginConfig names a worker plugin binary, or with runtime "python3" a
+// WSGI application run by stickyd's Python worker (docs/python.md).
 type PluginConfig struct {
+	// Runtime is "go-plugin" (the default: Command is the worker binary)
+	// or "python3" (Command is the app as MODULE:CALLABLE).
+	Runtime string            `hcl:"runtime,optional"`
 	Command string            `hcl:"command"`
 	Args    []string          `hcl:"args,optional"`
 	Env     map[string]string `hcl:"env,optional"`
@@ -398,6 +407,13 @@ func (c *Config) Finish() error {
 		}
 		if n != 1 {
 			return fmt.Errorf("group %q: set exactly one of a plugin block, builtin or bundle", g.Name)
+		}
+		if p := g.Plugin; p != nil {
+			switch p.Runtime {
+			case "", RuntimeGoPlugin, RuntimePython3:
+			default:
+				return fmt.Errorf("group %q: plugin runtime %q: want %q or %q", g.Name, p.Runtime, RuntimeGoPlugin, RuntimePython3)
+			}
 		}
 		if g.Bundle != "" {
 			if _, err := bundle.ParseDigest(g.Bundle); err != nil {

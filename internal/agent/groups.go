@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,7 +23,10 @@ const templateDirEnv = "STICKYD_TEMPLATE_DIR"
 
 // recipe is what runs a group's workers, wherever the group was defined.
 type recipe struct {
-	Group   string
+	Group string
+	// Runtime is RuntimePython3 for a WSGI app; otherwise what is set
+	// (builtin, bundle or command) says how the workers run.
+	Runtime string
 	Builtin string
 	Command string
 	Args    []string
@@ -31,9 +35,12 @@ type recipe struct {
 }
 
 // launcher builds the launcher of a recipe: a builtin application in
-// process, or a go-plugin binary (from a bundle, or a command).
+// process, a go-plugin binary (from a bundle, or a command), or a WSGI
+// application in the Python worker.
 func (a *Agent) launcher(r recipe) (host.Launcher, error) {
 	switch {
+	case r.Runtime == RuntimePython3:
+		return a.pythonLauncher(r)
 	case r.Builtin != "":
 		b, ok := a.builtins[r.Builtin]
 		if !ok {
@@ -145,7 +152,7 @@ func (a *Agent) syncGroups(ctx context.Context) {
 }
 
 func (a *Agent) startGroup(ctx context.Context, g *fsm.GroupEntry) error {
-	l, err := a.launcher(recipe{Group: g.Name, Builtin: g.Builtin, Command: g.Command, Args: g.Args, Env: g.Env, Bundle: g.Bundle})
+	l, err := a.launcher(recipe{Group: g.Name, Runtime: g.Runtime, Builtin: g.Builtin, Command: g.Command, Args: g.Args, Env: g.Env, Bundle: g.Bundle})
 	if err != nil {
 		return err
 	}
@@ -241,12 +248,12 @@ func (a *Agent) groupsView() api.GroupsView {
 			Users: a.sup.GroupUsers(e.Name), Default: e.Name == v.Default, Previous: e.Name == cat.Previous})
 	}
 	for _, g := range a.cfg.Groups {
-		e := fsm.GroupEntry{Name: g.Name, Workers: g.Workers, Builtin: g.Builtin, Runtime: "builtin", MemoryMaxMB: g.MemoryMaxMB, Bundle: g.Bundle}
+		e := fsm.GroupEntry{Name: g.Name, Workers: g.Workers, Builtin: g.Builtin, Runtime: RuntimeBuiltin, MemoryMaxMB: g.MemoryMaxMB, Bundle: g.Bundle}
 		switch {
 		case g.Plugin != nil:
-			e.Runtime, e.Command, e.Args = "go-plugin", g.Plugin.Command, g.Plugin.Args
+			e.Runtime, e.Command, e.Args = cmp.Or(g.Plugin.Runtime, RuntimeGoPlugin), g.Plugin.Command, g.Plugin.Args
 		case g.Bundle != "":
-			e.Runtime = "go-plugin"
+			e.Runtime = RuntimeGoPlugin
 		}
 		add(e, "config")
 	}

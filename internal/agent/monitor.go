@@ -73,13 +73,34 @@ func (a *Agent) staleAfter() time.Duration {
 	return 3 * d
 }
 
+// groupRuntime is what runs a group's workers, from the catalog or this
+// agent's configuration.
+func (a *Agent) groupRuntime(group string) string {
+	if g, ok := a.fsm.Catalog().Groups[group]; ok && g.Runtime != "" {
+		return g.Runtime
+	}
+	for _, g := range a.cfg.Groups {
+		if g.Name != group {
+			continue
+		}
+		switch {
+		case g.Builtin != "":
+			return RuntimeBuiltin
+		case g.Plugin != nil && g.Plugin.Runtime != "":
+			return g.Plugin.Runtime
+		}
+		return RuntimeGoPlugin
+	}
+	return ""
+}
+
 // localMonitor describes this agent's workers and the people on them.
 func (a *Agent) localMonitor() LocalMonitor {
 	out := LocalMonitor{Agent: a.cfg.Name, Usage: map[string]monitor.Person{}}
 	stale := a.staleAfter()
 	now := time.Now()
 	for _, w := range append(a.pool.Workers(), a.pool.Retired()...) {
-		mw := monitor.Worker{ID: w.ID, Agent: a.cfg.Name, Group: w.Group, State: w.State, Cordoned: w.Cordoned, Pid: w.Pid,
+		mw := monitor.Worker{ID: w.ID, Agent: a.cfg.Name, Group: w.Group, Runtime: a.groupRuntime(w.Group), State: w.State, Cordoned: w.Cordoned, Pid: w.Pid,
 			Incarnation: w.Incarnation, Born: w.Born, DiedAt: w.DiedAt, HowDied: w.HowDied, AppVersion: w.AppVersion,
 			LastProbe: w.LastProbe, Users: w.Users, Conns: w.Conns, Pages: w.Pages, HeapBytes: w.HeapBytes, RSSBytes: w.RSSBytes,
 			CPUSeconds: w.CPUSeconds, Goroutines: w.Goroutines, Mailbox: w.Mailbox, Frames: w.Frames, ProbeFailures: w.ProbeFailures,

@@ -172,7 +172,8 @@ func parallelParam(r *http.Request) (int, error) {
 }
 
 // GroupRequest is the body of PUT /v1/groups/{group}: exactly one of Bundle,
-// Command and Builtin.
+// Command and Builtin. With Runtime "python3", Command is a WSGI application
+// as MODULE:CALLABLE, run by stickyd's Python worker.
 type GroupRequest struct {
 	Runtime     string            `json:"runtime,omitempty"`
 	Bundle      string            `json:"bundle,omitempty"`
@@ -208,8 +209,11 @@ func (a *server) putGroup(w http.ResponseWriter, r *http.Request) error {
 		req.Runtime = "builtin"
 	case req.Runtime == "":
 		req.Runtime = "go-plugin"
-	case req.Runtime != "go-plugin" && req.Runtime != "builtin":
-		return &Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("runtime %q: this agent runs \"go-plugin\" and \"builtin\"", req.Runtime)}
+	case req.Runtime == "python3" && req.Command == "":
+		// The Python worker hosts a WSGI app: command names it.
+		return &Error{Status: http.StatusBadRequest, Message: "runtime \"python3\": give \"command\", the WSGI application as MODULE:CALLABLE"}
+	case req.Runtime != "go-plugin" && req.Runtime != "builtin" && req.Runtime != "python3":
+		return &Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("runtime %q: this agent runs \"go-plugin\", \"builtin\" and \"python3\"", req.Runtime)}
 	}
 	if req.Workers == 0 {
 		req.Workers = 1

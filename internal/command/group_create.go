@@ -34,6 +34,9 @@ Options:
                      (instead of -bundle). Repeat -arg for its arguments
                      and -env KEY=VALUE for its environment.
   -builtin=NAME      An application compiled into stickyd (e.g. demo).
+  -runtime=python3   -command is then a WSGI application as MODULE:CALLABLE,
+                     run by stickyd's Python worker (set PYTHONPATH with
+                     -env to where it lives; see docs/python.md).
   -workers=N         Workers per agent, 1 to 64. Default 1.
   -memory-max-mb=N   A worker's hard memory ceiling (0: none).
   -governance=FILE   The group's governance block, as JSON with the HCL
@@ -53,6 +56,7 @@ func (c *GroupCreateCommand) Run(args []string) int {
 	fs.Var(&argList, "arg", "")
 	fs.Var(&env, "env", "")
 	fs.StringVar(&req.Builtin, "builtin", "", "")
+	fs.StringVar(&req.Runtime, "runtime", "", "")
 	fs.IntVar(&req.Workers, "workers", 1, "")
 	fs.IntVar(&req.MemoryMaxMB, "memory-max-mb", 0, "")
 	fs.StringVar(&govFile, "governance", "", "")

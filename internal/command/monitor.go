@@ -106,11 +106,11 @@ func formatView(v monitor.View, people int) string {
 		if w.Cordoned {
 			state += ",cordoned"
 		}
-		rows = append(rows, []string{w.ID, w.Group, state, strconv.FormatInt(w.Users, 10), strconv.FormatInt(w.Conns, 10),
+		rows = append(rows, []string{w.ID, w.Group, orDash(w.Runtime), state, strconv.FormatInt(w.Users, 10), strconv.FormatInt(w.Conns, 10),
 			strconv.FormatInt(w.Pages, 10), formatBytes(int(w.HeapBytes)), formatBytes(int(w.RSSBytes)),
 			fmt.Sprintf("%.1fs", w.CPUSeconds), saturation(w.Saturation)})
 	}
-	b.WriteString("\n" + formatTable([]string{"WORKER", "GROUP", "STATE", "USERS", "CONNS", "PAGES", "HEAP", "RSS", "CPU", "SATURATION"}, rows))
+	b.WriteString("\n" + formatTable([]string{"WORKER", "GROUP", "RUNTIME", "STATE", "USERS", "CONNS", "PAGES", "HEAP", "RSS", "CPU", "SATURATION"}, rows))
 	if people > 0 && len(v.People) > 0 {
 		ps := append([]monitor.Person(nil), v.People...)
 		sort.SliceStable(ps, func(i, j int) bool { return ps[i].BusySeconds > ps[j].BusySeconds })

@@ -75,6 +75,12 @@ func (f *Front) serveSite(w http.ResponseWriter, r *http.Request) error {
 		if hopHeaders[hv.Name] {
 			continue
 		}
+		if http.CanonicalHeaderKey(hv.Name) == "Set-Cookie" {
+			// The front's own connection cookie is already set: the
+			// site's cookies go beside it, never over it.
+			h[hv.Name] = append(h[hv.Name], hv.Values...)
+			continue
+		}
 		h[hv.Name] = hv.Values
 	}
 	status := int(resp.Status)

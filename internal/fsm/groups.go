@@ -16,7 +16,9 @@ import (
 type GroupEntry struct {
 	Name string `json:"name"`
 	// Runtime is what runs the workers: "go-plugin" (Bundle's entry point
-	// or Command) or "builtin" (an application compiled into stickyd).
+	// or Command), "builtin" (an application compiled into stickyd) or
+	// "python3" (Command is a WSGI application, MODULE:CALLABLE, run by
+	// stickyd's Python worker).
 	Runtime string `json:"runtime"`
 	// Bundle is the digest of the application bundle ("sha256:…").
 	Bundle  string   `json:"bundle,omitempty"`

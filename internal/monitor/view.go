@@ -63,6 +63,9 @@ type Worker struct {
 	ID    string `json:"id"`
 	Agent string `json:"agent"`
 	Group string `json:"group"`
+	// Runtime is what runs the group's workers: "go-plugin", "builtin" or
+	// "python3".
+	Runtime string `json:"runtime,omitempty"`
 	// State is the lifecycle state, or StateUnreachable.
 	State       string    `json:"state"`
 	Cordoned    bool      `json:"cordoned,omitempty"`

@@ -80,7 +80,7 @@ func (r *groupResource) Schema(_ context.Context, _ resource.SchemaRequest, resp
 				PlanModifiers: replace,
 			},
 			"runtime": schema.StringAttribute{
-				Description: "What runs the workers: \"go-plugin\" (bundle or command) or \"builtin\". Default from the recipe.",
+				Description: "What runs the workers: \"go-plugin\" (bundle or command), \"builtin\" or \"python3\" (command is a WSGI app, MODULE:CALLABLE). Default from the recipe.",
 				Optional:    true,
 				Computed:    true,
 				PlanModifiers: []planmodifier.String{
@@ -151,9 +151,9 @@ func (r *groupResource) ValidateConfig(ctx context.Context, req resource.Validat
 	if n, unknown := setCount(m.Bundle, m.Command, m.Builtin); !unknown && n != 1 {
 		resp.Diagnostics.AddError("Invalid group recipe", "Give exactly one of \"bundle\", \"command\" and \"builtin\".")
 	}
-	if v := m.Runtime; !v.IsUnknown() && !v.IsNull() && v.ValueString() != "go-plugin" && v.ValueString() != "builtin" {
+	if v := m.Runtime; !v.IsUnknown() && !v.IsNull() && v.ValueString() != "go-plugin" && v.ValueString() != "builtin" && v.ValueString() != "python3" {
 		resp.Diagnostics.AddAttributeError(path.Root("runtime"), "Invalid runtime",
-			fmt.Sprintf("Runtime %q: stickyd runs \"go-plugin\" and \"builtin\".", v.ValueString()))
+			fmt.Sprintf("Runtime %q: stickyd runs \"go-plugin\", \"builtin\" and \"python3\".", v.ValueString()))
 	}
 	if v := m.Workers; !v.IsUnknown() && !v.IsNull() && (v.ValueInt64() < 1 || v.ValueInt64() > 64) {
 		resp.Diagnostics.AddAttributeError(path.Root("workers"), "Invalid workers", fmt.Sprintf("workers = %d: want 1 to 64.", v.ValueInt64()))

@@ -349,7 +349,7 @@
     setText(c.state, w.state || "?");
     c.state.className = `state state-${w.state || "unknown"}`;
     c.cordoned.hidden = !w.cordoned;
-    setText(c.sub, [w.group && `group ${w.group}`, w.agent && `agent ${w.agent}`].filter(Boolean).join(" · "));
+    setText(c.sub, [w.group && `group ${w.group}`, w.runtime && w.runtime, w.agent && `agent ${w.agent}`].filter(Boolean).join(" · "));
 
     const born = when(w.born), died = when(w.died_at), probe = when(w.last_probe);
     const fact = (k, text) => {

@@ -49,6 +49,11 @@ func (App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path == "/":
 		fmt.Fprintf(w, "counter: connection %s on %s\n", s.Conn(), s.WorkerID())
+	case r.URL.Path == "/setcookie":
+		// A site's own cookie, set on whatever response (a new
+		// connection's first one included): it goes beside the front's.
+		http.SetCookie(w, &http.Cookie{Name: "site_pref", Value: "dark", Path: "/"})
+		fmt.Fprintln(w, s.Conn())
 	case r.URL.Path == "/orders":
 		fmt.Fprintf(w, "orders: connection %s on %s\n", s.Conn(), s.WorkerID())
 	case r.URL.Path == "/whoami":

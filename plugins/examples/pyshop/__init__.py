@@ -1,0 +1,1 @@
+"""pyshop: a plain WSGI shop hosted by stickyd's Python runtime (app.py)."""

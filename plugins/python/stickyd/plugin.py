@@ -1,0 +1,223 @@
+"""The go-plugin glue: what a stickyd host (internal/host.PluginLauncher,
+hashicorp/go-plugin with AllowedProtocols grpc) needs from a worker
+process, in Python.
+
+1. The magic cookie: the host sets STICKYD_WORKER_PLUGIN; run by hand, the
+   worker explains itself and exits.
+2. A gRPC server on 127.0.0.1 and one line on stdout,
+   CORE|APP|NETWORK|ADDRESS|PROTOCOL = "1|1|tcp|127.0.0.1:PORT|grpc": core
+   protocol 1 is go-plugin's; app protocol 1 is the host's
+   channel.Handshake.ProtocolVersion (it must be among the versions the host
+   offers in PLUGIN_PROTOCOL_VERSIONS).
+3. The services the host calls: grpc.health.v1.Health/Check ("plugin" is
+   SERVING), plugin.GRPCController/Shutdown, and stickyd's
+   stickyd.channel.v1.Worker/Channel, the one stream of Envelopes. The
+   broker and stdio services go-plugin also tries are absent: the host
+   tolerates that (Unimplemented).
+
+The process ends with its channel: when the host closes it, says Shutdown,
+or calls the controller's Shutdown, or when the host process is gone. stdin
+is not watched: go-plugin gives the worker the host's own stdin (often
+/dev/null), not a pipe it closes.
+"""
+
+import datetime
+import json
+import os
+import queue
+import signal
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+
+from . import stickyd_pb2 as pb
+
+MAGIC_COOKIE_KEY = "STICKYD_WORKER_PLUGIN"
+MAGIC_COOKIE_VALUE = "3f1c0b1e-stickyd-worker"
+CORE_PROTOCOL = 1
+APP_PROTOCOL = 1
+PROTOCOL_VERSION = 1  # internal/protocol.Version: the channel's
+MAX_ENVELOPE = 512 << 20  # channel.MaxEnvelopeBytes
+
+# grpc.health.v1 by hand: HealthCheckRequest{string service = 1} and
+# HealthCheckResponse{ServingStatus status = 1}, SERVING = 1.
+_SERVING = b"\x08\x01"
+
+
+def _health_service(raw):
+    """The service name of an encoded HealthCheckRequest ("" when absent)."""
+    if len(raw) >= 2 and raw[0] == 0x0A:
+        n, i, shift = 0, 1, 0
+        while i < len(raw):
+            c = raw[i]
+            n |= (c & 0x7F) << shift
+            i += 1
+            if c < 0x80:
+                break
+            shift += 7
+        return bytes(raw[i:i + n]).decode("utf-8", "replace")
+    return ""
+
+
+class Log:
+    """hclog's JSON lines on stderr: go-plugin turns each into a host log
+    line of the same level."""
+
+    def __init__(self):
+        self._mu = threading.Lock()  # one line at a time
+
+    def _write(self, level, msg, kv):
+        entry = {"@level": level, "@message": msg,
+                 "@timestamp": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f") + "Z"}
+        entry.update(kv)
+        line = json.dumps(entry, default=str)
+        with self._mu:
+            sys.__stderr__.write(line + "\n")
+            sys.__stderr__.flush()
+
+    def debug(self, msg, **kv):
+        self._write("debug", msg, kv)
+
+    def info(self, msg, **kv):
+        self._write("info", msg, kv)
+
+    def warn(self, msg, **kv):
+        self._write("warn", msg, kv)
+
+    def error(self, msg, **kv):
+        self._write("error", msg, kv)
+
+
+class _Channel:
+    """The one Channel stream: Hello first, the HelloAck, then every
+    envelope to the runtime in arrival order. Sends from any thread go
+    through a queue that the stream's response iterator drains."""
+
+    def __init__(self, make_runtime, hello, log, done):
+        self._make_runtime = make_runtime
+        self._hello = hello
+        self._log = log
+        self._done = done
+        self._out = queue.Queue()
+        self._used = threading.Lock()
+        self._closed = threading.Event()
+
+    def send(self, env):
+        if not self._closed.is_set():
+            self._out.put(env)
+
+    def close(self):
+        if not self._closed.is_set():
+            self._closed.set()
+            self._out.put(None)
+
+    def serve(self, requests, context):
+        if not self._used.acquire(blocking=False):
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this worker already has its channel")
+        context.add_callback(self._done.set)
+        self._out.put(pb.Envelope(id=1, hello=self._hello))
+        threading.Thread(target=self._read, args=(requests,), name="stickyd-channel-reader", daemon=True).start()
+        while True:
+            env = self._out.get()
+            if env is None:
+                return
+            yield env
+
+    def _read(self, requests):
+        rt = None
+        try:
+            first = next(requests)
+            if first.WhichOneof("body") == "error":
+                self._log.error("the host refused this worker", message=first.error.message)
+                return
+            if first.WhichOneof("body") != "hello_ack":
+                self._log.error("the host answered hello with %s" % first.WhichOneof("body"))
+                return
+            rt = self._make_runtime(self.send, self.close)
+            rt.worker_id = first.hello_ack.worker_id
+            self._log.info("worker ready", worker=rt.worker_id, group=first.hello_ack.group)
+            for env in requests:
+                rt.handle(env)
+        except grpc.RpcError:
+            pass  # the host closed the stream
+        except StopIteration:
+            pass
+        except Exception as e:  # a bug here ends the worker: say why
+            self._log.error("channel reader failed", error=repr(e))
+        finally:
+            if rt is not None:
+                rt.close()
+            self.close()
+            self._done.set()
+
+
+def check_host():
+    """Exits, saying why, unless a go-plugin host that speaks this worker's
+    plugin protocol started the process."""
+    if os.environ.get(MAGIC_COOKIE_KEY) != MAGIC_COOKIE_VALUE:
+        sys.stderr.write("This is a stickyd worker: a stickyd host starts it (a group with runtime python3).\n"
+                         "It is not meant to be run by hand.\n")
+        sys.exit(1)
+    offered = [v.strip() for v in os.environ.get("PLUGIN_PROTOCOL_VERSIONS", str(APP_PROTOCOL)).split(",")]
+    if str(APP_PROTOCOL) not in offered:
+        sys.stderr.write("the host offers plugin protocols %s; this worker speaks %d\n" % (",".join(offered), APP_PROTOCOL))
+        sys.exit(1)
+
+
+def serve(make_runtime, hello, log, handshake):
+    """Serves one worker as a go-plugin plugin until its channel ends, then
+    exits the process. make_runtime(send, close) builds the runtime once the
+    host has accepted the Hello; handshake is the file go-plugin reads the
+    handshake line from (the process's original stdout)."""
+    # A Ctrl-C in the terminal reaches the whole process group: the host
+    # decides when its workers stop (go-plugin's servers ignore it too).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    done = threading.Event()
+    ch = _Channel(make_runtime, hello, log, done)
+
+    def check(raw, context):
+        if _health_service(raw) in ("", "plugin"):
+            return _SERVING
+        context.abort(grpc.StatusCode.NOT_FOUND, "unknown service")
+
+    def shutdown(raw, context):
+        ch.close()
+        done.set()
+        return b""
+
+    ident = lambda b: b  # noqa: E731 (messages encoded by hand)
+    handlers = [
+        grpc.method_handlers_generic_handler("stickyd.channel.v1.Worker", {
+            "Channel": grpc.stream_stream_rpc_method_handler(
+                ch.serve, request_deserializer=pb.Envelope.FromString,
+                response_serializer=pb.Envelope.SerializeToString),
+        }),
+        grpc.method_handlers_generic_handler("grpc.health.v1.Health", {
+            "Check": grpc.unary_unary_rpc_method_handler(check, request_deserializer=ident, response_serializer=ident),
+        }),
+        grpc.method_handlers_generic_handler("plugin.GRPCController", {
+            "Shutdown": grpc.unary_unary_rpc_method_handler(shutdown, request_deserializer=ident, response_serializer=ident),
+        }),
+    ]
+    server = grpc.server(ThreadPoolExecutor(max_workers=4, thread_name_prefix="stickyd-grpc"), handlers=handlers,
+                         options=[("grpc.max_receive_message_length", MAX_ENVELOPE),
+                                  ("grpc.max_send_message_length", MAX_ENVELOPE)])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    handshake.write("%d|%d|tcp|127.0.0.1:%d|grpc\n" % (CORE_PROTOCOL, APP_PROTOCOL, port))
+    handshake.flush()
+    # Pdeathsig (Linux) kills a worker whose host died; elsewhere, notice
+    # that the parent changed.
+    parent = os.getppid()
+    while not done.wait(1.0):
+        if os.getppid() != parent:
+            log.warn("the host is gone; stopping")
+            break
+    server.stop(grace=1).wait(2)
+    sys.__stderr__.flush()
+    # One channel per process: when the host is done with it, so is the
+    # worker (threads still running an app call are not waited for).
+    os._exit(0)

@@ -1,0 +1,613 @@
+"""The worker: its people and their mailboxes, on one channel. The same
+contract as the Go SDK (plugins/worker/runtime.go, move.go):
+
+* Frames of one person run one at a time, in arrival order, in that
+  person's mailbox, on the app's thread pool (never on the channel's
+  reader). A new connection's first request runs beside the mailboxes: it
+  has no state yet to order against.
+* Every frame carries the person's epoch: one older than the worker knows,
+  or any frame of a frozen person, is refused with MOVED (it never ran).
+* Freeze runs in the mailbox after what was queued before it and hands the
+  person over as a UserPackage (the protobuf every SDK reads); Wake installs
+  one; Thaw undoes a freeze whose move rolled back; Evict forgets a person
+  whose move committed.
+* The version rule: a woken page whose kind this build does not know, or
+  whose schema version is outside [oldest, version], restarts clean with a
+  notice instead of being guessed at.
+"""
+
+import collections
+import json
+import os
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+
+from . import stickyd_pb2 as pb
+from . import wsgi
+from .collector import Scheduler
+from .session import ANONYMOUS_PREFIX, Page, Session, _Serving, random_name
+
+PACKAGE_FORMAT = 1  # the UserPackage format this SDK writes and reads
+MAX_PULL_WAIT = 60.0
+
+NOTICE_LOST = "This page restarted clean: the worker that held its state is gone."
+NOTICE_CHANGED = "This page was reset because the application changed."
+
+
+class Refused(Exception):
+    """Raised by a page's message handler (or open_page) to refuse: the
+    page is shown the message. Any other exception is an application error."""
+
+
+class _Bad(Exception):
+    code = pb.Error.BAD_REQUEST
+
+
+class _Moved(Exception):
+    code = pb.Error.MOVED
+
+    def __init__(self, user, epoch):
+        super().__init__("user %r has moved (epoch %d here)" % (user, epoch))
+
+
+class Hooks:
+    """What the app provides besides its WSGI callable, all optional:
+    open_page(page), message(page, msg) -> answer, close_page(page), and
+    schemas {kind: version | (version, oldest)}."""
+
+    def __init__(self, open_page=None, message=None, close_page=None, schemas=None):
+        self.open_page = open_page
+        self.message = message
+        self.close_page = close_page
+        self.schemas = schemas
+
+    def schema(self, kind):
+        """(version, oldest, known) for a page kind; a bare version reads
+        only itself."""
+        if self.schemas is None:
+            return 0, 0, True
+        v = self.schemas.get(kind)
+        if v is None:
+            return 0, 0, False
+        if isinstance(v, (tuple, list)):
+            return int(v[0]), int(v[1]), True
+        return int(v), int(v), True
+
+
+class _Account:
+    __slots__ = ("busy", "frames", "state_bytes")
+
+    def __init__(self):
+        self.busy = 0.0
+        self.frames = 0
+        self.state_bytes = 0
+
+
+class _User:
+    __slots__ = ("key", "queue", "running")
+
+    def __init__(self, key):
+        self.key = key
+        self.queue = collections.deque()
+        self.running = False
+
+
+def _user_of(key):
+    return "" if key.startswith(ANONYMOUS_PREFIX) else key
+
+
+class Runtime:
+    """One worker. send(envelope) writes on the channel (any thread);
+    on_shutdown() is called when the host says Shutdown."""
+
+    def __init__(self, app, hooks, send, log, name="", version="", threads=8, on_shutdown=None):
+        self.app = app
+        self.hooks = hooks
+        self.name = name
+        self.version = version
+        self.worker_id = ""
+        self._send = send
+        self._log = log
+        self._on_shutdown = on_shutdown
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stickyd-app")
+        self._sched = Scheduler()
+        self._mu = threading.Lock()  # guards everything below
+        self._users = {}  # user key -> _User, while their mailbox has work
+        self._conns = {}  # connection name -> Session
+        self._by_user = {}  # user key -> set of Session
+        self._epochs = {}  # newest epoch seen per user key
+        self._frozen = set()  # users handed over by a Freeze
+        self._pages = 0
+        self._frames = 0
+        # What each person consumed here since they arrived, for the probes
+        # (the supervisor tells who is heavy on a saturated worker): the
+        # accounts changed since the last probe, and who left.
+        self._accounts = {}  # user key -> _Account, while they have a connection
+        self._dirty = set()
+        self._left = []
+
+    # -- the channel --------------------------------------------------------
+
+    def handle(self, env):
+        """Routes one envelope from the host without blocking: called by the
+        channel's reader, in arrival order."""
+        body = env.WhichOneof("body")
+        if body == "frame":
+            with self._mu:
+                self._frames += 1
+            if not env.frame.conn:
+                self._submit(self._run_frame, env)
+            else:
+                self._enqueue(env.frame.user, env)
+        elif body == "freeze":
+            self._enqueue(env.freeze.user, env)
+        elif body == "thaw":
+            self._enqueue(env.thaw.user, env)
+        elif body == "wake":
+            self._enqueue(env.wake.user, env)
+        elif body == "evict":
+            self._evict(env.evict.user)
+            self._reply(env.id, evict=pb.Evict())
+        elif body == "table_change":
+            if env.id:  # this SDK's pages subscribe to no table
+                self._reply(env.id, table_change=pb.TableChange())
+        elif body == "maintenance":
+            if env.id:  # this SDK's requests declare no backend needs
+                self._reply(env.id, maintenance=pb.Maintenance())
+        elif body == "probe":
+            self._reply(env.id, probe_reply=self._probe())
+        elif body == "shutdown":
+            self._log.info("shutting down", reason=env.shutdown.reason)
+            self._reply(env.id, shutdown=pb.Shutdown())
+            if self._on_shutdown is not None:
+                self._on_shutdown()
+        elif body == "gateway_chunk" or env.reply:
+            pass  # answers to calls this SDK does not make
+        elif env.id:
+            self._reply_error(env.id, pb.Error.BAD_REQUEST, "worker does not handle %s" % body)
+
+    def close(self):
+        """Stops taking work; what runs finishes on its own."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._sched.stop()
+
+    def _reply(self, id, **body):
+        self._send(pb.Envelope(id=id, reply=True, **body))
+
+    def _reply_error(self, id, code, message):
+        self._send(pb.Envelope(id=id, reply=True, error=pb.Error(code=code, message=message)))
+
+    def _submit(self, fn, *args):
+        try:
+            self._pool.submit(fn, *args)
+        except RuntimeError:
+            pass  # the worker is stopping
+
+    # -- mailboxes ----------------------------------------------------------
+
+    def _enqueue(self, key, env):
+        with self._mu:
+            u = self._users.get(key)
+            if u is None:
+                u = self._users[key] = _User(key)
+            u.queue.append(env)
+            start = not u.running
+            u.running = True
+        if start:
+            self._submit(self._drain, u)
+
+    def _drain(self, u):
+        """Runs a mailbox until it is empty; an idle person costs no thread
+        and no map entry (their sessions stay)."""
+        while True:
+            with self._mu:
+                if not u.queue:
+                    u.running = False
+                    if self._users.get(u.key) is u:
+                        del self._users[u.key]
+                    return
+                env = u.queue.popleft()
+            try:
+                self._run_envelope(env)
+            except Exception:  # never lose the mailbox to a bug
+                self._log.error("running a mailbox item", traceback=traceback.format_exc())
+
+    def _run_envelope(self, env):
+        body = env.WhichOneof("body")
+        if body == "frame":
+            self._run_frame(env)
+        elif body == "freeze":
+            try:
+                fz = self._freeze(env.freeze)
+            except Exception as e:
+                self._reply_error(env.id, pb.Error.INTERNAL, "freezing: %s" % e)
+                return
+            self._reply(env.id, frozen=fz)
+        elif body == "thaw":
+            self._thaw(env.thaw)
+            self._reply(env.id, thaw=pb.Thaw())
+        elif body == "wake":
+            try:
+                w = self._wake(env.wake)
+            except _Moved as e:
+                self._reply_error(env.id, pb.Error.MOVED, str(e))
+                return
+            except Exception as e:
+                self._reply_error(env.id, pb.Error.BAD_REQUEST, "waking %r: %s" % (env.wake.user, e))
+                return
+            self._reply(env.id, woken=w)
+
+    # -- frames -------------------------------------------------------------
+
+    def _run_frame(self, env):
+        """Runs one frame and answers it. An app exception is answered as an
+        internal error for that frame only."""
+        began = time.monotonic()
+        try:
+            r = self._frame(env.frame, env.id)
+        except (_Bad, _Moved) as e:
+            self._reply_error(env.id, e.code, str(e))
+            return
+        except Exception as e:
+            self._log.error("app raised", error=repr(e), traceback=traceback.format_exc())
+            self._reply_error(env.id, pb.Error.INTERNAL, "application error: %r" % e)
+            return
+        finally:
+            self._charge(env.frame.user, time.monotonic() - began)
+        if r is not None:
+            self._send_reply(env.id, r)
+
+    def _charge(self, key, seconds):
+        """Records one handled frame of a person who still has an account."""
+        with self._mu:
+            a = self._accounts.get(key)
+            if a is not None:
+                a.busy += seconds
+                a.frames += 1
+                self._dirty.add(key)
+
+    def wrote(self, s, n):
+        """Records n bytes written into a page tree of s's person."""
+        key = s.user_key()
+        with self._mu:
+            a = self._accounts.get(key)
+            if a is not None:
+                a.state_bytes += n
+                self._dirty.add(key)
+
+    def _send_reply(self, id, r):
+        r.worker_id = self.worker_id
+        self._reply(id, frame_reply=r)
+
+    def _frame(self, f, id):
+        kind = f.WhichOneof("kind")
+        if not f.conn:
+            if kind != "http":
+                raise _Bad("a %s frame needs a connection" % kind)
+            return self._new_connection(f)
+        if kind == "release":
+            self._release(f.conn)
+            return pb.FrameReply()
+        self._fence(f)
+        s = self._session(f)
+        with _Serving(s):
+            if kind == "http":
+                return self._http_reply(s, self._serve_http(s, f.http))
+            if kind == "open":
+                return self._open(s, f.open)
+            if kind == "message":
+                return self._message(s, f.message)
+            if kind == "pull":
+                return self._pull(s, f.pull, id)
+            if kind == "close":
+                return self._close(s, f.close.page)
+        raise _Bad("unknown frame kind %s" % kind)
+
+    def _serve_http(self, s, req):
+        with _Serving(s):
+            return wsgi.call(self.app, wsgi.environ(req, s))
+
+    def _new_connection(self, f):
+        # The connection has a name from the start, so the site can show it
+        # while serving the first request; name_connection replaces it.
+        s = Session(self, random_name(), "", is_new=True)
+        resp = self._serve_http(s, f.http)
+        s._is_new = False
+        with self._mu:
+            self._add_conn_locked(s)
+        return self._http_reply(s, resp)
+
+    def _http_reply(self, s, resp):
+        r = pb.FrameReply(http=resp)
+        r.identity.CopyFrom(self._identity(s))
+        return r
+
+    def _identity(self, s):
+        """Applies a login declared during the frame and says who the
+        connection is; the attributes go only with the frame that logged in."""
+        attrs = None
+        if s._login:
+            attrs, s._attrs = s._attrs, None
+            with self._mu:
+                if self._conns.get(s.conn) is s:
+                    self._set_user_locked(s, s._login)
+                else:
+                    s._user = s._login  # not registered yet: a new connection
+                s._login = ""
+        return pb.Identity(conn=s.conn, user=s._user, attributes=attrs or {})
+
+    def _session(self, f):
+        with self._mu:
+            s = self._conns.get(f.conn)
+            if s is not None:
+                self._set_user_locked(s, _user_of(f.user))
+                return s
+            s = Session(self, f.conn, _user_of(f.user))
+            self._add_conn_locked(s)
+            return s
+
+    def _add_conn_locked(self, s):
+        old = self._conns.get(s.conn)
+        if old is not None:
+            self._drop_conn_locked(old)
+        self._conns[s.conn] = s
+        k = s.user_key()
+        self._by_user.setdefault(k, set()).add(s)
+        if k not in self._accounts:
+            self._accounts[k] = _Account()
+        self._dirty.add(k)
+
+    def _drop_conn_locked(self, s):
+        if self._conns.get(s.conn) is s:
+            del self._conns[s.conn]
+        k = s.user_key()
+        ss = self._by_user.get(k)
+        if ss is not None:
+            ss.discard(s)
+            if not ss:
+                del self._by_user[k]
+                # The person's last connection here: their totals go.
+                self._accounts.pop(k, None)
+                self._dirty.discard(k)
+                self._left.append(k)
+
+    def _set_user_locked(self, s, user):
+        if s._user == user:
+            return
+        self._drop_conn_locked(s)
+        s._user = user
+        self._add_conn_locked(s)
+
+    def _count_pages_locked(self, s, n):
+        """Counts n pages opened (closed, n < 0) on s, for the worker and
+        for the account of its person."""
+        self._pages += n
+        k = s.user_key()
+        if k in self._accounts:
+            self._dirty.add(k)
+
+    def _release(self, conn):
+        with self._mu:
+            s = self._conns.get(conn)
+            if s is None:
+                return
+            self._drop_conn_locked(s)
+            self._count_pages_locked(s, -len(s.pages))
+        for p in s.pages.values():
+            p.coll.cancel()
+
+    def _new_page(self, s, id, kind):
+        version, _, _ = self.hooks.schema(kind)
+        return Page(s, id, kind, version, self._sched)
+
+    def _open(self, s, o):
+        if not o.page or len(o.page.encode()) > 128:
+            raise _Bad("opening a page: page id must be 1-128 bytes")
+        p = s.pages.get(o.page)
+        st = pb.PageState(page=o.page)
+        if p is None:
+            p = self._new_page(s, o.page, o.kind)
+            s.pages[o.page] = p
+            with self._mu:
+                self._count_pages_locked(s, 1)
+            try:
+                if self.hooks.open_page is not None:
+                    self.hooks.open_page(p)
+            except Exception as e:
+                del s.pages[o.page]
+                with self._mu:
+                    self._count_pages_locked(s, -1)
+                if not isinstance(e, Refused):
+                    self._log.error("open_page raised", page=o.page, traceback=traceback.format_exc())
+                raise _Bad("opening page %r: %s" % (o.page, e))
+            if o.after > 0:
+                st.notice, st.resync, st.base = NOTICE_LOST, True, 0
+        else:
+            seq, floor, _ = p.coll.state()
+            if o.after < floor or o.after > seq:
+                st.resync, st.base = True, p.coll.resync()
+        st.kind, st.seq = p.kind, p.coll.last()
+        r = pb.FrameReply(opened=st)
+        r.identity.CopyFrom(self._identity(s))
+        return r
+
+    def _page(self, s, id):
+        p = s.pages.get(id)
+        if p is None:
+            raise _Bad("page %r is not open here; open it again" % id)
+        return p
+
+    def _message(self, s, m):
+        p = self._page(s, m.page)
+        try:
+            msg = json.loads(m.data) if m.data else None
+        except ValueError as e:
+            raise _Bad("page %r: the message is not JSON: %s" % (m.page, e))
+        res = pb.MessageResult()
+        if self.hooks.message is None:
+            res.error = "this application takes no page messages"
+        else:
+            try:
+                v = self.hooks.message(p, msg)
+            except Refused as e:
+                res.error = str(e) or "refused"
+            else:
+                if v is not None:
+                    res.data = json.dumps(v, separators=(",", ":")).encode("utf-8")
+        r = pb.FrameReply(message=res)
+        r.identity.CopyFrom(self._identity(s))
+        return r
+
+    def _pull(self, s, pl, id):
+        p = self._page(s, pl.page)
+        wait = min(pl.wait_ms / 1000.0, MAX_PULL_WAIT)
+        page = pl.page
+
+        def answer(ds, last):
+            r = pb.FrameReply(deltas=pb.Deltas(page=page, last=last))
+            r.deltas.deltas.extend(ds)
+            self._send_reply(id, r)
+
+        p.coll.pull(pl.after, wait, answer)
+        return None  # answered by the collector, now or later
+
+    def _close(self, s, page):
+        p = s.pages.pop(page, None)
+        if p is not None:
+            with self._mu:
+                self._count_pages_locked(s, -1)
+            p.coll.cancel()
+            if self.hooks.close_page is not None:
+                self.hooks.close_page(p)
+        return pb.FrameReply()
+
+    # -- moves (docs/moves.md) ----------------------------------------------
+
+    def _fence(self, f):
+        with self._mu:
+            known = self._epochs.get(f.user, 0)
+            if f.user in self._frozen or f.epoch < known:
+                raise _Moved(f.user, known)
+            if f.epoch > known:
+                self._epochs[f.user] = f.epoch
+
+    def _freeze(self, fr):
+        """Stops the person and returns their package; runs in their
+        mailbox after every frame queued before it."""
+        with self._mu:
+            self._frozen.add(fr.user)
+            if fr.epoch > self._epochs.get(fr.user, 0):
+                self._epochs[fr.user] = fr.epoch
+            sessions = list(self._by_user.get(fr.user, ()))
+        pkg = pb.UserPackage(format=PACKAGE_FORMAT, user=fr.user, epoch=fr.epoch, app=self.name, app_version=self.version)
+        out = pb.Frozen(absent=not sessions)
+        for s in sessions:
+            cp = pkg.conns.add(name=s.conn, user=s._user, values=s.values.encode())
+            for p in s.pages.values():
+                seq, floor, pending = p.coll.state()
+                pp = cp.pages.add(id=p.id, kind=p.kind, schema=p.schema, tree=p.tree.encode(), seq=seq, floor=floor)
+                pp.pending.extend(pending)
+                # A pull waiting here is answered now (with nothing): the
+                # page pulls again and finds the person at their new home.
+                p.coll.cancel()
+                out.pages += 1
+            out.conns += 1
+        out.package = pkg.SerializeToString()
+        return out
+
+    def _thaw(self, t):
+        with self._mu:
+            self._frozen.discard(t.user)
+            if t.epoch > self._epochs.get(t.user, 0):
+                self._epochs[t.user] = t.epoch
+
+    def _evict(self, user):
+        """Forgets a frozen person whose move committed; they stay fenced."""
+        with self._mu:
+            if user not in self._frozen:
+                return
+            for s in list(self._by_user.get(user, ())):
+                self._drop_conn_locked(s)
+                self._count_pages_locked(s, -len(s.pages))
+
+    def _wake(self, w):
+        pkg = pb.UserPackage()
+        if w.package:
+            pkg.ParseFromString(w.package)
+            if pkg.format != PACKAGE_FORMAT:
+                raise ValueError("package has format %d; this SDK reads %d" % (pkg.format, PACKAGE_FORMAT))
+        with self._mu:
+            known = self._epochs.get(w.user, 0)
+            if known > w.epoch or (known == w.epoch and w.user in self._frozen):
+                raise _Moved(w.user, known)  # a late wake: the person moved on
+            if known == w.epoch and self._by_user.get(w.user):
+                return pb.Woken()  # already awake here
+            for s in list(self._by_user.get(w.user, ())):
+                # A stale copy from an earlier stay: the package is the truth.
+                self._drop_conn_locked(s)
+                self._count_pages_locked(s, -len(s.pages))
+            self._frozen.discard(w.user)
+            self._epochs[w.user] = w.epoch
+        out = pb.Woken()
+        for cp in pkg.conns:
+            s = Session(self, cp.name, cp.user)
+            s.values.load(cp.values)
+            for pp in cp.pages:
+                p = self._new_page(s, pp.id, pp.kind)
+                s.pages[p.id] = p
+                out.pages += 1
+                version, oldest, known_kind = self.hooks.schema(pp.kind)
+                if known_kind and oldest <= pp.schema <= version:
+                    p.tree.load(pp.tree)
+                    p.coll.restore(pp.seq, pp.floor, pp.pending)
+                    continue
+                # Not guessed at: the page starts over, numbering on from
+                # where it was, and its first delta says why.
+                out.reset_pages += 1
+                p.coll.restore(pp.seq, pp.seq, [])
+                if self.hooks.open_page is not None:
+                    try:
+                        with _Serving(s):
+                            self.hooks.open_page(p)
+                    except Exception:
+                        self._log.warn("reopening a page that restarted clean", page=p.id, traceback=traceback.format_exc())
+                p.coll.restart_clean(NOTICE_CHANGED)
+            with self._mu:
+                self._add_conn_locked(s)
+                self._count_pages_locked(s, len(s.pages))
+        return out
+
+    # -- probes -------------------------------------------------------------
+
+    def _probe(self):
+        with self._mu:
+            depth = sum(len(u.queue) for u in self._users.values())
+            r = pb.ProbeReply(users=len(self._by_user), conns=len(self._conns), pages=self._pages,
+                              frames=self._frames, mailbox_depth=depth)
+            for k in self._dirty:
+                a = self._accounts[k]
+                u = self._users.get(k)
+                r.per_user.add(user=k, busy_seconds=round(a.busy, 6), frames=a.frames, state_bytes=a.state_bytes,
+                               queued=len(u.queue) if u is not None else 0,
+                               pages=sum(len(s.pages) for s in self._by_user.get(k, ())))
+            r.left.extend(self._left)
+            self._dirty.clear()
+            self._left = []
+        t = os.times()
+        r.cpu_seconds = t.user + t.system
+        r.goroutines = threading.active_count()
+        r.rss_bytes = _rss()
+        # Python's heap lives in its resident memory: the closest reading of
+        # what governance calls the heap.
+        r.heap_bytes = r.rss_bytes
+        return r
+
+
+def _rss():
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0

@@ -1,0 +1,138 @@
+"""Connections (Session) and pages (Page): what an app touches.
+
+A Session is one browser with its cookie. The site may name it while
+serving its first request (name_connection); otherwise it has 128 random
+bits. login() declares who the person is: from the next frame on, every
+connection of that person lives on one worker. A Page is one browser tab of
+a connection, with its own Tree.
+"""
+
+import base64
+import os
+import re
+import threading
+
+from . import stickyd_pb2 as pb
+from .collector import Collector
+from .tree import DELETE, Tree
+
+ANONYMOUS_PREFIX = "~"  # internal/protocol.AnonymousPrefix
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9._@-]{1,128}\Z")
+_ATTR_KEY_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}\Z")
+
+
+class BadName(ValueError):
+    """A connection or user name stickyd cannot carry: use 1-128 of
+    A-Z a-z 0-9 . _ @ - (users may not start with ~)."""
+
+
+class Named(RuntimeError):
+    """name_connection outside a connection's first request."""
+
+
+_current = threading.local()
+
+
+def current():
+    """The connection the running request or page message belongs to, or
+    None outside stickyd."""
+    return getattr(_current, "session", None)
+
+
+class _Serving:
+    """Sets the current session for the duration of a with block."""
+
+    def __init__(self, s):
+        self.s = s
+
+    def __enter__(self):
+        self.prev = getattr(_current, "session", None)
+        _current.session = self.s
+
+    def __exit__(self, *exc):
+        _current.session = self.prev
+
+
+def random_name():
+    return base64.b32encode(os.urandom(16)).decode("ascii").rstrip("=").lower()
+
+
+class Session:
+    """One connection of a person. Touched only from the person's mailbox."""
+
+    def __init__(self, rt, name, user, is_new=False):
+        self._rt = rt
+        self._name = name
+        self._user = user  # "" while anonymous
+        self._login = ""  # declared during the current frame
+        self._attrs = None
+        self._is_new = is_new
+        self.values = Tree()  # the connection's own data (no deltas); it moves with the person
+        self.pages = {}
+
+    @property
+    def conn(self):
+        """The connection's name (random on the first request until
+        name_connection)."""
+        return self._name
+
+    @property
+    def is_new(self):
+        """Whether this is the connection's first request."""
+        return self._is_new
+
+    @property
+    def user(self):
+        """Who the person is, or "" before login."""
+        return self._login or self._user
+
+    @property
+    def worker_id(self):
+        """The worker holding this connection now ("web-2")."""
+        return self._rt.worker_id
+
+    def name_connection(self, name):
+        if not self._is_new:
+            raise Named("connection is already named")
+        if not _NAME_RE.match(name or ""):
+            raise BadName("naming connection %r: bad name" % name)
+        self._name = name
+
+    def login(self, user, attrs=None):
+        """Declares who the person is, with attributes (customer, plan...)
+        that the operator's group rules may match. This connection's pages
+        stay with it when this worker becomes the person's home."""
+        if not _NAME_RE.match(user or "") or user.startswith(ANONYMOUS_PREFIX):
+            raise BadName("logging in %r: bad name" % user)
+        attrs = dict(attrs or {})
+        if len(attrs) > 16:
+            raise BadName("logging in %r: at most 16 attributes" % user)
+        for k, v in attrs.items():
+            if not _ATTR_KEY_RE.match(k) or not isinstance(v, str) or len(v.encode()) > 256:
+                raise BadName("logging in %r: bad attribute %r" % (user, k))
+        self._login = user
+        self._attrs = attrs
+
+    def user_key(self):
+        return self._user or ANONYMOUS_PREFIX + self._name
+
+
+class Page:
+    """One browser tab of a connection, with its own Tree: the truth of its
+    state. local holds live objects derived from the tree (an index, a
+    cursor); it is a cache that does not travel when the person moves."""
+
+    def __init__(self, session, id, kind, schema, scheduler):
+        self.id = id
+        self.kind = kind
+        self.schema = schema  # the state-schema version this build declares for kind
+        self.session = session
+        self.local = {}
+        self.coll = Collector(scheduler, lambda: self.tree.snapshot())
+
+        def emit(op, path, value):
+            session._rt.wrote(session, len(path) + len(value or b""))
+            self.coll.add(pb.Delta.DELETE if op == DELETE else pb.Delta.SET, path, value)
+
+        self.tree = Tree(emit)

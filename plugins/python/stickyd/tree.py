@@ -1,0 +1,302 @@
+"""The page tree and its codec: the same data, paths, deltas and binary
+form as the Go SDK (plugins/worker/tree.go and codec.go), so a person's
+pages can move between a Python worker and any other.
+
+A tree holds JSON-like values only (None, bool, int, float, str, list,
+dict with str keys): it is serialisable by construction. Paths name a value
+by its keys separated by "/" ("grid/filter/text"); a numeric segment indexes
+a list; the empty path is the root, a dict. Every write to a page's tree
+becomes a delta the page pulls.
+
+A tree is used only from its person's mailbox, one frame at a time: it is
+not safe for concurrent use, and what get() returns must be treated as
+read-only (write it back with set()).
+"""
+
+import json
+import math
+import struct
+
+SET, DELETE = 0, 1
+
+
+class BadPath(ValueError):
+    """A path that does not name a place in the tree."""
+
+
+class NotData(TypeError):
+    """A value that is not JSON-like data (keep live objects in page.local)."""
+
+
+def normalize(v, depth=0):
+    """Deep-copies v into JSON-like values; refuses anything else."""
+    if depth > 512:
+        raise NotData("a tree value nests deeper than 512 levels")
+    if v is None or isinstance(v, (bool, str)):
+        return v
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        if math.isnan(v) or math.isinf(v):
+            raise NotData("%r is not a JSON number" % v)
+        return v
+    if isinstance(v, dict):
+        out = {}
+        for k, e in v.items():
+            if not isinstance(k, str):
+                raise NotData("a tree map key must be a str, not %s" % type(k).__name__)
+            out[k] = normalize(e, depth + 1)
+        return out
+    if isinstance(v, (list, tuple)):
+        return [normalize(e, depth + 1) for e in v]
+    raise NotData("a %s is not serialisable data: keep live objects in page.local" % type(v).__name__)
+
+
+def dumps(v):
+    """The JSON of a tree value, as deltas carry it."""
+    return json.dumps(v, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode("utf-8")
+
+
+class Tree:
+    """A page's data (or a connection's values): see the module doc."""
+
+    def __init__(self, emit=None):
+        self._root = {}
+        # emit(op, path, value_json_bytes_or_None) is called for every write.
+        self._emit = emit
+
+    def get(self, path="", default=None):
+        """The value at path, or default when there is none."""
+        if path == "":
+            return self._root
+        cur = self._root
+        for seg in path.split("/"):
+            if isinstance(cur, dict):
+                if seg not in cur:
+                    return default
+                cur = cur[seg]
+            elif isinstance(cur, list):
+                i = _index(seg)
+                if i is None or i >= len(cur):
+                    return default
+                cur = cur[i]
+            else:
+                return default
+        return default if cur is None else cur
+
+    def number(self, path):
+        """The number at path, or 0."""
+        v = self.get(path)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return 0
+        return v
+
+    def string(self, path):
+        """The str at path, or ""."""
+        v = self.get(path)
+        return v if isinstance(v, str) else ""
+
+    def set(self, path, value):
+        """Stores a copy of value at path, creating the dicts on the way.
+        Setting the root replaces the whole tree and requires a dict."""
+        nv = normalize(value)
+        if path == "":
+            if not isinstance(nv, dict):
+                raise BadPath("setting the root: the root must be a dict")
+            self._root = nv
+        else:
+            self._place(path, nv, False)
+        if self._emit is not None:
+            self._emit(SET, path, dumps(nv))
+
+    def delete(self, path):
+        """Removes the value at path; deleting what is not there is a no-op
+        that produces no delta."""
+        if path == "":
+            return
+        parent, _, last = path.rpartition("/")
+        holder = self.get(parent) if parent else self._root
+        if isinstance(holder, dict):
+            if last not in holder:
+                return
+        elif self.get(path) is None:
+            return
+        try:
+            self._place(path, None, True)
+        except BadPath:
+            return
+        if self._emit is not None:
+            self._emit(DELETE, path, None)
+
+    def _place(self, path, v, delete):
+        segs = path.split("/")
+        cur = self._root
+        for i, seg in enumerate(segs):
+            last = i == len(segs) - 1
+            if isinstance(cur, dict):
+                if last:
+                    if delete:
+                        cur.pop(seg, None)
+                    else:
+                        cur[seg] = v
+                    return
+                nxt = cur.get(seg)
+                if nxt is None:
+                    if delete:
+                        return
+                    nxt = {}
+                    cur[seg] = nxt
+                cur = nxt
+            elif isinstance(cur, list):
+                idx = _index(seg)
+                if idx is None or idx >= len(cur):
+                    raise BadPath("%r: index %r out of range" % (path, seg))
+                if last:
+                    if delete:
+                        raise BadPath("%r: cannot delete a list element, set the list" % path)
+                    cur[idx] = v
+                    return
+                cur = cur[idx]
+            else:
+                raise BadPath("%r: %r is not a dict or a list" % (path, "/".join(segs[:i])))
+
+    def snapshot(self):
+        """The JSON of the whole tree (a RESET delta's value)."""
+        return dumps(self._root)
+
+    def encode(self):
+        """The tree in the SDKs' binary codec, as packages carry it."""
+        return encode_value(self._root)
+
+    def load(self, data):
+        """Replaces the content with an encoded root, without deltas."""
+        if not data:
+            self._root = {}
+            return
+        v, rest = _decode(memoryview(data), 0)
+        if len(rest):
+            raise ValueError("damaged tree encoding: %d trailing bytes" % len(rest))
+        if not isinstance(v, dict):
+            raise ValueError("damaged tree encoding: the root is not a map")
+        self._root = v
+
+
+def _index(seg):
+    if not seg.isdigit() or not seg.isascii():
+        return None
+    return int(seg)
+
+
+# The codec (plugins/worker/codec.go): one type byte, then
+#   'n' None  't' True  'f' False
+#   'd' float64, 8 bytes little-endian (ints travel as float64, like JSON)
+#   's' str: uvarint length, UTF-8 bytes
+#   'a' list: uvarint count, values
+#   'm' dict: uvarint count, then per entry a uvarint key length, key, value
+
+_F64 = struct.Struct("<d")
+_MAX_DEPTH = 512
+_EXACT = 1 << 53
+
+
+def _uvarint(n, out):
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _text(s):
+    return s.encode("utf-8", "surrogateescape")
+
+
+def encode_value(v):
+    out = bytearray()
+    _encode(v, out)
+    return bytes(out)
+
+
+def _encode(v, out):
+    if v is None:
+        out.append(0x6E)  # n
+    elif v is True:
+        out.append(0x74)  # t
+    elif v is False:
+        out.append(0x66)  # f
+    elif isinstance(v, (int, float)):
+        out.append(0x64)  # d
+        out += _F64.pack(float(v))
+    elif isinstance(v, str):
+        b = _text(v)
+        out.append(0x73)  # s
+        _uvarint(len(b), out)
+        out += b
+    elif isinstance(v, list):
+        out.append(0x61)  # a
+        _uvarint(len(v), out)
+        for e in v:
+            _encode(e, out)
+    elif isinstance(v, dict):
+        out.append(0x6D)  # m
+        _uvarint(len(v), out)
+        for k, e in v.items():
+            b = _text(k)
+            _uvarint(len(b), out)
+            out += b
+            _encode(e, out)
+    else:
+        raise NotData("encoding a tree: %s is not a tree value" % type(v).__name__)
+
+
+def _len(b):
+    n, shift, i = 0, 0, 0
+    while True:
+        if i >= len(b) or i >= 10:
+            raise ValueError("damaged tree encoding")
+        c = b[i]
+        n |= (c & 0x7F) << shift
+        i += 1
+        if c < 0x80:
+            break
+        shift += 7
+    if n > len(b) - i:
+        raise ValueError("damaged tree encoding")
+    return n, b[i:]
+
+
+def _decode(b, depth):
+    if not len(b) or depth > _MAX_DEPTH:
+        raise ValueError("damaged tree encoding")
+    tag, b = b[0], b[1:]
+    if tag == 0x6E:
+        return None, b
+    if tag == 0x74:
+        return True, b
+    if tag == 0x66:
+        return False, b
+    if tag == 0x64:
+        if len(b) < 8:
+            raise ValueError("damaged tree encoding")
+        x = _F64.unpack(b[:8])[0]
+        if x.is_integer() and -_EXACT <= x <= _EXACT:
+            x = int(x)  # what a Python app wrote as an int comes back one
+        return x, b[8:]
+    if tag == 0x73:
+        n, rest = _len(b)
+        return bytes(rest[:n]).decode("utf-8", "surrogateescape"), rest[n:]
+    if tag == 0x61:
+        n, rest = _len(b)  # every element takes a byte: n is bounded
+        out = []
+        for _ in range(n):
+            v, rest = _decode(rest, depth + 1)
+            out.append(v)
+        return out, rest
+    if tag == 0x6D:
+        n, rest = _len(b)
+        out = {}
+        for _ in range(n):
+            kl, rest = _len(rest)
+            k = bytes(rest[:kl]).decode("utf-8", "surrogateescape")
+            out[k], rest = _decode(rest[kl:], depth + 1)
+        return out, rest
+    raise ValueError("damaged tree encoding: unknown tag %r" % chr(tag))

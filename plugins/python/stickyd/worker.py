@@ -1,0 +1,73 @@
+"""python3 -m stickyd.worker [--threads N] [--name NAME] [--version V] MODULE[:CALLABLE]
+
+Runs a WSGI application as a stickyd worker. A stickyd host starts it for a
+group whose recipe says runtime "python3" (the recipe's command is
+MODULE:CALLABLE; CALLABLE defaults to "application").
+
+Besides the WSGI callable, the app may provide page hooks, looked up on the
+callable first and then in its module: open_page(page), message(page, msg),
+close_page(page) and schemas ({kind: version | (version, oldest)}).
+"""
+
+import argparse
+import importlib
+import os
+import sys
+import traceback
+
+from . import stickyd_pb2 as pb
+from .plugin import PROTOCOL_VERSION, Log, check_host, serve
+from .runtime import Hooks, Runtime
+
+
+def load(spec):
+    """The app and its hooks from "module:callable"."""
+    modname, _, attr = spec.partition(":")
+    module = importlib.import_module(modname)
+    app = module
+    for part in (attr or "application").split("."):
+        app = getattr(app, part)
+    if not callable(app):
+        raise TypeError("%s is not a WSGI callable" % spec)
+
+    def hook(name):
+        v = getattr(app, name, None)
+        return v if v is not None else getattr(module, name, None)
+
+    hooks = Hooks(open_page=hook("open_page"), message=hook("message"), close_page=hook("close_page"),
+                  schemas=hook("schemas"))
+    return module, app, hooks
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python3 -m stickyd.worker", description="Runs a WSGI app as a stickyd worker.")
+    ap.add_argument("app", help="the WSGI application, MODULE[:CALLABLE]")
+    ap.add_argument("--threads", type=int, default=8, help="threads running the app (default 8)")
+    ap.add_argument("--name", default="", help="the app's name in the host's logs (default: the module)")
+    ap.add_argument("--version", default="", help="the app's version (default: the module's __version__)")
+    args = ap.parse_args(argv)
+    check_host()
+    log = Log()
+    # stdout carries go-plugin's handshake line and nothing else: whatever
+    # the app (or a C extension, or a child process) prints to fd 1 goes to
+    # stderr, the host's log, from before the app is imported.
+    handshake = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    try:
+        module, app, hooks = load(args.app)
+    except Exception as e:
+        log.error("loading the WSGI application", app=args.app, error=repr(e), traceback=traceback.format_exc())
+        return 1
+    name = args.name or args.app.partition(":")[0]
+    version = args.version or str(getattr(module, "__version__", ""))
+    hello = pb.Hello(protocol_version=PROTOCOL_VERSION, app=name, app_version=version, pid=os.getpid())
+
+    def make_runtime(send, close):
+        return Runtime(app, hooks, send, log, name=name, version=version, threads=max(1, args.threads),
+                       on_shutdown=close)
+
+    serve(make_runtime, hello, log, handshake)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
