@@ -19,7 +19,8 @@
 //	go run ./test/bench/gateway -quick     # 2 s per rate, no search
 //
 // It prints the machine and a Markdown table on stdout, progress on
-// stderr. It must stay a program that prints a table, never a timed
+// stderr (with BENCH_DEBUG set, also the process's goroutines, heap and GC
+// count after each run). It must stay a program that prints a table, never a timed
 // assertion.
 package main
 
@@ -32,6 +33,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -190,6 +192,11 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (*report, error)
 		fmt.Fprintf(stderr, "gateway: %s at %d/s for %s\n", name, rate, o.duration)
 		res, err := load(ctx, do, rate, o.duration)
 		res.path = name
+		if os.Getenv("BENCH_DEBUG") != "" {
+			var ms goruntime.MemStats
+			goruntime.ReadMemStats(&ms)
+			fmt.Fprintf(stderr, "gateway: after %s at %d/s: %d goroutines, heap %d MB, %d GCs\n", name, rate, goruntime.NumGoroutine(), ms.HeapAlloc>>20, ms.NumGC)
+		}
 		return res, err
 	}
 	for _, p := range paths {
