@@ -310,10 +310,16 @@ func (c *wsConn) send(a *answer) {
 		c.f.log.Error("encoding answer", "error", err)
 		return
 	}
+	if c.ctx.Err() != nil {
+		return // closed: the answers still arriving have nowhere to go
+	}
 	select {
 	case c.out <- b:
 	case <-c.ctx.Done():
 	default:
+		if c.ctx.Err() != nil {
+			return
+		}
 		c.f.log.Warn("closing a WebSocket too slow to read its answers", "conn", c.conn)
 		_ = c.ws.WriteControl(websocket.CloseMessage,
 			websocket.FormatCloseMessage(websocket.CloseTryAgainLater, "client too slow"),
