@@ -27,8 +27,10 @@ type wsConn struct {
 	out  chan []byte // answers → writer
 	ctx  context.Context
 	stop context.CancelFunc
-	wg   sync.WaitGroup
-	once sync.Once
+	// slowOnce closes a client too slow to read its answers, once.
+	slowOnce sync.Once
+	wg       sync.WaitGroup
+	once     sync.Once
 
 	mu      sync.Mutex // guards flights and nextSeq
 	flights map[uint64]*flight
@@ -317,15 +319,15 @@ func (c *wsConn) send(a *answer) {
 	case c.out <- b:
 	case <-c.ctx.Done():
 	default:
-		if c.ctx.Err() != nil {
-			return
-		}
-		c.f.log.Warn("closing a WebSocket too slow to read its answers", "conn", c.conn)
-		_ = c.ws.WriteControl(websocket.CloseMessage,
-			websocket.FormatCloseMessage(websocket.CloseTryAgainLater, "client too slow"),
-			time.Now().Add(time.Second))
-		c.close()
-		_ = c.ws.Close()
+		// Once: answers racing to this point find the socket closing.
+		c.slowOnce.Do(func() {
+			c.f.log.Warn("closing a WebSocket too slow to read its answers", "conn", c.conn)
+			c.close()
+			_ = c.ws.WriteControl(websocket.CloseMessage,
+				websocket.FormatCloseMessage(websocket.CloseTryAgainLater, "client too slow"),
+				time.Now().Add(time.Second))
+			_ = c.ws.Close()
+		})
 	}
 }
 
