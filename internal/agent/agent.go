@@ -104,6 +104,8 @@ type Agent struct {
 	// maintTold is the version (raft index) of the maintenance windows
 	// this agent's workers were last told.
 	maintTold atomic.Uint64
+	// maintMaxWait is the longest max wait of the open windows (ns).
+	maintMaxWait atomic.Int64
 }
 
 // New checks the configuration and prepares an agent; Start runs it.

@@ -243,8 +243,13 @@ func (g *gatewayNode) Stream(ctx context.Context, call gateway.Call) (<-chan gat
 
 // Submit records the call in the maps; the leader runs it.
 func (g *gatewayNode) Submit(ctx context.Context, call gateway.Call) (string, error) {
-	if _, ok := g.router.Slots(call.Request.Model); !ok {
+	slots, ok := g.router.Slots(call.Request.Model)
+	if !ok {
 		return "", fmt.Errorf("%w %q", gateway.ErrUnknownModel, call.Request.Model)
+	}
+	// The persisted queue has the model's bound: running plus waiting.
+	if st := slots.Stats(); g.a.fsm.GatewayActive(call.Request.Model) >= st.Capacity+st.QueueMax {
+		return "", gateway.ErrQueueFull
 	}
 	if len(call.Request.Messages) == 0 {
 		return "", &gateway.ProviderError{Kind: gateway.KindBadRequest, Message: "a call needs at least one message"}

@@ -55,11 +55,13 @@ func (a *Agent) greeting(string) []*protocol.Envelope {
 func (a *Agent) maintenanceLoop(stop <-chan struct{}) {
 	for {
 		changed := a.fsm.WatchMaintenance()
+		a.setExtraWait()
 		select {
 		case <-stop:
 			return
 		case <-changed:
 		}
+		a.setExtraWait() // before the workers hold anything longer
 		env := a.maintenanceNotice()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		for _, w := range a.pool.Workers() {
@@ -320,10 +322,15 @@ func (a *Agent) waitWindow(ctx context.Context, backend string, done func(*fsm.M
 
 // extraWait is how much longer the front waits for a worker while a window
 // is open: a request may be held up to the window's max wait.
-func (a *Agent) extraWait() time.Duration {
+// It is read for every request, so it is kept, not computed: the
+// maintenance loop updates it on every change of the windows.
+func (a *Agent) extraWait() time.Duration { return time.Duration(a.maintMaxWait.Load()) }
+
+// setExtraWait records the longest max wait of the windows open now.
+func (a *Agent) setExtraWait() {
 	var d time.Duration
 	for _, e := range a.fsm.Maintenance() {
 		d = max(d, e.MaxWait)
 	}
-	return d
+	a.maintMaxWait.Store(int64(d))
 }

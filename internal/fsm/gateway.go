@@ -287,3 +287,20 @@ func cloneGateway(g *GatewayState) *GatewayState {
 	}
 	return out
 }
+
+// GatewayActive counts the submitted calls of model queued or running.
+func (f *FSM) GatewayActive(model string) int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	g := f.state.Gateway
+	if g == nil {
+		return 0
+	}
+	n := 0
+	for id := range g.active {
+		if j := g.Jobs[id]; j != nil && j.Model == model {
+			n++
+		}
+	}
+	return n
+}

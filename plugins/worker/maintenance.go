@@ -217,6 +217,15 @@ func (m *maintenance) report(r *protocol.ProbeReply) {
 	}
 }
 
+// routeNeeds returns the backends a request for the frame's URL needs; the
+// URL is parsed only when the app declared routes.
+func (rt *runtime) routeNeeds(rawURL string) []string {
+	if rt.needs == nil || len(rt.needs.routes) == 0 {
+		return nil
+	}
+	return rt.needs.ForPath(requestPath(rawURL))
+}
+
 // requestPath is the path of a frame's request URL.
 func requestPath(raw string) string {
 	u, err := url.Parse(raw)

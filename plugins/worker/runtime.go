@@ -361,7 +361,7 @@ func (rt *runtime) frame(f *protocol.Frame, id uint64) (*protocol.FrameReply, er
 	ctx := context.WithValue(rt.ctx, sessionKey{}, s)
 	switch k := f.Kind.(type) {
 	case *protocol.Frame_Http:
-		if err := rt.awaitBackends(ctx, rt.needs.ForPath(requestPath(k.Http.GetUrl()))); err != nil {
+		if err := rt.awaitBackends(ctx, rt.routeNeeds(k.Http.GetUrl())); err != nil {
 			return nil, err
 		}
 		resp, err := rt.serveHTTP(ctx, s, k.Http)
@@ -401,7 +401,7 @@ func (rt *runtime) newConnection(f *protocol.Frame) (*protocol.FrameReply, error
 	// while serving the first request; NameConnection replaces it.
 	s := &Session{rt: rt, name: randomName(), isNew: true, values: newTree(nil), pages: map[string]*Page{}}
 	ctx := context.WithValue(rt.ctx, sessionKey{}, s)
-	if err := rt.awaitBackends(ctx, rt.needs.ForPath(requestPath(f.GetHttp().GetUrl()))); err != nil {
+	if err := rt.awaitBackends(ctx, rt.routeNeeds(f.GetHttp().GetUrl())); err != nil {
 		return nil, err
 	}
 	resp, err := rt.serveHTTP(ctx, s, f.GetHttp())
