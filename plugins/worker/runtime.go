@@ -235,8 +235,13 @@ func (rt *runtime) runFrame(env *protocol.Envelope) {
 		}
 	}()
 	f := env.GetFrame()
-	defer rt.charge(f.User, time.Now())
-	reply, err := rt.frame(f, env.Id)
+	start := time.Now()
+	reply, err := func() (*protocol.FrameReply, error) {
+		// Charged before the answer leaves (a probe after it sees the
+		// frame), a panic included.
+		defer rt.charge(f.User, start)
+		return rt.frame(f, env.Id)
+	}()
 	if err != nil {
 		_ = rt.peer.ReplyError(env.Id, errCode(err), err.Error())
 		return
