@@ -326,6 +326,13 @@ func (g *gatewayNode) runJobs(stop <-chan struct{}) {
 // rejectOrphans fails the calls marked running that this node does not
 // run: the leader that started them is gone.
 func (g *gatewayNode) rejectOrphans() {
+	// A new leader may not have applied every committed start yet.
+	bctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	err := g.a.raft.Barrier(bctx)
+	cancel()
+	if err != nil {
+		g.a.log.Warn("waiting for the log before rejecting orphaned gateway calls", "error", err)
+	}
 	for _, j := range g.a.fsm.GatewayJobs(gateway.JobRunning) {
 		g.mu.Lock()
 		_, mine := g.running[j.ID]
