@@ -113,8 +113,18 @@ func TestNomadAcceptsJobs(t *testing.T) {
 		}
 		v0 := jobVersion(t, c, "web")
 
-		// Unchanged: Register sends nothing.
+		// Unchanged: Register sends nothing. Counted once Nomad's own
+		// follow-ups of the first registration (a blocked evaluation for
+		// an unplaceable job) have settled.
 		evals := len(evaluations(t, c, "web"))
+		for settled := 0; settled < 5; {
+			time.Sleep(100 * time.Millisecond)
+			if n := len(evaluations(t, c, "web")); n != evals {
+				evals, settled = n, 0
+			} else {
+				settled++
+			}
+		}
 		eval, err = Register(ctx, c, mustRender(t, unplacedJob("web")))
 		if err != nil {
 			t.Fatal(err)
