@@ -3,23 +3,16 @@ package raftnode
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/stickyd/stickyd/internal/freeport"
 	"github.com/stickyd/stickyd/internal/fsm"
 )
 
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(t *testing.T) string { return freeport.Addr(t) }
 
 type member struct {
 	cfg  Config

@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stickyd/stickyd/internal/freeport"
 )
 
 // modulePath is the module whose root holds bin/.
@@ -141,38 +143,11 @@ func Require(t testing.TB, name string) string {
 	return ""
 }
 
-// freePorts returns n distinct ports the OS just handed out for TCP on
-// 127.0.0.1 that are also free for UDP (Consul's DNS and both agents' serf
-// use UDP on the same number). All listeners are held until every port is
-// picked so no port is returned twice. Another process can still take a
-// port before the agent binds it; the start loops retry on that.
-func freePorts(n int) ([]int, error) {
-	var closers []func() error
-	defer func() {
-		for _, c := range closers {
-			c()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for attempts := 0; len(ports) < n; attempts++ {
-		if attempts > 100*n {
-			return nil, errors.New("picking free ports: too many attempts")
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("picking free ports: %w", err)
-		}
-		closers = append(closers, l.Close)
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			continue // UDP side taken; keep the TCP listener so it is not picked again
-		}
-		closers = append(closers, u.Close)
-		ports = append(ports, port)
-	}
-	return ports, nil
-}
+// freePorts returns n distinct ports free for TCP and UDP on 127.0.0.1
+// (Consul's DNS and both agents' serf use UDP on the same number), from
+// ports no other test binary is handed. The start loops still retry if a
+// port is taken before the agent binds it.
+func freePorts(n int) ([]int, error) { return freeport.Take(n) }
 
 // closedAddr returns a 127.0.0.1 address nothing listens on, for agents
 // that must be pointed somewhere harmless.

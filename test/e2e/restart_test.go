@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stickyd/stickyd/internal/freeport"
 )
 
 // proc is a real `stickyd agent` process (this test binary, re-executed).
@@ -27,15 +28,9 @@ type proc struct {
 	exited chan error
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+// freePort is a loopback address for an agent process to listen on, from
+// ports no other test binary and no outgoing connection is handed.
+func freePort(t *testing.T) string { return freeport.Addr(t) }
 
 // newProc writes an agent configuration in a fresh directory.
 func newProc(t *testing.T, workers int) *proc {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/stickyd/stickyd/internal/freeport"
 	"github.com/stickyd/stickyd/test/internal/benchkit"
 )
 
@@ -128,15 +128,13 @@ group "web" {
 	return p, nil
 }
 
-// freePort is a loopback address the OS has just handed out. It is closed
-// again at once, for the agent to listen on.
+// freePort is a loopback address for the agent to listen on.
 func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ps, err := freeport.Take(1)
 	if err != nil {
-		return "", fmt.Errorf("finding a free port: %w", err)
+		return "", err
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return fmt.Sprintf("127.0.0.1:%d", ps[0]), nil
 }
 
 func (p *agentProc) parkDir() string { return filepath.Join(p.dir, "data", "park") }
