@@ -270,15 +270,17 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 
 // startFront serves the HTTP and WebSocket front.
 func (a *Agent) startFront() error {
-	key, err := a.cookieKey()
+	keys, err := a.cookieKeys()
 	if err != nil {
 		return err
 	}
 	a.front, err = front.New(front.Config{
 		Directory:       a.sup,
 		Dispatcher:      a.router,
-		CookieKey:       key,
+		CookieKeys:      keys,
 		SecureCookie:    a.cfg.Front.SecureCookie,
+		FrameRate:       a.cfg.Front.FrameRate,
+		FrameBurst:      a.cfg.Front.FrameBurst,
 		MaxMessageBytes: a.cfg.Front.MaxMessageBytes,
 		MaxBodyBytes:    a.cfg.Front.MaxBodyBytes,
 		FrameTimeout:    a.cfg.Front.frameTimeout(),
@@ -471,30 +473,45 @@ func (a *Agent) status() any {
 	return Status{Name: a.cfg.Name, Leader: leader, Members: peers, Workers: a.pool.Workers(), Users: users, Conns: conns, Index: a.fsm.Index()}
 }
 
-// cookieKey loads the cookie key, creating it on first start. Without a data
-// dir (dev) the key is random per process.
-func (a *Agent) cookieKey() ([]byte, error) {
+// cookieKeys loads the cookie key ring. With cookie_key_files every file
+// must exist (a ring is the operator's); otherwise the one key of
+// cookie_key_file or <data_dir>/cookie.key is created on first start.
+// Without either (dev) the key is random per process.
+func (a *Agent) cookieKeys() ([][]byte, error) {
+	if files := a.cfg.Front.CookieKeyFiles; len(files) > 0 {
+		keys := make([][]byte, 0, len(files))
+		for _, path := range files {
+			key, err := os.ReadFile(path)
+			if err != nil {
+				return nil, fmt.Errorf("reading the cookie key ring: %w", err)
+			}
+			if len(key) < front.MinCookieKeyBytes {
+				return nil, fmt.Errorf("cookie key %s holds %d bytes; it needs at least %d", path, len(key), front.MinCookieKeyBytes)
+			}
+			keys = append(keys, key)
+		}
+		return keys, nil
+	}
 	path := a.cfg.Front.CookieKeyFile
 	if path == "" && a.cfg.DataDir != "" {
 		path = filepath.Join(a.cfg.DataDir, "cookie.key")
 	}
-	if path == "" {
-		key := make([]byte, 32)
-		_, _ = rand.Read(key)
-		return key, nil
-	}
-	key, err := readOrCreate(path, "cookie key", func() []byte {
+	newKey := func() []byte {
 		key := make([]byte, 32)
 		_, _ = rand.Read(key)
 		return key
-	})
+	}
+	if path == "" {
+		return [][]byte{newKey()}, nil
+	}
+	key, err := readOrCreate(path, "cookie key", newKey)
 	if err != nil {
 		return nil, err
 	}
-	if len(key) < 32 {
-		return nil, fmt.Errorf("cookie key %s holds %d bytes; it needs at least 32", path, len(key))
+	if len(key) < front.MinCookieKeyBytes {
+		return nil, fmt.Errorf("cookie key %s holds %d bytes; it needs at least %d", path, len(key), front.MinCookieKeyBytes)
 	}
-	return key, nil
+	return [][]byte{key}, nil
 }
 
 // Shutdown stops the agent: the front stops taking requests (WebSockets

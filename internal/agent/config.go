@@ -181,12 +181,25 @@ type FrontConfig struct {
 	Enabled *bool `hcl:"enabled,optional"`
 	// Address is where the front listens; default 127.0.0.1:8080.
 	Address string `hcl:"address,optional"`
-	// CookieKeyFile holds the key signing connection cookies (32+ bytes).
-	// Default <data_dir>/cookie.key, created on first start.
-	CookieKeyFile   string `hcl:"cookie_key_file,optional"`
-	SecureCookie    bool   `hcl:"secure_cookie,optional"`
-	MaxMessageBytes int64  `hcl:"max_message_bytes,optional"`
-	MaxBodyBytes    int64  `hcl:"max_body_bytes,optional"`
+	// CookieKeyFile holds the key signing connection cookies: the file's
+	// bytes as they are, at least 32. Default <data_dir>/cookie.key; either
+	// is created (32 random bytes) when missing.
+	CookieKeyFile string `hcl:"cookie_key_file,optional"`
+	// CookieKeyFiles is the cookie key ring instead (docs/security.md): the
+	// first file's key signs new cookies, every file's key verifies, so a
+	// rotation keeps the old key behind the new one and logs nobody out.
+	// Every file must exist. Set this or CookieKeyFile, not both.
+	CookieKeyFiles []string `hcl:"cookie_key_files,optional"`
+	SecureCookie   bool     `hcl:"secure_cookie,optional"`
+	// FrameRate bounds the frames one person sends through this front per
+	// second (WebSocket ops, POST /_stickyd/op, site requests with a valid
+	// cookie), with bursts of FrameBurst (default 2 × FrameRate). Over it a
+	// frame is refused: "rate_limited" (retryable), HTTP 429. 0, the
+	// default, is no limit.
+	FrameRate       float64 `hcl:"frame_rate,optional"`
+	FrameBurst      int     `hcl:"frame_burst,optional"`
+	MaxMessageBytes int64   `hcl:"max_message_bytes,optional"`
+	MaxBodyBytes    int64   `hcl:"max_body_bytes,optional"`
 	// FrameTimeout bounds how long a request waits for its worker ("30s").
 	FrameTimeout string `hcl:"frame_timeout,optional"`
 	// BarrierWait bounds how long a request waits for a moving person ("5s").
@@ -345,6 +358,9 @@ func (c *Config) Finish() error {
 	}
 	if c.Front.Address == "" {
 		c.Front.Address = "127.0.0.1:8080"
+	}
+	if err := c.Front.finish(); err != nil {
+		return err
 	}
 	if c.Admin == nil {
 		c.Admin = &AdminConfig{}
@@ -532,6 +548,28 @@ func duration(s string) time.Duration {
 }
 
 func (f *FrontConfig) frameTimeout() time.Duration { return duration(f.FrameTimeout) }
+
+// finish checks the front block's cookie keys and rate limit.
+func (f *FrontConfig) finish() error {
+	if f.CookieKeyFile != "" && len(f.CookieKeyFiles) > 0 {
+		return fmt.Errorf("front: set cookie_key_file or cookie_key_files (the key ring), not both")
+	}
+	for i, p := range f.CookieKeyFiles {
+		if p == "" {
+			return fmt.Errorf("front: cookie_key_files[%d] is empty", i)
+		}
+		if slices.Contains(f.CookieKeyFiles[:i], p) {
+			return fmt.Errorf("front: cookie_key_files lists %s twice", p)
+		}
+	}
+	if !(f.FrameRate >= 0) || f.FrameBurst < 0 {
+		return fmt.Errorf("front: frame_rate and frame_burst must not be negative (0 is no limit)")
+	}
+	if f.FrameBurst > 0 && f.FrameRate == 0 {
+		return fmt.Errorf("front: frame_burst = %d without a frame_rate limits nothing: set frame_rate too", f.FrameBurst)
+	}
+	return nil
+}
 
 // StopTimeout is how long a stop may take; default 2 minutes.
 func (c *Config) StopTimeout() time.Duration {

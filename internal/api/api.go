@@ -6,6 +6,7 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -151,10 +152,21 @@ func (a *server) checkToken(r *http.Request) error {
 	if tok == "" {
 		return &Error{Status: http.StatusUnauthorized, Message: "missing admin token: set STICKYD_TOKEN or pass -token"}
 	}
-	if subtle.ConstantTimeCompare([]byte(tok), []byte(a.cfg.Token)) != 1 {
+	if !tokenEqual(tok, a.cfg.Token) {
 		return &Error{Status: http.StatusForbidden, Message: "wrong admin token"}
 	}
 	return nil
+}
+
+// tokenEqual compares a candidate with the admin token in constant time,
+// both hashed first so that not even the token's length leaks. An empty
+// token matches nothing.
+func tokenEqual(candidate, token string) bool {
+	if token == "" {
+		return false
+	}
+	a, b := sha256.Sum256([]byte(candidate)), sha256.Sum256([]byte(token))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
 }
 
 func (a *server) auth(h http.Handler) http.Handler {

@@ -57,8 +57,13 @@ type Dispatcher interface {
 type Config struct {
 	Directory  Directory
 	Dispatcher Dispatcher
-	// CookieKey signs connection cookies; at least 32 bytes.
-	CookieKey []byte
+	// CookieKeys is the key ring of connection cookies, each key at least
+	// MinCookieKeyBytes long and no two the same: the first signs new
+	// cookies, every one verifies. A rotation puts a new key first and
+	// keeps the old one behind it (for the cookie's 24 hours), so nobody is
+	// logged out; a cookie no key verifies, tampered or signed by a key no
+	// longer in the ring, names nobody and its bearer gets a new identity.
+	CookieKeys [][]byte
 	// CookieName defaults to "stickyd_conn".
 	CookieName string
 	// SecureCookie sets the cookie's Secure attribute (behind TLS).
@@ -86,6 +91,15 @@ type Config struct {
 	// person and in all; defaults 64 and 10000.
 	MaxHeldPerUser int
 	MaxHeld        int
+	// FrameRate is how many frames a second one person may send through
+	// this front: WebSocket ops, POST /_stickyd/op, and site requests of a
+	// known connection, all of the person's connections together, from a
+	// token bucket holding FrameBurst. A frame over it is refused at once
+	// (WebSocket: code "rate_limited", retry true; HTTP: 429 with
+	// Retry-After) and counted in stickyd_front_rate_limited_frames_total.
+	// Zero (the default) is no limit; FrameBurst zero is twice FrameRate.
+	FrameRate  float64
+	FrameBurst int
 	// Registry receives the front's metrics; nil means none.
 	Registry prometheus.Registerer
 	// Monitor, if set, serves the monitor web page under
@@ -102,12 +116,16 @@ type Config struct {
 
 // Front serves HTTP and WebSocket.
 type Front struct {
-	cfg      Config
-	log      hclog.Logger
-	cookie   *signer
-	barrier  *barrier
-	upgrader websocket.Upgrader
-	mux      *http.ServeMux
+	cfg     Config
+	log     hclog.Logger
+	cookie  *keyRing
+	barrier *barrier
+	limiter *frameLimiter // nil: no rate limit
+	// cookieChecks counts cookie verifications by result (current_key,
+	// older_key, invalid).
+	cookieChecks *prometheus.CounterVec
+	upgrader     websocket.Upgrader
+	mux          *http.ServeMux
 	// root is the parent of every WebSocket's context; Close cancels it.
 	root     context.Context
 	shutdown context.CancelFunc
@@ -121,8 +139,15 @@ func New(cfg Config) (*Front, error) {
 	if cfg.Directory == nil || cfg.Dispatcher == nil {
 		return nil, errors.New("front: a Directory and a Dispatcher are required")
 	}
-	if len(cfg.CookieKey) < 32 {
-		return nil, errors.New("front: the cookie key must be at least 32 bytes")
+	ring, err := newKeyRing(cfg.CookieKeys)
+	if err != nil {
+		return nil, fmt.Errorf("front: %w", err)
+	}
+	if !(cfg.FrameRate >= 0) || cfg.FrameBurst < 0 { // NaN too
+		return nil, errors.New("front: the frame rate and burst must not be negative")
+	}
+	if cfg.FrameRate > 0 && cfg.FrameBurst == 0 {
+		cfg.FrameBurst = int(max(1, min(2*cfg.FrameRate, 1<<30)))
 	}
 	if cfg.CookieName == "" {
 		cfg.CookieName = "stickyd_conn"
@@ -162,8 +187,19 @@ func New(cfg Config) (*Front, error) {
 	if cfg.MaxHeld <= 0 {
 		cfg.MaxHeld = 10000
 	}
-	f := &Front{cfg: cfg, log: cfg.Logger, cookie: newSigner(cfg.CookieKey)}
+	f := &Front{cfg: cfg, log: cfg.Logger, cookie: ring}
 	f.barrier = newBarrier(cfg.Directory, cfg, cfg.Registry)
+	f.limiter = newFrameLimiter(cfg, cfg.Registry)
+	f.cookieChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stickyd_front_cookie_checks_total",
+		Help: "Connection cookies checked, by result: current_key (signed by the ring's first key), older_key (by a key behind it), invalid (no key of the ring).",
+	}, []string{"result"})
+	for _, r := range []string{"current_key", "older_key", "invalid"} {
+		f.cookieChecks.WithLabelValues(r)
+	}
+	if cfg.Registry != nil {
+		cfg.Registry.MustRegister(f.cookieChecks)
+	}
 	f.root, f.shutdown = context.WithCancel(context.Background())
 	f.upgrader = websocket.Upgrader{ReadBufferSize: 4096, WriteBufferSize: 4096}
 	f.mux = http.NewServeMux()
@@ -210,9 +246,15 @@ func (f *Front) connOf(r *http.Request) string {
 	if err != nil {
 		return ""
 	}
-	conn, ok := f.cookie.verify(c.Value)
-	if !ok {
+	conn, key, ok := f.cookie.verify(c.Value)
+	switch {
+	case !ok:
+		f.cookieChecks.WithLabelValues("invalid").Inc()
 		return ""
+	case key > 0:
+		f.cookieChecks.WithLabelValues("older_key").Inc()
+	default:
+		f.cookieChecks.WithLabelValues("current_key").Inc()
 	}
 	return conn
 }

@@ -8,18 +8,38 @@ import (
 )
 
 // A cookie value from outside: verify never panics, and it accepts only
-// what the key signed.
+// what a key of the ring signed, naming that key.
 func FuzzCookieVerify(f *testing.F) {
-	s := newSigner([]byte("0123456789abcdef0123456789abcdef"))
-	f.Add(s.sign("conn-1"))
+	older := mustRing(f, "fedcba9876543210fedcba9876543210")
+	current := mustRing(f, "0123456789abcdef0123456789abcdef")
+	ring := mustRing(f, "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210")
+	dropped := mustRing(f, "a dropped key, never in the ring, 32+")
+	f.Add(current.sign("conn-1"))
+	f.Add(older.sign("conn-1"))
+	f.Add(dropped.sign("conn-1"))
 	f.Add("conn-1.")
 	f.Add("")
 	f.Add(".....")
 	f.Add(strings.Repeat("a", 300) + "." + strings.Repeat("b", 44))
 	f.Fuzz(func(t *testing.T, value string) {
-		name, ok := s.verify(value)
-		if ok && s.sign(name) != value {
-			t.Fatalf("accepted %q as %q, which signs as %q", value, name, s.sign(name))
+		name, key, ok := ring.verify(value)
+		if !ok {
+			return
+		}
+		switch key {
+		case 0:
+			if current.sign(name) != value {
+				t.Fatalf("accepted %q as %q by the first key, which signs it as %q", value, name, current.sign(name))
+			}
+		case 1:
+			if older.sign(name) != value {
+				t.Fatalf("accepted %q as %q by the older key, which signs it as %q", value, name, older.sign(name))
+			}
+		default:
+			t.Fatalf("accepted %q by key %d of a ring of 2", value, key)
+		}
+		if dropped.sign(name) == value {
+			t.Fatalf("accepted %q, signed by a key outside the ring", value)
 		}
 	})
 }

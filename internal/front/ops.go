@@ -159,12 +159,20 @@ func (f *Front) serveOp(w http.ResponseWriter, r *http.Request) error {
 	if err := dec.Decode(&o); err != nil {
 		return &HTTPError{Status: http.StatusBadRequest, Message: "decoding op: " + err.Error()}
 	}
-	a := f.runOp(r.Context(), rt.Conn, &o)
+	var a *answer
+	if f.allowFrame(rt.Conn, rt.User, viaOp) {
+		a = f.runOp(r.Context(), rt.Conn, &o)
+	} else {
+		a = errAnswer(o.ID, errRateLimited)
+	}
 	status := http.StatusOK
 	if a.Op == "error" {
 		status = http.StatusBadRequest
 		if a.Retry {
 			status = http.StatusServiceUnavailable
+			if a.Code == errRateLimited.Code {
+				status = http.StatusTooManyRequests
+			}
 			w.Header().Set("Retry-After", "1")
 			if a.Code == "maintenance" {
 				w.Header().Set("Retry-After", strconv.Itoa(maintenanceRetryAfter))

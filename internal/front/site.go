@@ -19,6 +19,10 @@ var hopHeaders = map[string]bool{
 // serveSite forwards a request of the hosted site to the worker holding the
 // person, or, for a new connection, to the worker the supervisor chooses.
 func (f *Front) serveSite(w http.ResponseWriter, r *http.Request) error {
+	rt, known := f.route(r)
+	if known && !f.allowFrame(rt.Conn, rt.User, viaSite) {
+		return errRateLimited
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, f.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -49,7 +53,6 @@ func (f *Front) serveSite(w http.ResponseWriter, r *http.Request) error {
 		req.Headers = append(req.Headers, &protocol.Header{Name: k, Values: v})
 	}
 	fr := &protocol.Frame{Kind: &protocol.Frame_Http{Http: req}}
-	rt, known := f.route(r)
 	var rep *protocol.FrameReply
 	if known {
 		rep, rt, err = f.deliver(r.Context(), rt.Conn, fr, f.cfg.FrameTimeout)

@@ -106,6 +106,12 @@ func (c *wsConn) readLoop() {
 			c.send(errAnswer(0, &HTTPError{Status: http.StatusBadRequest, Message: "decoding op: " + err.Error()}))
 			continue
 		}
+		if !c.f.allowFrame(c.conn, "", viaWebSocket) {
+			// Refused here, in socket order, before it costs a worker
+			// anything; the page may retry it.
+			c.send(errAnswer(o.ID, errRateLimited))
+			continue
+		}
 		select {
 		case c.in <- &o:
 		case <-c.ctx.Done():

@@ -1,0 +1,113 @@
+package agent
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseFrontSecurity(t *testing.T) {
+	src := `
+front {
+  cookie_key_files = ["/etc/stickyd/cookie-2.key", "/etc/stickyd/cookie-1.key"]
+  frame_rate       = 200
+  frame_burst      = 400
+}
+`
+	c, err := ParseConfig("test.hcl", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := c.Front
+	if len(f.CookieKeyFiles) != 2 || f.CookieKeyFiles[0] != "/etc/stickyd/cookie-2.key" || f.FrameRate != 200 || f.FrameBurst != 400 {
+		t.Fatalf("front %+v", f)
+	}
+	// The defaults: one key file (or the data dir's), no rate limit.
+	c, err = ParseConfig("test.hcl", []byte(`front { address = "127.0.0.1:0" }`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Front.FrameRate != 0 || c.Front.FrameBurst != 0 || len(c.Front.CookieKeyFiles) != 0 {
+		t.Fatalf("defaults %+v", c.Front)
+	}
+}
+
+func TestParseFrontSecurityErrors(t *testing.T) {
+	for _, tt := range []struct{ name, src, want string }{
+		{"file and ring", "front {\n cookie_key_file = \"/a\"\n cookie_key_files = [\"/b\"]\n}", "not both"},
+		{"ring twice", "front { cookie_key_files = [\"/a\", \"/b\", \"/a\"] }", "lists /a twice"},
+		{"empty ring entry", "front { cookie_key_files = [\"\"] }", "cookie_key_files[0] is empty"},
+		{"negative rate", "front { frame_rate = -1 }", "must not be negative"},
+		{"negative burst", "front {\n frame_rate = 5\n frame_burst = -1\n}", "must not be negative"},
+		{"burst alone", "front { frame_burst = 10 }", "set frame_rate too"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig("test.hcl", []byte(tt.src))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want it to mention %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// Where the front's keys come from: the ring's files in order (none
+// created), else one key file created on first start and read after, else
+// (dev) a random key.
+func TestCookieKeys(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, key string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(key), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	newKey, oldKey := strings.Repeat("n", 32), strings.Repeat("o", 44)
+	newPath, oldPath := write("new.key", newKey), write("old.key", oldKey)
+	shortPath := write("short.key", "too short")
+	keys := func(f *FrontConfig, dataDir string) ([][]byte, error) {
+		return (&Agent{cfg: &Config{Front: f, DataDir: dataDir}}).cookieKeys()
+	}
+
+	got, err := keys(&FrontConfig{CookieKeyFiles: []string{newPath, oldPath}}, "")
+	if err != nil || len(got) != 2 || string(got[0]) != newKey || string(got[1]) != oldKey {
+		t.Fatalf("ring: %q %v", got, err)
+	}
+	missing := filepath.Join(dir, "missing.key")
+	if _, err := keys(&FrontConfig{CookieKeyFiles: []string{missing, oldPath}}, ""); err == nil || !strings.Contains(err.Error(), "missing.key") {
+		t.Fatalf("a missing ring file: %v", err)
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Fatal("a missing ring file was created")
+	}
+	if _, err := keys(&FrontConfig{CookieKeyFiles: []string{newPath, shortPath}}, ""); err == nil || !strings.Contains(err.Error(), "needs at least 32") {
+		t.Fatalf("a short ring key: %v", err)
+	}
+
+	// The default, as before the ring: <data_dir>/cookie.key, created once.
+	data := t.TempDir()
+	first, err := keys(&FrontConfig{}, data)
+	if err != nil || len(first) != 1 || len(first[0]) != 32 {
+		t.Fatalf("default key: %q %v", first, err)
+	}
+	again, err := keys(&FrontConfig{}, data)
+	if err != nil || !bytes.Equal(again[0], first[0]) {
+		t.Fatal("the data dir's key changed across starts")
+	}
+	if onDisk, _ := os.ReadFile(filepath.Join(data, "cookie.key")); !bytes.Equal(onDisk, first[0]) {
+		t.Fatal("the default key is not the data dir's cookie.key")
+	}
+	if got, err := keys(&FrontConfig{CookieKeyFile: newPath}, data); err != nil || string(got[0]) != newKey {
+		t.Fatalf("cookie_key_file: %q %v", got, err)
+	}
+	if _, err := keys(&FrontConfig{CookieKeyFile: shortPath}, ""); err == nil {
+		t.Fatal("a short cookie_key_file was taken")
+	}
+	a, _ := keys(&FrontConfig{}, "")
+	b, _ := keys(&FrontConfig{}, "")
+	if len(a[0]) != 32 || bytes.Equal(a[0], b[0]) {
+		t.Fatal("dev keys are not random per process")
+	}
+}
