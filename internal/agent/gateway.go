@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stickyd/stickyd/internal/fsm"
@@ -219,6 +221,9 @@ type gatewayNode struct {
 
 	mu      sync.Mutex // guards running
 	running map[string]context.CancelFunc
+	// rescan asks the runner to look at the whole queue again: a call
+	// left it queued (this server lost the lead while it waited).
+	rescan atomic.Bool
 }
 
 var _ gateway.Service = (*gatewayNode)(nil)
@@ -302,15 +307,24 @@ func (g *gatewayNode) apply(ctx context.Context, req fsm.GatewayJobRequest) (any
 // recorded as started before its provider is called.
 func (g *gatewayNode) runJobs(stop <-chan struct{}) {
 	leading := false
+	// Every queued call up to seq has been started here (each waits in
+	// the router for its slot); cancels is the count last acted on.
+	var seq, cancels uint64
 	for {
 		changed := g.a.fsm.WatchGateway()
 		if g.a.raft.IsLeader() {
 			if !leading {
-				leading = true
+				leading, seq = true, 0
 				g.rejectOrphans()
 			}
-			g.startQueued()
-			g.stopCancelled()
+			if g.rescan.Swap(false) {
+				seq = 0
+			}
+			seq = g.startQueued(seq)
+			if c := g.a.fsm.GatewayCancels(); c != cancels {
+				cancels = c
+				g.stopCancelled()
+			}
 		} else {
 			leading = false
 		}
@@ -350,8 +364,11 @@ func (g *gatewayNode) rejectOrphans() {
 	}
 }
 
-func (g *gatewayNode) startQueued() {
-	for _, j := range g.a.fsm.GatewayJobs(gateway.JobQueued) {
+// startQueued starts the calls queued after seq, in order, and returns
+// the last one's place.
+func (g *gatewayNode) startQueued(seq uint64) uint64 {
+	for _, j := range g.a.fsm.GatewayQueuedAfter(seq) {
+		seq = j.Seq
 		g.mu.Lock()
 		_, mine := g.running[j.ID]
 		if !mine {
@@ -361,6 +378,7 @@ func (g *gatewayNode) startQueued() {
 		}
 		g.mu.Unlock()
 	}
+	return seq
 }
 
 func (g *gatewayNode) run(ctx context.Context, j fsm.GatewayJob) {
@@ -390,6 +408,7 @@ func (g *gatewayNode) run(ctx context.Context, j fsm.GatewayJob) {
 		// Never started here: it stays queued for whoever leads (or is
 		// cancelled, which the maps already say).
 		if errors.Is(err, errNotLeading) || !g.a.raft.IsLeader() || errors.Is(ctx.Err(), context.Canceled) {
+			g.rescan.Store(true)
 			return
 		}
 	}
@@ -412,7 +431,7 @@ func (g *gatewayNode) stopCancelled() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for id, cancel := range g.running {
-		if j, ok := g.a.fsm.GatewayJob(id); ok && j.State == gateway.JobCancelled {
+		if g.a.fsm.GatewayJobState(id) == gateway.JobCancelled {
 			cancel()
 		}
 	}
@@ -427,10 +446,16 @@ var errNotLeading = errors.New("this server no longer leads")
 // entry. A charge is applied once even if its batch is sent twice.
 type raftLedger struct {
 	a *Agent
+	// id names this ledger in the log (the server and this process's
+	// start), and batch numbers its batches, so a batch sent again after
+	// it was applied is skipped.
+	id    string
+	batch uint64
 
-	mu      sync.Mutex // guards pending
-	pending []gateway.Charge
-	kick    chan struct{}
+	mu       sync.Mutex // guards pending and inflight
+	pending  []gateway.Charge
+	inflight *fsm.GatewayChargesRequest // sent, not known applied
+	kick     chan struct{}
 }
 
 // flushEvery bounds how long a charge waits for the log; maxBatch how
@@ -441,7 +466,7 @@ const (
 )
 
 func newRaftLedger(a *Agent) *raftLedger {
-	return &raftLedger{a: a, kick: make(chan struct{}, 1)}
+	return &raftLedger{a: a, id: a.cfg.Name + "/" + newGatewayID(), kick: make(chan struct{}, 1)}
 }
 
 // Add takes a charge.
@@ -464,7 +489,11 @@ func (l *raftLedger) Spent(session, day string) (int64, int64) {
 	s, d := l.a.fsm.GatewaySpent(session, day)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, c := range l.pending {
+	unapplied := l.pending
+	if l.inflight != nil {
+		unapplied = append(slices.Clip(l.inflight.Charges), l.pending...)
+	}
+	for _, c := range unapplied {
 		if c.Session == session {
 			s += c.Micros
 		}
@@ -499,27 +528,35 @@ func (l *raftLedger) run(stop <-chan struct{}) {
 }
 
 // flush sends one batch; it reports whether it sent a full one (more may
-// wait).
+// wait). A batch that failed is sent again as it was, under its number,
+// before any new one.
 func (l *raftLedger) flush(ctx context.Context) bool {
 	l.mu.Lock()
-	n := min(len(l.pending), maxBatch)
-	batch := append([]gateway.Charge(nil), l.pending[:n]...)
-	l.mu.Unlock()
-	if n == 0 {
-		return false
+	if l.inflight == nil {
+		n := min(len(l.pending), maxBatch)
+		if n == 0 {
+			l.mu.Unlock()
+			return false
+		}
+		l.batch++
+		l.inflight = &fsm.GatewayChargesRequest{Ledger: l.id, Batch: l.batch, At: time.Now().UTC(),
+			Charges: slices.Clone(l.pending[:n])}
+		l.pending = l.pending[n:]
 	}
-	entry, err := fsm.Encode(fsm.GatewayChargesRequestType, fsm.GatewayChargesRequest{Charges: batch})
+	req := l.inflight
+	l.mu.Unlock()
+	entry, err := fsm.Encode(fsm.GatewayChargesRequestType, req)
 	if err == nil {
 		_, err = forwardingLog{l.a}.Apply(ctx, entry)
 	}
 	if err != nil {
-		l.a.log.Warn("recording gateway charges; kept to send again", "charges", n, "error", err)
+		l.a.log.Warn("recording gateway charges; kept to send again", "charges", len(req.Charges), "error", err)
 		return false
 	}
 	l.mu.Lock()
-	l.pending = l.pending[n:]
+	l.inflight = nil
 	l.mu.Unlock()
-	return n == maxBatch
+	return len(req.Charges) == maxBatch
 }
 
 // forward posts a call to the leader's internal gateway endpoint.
@@ -590,7 +627,7 @@ func newGatewayID() string {
 // transports' long poll).
 func (g *gatewayNode) Wait(ctx context.Context, id string) (gateway.Job, error) {
 	for {
-		changed := g.a.fsm.WatchGateway()
+		changed := g.a.fsm.WatchGatewayJob(id)
 		j, ok := g.a.fsm.GatewayJob(id)
 		if !ok {
 			return gateway.Job{}, gateway.ErrNoJob

@@ -34,8 +34,10 @@ type FSM struct {
 	catalogCh chan struct{}
 	// maintCh is closed at the next change of the maintenance windows.
 	maintCh chan struct{}
-	// gatewayCh is closed at the next change of the gateway's jobs.
+	// gatewayCh is closed at the next submit or cancel of a gateway call;
+	// jobWatch holds a channel per watched call (gateway.go).
 	gatewayCh chan struct{}
+	jobWatch  map[string]chan struct{}
 	// grantWatch holds a channel per watched grant (store.go).
 	grantWatch map[uint64]chan struct{}
 }
@@ -246,6 +248,16 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return fmt.Errorf("empty log entry at index %d", l.Index)
 	}
 	t, buf := MessageType(l.Data[0]), l.Data[1:]
+	var decoded any
+	if t == GatewayChargesRequestType || t == GatewayJobRequestType {
+		var err error
+		if decoded, err = decodeGateway(t, buf); err != nil {
+			f.mu.Lock()
+			f.index = l.Index
+			f.mu.Unlock()
+			return err
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.index = l.Index
@@ -281,9 +293,9 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	case MaintenanceRequestType:
 		return f.applyMaintenance(buf)
 	case GatewayChargesRequestType:
-		return f.applyGatewayCharges(buf)
+		return f.applyGatewayCharges(decoded.(*GatewayChargesRequest))
 	case GatewayJobRequestType:
-		return f.applyGatewayJob(buf, l.Index)
+		return f.applyGatewayJob(decoded.(*GatewayJobRequest))
 	case RegisterAgentRequestType:
 		var req AgentEntry
 		if err := json.Unmarshal(buf, &req); err != nil {
@@ -537,7 +549,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.catalogChangedLocked()
 	f.maintenanceChangedLocked()
-	f.gatewayChangedLocked()
+	f.gatewayRestoredLocked()
 	for id, ch := range f.grantWatch {
 		close(ch)
 		delete(f.grantWatch, id)

@@ -24,11 +24,32 @@ const (
 	GatewayJobRequestType MessageType = 17
 )
 
-// GatewayChargesRequest is a batch of charges, applied in order; a charge
-// whose request was already charged is skipped.
+// GatewayChargesRequest is a batch of charges, applied in order. A ledger
+// (one per server process: Ledger) numbers its batches and sends a batch
+// again, unchanged, until it is applied; a batch whose number was already
+// applied is skipped, so a batch sent twice counts once.
 type GatewayChargesRequest struct {
+	Ledger  string           `json:"ledger,omitempty"`
+	Batch   uint64           `json:"batch,omitempty"`
+	At      time.Time        `json:"at"`
 	Charges []gateway.Charge `json:"charges"`
 }
+
+// ledgerMark is the last batch applied from one ledger.
+type ledgerMark struct {
+	Batch uint64    `json:"batch"`
+	At    time.Time `json:"at"`
+}
+
+// Retention of the gateway's records: the marks of ledgers silent for
+// ledgerRetention are forgotten (their process is long gone); finished
+// calls stay readable for jobRetention, and at most maxFinishedJobs of them
+// are kept (the oldest go first).
+const (
+	ledgerRetention = 48 * time.Hour
+	jobRetention    = 24 * time.Hour
+	maxFinishedJobs = 100_000
+)
 
 // GatewayJob is a submitted call in the log.
 type GatewayJob struct {
@@ -63,15 +84,21 @@ type GatewayJobRequest struct {
 // GatewayState is the gateway's part of the maps.
 type GatewayState struct {
 	Counters gateway.Counters `json:"counters"`
-	// Charged remembers the requests charged, by day, so a charge applied
-	// twice counts once; days older than the last two are forgotten.
-	Charged map[string]map[string]bool `json:"charged,omitempty"`
-	Jobs    map[string]*GatewayJob     `json:"jobs,omitempty"`
-	Keys    map[string]string          `json:"keys,omitempty"`
-	NextSeq uint64                     `json:"next_seq"`
-	// active indexes the jobs queued or running (not persisted: rebuilt
-	// from Jobs).
-	active map[string]bool
+	// Ledgers holds the last batch applied from each ledger.
+	Ledgers map[string]ledgerMark  `json:"ledgers,omitempty"`
+	Jobs    map[string]*GatewayJob `json:"jobs,omitempty"`
+	Keys    map[string]string      `json:"keys,omitempty"`
+	NextSeq uint64                 `json:"next_seq"`
+
+	// Indexes, not persisted (rebuilt from Jobs): the jobs queued or
+	// running; the queued ones in queue order (jobs that left the queue
+	// are dropped lazily); the finished ones in the order they finished.
+	active   map[string]bool
+	perModel map[string]int // active calls by model
+	queue    []*GatewayJob
+	finished []*GatewayJob
+	// cancels counts the cancellations applied since this state was built.
+	cancels uint64
 }
 
 func (f *FSM) gatewayLocked() *GatewayState {
@@ -79,8 +106,8 @@ func (f *FSM) gatewayLocked() *GatewayState {
 		f.state.Gateway = &GatewayState{}
 	}
 	g := f.state.Gateway
-	if g.Charged == nil {
-		g.Charged = map[string]map[string]bool{}
+	if g.Ledgers == nil {
+		g.Ledgers = map[string]ledgerMark{}
 	}
 	if g.Jobs == nil {
 		g.Jobs = map[string]*GatewayJob{}
@@ -89,51 +116,68 @@ func (f *FSM) gatewayLocked() *GatewayState {
 		g.Keys = map[string]string{}
 	}
 	if g.active == nil {
-		g.active = map[string]bool{}
+		g.active, g.perModel = map[string]bool{}, map[string]int{}
+		g.queue, g.finished = nil, nil
 		for id, j := range g.Jobs {
-			if j.State == gateway.JobQueued || j.State == gateway.JobRunning {
+			switch j.State {
+			case gateway.JobQueued, gateway.JobRunning:
 				g.active[id] = true
+				g.perModel[j.Model]++
+				if j.State == gateway.JobQueued {
+					g.queue = append(g.queue, j)
+				}
+			default:
+				g.finished = append(g.finished, j)
 			}
 		}
+		slices.SortFunc(g.queue, func(a, b *GatewayJob) int { return cmp.Compare(a.Seq, b.Seq) })
+		slices.SortFunc(g.finished, func(a, b *GatewayJob) int {
+			return cmp.Or(a.Finished.Compare(b.Finished), cmp.Compare(a.Seq, b.Seq))
+		})
 	}
 	return g
 }
 
-func (f *FSM) applyGatewayCharges(buf []byte) interface{} {
-	var req GatewayChargesRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
-		return fmt.Errorf("decoding gateway charges: %w", err)
+// decodeGateway decodes a gateway entry; Apply calls it before taking the
+// lock, so readers of the maps do not wait for the decoding.
+func decodeGateway(t MessageType, buf []byte) (any, error) {
+	switch t {
+	case GatewayChargesRequestType:
+		var req GatewayChargesRequest
+		if err := json.Unmarshal(buf, &req); err != nil {
+			return nil, fmt.Errorf("decoding gateway charges: %w", err)
+		}
+		return &req, nil
+	default:
+		var req GatewayJobRequest
+		if err := json.Unmarshal(buf, &req); err != nil {
+			return nil, fmt.Errorf("decoding a gateway job: %w", err)
+		}
+		return &req, nil
 	}
+}
+
+func (f *FSM) applyGatewayCharges(req *GatewayChargesRequest) interface{} {
 	g := f.gatewayLocked()
-	for _, c := range req.Charges {
-		day := g.Charged[c.Day]
-		if day == nil {
-			day = map[string]bool{}
-			g.Charged[c.Day] = day
-			// Keep the two newest days of request ids.
-			days := slices.Sorted(maps.Keys(g.Charged))
-			for _, d := range days[:max(0, len(days)-2)] {
-				delete(g.Charged, d)
+	if req.Ledger != "" {
+		if m, ok := g.Ledgers[req.Ledger]; ok && req.Batch <= m.Batch {
+			return nil // sent again after it was applied
+		}
+		g.Ledgers[req.Ledger] = ledgerMark{Batch: req.Batch, At: req.At}
+		for l, m := range g.Ledgers {
+			if m.At.Before(req.At.Add(-ledgerRetention)) {
+				delete(g.Ledgers, l)
 			}
 		}
-		if c.Request != "" && day[c.Request] {
-			continue
-		}
-		if c.Request != "" {
-			day[c.Request] = true
-		}
+	}
+	for _, c := range req.Charges {
 		g.Counters.Apply(c)
 	}
 	return nil
 }
 
-func (f *FSM) applyGatewayJob(buf []byte, index uint64) interface{} {
-	var req GatewayJobRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
-		return fmt.Errorf("decoding a gateway job: %w", err)
-	}
+func (f *FSM) applyGatewayJob(req *GatewayJobRequest) interface{} {
 	g := f.gatewayLocked()
-	defer f.gatewayChangedLocked()
 	switch req.Op {
 	case JobOpSubmit:
 		if req.Job == nil || req.Job.ID == "" {
@@ -143,22 +187,23 @@ func (f *FSM) applyGatewayJob(buf []byte, index uint64) interface{} {
 			return id
 		}
 		j := *req.Job
-		if g.NextSeq%1024 == 0 {
-			pruneJobs(g, j.Submitted.Add(-24*time.Hour))
-		}
 		g.NextSeq++
 		j.Seq, j.State = g.NextSeq, gateway.JobQueued
 		g.Jobs[j.ID] = &j
 		g.active[j.ID] = true
+		g.perModel[j.Model]++
+		g.queue = append(g.queue, &j)
 		if j.Key != "" {
 			g.Keys[j.Key] = j.ID
 		}
+		f.gatewayChangedLocked()
 		return j.ID
 	case JobOpStart, JobOpFinish, JobOpCancel:
 		j := g.Jobs[req.ID]
 		if j == nil {
 			return gateway.ErrNoJob
 		}
+		defer f.jobChangedLocked(j.ID)
 		switch req.Op {
 		case JobOpStart:
 			if j.State != gateway.JobQueued {
@@ -173,11 +218,13 @@ func (f *FSM) applyGatewayJob(buf []byte, index uint64) interface{} {
 			if req.Error != "" {
 				j.State = gateway.JobFailed
 			}
-			delete(g.active, j.ID)
+			g.finish(j)
 		case JobOpCancel:
 			if j.State == gateway.JobQueued || j.State == gateway.JobRunning {
 				j.State, j.Finished, j.Error = gateway.JobCancelled, req.At, "cancelled by the caller"
-				delete(g.active, j.ID)
+				g.finish(j)
+				g.cancels++
+				f.gatewayChangedLocked() // the runner stops it
 			}
 		}
 		return req.ID
@@ -185,15 +232,30 @@ func (f *FSM) applyGatewayJob(buf []byte, index uint64) interface{} {
 	return fmt.Errorf("unknown gateway job op %q", req.Op)
 }
 
-// pruneJobs forgets the calls that finished before cut.
-func pruneJobs(g *GatewayState, cut time.Time) {
-	for id, j := range g.Jobs {
-		if !j.Finished.IsZero() && j.Finished.Before(cut) {
-			delete(g.Jobs, id)
-			if g.Keys[j.Key] == id {
-				delete(g.Keys, j.Key)
-			}
+// finish moves j out of the active calls, and forgets the oldest
+// finished calls past jobRetention (measured from j's end, so that every
+// replica forgets the same ones) or past maxFinishedJobs.
+func (g *GatewayState) finish(j *GatewayJob) {
+	if g.active[j.ID] {
+		delete(g.active, j.ID)
+		if g.perModel[j.Model]--; g.perModel[j.Model] <= 0 {
+			delete(g.perModel, j.Model)
 		}
+	}
+	g.finished = append(g.finished, j)
+	cut := j.Finished.Add(-jobRetention)
+	n := 0
+	for n < len(g.finished) && (len(g.finished)-n > maxFinishedJobs || g.finished[n].Finished.Before(cut)) {
+		old := g.finished[n]
+		delete(g.Jobs, old.ID)
+		if g.Keys[old.Key] == old.ID {
+			delete(g.Keys, old.Key)
+		}
+		g.finished[n] = nil
+		n++
+	}
+	if n > 0 {
+		g.finished = g.finished[n:]
 	}
 }
 
@@ -237,7 +299,10 @@ func (f *FSM) GatewayJobs(state gateway.JobState) []GatewayJob {
 	}
 	var out []GatewayJob
 	g := f.state.Gateway
-	if (state == gateway.JobQueued || state == gateway.JobRunning) && g.active != nil {
+	if state == gateway.JobQueued && g.active != nil {
+		return queuedAfter(g, 0)
+	}
+	if state == gateway.JobRunning && g.active != nil {
 		for id := range g.active {
 			if j := g.Jobs[id]; j != nil && j.State == state {
 				out = append(out, *j)
@@ -254,7 +319,98 @@ func (f *FSM) GatewayJobs(state gateway.JobState) []GatewayJob {
 	return out
 }
 
-// WatchGateway returns a channel closed at the next change of the jobs.
+// GatewayQueuedAfter returns the queued calls whose place in the queue is
+// after seq, in queue order: a runner that started everything up to seq
+// asks only for what came since.
+func (f *FSM) GatewayQueuedAfter(seq uint64) []GatewayJob {
+	f.mu.Lock() // drops the calls that left the head of the queue
+	defer f.mu.Unlock()
+	if f.state.Gateway == nil {
+		return nil
+	}
+	g := f.gatewayLocked()
+	g.trimQueue()
+	return queuedAfter(g, seq)
+}
+
+// queuedAfter reads the queue index; with the write lock held it also
+// drops its head of calls no longer queued.
+func queuedAfter(g *GatewayState, seq uint64) []GatewayJob {
+	i, _ := slices.BinarySearchFunc(g.queue, seq+1, func(j *GatewayJob, s uint64) int { return cmp.Compare(j.Seq, s) })
+	var out []GatewayJob
+	for _, j := range g.queue[i:] {
+		if j.State == gateway.JobQueued {
+			out = append(out, *j)
+		}
+	}
+	return out
+}
+
+// trimQueue drops the head of the queue index that left the queue, and
+// compacts it when most of it has.
+func (g *GatewayState) trimQueue() {
+	n := 0
+	for n < len(g.queue) && g.queue[n].State != gateway.JobQueued {
+		g.queue[n] = nil
+		n++
+	}
+	g.queue = g.queue[n:]
+	if len(g.queue) > 2*len(g.active)+64 {
+		g.queue = slices.DeleteFunc(g.queue, func(j *GatewayJob) bool { return j.State != gateway.JobQueued })
+	}
+}
+
+// GatewayCancels counts the cancellations applied; it changes when a call
+// was cancelled (or the state restored) since it was last read.
+func (f *FSM) GatewayCancels() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.state.Gateway == nil {
+		return 0
+	}
+	return f.state.Gateway.cancels
+}
+
+// GatewayJobState returns the state of a submitted call ("" if unknown).
+func (f *FSM) GatewayJobState(id string) gateway.JobState {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.state.Gateway == nil || f.state.Gateway.Jobs[id] == nil {
+		return ""
+	}
+	return f.state.Gateway.Jobs[id].State
+}
+
+// WatchGatewayJob returns a channel closed at the next change of job id
+// (at once if there is no such job).
+func (f *FSM) WatchGatewayJob(id string) <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state.Gateway == nil || f.state.Gateway.Jobs[id] == nil {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	if f.jobWatch == nil {
+		f.jobWatch = map[string]chan struct{}{}
+	}
+	ch := f.jobWatch[id]
+	if ch == nil {
+		ch = make(chan struct{})
+		f.jobWatch[id] = ch
+	}
+	return ch
+}
+
+func (f *FSM) jobChangedLocked(id string) {
+	if ch := f.jobWatch[id]; ch != nil {
+		close(ch)
+		delete(f.jobWatch, id)
+	}
+}
+
+// WatchGateway returns a channel closed at the next change a runner of
+// the queue acts on: a call submitted or cancelled, or a restore.
 func (f *FSM) WatchGateway() <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -271,16 +427,26 @@ func (f *FSM) gatewayChangedLocked() {
 	}
 }
 
+// gatewayRestoredLocked rebuilds the indexes and wakes every watcher after
+// a restore.
+func (f *FSM) gatewayRestoredLocked() {
+	if f.state.Gateway != nil {
+		f.gatewayLocked()
+	}
+	f.gatewayChangedLocked()
+	for id, ch := range f.jobWatch {
+		close(ch)
+		delete(f.jobWatch, id)
+	}
+}
+
 // cloneGateway deep-copies the gateway state for a snapshot.
 func cloneGateway(g *GatewayState) *GatewayState {
 	if g == nil {
 		return nil
 	}
-	out := &GatewayState{Counters: g.Counters.Clone(), Charged: map[string]map[string]bool{}, Jobs: map[string]*GatewayJob{},
+	out := &GatewayState{Counters: g.Counters.Clone(), Ledgers: maps.Clone(g.Ledgers), Jobs: make(map[string]*GatewayJob, len(g.Jobs)),
 		Keys: maps.Clone(g.Keys), NextSeq: g.NextSeq}
-	for d, ids := range g.Charged {
-		out.Charged[d] = maps.Clone(ids)
-	}
 	for id, j := range g.Jobs {
 		c := *j
 		out.Jobs[id] = &c
@@ -292,15 +458,8 @@ func cloneGateway(g *GatewayState) *GatewayState {
 func (f *FSM) GatewayActive(model string) int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	g := f.state.Gateway
-	if g == nil {
-		return 0
+	if g := f.state.Gateway; g != nil {
+		return g.perModel[model]
 	}
-	n := 0
-	for id := range g.active {
-		if j := g.Jobs[id]; j != nil && j.Model == model {
-			n++
-		}
-	}
-	return n
+	return 0
 }

@@ -34,6 +34,7 @@ import (
 	"net/http"
 	"os"
 	goruntime "runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -67,6 +68,8 @@ func main() {
 }
 
 type options struct {
+	paths    map[string]bool
+	profile  string
 	rates    []int
 	duration time.Duration
 	slo      time.Duration
@@ -78,6 +81,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	f := benchkit.NewFlags("gateway", "2 s per rate and no search for the highest rate", stderr)
 	o := &options{}
 	rates := f.String("rates", "1000,5000", "request rates to measure, per second")
+	paths := f.String("paths", "direct,slot,queue", "the paths to measure: direct, slot, queue")
+	f.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	f.DurationVar(&o.duration, "duration", 5*time.Second, "how long each rate runs")
 	f.DurationVar(&o.slo, "slo", time.Second, "the p99 a rate must stay under to count as held")
 	f.BoolVar(&o.search, "search", true, "raise the rate until it is not held")
@@ -96,6 +101,16 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			return nil, fmt.Errorf("-rates: %q is not a positive number", r)
 		}
 		o.rates = append(o.rates, n)
+	}
+	o.paths = map[string]bool{}
+	for _, p := range benchkit.SplitList(*paths) {
+		if p != "direct" && p != "slot" && p != "queue" {
+			return nil, fmt.Errorf("-paths: %q is not one of direct, slot, queue", p)
+		}
+		o.paths[p] = true
+	}
+	if !o.paths["direct"] {
+		return nil, errors.New("-paths: direct is the reference and must be measured")
 	}
 	var err error
 	o.logLevel, err = f.LogLevel()
@@ -151,17 +166,18 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (*report, error)
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 20000, MaxIdleConnsPerHost: 20000, IdleConnTimeout: time.Minute}, Timeout: 30 * time.Second}
 	body := `{"model":"small","messages":[{"role":"user","content":"hello"}]}`
-	paths := []struct {
+	all := []struct {
+		key  string
 		name string
 		do   func(ctx context.Context) error
 	}{
-		{"direct", func(ctx context.Context) error {
+		{"direct", "direct", func(ctx context.Context) error {
 			return post(ctx, client, "http://"+provider.Addr().String()+"/v1/chat/completions", body, http.StatusOK, nil)
 		}},
-		{"gateway, slot path", func(ctx context.Context) error {
+		{"slot", "gateway, slot path", func(ctx context.Context) error {
 			return post(ctx, client, "http://"+a.GatewayAddr()+"/v1/chat/completions", body, http.StatusOK, nil)
 		}},
-		{"gateway, queue path", func(ctx context.Context) error {
+		{"queue", "gateway, queue path", func(ctx context.Context) error {
 			var sub struct {
 				ID string `json:"id"`
 			}
@@ -179,6 +195,23 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (*report, error)
 			}
 			return nil
 		}},
+	}
+	paths := all[:0:0]
+	for _, p := range all {
+		if o.paths[p.key] {
+			paths = append(paths, p)
+		}
+	}
+	if o.profile != "" {
+		f, err := os.Create(o.profile)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	r := &report{o: o, held: map[string]int{}, extra: map[string]string{}}
 	// The fixed rates first, every path at each rate in turn; then, per
@@ -217,8 +250,9 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (*report, error)
 		}
 	}
 	if o.search {
-		for _, i := range []int{1, 2, 0} {
-			p := paths[i]
+		// The gateway's paths before the direct one (first in paths).
+		for i := range paths {
+			p := paths[(i+1)%len(paths)]
 			for rate := o.rates[len(o.rates)-1] + 1000; rate <= 10000; rate += 1000 {
 				if r.held[p.name] < rate-1000 {
 					break
