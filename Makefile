@@ -62,6 +62,19 @@ fuzz:
 test-deploy: tools
 	STICKYD_REQUIRE_AGENTS=1 $(GO) test -count=1 -timeout 15m -v ./test/deploy/ ./internal/consul/ ./internal/nomad/ ./internal/testagents/
 
+## chaos: the chaos suite for 10 minutes (CHAOS_DURATION=30m for longer):
+## people type through a three-server cluster while workers, the raft
+## leader and hosts are SIGKILLed, a worker SIGSTOPped and every server
+## restarted in turn; the report is in the test's log. `make test` runs
+## its 20-second form.
+CHAOS_DURATION ?= 10m
+.PHONY: chaos
+chaos:
+	@log=$$(mktemp); \
+	STICKYD_CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -count=1 -timeout 0 -v -run '^TestChaos$$' ./test/e2e/ >$$log 2>&1; rc=$$?; \
+	grep -E '^(--- |PASS|FAIL|ok)|chaos(_test)?\.go' $$log; \
+	[ $$rc = 0 ] || echo "chaos: failed; the whole log is $$log"; exit $$rc
+
 lint:
 	@out="$$(gofmt -l cmd internal plugins test)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...

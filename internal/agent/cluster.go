@@ -202,6 +202,10 @@ func (a *Agent) refreshPeers(ctx context.Context) {
 // forwardingLog applies entries on the leader, from any server.
 type forwardingLog struct{ a *Agent }
 
+// IsLeader reports whether this server leads: its replica then has every
+// acknowledged write.
+func (l forwardingLog) IsLeader() bool { return l.a.raft.IsLeader() }
+
 // Apply writes entry through the leader. While there is no leader (an
 // election), or the leader cannot be reached, it retries until ctx ends: a
 // write waits, it does not fail, within its bound.

@@ -1,6 +1,7 @@
 package front
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -40,6 +41,22 @@ func (e *HTTPError) Error() string {
 
 func (e *HTTPError) Unwrap() error { return e.Err }
 
+// knownError returns err as the client is told it: an HTTPError as it is,
+// and a bound that ran out on the way to the worker (a write to the maps
+// waiting out an election, a person's barrier; nothing was done) as a
+// retryable 503. It reports false for any other error.
+func knownError(err error) (*HTTPError, bool) {
+	var he *HTTPError
+	if errors.As(err, &he) {
+		return he, true
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &HTTPError{Status: http.StatusServiceUnavailable, Retry: true,
+			Message: "timed out on the way to the worker (the cluster may be electing a leader); retry shortly", Err: err}, true
+	}
+	return nil, false
+}
+
 // handle adapts a handler that returns an error.
 func (f *Front) handle(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -47,8 +64,8 @@ func (f *Front) handle(h func(http.ResponseWriter, *http.Request) error) http.Ha
 		if err == nil {
 			return
 		}
-		var he *HTTPError
-		if !errors.As(err, &he) {
+		he, ok := knownError(err)
+		if !ok {
 			he = &HTTPError{Status: http.StatusInternalServerError, Message: "internal error", Err: err}
 		}
 		if he.Status >= 500 {

@@ -119,7 +119,7 @@ func toAnswer(id uint64, rep *protocol.FrameReply) *answer {
 
 func errAnswer(id uint64, err error) *answer {
 	a := &answer{Op: "error", ID: id, Error: err.Error(), Code: "internal"}
-	if he, ok := err.(*HTTPError); ok {
+	if he, ok := knownError(err); ok {
 		a.Error, a.Retry = he.Message, he.Retry
 		switch {
 		case he.Status == http.StatusBadRequest:

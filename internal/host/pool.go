@@ -707,6 +707,10 @@ func (s *slot) readyPeer(ctx context.Context, stop <-chan struct{}) (*channel.Pe
 		s.mu.Unlock()
 		select {
 		case <-up:
+			if peer == nil {
+				// Read before the first start set it: read again.
+				continue
+			}
 			select {
 			case <-peer.Done():
 				// Died between the check and now; wait for the next one.

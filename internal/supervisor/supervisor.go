@@ -12,6 +12,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -155,8 +156,32 @@ func (s *Supervisor) Drain(ctx context.Context, worker string, parallel int, pro
 	return res, ctx.Err()
 }
 
-// Lookup returns a connection's route from the local replica.
-func (s *Supervisor) Lookup(conn string) (placement.Route, bool) { return s.fsm.Lookup(conn) }
+// lookupLag is how long Lookup gives the local replica to learn of a
+// connection it does not know (see Lookup).
+const lookupLag = time.Second
+
+// Lookup returns a connection's route from the local replica. The
+// connection comes from a signed cookie, so it was made by some front: one
+// the replica does not know may have been made a moment ago through
+// another server, whose write has not reached this replica yet. The
+// replica is given lookupLag to catch up before the connection is called
+// unknown (and its person given a new one), unless this server leads: the
+// leader's replica has every write acknowledged.
+func (s *Supervisor) Lookup(conn string) (placement.Route, bool) {
+	if r, ok := s.fsm.Lookup(conn); ok {
+		return r, true
+	}
+	if l, ok := s.raft.(interface{ IsLeader() bool }); ok && l.IsLeader() {
+		return placement.Route{}, false
+	}
+	for deadline := time.Now().Add(lookupLag); time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		if r, ok := s.fsm.Lookup(conn); ok {
+			return r, true
+		}
+	}
+	return placement.Route{}, false
+}
 
 // Place chooses the worker for a new connection: the ready worker of the
 // default group on this host (on any host, if this one has none) holding

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"syscall"
@@ -184,6 +185,18 @@ func startCluster(t *testing.T, n int) ([]*proc, int) {
 // startClusterWith starts n servers, adding extra(i) to server i's
 // configuration when extra is set.
 func startClusterWith(t *testing.T, n int, extra func(i int) string) ([]*proc, int) {
+	return startClusterSpec(t, n, func(i int) procSpec {
+		sp := procSpec{workers: 1}
+		if extra != nil {
+			sp.extra = []string{extra(i)}
+		}
+		return sp
+	})
+}
+
+// startClusterSpec starts n servers, server i configured by spec(i) (its
+// name, expect, join and admin are filled in here).
+func startClusterSpec(t *testing.T, n int, spec func(i int) procSpec) ([]*proc, int) {
 	admins := make([]string, n)
 	for i := range admins {
 		admins[i] = freePort(t)
@@ -196,11 +209,9 @@ func startClusterWith(t *testing.T, n int, extra func(i int) string) ([]*proc, i
 				join = append(join, a)
 			}
 		}
-		var more []string
-		if extra != nil {
-			more = append(more, extra(i))
-		}
-		ps = append(ps, newProcWith(t, 1, "s"+strconv.Itoa(i+1), n, join, admins[i], more...))
+		sp := spec(i)
+		sp.name, sp.expect, sp.join, sp.admin = "s"+strconv.Itoa(i+1), n, join, admins[i]
+		ps = append(ps, newProcSpec(t, sp))
 	}
 	for _, p := range ps {
 		p.launch()
@@ -327,5 +338,27 @@ func TestGrantQueueSurvivesLeaderLoss(t *testing.T) {
 	}
 	if ans := b.send(map[string]any{"op": "sget", "paths": []string{"kept"}}); !strings.Contains(string(ans.Data), `"kept/n":1`) {
 		t.Fatalf("the store after the leader change: %s", ans.Data)
+	}
+}
+
+// A person who logs in through one front and comes straight back through
+// another (the load balancer's choice) is the same person there, even
+// before the second server's replica has the login: with the fronts
+// sharing their cookie key, a signed connection the replica does not know
+// yet is waited for, not replaced by a new identity.
+func TestAnotherFrontKnowsANewConnection(t *testing.T) {
+	c := startChaosCluster(t, 3, 1)
+	for i := range 12 {
+		name := "hop" + strconv.Itoa(i)
+		b := procBrowser(t, c.ps[i%3])
+		if code, body := b.do("POST", "/login?user="+name); code != 200 {
+			t.Fatalf("login of %s: %d %s", name, code, body)
+		}
+		other := procBrowser(t, c.ps[(i+1)%3])
+		u, _ := url.Parse(other.base)
+		other.jar.SetCookies(u, []*http.Cookie{{Name: "stickyd_conn", Value: b.cookie()}})
+		if w := other.whoami(); w.User != name {
+			t.Fatalf("%s logged in through s%d is %+v through s%d", name, i%3+1, w, (i+1)%3+1)
+		}
 	}
 }

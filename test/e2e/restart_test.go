@@ -40,6 +40,23 @@ func newProc(t *testing.T, workers int) *proc {
 // newProcWith writes the configuration of one server of a cluster of expect
 // servers; admin and front are chosen here unless given.
 func newProcWith(t *testing.T, workers int, name string, expect int, join []string, admin string, extra ...string) *proc {
+	return newProcSpec(t, procSpec{workers: workers, name: name, expect: expect, join: join, admin: admin, extra: extra})
+}
+
+// procSpec is one server's configuration: front and group take more lines
+// for those blocks, extra more blocks.
+type procSpec struct {
+	workers      int
+	name         string
+	expect       int
+	join         []string
+	admin        string
+	front, group string
+	extra        []string
+}
+
+func newProcSpec(t *testing.T, sp procSpec) *proc {
+	workers, name, expect, join, admin, extra := sp.workers, sp.name, sp.expect, sp.join, sp.admin, sp.extra
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +83,7 @@ front {
   address       = %q
   frame_timeout = "10s"
   barrier_wait  = "20s"
-}
+%s}
 admin {
   address = %q
   token   = %q
@@ -77,8 +94,8 @@ group "web" {
     command = %q
     env     = { %s = "counter" }
   }
-}
-`, name, filepath.Join(p.dir, "data"), expect, freePort(t), freePort(t), joins, p.front, p.admin, testToken, workers, exe, workerEnv)
+%s}
+`, name, filepath.Join(p.dir, "data"), expect, freePort(t), freePort(t), joins, p.front, sp.front, p.admin, testToken, workers, exe, workerEnv, sp.group)
 	cfg += strings.Join(extra, "\n")
 	if err := os.WriteFile(filepath.Join(p.dir, "stickyd.hcl"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
