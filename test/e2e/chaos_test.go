@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -26,7 +27,9 @@ import (
 // another: a worker SIGKILLed, a worker SIGSTOPped, the raft leader
 // SIGKILLed, a host (a follower server with its workers) SIGKILLed, and
 // every server restarted in turn. Each is started again where the fault
-// left it down. At the end every page is compared with its reference model.
+// left it down; and, where network namespaces can be made (root and
+// iproute2), a server is cut off from the others and from the people for
+// 5 s. At the end every page is compared with its reference model.
 //
 // It reports sessions lost, requests that failed after their retries,
 // deltas lost or duplicated, pages reset by a crash (a worker that died
@@ -72,6 +75,14 @@ func TestChaos(t *testing.T) {
 		{"SIGSTOP a worker for 3 s", c.stopWorker},
 		{"SIGKILL a host", func() error { return c.killServer(false) }},
 		{"restart every server in turn", c.restartAll},
+	}
+	if c.net != nil {
+		faults = append(faults[:3], append([]struct {
+			name string
+			do   func() error
+		}{{"cut a server off for 5 s", c.partition}}, faults[3:]...)...)
+	} else {
+		t.Log("chaos: network namespaces cannot be made here (root and iproute2 are needed): no partition")
 	}
 	type outcome struct {
 		fault    string
@@ -169,6 +180,7 @@ const chaosGroup = ""
 // chaosCluster is the servers under test; live says which run now.
 type chaosCluster struct {
 	t     *testing.T
+	net   *chaosNet // nil where network namespaces cannot be made
 	ps    []*proc
 	mu    sync.Mutex // guards live
 	live  []bool
@@ -181,10 +193,20 @@ func startChaosCluster(t *testing.T, n, workers int) *chaosCluster {
 	if err := os.WriteFile(key, []byte(strings.Repeat("chaos-cookie-key-", 4)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	net := newChaosNet(t)
 	ps, _ := startClusterSpec(t, n, func(i int) procSpec {
-		return procSpec{workers: workers, front: fmt.Sprintf("  cookie_key_file = %q\n", key), group: chaosGroup}
+		sp := procSpec{workers: workers, front: fmt.Sprintf("  cookie_key_file = %q\n", key), group: chaosGroup}
+		if net != nil {
+			// The last server runs in its own network namespace, to be
+			// cut off; the others listen on the host's side of its link.
+			sp.ip = net.hostIP
+			if i == n-1 {
+				sp.ip, sp.netns = net.nsIP, net.ns
+			}
+		}
+		return sp
 	})
-	c := &chaosCluster{t: t, ps: ps, live: make([]bool, n)}
+	c := &chaosCluster{t: t, ps: ps, live: make([]bool, n), net: net}
 	for i := range ps {
 		c.live[i] = true
 		c.names = append(c.names, "s"+strconv.Itoa(i+1))
@@ -573,5 +595,81 @@ func (p *chaosPerson) check(c *chaosCluster) error {
 			return fmt.Errorf("note %d = %v", i, got)
 		}
 	}
+	return nil
+}
+
+// chaosNet is a network namespace joined to the host by a veth pair: a
+// server inside is cut off from the others (and from the people) by
+// taking its side of the link down.
+type chaosNet struct {
+	ns, hostDev, nsDev string
+	hostIP, nsIP       string
+}
+
+// newChaosNet makes the namespace, or returns nil where it cannot be made
+// (not root, no iproute2, no namespaces in this container).
+func newChaosNet(t *testing.T) *chaosNet {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return nil
+	}
+	id := os.Getpid() % 200
+	n := &chaosNet{ns: fmt.Sprintf("stickyd-chaos-%d", id), hostDev: fmt.Sprintf("sdch%d", id), nsDev: fmt.Sprintf("sdcn%d", id),
+		hostIP: fmt.Sprintf("10.77.%d.1", id), nsIP: fmt.Sprintf("10.77.%d.2", id)}
+	ip := func(args ...string) error {
+		out, err := exec.Command("ip", args...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	// Left over from a run that was killed: start clean.
+	_ = ip("link", "del", n.hostDev)
+	_ = ip("netns", "del", n.ns)
+	steps := [][]string{
+		{"netns", "add", n.ns},
+		{"link", "add", n.hostDev, "type", "veth", "peer", "name", n.nsDev},
+		{"link", "set", n.nsDev, "netns", n.ns},
+		{"addr", "add", n.hostIP + "/24", "dev", n.hostDev},
+		{"link", "set", n.hostDev, "up"},
+		{"netns", "exec", n.ns, "ip", "addr", "add", n.nsIP + "/24", "dev", n.nsDev},
+		{"netns", "exec", n.ns, "ip", "link", "set", n.nsDev, "up"},
+		{"netns", "exec", n.ns, "ip", "link", "set", "lo", "up"},
+	}
+	t.Cleanup(func() {
+		_ = ip("link", "del", n.hostDev)
+		_ = ip("netns", "del", n.ns)
+	})
+	for _, st := range steps {
+		if err := ip(st...); err != nil {
+			t.Logf("chaos: no network namespace: %v", err)
+			return nil
+		}
+	}
+	return n
+}
+
+// partition cuts the namespaced server off for 5 s, then joins it again.
+func (c *chaosCluster) partition() error {
+	set := func(state string) error {
+		out, err := exec.Command("ip", "netns", "exec", c.net.ns, "ip", "link", "set", c.net.nsDev, state).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ip link set %s: %v: %s", state, err, out)
+		}
+		return nil
+	}
+	i := len(c.ps) - 1
+	c.setLive(i, false)
+	if err := set("down"); err != nil {
+		return err
+	}
+	time.Sleep(5 * time.Second)
+	if err := set("up"); err != nil {
+		return err
+	}
+	c.ps[i].waitHealthy()
+	c.setLive(i, true)
 	return nil
 }

@@ -197,9 +197,11 @@ func startClusterWith(t *testing.T, n int, extra func(i int) string) ([]*proc, i
 // startClusterSpec starts n servers, server i configured by spec(i) (its
 // name, expect, join and admin are filled in here).
 func startClusterSpec(t *testing.T, n int, spec func(i int) procSpec) ([]*proc, int) {
+	specs := make([]procSpec, n)
 	admins := make([]string, n)
 	for i := range admins {
-		admins[i] = freePort(t)
+		specs[i] = spec(i)
+		admins[i] = onIP(freePort(t), specs[i].ip)
 	}
 	var ps []*proc
 	for i := range admins {
@@ -209,7 +211,7 @@ func startClusterSpec(t *testing.T, n int, spec func(i int) procSpec) ([]*proc, 
 				join = append(join, a)
 			}
 		}
-		sp := spec(i)
+		sp := specs[i]
 		sp.name, sp.expect, sp.join, sp.admin = "s"+strconv.Itoa(i+1), n, join, admins[i]
 		ps = append(ps, newProcSpec(t, sp))
 	}

@@ -20,6 +20,7 @@ import (
 // proc is a real `stickyd agent` process (this test binary, re-executed).
 type proc struct {
 	t      *testing.T
+	netns  string // the network namespace it runs in, if any
 	dir    string
 	front  string
 	admin  string
@@ -44,7 +45,8 @@ func newProcWith(t *testing.T, workers int, name string, expect int, join []stri
 }
 
 // procSpec is one server's configuration: front and group take more lines
-// for those blocks, extra more blocks.
+// for those blocks, extra more blocks. ip is the address it listens on
+// (default 127.0.0.1), netns the network namespace it runs in.
 type procSpec struct {
 	workers      int
 	name         string
@@ -53,6 +55,15 @@ type procSpec struct {
 	admin        string
 	front, group string
 	extra        []string
+	ip, netns    string
+}
+
+// onIP moves a loopback address picked by freePort to ip.
+func onIP(addr, ip string) string {
+	if ip == "" {
+		return addr
+	}
+	return ip + strings.TrimPrefix(addr, "127.0.0.1")
 }
 
 func newProcSpec(t *testing.T, sp procSpec) *proc {
@@ -61,9 +72,9 @@ func newProcSpec(t *testing.T, sp procSpec) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{t: t, dir: t.TempDir(), front: freePort(t), admin: admin}
+	p := &proc{t: t, dir: t.TempDir(), front: onIP(freePort(t), sp.ip), admin: admin, netns: sp.netns}
 	if p.admin == "" {
-		p.admin = freePort(t)
+		p.admin = onIP(freePort(t), sp.ip)
 	}
 	joins := ""
 	for _, j := range join {
@@ -95,7 +106,7 @@ group "web" {
     env     = { %s = "counter" }
   }
 %s}
-`, name, filepath.Join(p.dir, "data"), expect, freePort(t), freePort(t), joins, p.front, sp.front, p.admin, testToken, workers, exe, workerEnv, sp.group)
+`, name, filepath.Join(p.dir, "data"), expect, onIP(freePort(t), sp.ip), onIP(freePort(t), sp.ip), joins, p.front, sp.front, p.admin, testToken, workers, exe, workerEnv, sp.group)
 	cfg += strings.Join(extra, "\n")
 	if err := os.WriteFile(filepath.Join(p.dir, "stickyd.hcl"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -115,6 +126,10 @@ func (p *proc) launch() {
 	exe, _ := os.Executable()
 	p.out = &bytes.Buffer{}
 	p.cmd = exec.Command(exe, "agent", "-config", filepath.Join(p.dir, "stickyd.hcl"))
+	if p.netns != "" {
+		// ip execs the agent in the namespace: the pid is the agent's.
+		p.cmd = exec.Command("ip", append([]string{"netns", "exec", p.netns, exe}, p.cmd.Args[1:]...)...)
+	}
 	p.cmd.Env = append(os.Environ(), agentEnv+"=1")
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
