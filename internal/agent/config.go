@@ -227,6 +227,11 @@ type GroupConfig struct {
 	// MemoryMaxMB is the hard ceiling of one worker's memory (RSS): over
 	// it, the worker is killed and relaunched. 0 (the default) is none.
 	MemoryMaxMB int `hcl:"memory_max_mb,optional"`
+	// CheckpointInterval is how often each worker checkpoints the pages
+	// changed since its last checkpoint, so that a worker that dies wakes
+	// its people from them (docs/checkpoints.md): "5s" (the default),
+	// "off" or "0s" for never, at least "100ms".
+	CheckpointInterval string `hcl:"checkpoint_interval,optional"`
 	// Governance balances, replaces and compacts the group's workers.
 	Governance *GovernanceConfig `hcl:"governance,block"`
 }
@@ -441,6 +446,9 @@ func (c *Config) Finish() error {
 		}
 		if g.MemoryMaxMB < 0 {
 			return fmt.Errorf("group %q: memory_max_mb must not be negative", g.Name)
+		}
+		if _, err := parseCheckpointInterval(g.CheckpointInterval); err != nil {
+			return fmt.Errorf("group %q: %w", g.Name, err)
 		}
 		if g.Governance != nil && g.Governance.Enabled {
 			if _, err := g.policy(); err != nil {

@@ -77,7 +77,8 @@ func (a *Agent) workerEnv(r recipe) []string {
 
 // groupSpec is a group as this agent's host runs it.
 func (a *Agent) groupSpec(name string, workers, memoryMaxMB int, l host.Launcher) host.GroupSpec {
-	spec := host.GroupSpec{Name: name, Workers: workers, MemoryMax: uint64(memoryMaxMB) << 20, Launcher: l}
+	spec := host.GroupSpec{Name: name, Workers: workers, MemoryMax: uint64(memoryMaxMB) << 20, Launcher: l,
+		CheckpointInterval: a.checkpointInterval(name)}
 	if a.cfg.clustered() {
 		spec.Prefix = a.cfg.Name + "."
 	}

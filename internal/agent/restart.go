@@ -63,8 +63,10 @@ func (a *Agent) parkAll(ctx context.Context) error {
 		}
 	}
 	sort.Strings(users)
-	// Parking keeps workers busy on purpose: no killing for silence now.
+	// Parking keeps workers busy on purpose: no killing for silence now,
+	// and no checkpoints (the packages are the truth).
 	a.pool.PauseProbes()
+	a.pool.PauseCheckpoints()
 	name := fmt.Sprintf("park-%s", time.Now().UTC().Format("20060102T150405.000000000Z"))
 	tmp := filepath.Join(a.restartDir(), name+".tmp")
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
@@ -141,11 +143,22 @@ type RestartReport struct {
 	// AbortedMoves lists people who were between homes when the agent
 	// stopped; their move was rolled back.
 	AbortedMoves []string `json:"aborted_moves,omitempty"`
+	// Checkpointed is how many people the crash checkpoint journal holds
+	// pieces of (those the maps still place on this agent's workers): who
+	// was not parked wakes from them (docs/checkpoints.md).
+	Checkpointed int `json:"checkpointed,omitempty"`
 }
 
 // recover runs at start, once raft has restored the maps.
 func (a *Agent) recover(ctx context.Context) (RestartReport, error) {
 	var rep RestartReport
+	// The crash checkpoints first: the people who were not parked (the
+	// agent crashed) wake from them, the others' pieces are dropped.
+	n, err := a.startCheckpoints()
+	if err != nil {
+		return rep, err
+	}
+	rep.Checkpointed = n
 	if a.cfg.DataDir == "" {
 		return rep, nil
 	}
@@ -186,6 +199,6 @@ func (a *Agent) recover(ctx context.Context) (RestartReport, error) {
 		}
 	}
 	a.log.Info("restart", "park_folder", rep.Folder, "parked", rep.Parked, "missing", rep.Missing,
-		"incomplete_folders", len(rep.Incomplete), "aborted_moves", len(rep.AbortedMoves))
+		"incomplete_folders", len(rep.Incomplete), "aborted_moves", len(rep.AbortedMoves), "checkpointed", rep.Checkpointed)
 	return rep, nil
 }

@@ -35,6 +35,10 @@ type GroupSpec struct {
 	// the worker ("killed for memory") and its slot relaunches it. Zero
 	// means none. Governance replaces a growing worker well before it.
 	MemoryMax uint64
+	// CheckpointInterval is how often each worker is asked for what
+	// changed since its last crash checkpoint (checkpoint.go). Zero means
+	// never; so does a worker that does not declare the ability.
+	CheckpointInterval time.Duration
 }
 
 // Parcels is where the host reads parked packages to wake people from.
@@ -57,6 +61,8 @@ type Pool struct {
 	ProbeMisses int
 	// probesOff stops killing for silence (PauseProbes).
 	probesOff atomic.Bool
+	// checkpointsOff stops the checkpoint rounds (PauseCheckpoints).
+	checkpointsOff atomic.Bool
 	// FromWorker, if set, receives what a worker sends unasked: notices
 	// (id 0) and requests, which it answers through r. It is called in
 	// arrival order from the worker's channel and must not block. Set it
@@ -69,6 +75,10 @@ type Pool struct {
 	// Greeting, if set, returns envelopes sent to a worker as soon as it is
 	// accepted, before any frame can reach it.
 	Greeting func(worker string) []*protocol.Envelope
+	// Checkpoints, if set, keeps the workers' crash checkpoints: the
+	// groups' CheckpointInterval asks for them, and a replacement wakes the
+	// people its dead predecessor held from them. Set it before Start.
+	Checkpoints Checkpoints
 
 	log    hclog.Logger
 	ctx    context.Context
@@ -106,6 +116,9 @@ var (
 	ErrNotEmpty = errors.New("worker is not empty")
 	// ErrUnknownGroup is returned for a group this host does not run.
 	ErrUnknownGroup = errors.New("unknown group")
+	// ErrNoCheckpoints is returned when checkpointing a worker that does
+	// not checkpoint (its SDK cannot, or the pool keeps no checkpoints).
+	ErrNoCheckpoints = errors.New("worker does not checkpoint")
 )
 
 // Lifecycle states of a slot.
@@ -151,6 +164,14 @@ type WorkerInfo struct {
 	// incarnation's running total).
 	MaintenanceWaiting  map[string]int64  `json:"maintenance_waiting,omitempty"`
 	MaintenanceTimedOut map[string]uint64 `json:"maintenance_timed_out,omitempty"`
+	// LastCheckpoint is when the slot's last complete checkpoint round
+	// began: a change its worker made before then is in the checkpoint.
+	// The counters are the slot's rounds and the pieces and bytes they
+	// parked, over its incarnations.
+	LastCheckpoint   time.Time `json:"last_checkpoint,omitzero"`
+	CheckpointRounds int64     `json:"checkpoint_rounds,omitempty"`
+	CheckpointPieces int64     `json:"checkpoint_pieces,omitempty"`
+	CheckpointBytes  int64     `json:"checkpoint_bytes,omitempty"`
 }
 
 type slot struct {
@@ -162,6 +183,11 @@ type slot struct {
 	// worker is stopped for good.
 	cancel context.CancelFunc
 	done   chan struct{}
+	// special counts the entries of restore and waking, so that a frame
+	// takes the lock to look at them only when there is something to see.
+	special atomic.Int32
+	// ckMu runs one checkpoint round at a time, so rounds park in order.
+	ckMu sync.Mutex
 
 	mu   sync.Mutex // guards everything below
 	peer *channel.Peer
@@ -169,8 +195,16 @@ type slot struct {
 	// woken is the epoch at which each user was woken on this incarnation,
 	// so that a wake is sent once however many frames ask for it.
 	woken map[string]uint64
-	up    chan struct{} // closed while ready; replaced when down
-	info  WorkerInfo
+	// restore names the people this incarnation wakes from their crash
+	// checkpoints before their first frame (or freeze); waking holds a
+	// channel per person whose wake is being sent, closed once it is: their
+	// frames wait for it.
+	restore map[string]bool
+	waking  map[string]chan struct{}
+	// checkpoints says this incarnation's worker declared it checkpoints.
+	checkpoints bool
+	up          chan struct{} // closed while ready; replaced when down
+	info        WorkerInfo
 	// usage is each user's running totals from the probes (UserUsage).
 	usage map[string]*protocol.UserUsage
 
@@ -354,6 +388,10 @@ func (p *Pool) remove(s *slot, reason string) {
 		s.cancel()
 		<-s.done
 	}
+	if p.Checkpoints != nil {
+		// Gone for good: so is what its people would have woken from.
+		p.Checkpoints.ForgetWorker(s.id)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.slots, s.id)
@@ -495,6 +533,14 @@ func (s *slot) start(ctx context.Context) error {
 	s.mu.Lock()
 	incarnation := s.info.Incarnation + 1
 	s.mu.Unlock()
+	// The people its predecessor held (their checkpoint rounds are over:
+	// wait returned) wake from their checkpoints on their first frame.
+	restore := map[string]bool{}
+	if ck := s.pool.Checkpoints; ck != nil {
+		for _, u := range ck.Restorable(s.id, incarnation) {
+			restore[u] = true
+		}
+	}
 	var peer *channel.Peer
 	peer = channel.NewIdlePeer(conn, func(env *protocol.Envelope) {
 		if f := s.pool.FromWorker; f != nil {
@@ -516,6 +562,8 @@ func (s *slot) start(ctx context.Context) error {
 	s.mu.Lock()
 	s.peer, s.proc = peer, proc
 	s.woken = map[string]uint64{}
+	s.restore, s.waking, s.checkpoints = restore, map[string]chan struct{}{}, hello.Checkpoints
+	s.special.Store(int32(len(restore)))
 	s.usage = map[string]*protocol.UserUsage{}
 	s.info.Incarnation = incarnation
 	s.info.State = StateReady
@@ -531,8 +579,21 @@ func (s *slot) start(ctx context.Context) error {
 // wait returns true when the worker died, false when the pool stopped it.
 func (s *slot) wait(ctx context.Context) bool {
 	s.mu.Lock()
-	peer, proc := s.peer, s.proc
+	peer, proc, incarnation, checkpoints := s.peer, s.proc, s.info.Incarnation, s.checkpoints
 	s.mu.Unlock()
+	if every := s.spec.CheckpointInterval; every > 0 && checkpoints && s.pool.Checkpoints != nil {
+		// The rounds end before wait returns: the next incarnation reads
+		// an index its predecessor no longer writes.
+		stop, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			s.checkpointLoop(ctx, peer, incarnation, every, stop)
+		}()
+		defer func() {
+			close(stop)
+			<-done
+		}()
+	}
 	var tick <-chan time.Time
 	interval, misses := s.pool.ProbeInterval, s.pool.ProbeMisses
 	if misses <= 0 {
@@ -756,8 +817,8 @@ func (p *Pool) Send(ctx context.Context, workerID string, f *protocol.Frame) (*c
 		if err != nil {
 			return nil, err
 		}
-		if f.WakePackage != "" {
-			p.wake(s, peer, f)
+		if err := p.beforeUser(ctx, s, peer, f.User, f.Epoch, f.WakePackage); err != nil {
+			return nil, err
 		}
 		c, err := peer.Start(&protocol.Envelope{Body: &protocol.Envelope_Frame{Frame: f}})
 		if err == nil {
@@ -777,31 +838,84 @@ func (p *Pool) Send(ctx context.Context, workerID string, f *protocol.Frame) (*c
 	}
 }
 
-// wake sends the user's package ahead of the frame, once per incarnation:
-// the worker runs it in the user's mailbox before the frame. A package that
-// cannot be read is reported and the user wakes with no state (their pages
-// restart clean with a notice): a clear outcome, never a hang.
-func (p *Pool) wake(s *slot, peer *channel.Peer, f *protocol.Frame) {
-	s.mu.Lock()
-	if s.woken[f.User] >= f.Epoch || s.peer != peer {
-		s.mu.Unlock()
-		return
+// beforeUser sends, ahead of an envelope of user at epoch, the wake it
+// needs: from the parked package digest (once per incarnation), or, for a
+// person this incarnation must restore, from their crash checkpoint. The
+// worker runs the wake in the person's mailbox before the envelope. A wake
+// another goroutine is sending the person is waited for (bounded by ctx),
+// so nothing of theirs overtakes it.
+func (p *Pool) beforeUser(ctx context.Context, s *slot, peer *channel.Peer, user string, epoch uint64, digest string) error {
+	if digest == "" && s.special.Load() == 0 {
+		return nil
 	}
-	s.woken[f.User] = f.Epoch
+	for {
+		s.mu.Lock()
+		if s.peer != peer {
+			s.mu.Unlock()
+			return nil // replaced: the envelope's Start fails, and Send retries
+		}
+		ch := s.waking[user]
+		if ch == nil {
+			break // s.mu held
+		}
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the wake of %q: %w", user, ctx.Err())
+		}
+	}
+	restore := s.restore[user]
+	if restore {
+		delete(s.restore, user)
+		s.special.Add(-1)
+	}
+	if digest != "" && s.woken[user] >= epoch || digest == "" && !restore {
+		s.mu.Unlock()
+		return nil
+	}
+	if digest != "" {
+		s.woken[user] = epoch
+	}
+	ch := make(chan struct{})
+	s.waking[user] = ch
+	s.special.Add(1)
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.waking[user] == ch { // not a new incarnation's map
+			delete(s.waking, user)
+			s.special.Add(-1)
+		}
+		s.mu.Unlock()
+		close(ch)
+	}()
+	if digest != "" {
+		// A package is the truth: whatever checkpoint the person had here
+		// is older (dropped once they are woken).
+		p.wake(s, peer, user, epoch, digest)
+	} else {
+		p.restore(s, peer, user, epoch)
+	}
+	return nil
+}
+
+// wake sends the user's package. A package that cannot be read is reported
+// and the user wakes with no state (their pages restart clean with a
+// notice): a clear outcome, never a hang.
+func (p *Pool) wake(s *slot, peer *channel.Peer, user string, epoch uint64, digest string) {
 	var pkg []byte
 	if p.Parcels != nil {
-		b, err := p.Parcels.Get(f.WakePackage)
+		b, err := p.Parcels.Get(digest)
 		if err != nil {
-			s.log.Error("reading a parked package; the user wakes without state", "user", f.User, "package", f.WakePackage, "error", err)
+			s.log.Error("reading a parked package; the user wakes without state", "user", user, "package", digest, "error", err)
 		}
 		pkg = b
 	}
-	c, err := peer.Start(&protocol.Envelope{Body: &protocol.Envelope_Wake{Wake: &protocol.Wake{User: f.User, Epoch: f.Epoch, Package: pkg}}})
+	c, err := peer.Start(&protocol.Envelope{Body: &protocol.Envelope_Wake{Wake: &protocol.Wake{User: user, Epoch: epoch, Package: pkg}}})
 	if err != nil {
 		return
 	}
-	user, digest := f.User, f.WakePackage
 	go func() {
 		ctx, cancel := context.WithTimeout(p.ctx, time.Minute)
 		defer cancel()
@@ -809,9 +923,43 @@ func (p *Pool) wake(s *slot, peer *channel.Peer, f *protocol.Frame) {
 			s.log.Error("waking a user", "user", user, "error", err)
 			return
 		}
+		if p.Checkpoints != nil {
+			p.Checkpoints.Forget(s.id, user, epoch)
+		}
 		if p.Woken != nil {
 			p.Woken(user, digest)
 		}
+	}()
+}
+
+// restore wakes a person of a worker that died from their crash checkpoint
+// (pieces of the epoch they still live at). With none, nothing is sent:
+// their pages restart clean when the page asks, as without checkpoints.
+func (p *Pool) restore(s *slot, peer *channel.Peer, user string, epoch uint64) {
+	ck := p.Checkpoints
+	pkg, gen, err := ck.Restore(s.id, user, epoch)
+	if err != nil {
+		s.log.Warn("reading a crash checkpoint: some of the person's pages restart clean", "user", user, "error", err)
+	}
+	if pkg == nil {
+		return
+	}
+	c, err := peer.Start(&protocol.Envelope{Body: &protocol.Envelope_Wake{Wake: &protocol.Wake{
+		User: user, Epoch: epoch, Package: pkg, Checkpoint: true, Generation: gen}}})
+	if err != nil {
+		ck.Restored(s.id, user, err)
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(p.ctx, time.Minute)
+		defer cancel()
+		_, err := c.Wait(ctx)
+		if err != nil {
+			s.log.Error("waking a user from their checkpoint", "user", user, "error", err)
+		} else {
+			s.log.Info("woke a user from their checkpoint", "user", user, "generation", gen)
+		}
+		ck.Restored(s.id, user, err)
 	}()
 }
 
@@ -830,7 +978,35 @@ func (p *Pool) StartEnvelope(ctx context.Context, workerID string, env *protocol
 	if err != nil {
 		return nil, err
 	}
+	switch b := env.Body.(type) {
+	case *protocol.Envelope_Freeze:
+		// A person not yet back from their checkpoint is woken first: the
+		// freeze then hands over what they had, not nothing. They still
+		// live at the epoch before the move's.
+		if b.Freeze.Epoch > 0 {
+			if err := p.beforeUser(ctx, s, peer, b.Freeze.User, b.Freeze.Epoch-1, ""); err != nil {
+				return nil, err
+			}
+		}
+	case *protocol.Envelope_Evict:
+		// The person's move committed elsewhere: nothing here is theirs.
+		p.forget(s, b.Evict.User)
+	}
 	return peer.Start(env)
+}
+
+// forget drops what this slot would wake user from after a crash.
+func (p *Pool) forget(s *slot, user string) {
+	if p.Checkpoints == nil {
+		return
+	}
+	s.mu.Lock()
+	if s.restore[user] {
+		delete(s.restore, user)
+		s.special.Add(-1)
+	}
+	s.mu.Unlock()
+	p.Checkpoints.Forget(s.id, user, 0)
 }
 
 // Has reports whether this host runs the worker.
@@ -885,6 +1061,11 @@ func (p *Pool) Retired() []WorkerInfo {
 // busy on purpose (parking everyone before a stop): nobody is killed for
 // silence while it runs.
 func (p *Pool) PauseProbes() { p.probesOff.Store(true) }
+
+// PauseCheckpoints stops the checkpoint rounds, for an agent parking
+// everyone before it stops: their packages are the truth from then on, and
+// the workers' time is theirs.
+func (p *Pool) PauseCheckpoints() { p.checkpointsOff.Store(true) }
 
 // Busy reports whether a worker has requests in flight.
 func (p *Pool) Busy(workerID string) bool {

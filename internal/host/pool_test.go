@@ -19,11 +19,13 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // fakeLauncher runs a worker that greets with version and then serves
-// probes until its channel closes.
+// probes until its channel closes. Its hello does not say it checkpoints.
 type fakeLauncher struct {
 	version  uint32
 	heap     uint64 // what its probe answers say
 	launches atomic.Int32
+	// checkpoints counts the checkpoint requests its workers received.
+	checkpoints atomic.Int32
 }
 
 type fakeProc struct{ conn channel.Conn }
@@ -41,6 +43,9 @@ func (l *fakeLauncher) Launch(ctx context.Context, id string) (Process, channel.
 		}
 		var p *channel.Peer
 		p = channel.NewIdlePeer(wk, func(env *protocol.Envelope) {
+			if env.GetCheckpoint() != nil {
+				l.checkpoints.Add(1)
+			}
 			_ = p.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_ProbeReply{ProbeReply: &protocol.ProbeReply{HeapBytes: l.heap}}})
 		})
 		p.Listen()

@@ -188,6 +188,8 @@ type Envelope struct {
 	//	*Envelope_GatewayCall
 	//	*Envelope_GatewayReply
 	//	*Envelope_GatewayChunk
+	//	*Envelope_Checkpoint
+	//	*Envelope_Checkpointed
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -494,6 +496,24 @@ func (x *Envelope) GetGatewayChunk() *GatewayChunk {
 	return nil
 }
 
+func (x *Envelope) GetCheckpoint() *Checkpoint {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Checkpoint); ok {
+			return x.Checkpoint
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetCheckpointed() *Checkpointed {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Checkpointed); ok {
+			return x.Checkpointed
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -606,6 +626,14 @@ type Envelope_GatewayChunk struct {
 	GatewayChunk *GatewayChunk `protobuf:"bytes,36,opt,name=gateway_chunk,json=gatewayChunk,proto3,oneof"`
 }
 
+type Envelope_Checkpoint struct {
+	Checkpoint *Checkpoint `protobuf:"bytes,37,opt,name=checkpoint,proto3,oneof"`
+}
+
+type Envelope_Checkpointed struct {
+	Checkpointed *Checkpointed `protobuf:"bytes,38,opt,name=checkpointed,proto3,oneof"`
+}
+
 func (*Envelope_Hello) isEnvelope_Body() {}
 
 func (*Envelope_HelloAck) isEnvelope_Body() {}
@@ -659,6 +687,10 @@ func (*Envelope_GatewayCall) isEnvelope_Body() {}
 func (*Envelope_GatewayReply) isEnvelope_Body() {}
 
 func (*Envelope_GatewayChunk) isEnvelope_Body() {}
+
+func (*Envelope_Checkpoint) isEnvelope_Body() {}
+
+func (*Envelope_Checkpointed) isEnvelope_Body() {}
 
 // Maintenance is the host's notice of the backends in maintenance now (the
 // whole set, replacing the last one; docs/maintenance.md). A request or
@@ -786,8 +818,11 @@ type Hello struct {
 	App             string                 `protobuf:"bytes,2,opt,name=app,proto3" json:"app,omitempty"`
 	AppVersion      string                 `protobuf:"bytes,3,opt,name=app_version,json=appVersion,proto3" json:"app_version,omitempty"`
 	Pid             int64                  `protobuf:"varint,4,opt,name=pid,proto3" json:"pid,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// checkpoints says the worker answers Checkpoint: the host asks only the
+	// workers that say so (a worker built without it is never asked).
+	Checkpoints   bool `protobuf:"varint,5,opt,name=checkpoints,proto3" json:"checkpoints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -846,6 +881,13 @@ func (x *Hello) GetPid() int64 {
 		return x.Pid
 	}
 	return 0
+}
+
+func (x *Hello) GetCheckpoints() bool {
+	if x != nil {
+		return x.Checkpoints
+	}
+	return false
 }
 
 // HelloAck accepts the worker and gives it its identity.
@@ -2594,7 +2636,17 @@ type Wake struct {
 	User  string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
 	Epoch uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// package is an encoded UserPackage; empty wakes the user with no state.
-	Package       []byte `protobuf:"bytes,3,opt,name=package,proto3" json:"package,omitempty"`
+	Package []byte `protobuf:"bytes,3,opt,name=package,proto3" json:"package,omitempty"`
+	// checkpoint says the package is the person's last crash checkpoint
+	// (assembled by the host from their pieces), not a package a freeze
+	// handed over: the pages' clients may hold deltas the checkpoint never
+	// saw, so each page continues from it with a RESET of its tree carrying
+	// a notice, its sequence numbers jumping to generation << 32 (or the
+	// next multiple of 1 << 32 above the page's, if higher), above anything
+	// a client of an earlier incarnation was sent.
+	Checkpoint bool `protobuf:"varint,4,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	// generation counts the person's wakes from a checkpoint (1, 2, ...).
+	Generation    uint32 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2648,6 +2700,20 @@ func (x *Wake) GetPackage() []byte {
 		return x.Package
 	}
 	return nil
+}
+
+func (x *Wake) GetCheckpoint() bool {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return false
+}
+
+func (x *Wake) GetGeneration() uint32 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
 }
 
 type Woken struct {
@@ -2704,6 +2770,264 @@ func (x *Woken) GetResetPages() uint32 {
 	return 0
 }
 
+// Checkpoint (host → worker) asks for the state changed since the last
+// checkpoint, without freezing anyone: each person with a change packages,
+// in their own mailbox between two of their frames, the pages and
+// connections that changed. Answered with Checkpointed. Only a worker whose
+// Hello set checkpoints is asked.
+type Checkpoint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// max_bytes bounds one answer's pieces (at least one person's are
+	// sent); the people left over stay changed and more is set.
+	MaxBytes      uint64 `protobuf:"varint,1,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Checkpoint) Reset() {
+	*x = Checkpoint{}
+	mi := &file_stickyd_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Checkpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Checkpoint) ProtoMessage() {}
+
+func (x *Checkpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
+func (*Checkpoint) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *Checkpoint) GetMaxBytes() uint64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+type Checkpointed struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Pieces []*CheckpointPiece     `protobuf:"bytes,1,rep,name=pieces,proto3" json:"pieces,omitempty"`
+	// gone names the pieces whose page closed or whose connection left (or
+	// now belongs to another user key) since they were sent: the host drops
+	// them.
+	Gone []*CheckpointKey `protobuf:"bytes,2,rep,name=gone,proto3" json:"gone,omitempty"`
+	// more is set when changed people are left for another ask.
+	More          bool `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Checkpointed) Reset() {
+	*x = Checkpointed{}
+	mi := &file_stickyd_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Checkpointed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Checkpointed) ProtoMessage() {}
+
+func (x *Checkpointed) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Checkpointed.ProtoReflect.Descriptor instead.
+func (*Checkpointed) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *Checkpointed) GetPieces() []*CheckpointPiece {
+	if x != nil {
+		return x.Pieces
+	}
+	return nil
+}
+
+func (x *Checkpointed) GetGone() []*CheckpointKey {
+	if x != nil {
+		return x.Gone
+	}
+	return nil
+}
+
+func (x *Checkpointed) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+// CheckpointPiece is one page, or one connection's own values, as of now.
+// A person's pieces of one epoch, put together, make the UserPackage they
+// wake from after a crash.
+type CheckpointPiece struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	User  string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	Epoch uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Conn  string                 `protobuf:"bytes,3,opt,name=conn,proto3" json:"conn,omitempty"`
+	// page is empty for the connection's own piece.
+	Page string `protobuf:"bytes,4,opt,name=page,proto3" json:"page,omitempty"`
+	// package is an encoded ConnPackage: the connection (name, user and,
+	// in its own piece, values) with no page, or with exactly this page
+	// (its pending deltas left out: a checkpoint wake starts with a RESET).
+	Package       []byte `protobuf:"bytes,5,opt,name=package,proto3" json:"package,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointPiece) Reset() {
+	*x = CheckpointPiece{}
+	mi := &file_stickyd_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointPiece) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointPiece) ProtoMessage() {}
+
+func (x *CheckpointPiece) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointPiece.ProtoReflect.Descriptor instead.
+func (*CheckpointPiece) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *CheckpointPiece) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *CheckpointPiece) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *CheckpointPiece) GetConn() string {
+	if x != nil {
+		return x.Conn
+	}
+	return ""
+}
+
+func (x *CheckpointPiece) GetPage() string {
+	if x != nil {
+		return x.Page
+	}
+	return ""
+}
+
+func (x *CheckpointPiece) GetPackage() []byte {
+	if x != nil {
+		return x.Package
+	}
+	return nil
+}
+
+type CheckpointKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	Conn          string                 `protobuf:"bytes,2,opt,name=conn,proto3" json:"conn,omitempty"`
+	Page          string                 `protobuf:"bytes,3,opt,name=page,proto3" json:"page,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointKey) Reset() {
+	*x = CheckpointKey{}
+	mi := &file_stickyd_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointKey) ProtoMessage() {}
+
+func (x *CheckpointKey) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointKey.ProtoReflect.Descriptor instead.
+func (*CheckpointKey) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *CheckpointKey) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *CheckpointKey) GetConn() string {
+	if x != nil {
+		return x.Conn
+	}
+	return ""
+}
+
+func (x *CheckpointKey) GetPage() string {
+	if x != nil {
+		return x.Page
+	}
+	return ""
+}
+
 // Evict drops a frozen user whose move committed elsewhere.
 type Evict struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2714,7 +3038,7 @@ type Evict struct {
 
 func (x *Evict) Reset() {
 	*x = Evict{}
-	mi := &file_stickyd_proto_msgTypes[30]
+	mi := &file_stickyd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2726,7 +3050,7 @@ func (x *Evict) String() string {
 func (*Evict) ProtoMessage() {}
 
 func (x *Evict) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[30]
+	mi := &file_stickyd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2739,7 +3063,7 @@ func (x *Evict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evict.ProtoReflect.Descriptor instead.
 func (*Evict) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{30}
+	return file_stickyd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Evict) GetUser() string {
@@ -2765,7 +3089,7 @@ type UserPackage struct {
 
 func (x *UserPackage) Reset() {
 	*x = UserPackage{}
-	mi := &file_stickyd_proto_msgTypes[31]
+	mi := &file_stickyd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2777,7 +3101,7 @@ func (x *UserPackage) String() string {
 func (*UserPackage) ProtoMessage() {}
 
 func (x *UserPackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[31]
+	mi := &file_stickyd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2790,7 +3114,7 @@ func (x *UserPackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserPackage.ProtoReflect.Descriptor instead.
 func (*UserPackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{31}
+	return file_stickyd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *UserPackage) GetFormat() uint32 {
@@ -2848,7 +3172,7 @@ type ConnPackage struct {
 
 func (x *ConnPackage) Reset() {
 	*x = ConnPackage{}
-	mi := &file_stickyd_proto_msgTypes[32]
+	mi := &file_stickyd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2860,7 +3184,7 @@ func (x *ConnPackage) String() string {
 func (*ConnPackage) ProtoMessage() {}
 
 func (x *ConnPackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[32]
+	mi := &file_stickyd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2873,7 +3197,7 @@ func (x *ConnPackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnPackage.ProtoReflect.Descriptor instead.
 func (*ConnPackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{32}
+	return file_stickyd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ConnPackage) GetName() string {
@@ -2926,7 +3250,7 @@ type PagePackage struct {
 
 func (x *PagePackage) Reset() {
 	*x = PagePackage{}
-	mi := &file_stickyd_proto_msgTypes[33]
+	mi := &file_stickyd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2938,7 +3262,7 @@ func (x *PagePackage) String() string {
 func (*PagePackage) ProtoMessage() {}
 
 func (x *PagePackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[33]
+	mi := &file_stickyd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2951,7 +3275,7 @@ func (x *PagePackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PagePackage.ProtoReflect.Descriptor instead.
 func (*PagePackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{33}
+	return file_stickyd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PagePackage) GetId() string {
@@ -3026,7 +3350,7 @@ type TableList struct {
 
 func (x *TableList) Reset() {
 	*x = TableList{}
-	mi := &file_stickyd_proto_msgTypes[34]
+	mi := &file_stickyd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3038,7 +3362,7 @@ func (x *TableList) String() string {
 func (*TableList) ProtoMessage() {}
 
 func (x *TableList) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[34]
+	mi := &file_stickyd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3051,7 +3375,7 @@ func (x *TableList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableList.ProtoReflect.Descriptor instead.
 func (*TableList) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{34}
+	return file_stickyd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TableList) GetTables() []string {
@@ -3073,7 +3397,7 @@ type Tables struct {
 
 func (x *Tables) Reset() {
 	*x = Tables{}
-	mi := &file_stickyd_proto_msgTypes[35]
+	mi := &file_stickyd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3085,7 +3409,7 @@ func (x *Tables) String() string {
 func (*Tables) ProtoMessage() {}
 
 func (x *Tables) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[35]
+	mi := &file_stickyd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3098,7 +3422,7 @@ func (x *Tables) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tables.ProtoReflect.Descriptor instead.
 func (*Tables) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{35}
+	return file_stickyd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Tables) GetTables() []string {
@@ -3124,7 +3448,7 @@ type Publish struct {
 
 func (x *Publish) Reset() {
 	*x = Publish{}
-	mi := &file_stickyd_proto_msgTypes[36]
+	mi := &file_stickyd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3136,7 +3460,7 @@ func (x *Publish) String() string {
 func (*Publish) ProtoMessage() {}
 
 func (x *Publish) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[36]
+	mi := &file_stickyd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3149,7 +3473,7 @@ func (x *Publish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Publish.ProtoReflect.Descriptor instead.
 func (*Publish) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{36}
+	return file_stickyd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Publish) GetTable() string {
@@ -3179,7 +3503,7 @@ type TableChange struct {
 
 func (x *TableChange) Reset() {
 	*x = TableChange{}
-	mi := &file_stickyd_proto_msgTypes[37]
+	mi := &file_stickyd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3191,7 +3515,7 @@ func (x *TableChange) String() string {
 func (*TableChange) ProtoMessage() {}
 
 func (x *TableChange) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[37]
+	mi := &file_stickyd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3204,7 +3528,7 @@ func (x *TableChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableChange.ProtoReflect.Descriptor instead.
 func (*TableChange) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{37}
+	return file_stickyd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TableChange) GetTable() string {
@@ -3239,7 +3563,7 @@ type StoreGet struct {
 
 func (x *StoreGet) Reset() {
 	*x = StoreGet{}
-	mi := &file_stickyd_proto_msgTypes[38]
+	mi := &file_stickyd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3251,7 +3575,7 @@ func (x *StoreGet) String() string {
 func (*StoreGet) ProtoMessage() {}
 
 func (x *StoreGet) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[38]
+	mi := &file_stickyd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3264,7 +3588,7 @@ func (x *StoreGet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreGet.ProtoReflect.Descriptor instead.
 func (*StoreGet) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{38}
+	return file_stickyd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StoreGet) GetPaths() []string {
@@ -3284,7 +3608,7 @@ type StoreValues struct {
 
 func (x *StoreValues) Reset() {
 	*x = StoreValues{}
-	mi := &file_stickyd_proto_msgTypes[39]
+	mi := &file_stickyd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3296,7 +3620,7 @@ func (x *StoreValues) String() string {
 func (*StoreValues) ProtoMessage() {}
 
 func (x *StoreValues) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[39]
+	mi := &file_stickyd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3309,7 +3633,7 @@ func (x *StoreValues) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreValues.ProtoReflect.Descriptor instead.
 func (*StoreValues) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{39}
+	return file_stickyd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StoreValues) GetValues() map[string][]byte {
@@ -3336,7 +3660,7 @@ type GrantAcquire struct {
 
 func (x *GrantAcquire) Reset() {
 	*x = GrantAcquire{}
-	mi := &file_stickyd_proto_msgTypes[40]
+	mi := &file_stickyd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3348,7 +3672,7 @@ func (x *GrantAcquire) String() string {
 func (*GrantAcquire) ProtoMessage() {}
 
 func (x *GrantAcquire) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[40]
+	mi := &file_stickyd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3361,7 +3685,7 @@ func (x *GrantAcquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantAcquire.ProtoReflect.Descriptor instead.
 func (*GrantAcquire) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{40}
+	return file_stickyd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GrantAcquire) GetPaths() []string {
@@ -3406,7 +3730,7 @@ type GrantReply struct {
 
 func (x *GrantReply) Reset() {
 	*x = GrantReply{}
-	mi := &file_stickyd_proto_msgTypes[41]
+	mi := &file_stickyd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3418,7 +3742,7 @@ func (x *GrantReply) String() string {
 func (*GrantReply) ProtoMessage() {}
 
 func (x *GrantReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[41]
+	mi := &file_stickyd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3431,7 +3755,7 @@ func (x *GrantReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantReply.ProtoReflect.Descriptor instead.
 func (*GrantReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{41}
+	return file_stickyd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GrantReply) GetId() uint64 {
@@ -3476,7 +3800,7 @@ type GrantCommit struct {
 
 func (x *GrantCommit) Reset() {
 	*x = GrantCommit{}
-	mi := &file_stickyd_proto_msgTypes[42]
+	mi := &file_stickyd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3488,7 +3812,7 @@ func (x *GrantCommit) String() string {
 func (*GrantCommit) ProtoMessage() {}
 
 func (x *GrantCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[42]
+	mi := &file_stickyd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3501,7 +3825,7 @@ func (x *GrantCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantCommit.ProtoReflect.Descriptor instead.
 func (*GrantCommit) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{42}
+	return file_stickyd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GrantCommit) GetId() uint64 {
@@ -3543,7 +3867,7 @@ type GrantRelease struct {
 
 func (x *GrantRelease) Reset() {
 	*x = GrantRelease{}
-	mi := &file_stickyd_proto_msgTypes[43]
+	mi := &file_stickyd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3555,7 +3879,7 @@ func (x *GrantRelease) String() string {
 func (*GrantRelease) ProtoMessage() {}
 
 func (x *GrantRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[43]
+	mi := &file_stickyd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3568,7 +3892,7 @@ func (x *GrantRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRelease.ProtoReflect.Descriptor instead.
 func (*GrantRelease) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{43}
+	return file_stickyd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GrantRelease) GetId() uint64 {
@@ -3598,7 +3922,7 @@ type GatewayCall struct {
 
 func (x *GatewayCall) Reset() {
 	*x = GatewayCall{}
-	mi := &file_stickyd_proto_msgTypes[44]
+	mi := &file_stickyd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3610,7 +3934,7 @@ func (x *GatewayCall) String() string {
 func (*GatewayCall) ProtoMessage() {}
 
 func (x *GatewayCall) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[44]
+	mi := &file_stickyd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3623,7 +3947,7 @@ func (x *GatewayCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayCall.ProtoReflect.Descriptor instead.
 func (*GatewayCall) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{44}
+	return file_stickyd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GatewayCall) GetSession() string {
@@ -3658,7 +3982,7 @@ type GatewayReply struct {
 
 func (x *GatewayReply) Reset() {
 	*x = GatewayReply{}
-	mi := &file_stickyd_proto_msgTypes[45]
+	mi := &file_stickyd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3670,7 +3994,7 @@ func (x *GatewayReply) String() string {
 func (*GatewayReply) ProtoMessage() {}
 
 func (x *GatewayReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[45]
+	mi := &file_stickyd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3683,7 +4007,7 @@ func (x *GatewayReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayReply.ProtoReflect.Descriptor instead.
 func (*GatewayReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{45}
+	return file_stickyd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GatewayReply) GetResponse() []byte {
@@ -3714,7 +4038,7 @@ type GatewayChunk struct {
 
 func (x *GatewayChunk) Reset() {
 	*x = GatewayChunk{}
-	mi := &file_stickyd_proto_msgTypes[46]
+	mi := &file_stickyd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3726,7 +4050,7 @@ func (x *GatewayChunk) String() string {
 func (*GatewayChunk) ProtoMessage() {}
 
 func (x *GatewayChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[46]
+	mi := &file_stickyd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3739,7 +4063,7 @@ func (x *GatewayChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayChunk.ProtoReflect.Descriptor instead.
 func (*GatewayChunk) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{46}
+	return file_stickyd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GatewayChunk) GetCallId() uint64 {
@@ -3781,7 +4105,7 @@ var File_stickyd_proto protoreflect.FileDescriptor
 
 const file_stickyd_proto_rawDesc = "" +
 	"\n" +
-	"\rstickyd.proto\x12\x12stickyd.channel.v1\"\xbd\r\n" +
+	"\rstickyd.proto\x12\x12stickyd.channel.v1\"\xc7\x0e\n" +
 	"\bEnvelope\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\bR\x05reply\x12\x16\n" +
@@ -3816,7 +4140,11 @@ const file_stickyd_proto_rawDesc = "" +
 	"\vmaintenance\x18! \x01(\v2\x1f.stickyd.channel.v1.MaintenanceH\x00R\vmaintenance\x12D\n" +
 	"\fgateway_call\x18\" \x01(\v2\x1f.stickyd.channel.v1.GatewayCallH\x00R\vgatewayCall\x12G\n" +
 	"\rgateway_reply\x18# \x01(\v2 .stickyd.channel.v1.GatewayReplyH\x00R\fgatewayReply\x12G\n" +
-	"\rgateway_chunk\x18$ \x01(\v2 .stickyd.channel.v1.GatewayChunkH\x00R\fgatewayChunkB\x06\n" +
+	"\rgateway_chunk\x18$ \x01(\v2 .stickyd.channel.v1.GatewayChunkH\x00R\fgatewayChunk\x12@\n" +
+	"\n" +
+	"checkpoint\x18% \x01(\v2\x1e.stickyd.channel.v1.CheckpointH\x00R\n" +
+	"checkpoint\x12F\n" +
+	"\fcheckpointed\x18& \x01(\v2 .stickyd.channel.v1.CheckpointedH\x00R\fcheckpointedB\x06\n" +
 	"\x04body\"k\n" +
 	"\vMaintenance\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12B\n" +
@@ -3824,13 +4152,14 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x12MaintenanceBackend\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1e\n" +
-	"\vmax_wait_ms\x18\x03 \x01(\x03R\tmaxWaitMs\"w\n" +
+	"\vmax_wait_ms\x18\x03 \x01(\x03R\tmaxWaitMs\"\x99\x01\n" +
 	"\x05Hello\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x1f\n" +
 	"\vapp_version\x18\x03 \x01(\tR\n" +
 	"appVersion\x12\x10\n" +
-	"\x03pid\x18\x04 \x01(\x03R\x03pid\"h\n" +
+	"\x03pid\x18\x04 \x01(\x03R\x03pid\x12 \n" +
+	"\vcheckpoints\x18\x05 \x01(\bR\vcheckpoints\"h\n" +
 	"\bHelloAck\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x14\n" +
@@ -3982,15 +4311,38 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x06absent\x18\x04 \x01(\bR\x06absent\"0\n" +
 	"\x04Thaw\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"J\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\x8a\x01\n" +
 	"\x04Wake\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x18\n" +
-	"\apackage\x18\x03 \x01(\fR\apackage\">\n" +
+	"\apackage\x18\x03 \x01(\fR\apackage\x12\x1e\n" +
+	"\n" +
+	"checkpoint\x18\x04 \x01(\bR\n" +
+	"checkpoint\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x05 \x01(\rR\n" +
+	"generation\">\n" +
 	"\x05Woken\x12\x14\n" +
 	"\x05pages\x18\x01 \x01(\rR\x05pages\x12\x1f\n" +
 	"\vreset_pages\x18\x02 \x01(\rR\n" +
-	"resetPages\"\x1b\n" +
+	"resetPages\")\n" +
+	"\n" +
+	"Checkpoint\x12\x1b\n" +
+	"\tmax_bytes\x18\x01 \x01(\x04R\bmaxBytes\"\x96\x01\n" +
+	"\fCheckpointed\x12;\n" +
+	"\x06pieces\x18\x01 \x03(\v2#.stickyd.channel.v1.CheckpointPieceR\x06pieces\x125\n" +
+	"\x04gone\x18\x02 \x03(\v2!.stickyd.channel.v1.CheckpointKeyR\x04gone\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\"}\n" +
+	"\x0fCheckpointPiece\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x12\n" +
+	"\x04conn\x18\x03 \x01(\tR\x04conn\x12\x12\n" +
+	"\x04page\x18\x04 \x01(\tR\x04page\x12\x18\n" +
+	"\apackage\x18\x05 \x01(\fR\apackage\"K\n" +
+	"\rCheckpointKey\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12\x12\n" +
+	"\x04conn\x18\x02 \x01(\tR\x04conn\x12\x12\n" +
+	"\x04page\x18\x03 \x01(\tR\x04page\"\x1b\n" +
 	"\x05Evict\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\"\xb9\x01\n" +
 	"\vUserPackage\x12\x16\n" +
@@ -4091,7 +4443,7 @@ func file_stickyd_proto_rawDescGZIP() []byte {
 }
 
 var file_stickyd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_stickyd_proto_goTypes = []any{
 	(Delta_Op)(0),              // 0: stickyd.channel.v1.Delta.Op
 	(Error_Code)(0),            // 1: stickyd.channel.v1.Error.Code
@@ -4125,30 +4477,34 @@ var file_stickyd_proto_goTypes = []any{
 	(*Thaw)(nil),               // 29: stickyd.channel.v1.Thaw
 	(*Wake)(nil),               // 30: stickyd.channel.v1.Wake
 	(*Woken)(nil),              // 31: stickyd.channel.v1.Woken
-	(*Evict)(nil),              // 32: stickyd.channel.v1.Evict
-	(*UserPackage)(nil),        // 33: stickyd.channel.v1.UserPackage
-	(*ConnPackage)(nil),        // 34: stickyd.channel.v1.ConnPackage
-	(*PagePackage)(nil),        // 35: stickyd.channel.v1.PagePackage
-	(*TableList)(nil),          // 36: stickyd.channel.v1.TableList
-	(*Tables)(nil),             // 37: stickyd.channel.v1.Tables
-	(*Publish)(nil),            // 38: stickyd.channel.v1.Publish
-	(*TableChange)(nil),        // 39: stickyd.channel.v1.TableChange
-	(*StoreGet)(nil),           // 40: stickyd.channel.v1.StoreGet
-	(*StoreValues)(nil),        // 41: stickyd.channel.v1.StoreValues
-	(*GrantAcquire)(nil),       // 42: stickyd.channel.v1.GrantAcquire
-	(*GrantReply)(nil),         // 43: stickyd.channel.v1.GrantReply
-	(*GrantCommit)(nil),        // 44: stickyd.channel.v1.GrantCommit
-	(*GrantRelease)(nil),       // 45: stickyd.channel.v1.GrantRelease
-	(*GatewayCall)(nil),        // 46: stickyd.channel.v1.GatewayCall
-	(*GatewayReply)(nil),       // 47: stickyd.channel.v1.GatewayReply
-	(*GatewayChunk)(nil),       // 48: stickyd.channel.v1.GatewayChunk
-	nil,                        // 49: stickyd.channel.v1.Identity.AttributesEntry
-	nil,                        // 50: stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
-	nil,                        // 51: stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
-	nil,                        // 52: stickyd.channel.v1.PagePackage.MarksEntry
-	nil,                        // 53: stickyd.channel.v1.StoreValues.ValuesEntry
-	nil,                        // 54: stickyd.channel.v1.GrantReply.ValuesEntry
-	nil,                        // 55: stickyd.channel.v1.GrantCommit.SetEntry
+	(*Checkpoint)(nil),         // 32: stickyd.channel.v1.Checkpoint
+	(*Checkpointed)(nil),       // 33: stickyd.channel.v1.Checkpointed
+	(*CheckpointPiece)(nil),    // 34: stickyd.channel.v1.CheckpointPiece
+	(*CheckpointKey)(nil),      // 35: stickyd.channel.v1.CheckpointKey
+	(*Evict)(nil),              // 36: stickyd.channel.v1.Evict
+	(*UserPackage)(nil),        // 37: stickyd.channel.v1.UserPackage
+	(*ConnPackage)(nil),        // 38: stickyd.channel.v1.ConnPackage
+	(*PagePackage)(nil),        // 39: stickyd.channel.v1.PagePackage
+	(*TableList)(nil),          // 40: stickyd.channel.v1.TableList
+	(*Tables)(nil),             // 41: stickyd.channel.v1.Tables
+	(*Publish)(nil),            // 42: stickyd.channel.v1.Publish
+	(*TableChange)(nil),        // 43: stickyd.channel.v1.TableChange
+	(*StoreGet)(nil),           // 44: stickyd.channel.v1.StoreGet
+	(*StoreValues)(nil),        // 45: stickyd.channel.v1.StoreValues
+	(*GrantAcquire)(nil),       // 46: stickyd.channel.v1.GrantAcquire
+	(*GrantReply)(nil),         // 47: stickyd.channel.v1.GrantReply
+	(*GrantCommit)(nil),        // 48: stickyd.channel.v1.GrantCommit
+	(*GrantRelease)(nil),       // 49: stickyd.channel.v1.GrantRelease
+	(*GatewayCall)(nil),        // 50: stickyd.channel.v1.GatewayCall
+	(*GatewayReply)(nil),       // 51: stickyd.channel.v1.GatewayReply
+	(*GatewayChunk)(nil),       // 52: stickyd.channel.v1.GatewayChunk
+	nil,                        // 53: stickyd.channel.v1.Identity.AttributesEntry
+	nil,                        // 54: stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
+	nil,                        // 55: stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
+	nil,                        // 56: stickyd.channel.v1.PagePackage.MarksEntry
+	nil,                        // 57: stickyd.channel.v1.StoreValues.ValuesEntry
+	nil,                        // 58: stickyd.channel.v1.GrantReply.ValuesEntry
+	nil,                        // 59: stickyd.channel.v1.GrantCommit.SetEntry
 }
 var file_stickyd_proto_depIdxs = []int32{
 	5,  // 0: stickyd.channel.v1.Envelope.hello:type_name -> stickyd.channel.v1.Hello
@@ -4164,56 +4520,60 @@ var file_stickyd_proto_depIdxs = []int32{
 	29, // 10: stickyd.channel.v1.Envelope.thaw:type_name -> stickyd.channel.v1.Thaw
 	30, // 11: stickyd.channel.v1.Envelope.wake:type_name -> stickyd.channel.v1.Wake
 	31, // 12: stickyd.channel.v1.Envelope.woken:type_name -> stickyd.channel.v1.Woken
-	32, // 13: stickyd.channel.v1.Envelope.evict:type_name -> stickyd.channel.v1.Evict
-	37, // 14: stickyd.channel.v1.Envelope.tables:type_name -> stickyd.channel.v1.Tables
-	38, // 15: stickyd.channel.v1.Envelope.publish:type_name -> stickyd.channel.v1.Publish
-	39, // 16: stickyd.channel.v1.Envelope.table_change:type_name -> stickyd.channel.v1.TableChange
-	40, // 17: stickyd.channel.v1.Envelope.store_get:type_name -> stickyd.channel.v1.StoreGet
-	41, // 18: stickyd.channel.v1.Envelope.store_values:type_name -> stickyd.channel.v1.StoreValues
-	42, // 19: stickyd.channel.v1.Envelope.grant_acquire:type_name -> stickyd.channel.v1.GrantAcquire
-	43, // 20: stickyd.channel.v1.Envelope.grant_reply:type_name -> stickyd.channel.v1.GrantReply
-	44, // 21: stickyd.channel.v1.Envelope.grant_commit:type_name -> stickyd.channel.v1.GrantCommit
-	45, // 22: stickyd.channel.v1.Envelope.grant_release:type_name -> stickyd.channel.v1.GrantRelease
+	36, // 13: stickyd.channel.v1.Envelope.evict:type_name -> stickyd.channel.v1.Evict
+	41, // 14: stickyd.channel.v1.Envelope.tables:type_name -> stickyd.channel.v1.Tables
+	42, // 15: stickyd.channel.v1.Envelope.publish:type_name -> stickyd.channel.v1.Publish
+	43, // 16: stickyd.channel.v1.Envelope.table_change:type_name -> stickyd.channel.v1.TableChange
+	44, // 17: stickyd.channel.v1.Envelope.store_get:type_name -> stickyd.channel.v1.StoreGet
+	45, // 18: stickyd.channel.v1.Envelope.store_values:type_name -> stickyd.channel.v1.StoreValues
+	46, // 19: stickyd.channel.v1.Envelope.grant_acquire:type_name -> stickyd.channel.v1.GrantAcquire
+	47, // 20: stickyd.channel.v1.Envelope.grant_reply:type_name -> stickyd.channel.v1.GrantReply
+	48, // 21: stickyd.channel.v1.Envelope.grant_commit:type_name -> stickyd.channel.v1.GrantCommit
+	49, // 22: stickyd.channel.v1.Envelope.grant_release:type_name -> stickyd.channel.v1.GrantRelease
 	3,  // 23: stickyd.channel.v1.Envelope.maintenance:type_name -> stickyd.channel.v1.Maintenance
-	46, // 24: stickyd.channel.v1.Envelope.gateway_call:type_name -> stickyd.channel.v1.GatewayCall
-	47, // 25: stickyd.channel.v1.Envelope.gateway_reply:type_name -> stickyd.channel.v1.GatewayReply
-	48, // 26: stickyd.channel.v1.Envelope.gateway_chunk:type_name -> stickyd.channel.v1.GatewayChunk
-	4,  // 27: stickyd.channel.v1.Maintenance.backends:type_name -> stickyd.channel.v1.MaintenanceBackend
-	9,  // 28: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
-	11, // 29: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
-	12, // 30: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
-	13, // 31: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
-	14, // 32: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
-	15, // 33: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
-	8,  // 34: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
-	8,  // 35: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
-	0,  // 36: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
-	16, // 37: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
-	49, // 38: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
-	10, // 39: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
-	17, // 40: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
-	19, // 41: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
-	18, // 42: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
-	20, // 43: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
-	24, // 44: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
-	50, // 45: stickyd.channel.v1.ProbeReply.maintenance_waiting:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
-	51, // 46: stickyd.channel.v1.ProbeReply.maintenance_timed_out:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
-	1,  // 47: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
-	34, // 48: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
-	35, // 49: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
-	16, // 50: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
-	52, // 51: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
-	53, // 52: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
-	54, // 53: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
-	55, // 54: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
-	36, // 55: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
-	2,  // 56: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
-	2,  // 57: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
-	57, // [57:58] is the sub-list for method output_type
-	56, // [56:57] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	50, // 24: stickyd.channel.v1.Envelope.gateway_call:type_name -> stickyd.channel.v1.GatewayCall
+	51, // 25: stickyd.channel.v1.Envelope.gateway_reply:type_name -> stickyd.channel.v1.GatewayReply
+	52, // 26: stickyd.channel.v1.Envelope.gateway_chunk:type_name -> stickyd.channel.v1.GatewayChunk
+	32, // 27: stickyd.channel.v1.Envelope.checkpoint:type_name -> stickyd.channel.v1.Checkpoint
+	33, // 28: stickyd.channel.v1.Envelope.checkpointed:type_name -> stickyd.channel.v1.Checkpointed
+	4,  // 29: stickyd.channel.v1.Maintenance.backends:type_name -> stickyd.channel.v1.MaintenanceBackend
+	9,  // 30: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
+	11, // 31: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
+	12, // 32: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
+	13, // 33: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
+	14, // 34: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
+	15, // 35: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
+	8,  // 36: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
+	8,  // 37: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
+	0,  // 38: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
+	16, // 39: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
+	53, // 40: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
+	10, // 41: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
+	17, // 42: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
+	19, // 43: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
+	18, // 44: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
+	20, // 45: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
+	24, // 46: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
+	54, // 47: stickyd.channel.v1.ProbeReply.maintenance_waiting:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
+	55, // 48: stickyd.channel.v1.ProbeReply.maintenance_timed_out:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
+	1,  // 49: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
+	34, // 50: stickyd.channel.v1.Checkpointed.pieces:type_name -> stickyd.channel.v1.CheckpointPiece
+	35, // 51: stickyd.channel.v1.Checkpointed.gone:type_name -> stickyd.channel.v1.CheckpointKey
+	38, // 52: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
+	39, // 53: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
+	16, // 54: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
+	56, // 55: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
+	57, // 56: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
+	58, // 57: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
+	59, // 58: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
+	40, // 59: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
+	2,  // 60: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
+	2,  // 61: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
+	61, // [61:62] is the sub-list for method output_type
+	60, // [60:61] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_stickyd_proto_init() }
@@ -4249,6 +4609,8 @@ func file_stickyd_proto_init() {
 		(*Envelope_GatewayCall)(nil),
 		(*Envelope_GatewayReply)(nil),
 		(*Envelope_GatewayChunk)(nil),
+		(*Envelope_Checkpoint)(nil),
+		(*Envelope_Checkpointed)(nil),
 	}
 	file_stickyd_proto_msgTypes[5].OneofWrappers = []any{
 		(*Frame_Http)(nil),
@@ -4270,7 +4632,7 @@ func file_stickyd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stickyd_proto_rawDesc), len(file_stickyd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   54,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -103,6 +103,8 @@ func (rt *runtime) thaw(t *protocol.Thaw) {
 	if t.Epoch > rt.epochs[t.User] {
 		rt.epochs[t.User] = t.Epoch
 	}
+	// The person stays at a new epoch: their pieces are sent again under it.
+	rt.changedUser(t.User)
 }
 
 // evict forgets a frozen user whose move committed elsewhere. The user
@@ -160,7 +162,7 @@ func (rt *runtime) wake(w *protocol.Wake) (*protocol.Woken, error) {
 	out := &protocol.Woken{}
 	ctx := rt.ctx
 	for _, cp := range pkg.Conns {
-		s := &Session{rt: rt, name: cp.Name, user: cp.User, values: newTree(nil), pages: map[string]*Page{}}
+		s := newSession(rt, cp.Name, cp.User)
 		if err := decodeTree(s.values, cp.Values); err != nil {
 			return nil, fmt.Errorf("loading connection %q: %w", cp.Name, err)
 		}
@@ -179,6 +181,9 @@ func (rt *runtime) wake(w *protocol.Wake) (*protocol.Woken, error) {
 				if err := p.Subscribe(pp.Tables...); err != nil {
 					rt.log.Warn("restoring a page's subscriptions", "page", p.id, "error", err)
 				}
+				if w.Checkpoint {
+					p.restoreFromCheckpoint(pp.Seq, w.Generation, noticeRestored)
+				}
 				continue
 			}
 			// Not guessed at: the page starts over, numbering on from
@@ -188,6 +193,10 @@ func (rt *runtime) wake(w *protocol.Wake) (*protocol.Woken, error) {
 			if err := rt.app.OpenPage(sctx, p); err != nil {
 				rt.log.Warn("reopening a page that restarted clean", "page", p.id, "error", err)
 			}
+			if w.Checkpoint {
+				p.restoreFromCheckpoint(pp.Seq, w.Generation, noticeChanged)
+				continue
+			}
 			p.coll.restartClean(noticeChanged)
 		}
 		rt.mu.Lock()
@@ -196,6 +205,9 @@ func (rt *runtime) wake(w *protocol.Wake) (*protocol.Woken, error) {
 		rt.mu.Unlock()
 		rt.countPages(s, int64(len(s.pages)))
 	}
+	// Everything here is new to this worker: the next checkpoint round
+	// sends it all.
+	rt.changedUser(w.User)
 	rt.signalArrival(w.User)
 	return out, nil
 }

@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"sync/atomic"
+
 	"github.com/stickyd/stickyd/internal/protocol"
 )
 
@@ -17,6 +19,13 @@ type Page struct {
 	// used from the person's mailbox, and tables also under rt.mu.
 	tables map[string]bool
 	marks  map[string][]string
+	// ck is the mark of the page's last checkpoint piece and ckDirty says
+	// it changed since (checkpoint.go); restoredAt is the sequence of the
+	// RESET a checkpoint wake queued, until a client acknowledges it.
+	ck         ckMark
+	ckDirty    atomic.Bool
+	ckSize     int // the size to reserve for the next piece's tree
+	restoredAt uint64
 }
 
 func newPage(s *Session, id, kind string) *Page {
@@ -30,6 +39,7 @@ func newPage(s *Session, id, kind string) *Page {
 			o = protocol.Delta_DELETE
 		}
 		p.session.wrote(len(path) + len(v))
+		p.changed()
 		p.coll.add(o, path, v)
 	})
 	p.coll.fold = func() []byte {

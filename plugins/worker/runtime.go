@@ -59,9 +59,12 @@ type runtime struct {
 	// maxBody bounds a response body the recorder buffers (http.go).
 	maxBody int64
 
+	// ck is what changed since the last checkpoint (checkpoint.go).
+	ck checkpoints
+
 	frames atomic.Uint64
 	pages  atomic.Int64
-	wg     sync.WaitGroup // running mailboxes and new-connection frames
+	wg     sync.WaitGroup // running mailboxes, new-connection frames, checkpoint rounds
 }
 
 // user is one person in this worker, with a mailbox that runs their frames
@@ -127,6 +130,13 @@ func (rt *runtime) handle(env *protocol.Envelope) {
 		}
 	case *protocol.Envelope_GatewayChunk:
 		rt.gw.deliver(b.GatewayChunk)
+	case *protocol.Envelope_Checkpoint:
+		// It waits for mailboxes: never on the read loop.
+		rt.wg.Add(1)
+		go func() {
+			defer rt.wg.Done()
+			rt.checkpoint(env.Id, b.Checkpoint)
+		}()
 	case *protocol.Envelope_Probe:
 		_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_ProbeReply{ProbeReply: rt.probe()}})
 	case *protocol.Envelope_Shutdown:
@@ -194,6 +204,8 @@ func (rt *runtime) runEnvelope(user string, env *protocol.Envelope) {
 		rt.applyTable(user, b.TableChange)
 	case *protocol.Envelope_Frame:
 		rt.runFrame(env)
+	case *protocol.Envelope_Checkpoint:
+		rt.runCheckpoint(user, env.Id)
 	case *protocol.Envelope_Freeze:
 		if rt.site != nil {
 			defer rt.site.settle(b.Freeze.User)
@@ -289,7 +301,7 @@ func (rt *runtime) session(f *protocol.Frame) *Session {
 		s.acct = rt.accountLocked(s.userKey())
 		return s
 	}
-	s := &Session{rt: rt, name: f.Conn, user: userOf(f.User), values: newTree(nil), pages: map[string]*Page{}}
+	s := newSession(rt, f.Conn, userOf(f.User))
 	rt.addConnLocked(s)
 	s.acct = rt.accountLocked(s.userKey())
 	return s
@@ -337,6 +349,9 @@ func (rt *runtime) setUserLocked(s *Session, user string) {
 			rt.subscribeLocked(t, p)
 		}
 	}
+	// Its checkpoint pieces are under the old user key: the next round
+	// sends them again under the new one and drops the old.
+	rt.changedUser(s.userKey())
 }
 
 func userOf(key string) string {
@@ -385,6 +400,7 @@ func (rt *runtime) frame(f *protocol.Frame, id uint64) (*protocol.FrameReply, er
 		return rt.pull(s, k.Pull, id)
 	case *protocol.Frame_Close:
 		if p := s.pages[k.Close.Page]; p != nil {
+			rt.pageGone(s, p)
 			rt.mu.Lock()
 			rt.dropPageLocked(p)
 			rt.mu.Unlock()
@@ -404,7 +420,8 @@ func (rt *runtime) frame(f *protocol.Frame, id uint64) (*protocol.FrameReply, er
 func (rt *runtime) newConnection(f *protocol.Frame) (*protocol.FrameReply, error) {
 	// The connection has a name from the start, so the site can show it
 	// while serving the first request; NameConnection replaces it.
-	s := &Session{rt: rt, name: randomName(), isNew: true, values: newTree(nil), pages: map[string]*Page{}}
+	s := newSession(rt, randomName(), "")
+	s.isNew = true
 	ctx := context.WithValue(rt.ctx, sessionKey{}, s)
 	if err := rt.awaitBackends(ctx, rt.routeNeeds(f.GetHttp().GetUrl())); err != nil {
 		return nil, err
@@ -456,6 +473,7 @@ func (rt *runtime) release(conn string) {
 	if s == nil {
 		return
 	}
+	rt.connGone(s)
 	for _, p := range s.pages {
 		p.coll.cancel()
 		rt.countPages(s, -1)
@@ -479,6 +497,7 @@ func (rt *runtime) open(ctx context.Context, s *Session, o *protocol.PageOpen) (
 			rt.countPages(s, -1)
 			return nil, badf("opening page %q: %v", o.Page, err)
 		}
+		p.changed() // a new page is checkpointed even if it wrote nothing
 		if o.After > 0 {
 			st.Notice, st.Resync, st.Base = noticeLost, true, 0
 		}
@@ -488,6 +507,10 @@ func (rt *runtime) open(ctx context.Context, s *Session, o *protocol.PageOpen) (
 		p.coll.mu.Unlock()
 		if o.After < floor || o.After > seq {
 			st.Resync, st.Base = true, p.coll.resync()
+		}
+		if p.restoredAt != 0 && o.After < p.restoredAt {
+			// Restored from a checkpoint and not yet seen so: say so.
+			st.Notice = noticeRestored
 		}
 	}
 	st.Kind, st.Seq = p.kind, p.coll.last()
@@ -535,6 +558,9 @@ func (rt *runtime) pull(s *Session, pl *protocol.PagePull, id uint64) (*protocol
 	p, err := rt.page(s, pl.Page)
 	if err != nil {
 		return nil, badf("%v", err)
+	}
+	if p.restoredAt != 0 && pl.After >= p.restoredAt {
+		p.restoredAt = 0 // the client has the restored tree and its notice
 	}
 	wait := time.Duration(pl.WaitMs) * time.Millisecond
 	if wait > maxPullWait {

@@ -49,7 +49,8 @@ func InProcess(app App, opts Options) func(context.Context, channel.Conn) error 
 // Serve uses it for the plugin's gRPC channel; stickyd dev uses it for an
 // in-process worker on an in-memory channel.
 func ServeConn(ctx context.Context, app App, opts Options, c channel.Conn) error {
-	hello := &protocol.Hello{ProtocolVersion: protocol.Version, App: opts.Name, AppVersion: opts.Version, Pid: int64(os.Getpid())}
+	hello := &protocol.Hello{ProtocolVersion: protocol.Version, App: opts.Name, AppVersion: opts.Version, Pid: int64(os.Getpid()),
+		Checkpoints: true}
 	return serveConn(ctx, app, opts, c, hello)
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync/atomic"
 
 	"github.com/stickyd/stickyd/internal/protocol"
 )
@@ -27,6 +28,19 @@ type Session struct {
 	pages  map[string]*Page
 	// acct is the account of the user the current frame belongs to.
 	acct *account
+	// ck is the mark of the connection's last checkpoint piece and ckDirty
+	// says its values changed since (checkpoint.go).
+	ck      ckMark
+	ckDirty atomic.Bool
+}
+
+// newSession returns a connection of rt whose values changes are noted for
+// the next checkpoint.
+func newSession(rt *runtime, name, user string) *Session {
+	s := &Session{rt: rt, name: name, user: user, pages: map[string]*Page{}}
+	s.values = newTree(nil)
+	s.values.touch = s.changed
+	return s
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9._@-]{1,128}$`)

@@ -67,6 +67,7 @@ func (p *Page) Subscribe(tables ...string) error {
 		rt.subscribeLocked(t, p)
 	}
 	rt.mu.Unlock()
+	p.changed()
 	return nil
 }
 
@@ -79,6 +80,7 @@ func (p *Page) Unsubscribe(tables ...string) {
 		rt.unsubscribeLocked(t, p)
 	}
 	rt.mu.Unlock()
+	p.changed()
 }
 
 // Tables lists the tables the page subscribes to, sorted.

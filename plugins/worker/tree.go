@@ -22,6 +22,9 @@ import (
 type Tree struct {
 	root map[string]any
 	emit func(op deltaOp, path string, value []byte)
+	// touch, if set, is told of every write (a connection's values, which
+	// have no deltas, note their changes for the next checkpoint).
+	touch func()
 }
 
 type deltaOp int
@@ -90,6 +93,9 @@ func (t *Tree) Set(path string, v any) error {
 	} else if err := t.place(path, nv, false); err != nil {
 		return err
 	}
+	if t.touch != nil {
+		t.touch()
+	}
 	if t.emit != nil {
 		b, err := json.Marshal(nv)
 		if err != nil {
@@ -111,6 +117,9 @@ func (t *Tree) Delete(path string) {
 	}
 	if err := t.place(path, nil, true); err != nil {
 		return
+	}
+	if t.touch != nil {
+		t.touch()
 	}
 	if t.emit != nil {
 		t.emit(opDelete, path, nil)

@@ -254,7 +254,9 @@ func TestWebSocketLimitsAndBadInput(t *testing.T) {
 // see no error, and the dead worker's users get a clear outcome (their page
 // restarts clean with a notice) rather than a hang.
 func TestKilledWorkerIsReplaced(t *testing.T) {
-	a := startAgent(t, "subprocess", 3)
+	// Without crash checkpoints (TestKilledWorkerWakesFromCheckpoint has
+	// them): the page's state lived only in the dead process.
+	a := startAgentWith(t, "subprocess", 3, withCheckpoints("off"))
 	byWorker := map[string]*tab{}
 	for i := 0; len(byWorker) < 3 && i < 30; i++ {
 		b := newBrowser(t, a)

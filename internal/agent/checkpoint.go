@@ -1,0 +1,165 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/host"
+	"github.com/stickyd/stickyd/internal/placement"
+)
+
+// Crash checkpoints (docs/checkpoints.md): every group's workers checkpoint
+// the pages changed since their last checkpoint every checkpoint_interval;
+// the pieces are parked in the agent's park store and indexed by the host
+// (host.CheckpointIndex). The index is journaled beside the park folders
+// (data_dir/restart/checkpoints/<worker>.json), so that even an agent that
+// crashed wakes its people from their checkpoints when it comes back; the
+// maps decide whose pieces are still worth keeping.
+
+// DefaultCheckpointInterval is a group's checkpoint_interval when it sets
+// none (and a catalog group's).
+const DefaultCheckpointInterval = 5 * time.Second
+
+// minCheckpointInterval is the shortest interval accepted.
+const minCheckpointInterval = 100 * time.Millisecond
+
+// parseCheckpointInterval reads a checkpoint_interval: "" is the default,
+// "off" or a zero duration is never.
+func parseCheckpointInterval(s string) (time.Duration, error) {
+	switch s {
+	case "":
+		return DefaultCheckpointInterval, nil
+	case "off", "0":
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 || (d > 0 && d < minCheckpointInterval) {
+		return 0, fmt.Errorf("checkpoint_interval %q: want a duration of at least %v like \"5s\", or \"off\"", s, minCheckpointInterval)
+	}
+	return d, nil
+}
+
+// checkpointInterval is how often the workers of group checkpoint here.
+func (a *Agent) checkpointInterval(group string) time.Duration {
+	if g, _ := a.cfg.group(group); g != nil {
+		d, _ := parseCheckpointInterval(g.CheckpointInterval) // checked by Finish
+		return d
+	}
+	return DefaultCheckpointInterval
+}
+
+// startCheckpoints gives the pool its checkpoint index, loaded from the
+// journal: it returns how many people it holds pieces of. It runs once the
+// maps are restored and before the workers start.
+func (a *Agent) startCheckpoints() (int, error) {
+	var journal host.CheckpointJournal
+	if a.cfg.DataDir != "" {
+		journal = &fileJournal{dir: filepath.Join(a.restartDir(), "checkpoints")}
+	}
+	x := host.NewCheckpointIndex(host.CheckpointConfig{Store: a.park, Journal: journal, Keep: a.keepCheckpoint,
+		Logger: a.log.Named("checkpoint"), Registry: a.registry})
+	a.pool.Checkpoints = x
+	return x.Load()
+}
+
+// Checkpoints is the index of this agent's workers' crash checkpoints.
+func (a *Agent) Checkpoints() *host.CheckpointIndex {
+	x, _ := a.pool.Checkpoints.(*host.CheckpointIndex)
+	return x
+}
+
+// keepCheckpoint says whether a person's pieces of epoch on worker still
+// stand for their state: the maps have them live there at that epoch, or
+// moving from there (the move's epoch is one more, and a move that rolls
+// back leaves them home). A parked person wakes from their package.
+func (a *Agent) keepCheckpoint(worker, user string, epoch uint64) bool {
+	u, ok := a.fsm.User(user)
+	if !ok || u.Worker != worker {
+		return false
+	}
+	switch u.State {
+	case placement.StateLive:
+		return u.Epoch == epoch
+	case placement.StateMoving:
+		return u.Epoch == epoch+1
+	}
+	return false
+}
+
+// fileJournal keeps one file per worker. A file is written to a temporary
+// name and renamed, so it is whole or absent; it is not fsynced (nor are
+// the pieces it names): it survives the agent's crash, not the machine's.
+type fileJournal struct{ dir string }
+
+var _ host.CheckpointJournal = (*fileJournal)(nil)
+
+func (j *fileJournal) path(worker string) string {
+	return filepath.Join(j.dir, url.PathEscape(worker)+".json")
+}
+
+// Save implements host.CheckpointJournal.
+func (j *fileJournal) Save(worker string, record []byte) error {
+	if record == nil {
+		if err := os.Remove(j.path(worker)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("removing the checkpoint record of %s: %w", worker, err)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(j.dir, 0o700); err != nil {
+		return fmt.Errorf("creating the checkpoint journal: %w", err)
+	}
+	f, err := os.CreateTemp(j.dir, ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("writing the checkpoint record of %s: %w", worker, err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // a no-op after the rename
+	if _, err := f.Write(record); err != nil {
+		f.Close()
+		return fmt.Errorf("writing the checkpoint record of %s: %w", worker, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing the checkpoint record of %s: %w", worker, err)
+	}
+	if err := os.Rename(tmp, j.path(worker)); err != nil {
+		return fmt.Errorf("naming the checkpoint record of %s: %w", worker, err)
+	}
+	return nil
+}
+
+// Load implements host.CheckpointJournal.
+func (j *fileJournal) Load() (map[string][]byte, error) {
+	entries, err := os.ReadDir(j.dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the checkpoint journal: %w", err)
+	}
+	out := map[string][]byte{}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".tmp-") {
+			_ = os.Remove(filepath.Join(j.dir, e.Name())) // a write the crash cut short
+			continue
+		}
+		name, ok := strings.CutSuffix(e.Name(), ".json")
+		if e.IsDir() || !ok {
+			continue
+		}
+		worker, err := url.PathUnescape(name)
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(j.dir, e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("reading the checkpoint record of %s: %w", worker, err)
+		}
+		out[worker] = b
+	}
+	return out, nil
+}

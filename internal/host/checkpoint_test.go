@@ -1,0 +1,283 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/stickyd/stickyd/internal/park"
+	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/examples/counter"
+	"github.com/stickyd/stickyd/plugins/worker"
+)
+
+// piece builds a checkpoint piece of conn (page "" for the connection's
+// own, holding values) with content marking it apart.
+func piece(t *testing.T, user string, epoch uint64, conn, page, content string) *protocol.CheckpointPiece {
+	t.Helper()
+	cp := &protocol.ConnPackage{Name: conn, User: user}
+	if page == "" {
+		cp.Values = []byte(content)
+	} else {
+		cp.Pages = []*protocol.PagePackage{{Id: page, Kind: "k", Tree: []byte(content)}}
+	}
+	b, err := proto.Marshal(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &protocol.CheckpointPiece{User: user, Epoch: epoch, Conn: conn, Page: page, Package: b}
+}
+
+func pagesOf(x *CheckpointIndex, worker, user string) string {
+	var out []string
+	for _, p := range x.Pages(worker, user) {
+		out = append(out, p.Conn+"/"+p.Page)
+	}
+	return strings.Join(out, ",")
+}
+
+// The index keeps the latest piece of each page, deletes what is
+// superseded, dropped or of an older epoch, and gives back a person's
+// pieces as one package.
+func TestCheckpointIndex(t *testing.T) {
+	store := park.NewMemStore()
+	journal := &MemCheckpointJournal{}
+	x := NewCheckpointIndex(CheckpointConfig{Store: store, Journal: journal})
+	record := func(inc int, c *protocol.Checkpointed) {
+		t.Helper()
+		if err := x.Record("w1", inc, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn := piece(t, "ann", 1, "c1", "", "values")
+	p1 := piece(t, "ann", 1, "c1", "p1", "one")
+	p2 := piece(t, "ann", 1, "c1", "p2", "two")
+	record(1, &protocol.Checkpointed{Pieces: []*protocol.CheckpointPiece{conn, p1, p2}})
+	if got := pagesOf(x, "w1", "ann"); got != "c1/,c1/p1,c1/p2" {
+		t.Fatalf("after the first round: %s", got)
+	}
+	// A newer piece of p1 replaces the old one, whose package is deleted.
+	p1b := piece(t, "ann", 1, "c1", "p1", "one, later")
+	record(1, &protocol.Checkpointed{Pieces: []*protocol.CheckpointPiece{p1b}})
+	if store.Has(park.Digest(p1.Package)) || !store.Has(park.Digest(p1b.Package)) {
+		t.Fatal("the superseded piece is still parked, or the new one is not")
+	}
+	// A closed page is dropped with its package.
+	record(1, &protocol.Checkpointed{Gone: []*protocol.CheckpointKey{{User: "ann", Conn: "c1", Page: "p2"}}})
+	if got := pagesOf(x, "w1", "ann"); got != "c1/,c1/p1" || store.Has(park.Digest(p2.Package)) {
+		t.Fatalf("after p2 closed: %s (package kept: %v)", got, store.Has(park.Digest(p2.Package)))
+	}
+
+	// The new incarnation wakes ann; the one that took the pieces would not.
+	if got := x.Restorable("w1", 1); len(got) != 0 {
+		t.Fatalf("restorable by the incarnation that took the pieces: %v", got)
+	}
+	if got := x.Restorable("w1", 2); len(got) != 1 || got[0] != "ann" {
+		t.Fatalf("restorable by the next incarnation: %v", got)
+	}
+	b, gen, err := x.Restore("w1", "ann", 1)
+	if err != nil || gen != 1 {
+		t.Fatalf("restore: gen %d, %v", gen, err)
+	}
+	var pkg protocol.UserPackage
+	if err := proto.Unmarshal(b, &pkg); err != nil {
+		t.Fatal(err)
+	}
+	if pkg.Format != checkpointFormat || pkg.User != "ann" || len(pkg.Conns) != 1 || string(pkg.Conns[0].Values) != "values" ||
+		len(pkg.Conns[0].Pages) != 1 || string(pkg.Conns[0].Pages[0].Tree) != "one, later" {
+		t.Fatalf("restored package: %v", &pkg)
+	}
+	if _, gen, _ := x.Restore("w1", "ann", 1); gen != 2 {
+		t.Fatalf("second restore's generation %d, want 2", gen)
+	}
+
+	// Pieces of a newer epoch replace every older one.
+	p3 := piece(t, "ann", 2, "c1", "p3", "three")
+	record(2, &protocol.Checkpointed{Pieces: []*protocol.CheckpointPiece{p3}})
+	if got := pagesOf(x, "w1", "ann"); got != "c1/p3" || store.Has(park.Digest(p1b.Package)) || store.Has(park.Digest(conn.Package)) {
+		t.Fatalf("after epoch 2: %s", got)
+	}
+	// A frame of a later epoch (the person moved since): nothing to wake
+	// from, and the stale pieces go.
+	if b, _, err := x.Restore("w1", "ann", 3); b != nil || err != nil {
+		t.Fatalf("restore at a later epoch: %d bytes, %v", len(b), err)
+	}
+	if got := pagesOf(x, "w1", "ann"); got != "" || store.Has(park.Digest(p3.Package)) {
+		t.Fatalf("stale pieces kept: %s", got)
+	}
+
+	// One package may stand for two keys: it is deleted with the last.
+	same := piece(t, "bo", 1, "c2", "p", "same")
+	record(1, &protocol.Checkpointed{Pieces: []*protocol.CheckpointPiece{same}})
+	if err := x.Record("w2", 1, &protocol.Checkpointed{Pieces: []*protocol.CheckpointPiece{same}}); err != nil {
+		t.Fatal(err)
+	}
+	x.Forget("w1", "bo", 0)
+	if !store.Has(park.Digest(same.Package)) {
+		t.Fatal("a package still named by w2 was deleted")
+	}
+	x.ForgetWorker("w2")
+	if store.Has(park.Digest(same.Package)) {
+		t.Fatal("a package nobody names is still parked")
+	}
+
+	// The journal brings the index back after an agent restart, its pieces
+	// counted as older than any incarnation; Keep prunes who moved away.
+	cy := piece(t, "cy", 4, "c3", "p", "cy's")
+	dee := piece(t, "dee", 1, "c4", "p", "dee's")
+	record(5, &protocol.Checkpointed{Pieces: []*protocol.CheckpointPiece{cy, dee}})
+	if _, _, err := x.Restore("w1", "cy", 4); err != nil {
+		t.Fatal(err)
+	}
+	y := NewCheckpointIndex(CheckpointConfig{Store: store, Journal: journal,
+		Keep: func(worker, user string, epoch uint64) bool { return user != "dee" }})
+	if n, err := y.Load(); err != nil || n != 1 {
+		t.Fatalf("load: %d people, %v", n, err)
+	}
+	if got := y.Restorable("w1", 1); len(got) != 1 || got[0] != "cy" {
+		t.Fatalf("restorable after a restart: %v", got)
+	}
+	if store.Has(park.Digest(dee.Package)) {
+		t.Fatal("the package of a person who moved away survived the restart")
+	}
+	if _, gen, _ := y.Restore("w1", "cy", 4); gen != 2 {
+		t.Fatalf("generation after a restart: %d, want 2 (it is journaled)", gen)
+	}
+	rec, _ := journal.Load()
+	var users map[string]json.RawMessage
+	if err := json.Unmarshal(rec["w1"], &users); err != nil || len(users) != 1 {
+		t.Fatalf("journal after the prune: %s (%v)", rec["w1"], err)
+	}
+}
+
+// A worker whose hello does not say it checkpoints (the Python SDK) is
+// never asked, and asking by hand says why.
+func TestWorkerWithoutCheckpointsIsNotAsked(t *testing.T) {
+	l := &fakeLauncher{version: protocol.Version}
+	p := New(nil, []GroupSpec{{Name: "web", Workers: 1, Launcher: l, CheckpointInterval: 5 * time.Millisecond}})
+	p.Checkpoints = NewCheckpointIndex(CheckpointConfig{Store: park.NewMemStore()})
+	defer p.Close()
+	if err := p.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // rounds would have run by now
+	if n := l.checkpoints.Load(); n != 0 {
+		t.Fatalf("a worker without checkpoints was asked %d times", n)
+	}
+	if err := p.Checkpoint(t.Context(), "web-1"); !errors.Is(err, ErrNoCheckpoints) {
+		t.Fatalf("checkpointing it by hand: %v", err)
+	}
+	if w := p.Workers()[0]; w.CheckpointRounds != 0 || !w.LastCheckpoint.IsZero() {
+		t.Fatalf("worker info: %+v", w)
+	}
+}
+
+// frameOf sends f to web-1 and waits for the answer.
+func frameOf(t *testing.T, p *Pool, f *protocol.Frame) (*protocol.FrameReply, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c, err := p.Send(ctx, "web-1", f)
+	if err != nil {
+		return nil, err
+	}
+	env, err := c.Wait(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return env.GetFrameReply(), nil
+}
+
+func incOf(t *testing.T, p *Pool, user, conn, page string) (float64, error) {
+	t.Helper()
+	r, err := frameOf(t, p, &protocol.Frame{User: user, Conn: conn, Kind: &protocol.Frame_Message{Message: &protocol.PageMessage{Page: page, Data: []byte(`{"op":"inc"}`)}}})
+	if err != nil {
+		return 0, err
+	}
+	var v struct{ Count float64 }
+	if err := json.Unmarshal(r.GetMessage().GetData(), &v); err != nil {
+		return 0, err
+	}
+	return v.Count, nil
+}
+
+// A worker that dies: its replacement wakes its people from their last
+// checkpoint before their next frame. A page opened after it is not there
+// (it restarts clean when reopened, as without checkpoints).
+func TestReplacementWakesFromCheckpoint(t *testing.T) {
+	l := &InprocLauncher{Serve: worker.InProcess(counter.New(), worker.Options{Name: "counter"})}
+	p := New(nil, []GroupSpec{{Name: "web", Workers: 1, Launcher: l, CheckpointInterval: time.Hour}})
+	x := NewCheckpointIndex(CheckpointConfig{Store: park.NewMemStore()})
+	p.Checkpoints = x
+	defer p.Close()
+	if err := p.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	r, err := frameOf(t, p, &protocol.Frame{Kind: &protocol.Frame_Http{Http: &protocol.HTTPRequest{Method: "GET", Url: "/"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := r.Identity.Conn
+	user := protocol.AnonymousUser(conn)
+	open := func(page string) {
+		t.Helper()
+		if _, err := frameOf(t, p, &protocol.Frame{User: user, Conn: conn, Kind: &protocol.Frame_Open{Open: &protocol.PageOpen{Page: page, Kind: "counter"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open("p")
+	for range 3 {
+		if _, err := incOf(t, p, user, conn, "p"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Checkpoint(t.Context(), "web-1"); err != nil {
+		t.Fatal(err)
+	}
+	if w := p.Workers()[0]; w.CheckpointRounds != 1 || w.CheckpointPieces != 2 || w.LastCheckpoint.IsZero() {
+		t.Fatalf("worker info after a round: %+v", w)
+	}
+	// After the checkpoint: lost with the worker.
+	if _, err := incOf(t, p, user, conn, "p"); err != nil {
+		t.Fatal(err)
+	}
+	open("q")
+
+	s, _ := p.slot("web-1")
+	s.mu.Lock()
+	proc := s.proc
+	s.mu.Unlock()
+	proc.Kill()
+	deadline := time.Now().Add(10 * time.Second)
+	for w := p.Workers()[0]; w.State != StateReady || w.Incarnation != 2; w = p.Workers()[0] {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker not relaunched: %+v", w)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n, err := incOf(t, p, user, conn, "p"); err != nil || n != 4 {
+		t.Fatalf("first inc after the crash: %v %v, want 4 (3 checkpointed + 1)", n, err)
+	}
+	if _, err := incOf(t, p, user, conn, "q"); err == nil || !strings.Contains(err.Error(), "not open") {
+		t.Fatalf("a page opened after the checkpoint: %v", err)
+	}
+	// The restored page is checkpointed again by the new incarnation.
+	if err := p.Checkpoint(t.Context(), "web-1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := pagesOf(x, "web-1", user); got != conn+"/,"+conn+"/p" {
+		t.Fatalf("index after the new incarnation's round: %s", got)
+	}
+	// Evicting the person (their move committed elsewhere) drops it all.
+	if _, err := p.StartEnvelope(t.Context(), "web-1", &protocol.Envelope{Body: &protocol.Envelope_Evict{Evict: &protocol.Evict{User: user}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := pagesOf(x, "web-1", user); got != "" {
+		t.Fatalf("index after the eviction: %s", got)
+	}
+}

@@ -1,0 +1,310 @@
+package worker
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/stickyd/stickyd/internal/protocol"
+)
+
+// Crash checkpoints (docs/checkpoints.md). Now and then the host asks
+// (Checkpoint) for what changed since the last ask; nobody is frozen. Each
+// person with a change packages, in their own mailbox between two of their
+// frames, the pages and connections that changed: one piece each, the same
+// ConnPackage and PagePackage a freeze writes. The host parks the pieces; if
+// this process dies, the person wakes on its replacement from their pieces
+// (a Wake with checkpoint set).
+//
+// What changed is kept cheaply on the hot path: a page's first tree write
+// after its last piece sets a flag and names its person in a set, under a
+// lock taken once per page per round; later writes only read the flag.
+
+// noticeRestored is shown on a page that came back from its last checkpoint.
+const noticeRestored = "This page was restored from its last checkpoint: the worker that held it is gone, and changes made after the checkpoint may be lost."
+
+// ckBatch people package at a time, each in their own mailbox; an answer
+// stops growing once it holds max_bytes, checked between batches. A
+// variable for the tests.
+var ckBatch = 64
+
+// Bounds of one checkpoint answer.
+const (
+	// ckBatchWait bounds the wait for one batch: a person whose mailbox is
+	// busy longer (a handler stuck) is left changed for the next ask.
+	ckBatchWait = 5 * time.Second
+	// ckRoundTime bounds one answer; the people left are for the next ask.
+	ckRoundTime = 10 * time.Second
+)
+
+// ckMark says under which user key and epoch a page's or a connection's
+// last piece was sent; the zero mark means never.
+type ckMark struct {
+	user  string
+	epoch uint64
+}
+
+// checkpoints is a worker's bookkeeping of what changed. Its zero value is
+// ready (a detached test page has one too).
+type checkpoints struct {
+	mu      sync.Mutex // guards changed, gone, rounds and next
+	changed map[string]struct{}
+	gone    []*protocol.CheckpointKey
+	rounds  map[uint64]*ckRound
+	next    uint64
+}
+
+// ckRound is one batch of people packaging for one answer.
+type ckRound struct {
+	open    bool // while the batch is still waited for
+	started int  // people who began packaging
+	results chan ckResult
+}
+
+type ckResult struct {
+	pieces []*protocol.CheckpointPiece
+	gone   []*protocol.CheckpointKey
+	err    error
+}
+
+// changedUser names a person with something to checkpoint.
+func (rt *runtime) changedUser(user string) {
+	rt.ck.mu.Lock()
+	if rt.ck.changed == nil {
+		rt.ck.changed = map[string]struct{}{}
+	}
+	rt.ck.changed[user] = struct{}{}
+	rt.ck.mu.Unlock()
+}
+
+// changed marks the page as changed since its last piece.
+func (p *Page) changed() {
+	if !p.ckDirty.Load() {
+		p.ckDirty.Store(true)
+		p.session.rt.changedUser(p.session.userKey())
+	}
+}
+
+// changed marks the connection's values as changed since its last piece.
+func (s *Session) changed() {
+	if !s.ckDirty.Load() {
+		s.ckDirty.Store(true)
+		s.rt.changedUser(s.userKey())
+	}
+}
+
+// goneLocked records that the pieces of a page (or, page "", of a
+// connection) sent under mark must be dropped.
+func (ck *checkpoints) goneLocked(mark ckMark, conn, page string) {
+	if mark.user != "" {
+		ck.gone = append(ck.gone, &protocol.CheckpointKey{User: mark.user, Conn: conn, Page: page})
+	}
+}
+
+// pageGone records that a page closed.
+func (rt *runtime) pageGone(s *Session, p *Page) {
+	rt.ck.mu.Lock()
+	rt.ck.goneLocked(p.ck, s.name, p.id)
+	rt.ck.mu.Unlock()
+}
+
+// connGone records that a connection left, with its pages.
+func (rt *runtime) connGone(s *Session) {
+	rt.ck.mu.Lock()
+	rt.ck.goneLocked(s.ck, s.name, "")
+	for _, p := range s.pages {
+		rt.ck.goneLocked(p.ck, s.name, p.id)
+	}
+	rt.ck.mu.Unlock()
+}
+
+// checkpoint answers the host's Checkpoint request: the people who changed
+// package in their mailboxes, a batch at a time, until the answer holds
+// max_bytes (it may pass it by one batch) or its time is up; the others stay
+// changed (more is set).
+func (rt *runtime) checkpoint(id uint64, c *protocol.Checkpoint) {
+	rt.ck.mu.Lock()
+	users := make([]string, 0, len(rt.ck.changed))
+	for u := range rt.ck.changed {
+		users = append(users, u)
+	}
+	rt.ck.changed = nil
+	out := &protocol.Checkpointed{Gone: rt.ck.gone}
+	rt.ck.gone = nil
+	rt.ck.mu.Unlock()
+	sort.Strings(users)
+	var size uint64
+	began := time.Now()
+	for len(users) > 0 {
+		if (c.MaxBytes > 0 && size >= c.MaxBytes) || time.Since(began) > ckRoundTime || rt.ctx.Err() != nil {
+			for _, u := range users {
+				rt.changedUser(u)
+			}
+			out.More = true
+			break
+		}
+		batch := users[:min(len(users), ckBatch)]
+		users = users[len(batch):]
+		for _, r := range rt.packageBatch(batch) {
+			if r.err != nil {
+				rt.log.Warn("packaging a checkpoint", "error", r.err)
+				continue
+			}
+			out.Pieces = append(out.Pieces, r.pieces...)
+			out.Gone = append(out.Gone, r.gone...)
+			for _, p := range r.pieces {
+				size += uint64(len(p.Package))
+			}
+		}
+	}
+	_ = rt.peer.Reply(id, &protocol.Envelope{Body: &protocol.Envelope_Checkpointed{Checkpointed: out}})
+}
+
+// packageBatch has each user of batch package in their mailbox and waits
+// for them (bounded by ckBatchWait for those who have not begun).
+func (rt *runtime) packageBatch(batch []string) []ckResult {
+	r := &ckRound{open: true, results: make(chan ckResult, len(batch))}
+	rt.ck.mu.Lock()
+	rt.ck.next++
+	n := rt.ck.next
+	if rt.ck.rounds == nil {
+		rt.ck.rounds = map[uint64]*ckRound{}
+	}
+	rt.ck.rounds[n] = r
+	rt.ck.mu.Unlock()
+	for _, u := range batch {
+		// An internal mailbox item: its id names the round, not a request.
+		rt.enqueue(u, &protocol.Envelope{Id: n, Body: &protocol.Envelope_Checkpoint{Checkpoint: &protocol.Checkpoint{}}})
+	}
+	var out []ckResult
+	timer := time.NewTimer(ckBatchWait)
+	defer timer.Stop()
+	for len(out) < len(batch) {
+		select {
+		case res := <-r.results:
+			out = append(out, res)
+			continue
+		case <-timer.C:
+		case <-rt.ctx.Done():
+		}
+		// Those who have not begun give up their turn (and stay changed);
+		// those packaging now are waited for.
+		rt.ck.mu.Lock()
+		r.open = false
+		started := r.started
+		rt.ck.mu.Unlock()
+		for len(out) < started {
+			out = append(out, <-r.results)
+		}
+		break
+	}
+	rt.ck.mu.Lock()
+	r.open = false
+	delete(rt.ck.rounds, n)
+	rt.ck.mu.Unlock()
+	return out
+}
+
+// runCheckpoint is a person's turn in a checkpoint round, in their mailbox.
+func (rt *runtime) runCheckpoint(user string, round uint64) {
+	rt.ck.mu.Lock()
+	r := rt.ck.rounds[round]
+	if r == nil || !r.open {
+		rt.ck.mu.Unlock()
+		rt.changedUser(user) // the round gave up on this turn: next time
+		return
+	}
+	r.started++
+	rt.ck.mu.Unlock()
+	var res ckResult
+	defer func() {
+		// The round waits for this turn's result, whatever happens to it.
+		if p := recover(); p != nil {
+			res = ckResult{err: fmt.Errorf("packaging %q: %v", user, p)}
+		}
+		r.results <- res
+	}()
+	res.pieces, res.gone, res.err = rt.packageUser(user)
+}
+
+// packageUser returns a piece for each of user's pages and connections that
+// changed since its last piece (or was last sent under another user key or
+// epoch), and marks them sent. It runs in the user's mailbox, so no frame of
+// theirs runs meanwhile. A frozen user is skipped: they are moving, and
+// their package is the truth.
+func (rt *runtime) packageUser(user string) (pieces []*protocol.CheckpointPiece, gone []*protocol.CheckpointKey, err error) {
+	rt.mu.Lock()
+	if rt.frozen[user] {
+		rt.mu.Unlock()
+		return nil, nil, nil
+	}
+	epoch := rt.epochs[user]
+	sessions := rt.sessionsOfLocked(user)
+	rt.mu.Unlock()
+	cur := ckMark{user: user, epoch: epoch}
+	piece := func(s *Session, page string, cp *protocol.ConnPackage) error {
+		b, err := proto.Marshal(cp)
+		if err != nil {
+			return err
+		}
+		pieces = append(pieces, &protocol.CheckpointPiece{User: user, Epoch: epoch, Conn: s.name, Page: page, Package: b})
+		return nil
+	}
+	for _, s := range sessions {
+		if s.ck != cur || s.ckDirty.Load() {
+			if s.ck.user != "" && s.ck.user != user {
+				gone = append(gone, &protocol.CheckpointKey{User: s.ck.user, Conn: s.name})
+			}
+			s.ckDirty.Store(false)
+			values, err := encodeTree(s.values)
+			if err != nil {
+				return nil, nil, err
+			}
+			if err := piece(s, "", &protocol.ConnPackage{Name: s.name, User: s.user, Values: values}); err != nil {
+				return nil, nil, err
+			}
+			s.ck = cur
+		}
+		for _, p := range s.pages {
+			if p.ck == cur && !p.ckDirty.Load() {
+				continue
+			}
+			if p.ck.user != "" && p.ck.user != user {
+				gone = append(gone, &protocol.CheckpointKey{User: p.ck.user, Conn: s.name, Page: p.id})
+			}
+			p.ckDirty.Store(false)
+			// Sized like the last piece: a big tree is copied once, not
+			// grown into.
+			tree, err := appendValue(make([]byte, 0, p.ckSize), p.tree.root)
+			if err != nil {
+				return nil, nil, err
+			}
+			p.ckSize = len(tree) + len(tree)/8
+			p.coll.mu.Lock()
+			pp := &protocol.PagePackage{Id: p.id, Kind: p.kind, Schema: p.schema, Tree: tree,
+				Seq: p.coll.seq, Floor: p.coll.seq, Tables: p.Tables(), Marks: packMarks(p.marks)}
+			p.coll.mu.Unlock()
+			if err := piece(s, p.id, &protocol.ConnPackage{Name: s.name, User: s.user, Pages: []*protocol.PagePackage{pp}}); err != nil {
+				return nil, nil, err
+			}
+			p.ck = cur
+		}
+	}
+	return pieces, gone, nil
+}
+
+// restoreFromCheckpoint makes a page woken from a crash checkpoint continue
+// above anything its clients were sent by the worker that died: its
+// sequence jumps to the generation's base, and its next delta is a RESET of
+// the restored tree carrying notice. See Wake.checkpoint.
+func (p *Page) restoreFromCheckpoint(seq uint64, generation uint32, notice string) {
+	base := max((seq>>32+1)<<32, uint64(generation)<<32)
+	p.coll.mu.Lock()
+	p.coll.seq, p.coll.floor, p.coll.pending = base, base, nil
+	p.coll.mu.Unlock()
+	p.coll.restartClean(notice)
+	p.restoredAt = p.coll.last()
+}
