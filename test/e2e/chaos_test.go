@@ -375,6 +375,8 @@ type chaosPerson struct {
 	cookie string
 	tb     *tab
 
+	model        []string     // the notes the page holds (type_, then check)
+	pending      string       // the note in flight, if its answer was lost
 	acked        atomic.Int64 // notes the page acknowledged
 	resets       atomic.Int64 // pages reset by a crash
 	unannounced  atomic.Int64 // of which the tab had no delta to announce it on
@@ -470,13 +472,38 @@ func (p *chaosPerson) count() (int, error) {
 	return int(v), nil
 }
 
-// type_ sends note after note until stop closes. A broken connection or
-// a retryable refusal is retried (through another front if need be); a
-// page found gone is opened again. After each recovery the page's count is
-// compared with what was acknowledged: lower is only allowed when the page
-// was reset by a crash (a notice says so), and counted.
+// type_ sends note after note until stop closes, keeping the reference
+// model of the page: the text of every note it holds, in order. A broken
+// connection or a retryable refusal is retried (through another front if
+// need be); a page found gone is opened again, and the page's count then
+// says whether the note in flight landed. A page holding fewer notes than
+// the model is only allowed when a crash reset it (a notice says so); the
+// model is cut back to it and the loss counted.
 func (p *chaosPerson) type_(c *chaosCluster, stop <-chan struct{}) {
-	want := 0 // notes the page holds, as far as this person knows
+	var (
+		sent int // notes sent, for unique texts
+		seen int // notices already accounted for
+	)
+	pending := &p.pending // the note in flight, if its answer was lost
+	// cut brings the model back to a page holding got notes after a
+	// crash; announced says whether a notice came with it.
+	cut := func(got int, announced, noDelta bool) error {
+		switch {
+		case announced:
+		case noDelta:
+			// The tab had no delta of this page yet (its notes were
+			// acknowledged, their deltas not pulled): it opened the page
+			// "after 0", which to a worker that lost the page is a new
+			// page, so it could not announce the loss.
+			p.unannounced.Add(1)
+		default:
+			return fmt.Errorf("the page holds %d notes, %d were acknowledged, and no reset was announced", got, len(p.model))
+		}
+		p.resets.Add(1)
+		p.lostToResets.Add(int64(len(p.model) - got))
+		p.model = p.model[:got]
+		return nil
+	}
 	resync := func() bool {
 		deadline := time.Now().Add(2 * time.Minute)
 		for {
@@ -485,7 +512,7 @@ func (p *chaosPerson) type_(c *chaosCluster, stop <-chan struct{}) {
 				return false
 			default:
 			}
-			notices, had := len(p.tb.notices), p.tb.last
+			had := p.tb.last
 			err := p.connect(c)
 			var got int
 			if err == nil {
@@ -496,31 +523,22 @@ func (p *chaosPerson) type_(c *chaosCluster, stop <-chan struct{}) {
 				return false
 			}
 			if err == nil {
-				reset := len(p.tb.notices) > notices
+				announced := len(p.tb.notices) > seen
+				seen = len(p.tb.notices)
 				switch {
-				case got >= want:
-					// Equal, or the unacknowledged note landed (one more),
-					// or it did not.
-				case reset:
-					p.resets.Add(1)
-					p.lostToResets.Add(int64(want - got))
-				case had == 0:
-					// The tab had no delta of this page yet (its notes were
-					// acknowledged, their deltas not pulled): it opened the
-					// page "after 0", which to a worker that lost the page
-					// is a new page, so it could not announce the loss.
-					p.resets.Add(1)
-					p.unannounced.Add(1)
-					p.lostToResets.Add(int64(want - got))
+				case got == len(p.model)+1 && *pending != "":
+					p.model = append(p.model, *pending) // the lost answer's note landed
+				case got == len(p.model):
+				case got < len(p.model):
+					if err := cut(got, announced, had == 0); err != nil {
+						p.fail(err)
+						return false
+					}
 				default:
-					p.fail(fmt.Errorf("the page holds %d notes, %d were acknowledged, and no reset was announced (tab after %d, %d notices)", got, want, had, len(p.tb.notices)))
+					p.fail(fmt.Errorf("the page holds %d notes, only %d were sent", got, len(p.model)+1))
 					return false
 				}
-				if got > want+1 {
-					p.fail(fmt.Errorf("the page holds %d notes, only %d were sent", got, want+1))
-					return false
-				}
-				want = got
+				*pending = ""
 				return true
 			}
 			if time.Now().After(deadline) {
@@ -537,14 +555,34 @@ func (p *chaosPerson) type_(c *chaosCluster, stop <-chan struct{}) {
 			return
 		default:
 		}
-		ans, err := p.tb.tryOp(map[string]any{"op": "msg", "data": map[string]any{"op": "note", "text": strconv.Itoa(want)}})
+		text := strconv.Itoa(sent)
+		sent++
+		*pending = text
+		ans, err := p.tb.tryOp(map[string]any{"op": "msg", "data": map[string]any{"op": "note", "text": text}})
 		if err == nil && ans.Op == "reply" && ans.Error == "" {
+			*pending = ""
 			var got int
-			if err := json.Unmarshal(ans.Data, &got); err != nil || got != want+1 {
-				p.fail(fmt.Errorf("note %d: the page counted %s", want, ans.Data))
+			if err := json.Unmarshal(ans.Data, &got); err != nil || got < 1 || got > len(p.model)+1 {
+				p.fail(fmt.Errorf("note %q: the page counted %s, the model holds %d", text, ans.Data, len(p.model)))
 				return
 			}
-			want = got
+			if got <= len(p.model) {
+				// The note ran on a page restored from a checkpoint
+				// (older than the model): its RESET, with the notice,
+				// comes with the next pull.
+				had := p.tb.last
+				if _, err := p.count(); err != nil && errors.Is(err, errDeltas) {
+					p.fail(err)
+					return
+				}
+				announced := len(p.tb.notices) > seen
+				seen = len(p.tb.notices)
+				if err := cut(got-1, announced, had == 0); err != nil {
+					p.fail(fmt.Errorf("note %q: %w", text, err))
+					return
+				}
+			}
+			p.model = append(p.model, text)
 			p.acked.Add(1)
 			// Pull now and then, as a page does; and at once while the tab
 			// has no delta yet: a page reopened after 0 is a new page to
@@ -565,11 +603,11 @@ func (p *chaosPerson) type_(c *chaosCluster, stop <-chan struct{}) {
 		}
 		// Refused, gone or cut: retry after finding the page again. (A
 		// retryable refusal did not run the note; a cut connection may
-		// have: sync tells by the page's count.)
+		// have: resync tells by the page's count.)
 		p.retried.Add(1)
 		if err == nil && !ans.Retry && !strings.Contains(ans.Error, "not open") && ans.Code != "maintenance" {
 			p.failed.Add(1)
-			p.fail(fmt.Errorf("note %d refused for good: %+v", want, ans))
+			p.fail(fmt.Errorf("note %q refused for good: %+v", text, ans))
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -579,9 +617,9 @@ func (p *chaosPerson) type_(c *chaosCluster, stop <-chan struct{}) {
 	}
 }
 
-// check compares the page with its reference model: notes 0..n-1 each hold
-// their number, and the deltas came in order without gap or duplicate
-// (a reset delta excepted, which carries the whole tree).
+// check compares the page with its reference model, note by note; its
+// deltas were checked on every pull (in order, without gap or duplicate,
+// a reset delta excepted, which carries the whole tree).
 func (p *chaosPerson) check(c *chaosCluster) error {
 	if err := p.connect(c); err != nil {
 		return err
@@ -590,9 +628,15 @@ func (p *chaosPerson) check(c *chaosCluster) error {
 	if err != nil {
 		return err
 	}
-	for i := 0; i < n; i++ {
-		if got := p.tb.tree["note/"+strconv.Itoa(i)]; got != strconv.Itoa(i) {
-			return fmt.Errorf("note %d = %v", i, got)
+	if n == len(p.model)+1 && p.pending != "" {
+		p.model = append(p.model, p.pending) // in flight when typing stopped
+	}
+	if n != len(p.model) {
+		return fmt.Errorf("the page holds %d notes, the model %d", n, len(p.model))
+	}
+	for i, want := range p.model {
+		if got := p.tb.tree["note/"+strconv.Itoa(i)]; got != want {
+			return fmt.Errorf("note %d = %v, the model says %q", i, got, want)
 		}
 	}
 	return nil
