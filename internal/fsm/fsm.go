@@ -37,6 +37,7 @@ type FSM struct {
 	// gatewayCh is closed at the next submit or cancel of a gateway call;
 	// jobWatch holds a channel per watched call (gateway.go).
 	gatewayCh chan struct{}
+	jobMu     sync.Mutex // guards jobWatch
 	jobWatch  map[string]chan struct{}
 	// grantWatch holds a channel per watched grant (store.go).
 	grantWatch map[uint64]chan struct{}

@@ -203,7 +203,8 @@ func (f *FSM) applyGatewayJob(req *GatewayJobRequest) interface{} {
 		if j == nil {
 			return gateway.ErrNoJob
 		}
-		defer f.jobChangedLocked(j.ID)
+		defer f.jobChanged(j.ID)
+		defer g.trimQueue()
 		switch req.Op {
 		case JobOpStart:
 			if j.State != gateway.JobQueued {
@@ -323,18 +324,15 @@ func (f *FSM) GatewayJobs(state gateway.JobState) []GatewayJob {
 // after seq, in queue order: a runner that started everything up to seq
 // asks only for what came since.
 func (f *FSM) GatewayQueuedAfter(seq uint64) []GatewayJob {
-	f.mu.Lock() // drops the calls that left the head of the queue
-	defer f.mu.Unlock()
-	if f.state.Gateway == nil {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.state.Gateway == nil || f.state.Gateway.active == nil {
 		return nil
 	}
-	g := f.gatewayLocked()
-	g.trimQueue()
-	return queuedAfter(g, seq)
+	return queuedAfter(f.state.Gateway, seq)
 }
 
-// queuedAfter reads the queue index; with the write lock held it also
-// drops its head of calls no longer queued.
+// queuedAfter reads the queue index.
 func queuedAfter(g *GatewayState, seq uint64) []GatewayJob {
 	i, _ := slices.BinarySearchFunc(g.queue, seq+1, func(j *GatewayJob, s uint64) int { return cmp.Compare(j.Seq, s) })
 	var out []GatewayJob
@@ -382,15 +380,10 @@ func (f *FSM) GatewayJobState(id string) gateway.JobState {
 }
 
 // WatchGatewayJob returns a channel closed at the next change of job id
-// (at once if there is no such job).
+// (at once if there is no such job). Watches have their own lock, so that
+// many waiters do not queue for the maps' write lock.
 func (f *FSM) WatchGatewayJob(id string) <-chan struct{} {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.state.Gateway == nil || f.state.Gateway.Jobs[id] == nil {
-		ch := make(chan struct{})
-		close(ch)
-		return ch
-	}
+	f.jobMu.Lock()
 	if f.jobWatch == nil {
 		f.jobWatch = map[string]chan struct{}{}
 	}
@@ -399,10 +392,21 @@ func (f *FSM) WatchGatewayJob(id string) <-chan struct{} {
 		ch = make(chan struct{})
 		f.jobWatch[id] = ch
 	}
+	f.jobMu.Unlock()
+	// Subscribed first, then checked: a change in between closes ch.
+	f.mu.RLock()
+	known := f.state.Gateway != nil && f.state.Gateway.Jobs[id] != nil
+	f.mu.RUnlock()
+	if !known {
+		f.jobChanged(id)
+	}
 	return ch
 }
 
-func (f *FSM) jobChangedLocked(id string) {
+// jobChanged wakes the watchers of job id.
+func (f *FSM) jobChanged(id string) {
+	f.jobMu.Lock()
+	defer f.jobMu.Unlock()
 	if ch := f.jobWatch[id]; ch != nil {
 		close(ch)
 		delete(f.jobWatch, id)
@@ -434,10 +438,12 @@ func (f *FSM) gatewayRestoredLocked() {
 		f.gatewayLocked()
 	}
 	f.gatewayChangedLocked()
+	f.jobMu.Lock()
 	for id, ch := range f.jobWatch {
 		close(ch)
 		delete(f.jobWatch, id)
 	}
+	f.jobMu.Unlock()
 }
 
 // cloneGateway deep-copies the gateway state for a snapshot.
