@@ -5,7 +5,7 @@ VERSION ?= 0.1.0-dev
 LDFLAGS := -X github.com/stickyd/stickyd/internal/command.Version=$(VERSION)
 ADDR    ?= 127.0.0.1:8080
 
-.PHONY: all build run run-subprocess deps test test-deploy lint unit bench proto tools fuzz clean
+.PHONY: all build run run-subprocess deps test test-deploy lint unit bench bench-peers proto tools fuzz clean
 
 all: build
 
@@ -95,6 +95,22 @@ bench:
 	$(GO) run ./test/bench/livedata
 	$(GO) run ./test/bench/maintenance
 	$(GO) run ./test/bench/gateway
+
+## bench-peers: stickyd beside what people would pick instead (page state
+## in Redis, nginx as the WebSocket proxy, memory per idle WebSocket); see
+## docs/benchmarks.md. Installs redis-server and nginx from Debian if they
+## are missing; the benchmark runs its own instances of them, on free
+## loopback ports, and stops them at the end. Tables on stdout; CSV files
+## and PNG plots in docs/benchmarks/ (5 to 10 minutes on 2 cores).
+bench-peers:
+	@missing=; for p in redis-server nginx; do \
+		command -v $$p >/dev/null || [ -x /usr/sbin/$$p ] || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get update && $$sudo apt-get install -y $$missing; \
+	fi
+	$(GO) run ./test/bench/peers
 
 ## proto: regenerate the channel protocol (Go, and Python for the Python
 ## worker) and the gateway's gRPC API (protoc from protobuf-compiler).
