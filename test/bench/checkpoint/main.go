@@ -29,8 +29,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -258,64 +256,41 @@ func runCell(ctx context.Context, a *agent.Agent, o *options, interval string, s
 			return res, fmt.Errorf("page %d: filling %s: %w", i, size.Label, err)
 		}
 	}
+	// The window's checkpoint work: the counters at its ends.
 	var (
-		stop     atomic.Bool
-		errOnce  sync.Once
-		firstErr error
-		wg       sync.WaitGroup
 		before   checkpointStats
 		statsErr error
 	)
-	fail := func(err error) {
-		errOnce.Do(func() {
-			firstErr = err
-			stop.Store(true)
-			for _, p := range pages {
-				p.Abort()
+	statsDone := make(chan struct{})
+	go func() {
+		defer close(statsDone)
+		select {
+		case <-time.After(o.warmup):
+			before, statsErr = statsOf(ctx, a)
+		case <-ctx.Done():
+			statsErr = ctx.Err()
+		}
+	}()
+	sent := make([]int, len(pages))
+	lats, err := benchkit.Drive(ctx, len(pages), o.warmup, o.duration, func(i int) error {
+		p := pages[i]
+		if err := p.IncHome(); err != nil {
+			return fmt.Errorf("page on %s: %w", p.Worker(), err)
+		}
+		if sent[i]++; sent[i]%ackEvery == 0 {
+			if _, err := p.Ack(); err != nil {
+				return fmt.Errorf("page on %s: %w", p.Worker(), err)
 			}
-		})
-	}
-	begin := time.Now()
-	from, until := begin.Add(o.warmup), begin.Add(o.warmup+o.duration)
-	lats := make([][]time.Duration, len(pages))
-	for i, p := range pages {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 1; !stop.Load(); n++ {
-				t0 := time.Now()
-				if !t0.Before(until) {
-					return
-				}
-				if err := p.IncHome(); err != nil {
-					if !stop.Load() {
-						fail(fmt.Errorf("page on %s: %w", p.Worker(), err))
-					}
-					return
-				}
-				if !t0.Before(from) {
-					lats[i] = append(lats[i], time.Since(t0))
-				}
-				if n%ackEvery == 0 {
-					if _, err := p.Ack(); err != nil {
-						fail(fmt.Errorf("page on %s: %w", p.Worker(), err))
-						return
-					}
-				}
-			}
-		}()
-	}
-	// The window's checkpoint work: the counters at its ends.
-	select {
-	case <-time.After(time.Until(from)):
-		before, statsErr = statsOf(ctx, a)
-	case <-ctx.Done():
-		fail(ctx.Err())
-	}
-	wg.Wait()
-	errOnce.Do(func() {})
-	if firstErr != nil {
-		return res, firstErr
+		}
+		return nil
+	}, func() {
+		for _, p := range pages {
+			p.Abort()
+		}
+	})
+	<-statsDone
+	if err != nil {
+		return res, err
 	}
 	if statsErr != nil {
 		return res, statsErr

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/stickyd/stickyd/internal/agent"
@@ -84,68 +82,17 @@ func runCell(ctx context.Context, a *agent.Agent, c cell, warmup, window time.Du
 	return res, nil
 }
 
-// drive runs every page in its own goroutine, closed loop, from now until
-// warmup+window has passed, and returns per page the latencies of the round
-// trips started inside the window. The first error stops every page and is
-// returned.
+// drive runs every page closed loop (benchkit.Drive) with inc round
+// trips to its home worker.
 func drive(ctx context.Context, pages []*benchkit.Page, warmup, window time.Duration) ([][]time.Duration, error) {
-	var (
-		stop     atomic.Bool
-		errOnce  sync.Once
-		firstErr error
-		wg       sync.WaitGroup
-	)
-	fail := func(err error) {
-		errOnce.Do(func() {
-			firstErr = err
-			stop.Store(true)
-			for _, p := range pages {
-				p.Abort() // unblock the others' reads
-			}
-		})
-	}
-	// An interrupt stops the run like an error.
-	watchDone := make(chan struct{})
-	defer close(watchDone)
-	go func() {
-		select {
-		case <-ctx.Done():
-			fail(fmt.Errorf("interrupted: %w", ctx.Err()))
-		case <-watchDone:
+	return benchkit.Drive(ctx, len(pages), warmup, window, func(i int) error {
+		if err := pages[i].IncHome(); err != nil {
+			return fmt.Errorf("page on %s: %w", pages[i].Worker(), err)
 		}
-	}()
-
-	begin := time.Now()
-	from, until := begin.Add(warmup), begin.Add(warmup+window)
-	// Room for a few microseconds per round trip, so appends rarely copy.
-	expect := int(window/(20*time.Microsecond))/len(pages) + 16
-	lats := make([][]time.Duration, len(pages))
-	for i, p := range pages {
-		lats[i] = make([]time.Duration, 0, expect)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !stop.Load() {
-				t0 := time.Now()
-				if !t0.Before(until) {
-					return
-				}
-				if err := p.IncHome(); err != nil {
-					if !stop.Load() {
-						fail(fmt.Errorf("page on %s: %w", p.Worker(), err))
-					}
-					return
-				}
-				if !t0.Before(from) {
-					lats[i] = append(lats[i], time.Since(t0))
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	errOnce.Do(func() {}) // no more failures can be recorded
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	return lats, nil
+		return nil
+	}, func() {
+		for _, p := range pages {
+			p.Abort() // unblock the others' reads
+		}
+	})
 }
