@@ -44,10 +44,12 @@ type Builtin func(ctx context.Context, c channel.Conn) error
 
 // Agent is one running stickyd process.
 type Agent struct {
-	cfg      *Config
-	log      hclog.Logger
-	fsm      *fsm.FSM
-	raft     *raftnode.Node
+	cfg  *Config
+	log  hclog.Logger
+	fsm  *fsm.FSM
+	raft *raftnode.Node
+	// raftSet is raft once it is up, for handlers that may run before.
+	raftSet  atomic.Pointer[raftnode.Node]
 	pool     *host.Pool
 	park     park.Store
 	mover    *move.Mover
@@ -61,8 +63,10 @@ type Agent struct {
 	adminLn  net.Listener
 	// shutdownOnce guards parking on the way down.
 	shutdownOnce sync.Once
-	// started is set once Start succeeded.
+	// started is set once Start succeeded; up is the same for handlers
+	// that run on other goroutines.
 	started  bool
+	up       atomic.Bool
 	token    string
 	registry *prometheus.Registry
 	http     *http.Client
@@ -169,12 +173,13 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	rcfg := raftnode.Config{ID: a.cfg.Name, Bootstrap: alone, Solo: alone, Logger: a.log,
 		SnapshotThreshold: a.cfg.Server.SnapshotThreshold, TrailingLogs: a.cfg.Server.TrailingLogs}
 	if a.cfg.DataDir != "" {
-		rcfg.DataDir, rcfg.BindAddr = a.cfg.DataDir, a.cfg.Server.RaftAddr
+		rcfg.DataDir, rcfg.BindAddr, rcfg.Advertise = a.cfg.DataDir, a.cfg.Server.RaftAddr, a.cfg.Server.RaftAdvertise
 	}
 	a.raft, err = raftnode.New(rcfg, a.fsm)
 	if err != nil {
 		return err
 	}
+	a.raftSet.Store(a.raft)
 	if a.cfg.Server.BootstrapExpect > 1 || !a.cfg.IsServer() {
 		jctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		join := a.join
@@ -209,6 +214,9 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	a.restart = rep
 	a.mu.Unlock()
 	go a.leaderLoop(a.stopLeader)
+	if a.cfg.IsServer() && a.cfg.Server.BootstrapExpect > 1 {
+		go a.membershipLoop(a.stopLeader)
+	}
 	a.pool.Parcels = clusterParcels{a}
 	a.pool.ProbeInterval, a.pool.ProbeMisses = duration(a.cfg.Probe.Interval), a.cfg.Probe.Misses
 	a.pool.Woken = a.woken
@@ -262,9 +270,10 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: checkGovernance, CheckBundle: a.checkBundle,
 		Monitor:      func(ctx context.Context) (any, error) { return a.monitorView(ctx) },
 		MonitorLocal: func() any { return a.localMonitor() },
-		Maintenance:  maintenanceAPI{a}, Extra: a.gatewayRoutes}))
+		Maintenance:  maintenanceAPI{a}, Extra: a.extraRoutes}))
 	a.startDeployment()
 	a.started = true
+	a.up.Store(true)
 	return nil
 }
 
@@ -327,6 +336,7 @@ func (a *Agent) startAdmin() error {
 			return a.park.Get(digest)
 		},
 		Member: a.memberHandler,
+		Health: a.clusterHealth,
 		Rest: func() http.Handler {
 			h, _ := a.api.Load().(http.Handler)
 			return h
@@ -439,6 +449,20 @@ func (a *Agent) FSM() *fsm.FSM { return a.fsm }
 // Supervisor is the agent's supervisor.
 func (a *Agent) Supervisor() *supervisor.Supervisor { return a.sup }
 
+// extraRoutes adds the gateway's and the operator's routes to the API.
+func (a *Agent) extraRoutes(mux *http.ServeMux, wrap func(func(http.ResponseWriter, *http.Request) error) http.HandlerFunc) {
+	a.gatewayRoutes(mux, wrap)
+	if a.cfg.IsServer() {
+		a.operatorRoutes(mux, wrap)
+	}
+}
+
+// isStarted reports whether Start has succeeded.
+func (a *Agent) isStarted() bool { return a.up.Load() }
+
+// raftNode is the raft member once it is up, nil before.
+func (a *Agent) raftNode() *raftnode.Node { return a.raftSet.Load() }
+
 // Served reports the front's end: nil after Shutdown, the error otherwise.
 func (a *Agent) Served() <-chan error { return a.served }
 
@@ -520,6 +544,7 @@ func (a *Agent) cookieKeys() ([][]byte, error) {
 func (a *Agent) Shutdown(ctx context.Context) error {
 	var errs []error
 	a.shutdownOnce.Do(func() {
+		a.up.Store(false) // health checks fail from now on
 		if a.stopGovern != nil {
 			close(a.stopGovern) // no governance move may race the parking
 			a.govern.wait()

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stickyd/stickyd/internal/api"
 	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/placement"
@@ -33,6 +34,11 @@ type Self struct {
 	RPCAddr   string `json:"rpc_addr"`
 	AdminAddr string `json:"admin_addr"`
 	FrontAddr string `json:"front_addr"`
+	// Leader is the raft leader this agent knows ("" for none), and
+	// Established whether it is part of a cluster already: a joining
+	// server that finds either joins instead of bootstrapping.
+	Leader      string `json:"leader,omitempty"`
+	Established bool   `json:"established,omitempty"`
 }
 
 // peers is what this agent knows of the servers: raft address → admin address.
@@ -59,8 +65,10 @@ func (p *peers) adminOf(raftAddr string) string {
 
 func (a *Agent) self() Self {
 	s := Self{Name: a.cfg.Name, AdminAddr: a.AdminAddr(), FrontAddr: a.Addr()}
-	if a.raft != nil {
-		s.RaftAddr = a.raft.Addr()
+	if r := a.raftNode(); r != nil {
+		s.RaftAddr = r.Addr()
+		_, s.Leader = r.Leader()
+		s.Established = s.Leader != "" && r.Health().Member
 	}
 	if a.rpcLn != nil {
 		s.RPCAddr = a.rpcLn.Addr().String()
@@ -121,7 +129,15 @@ type remoteErr struct {
 func (e *remoteErr) Error() string { return e.err.Error() }
 func (e *remoteErr) Unwrap() error { return e.err }
 
-// join bootstraps a new cluster once bootstrap_expect servers are known.
+// join brings a server into its cluster. A cluster that already has a
+// leader (any server found says so) is joined: the leader is asked to make
+// this server a voter at its raft address, which also updates the address
+// of a server that comes back on a new port (a replaced Nomad allocation)
+// and lets a server that lost its data in (it is sent a snapshot) instead
+// of bootstrapping a second cluster. With no leader anywhere, a server
+// with raft state returns (its peers elect as before) and one without
+// bootstraps a new cluster once bootstrap_expect servers without state are
+// known, each with the same set.
 func (a *Agent) join(ctx context.Context) error {
 	has, err := a.raft.HasState()
 	if err != nil {
@@ -130,8 +146,9 @@ func (a *Agent) join(ctx context.Context) error {
 	expect := a.cfg.Server.BootstrapExpect
 	self := a.self()
 	a.peers.set(self.RaftAddr, self.AdminAddr)
-	members := map[string]string{self.Name: self.RaftAddr}
 	for attempt := 0; ; attempt++ {
+		members := map[string]string{self.Name: self.RaftAddr}
+		established := ""
 		for _, addr := range a.serverAddrs(ctx) {
 			var s Self
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -147,20 +164,80 @@ func (a *Agent) join(ctx context.Context) error {
 				continue // that server's raft is not up yet
 			}
 			a.peers.set(s.RaftAddr, s.AdminAddr)
+			if s.Name == self.Name {
+				continue // this server's previous allocation, still answering
+			}
 			members[s.Name] = s.RaftAddr
+			if s.Leader != "" || s.Established {
+				established = addr
+			}
 		}
-		if has {
-			return nil // a member already: raft finds the others itself
-		}
-		if len(members) >= expect {
+		switch {
+		case established != "":
+			// A no-op for a member at the same address.
+			err := a.requestVote(ctx, established)
+			if err == nil {
+				return nil
+			}
+			if attempt%20 == 0 {
+				a.log.Info("asking the cluster to take this server", "via", established, "error", err)
+			}
+		case has:
+			return nil // nobody leads yet: a restart of the whole cluster
+		case len(members) >= expect:
 			a.log.Info("bootstrapping the cluster", "servers", len(members))
 			return a.raft.Bootstrap(members)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("joining: %d of %d servers found: %w", len(members), expect, ctx.Err())
+			return fmt.Errorf("joining: %d of %d servers found, none leading: %w", len(members), expect, ctx.Err())
 		case <-time.After(250 * time.Millisecond):
 		}
+	}
+}
+
+// requestVote asks the leader, through the server at addr, to make this
+// server a voter at its raft address.
+func (a *Agent) requestVote(ctx context.Context, addr string) error {
+	body, err := json.Marshal(api.MemberRequest{Op: "join", Name: a.cfg.Name, RaftAddr: a.raft.Addr(), Voter: true})
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := a.call(cctx, "POST", addr, "/v1/internal/members", body, nil); err != nil {
+		return err
+	}
+	a.log.Info("joined the cluster as a voter", "via", addr, "raft_addr", a.raft.Addr())
+	return nil
+}
+
+// membershipLoop keeps a server a voter at its own address: a server the
+// leader stopped reaching (its address changed while it was away, or an
+// operator removed it by mistake) asks to be taken back. It runs on every
+// server; the leader's answer to an unchanged member is a no-op.
+func (a *Agent) membershipLoop(stop <-chan struct{}) {
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		h := a.raft.Health()
+		if h.State == "Leader" || (h.Member && h.Voter && h.Leader != "") {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		for _, addr := range a.serverAddrs(ctx) {
+			if err := a.requestVote(ctx, addr); err == nil {
+				break
+			} else {
+				a.log.Debug("asking to be a voter again", "via", addr, "error", err)
+			}
+		}
+		cancel()
 	}
 }
 
@@ -328,4 +405,36 @@ func (a *Agent) abortStuckMoves(ctx context.Context) ([]string, error) {
 		aborted = append(aborted, u.User)
 	}
 	return aborted, nil
+}
+
+// Bounds of a healthy member: the leader heard from within
+// healthSilence, the replica within healthLag entries of the commit index.
+const (
+	healthSilence = 5 * time.Second
+	healthLag     = 1000
+)
+
+// clusterHealth is GET /v1/agent/health: whether this agent is a working
+// member of its cluster. A server must be a voter at its own raft address
+// that hears from a leader and keeps up with the log; a host a member that
+// does. Consul's check of stickyd-server (and stickyd-host) calls it, so a
+// server outside raft, or one that cannot reach the leader, drops out of
+// the servers Consul hands out.
+func (a *Agent) clusterHealth() (bool, any) {
+	r := a.raftNode()
+	if r == nil {
+		return false, map[string]string{"status": "starting", "error": "raft is not up yet"}
+	}
+	h := r.Health()
+	body := map[string]any{"name": a.cfg.Name, "raft": h}
+	err := h.Healthy(a.cfg.IsServer(), healthSilence, healthLag)
+	if err == nil && !a.isStarted() {
+		err = errors.New("the agent is starting")
+	}
+	if err != nil {
+		body["status"], body["error"] = "unhealthy", err.Error()
+		return false, body
+	}
+	body["status"] = "ok"
+	return true, body
 }

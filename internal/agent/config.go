@@ -163,6 +163,9 @@ type ServerConfig struct {
 	BootstrapExpect int `hcl:"bootstrap_expect,optional"`
 	// RaftAddr is the raft TCP address; default 127.0.0.1:4647.
 	RaftAddr string `hcl:"raft_addr,optional"`
+	// RaftAdvertise is the raft address the other members dial, when it
+	// is not RaftAddr (behind NAT or a port mapping); default RaftAddr.
+	RaftAdvertise string `hcl:"raft_advertise,optional"`
 	// RetryJoin lists the other servers' admin API addresses.
 	RetryJoin []string `hcl:"retry_join,optional"`
 	// RPCAddr is where other agents open peer links to this agent's

@@ -121,10 +121,17 @@ func (a *Agent) memberHandler(ctx context.Context, req api.MemberRequest) (int, 
 		return http.StatusOK, nil
 	}
 	var err error
-	if req.Op == "join" {
+	switch {
+	case req.Op == "join" && req.Voter:
+		if !a.cfg.IsServer() {
+			return http.StatusBadRequest, errors.New("only a server takes voters")
+		}
+		a.log.Info("making a server a raft voter", "name", req.Name, "raft_addr", req.RaftAddr)
+		err = a.raft.AddVoter(ctx, req.Name, req.RaftAddr)
+	case req.Op == "join":
 		a.log.Info("adding a host to raft as a non-voter", "name", req.Name, "raft_addr", req.RaftAddr)
 		err = a.raft.AddNonvoter(ctx, req.Name, req.RaftAddr)
-	} else {
+	default:
 		a.log.Info("removing a member from raft", "name", req.Name)
 		err = a.raft.RemoveMember(ctx, req.Name)
 	}

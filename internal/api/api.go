@@ -344,6 +344,10 @@ type ClusterConfig struct {
 	// removes a member (POST /v1/internal/members); it returns an HTTP
 	// status and the error.
 	Member func(ctx context.Context, req MemberRequest) (status int, err error)
+	// Health answers GET /v1/agent/health, without the token (Consul and
+	// Nomad checks call it): 200 when the agent is a working member of its
+	// cluster, 503 and the reason otherwise.
+	Health func() (ok bool, body any)
 	// Rest returns the full API once the agent is ready, nil before: calls
 	// then get 503.
 	Rest   func() http.Handler
@@ -356,6 +360,8 @@ type MemberRequest struct {
 	Op       string `json:"op"`
 	Name     string `json:"name"`
 	RaftAddr string `json:"raft_addr,omitempty"`
+	// Voter asks for a voting member (a server) instead of a host.
+	Voter bool `json:"voter,omitempty"`
 }
 
 // Cluster returns the admin API's handler for an agent that may still be
@@ -370,6 +376,18 @@ func Cluster(cfg ClusterConfig) http.Handler {
 		writeJSON(w, http.StatusOK, cfg.Self())
 		return nil
 	}))
+	mux.HandleFunc("GET /v1/agent/health", func(w http.ResponseWriter, r *http.Request) {
+		if cfg.Health == nil {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+			return
+		}
+		ok, body := cfg.Health()
+		status := http.StatusOK
+		if !ok {
+			status = http.StatusServiceUnavailable
+		}
+		writeJSON(w, status, body)
+	})
 	mux.HandleFunc("POST /v1/internal/apply", a.handle(func(w http.ResponseWriter, r *http.Request) error {
 		entry, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<20))
 		if err != nil {

@@ -14,13 +14,18 @@ func (c *OperatorRaftCommand) Help() string {
 	return strings.TrimSpace(`
 Usage: stickyd operator raft <subcommand> [options] [args]
 
-  Looks at the raft cluster that holds the placement maps. Every
+  Looks after the raft cluster that holds the placement maps. Every
   subcommand takes -address and -token (defaults $STICKYD_ADDR and
   $STICKYD_TOKEN).
 
   List the raft peers:
 
       $ stickyd operator raft list-peers
+
+  Remove a server that is gone for good, or hand leadership away:
+
+      $ stickyd operator raft remove-peer stickyd-server-2
+      $ stickyd operator raft transfer-leader
 
   Run "stickyd operator raft <subcommand> -help" for the options of each.
 `)

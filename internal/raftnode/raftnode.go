@@ -29,6 +29,9 @@ type Config struct {
 	// BindAddr is the TCP address of the raft transport ("127.0.0.1:0"
 	// picks a port). Empty means an in-memory transport (single member).
 	BindAddr string
+	// Advertise is the address the other members dial; empty means
+	// BindAddr.
+	Advertise string
 	// Bootstrap makes the member bootstrap a single-voter cluster when it
 	// has no state yet.
 	Bootstrap bool
@@ -47,6 +50,7 @@ type Config struct {
 // Node is one running member.
 type Node struct {
 	Raft      *raft.Raft
+	id        string
 	transport raft.Transport
 	closers   []func() error
 	leaderCh  chan bool
@@ -90,7 +94,7 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 		rc.ElectionTimeout = 100 * time.Millisecond
 		rc.LeaderLeaseTimeout = 50 * time.Millisecond
 	}
-	n := &Node{leaderCh: make(chan bool, 16)}
+	n := &Node{leaderCh: make(chan bool, 16), id: cfg.ID}
 	rc.NotifyCh = n.leaderCh
 	var (
 		logs   raft.LogStore
@@ -121,10 +125,14 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 		_, t := raft.NewInmemTransport(raft.ServerAddress(cfg.ID))
 		n.transport = t
 	} else {
-		addr, err := net.ResolveTCPAddr("tcp", cfg.BindAddr)
+		adv := cfg.Advertise
+		if adv == "" {
+			adv = cfg.BindAddr
+		}
+		addr, err := net.ResolveTCPAddr("tcp", adv)
 		if err != nil {
 			n.close()
-			return nil, fmt.Errorf("resolving raft address %q: %w", cfg.BindAddr, err)
+			return nil, fmt.Errorf("resolving raft address %q: %w", adv, err)
 		}
 		t, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, addr, 3, 10*time.Second, log.Named("transport"))
 		if err != nil {
@@ -146,6 +154,12 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 				n.close()
 				return nil, fmt.Errorf("bootstrapping raft: %w", err)
 			}
+		}
+	}
+	if cfg.DataDir != "" {
+		if err := recoverFromPeersFile(rc, fsm, filepath.Join(cfg.DataDir, "raft"), logs, stable, snaps, n.transport, log); err != nil {
+			n.close()
+			return nil, err
 		}
 	}
 	n.logs, n.stable, n.snaps = logs, stable, snaps
@@ -291,6 +305,97 @@ func (n *Node) close() {
 		_ = n.closers[i]()
 	}
 	n.closers = nil
+}
+
+// AddVoter makes id a voting member at addr. A voter already known at the
+// same address is a no-op; one known at another address (a server that
+// came back on a new port) has its address updated in the same change; a
+// member of another id at addr (the address's previous owner, gone) is
+// removed first. Leader only.
+func (n *Node) AddVoter(ctx context.Context, id, addr string) error {
+	f := n.Raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	for _, s := range f.Configuration().Servers {
+		switch {
+		case string(s.ID) == id && string(s.Address) == addr && s.Suffrage == raft.Voter:
+			return nil
+		case string(s.ID) != id && string(s.Address) == addr:
+			if err := n.Raft.RemoveServer(s.ID, 0, timeoutOf(ctx)).Error(); err != nil {
+				return notLeader(err)
+			}
+		}
+	}
+	return notLeader(n.Raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeoutOf(ctx)).Error())
+}
+
+func notLeader(err error) error {
+	if errors.Is(err, raft.ErrNotLeader) {
+		return ErrNotLeader
+	}
+	return err
+}
+
+// Health is how this member stands in its cluster.
+type Health struct {
+	// State is raft's: Leader, Follower, Candidate or Shutdown.
+	State string `json:"state"`
+	// Member is whether the configuration holds this member at its own
+	// address; Voter whether it votes there.
+	Member bool `json:"member"`
+	Voter  bool `json:"voter"`
+	// Leader is the leader's id, "" when none is known.
+	Leader string `json:"leader"`
+	// LastContact is how long ago a follower last heard from the leader
+	// (zero on the leader; -1 never).
+	LastContact time.Duration `json:"last_contact_ns"`
+	// CommitIndex and AppliedIndex say how far the local replica trails
+	// what it knows is committed.
+	CommitIndex  uint64 `json:"commit_index"`
+	AppliedIndex uint64 `json:"applied_index"`
+}
+
+// Health reads how this member stands now.
+func (n *Node) Health() Health {
+	h := Health{State: n.Raft.State().String(), CommitIndex: n.Raft.CommitIndex(), AppliedIndex: n.Raft.AppliedIndex()}
+	_, h.Leader = n.Leader()
+	if f := n.Raft.GetConfiguration(); f.Error() == nil {
+		self := n.transport.LocalAddr()
+		for _, s := range f.Configuration().Servers {
+			if s.Address == self && (n.id == "" || string(s.ID) == n.id) {
+				h.Member, h.Voter = true, s.Suffrage == raft.Voter
+			}
+		}
+	}
+	switch last := n.Raft.LastContact(); {
+	case n.Raft.State() == raft.Leader:
+	case last.IsZero():
+		h.LastContact = -1
+	default:
+		h.LastContact = time.Since(last)
+	}
+	return h
+}
+
+// Healthy reports nil when the member is a voter (or, for a non-voting
+// host, a member) at its own address, knows a leader it heard from within
+// maxSilence, and has applied what it knows is committed within maxLag
+// entries; otherwise an error saying what is wrong.
+func (h Health) Healthy(voter bool, maxSilence time.Duration, maxLag uint64) error {
+	switch {
+	case !h.Member:
+		return errors.New("not a raft member at this address")
+	case voter && !h.Voter:
+		return errors.New("a raft member that does not vote")
+	case h.Leader == "":
+		return errors.New("no raft leader known")
+	case h.LastContact < 0 || h.LastContact > maxSilence:
+		return fmt.Errorf("no word from the raft leader for %s", h.LastContact.Round(time.Millisecond))
+	case h.CommitIndex > h.AppliedIndex+maxLag:
+		return fmt.Errorf("the replica trails the log: applied %d of %d", h.AppliedIndex, h.CommitIndex)
+	}
+	return nil
 }
 
 // AddNonvoter adds a member that replicates the log and never votes: a

@@ -56,6 +56,9 @@ type procSpec struct {
 	front, group string
 	extra        []string
 	ip, netns    string
+	// raftVia, when set, is given the raft bind address and returns the
+	// address the others are to dial instead (raft_advertise).
+	raftVia func(bind string) string
 }
 
 // onIP moves a loopback address picked by freePort to ip.
@@ -76,6 +79,10 @@ func newProcSpec(t *testing.T, sp procSpec) *proc {
 	if p.admin == "" {
 		p.admin = onIP(freePort(t), sp.ip)
 	}
+	raftBind, raftExtra := onIP(freePort(t), sp.ip), ""
+	if sp.raftVia != nil {
+		raftExtra = fmt.Sprintf("  raft_advertise = %q\n", sp.raftVia(raftBind))
+	}
 	joins := ""
 	for _, j := range join {
 		joins += fmt.Sprintf("%q, ", j)
@@ -89,7 +96,7 @@ server {
   raft_addr        = %q
   rpc_addr         = %q
   retry_join       = [%s]
-}
+%s}
 front {
   address       = %q
   frame_timeout = "10s"
@@ -106,7 +113,7 @@ group "web" {
     env     = { %s = "counter" }
   }
 %s}
-`, name, filepath.Join(p.dir, "data"), expect, onIP(freePort(t), sp.ip), onIP(freePort(t), sp.ip), joins, p.front, sp.front, p.admin, testToken, workers, exe, workerEnv, sp.group)
+`, name, filepath.Join(p.dir, "data"), expect, raftBind, onIP(freePort(t), sp.ip), joins, raftExtra, p.front, sp.front, p.admin, testToken, workers, exe, workerEnv, sp.group)
 	cfg += strings.Join(extra, "\n")
 	if err := os.WriteFile(filepath.Join(p.dir, "stickyd.hcl"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

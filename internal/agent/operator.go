@@ -1,0 +1,82 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/stickyd/stickyd/internal/api"
+)
+
+// operatorRoutes serves the operator's raft tools: removing a peer that is
+// gone for good, and handing leadership to another server before
+// maintenance. Both act on the leader; a follower forwards them.
+func (a *Agent) operatorRoutes(mux *http.ServeMux, wrap func(func(http.ResponseWriter, *http.Request) error) http.HandlerFunc) {
+	mux.HandleFunc("POST /v1/operator/raft/remove-peer", wrap(func(w http.ResponseWriter, r *http.Request) error {
+		var req struct {
+			ID string `json:"id"`
+		}
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil || req.ID == "" {
+			return &api.Error{Status: http.StatusBadRequest, Message: `want {"id": "<raft id>"}`}
+		}
+		if req.ID == a.cfg.Name && a.raft.IsLeader() {
+			return &api.Error{Status: http.StatusConflict, Message: fmt.Sprintf("%s is the leader: transfer leadership first (stickyd operator raft transfer-leader)", req.ID)}
+		}
+		found := false
+		if peers, err := a.raft.Peers(); err == nil {
+			for _, p := range peers {
+				found = found || p.ID == req.ID
+			}
+		}
+		if !found {
+			return &api.Error{Status: http.StatusNotFound, Message: fmt.Sprintf("no raft peer %q (stickyd operator raft list-peers lists them)", req.ID)}
+		}
+		status, err := a.memberHandler(r.Context(), api.MemberRequest{Op: "leave", Name: req.ID})
+		if err != nil {
+			return &api.Error{Status: status, Message: "removing the peer: " + err.Error()}
+		}
+		writeJSONOK(w, map[string]string{"removed": req.ID})
+		return nil
+	}))
+	mux.HandleFunc("POST /v1/operator/raft/transfer-leader", wrap(func(w http.ResponseWriter, r *http.Request) error {
+		if !a.raft.IsLeader() {
+			leaderAddr, _ := a.raft.Leader()
+			admin := a.peers.adminOf(leaderAddr)
+			if admin == "" {
+				a.refreshPeers(r.Context())
+				admin = a.peers.adminOf(leaderAddr)
+			}
+			if admin == "" {
+				return &api.Error{Status: http.StatusServiceUnavailable, Message: "no leader known yet; retry"}
+			}
+			b, err := a.fetch(r.Context(), "POST", admin, "/v1/operator/raft/transfer-leader", nil)
+			if err != nil {
+				var re *remoteErr
+				if errors.As(err, &re) {
+					return &api.Error{Status: re.status, Message: re.Error()}
+				}
+				return &api.Error{Status: http.StatusBadGateway, Message: "asking the leader: " + err.Error()}
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(b)
+			return nil
+		}
+		if err := a.raft.Raft.LeadershipTransfer().Error(); err != nil {
+			if errors.Is(err, raft.ErrNotLeader) {
+				return &api.Error{Status: http.StatusServiceUnavailable, Message: "leadership moved meanwhile; retry"}
+			}
+			return &api.Error{Status: http.StatusConflict, Message: "transferring leadership: " + err.Error()}
+		}
+		_, leader := a.raft.Leader()
+		writeJSONOK(w, map[string]string{"from": a.cfg.Name, "leader": leader})
+		return nil
+	}))
+}
+
+func writeJSONOK(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,309 @@
+package e2e
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// peersOf lists the raft configuration as server p sees it: id → address.
+func peersOf(t *testing.T, p *proc) (map[string]string, bool) {
+	code, body := adminCallAtQuiet(p.admin, "GET", "/v1/status", testToken)
+	if code != 200 {
+		return nil, false
+	}
+	var s struct {
+		Leader  string
+		Members []struct {
+			ID      string
+			Address string
+			Voter   bool
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Leader == "" {
+		return nil, false
+	}
+	out := map[string]string{}
+	for _, m := range s.Members {
+		if m.Voter {
+			out[m.ID] = m.Address
+		}
+	}
+	return out, true
+}
+
+func adminStatus(t *testing.T, p *proc) (struct{ Workers []struct{ ID string } }, bool) {
+	var s struct{ Workers []struct{ ID string } }
+	code, body := adminCallAtQuiet(p.admin, "GET", "/v1/status", testToken)
+	if code != 200 {
+		return s, false
+	}
+	if err := json.Unmarshal([]byte(body), &s); err != nil {
+		t.Fatal(err)
+	}
+	return s, true
+}
+
+// health reads GET /v1/agent/health of a server (no token).
+func clusterHealth(p *proc) (int, string) {
+	return adminCallAtQuiet(p.admin, "GET", "/v1/agent/health", "")
+}
+
+var raftAddrRE = regexp.MustCompile(`(?m)^(\s*(raft_addr|rpc_addr)\s*=\s*)"[^"]*"`)
+
+// readdress gives a stopped server new raft and peer-link ports, as Nomad
+// does to a replaced allocation.
+func readdress(t *testing.T, p *proc) {
+	t.Helper()
+	path := filepath.Join(p.dir, "stickyd.hcl")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = raftAddrRE.ReplaceAllFunc(b, func(m []byte) []byte {
+		sub := raftAddrRE.FindSubmatch(m)
+		return []byte(string(sub[1]) + strconv.Quote(freePort(t)))
+	})
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitVoters waits until every live server sees the same three voters, one
+// of them id at an address other than old, and each answers its health
+// check.
+func waitVoters(t *testing.T, ps []*proc, id, old string, within time.Duration) {
+	t.Helper()
+	var last map[string]string
+	waitFor(t, within, "three voters again, "+id+" at its new address", func() bool {
+		for _, p := range ps {
+			peers, ok := peersOf(t, p)
+			if !ok || len(peers) != 3 || peers[id] == "" || peers[id] == old {
+				last = peers
+				return false
+			}
+			if code, _ := clusterHealth(p); code != 200 {
+				return false
+			}
+		}
+		return true
+	})
+	_ = last
+}
+
+// A server replaced on new ports (a Nomad allocation stopped and placed
+// again, its data migrated) is a voter again at its new address within
+// seconds, follower and leader alike; a server replaced without its data
+// joins the existing cluster (it does not bootstrap a second one) and
+// catches up. People keep their pages throughout.
+func TestServerRejoinsOnNewAddress(t *testing.T) {
+	// The fronts share their cookie key, as in a deployment (a wiped data
+	// dir would otherwise take a server's own key with it).
+	key := filepath.Join(t.TempDir(), "cookie.key")
+	if err := os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ps, leader := startClusterSpec(t, 3, func(int) procSpec {
+		return procSpec{workers: 1, front: "  cookie_key_file = " + strconv.Quote(key) + "\n"}
+	})
+	type person struct {
+		home  int // the server whose front holds the WebSocket
+		tb    *tab
+		count int
+	}
+	var people []*person
+	for i, p := range ps {
+		b := procBrowser(t, p)
+		if code, body := b.do("POST", "/login?user=m"+strconv.Itoa(i)); code != 200 {
+			t.Fatalf("login: %d %s", code, body)
+		}
+		tb := b.openTab("p")
+		tb.send(map[string]any{"op": "inc"})
+		tb.drainUntil("count", 1)
+		people = append(people, &person{home: i, tb: tb, count: 1})
+	}
+	typeAll := func() {
+		t.Helper()
+		for _, pp := range people {
+			pp.tb.send(map[string]any{"op": "inc"})
+			pp.count++
+			pp.tb.drainUntil("count", pp.count)
+		}
+	}
+
+	replace := func(i int, wipe bool) {
+		t.Helper()
+		p := ps[i]
+		id := "s" + strconv.Itoa(i+1)
+		peers, _ := peersOf(t, ps[(i+1)%3])
+		old := peers[id]
+		if err := p.stop(syscall.SIGTERM); err != nil {
+			t.Fatalf("%s stopping: %v\n%s", id, err, p.out)
+		}
+		if wipe {
+			if err := os.RemoveAll(filepath.Join(p.dir, "data")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		readdress(t, p)
+		start := time.Now()
+		p.launch()
+		p.waitHealthy()
+		waitVoters(t, ps, id, old, 60*time.Second)
+		t.Logf("%s (wiped %v) is a voter again at a new address after %v", id, wipe, time.Since(start).Round(time.Millisecond))
+		for _, pp := range people {
+			if pp.home == i {
+				pp.tb.connect() // the front restarted: the tab reconnects, same page
+			}
+		}
+		typeAll()
+	}
+	leaderNow := func() int {
+		t.Helper()
+		for i, p := range ps {
+			if s, ok := status(t, p); ok && s.Leader == "s"+strconv.Itoa(i+1) {
+				return i
+			}
+		}
+		t.Fatal("no leader")
+		return -1
+	}
+	follower := (leader + 1) % 3
+	replace(follower, false)
+	replace(leaderNow(), false)
+	// One that lost its data: it joins the cluster and gets its maps. Its
+	// worker is drained first (by the leader, which keeps the packages),
+	// as an operator would before throwing a disk away.
+	leader = leaderNow()
+	wiped := (leader + 1) % 3
+	st, _ := adminStatus(t, ps[wiped])
+	for _, w := range st.Workers {
+		if code, body := adminCallAtQuiet(ps[leader].admin, "POST", "/v1/workers/"+w.ID+"/drain", testToken); code != 200 {
+			t.Fatalf("draining %s: %d %s", w.ID, code, body)
+		}
+	}
+	replace(wiped, true)
+	waitFor(t, 20*time.Second, "the wiped server's replica has everyone", func() bool {
+		code, body := adminCallAtQuiet(ps[wiped].admin, "GET", "/v1/users", testToken)
+		var us []struct{ User string }
+		_ = json.Unmarshal([]byte(body), &us)
+		return code == 200 && len(us) >= len(people)
+	})
+	typeAll()
+}
+
+// blockable is a TCP proxy in front of a server's raft port that a test
+// can cut: while blocked it closes every connection it holds and takes.
+type blockable struct {
+	ln      net.Listener
+	target  string
+	mu      sync.Mutex
+	blocked bool
+	conns   []net.Conn
+}
+
+func newBlockable(t *testing.T, target string) *blockable {
+	ln, err := net.Listen("tcp", freePort(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &blockable{ln: ln, target: target}
+	t.Cleanup(func() { ln.Close(); b.block(true) })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b.mu.Lock()
+			if b.blocked {
+				b.mu.Unlock()
+				c.Close()
+				continue
+			}
+			b.mu.Unlock()
+			go b.pipe(c)
+		}
+	}()
+	return b
+}
+
+func (b *blockable) pipe(c net.Conn) {
+	up, err := net.Dial("tcp", b.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	b.mu.Lock()
+	b.conns = append(b.conns, c, up)
+	b.mu.Unlock()
+	go func() { _, _ = io.Copy(up, c); up.Close() }()
+	_, _ = io.Copy(c, up)
+	c.Close()
+}
+
+func (b *blockable) block(on bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.blocked = on
+	if on {
+		for _, c := range b.conns {
+			c.Close()
+		}
+		b.conns = nil
+	}
+}
+
+// The health check Consul runs on a server (GET /v1/agent/health) fails
+// while the server is cut off from raft — its raft port blocked — and
+// passes again once it is reachable; the others stay healthy.
+func TestHealthFailsOutsideRaft(t *testing.T) {
+	var proxy *blockable
+	ps, _ := startClusterSpec(t, 3, func(i int) procSpec {
+		sp := procSpec{workers: 1}
+		if i == 2 { // the third server's raft traffic comes through the proxy
+			sp.raftVia = func(bind string) string {
+				proxy = newBlockable(t, bind)
+				return proxy.ln.Addr().String()
+			}
+		}
+		return sp
+	})
+	for _, p := range ps {
+		if code, body := clusterHealth(p); code != 200 {
+			t.Fatalf("%s unhealthy in a healthy cluster: %d %s", p.admin, code, body)
+		}
+	}
+	cut := ps[2]
+	if s, _ := status(t, cut); s.Leader == "s3" {
+		// The proxy cuts the way in; make sure s3 is a follower, which
+		// hears from the leader only through it.
+		code, body := adminCallAtQuiet(cut.admin, "POST", "/v1/operator/raft/transfer-leader", testToken)
+		t.Logf("s3 led; transferring: %d %s", code, body)
+		waitFor(t, 20*time.Second, "another leader", func() bool { s, ok := status(t, cut); return ok && s.Leader != "s3" })
+	}
+	proxy.block(true)
+	var body string
+	waitFor(t, 30*time.Second, "s3's health check to fail", func() bool {
+		var code int
+		code, body = clusterHealth(cut)
+		return code == 503
+	})
+	t.Logf("s3 cut off: %s", body)
+	for _, p := range ps[:2] {
+		waitFor(t, 30*time.Second, "the others to stay healthy", func() bool { code, _ := clusterHealth(p); return code == 200 })
+	}
+	proxy.block(false)
+	waitFor(t, 60*time.Second, "s3's health check to pass again", func() bool { code, _ := clusterHealth(cut); return code == 200 })
+}
