@@ -4,7 +4,14 @@
 # group's bundle. Servers find each other, and hosts find servers, through
 # Consul; the leader mirrors the placement registry into Consul KV.
 #
+#   nomad var put nomad/jobs/stickyd admin_token=... cookie_key=...
 #   nomad job run -var-file=site.vars.hcl jobs/stickyd.nomad
+#
+# The secrets are not variables of this file: the tasks read them from the
+# Nomad variable nomad/jobs/stickyd (the job's own path, readable by its
+# tasks without an ACL policy) into files of their secrets directory, so
+# `nomad job inspect stickyd` shows none. The leader writes each group
+# job's own variable (nomad/jobs/stickyd-group-<name>) the same way.
 #
 # docs/deploy-nomad.md goes from zero to a running cluster.
 
@@ -48,14 +55,68 @@ variable "bundle_archive" {
   description = "The bundle archive's http(s) URL as servers and clients reach it."
 }
 
-variable "admin_token" {
+variable "kill_timeout" {
   type        = string
-  description = "The cluster's admin token (servers and hosts share it)."
+  default     = "30s"
+  description = "Between SIGTERM and SIGKILL; the agent parks everyone a margin before. Nomad clients cap it at their max_kill_timeout (30s unless raised)."
 }
 
-variable "cookie_key" {
+variable "node_pool" {
   type        = string
-  description = "The key signing connection cookies (at least 32 characters), the same on every front."
+  default     = "default"
+  description = "The Nomad node pool of the servers."
+}
+
+variable "distinct_hosts" {
+  type        = bool
+  default     = false
+  description = "One server per Nomad client node (needs at least as many nodes as servers)."
+}
+
+variable "disk_mb" {
+  type        = number
+  default     = 1024
+  description = "Each server's ephemeral disk (raft log, snapshots), sticky and migrated."
+}
+
+variable "group_hosts" {
+  type        = number
+  default     = 2
+  description = "Host allocations per group job: a drained host moves its people to the others."
+}
+
+variable "group_max_hosts" {
+  type        = number
+  default     = 0
+  description = "Above group_hosts, the group jobs get a scaling block up to it (0: none)."
+}
+
+variable "group_cpu" {
+  type    = number
+  default = 500
+}
+
+variable "group_memory_mb" {
+  type    = number
+  default = 512
+}
+
+variable "group_disk_mb" {
+  type        = number
+  default     = 1024
+  description = "A group host's ephemeral disk: it holds the park store."
+}
+
+variable "group_node_pool" {
+  type        = string
+  default     = ""
+  description = "The Nomad node pool of the group jobs (empty: the default pool)."
+}
+
+variable "group_distinct_hosts" {
+  type        = bool
+  default     = false
+  description = "Each host of a group on its own node (otherwise spread over nodes when there are several)."
 }
 
 variable "consul_address" {
@@ -93,6 +154,7 @@ locals {
 job "stickyd" {
   type        = "service"
   datacenters = var.datacenters
+  node_pool   = var.node_pool
 
   # Rolling upgrade of the framework: one server at a time; it parks the
   # people its front holds on SIGTERM, they wake on the next request.
@@ -108,6 +170,14 @@ job "stickyd" {
   group "server" {
     count = var.servers
 
+    dynamic "constraint" {
+      for_each = var.distinct_hosts ? [true] : []
+      content {
+        operator = "distinct_hosts"
+        value    = "true"
+      }
+    }
+
     network {
       port "front" {}
       port "admin" {}
@@ -117,7 +187,7 @@ job "stickyd" {
 
     # The raft log, snapshots and parked people outlive an allocation.
     ephemeral_disk {
-      size    = 1024
+      size    = var.disk_mb
       sticky  = true
       migrate = true
     }
@@ -142,15 +212,18 @@ job "stickyd" {
       }
     }
 
-    # The admin API: servers find each other (and hosts find servers)
-    # through this service.
+    # The admin API: servers find each other (and hosts and the CLI find
+    # servers) through this service. Passing only while the server is a
+    # raft voter that hears from its leader and keeps up with the log.
     service {
       name     = "stickyd-server"
       port     = "admin"
       provider = "consul"
       tags     = ["admin"]
       check {
-        type     = "tcp"
+        name     = "raft member"
+        type     = "http"
+        path     = "/v1/agent/health"
         interval = "5s"
         timeout  = "2s"
       }
@@ -164,6 +237,12 @@ job "stickyd" {
       tags     = ["prometheus"]
       meta {
         metrics_path = "/metrics"
+      }
+      check {
+        type     = "http"
+        path     = "/metrics"
+        interval = "10s"
+        timeout  = "2s"
       }
     }
 
@@ -181,14 +260,24 @@ job "stickyd" {
         }
       }
 
+      # The secrets, from the job's Nomad variable; the task waits for it.
       template {
         destination = "secrets/cookie.key"
         perms       = "0600"
-        data        = var.cookie_key
+        change_mode = "restart"
+        data        = "{{ with nomadVar \"nomad/jobs/stickyd\" }}{{ .cookie_key }}{{ end }}"
+      }
+
+      template {
+        destination = "secrets/admin.token"
+        perms       = "0600"
+        change_mode = "restart"
+        data        = "{{ with nomadVar \"nomad/jobs/stickyd\" }}{{ .admin_token }}{{ end }}"
       }
 
       template {
         destination   = "local/stickyd.hcl"
+        perms         = "0600"
         change_mode   = "restart"
         left_delimiter  = "[["
         right_delimiter = "]]"
@@ -196,6 +285,8 @@ job "stickyd" {
           name      = "stickyd-server-[[ env "NOMAD_ALLOC_INDEX" ]]"
           data_dir  = "[[ env "NOMAD_ALLOC_DIR" ]]/data"
           log_level = "${var.log_level}"
+          # The stop (parking) finishes a margin before Nomad kills.
+          kill_timeout = "${var.kill_timeout}"
 
           server {
             bootstrap_expect = ${var.servers}
@@ -209,8 +300,8 @@ job "stickyd" {
             cookie_key_file = "[[ env "NOMAD_SECRETS_DIR" ]]/cookie.key"
           }
           admin {
-            address = "[[ env "NOMAD_ADDR_admin" ]]"
-            token   = "${var.admin_token}"
+            address    = "[[ env "NOMAD_ADDR_admin" ]]"
+            token_file = "[[ env "NOMAD_SECRETS_DIR" ]]/admin.token"
           }
           consul {
             address = "${var.consul_address}"
@@ -225,6 +316,13 @@ job "stickyd" {
             datacenters = ${jsonencode(var.datacenters)}
             driver      = "${var.driver}"
             ${local.stickyd_source}
+            hosts          = ${var.group_hosts}
+            ${var.group_max_hosts > 0 ? "max_hosts = ${var.group_max_hosts}" : ""}
+            cpu            = ${var.group_cpu}
+            memory_mb      = ${var.group_memory_mb}
+            disk_mb        = ${var.group_disk_mb}
+            node_pool      = "${var.group_node_pool}"
+            distinct_hosts = ${var.group_distinct_hosts}
           }
         HCL
       }
@@ -234,10 +332,10 @@ job "stickyd" {
         args    = ["agent", "-config", "local/stickyd.hcl"]
       }
 
-      # On SIGTERM the server parks the people its workers hold; keep the
-      # kill timeout above the agent's shutdown_timeout.
+      # On SIGTERM the server parks the people its workers hold, within
+      # the kill timeout it is given (kill_timeout in its configuration).
       kill_signal  = "SIGTERM"
-      kill_timeout = "150s"
+      kill_timeout = var.kill_timeout
 
       resources {
         cpu    = 500

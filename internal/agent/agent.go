@@ -65,8 +65,11 @@ type Agent struct {
 	shutdownOnce sync.Once
 	// started is set once Start succeeded; up is the same for handlers
 	// that run on other goroutines.
-	started  bool
-	up       atomic.Bool
+	started bool
+	up      atomic.Bool
+	// draining is set when the agent starts moving its people off on
+	// its way down; register publishes it.
+	draining atomic.Bool
 	token    string
 	registry *prometheus.Registry
 	http     *http.Client
@@ -335,6 +338,13 @@ func (a *Agent) startAdmin() error {
 		Park: func(digest string) ([]byte, error) {
 			return a.park.Get(digest)
 		},
+		PutPark: func(digest string, b []byte) error {
+			if park.Digest(b) != digest {
+				return fmt.Errorf("the package's digest is %s, not %s", park.Digest(b), digest)
+			}
+			_, err := a.park.Put(b, false)
+			return err
+		},
 		Member: a.memberHandler,
 		Health: a.clusterHealth,
 		Rest: func() http.Handler {
@@ -358,6 +368,17 @@ func (a *Agent) startAdmin() error {
 func (a *Agent) adminToken() (string, error) {
 	if a.cfg.Admin.Token != "" {
 		return a.cfg.Admin.Token, nil
+	}
+	if path := a.cfg.Admin.TokenFile; path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("reading the admin token: %w", err)
+		}
+		t := strings.TrimSpace(string(b))
+		if t == "" {
+			return "", fmt.Errorf("admin token_file %s is empty", path)
+		}
+		return t, nil
 	}
 	if t := os.Getenv("STICKYD_TOKEN"); t != "" {
 		return t, nil

@@ -248,7 +248,7 @@ func (a *Agent) register(ctx context.Context) error {
 	// after the list read after it.
 	a.registerMu.Lock()
 	defer a.registerMu.Unlock()
-	e := fsm.AgentEntry{Name: a.cfg.Name, AdminAddr: a.AdminAddr(), Workers: map[string]string{}}
+	e := fsm.AgentEntry{Name: a.cfg.Name, AdminAddr: a.AdminAddr(), Workers: map[string]string{}, Draining: a.draining.Load()}
 	if a.rpcLn != nil {
 		e.RPCAddr = a.rpcLn.Addr().String()
 	}

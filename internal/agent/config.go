@@ -25,6 +25,12 @@ type Config struct {
 	// ShutdownTimeout bounds a stop, parking everyone included ("2m"); who
 	// is not parked by then restarts clean. Keep Nomad's kill_timeout above.
 	ShutdownTimeout string `hcl:"shutdown_timeout,optional"`
+	// KillTimeout is what the process manager gives between SIGTERM and
+	// SIGKILL (Nomad's kill_timeout, as capped by the client's
+	// max_kill_timeout). When set, shutdown_timeout defaults to it less a
+	// margin (a tenth, at least 2 s), and a longer shutdown_timeout is
+	// refused: a stop must finish before it is killed.
+	KillTimeout string `hcl:"kill_timeout,optional"`
 
 	Server *ServerConfig `hcl:"server,block"`
 	Host   *HostConfig   `hcl:"host,block"`
@@ -65,6 +71,12 @@ type HostConfig struct {
 	// (defaults 127.0.0.1:4647 and 127.0.0.1:4648).
 	RaftAddr string `hcl:"raft_addr,optional"`
 	RPCAddr  string `hcl:"rpc_addr,optional"`
+	// RehomeOnStop makes a stop move this agent's people to the same
+	// groups' workers on other agents (hot, by the one road) before it
+	// parks whoever is left, so that a drained or replaced host strands
+	// nobody. Default true on an agent that is not a server (a group's
+	// Nomad host), false on a server.
+	RehomeOnStop *bool `hcl:"rehome_on_stop,optional"`
 }
 
 // ConsulConfig connects the agent to Consul.
@@ -106,13 +118,21 @@ type NomadConfig struct {
 	// Archive is the bundle archive's URL as the Nomad clients reach it
 	// (default the bundles block's archive, when it is an http(s) URL).
 	Archive string `hcl:"archive,optional"`
-	// Hosts is the number of host allocations per group (default 1);
-	// MaxHosts bounds scaling (default Hosts).
+	// Hosts is the number of host allocations per group (default 2: a
+	// drained host moves its people to the other); MaxHosts bounds
+	// scaling (default Hosts).
 	Hosts    int `hcl:"hosts,optional"`
 	MaxHosts int `hcl:"max_hosts,optional"`
-	// CPU (MHz) and MemoryMB of a host task (defaults 500 and 512).
+	// CPU (MHz), MemoryMB and DiskMB (the ephemeral disk holding the park
+	// store) of a host task (defaults 500, 512 and 1024).
 	CPU      int `hcl:"cpu,optional"`
 	MemoryMB int `hcl:"memory_mb,optional"`
+	DiskMB   int `hcl:"disk_mb,optional"`
+	// NodePool is the Nomad node pool of the group jobs (default: the
+	// default pool); DistinctHosts puts each host of a group on its own
+	// node (otherwise they are spread over nodes when there are several).
+	NodePool      string `hcl:"node_pool,optional"`
+	DistinctHosts bool   `hcl:"distinct_hosts,optional"`
 }
 
 // BundlesConfig is the bundle archive this agent runs groups from
@@ -133,9 +153,14 @@ type BundlesConfig struct {
 type AdminConfig struct {
 	// Address is where the API listens; default 127.0.0.1:4650.
 	Address string `hcl:"address,optional"`
-	// Token is the admin token. Default: $STICKYD_TOKEN, else the content
-	// of <data_dir>/admin.token, created on first start (dev: random).
+	// Token is the admin token. Default: the content of TokenFile, else
+	// $STICKYD_TOKEN, else the content of <data_dir>/admin.token, created
+	// on first start (dev: random).
 	Token string `hcl:"token,optional"`
+	// TokenFile is a file holding the admin token (surrounding white
+	// space ignored), such as one a Nomad template renders from a Nomad
+	// variable into the secrets directory. It must exist.
+	TokenFile string `hcl:"token_file,optional"`
 }
 
 // ProbeConfig is the workers' probe: their numbers and proof of life.
@@ -394,6 +419,7 @@ func (c *Config) Finish() error {
 	for name, d := range map[string]string{
 		"front: frame_timeout": c.Front.FrameTimeout, "front: barrier_wait": c.Front.BarrierWait,
 		"move: freeze_timeout": c.Move.FreezeTimeout, "shutdown_timeout": c.ShutdownTimeout,
+		"kill_timeout": c.KillTimeout,
 	} {
 		if d == "" {
 			continue
@@ -401,6 +427,9 @@ func (c *Config) Finish() error {
 		if v, err := time.ParseDuration(d); err != nil || v <= 0 {
 			return fmt.Errorf("%s %q: want a positive duration like \"5s\"", name, d)
 		}
+	}
+	if c.ShutdownTimeout != "" && c.KillTimeout != "" && duration(c.ShutdownTimeout) >= duration(c.KillTimeout) {
+		return fmt.Errorf("shutdown_timeout %s is not below kill_timeout %s: the stop would be killed before it parks everyone (leave shutdown_timeout out to derive it)", c.ShutdownTimeout, c.KillTimeout)
 	}
 	if c.Bundles != nil && c.Bundles.Archive == "" {
 		return fmt.Errorf("bundles: archive is empty: give a directory or an http(s):// URL")
@@ -463,6 +492,14 @@ func (c *Config) Finish() error {
 }
 
 // IsServer reports whether the agent is a raft voter (the server role).
+// RehomesOnStop reports whether a stop moves people to other agents first.
+func (c *Config) RehomesOnStop() bool {
+	if c.Host != nil && c.Host.RehomeOnStop != nil {
+		return *c.Host.RehomeOnStop
+	}
+	return !c.IsServer()
+}
+
 func (c *Config) IsServer() bool {
 	return c.Server == nil || c.Server.Enabled == nil || *c.Server.Enabled
 }
@@ -586,6 +623,9 @@ func (f *FrontConfig) finish() error {
 func (c *Config) StopTimeout() time.Duration {
 	if d := duration(c.ShutdownTimeout); d > 0 {
 		return d
+	}
+	if k := duration(c.KillTimeout); k > 0 {
+		return k - max(k/10, min(2*time.Second, k/2))
 	}
 	return 2 * time.Minute
 }

@@ -209,6 +209,9 @@ func (a *Agent) mirrorLoop(stop <-chan struct{}) {
 			m = nil // a new term lists and cleans the tree again
 			continue
 		}
+		if _, torn := a.fsm.TornDown(); torn {
+			continue // the tear-down empties the prefix; nothing is written again
+		}
 		c := a.consulClient()
 		if c == nil {
 			continue
@@ -263,9 +266,7 @@ func (a *Agent) placementSnapshot(index uint64) consul.Placement {
 func (a *Agent) nomadLoop(stop <-chan struct{}) {
 	defer a.deployWG.Done()
 	n := a.cfg.Nomad
-	cfg := nomadapi.DefaultConfig()
-	cfg.Address, cfg.SecretID, cfg.Region, cfg.Namespace = n.Address, n.Token, n.Region, n.Namespace
-	client, err := nomadapi.NewClient(cfg)
+	client, err := a.nomadClient()
 	if err != nil {
 		a.log.Error("connecting to Nomad", "address", n.Address, "error", err)
 		return
@@ -273,7 +274,7 @@ func (a *Agent) nomadLoop(stop <-chan struct{}) {
 	failures := 0
 	for {
 		changed := a.fsm.WatchCatalog()
-		if a.raft.IsLeader() {
+		if _, torn := a.fsm.TornDown(); a.raft.IsLeader() && !torn {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			err := a.syncNomadJobs(ctx, client)
 			cancel()
@@ -300,6 +301,14 @@ func (a *Agent) nomadLoop(stop <-chan struct{}) {
 	}
 }
 
+// nomadClient is a Nomad API client for the nomad block.
+func (a *Agent) nomadClient() (*nomadapi.Client, error) {
+	n := a.cfg.Nomad
+	cfg := nomadapi.DefaultConfig()
+	cfg.Address, cfg.SecretID, cfg.Region, cfg.Namespace = n.Address, n.Token, n.Region, n.Namespace
+	return nomadapi.NewClient(cfg)
+}
+
 // syncNomadJobs registers the catalog's groups' jobs and purges the jobs of
 // groups no longer in it.
 func (a *Agent) syncNomadJobs(ctx context.Context, client *nomadapi.Client) error {
@@ -314,12 +323,18 @@ func (a *Agent) syncNomadJobs(ctx context.Context, client *nomadapi.Client) erro
 		spec := nomad.GroupJob{Group: name, Bundle: g.Bundle, Archive: n.Archive, Workers: g.Workers,
 			Count: n.Hosts, MaxCount: n.MaxHosts, Datacenters: n.Datacenters, Namespace: n.Namespace, Region: n.Region,
 			Driver: n.Driver, StickydCommand: n.StickydCommand, ConsulAddr: k.Address, ConsulToken: k.Token,
-			ServerService: k.ServerService, AdminToken: a.token, CPU: n.CPU, MemoryMB: n.MemoryMB, Env: g.Env}
+			ServerService: k.ServerService, CPU: n.CPU, MemoryMB: n.MemoryMB, DiskMB: n.DiskMB,
+			NodePool: n.NodePool, DistinctHosts: n.DistinctHosts, Env: g.Env}
 		if n.StickydArtifact != "" {
 			spec.Stickyd = nomad.Artifact{Source: n.StickydArtifact, Checksum: n.StickydChecksum}
 		}
 		job, err := nomad.Render(spec)
 		if err != nil {
+			errs = append(errs, fmt.Errorf("group %s: %w", name, err))
+			continue
+		}
+		// The secret first: the job's template waits for it.
+		if err := nomad.PutSecrets(ctx, client, name, n.Namespace, n.Region, a.token); err != nil {
 			errs = append(errs, fmt.Errorf("group %s: %w", name, err))
 			continue
 		}
@@ -338,6 +353,10 @@ func (a *Agent) syncNomadJobs(ctx context.Context, client *nomadapi.Client) erro
 		a.log.Info("stopping the Nomad job of a retired group", "group", group, "job", nomad.JobID(group))
 		if err := nomad.Deregister(ctx, client, group, true); err != nil {
 			errs = append(errs, fmt.Errorf("group %s: stopping its job: %w", group, err))
+			continue
+		}
+		if err := nomad.DeleteSecrets(ctx, client, group); err != nil {
+			errs = append(errs, fmt.Errorf("group %s: %w", group, err))
 		}
 	}
 	return errors.Join(errs...)

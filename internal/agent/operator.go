@@ -41,6 +41,7 @@ func (a *Agent) operatorRoutes(mux *http.ServeMux, wrap func(func(http.ResponseW
 		writeJSONOK(w, map[string]string{"removed": req.ID})
 		return nil
 	}))
+	mux.HandleFunc("POST /v1/operator/teardown", wrap(a.teardownHandler))
 	mux.HandleFunc("POST /v1/operator/raft/transfer-leader", wrap(func(w http.ResponseWriter, r *http.Request) error {
 		if !a.raft.IsLeader() {
 			leaderAddr, _ := a.raft.Leader()

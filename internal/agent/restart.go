@@ -63,6 +63,10 @@ func (a *Agent) parkAll(ctx context.Context) error {
 		}
 	}
 	sort.Strings(users)
+	if a.cfg.RehomesOnStop() {
+		a.startDraining(ctx)
+		users = a.rehome(ctx, users)
+	}
 	// Parking keeps workers busy on purpose: no killing for silence now,
 	// and no checkpoints (the packages are the truth).
 	a.pool.PauseProbes()

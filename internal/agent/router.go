@@ -148,7 +148,7 @@ func (r *router) Evict(ctx context.Context, worker, user string) error {
 func (r *router) Ready() []string {
 	out := r.a.pool.Ready()
 	for _, ag := range r.a.fsm.Agents() {
-		if ag.Name == r.a.cfg.Name {
+		if ag.Name == r.a.cfg.Name || ag.Draining {
 			continue
 		}
 		for w := range ag.Workers {
@@ -156,6 +156,25 @@ func (r *router) Ready() []string {
 		}
 	}
 	return out
+}
+
+// Deliver hands a moved person's package to the agent of the worker they
+// are moving to, before the maps point there: the package travels from
+// memory to the host that wakes them, and the one that froze them may go
+// away. A local worker's agent has it already; an agent not in the maps
+// fetches it at the wake as before.
+func (r *router) Deliver(ctx context.Context, worker, digest string, pkg []byte) error {
+	if r.a.pool.GroupOf(worker) != "" {
+		return nil
+	}
+	ag, ok := r.a.fsm.AgentOf(worker)
+	if !ok || ag.Name == r.a.cfg.Name || ag.AdminAddr == "" {
+		return nil
+	}
+	if _, err := r.a.fetch(ctx, "PUT", ag.AdminAddr, "/v1/internal/park/"+digest, pkg); err != nil {
+		return fmt.Errorf("delivering the package to %s: %w", ag.Name, err)
+	}
+	return nil
 }
 
 // Local lists this agent's ready workers.

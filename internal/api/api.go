@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/placement"
@@ -340,6 +341,10 @@ type ClusterConfig struct {
 	// Park returns a parked package (GET /v1/internal/park/{digest}), for
 	// an agent waking its owner elsewhere.
 	Park func(digest string) ([]byte, error)
+	// PutPark stores a package another agent hands over ahead of a wake
+	// here (PUT /v1/internal/park/{digest}); it refuses one whose bytes
+	// do not match digest.
+	PutPark func(digest string, pkg []byte) error
 	// Member adds a host to the raft configuration as a non-voter, or
 	// removes a member (POST /v1/internal/members); it returns an HTTP
 	// status and the error.
@@ -420,6 +425,20 @@ func Cluster(cfg ClusterConfig) http.Handler {
 			return &Error{Status: status, Message: err.Error()}
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"result": req.Op + "ed"})
+		return nil
+	}))
+	mux.HandleFunc("PUT /v1/internal/park/{digest}", a.handle(func(w http.ResponseWriter, r *http.Request) error {
+		if cfg.PutPark == nil {
+			return &Error{Status: http.StatusNotImplemented, Message: "this agent takes no packages"}
+		}
+		b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, channel.MaxEnvelopeBytes))
+		if err != nil {
+			return &Error{Status: http.StatusRequestEntityTooLarge, Message: "reading the package: " + err.Error()}
+		}
+		if err := cfg.PutPark(r.PathValue("digest"), b); err != nil {
+			return &Error{Status: http.StatusBadRequest, Message: err.Error()}
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"result": "stored"})
 		return nil
 	}))
 	mux.HandleFunc("GET /v1/internal/park/{digest}", a.handle(func(w http.ResponseWriter, r *http.Request) error {

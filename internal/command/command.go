@@ -96,6 +96,7 @@ func RunWith(args []string, ui cli.Ui, builtins map[string]agent.Builtin) int {
 			"operator":                  func() (cli.Command, error) { return &OperatorCommand{Meta: meta}, nil },
 			"operator raft":             func() (cli.Command, error) { return &OperatorRaftCommand{Meta: meta}, nil },
 			"operator raft list-peers":  func() (cli.Command, error) { return &OperatorRaftListPeersCommand{Meta: meta}, nil },
+			"operator teardown":         func() (cli.Command, error) { return &OperatorTeardownCommand{Meta: meta}, nil },
 			"operator raft remove-peer": func() (cli.Command, error) { return &OperatorRaftRemovePeerCommand{Meta: meta}, nil },
 			"operator raft transfer-leader": func() (cli.Command, error) {
 				return &OperatorRaftTransferLeaderCommand{Meta: meta}, nil

@@ -22,6 +22,10 @@ Usage: stickyd operator <subcommand> [options] [args]
 
       $ stickyd operator raft list-peers
 
+  Take a Nomad deployment apart (group jobs, Consul keys, the servers):
+
+      $ stickyd operator teardown -yes
+
   Run "stickyd operator <subcommand> -help" for the options of each.
 `)
 }

@@ -131,3 +131,13 @@ func (c *Client) Delete(ctx context.Context, name string) error {
 	}
 	return nil
 }
+
+// DeleteAll removes every key under the prefix (the placement registry,
+// the maintenance keys, operators' keys): a tear-down's last step.
+func (c *Client) DeleteAll(ctx context.Context) error {
+	q := (&api.WriteOptions{}).WithContext(ctx)
+	if _, err := c.api.KV().DeleteTree(c.prefix, q); err != nil {
+		return fmt.Errorf("deleting %s from consul at %s: %w", c.prefix, c.addr, err)
+	}
+	return nil
+}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -63,6 +64,8 @@ type State struct {
 	Maintenance map[string]*MaintenanceEntry `json:"maintenance,omitempty"`
 	// Gateway holds the AI gateway's cost counters and submitted calls.
 	Gateway *GatewayState `json:"gateway,omitempty"`
+	// TornDown is when a tear-down began (nil: never).
+	TornDown *time.Time `json:"torn_down,omitempty"`
 }
 
 // AgentEntry is an agent as the cluster reaches it.
@@ -72,6 +75,9 @@ type AgentEntry struct {
 	AdminAddr string `json:"admin_addr"`
 	// Workers maps each of its worker ids to its group.
 	Workers map[string]string `json:"workers"`
+	// Draining marks an agent on its way down: nobody new is placed or
+	// moved onto its workers while it moves its people off them.
+	Draining bool `json:"draining,omitempty"`
 }
 
 // User is where a person lives.
@@ -297,6 +303,8 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return f.applyGatewayCharges(decoded.(*GatewayChargesRequest))
 	case GatewayJobRequestType:
 		return f.applyGatewayJob(decoded.(*GatewayJobRequest))
+	case TeardownRequestType:
+		return f.applyTeardown(buf)
 	case RegisterAgentRequestType:
 		var req AgentEntry
 		if err := json.Unmarshal(buf, &req); err != nil {

@@ -42,6 +42,14 @@ type Workers interface {
 	Ready() []string
 }
 
+// Deliverer is the optional ability of Workers to hand a package to the
+// destination's host before the maps point there, so the person wakes
+// from it even if the host that froze them is gone by then. A delivery
+// that fails rolls the move back.
+type Deliverer interface {
+	Deliver(ctx context.Context, worker, digest string, pkg []byte) error
+}
+
 // Config tunes the road.
 type Config struct {
 	// FreezeTimeout bounds the freeze: an old worker that has not handed
@@ -211,6 +219,17 @@ func (m *Mover) travel(ctx context.Context, user, to, reason string, parking boo
 		}
 	}
 	res.Package = digest
+	if d, ok := m.workers.(Deliverer); ok && !parking {
+		pkg := fz.Package
+		if fz.Absent {
+			pkg, _ = m.store.Get(digest) // elsewhere: the wake fetches it
+		}
+		if pkg != nil {
+			if err := d.Deliver(ctx, to, digest, pkg); err != nil {
+				return res, m.rollback(ctx, &res, u.Worker, user, epoch, err)
+			}
+		}
+	}
 	// Reassign: the barrier drops with the person parked at to.
 	if err := m.apply(ctx, fsm.MoveCommitRequestType, fsm.MoveCommitRequest{User: user, To: to, Epoch: epoch, Package: digest, Now: time.Now().UnixNano()}); err != nil {
 		return res, m.rollback(ctx, &res, u.Worker, user, epoch, fmt.Errorf("reassigning: %w", err))

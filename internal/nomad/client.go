@@ -148,3 +148,39 @@ func deref[T any](p *T) T {
 	}
 	return *p
 }
+
+// PutSecrets writes a group job's Nomad variable (SecretsPath) with the
+// admin token its hosts join with, unless it holds that token already.
+// The job's secrets template reads it; nothing secret is in the job.
+// Namespace and region are the client's unless set.
+func PutSecrets(ctx context.Context, c *api.Client, group, namespace, region, token string) error {
+	if token == "" {
+		return fmt.Errorf("writing the secrets of group %q: the admin token is empty", group)
+	}
+	path := SecretsPath(group)
+	q := &api.QueryOptions{Namespace: namespace, Region: region}
+	items, _, err := c.Variables().GetVariableItems(path, q.WithContext(ctx))
+	switch {
+	case err == nil && items[SecretItem] == token:
+		return nil
+	case err != nil && !isNotFound(err) && !errors.Is(err, api.ErrVariablePathNotFound):
+		return fmt.Errorf("reading variable %q: %w", path, err)
+	}
+	v := &api.Variable{Namespace: namespace, Path: path, Items: api.VariableItems{SecretItem: token}}
+	w := &api.WriteOptions{Namespace: namespace, Region: region}
+	if _, _, err := c.Variables().Update(v, w.WithContext(ctx)); err != nil {
+		return fmt.Errorf("writing variable %q: %w", path, err)
+	}
+	return nil
+}
+
+// DeleteSecrets deletes a group job's Nomad variable; a missing one is no
+// error.
+func DeleteSecrets(ctx context.Context, c *api.Client, group string) error {
+	path := SecretsPath(group)
+	w := &api.WriteOptions{}
+	if _, err := c.Variables().Delete(path, w.WithContext(ctx)); err != nil && !isNotFound(err) {
+		return fmt.Errorf("deleting variable %q: %w", path, err)
+	}
+	return nil
+}

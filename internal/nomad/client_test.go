@@ -300,7 +300,7 @@ func TestNomadRendersHostConfig(t *testing.T) {
 	defer srv.Close()
 
 	script := filepath.Join(t.TempDir(), "stickyd")
-	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec sleep 600\n"), 0o755); err != nil {
+	if err := os.WriteFile(script, []byte("#!/bin/sh\ncp \"$NOMAD_SECRETS_DIR/admin.token\" \"$NOMAD_TASK_DIR/token.seen\"\nexec sleep 600\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	g := GroupJob{
@@ -311,9 +311,16 @@ func TestNomadRendersHostConfig(t *testing.T) {
 		StickydCommand: script,
 		ConsulAddr:     consul.HTTPAddr,
 		ConsulToken:    `c"t{{x}}${NOMAD_TASK_DIR}`,
-		AdminToken:     `tok{{ env "HOME" }}"\%{x}`,
 		CPU:            100,
 		MemoryMB:       64,
+		Count:          1,
+	}
+	const token = `tok{{ env "HOME" }}"\%{x}`
+	if err := PutSecrets(ctx, c, "web", "", "", token); err != nil {
+		t.Fatal(err)
+	}
+	if err := PutSecrets(ctx, c, "web", "", "", token); err != nil { // unchanged: no write
+		t.Fatal(err)
 	}
 	if _, err := Register(ctx, c, mustRender(t, g)); err != nil {
 		t.Fatal(err)
@@ -339,8 +346,8 @@ func TestNomadRendersHostConfig(t *testing.T) {
 		ports[p.Label] = fmt.Sprintf("%s:%d", p.HostIP, p.Value)
 	}
 	want := map[string][2]string{
-		"name":           {f.Name, JobID("web") + "-0-" + alloc.ID[:8]},
-		"admin.token":    {f.Admin.Token, g.AdminToken},
+		"name":           {f.Name, JobID("web") + "-0"},
+		"admin.token":    {f.Admin.Token, ""},
 		"admin.address":  {f.Admin.Address, ports["admin"]},
 		"host.raft_addr": {f.Host.RaftAddr, ports["raft"]},
 		"host.rpc_addr":  {f.Host.RPCAddr, ports["rpc"]},
@@ -356,8 +363,33 @@ func TestNomadRendersHostConfig(t *testing.T) {
 	if !slices.Equal(f.Host.Groups, []string{"web"}) || f.Server.Enabled || f.Front.Enabled {
 		t.Errorf("host.hcl: %+v", f)
 	}
+	if !strings.HasSuffix(f.Admin.TokenFile, "/host/secrets/admin.token") {
+		t.Errorf("admin token_file %q", f.Admin.TokenFile)
+	}
 	if !strings.HasSuffix(f.DataDir, "/alloc/data") || !strings.HasSuffix(f.Bundles.Archive, "/host/local/bundles") {
 		t.Errorf("data_dir %q, bundles archive %q", f.DataDir, f.Bundles.Archive)
+	}
+	// The token reached the task's environment from the variable, and
+	// is nowhere in the job Nomad shows.
+	var seen []byte
+	waitFor(t, time.Minute, func() error {
+		r, err := c.AllocFS().Cat(alloc, "host/local/token.seen", nil)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		seen, err = io.ReadAll(r)
+		return err
+	})
+	if string(seen) != token {
+		t.Errorf("the task's admin token file holds %q, want %q", seen, token)
+	}
+	registered, _, err := c.Jobs().Info(JobID("web"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(registered); strings.Contains(string(b), "tok{{") {
+		t.Errorf("the registered job holds the admin token:\n%s", b)
 	}
 	fi, _, err := c.AllocFS().Stat(alloc, "host/local/host.hcl", nil)
 	if err != nil {
@@ -438,7 +470,15 @@ func waitRunning(t *testing.T, c *api.Client, jobID string) *api.Allocation {
 		}
 		var states []string
 		for _, s := range stubs {
-			states = append(states, fmt.Sprintf("%s %s %v", s.ID[:8], s.ClientStatus, s.TaskStates))
+			var events []string
+			for task, ts := range s.TaskStates {
+				for _, e := range ts.Events {
+					if e.DisplayMessage != "" {
+						events = append(events, task+": "+e.Type+": "+e.DisplayMessage)
+					}
+				}
+			}
+			states = append(states, fmt.Sprintf("%s %s %v", s.ID[:8], s.ClientStatus, events))
 		}
 		return fmt.Errorf("no running allocation: %v", states)
 	})

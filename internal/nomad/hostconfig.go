@@ -18,16 +18,22 @@ func (s *spec) hostConfig() string {
 	var b strings.Builder
 	line := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 
-	line(`name     = "{{ env "NOMAD_JOB_NAME" }}-{{ env "NOMAD_ALLOC_INDEX" }}-{{ env "NOMAD_SHORT_ALLOC_ID" }}"`)
+	// Named by job and slot, not by allocation: the allocation that
+	// replaces this one (a drain, a reschedule, a job update) is the same
+	// host, with the same worker ids, and wakes the people parked here.
+	line(`name     = "{{ env "NOMAD_JOB_NAME" }}-{{ env "NOMAD_ALLOC_INDEX" }}"`)
 	line(`data_dir = "{{ env "NOMAD_ALLOC_DIR" }}/data"`)
-	// Stop parking before Nomad's kill_timeout runs out.
-	line(`shutdown_timeout = %s`, literal((KillTimeout - hostShutdownMargin).String()))
+	// The agent finishes its stop (moving its people to the other hosts,
+	// parking the rest) before Nomad's kill_timeout runs out.
+	line(`kill_timeout = %s`, literal(KillTimeout.String()))
 	line(``)
 	line(`server { enabled = false }`)
 	line(`front  { enabled = false }`)
+	// The admin token is rendered from the job's Nomad variable
+	// (SecretsPath) into the secrets directory.
 	line(`admin  {`)
-	line(`  address = "{{ env "NOMAD_ADDR_admin" }}"`)
-	line(`  token   = %s`, literal(s.AdminToken))
+	line(`  address    = "{{ env "NOMAD_ADDR_admin" }}"`)
+	line(`  token_file = "{{ env "NOMAD_SECRETS_DIR" }}/admin.token"`)
 	line(`}`)
 	line(`host {`)
 	line(`  groups    = [%s]`, literal(s.Group))

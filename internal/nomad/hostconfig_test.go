@@ -12,18 +12,19 @@ import (
 // hostFile mirrors the shape of the host configuration the template writes,
 // as "stickyd agent" reads it.
 type hostFile struct {
-	Name            string `hcl:"name"`
-	DataDir         string `hcl:"data_dir"`
-	ShutdownTimeout string `hcl:"shutdown_timeout"`
-	Server          struct {
+	Name        string `hcl:"name"`
+	DataDir     string `hcl:"data_dir"`
+	KillTimeout string `hcl:"kill_timeout"`
+	Server      struct {
 		Enabled bool `hcl:"enabled"`
 	} `hcl:"server,block"`
 	Front struct {
 		Enabled bool `hcl:"enabled"`
 	} `hcl:"front,block"`
 	Admin struct {
-		Address string `hcl:"address"`
-		Token   string `hcl:"token"`
+		Address   string `hcl:"address"`
+		Token     string `hcl:"token,optional"`
+		TokenFile string `hcl:"token_file,optional"`
 	} `hcl:"admin,block"`
 	Host struct {
 		Groups   []string `hcl:"groups"`
@@ -47,6 +48,7 @@ var testEnv = map[string]string{
 	"NOMAD_SHORT_ALLOC_ID": "1a2b3c4d",
 	"NOMAD_ALLOC_DIR":      "/alloc",
 	"NOMAD_TASK_DIR":       "/local",
+	"NOMAD_SECRETS_DIR":    "/secrets",
 	"NOMAD_ADDR_admin":     "10.0.0.7:25001",
 	"NOMAD_ADDR_raft":      "10.0.0.7:25002",
 	"NOMAD_ADDR_rpc":       "10.0.0.7:25003",
@@ -88,10 +90,11 @@ func TestHostConfig(t *testing.T) {
 	_, f := renderHost(t, g)
 
 	var want hostFile
-	want.Name = "stickyd-group-web-2-1a2b3c4d"
+	// Named by slot: a replacement allocation is the same host.
+	want.Name = "stickyd-group-web-2"
 	want.DataDir = "/alloc/data"
-	want.ShutdownTimeout = "25s"
-	want.Admin.Address, want.Admin.Token = "10.0.0.7:25001", "admin-secret"
+	want.KillTimeout = "30s"
+	want.Admin.Address, want.Admin.TokenFile = "10.0.0.7:25001", "/secrets/admin.token"
 	want.Host.Groups = []string{"web"}
 	want.Host.RaftAddr, want.Host.RPCAddr = "10.0.0.7:25002", "10.0.0.7:25003"
 	want.Consul.Address, want.Consul.ServerService = "consul.local:8500", "stickyd-eu"
@@ -137,15 +140,11 @@ func TestHostConfigEscaping(t *testing.T) {
 	for _, v := range values {
 		t.Run(v, func(t *testing.T) {
 			g := validJob()
-			// Nomad would interpolate "${" in the admin token (Render
-			// refuses it); the other values only go through the template.
-			g.AdminToken = strings.ReplaceAll(v, "${", "$ {")
 			g.ConsulToken = v
 			g.ConsulAddr = v
 			g.ServerService = v
 			text, f := renderHost(t, g)
 			for _, c := range []struct{ name, got, want string }{
-				{"admin token", f.Admin.Token, g.AdminToken},
 				{"consul token", f.Consul.Token, v},
 				{"consul address", f.Consul.Address, v},
 				{"server service", f.Consul.ServerService, v},

@@ -44,18 +44,25 @@ const (
 	DefaultServerService = "stickyd-server"
 	DefaultCPU           = 500
 	DefaultMemoryMB      = 512
+	DefaultCount         = 2
+	DefaultDiskMB        = 1024
 
 	// KillTimeout is how long Nomad waits after SIGTERM before killing the
-	// host task; the agent is told to finish its stop (parking its people)
-	// hostShutdownMargin earlier. Nomad clients cap it with their
-	// max_kill_timeout (30s by default).
-	KillTimeout        = 30 * time.Second
-	hostShutdownMargin = 5 * time.Second
+	// host task; the agent is given it (kill_timeout) and finishes its
+	// stop (moving its people to the group's other hosts, parking the
+	// rest) a margin earlier. It is Nomad clients' default
+	// max_kill_timeout, which caps any longer value.
+	KillTimeout = 30 * time.Second
+
+	// SecretItem is the item of a group job's Nomad variable
+	// (SecretsPath) that holds the admin token the hosts join with.
+	SecretItem = "admin_token"
 
 	// hostConfigPath is where the template writes the agent's configuration
 	// and bundlesDir where the bundle artifact lands, both in the task
 	// directory.
 	hostConfigPath = "local/host.hcl"
+	hostTokenPath  = "secrets/admin.token"
 	bundlesDir     = "local/bundles"
 )
 
@@ -83,7 +90,9 @@ type GroupJob struct {
 	// hosts take the number from the servers; the job only records it in
 	// its meta (MetaWorkers).
 	Workers int
-	// Count is the number of host allocations (default 1). MaxCount, when
+	// Count is the number of host allocations (default 2, so that a
+	// drained or replaced host has another to move its people to; Nomad
+	// spreads them over nodes). MaxCount, when
 	// above Count, adds a scaling block (min Count, max MaxCount) so an
 	// autoscaler may change the count; Register then keeps the count it
 	// finds within those bounds.
@@ -107,15 +116,18 @@ type GroupJob struct {
 	ConsulAddr    string
 	ConsulToken   string
 	ServerService string
-	// AdminToken is the cluster's admin token; a host needs it to join. It
-	// is written into the job (host.hcl and $STICKYD_TOKEN), so whoever may
-	// read the job may read it; it must not hold "${", which Nomad would
-	// interpolate.
-	AdminToken string
 	// CPU (MHz, default 500) and MemoryMB (default 512) are the host task's
-	// resources.
+	// resources; DiskMB (default 1024) its ephemeral disk, which holds the
+	// park store.
 	CPU      int
 	MemoryMB int
+	DiskMB   int
+	// NodePool places the hosts in a Nomad node pool (default: the
+	// job's default pool). DistinctHosts puts every host on its own node
+	// (a hard constraint); without it they are spread over nodes when
+	// there are several.
+	NodePool      string
+	DistinctHosts bool
 	// Env is added to the host task's environment, which its workers
 	// inherit. Nomad interpolates its values ("${NOMAD_ALLOC_DIR}/cache").
 	Env map[string]string
@@ -132,6 +144,12 @@ type Artifact struct {
 
 // JobID returns the ID of a group's job.
 func JobID(group string) string { return JobPrefix + group }
+
+// SecretsPath is the Nomad variable a group's job reads its secrets from:
+// the job's own path, which its tasks may read without any ACL policy
+// (Nomad's implicit workload policy). The leader writes it (PutSecrets)
+// before it registers the job; nothing secret is in the job itself.
+func SecretsPath(group string) string { return "nomad/jobs/" + JobID(group) }
 
 // Render checks g and builds its Nomad job. Errors wrap ErrInvalid. The job
 // is a pure function of g: rendering the same GroupJob twice gives equal
@@ -181,7 +199,7 @@ func (g GroupJob) finish() (*spec, error) {
 	if err := defaultCount("workers", &s.Workers, 1); err != nil {
 		return nil, fmt.Errorf("group %q: %w", g.Group, err)
 	}
-	if err := defaultCount("count", &s.Count, 1); err != nil {
+	if err := defaultCount("count", &s.Count, DefaultCount); err != nil {
 		return nil, fmt.Errorf("group %q: %w", g.Group, err)
 	}
 	switch {
@@ -194,6 +212,9 @@ func (g GroupJob) finish() (*spec, error) {
 		return nil, fmt.Errorf("group %q: %w", g.Group, err)
 	}
 	if err := defaultCount("memory_mb", &s.MemoryMB, DefaultMemoryMB); err != nil {
+		return nil, fmt.Errorf("group %q: %w", g.Group, err)
+	}
+	if err := defaultCount("disk_mb", &s.DiskMB, DefaultDiskMB); err != nil {
 		return nil, fmt.Errorf("group %q: %w", g.Group, err)
 	}
 
@@ -234,13 +255,6 @@ func (g GroupJob) finish() (*spec, error) {
 		s.stickydPath = s.StickydCommand
 	}
 
-	switch {
-	case s.AdminToken == "":
-		return nil, fmt.Errorf("group %q: admin token is empty: a host needs the cluster's admin token to join", g.Group)
-	case strings.Contains(s.AdminToken, "${"):
-		// Nomad would interpolate it in the task's environment.
-		return nil, fmt.Errorf("group %q: admin token holds \"${\", which Nomad would replace in STICKYD_TOKEN", g.Group)
-	}
 	if s.ConsulAddr == "" {
 		s.ConsulAddr = DefaultConsulAddr
 	}
@@ -289,6 +303,9 @@ func (s *spec) job() *api.Job {
 	if s.Region != "" {
 		job.Region = new(s.Region)
 	}
+	if s.NodePool != "" {
+		job.NodePool = new(s.NodePool)
+	}
 	return job
 }
 
@@ -300,23 +317,24 @@ func (s *spec) taskGroup() *api.TaskGroup {
 		Networks: []*api.NetworkResource{{
 			DynamicPorts: []api.Port{{Label: "admin"}, {Label: "raft"}, {Label: "rpc"}},
 		}},
-		// The admin API wants the token on every path, so the check only
-		// sees that it listens.
+		// Healthy only while the host is a raft member that hears from the
+		// leader (GET /v1/agent/health needs no token).
 		Services: []*api.Service{{
 			Name:      HostService,
 			Tags:      []string{s.Group},
 			PortLabel: "admin",
 			Provider:  "consul",
 			Checks: []api.ServiceCheck{{
-				Name:     "admin",
-				Type:     "tcp",
-				Interval: 10 * time.Second,
+				Name:     "raft member",
+				Type:     "http",
+				Path:     "/v1/agent/health",
+				Interval: 5 * time.Second,
 				Timeout:  2 * time.Second,
 			}},
 		}},
 		// The data dir lives in the alloc dir: a replacement allocation on
 		// the same node keeps it, one on another node gets a copy.
-		EphemeralDisk: &api.EphemeralDisk{Sticky: new(true), Migrate: new(true)},
+		EphemeralDisk: &api.EphemeralDisk{Sticky: new(true), Migrate: new(true), SizeMB: new(s.DiskMB)},
 		// A few restarts in place, then fail and let Nomad place the host
 		// elsewhere, forever with a capped backoff.
 		RestartPolicy: &api.RestartPolicy{
@@ -344,6 +362,11 @@ func (s *spec) taskGroup() *api.TaskGroup {
 		},
 		Tasks: []*api.Task{s.task()},
 	}
+	if s.DistinctHosts {
+		tg.Constraints = []*api.Constraint{{Operand: api.ConstraintDistinctHosts, RTarget: "true"}}
+	} else {
+		tg.Spreads = []*api.Spread{{Attribute: "${node.unique.id}"}}
+	}
 	if s.MaxCount > s.Count {
 		tg.Scaling = &api.ScalingPolicy{
 			Min:     new(int64(s.Count)),
@@ -356,7 +379,7 @@ func (s *spec) taskGroup() *api.TaskGroup {
 
 // task builds the "host" task.
 func (s *spec) task() *api.Task {
-	env := map[string]string{"STICKYD_TOKEN": s.AdminToken}
+	env := map[string]string{}
 	for k, v := range s.Env {
 		env[k] = v
 	}
@@ -383,8 +406,15 @@ func (s *spec) task() *api.Task {
 			DestPath:     new(hostConfigPath),
 			EmbeddedTmpl: new(s.hostConfig()),
 			ChangeMode:   new("restart"),
-			// It holds the admin token.
-			Perms: new("0600"),
+			Perms:        new("0600"),
+		}, {
+			// The admin token, from the job's Nomad variable, into the
+			// secrets directory (admin.token_file); the task waits until
+			// the variable exists.
+			DestPath:     new(hostTokenPath),
+			EmbeddedTmpl: new(fmt.Sprintf(`{{ with nomadVar %q }}{{ .%s }}{{ end }}`, SecretsPath(s.Group), SecretItem)),
+			ChangeMode:   new("restart"),
+			Perms:        new("0600"),
 		}},
 		Resources: &api.Resources{
 			CPU:      new(s.CPU),

@@ -21,11 +21,10 @@ const testBundle = "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6
 // validJob is a GroupJob that renders; tests change one thing at a time.
 func validJob() GroupJob {
 	return GroupJob{
-		Group:      "web",
-		Bundle:     testBundle,
-		Archive:    "http://bundles.service.consul:4660",
-		Stickyd:    Artifact{Source: "https://releases.example.com/stickyd_linux_amd64.tar.gz"},
-		AdminToken: "admin-secret",
+		Group:   "web",
+		Bundle:  testBundle,
+		Archive: "http://bundles.service.consul:4660",
+		Stickyd: Artifact{Source: "https://releases.example.com/stickyd_linux_amd64.tar.gz"},
 	}
 }
 
@@ -83,7 +82,6 @@ func TestRenderGolden(t *testing.T) {
 				Source:   "https://releases.example.com/stickyd_0.9.0_linux_amd64.tar.gz",
 				Checksum: "sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae",
 			},
-			AdminToken: "4f1c0d9e-admin",
 		},
 		"command_raw_exec": {
 			Group:          "billing_v2",
@@ -98,10 +96,12 @@ func TestRenderGolden(t *testing.T) {
 			StickydCommand: "/usr/local/bin/stickyd",
 			ConsulAddr:     "10.0.0.5:8500",
 			ServerService:  "stickyd-eu",
-			AdminToken:     "s3cr3t",
 			CPU:            1000,
 			MemoryMB:       2048,
 			Env:            map[string]string{"APP_MODE": "production", "LOG_FORMAT": "json"},
+			DiskMB:         4096,
+			NodePool:       "default",
+			DistinctHosts:  true,
 		},
 		"scaling_consul_token": {
 			Group:       "chat",
@@ -112,7 +112,6 @@ func TestRenderGolden(t *testing.T) {
 			Stickyd:     Artifact{Source: "https://releases.example.com/stickyd.tar.gz"},
 			ConsulAddr:  "127.0.0.1:8501",
 			ConsulToken: `a"b\c{{d}}${e}%{f}`,
-			AdminToken:  "tok{{ en }}",
 		},
 	}
 	for name, g := range cases {
@@ -188,8 +187,14 @@ func TestRenderDefaults(t *testing.T) {
 		t.Errorf("namespace %v, region %v: want the client's", job.Namespace, job.Region)
 	}
 	tg := job.TaskGroups[0]
-	if *tg.Count != 1 || tg.Scaling != nil {
-		t.Errorf("count %d, scaling %+v: want 1 and none", *tg.Count, tg.Scaling)
+	if *tg.Count != 2 || tg.Scaling != nil {
+		t.Errorf("count %d, scaling %+v: want 2 and none", *tg.Count, tg.Scaling)
+	}
+	if len(tg.Spreads) != 1 || tg.Spreads[0].Attribute != "${node.unique.id}" || len(tg.Constraints) != 0 {
+		t.Errorf("spreads %+v, constraints %+v: want spread over nodes, no hard constraint", tg.Spreads, tg.Constraints)
+	}
+	if *tg.EphemeralDisk.SizeMB != DefaultDiskMB {
+		t.Errorf("ephemeral disk %d MB", *tg.EphemeralDisk.SizeMB)
 	}
 	task := tg.Tasks[0]
 	if task.Driver != "exec" || *task.Resources.CPU != 500 || *task.Resources.MemoryMB != 512 {
@@ -198,8 +203,13 @@ func TestRenderDefaults(t *testing.T) {
 	if task.Config["command"] != "local/stickyd" {
 		t.Errorf("command %v", task.Config["command"])
 	}
-	if task.Env["STICKYD_TOKEN"] != "admin-secret" {
-		t.Errorf("STICKYD_TOKEN %q", task.Env["STICKYD_TOKEN"])
+	// No secret in the job: the token comes from the job's variable.
+	if _, ok := task.Env["STICKYD_TOKEN"]; ok {
+		t.Errorf("STICKYD_TOKEN in the job's env: %q", task.Env["STICKYD_TOKEN"])
+	}
+	if len(task.Templates) != 2 || *task.Templates[1].DestPath != "secrets/admin.token" || *task.Templates[1].Perms != "0600" ||
+		!strings.Contains(*task.Templates[1].EmbeddedTmpl, `nomadVar "nomad/jobs/stickyd-group-web"`) {
+		t.Errorf("secrets template %+v", task.Templates[len(task.Templates)-1])
 	}
 	if job.Meta[MetaWorkers] != "1" || job.Meta[MetaBundle] != testBundle || job.Meta[MetaGroup] != "web" {
 		t.Errorf("meta %v", job.Meta)
@@ -244,8 +254,7 @@ func TestRenderErrors(t *testing.T) {
 		{"checksum only", func(g *GroupJob) { g.Stickyd = Artifact{Checksum: "sha256:00"} }, "checksum but no source"},
 		{"bad checksum", func(g *GroupJob) { g.Stickyd.Checksum = "abcdef" }, `checksum "abcdef": want type:value`},
 		{"relative command", func(g *GroupJob) { g.Stickyd, g.StickydCommand = Artifact{}, "bin/stickyd" }, "want an absolute path"},
-		{"no admin token", func(g *GroupJob) { g.AdminToken = "" }, "admin token is empty"},
-		{"interpolated admin token", func(g *GroupJob) { g.AdminToken = "a${NOMAD_TASK_DIR}" }, `admin token holds "${"`},
+		{"negative disk", func(g *GroupJob) { g.DiskMB = -1 }, "disk_mb is -1"},
 		{"bad env name", func(g *GroupJob) { g.Env = map[string]string{"1X": "y"} }, `env "1X": not a variable name`},
 		{"env token", func(g *GroupJob) { g.Env = map[string]string{"STICKYD_TOKEN": "y"} }, "set from the admin token"},
 	}

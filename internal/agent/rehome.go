@@ -1,0 +1,130 @@
+package agent
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+)
+
+// A host that goes down (a Nomad drain, an allocation stopped or replaced,
+// a job update) first moves its people to the same groups' workers on the
+// other hosts, hot, by the one road: the barrier holds their frames, the
+// package is delivered to the destination's host before the maps point
+// there, and they wake there at their next frame. Only whoever cannot be
+// moved (no other host, a move that fails) is parked in place, for the
+// allocation that replaces this one (same name, same worker ids) to wake.
+
+// rehomeParallel is how many people move at a time on the way down.
+const rehomeParallel = 16
+
+// rehome moves users (people living on this agent's workers) to the same
+// groups' ready workers on other agents, spreading them by the number of
+// people each already holds. It returns whoever it did not move. It uses
+// at most half of what is left of ctx, so parking the rest has time too.
+func (a *Agent) rehome(ctx context.Context, users []string) (left []string) {
+	dests := a.rehomeDestinations()
+	if len(dests) == 0 || len(users) == 0 {
+		return users
+	}
+	if d, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(d)/2))
+		defer cancel()
+	}
+	// Load per destination worker: people already there.
+	load := map[string]int{}
+	for _, u := range a.fsm.Users() {
+		load[u.Worker]++
+	}
+	var (
+		mu    sync.Mutex
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, rehomeParallel)
+		moved int
+	)
+	pick := func(group string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		best := ""
+		for _, w := range dests[group] {
+			if best == "" || load[w] < load[best] {
+				best = w
+			}
+		}
+		if best != "" {
+			load[best]++
+		}
+		return best
+	}
+	start := time.Now()
+	for _, user := range users {
+		u, ok := a.fsm.User(user)
+		to := ""
+		if ok {
+			to = pick(a.pool.GroupOf(u.Worker))
+		}
+		if to == "" || ctx.Err() != nil {
+			left = append(left, user)
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			_, err := a.mover.Move(ctx, user, to, "host-stop")
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				a.log.Warn("moving a person off this host before it stops; parking them here instead", "user", user, "to", to, "error", err)
+				left = append(left, user)
+				return
+			}
+			moved++
+		}()
+	}
+	wg.Wait()
+	sort.Strings(left)
+	a.log.Info("moved people to the groups' other hosts before stopping", "moved", moved, "left", len(left), "took", time.Since(start).Round(time.Millisecond))
+	return left
+}
+
+// rehomeDestinations lists, per group this agent runs, the ready workers
+// of that group on other agents that are not on their way down.
+func (a *Agent) rehomeDestinations() map[string][]string {
+	mine := map[string]bool{}
+	for _, w := range a.pool.Workers() {
+		mine[w.Group] = true
+	}
+	ready := map[string]bool{}
+	for _, w := range a.router.Ready() {
+		ready[w] = true
+	}
+	out := map[string][]string{}
+	for _, ag := range a.fsm.Agents() {
+		if ag.Name == a.cfg.Name || ag.Draining {
+			continue
+		}
+		for w, g := range ag.Workers {
+			if mine[g] && ready[w] {
+				out[g] = append(out[g], w)
+			}
+		}
+	}
+	for g := range out {
+		sort.Strings(out[g])
+	}
+	return out
+}
+
+// startDraining tells the maps this agent is on its way down, so that no
+// newcomer and no move is sent to its workers any more.
+func (a *Agent) startDraining(ctx context.Context) {
+	a.draining.Store(true)
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := a.register(cctx); err != nil {
+		a.log.Warn("marking this agent as draining in the maps", "error", err)
+	}
+}

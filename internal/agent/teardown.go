@@ -1,0 +1,184 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/stickyd/stickyd/internal/api"
+	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/nomad"
+)
+
+// The tear-down (stickyd operator teardown, docs/deploy-nomad.md) takes a
+// deployment apart in the order that leaves nothing behind: it is
+// recorded in the log first (no leader registers a group job or publishes
+// the registry again), then every group job is stopped and purged with its
+// Nomad variable and its allocations waited for, then the Consul prefix
+// is emptied. The servers' own job is stopped last, by the CLI.
+
+// teardownWait bounds waiting for the group jobs' allocations to stop:
+// each host parks its people within its kill timeout first.
+const teardownWait = 3 * time.Minute
+
+// TeardownStep is one line of a tear-down's progress (NDJSON).
+type TeardownStep struct {
+	Step   string `json:"step"`
+	Detail string `json:"detail,omitempty"`
+	Error  string `json:"error,omitempty"`
+	Done   bool   `json:"done,omitempty"`
+}
+
+func (a *Agent) teardownHandler(w http.ResponseWriter, r *http.Request) error {
+	if !a.raft.IsLeader() {
+		return a.forwardStream(w, r, "/v1/operator/teardown")
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	flusher, _ := w.(http.Flusher)
+	say := func(s TeardownStep) {
+		_ = enc.Encode(s)
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	err := a.teardown(r.Context(), func(step, detail string) { say(TeardownStep{Step: step, Detail: detail}) })
+	if err != nil {
+		say(TeardownStep{Step: "failed", Error: err.Error()})
+		return nil
+	}
+	say(TeardownStep{Step: "done", Done: true})
+	return nil
+}
+
+// teardown runs the leader's part of a tear-down, telling progress each
+// step. It may be run again after a failure: every step is idempotent.
+func (a *Agent) teardown(ctx context.Context, progress func(step, detail string)) error {
+	entry, err := fsm.Encode(fsm.TeardownRequestType, fsm.TeardownRequest{Since: time.Now().UTC()})
+	if err != nil {
+		return err
+	}
+	if _, err := a.raft.Apply(ctx, entry); err != nil {
+		return fmt.Errorf("recording the tear-down: %w", err)
+	}
+	progress("recorded", "no leader registers a group job or writes the registry from now on")
+	if a.cfg.Nomad != nil {
+		client, err := a.nomadClient()
+		if err != nil {
+			return fmt.Errorf("connecting to Nomad: %w", err)
+		}
+		groups, err := nomad.Jobs(ctx, client)
+		if err != nil {
+			return err
+		}
+		for _, g := range groups {
+			if err := nomad.Deregister(ctx, client, g, true); err != nil {
+				return err
+			}
+			if err := nomad.DeleteSecrets(ctx, client, g); err != nil {
+				return err
+			}
+			progress("stopped", nomad.JobID(g)+" (purged, with its variable)")
+		}
+		if err := waitGroupAllocs(ctx, client, progress); err != nil {
+			return err
+		}
+	}
+	if c := a.consulClient(); c != nil {
+		if err := c.DeleteAll(ctx); err != nil {
+			return err
+		}
+		progress("emptied", "consul kv "+c.Prefix())
+	}
+	return nil
+}
+
+// waitGroupAllocs waits until no allocation of a group job is pending or
+// running, telling how many are left every few seconds.
+func waitGroupAllocs(ctx context.Context, client *nomadapi.Client, progress func(step, detail string)) error {
+	deadline := time.Now().Add(teardownWait)
+	told := time.Time{}
+	for {
+		q := (&nomadapi.QueryOptions{Prefix: ""}).WithContext(ctx)
+		allocs, _, err := client.Allocations().List(q)
+		if err != nil {
+			return fmt.Errorf("listing allocations: %w", err)
+		}
+		var live []string
+		for _, al := range allocs {
+			if strings.HasPrefix(al.JobID, nomad.JobPrefix) && (al.ClientStatus == "pending" || al.ClientStatus == "running") {
+				live = append(live, al.Name)
+			}
+		}
+		if len(live) == 0 {
+			progress("stopped", "every group host")
+			return nil
+		}
+		if time.Since(told) > 5*time.Second {
+			progress("waiting", fmt.Sprintf("%d group hosts still stopping: %s", len(live), strings.Join(live, ", ")))
+			told = time.Now()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d group hosts still running after %s: %s", len(live), teardownWait, strings.Join(live, ", "))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// forwardStream sends an operator call to the leader and copies its
+// answer as it comes.
+func (a *Agent) forwardStream(w http.ResponseWriter, r *http.Request, path string) error {
+	leaderAddr, _ := a.raft.Leader()
+	admin := a.peers.adminOf(leaderAddr)
+	if admin == "" {
+		a.refreshPeers(r.Context())
+		admin = a.peers.adminOf(leaderAddr)
+	}
+	if admin == "" {
+		return &api.Error{Status: http.StatusServiceUnavailable, Message: "no leader known yet; retry"}
+	}
+	req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, "http://"+admin+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-Stickyd-Token", a.token)
+	// No client timeout: the leader's answer streams until it is done.
+	resp, err := (&http.Client{Transport: a.http.Transport}).Do(req)
+	if err != nil {
+		return &api.Error{Status: http.StatusBadGateway, Message: "asking the leader: " + err.Error()}
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		w.Header().Set("Content-Type", ct)
+	}
+	w.WriteHeader(resp.StatusCode)
+	flusher, _ := w.(http.Flusher)
+	buf := make([]byte, 4096)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			_, _ = w.Write(buf[:n])
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return nil // the answer was cut; the caller sees no "done"
+		}
+	}
+}
