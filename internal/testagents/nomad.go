@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,9 +36,25 @@ type Nomad struct {
 	NodeName string
 	// Dir holds the agent's config, data (allocations) and log.
 	Dir string
+	// RPCAddr is the server's RPC address, which client agents join.
+	RPCAddr string
 
 	proc *process
 }
+
+// Dynamic port ranges: the dev agent's, then one per client agent, so
+// that allocations on the different nodes of one machine never pick the
+// same port.
+const (
+	devMinPort    = 20000
+	devMaxPort    = 23999
+	clientPorts   = 2000
+	clientMinPort = 24000
+	maxClients    = 4
+)
+
+// clientSeq numbers the client agents of this test binary.
+var clientSeq atomic.Int64
 
 // StartNomad starts a Nomad dev agent on 127.0.0.1 with its http, rpc and
 // serf ports picked free, its data in a temporary directory, the client and
@@ -85,6 +102,7 @@ func tryStartNomad(t testing.TB, bin string, opts NomadOptions) (n *Nomad, retry
 		Addr:     "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(http)),
 		NodeName: uniqueName("nomad"),
 		Dir:      dir,
+		RPCAddr:  net.JoinHostPort("127.0.0.1", strconv.Itoa(rpc)),
 	}
 	cfg := fmt.Sprintf(`name = %q
 data_dir = %q
@@ -106,7 +124,9 @@ server {
   bootstrap_expect = 1
 }
 client {
-  enabled = true
+  enabled          = true
+  min_dynamic_port = %d
+  max_dynamic_port = %d
 }
 plugin "raw_exec" {
   config {
@@ -120,7 +140,7 @@ consul {
   server_auto_join = false
   client_auto_join = false
 }
-`, n.NodeName, filepath.Join(dir, "data"), http, rpc, serf, consulAddr, opts.ConsulToken, opts.ConsulAddr != "")
+`, n.NodeName, filepath.Join(dir, "data"), http, rpc, serf, devMinPort, devMaxPort, consulAddr, opts.ConsulToken, opts.ConsulAddr != "")
 	cfgPath := filepath.Join(dir, "nomad.hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, false, fmt.Errorf("writing nomad config: %w", err)
@@ -264,4 +284,141 @@ func stopJobs(client *nomadapi.Client) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// ClientOptions configures StartNomadClient.
+type ClientOptions struct {
+	// ConsulAddr is the Consul the client registers services with (empty:
+	// a closed port, as for StartNomad).
+	ConsulAddr string
+	// NodePool is the client's node pool (empty: "default").
+	NodePool string
+}
+
+// NomadClient is a client-only Nomad agent joined to a StartNomad server:
+// a second node on the same machine, with its own data directory, its own
+// cgroup parent and its own range of dynamic ports.
+type NomadClient struct {
+	// NodeName is the node's name; Dir holds its config, data and log.
+	NodeName string
+	Dir      string
+	proc     *process
+}
+
+// StartNomadClient starts a client-only agent that joins server and waits
+// until its node is ready with raw_exec healthy. When the test ends every
+// job of server is stopped (as StartNomad's cleanup does), then the agent
+// is stopped and anything left under its directory is killed.
+func StartNomadClient(t testing.TB, server *Nomad, opts ClientOptions) *NomadClient {
+	t.Helper()
+	bin := Require(t, "nomad")
+	slot := clientSeq.Add(1) - 1
+	if slot >= maxClients {
+		t.Fatalf("testagents: at most %d Nomad clients per test binary", maxClients)
+	}
+	var lastErr error
+	for try := 1; try <= startTries; try++ {
+		c, retry, err := tryStartNomadClient(t, bin, server, opts, int(slot))
+		if err == nil {
+			return c
+		}
+		lastErr = err
+		if !retry {
+			break
+		}
+		t.Logf("testagents: nomad client start %d/%d: %v; retrying on fresh ports", try, startTries, err)
+	}
+	t.Fatalf("testagents: starting a nomad client: %v", lastErr)
+	return nil
+}
+
+func tryStartNomadClient(t testing.TB, bin string, server *Nomad, opts ClientOptions, slot int) (*NomadClient, bool, error) {
+	t.Helper()
+	dir := t.TempDir()
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, false, err
+	}
+	consulAddr := opts.ConsulAddr
+	if consulAddr == "" {
+		if consulAddr, err = closedAddr(); err != nil {
+			return nil, false, err
+		}
+	}
+	pool := opts.NodePool
+	if pool == "" {
+		pool = "default"
+	}
+	c := &NomadClient{NodeName: uniqueName("nomad-client"), Dir: dir}
+	minPort := clientMinPort + slot*clientPorts
+	cfg := fmt.Sprintf(`name = %q
+data_dir = %q
+bind_addr = "127.0.0.1"
+disable_update_check = true
+log_level = "DEBUG"
+ports {
+  http = %d
+  rpc  = %d
+  serf = %d
+}
+advertise {
+  http = "127.0.0.1"
+  rpc  = "127.0.0.1"
+  serf = "127.0.0.1"
+}
+server {
+  enabled = false
+}
+client {
+  enabled          = true
+  servers          = [%q]
+  node_pool        = %q
+  cgroup_parent    = %q
+  min_dynamic_port = %d
+  max_dynamic_port = %d
+}
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+consul {
+  address          = %q
+  auto_advertise   = %t
+  server_auto_join = false
+  client_auto_join = false
+}
+`, c.NodeName, filepath.Join(dir, "data"), ports[0], ports[1], ports[2], server.RPCAddr, pool,
+		fmt.Sprintf("nomad-%s.slice", strings.ReplaceAll(c.NodeName, "-", "")), minPort, minPort+clientPorts-1,
+		consulAddr, opts.ConsulAddr != "")
+	cfgPath := filepath.Join(dir, "nomad.hcl")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return nil, false, fmt.Errorf("writing nomad client config: %w", err)
+	}
+	p, err := startProcess("nomad client", bin, []string{"agent", "-config", cfgPath}, dir, filepath.Join(dir, "nomad.log"))
+	if err != nil {
+		return nil, false, err
+	}
+	c.proc = p
+	sc := server.Client()
+	probe := &Nomad{NodeName: c.NodeName}
+	err = waitFor(p, startTimeout, func() error { return probe.ready(sc) })
+	if err != nil {
+		inUse := p.addrInUse()
+		p.stop(t)
+		killUnder(dir)
+		t.Logf("testagents: nomad client log tail (%s):\n%s", p.logPath, p.logTail(logTailLines))
+		return nil, inUse, err
+	}
+	t.Cleanup(func() {
+		if err := stopJobs(sc); err != nil {
+			t.Logf("testagents: stopping nomad jobs before a client: %v", err)
+		}
+		p.stop(t)
+		if pids := killUnder(dir); len(pids) > 0 {
+			t.Logf("testagents: killed processes the nomad client left under %s: %v", dir, pids)
+		}
+		logTailOnFailure(t, p)
+	})
+	return c, false, nil
 }

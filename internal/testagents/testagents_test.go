@@ -166,3 +166,22 @@ func TestConsulACL(t *testing.T) {
 		t.Fatal("put without a token succeeded; want permission denied")
 	}
 }
+
+// A client agent joins the dev agent as a second node, in its own node
+// pool.
+func TestNomadClientJoins(t *testing.T) {
+	Require(t, "nomad")
+	n := StartNomad(t, NomadOptions{})
+	c := StartNomadClient(t, n, ClientOptions{NodePool: "hosts"})
+	nodes, _, err := n.Client().Nodes().List(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools := map[string]string{}
+	for _, node := range nodes {
+		pools[node.Name] = node.NodePool
+	}
+	if len(nodes) != 2 || pools[c.NodeName] != "hosts" || pools[n.NodeName] != "default" {
+		t.Fatalf("nodes and their pools: %v", pools)
+	}
+}

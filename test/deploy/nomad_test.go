@@ -56,20 +56,12 @@ func TestNomadDeployment(t *testing.T) {
 	nomad := testagents.StartNomad(t, testagents.NomadOptions{ConsulAddr: consul.HTTPAddr})
 	cc := consul.Client()
 
-	// The servers: validated, planned and run with the real nomad CLI.
+	// The servers: validated, planned and run with the real nomad CLI,
+	// their secrets in the job's Nomad variable.
 	vars := filepath.Join(root, "site.vars.hcl")
-	writeFile(t, vars, fmt.Sprintf(`
-driver           = "raw_exec"
-stickyd_artifact = %q
-stickyd_checksum = %q
-bundle_archive   = %q
-admin_token      = %q
-cookie_key       = %q
-consul_address   = %q
-nomad_address    = %q
-log_level        = "debug"
-`, dist.stickyd, dist.checksum, dist.archive, adminToken, cookieKey, consul.HTTPAddr, nomad.Addr))
+	writeFile(t, vars, siteVars(dist, consul.HTTPAddr, nomad.Addr, ""))
 	jobfile, _ := filepath.Abs("../../jobs/stickyd.nomad")
+	putSecrets(t, nomad)
 	run(t, nomad.Env(), 0, testagents.Require(t, "nomad"), "job", "validate", "-var-file", vars, jobfile)
 	run(t, nomad.Env(), 1, testagents.Require(t, "nomad"), "job", "plan", "-var-file", vars, jobfile) // 1: allocations to create
 	run(t, nomad.Env(), 0, testagents.Require(t, "nomad"), "job", "run", "-detach", "-var-file", vars, jobfile)
@@ -85,6 +77,8 @@ log_level        = "debug"
 	// Group v1 becomes a Nomad job of hosts.
 	cli("group", "create", "-bundle", digests[0], "-workers", "2", "v1")
 	waitJob(t, nomad.Env(), "stickyd-group-v1", time.Minute)
+	checkNoSecrets(t, nomad, "stickyd")
+	checkNoSecrets(t, nomad, "stickyd-group-v1")
 	waitWorkers(t, admin, "v1", 2, 3*time.Minute)
 	cli("group", "promote", "v1")
 
@@ -119,6 +113,39 @@ log_level        = "debug"
 	run(t, nomad.Env(), 0, testagents.Require(t, "nomad"), "job", "stop", "-detach", "-purge", "stickyd-group-v2")
 	waitNoJob(t, nomad, "stickyd-group-v2", 2*time.Minute)
 	checkNoOrphans(t, nomad.Dir)
+}
+
+// siteVars is the operator's site.vars.hcl: no secret in it (they are in
+// the job's Nomad variable, putSecrets); extra adds lines.
+func siteVars(d dist, consulAddr, nomadAddr, extra string) string {
+	return fmt.Sprintf(`
+driver           = "raw_exec"
+stickyd_artifact = %q
+stickyd_checksum = %q
+bundle_archive   = %q
+consul_address   = %q
+nomad_address    = %q
+log_level        = "debug"
+`, d.stickyd, d.checksum, d.archive, consulAddr, nomadAddr) + extra
+}
+
+// putSecrets writes the servers' secrets as docs/deploy-nomad.md says:
+// nomad var put nomad/jobs/stickyd admin_token=... cookie_key=...
+func putSecrets(t *testing.T, n *testagents.Nomad) {
+	t.Helper()
+	run(t, n.Env(), 0, testagents.Require(t, "nomad"), "var", "put", "nomad/jobs/stickyd",
+		"admin_token="+adminToken, "cookie_key="+cookieKey)
+}
+
+// checkNoSecrets fails if `nomad job inspect` of job shows a secret.
+func checkNoSecrets(t *testing.T, n *testagents.Nomad, job string) {
+	t.Helper()
+	out := run(t, n.Env(), 0, testagents.Require(t, "nomad"), "job", "inspect", job)
+	for name, secret := range map[string]string{"admin token": adminToken, "cookie key": cookieKey} {
+		if strings.Contains(out, secret) {
+			t.Fatalf("nomad job inspect %s shows the %s", job, name)
+		}
+	}
 }
 
 // dist is what the Nomad clients fetch over HTTP: the stickyd tarball and
