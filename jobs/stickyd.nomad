@@ -79,6 +79,12 @@ variable "disk_mb" {
   description = "Each server's ephemeral disk (raft log, snapshots), sticky and migrated."
 }
 
+variable "sticky_disk" {
+  type        = bool
+  default     = true
+  description = "Keep (and migrate) a server's raft data across its allocations. A server without it joins the cluster again and catches up from a snapshot."
+}
+
 variable "group_hosts" {
   type        = number
   default     = 2
@@ -188,8 +194,8 @@ job "stickyd" {
     # The raft log, snapshots and parked people outlive an allocation.
     ephemeral_disk {
       size    = var.disk_mb
-      sticky  = true
-      migrate = true
+      sticky  = var.sticky_disk
+      migrate = var.sticky_disk
     }
 
     restart {

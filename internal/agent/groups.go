@@ -242,10 +242,20 @@ func (a *Agent) groupsView() api.GroupsView {
 			workers[g] = append(workers[g], w)
 		}
 	}
+	ready := map[string]bool{}
+	for _, w := range a.router.Ready() {
+		ready[w] = true
+	}
 	add := func(e fsm.GroupEntry, source string) {
 		ids := workers[e.Name]
 		sort.Strings(ids)
-		v.Groups = append(v.Groups, api.GroupInfo{GroupEntry: e, Source: source, WorkerIDs: ids,
+		n := 0
+		for _, id := range ids {
+			if ready[id] {
+				n++
+			}
+		}
+		v.Groups = append(v.Groups, api.GroupInfo{GroupEntry: e, Source: source, WorkerIDs: ids, Ready: n,
 			Users: a.sup.GroupUsers(e.Name), Default: e.Name == v.Default, Previous: e.Name == cat.Previous})
 	}
 	for _, g := range a.cfg.Groups {

@@ -35,8 +35,11 @@ type GroupInfo struct {
 	Source string `json:"source"`
 	// Workers lists the group's workers known to this agent.
 	WorkerIDs []string `json:"worker_ids"`
-	Users     int      `json:"users"`
-	Default   bool     `json:"default,omitempty"`
+	// Ready counts those that can take people now: this agent's ready
+	// workers and those other agents registered (not on their way down).
+	Ready   int  `json:"ready"`
+	Users   int  `json:"users"`
+	Default bool `json:"default,omitempty"`
 	// Previous marks the group a rollback returns to.
 	Previous bool `json:"previous,omitempty"`
 }

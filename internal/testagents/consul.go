@@ -26,6 +26,9 @@ type Consul struct {
 	NodeName string
 	// Dir holds the agent's config, data and log.
 	Dir string
+	// SerfLANAddr is the agent's LAN gossip address, which client agents
+	// join.
+	SerfLANAddr string
 
 	bin  string
 	args []string
@@ -95,6 +98,8 @@ func tryStartConsul(t testing.TB, bin, token string) (c *Consul, retry bool, err
 		NodeName: uniqueName("consul"),
 		Dir:      dir,
 		bin:      bin,
+
+		SerfLANAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(serfLAN)),
 	}
 
 	cfg := fmt.Sprintf(`node_name = %q
@@ -226,4 +231,66 @@ func (c *Consul) Env() []string {
 		env = append(env, "CONSUL_HTTP_TOKEN="+c.Token)
 	}
 	return env
+}
+
+// StartConsulClient starts a Consul client agent that joins server's LAN
+// pool: the local Consul agent of a second node (each Nomad client syncs
+// the services of its own allocations with its own agent, and removes
+// from it those it does not know). It is stopped when the test ends.
+func StartConsulClient(t testing.TB, server *Consul) *Consul {
+	t.Helper()
+	bin := Require(t, "consul")
+	var lastErr error
+	for try := 1; try <= startTries; try++ {
+		dir := t.TempDir()
+		ports, err := freePorts(2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &Consul{HTTPAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), NodeName: uniqueName("consul-client"),
+			Dir: dir, bin: bin, SerfLANAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))}
+		cfg := fmt.Sprintf(`node_name = %q
+data_dir = %q
+bind_addr = "127.0.0.1"
+client_addr = "127.0.0.1"
+advertise_addr = "127.0.0.1"
+disable_update_check = true
+log_level = "DEBUG"
+server = false
+retry_join = [%q]
+ports {
+  http     = %d
+  https    = -1
+  dns      = -1
+  serf_lan = %d
+  serf_wan = -1
+  grpc     = -1
+  grpc_tls = -1
+}
+`, c.NodeName, filepath.Join(dir, "data"), server.SerfLANAddr, ports[0], ports[1])
+		cfgPath := filepath.Join(dir, "consul.hcl")
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c.args = []string{"agent", "-config-file", cfgPath}
+		if err := c.start(); err != nil {
+			lastErr = err
+			inUse := c.proc != nil && c.proc.addrInUse()
+			if c.proc != nil {
+				c.proc.stop(t)
+				t.Logf("testagents: consul client log tail (%s):\n%s", c.proc.logPath, c.proc.logTail(logTailLines))
+			}
+			if !inUse {
+				break
+			}
+			continue
+		}
+		t.Cleanup(func() {
+			c.proc.stop(t)
+			logTailOnFailure(t, c.proc)
+		})
+		return c
+	}
+	t.Fatalf("testagents: starting a consul client: %v", lastErr)
+	return nil
 }

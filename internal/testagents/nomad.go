@@ -374,6 +374,9 @@ client {
   servers          = [%q]
   node_pool        = %q
   cgroup_parent    = %q
+  # Loopback only: allocations' addresses are 127.0.0.1, as on the dev
+  # agent, never the machine's other interfaces.
+  network_interface = "lo"
   min_dynamic_port = %d
   max_dynamic_port = %d
 }

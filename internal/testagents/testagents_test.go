@@ -171,8 +171,14 @@ func TestConsulACL(t *testing.T) {
 // pool.
 func TestNomadClientJoins(t *testing.T) {
 	Require(t, "nomad")
-	n := StartNomad(t, NomadOptions{})
-	c := StartNomadClient(t, n, ClientOptions{NodePool: "hosts"})
+	consul := StartConsul(t)
+	local := StartConsulClient(t, consul)
+	n := StartNomad(t, NomadOptions{ConsulAddr: consul.HTTPAddr})
+	c := StartNomadClient(t, n, ClientOptions{ConsulAddr: local.HTTPAddr, NodePool: "hosts"})
+	members, err := consul.Client().Agent().Members(false)
+	if err != nil || len(members) != 2 {
+		t.Fatalf("consul members %v (%v), want the server and the client", len(members), err)
+	}
 	nodes, _, err := n.Client().Nodes().List(nil)
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -16,8 +17,10 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/listplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/mapplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/stickyd/stickyd/internal/api"
 	"github.com/stickyd/stickyd/internal/fsm"
@@ -55,7 +58,13 @@ type groupModel struct {
 	Env         types.Map    `tfsdk:"env"`
 	Workers     types.Int64  `tfsdk:"workers"`
 	MemoryMaxMB types.Int64  `tfsdk:"memory_max_mb"`
+	// ReadyTimeout is how long a create waits for the group's first
+	// worker (a Nomad job's hosts take a while); not part of the group.
+	ReadyTimeout types.String `tfsdk:"ready_timeout"`
 }
+
+// defaultReadyTimeout is ready_timeout's default.
+const defaultReadyTimeout = "5m"
 
 func (r *groupResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_group"
@@ -122,6 +131,14 @@ func (r *groupResource) Schema(_ context.Context, _ resource.SchemaRequest, resp
 				Default:       int64default.StaticInt64(1),
 				PlanModifiers: []planmodifier.Int64{int64planmodifier.RequiresReplace()},
 			},
+			"ready_timeout": schema.StringAttribute{
+				Description: "How long creating the group waits until the cluster runs at least one of its workers (a group " +
+					"materialised as a Nomad job waits for its hosts), so that assignments applied with it move people at once. " +
+					"A duration; \"0s\" does not wait. Default \"" + defaultReadyTimeout + "\". Changing it changes nothing in stickyd.",
+				Optional: true,
+				Computed: true,
+				Default:  stringdefault.StaticString(defaultReadyTimeout),
+			},
 			"memory_max_mb": schema.Int64Attribute{
 				Description:   "A worker's hard memory ceiling in MB; 0 (the default) is none.",
 				Optional:      true,
@@ -158,6 +175,12 @@ func (r *groupResource) ValidateConfig(ctx context.Context, req resource.Validat
 	if v := m.Workers; !v.IsUnknown() && !v.IsNull() && (v.ValueInt64() < 1 || v.ValueInt64() > 64) {
 		resp.Diagnostics.AddAttributeError(path.Root("workers"), "Invalid workers", fmt.Sprintf("workers = %d: want 1 to 64.", v.ValueInt64()))
 	}
+	if v := m.ReadyTimeout; !v.IsUnknown() && !v.IsNull() {
+		if d, err := time.ParseDuration(v.ValueString()); err != nil || d < 0 {
+			resp.Diagnostics.AddAttributeError(path.Root("ready_timeout"), "Invalid ready_timeout",
+				fmt.Sprintf("ready_timeout = %q: want a duration like \"5m\" (\"0s\": do not wait).", v.ValueString()))
+		}
+	}
 	if v := m.MemoryMaxMB; !v.IsUnknown() && !v.IsNull() && v.ValueInt64() < 0 {
 		resp.Diagnostics.AddAttributeError(path.Root("memory_max_mb"), "Invalid memory_max_mb", "memory_max_mb must not be negative.")
 	}
@@ -190,6 +213,39 @@ func (r *groupResource) Create(ctx context.Context, req resource.CreateRequest, 
 	}
 	resp.Diagnostics.Append(plan.fromEntry(ctx, e)...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	wait, _ := time.ParseDuration(plan.ReadyTimeout.ValueString())
+	if err := r.waitReady(ctx, name, wait); err != nil {
+		// Recorded in the state (it exists), reported as an error: the
+		// resource is tainted, as a Nomad job whose deployment failed.
+		resp.Diagnostics.AddError(fmt.Sprintf("Waiting for stickyd group %q", name), err.Error())
+	}
+}
+
+// waitReady waits until the cluster runs at least one worker of group,
+// polling the API, for at most wait.
+func (r *groupResource) waitReady(ctx context.Context, name string, wait time.Duration) error {
+	if wait <= 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	start := time.Now()
+	for {
+		g, err := r.client.group(ctx, name)
+		if err == nil && g.Ready > 0 {
+			tflog.Info(ctx, "stickyd group ready", map[string]any{"group": name, "workers": len(g.WorkerIDs), "after": time.Since(start).String()})
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the group is created, but no worker of it runs after %s (ready_timeout): "+
+				"assignments to it move nobody until one does. Check its hosts (stickyd group status %s; nomad job status stickyd-group-%s)", wait, name, name)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 func (r *groupResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -215,14 +271,24 @@ func (r *groupResource) Read(ctx context.Context, req resource.ReadRequest, resp
 		return
 	}
 	resp.Diagnostics.Append(state.fromEntry(ctx, g.GroupEntry)...)
+	if state.ReadyTimeout.IsNull() {
+		state.ReadyTimeout = types.StringValue(defaultReadyTimeout) // imported
+	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
 }
 
-// Update is never called with a change to make: every attribute a user sets
-// requires replacement, since the API has no call that changes a group.
+// Update changes only ready_timeout, which lives in Terraform's state:
+// every attribute of the group itself requires replacement, since the API
+// has no call that changes a group.
 func (r *groupResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	resp.Diagnostics.AddError("stickyd cannot change a group in place",
-		"Every change to a stickyd_group replaces it; the provider was asked to update one in place, which is a bug in the provider.")
+	var plan, state groupModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	state.ReadyTimeout = plan.ReadyTimeout
+	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
 }
 
 func (r *groupResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {

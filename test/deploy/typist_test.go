@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	consulapi "github.com/hashicorp/consul/api"
 	"github.com/gorilla/websocket"
+	consulapi "github.com/hashicorp/consul/api"
 )
 
 // A typist is a person at a counter page who keeps typing through

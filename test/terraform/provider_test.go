@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,8 +59,13 @@ func TestProviderExample(t *testing.T) {
 	bin := t.TempDir()
 	stickyd := goBuild(t, filepath.Join(bin, "stickyd"), "github.com/stickyd/stickyd/cmd/stickyd")
 	goBuild(t, filepath.Join(bin, "provider", "terraform-provider-stickyd"), "github.com/stickyd/stickyd/cmd/terraform-provider-stickyd")
-	admin := startAgent(t, stickyd)
+	admin, front := startAgent(t, stickyd)
 	tf := newTerraform(t, filepath.Join(bin, "provider"), "../../terraform/provider-example", admin)
+	// maria is at work before the canary exists.
+	loginAt(t, front, "maria")
+	if u, code := getJSON[struct{ Worker string }](t, admin, "/v1/users/maria"); code != http.StatusOK || !strings.HasPrefix(u.Worker, "demo-") {
+		t.Fatalf("maria before the apply: %d %+v, want her on the demo group", code, u)
+	}
 
 	// Plan: the group, two rules and a maintenance window to add, nothing
 	// done yet.
@@ -70,9 +77,14 @@ func TestProviderExample(t *testing.T) {
 		t.Fatalf("plan created the group (GET answered %d)", code)
 	}
 
-	// Apply: the group and the rules are in the catalog as written.
+	// Apply: the group and the rules are in the catalog as written, and
+	// maria, whom a rule of the same apply sends to the new group, is
+	// there when it returns (the group waits for its workers first).
 	tf.run(t, 0, "apply", "-auto-approve", "-var", "canary_workers=1")
 	first := checkCanary(t, admin, 1)
+	if u, _ := getJSON[struct{ Worker string }](t, admin, "/v1/users/maria"); !slices.Contains(first.WorkerIDs, u.Worker) {
+		t.Fatalf("after the apply maria lives on %q, not on a canary worker %v", u.Worker, first.WorkerIDs)
+	}
 	checkRules(t, admin, true)
 	checkWindow(t, admin, true)
 	tf.run(t, 0, "plan", "-detailed-exitcode", "-var", "canary_workers=1") // 0: no changes
@@ -197,7 +209,7 @@ func goBuild(t *testing.T, out, pkg string) string {
 // front and admin API on ports the OS picks, and returns the admin API's
 // URL. stickyd dev would do, but it always serves the admin API on the
 // fixed 127.0.0.1:4650.
-func startAgent(t *testing.T, stickyd string) string {
+func startAgent(t *testing.T, stickyd string) (admin, front string) {
 	t.Helper()
 	dir := t.TempDir()
 	config := filepath.Join(dir, "agent.hcl")
@@ -243,7 +255,7 @@ group "demo" {
 	})
 
 	addrRE := regexp.MustCompile(`admin API on (http://\S+)`)
-	var admin string
+	frontRE := regexp.MustCompile(`serving on (http://\S+)`)
 	waitFor(t, time.Minute, func() error {
 		select {
 		case err := <-exited:
@@ -256,9 +268,33 @@ group "demo" {
 			return errors.New("the agent has not said where its admin API is")
 		}
 		admin = m[1]
+		if m := frontRE.FindStringSubmatch(out.String()); m != nil {
+			front = m[1]
+		}
 		return nil
 	})
-	return admin
+	return admin, front
+}
+
+// loginAt signs user in on the demo site at front, as a browser does.
+func loginAt(t *testing.T, front, user string) {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, Timeout: 30 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Get(front + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	resp, err = c.PostForm(front+"/login", url.Values{"user": {user}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("signing %s in: HTTP %d", user, resp.StatusCode)
+	}
 }
 
 // terraform runs the terraform binary in a copy of a configuration, with a
