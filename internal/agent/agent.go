@@ -273,7 +273,8 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: checkGovernance, CheckBundle: a.checkBundle,
 		Monitor:      func(ctx context.Context) (any, error) { return a.monitorView(ctx) },
 		MonitorLocal: func() any { return a.localMonitor() },
-		Maintenance:  maintenanceAPI{a}, Extra: a.extraRoutes}))
+		Maintenance:  maintenanceAPI{a}, Extra: a.extraRoutes,
+		JobLog: jobLog{a}, AgentName: a.cfg.Name}))
 	a.startDeployment()
 	a.started = true
 	a.up.Store(true)

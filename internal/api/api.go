@@ -61,6 +61,10 @@ type Config struct {
 	// MonitorLocal this agent's part of it (GET /v1/monitor/local).
 	Monitor      func(ctx context.Context) (any, error)
 	MonitorLocal func() any
+	// JobLog, if set, records jobs for every server (see JobLog);
+	// AgentName names this agent in them.
+	JobLog    JobLog
+	AgentName string
 	// Maintenance, if set, serves /v1/maintenance.
 	Maintenance Maintenance
 	// Extra, if set, adds routes; wrap gives a handler the API's token
@@ -73,7 +77,7 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	a := &server{cfg: cfg, jobs: &jobs{log: cfg.Logger.Named("jobs")}}
+	a := &server{cfg: cfg, jobs: &jobs{log: cfg.Logger.Named("jobs"), rec: cfg.JobLog, agent: cfg.AgentName}}
 	mux := http.NewServeMux()
 	if cfg.Maintenance != nil {
 		a.maintenanceRoutes(mux)

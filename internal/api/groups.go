@@ -130,8 +130,19 @@ func (a *server) groupRoutes(mux *http.ServeMux) {
 	}))
 	mux.HandleFunc("GET /v1/jobs/{id}", a.handle(func(w http.ResponseWriter, r *http.Request) error {
 		j := a.jobs.get(r.PathValue("id"))
+		if j == nil && a.jobs.rec != nil {
+			// Another server runs it: its recorded state.
+			if rec, ok := a.jobs.rec.Job(r.PathValue("id")); ok {
+				if r.URL.Query().Get("follow") != "" {
+					a.jobs.followRecorded(w, r, rec.ID)
+					return nil
+				}
+				writeJSON(w, http.StatusOK, rec)
+				return nil
+			}
+		}
 		if j == nil {
-			return &Error{Status: http.StatusNotFound, Message: fmt.Sprintf("no job %q on this agent", r.PathValue("id"))}
+			return &Error{Status: http.StatusNotFound, Message: fmt.Sprintf("no job %q", r.PathValue("id"))}
 		}
 		if r.URL.Query().Get("follow") != "" {
 			j.follow(w, r)

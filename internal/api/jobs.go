@@ -19,13 +19,28 @@ import (
 // A job is a long operation on many people (a promotion, a rollback, the
 // moves after a rule changed). It runs on the agent that received the call,
 // in the background: a caller that stops following it does not stop it.
+// With a JobLog its state is recorded where every server reads it (start,
+// progress at most once a second, end), so any server lists and follows
+// it; the moves one by one are streamed only by the agent running it.
+
+// JobLog records jobs where every server sees them: the raft log.
+type JobLog interface {
+	RecordJob(ctx context.Context, j Job) error
+	Jobs() []Job
+	Job(id string) (Job, bool)
+}
+
+// recordEvery bounds how often a running job's progress is recorded.
+const recordEvery = time.Second
 
 // Job is a job's state as GET /v1/jobs/{id} shows it.
 type Job struct {
-	ID       string    `json:"id"`
-	Kind     string    `json:"kind"` // promote, rollback, assign
-	Group    string    `json:"group,omitempty"`
-	From     string    `json:"from,omitempty"`
+	ID    string `json:"id"`
+	Kind  string `json:"kind"` // promote, rollback, assign
+	Group string `json:"group,omitempty"`
+	From  string `json:"from,omitempty"`
+	// Agent is the agent running the job.
+	Agent    string    `json:"agent,omitempty"`
 	Started  time.Time `json:"started"`
 	Finished time.Time `json:"finished,omitzero"`
 	Users    int       `json:"users"`
@@ -55,6 +70,22 @@ type jobs struct {
 	mu   sync.Mutex
 	byID map[string]*job
 	log  hclog.Logger
+	// rec, if set, records every job for the other servers; agent names
+	// this one in them.
+	rec   JobLog
+	agent string
+}
+
+// record writes j's state to the job log, if there is one.
+func (js *jobs) record(j Job) {
+	if js.rec == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := js.rec.RecordJob(ctx, j); err != nil && js.log != nil {
+		js.log.Warn("recording a job's state for the other servers", "id", j.ID, "error", err)
+	}
 }
 
 func newJobID() string {
@@ -66,7 +97,7 @@ func newJobID() string {
 // start runs fn as a job. fn reports each move through progress and returns
 // the totals.
 func (js *jobs) start(kind, group, from string, fn func(ctx context.Context, progress func(move.Result, error)) (supervisor.ReconcileResult, error)) *job {
-	j := &job{state: Job{ID: newJobID(), Kind: kind, Group: group, From: from, Started: time.Now()}, wake: make(chan struct{})}
+	j := &job{state: Job{ID: newJobID(), Kind: kind, Group: group, From: from, Started: time.Now(), Agent: js.agent}, wake: make(chan struct{})}
 	js.mu.Lock()
 	if js.byID == nil {
 		js.byID = map[string]*job{}
@@ -74,6 +105,29 @@ func (js *jobs) start(kind, group, from string, fn func(ctx context.Context, pro
 	js.byID[j.state.ID] = j
 	js.pruneLocked()
 	js.mu.Unlock()
+	js.record(j.snapshot())
+	stopRecording := make(chan struct{})
+	recorded := make(chan struct{})
+	go func() {
+		defer close(recorded)
+		if js.rec == nil {
+			return
+		}
+		tick := time.NewTicker(recordEvery)
+		defer tick.Stop()
+		var last Job
+		for {
+			select {
+			case <-stopRecording:
+				return
+			case <-tick.C:
+			}
+			if s := j.snapshot(); s != last {
+				js.record(s)
+				last = s
+			}
+		}
+	}()
 	go func() {
 		res, err := fn(context.Background(), func(m move.Result, err error) {
 			p := JobProgress{Move: &m}
@@ -94,6 +148,11 @@ func (js *jobs) start(kind, group, from string, fn func(ctx context.Context, pro
 			j.state.Error = err.Error()
 		}
 		final := j.state
+		j.mu.Unlock()
+		close(stopRecording)
+		<-recorded
+		js.record(final) // before followers see the end: any server then has it
+		j.mu.Lock()
 		j.addLocked(JobProgress{Job: &final})
 		j.mu.Unlock()
 		if js.log != nil {
@@ -146,11 +205,49 @@ func (js *jobs) list() []Job {
 	}
 	js.mu.Unlock()
 	out := make([]Job, 0, len(all))
+	local := map[string]bool{}
 	for _, j := range all {
-		out = append(out, j.snapshot())
+		s := j.snapshot()
+		out = append(out, s)
+		local[s.ID] = true
+	}
+	if js.rec != nil {
+		for _, j := range js.rec.Jobs() {
+			if !local[j.ID] {
+				out = append(out, j)
+			}
+		}
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Started.Before(out[b].Started) })
 	return out
+}
+
+// followRecorded streams a job another agent runs, as recorded: its state
+// each time it changes, until it is done or the caller leaves.
+func (js *jobs) followRecorded(w http.ResponseWriter, r *http.Request, id string) {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	flusher, _ := w.(http.Flusher)
+	var last Job
+	for {
+		j, ok := js.rec.Job(id)
+		if ok && (j != last || j.Done) {
+			_ = enc.Encode(JobProgress{Job: &j})
+			if flusher != nil {
+				flusher.Flush()
+			}
+			last = j
+		}
+		if !ok || j.Done {
+			return
+		}
+		select {
+		case <-time.After(500 * time.Millisecond):
+		case <-r.Context().Done():
+			return
+		}
+	}
 }
 
 // follow streams the job's progress as NDJSON until it is done or the

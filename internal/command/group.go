@@ -1,6 +1,7 @@
 package command
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -116,7 +117,12 @@ func (m *Meta) startJob(ctx context.Context, client *apiClient, method, path str
 		return m.fail(fmt.Errorf("%s: the agent's answer names no job: %s", what, strings.TrimSpace(string(b))))
 	}
 	if detach {
-		m.UI.Output(fmt.Sprintf("%s: job %s started; follow it with: stickyd group status", what, j.ID))
+		// Any server reports it: its state is in raft.
+		hint := "stickyd group list"
+		if g := cmp.Or(j.Group, j.From); g != "" {
+			hint = "stickyd group status " + g
+		}
+		m.UI.Output(fmt.Sprintf("%s: job %s started (on %s); follow it with: %s", what, j.ID, orDash(j.Agent), hint))
 		return 0
 	}
 	return m.followJob(ctx, client, j.ID, what)

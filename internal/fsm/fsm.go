@@ -66,6 +66,8 @@ type State struct {
 	Gateway *GatewayState `json:"gateway,omitempty"`
 	// TornDown is when a tear-down began (nil: never).
 	TornDown *time.Time `json:"torn_down,omitempty"`
+	// Jobs holds the operator jobs, running and the last finished ones.
+	Jobs map[string]*JobRecord `json:"jobs,omitempty"`
 }
 
 // AgentEntry is an agent as the cluster reaches it.
@@ -305,6 +307,8 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return f.applyGatewayJob(decoded.(*GatewayJobRequest))
 	case TeardownRequestType:
 		return f.applyTeardown(buf)
+	case JobRequestType:
+		return f.applyJob(buf)
 	case RegisterAgentRequestType:
 		var req AgentEntry
 		if err := json.Unmarshal(buf, &req); err != nil {

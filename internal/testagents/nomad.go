@@ -247,6 +247,7 @@ func (n *Nomad) stop(t testing.TB, client *nomadapi.Client) {
 	if pids := killUnder(n.Dir); len(pids) > 0 {
 		t.Logf("testagents: killed processes nomad left under %s: %v", n.Dir, pids)
 	}
+	unmountUnder(n.Dir)
 }
 
 // stopJobs deregisters and purges every job in every namespace, then waits
@@ -421,6 +422,7 @@ consul {
 		if pids := killUnder(dir); len(pids) > 0 {
 			t.Logf("testagents: killed processes the nomad client left under %s: %v", dir, pids)
 		}
+		unmountUnder(dir)
 		logTailOnFailure(t, p)
 	})
 	return c, false, nil

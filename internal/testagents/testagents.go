@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -317,4 +318,34 @@ func underDir(pid int, dir string) bool {
 		return false
 	}
 	return bytes.Contains(cmdline, []byte(dir+string(filepath.Separator)))
+}
+
+// unmountUnder detaches every mount point under dir (the secrets and
+// private directories a Nomad client running as root mounts into each
+// allocation, which it leaves behind when it stops), deepest first, so
+// that the test's temporary directory can be removed.
+func unmountUnder(dir string) []string {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return nil
+	}
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		// Mount points with spaces are escaped as \040; none of Nomad's.
+		if p := f[1]; strings.HasPrefix(p, dir+string(filepath.Separator)) {
+			points = append(points, p)
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(points)))
+	var done []string
+	for _, p := range points {
+		if syscall.Unmount(p, syscall.MNT_DETACH) == nil {
+			done = append(done, p)
+		}
+	}
+	return done
 }
