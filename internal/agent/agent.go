@@ -268,7 +268,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		go a.govern.run(duration(a.cfg.Probe.Interval), a.stopGovern)
 	}
 	a.api.Store(api.Handler(api.Config{Token: a.token, Supervisor: a.sup, Gatherer: a.registry, Logger: a.log.Named("api"),
-		Workers: func() any { return append(a.pool.Workers(), a.pool.Retired()...) }, Status: a.status,
+		Workers: a.workersView, Status: a.status,
 		Events: func() any { return a.govern.events() },
 		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: checkGovernance, CheckBundle: a.checkBundle,
 		Monitor:      func(ctx context.Context) (any, error) { return a.monitorView(ctx) },

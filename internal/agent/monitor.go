@@ -224,3 +224,58 @@ func (a *Agent) registerMonitorMetrics() error {
 	}
 	return nil
 }
+
+// workersView is GET /v1/workers: this agent's workers (retired slots
+// included) and, unless local, those of every other agent in the maps, as
+// each answers GET /v1/workers?local=true within 2 s; an agent that does
+// not answer has its registered workers listed as unreachable. So
+// `stickyd worker list` through a server that runs no worker lists the
+// hosts' workers.
+func (a *Agent) workersView(ctx context.Context, local bool) any {
+	out := append(a.pool.Workers(), a.pool.Retired()...)
+	if local {
+		return out
+	}
+	agents := a.fsm.Agents()
+	sort.Slice(agents, func(i, j int) bool { return agents[i].Name < agents[j].Name })
+	type answer struct {
+		workers []host.WorkerInfo
+		ok      bool
+	}
+	answers := make([]answer, len(agents))
+	var wg sync.WaitGroup
+	for i, ag := range agents {
+		if ag.Name == a.cfg.Name || ag.AdminAddr == "" || len(ag.Workers) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			var ws []host.WorkerInfo
+			if err := a.call(cctx, "GET", ag.AdminAddr, "/v1/workers?local=true", nil, &ws); err == nil {
+				answers[i] = answer{ws, true}
+			}
+		}()
+	}
+	wg.Wait()
+	for i, ag := range agents {
+		if ag.Name == a.cfg.Name || len(ag.Workers) == 0 {
+			continue
+		}
+		if answers[i].ok {
+			out = append(out, answers[i].workers...)
+			continue
+		}
+		ids := make([]string, 0, len(ag.Workers))
+		for id := range ag.Workers {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			out = append(out, host.WorkerInfo{ID: id, Group: ag.Workers[id], State: "unreachable"})
+		}
+	}
+	return out
+}

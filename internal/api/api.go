@@ -40,8 +40,9 @@ type Supervisor interface {
 type Config struct {
 	Token      string
 	Supervisor Supervisor
-	// Workers lists the workers for GET /v1/workers.
-	Workers func() any
+	// Workers lists the workers for GET /v1/workers: the whole cluster's,
+	// or (local, ?local=true) this agent's only.
+	Workers func(ctx context.Context, local bool) any
 	// Status describes the cluster for GET /v1/status (the CLI's status,
 	// server members and operator raft list-peers read it).
 	Status func() any
@@ -223,7 +224,8 @@ func (a *server) getUser(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *server) listWorkers(w http.ResponseWriter, r *http.Request) error {
-	writeJSON(w, http.StatusOK, a.cfg.Workers())
+	local := r.URL.Query().Get("local")
+	writeJSON(w, http.StatusOK, a.cfg.Workers(r.Context(), local != "" && local != "false" && local != "0"))
 	return nil
 }
 
