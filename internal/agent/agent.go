@@ -219,6 +219,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	go a.leaderLoop(a.stopLeader)
 	if a.cfg.IsServer() && a.cfg.Server.BootstrapExpect > 1 {
 		go a.membershipLoop(a.stopLeader)
+		go a.autopilotLoop(a.stopLeader)
 	}
 	a.pool.Parcels = clusterParcels{a}
 	a.pool.ProbeInterval, a.pool.ProbeMisses = duration(a.cfg.Probe.Interval), a.cfg.Probe.Misses

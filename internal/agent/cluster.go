@@ -299,27 +299,20 @@ func (l forwardingLog) Apply(ctx context.Context, entry []byte) (any, error) {
 			if !errors.Is(err, raftnode.ErrNotLeader) {
 				return res, err
 			}
-		} else if leaderAddr, _ := a.raft.Leader(); leaderAddr != "" {
-			admin := a.peers.adminOf(leaderAddr)
-			if admin == "" {
-				a.refreshPeers(ctx)
-				admin = a.peers.adminOf(leaderAddr)
+		} else if admin := a.leaderAdmin(ctx); admin != "" {
+			var out struct {
+				Result json.RawMessage `json:"result"`
+				Index  uint64          `json:"index"`
 			}
-			if admin != "" {
-				var out struct {
-					Result json.RawMessage `json:"result"`
-					Index  uint64          `json:"index"`
-				}
-				err := a.call(ctx, "POST", admin, "/v1/internal/apply", entry, &out)
-				var re *remoteErr
-				switch {
-				case err == nil:
-					// Read your writes: the caller reads this replica next.
-					a.waitApplied(ctx, out.Index)
-					return fsm.DecodeResult(fsm.MessageType(entry[0]), out.Result)
-				case errors.As(err, &re) && re.status != http.StatusServiceUnavailable && re.status != http.StatusMisdirectedRequest:
-					return nil, re.err // the leader applied it and refused: final
-				}
+			err := a.call(ctx, "POST", admin, "/v1/internal/apply", entry, &out)
+			var re *remoteErr
+			switch {
+			case err == nil:
+				// Read your writes: the caller reads this replica next.
+				a.waitApplied(ctx, out.Index)
+				return fsm.DecodeResult(fsm.MessageType(entry[0]), out.Result)
+			case errors.As(err, &re) && re.status != http.StatusServiceUnavailable && re.status != http.StatusMisdirectedRequest:
+				return nil, re.err // the leader applied it and refused: final
 			}
 		}
 		select {
@@ -328,6 +321,22 @@ func (l forwardingLog) Apply(ctx context.Context, entry []byte) (any, error) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// leaderAdmin is the leader's admin API address as this agent knows it
+// (learning the servers' addresses again if it does not), "" while no
+// leader is known.
+func (a *Agent) leaderAdmin(ctx context.Context) string {
+	leaderAddr, _ := a.raft.Leader()
+	if leaderAddr == "" {
+		return ""
+	}
+	admin := a.peers.adminOf(leaderAddr)
+	if admin == "" {
+		a.refreshPeers(ctx)
+		admin = a.peers.adminOf(leaderAddr)
+	}
+	return admin
 }
 
 // waitApplied waits (bounded by ctx, at most 5 s) until the local replica
@@ -437,4 +446,77 @@ func (a *Agent) clusterHealth() (bool, any) {
 	}
 	body["status"] = "ok"
 	return true, body
+}
+
+// autopilotLoop removes, while this server leads, the members it has not
+// reached for server.dead_server_cleanup: a host at once (its replacement
+// joins again under its name), a voter only while the voters still
+// reached number at least bootstrap_expect, so that a dead server's place
+// is freed once its replacement (under another name) is healthy and the
+// quorum is never made smaller than the operator asked for.
+func (a *Agent) autopilotLoop(stop <-chan struct{}) {
+	after := a.cfg.DeadServerCleanupAfter()
+	if after <= 0 {
+		return
+	}
+	tick := time.NewTicker(min(5*time.Second, after/2))
+	defer tick.Stop()
+	kept := map[string]bool{} // dead voters already said to be kept
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		if !a.raft.IsLeader() {
+			continue
+		}
+		dead := a.raft.Unreachable(after)
+		if len(dead) == 0 {
+			continue
+		}
+		peers, err := a.raft.Peers()
+		if err != nil {
+			continue
+		}
+		voter, voters := map[string]bool{}, 0
+		for _, p := range peers {
+			if p.Voter {
+				voter[p.ID] = true
+				voters++
+			}
+		}
+		deadVoters := 0
+		for _, id := range dead {
+			if voter[id] {
+				deadVoters++
+			}
+		}
+		for _, id := range dead {
+			if id == a.cfg.Name {
+				continue
+			}
+			if voter[id] && voters-deadVoters < a.cfg.Server.BootstrapExpect {
+				if !kept[id] {
+					a.log.Warn("a raft voter is unreachable; keeping it until a replacement is healthy", "id", id,
+						"voters", voters, "unreachable", deadVoters, "bootstrap_expect", a.cfg.Server.BootstrapExpect)
+					kept[id] = true
+				}
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := a.raft.RemoveMember(ctx, id)
+			cancel()
+			if err != nil {
+				a.log.Warn("removing an unreachable raft member", "id", id, "error", err)
+				continue
+			}
+			a.log.Info("removed an unreachable raft member", "id", id, "voter", voter[id], "unreachable_for_more_than", after)
+			if voter[id] {
+				voters--
+				deadVoters--
+			}
+			delete(kept, id)
+		}
+	}
 }

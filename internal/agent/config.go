@@ -201,6 +201,13 @@ type ServerConfig struct {
 	// compaction; a server further behind catches up from a snapshot.
 	SnapshotThreshold uint64 `hcl:"snapshot_threshold,optional"`
 	TrailingLogs      uint64 `hcl:"trailing_logs,optional"`
+	// DeadServerCleanup is how long the leader keeps a member it cannot
+	// reach before it removes it from the raft configuration (Nomad's
+	// autopilot): a host always, a voter only while the voters it still
+	// reaches number at least bootstrap_expect (a replacement under
+	// another name is healthy), so the quorum never shrinks below what
+	// the operator asked for. Default "2m"; "0s" turns it off.
+	DeadServerCleanup string `hcl:"dead_server_cleanup,optional"`
 }
 
 // FrontConfig is the HTTP and WebSocket front.
@@ -428,6 +435,11 @@ func (c *Config) Finish() error {
 			return fmt.Errorf("%s %q: want a positive duration like \"5s\"", name, d)
 		}
 	}
+	if d := c.Server.DeadServerCleanup; d != "" {
+		if v, err := time.ParseDuration(d); err != nil || v < 0 {
+			return fmt.Errorf("server: dead_server_cleanup %q: want a duration like \"2m\" (\"0s\" turns it off)", d)
+		}
+	}
 	if c.ShutdownTimeout != "" && c.KillTimeout != "" && duration(c.ShutdownTimeout) >= duration(c.KillTimeout) {
 		return fmt.Errorf("shutdown_timeout %s is not below kill_timeout %s: the stop would be killed before it parks everyone (leave shutdown_timeout out to derive it)", c.ShutdownTimeout, c.KillTimeout)
 	}
@@ -492,6 +504,15 @@ func (c *Config) Finish() error {
 }
 
 // IsServer reports whether the agent is a raft voter (the server role).
+// DeadServerCleanupAfter is server.dead_server_cleanup: default 2
+// minutes, zero for never.
+func (c *Config) DeadServerCleanupAfter() time.Duration {
+	if c.Server.DeadServerCleanup == "" {
+		return 2 * time.Minute
+	}
+	return duration(c.Server.DeadServerCleanup)
+}
+
 // RehomesOnStop reports whether a stop moves people to other agents first.
 func (c *Config) RehomesOnStop() bool {
 	if c.Host != nil && c.Host.RehomeOnStop != nil {

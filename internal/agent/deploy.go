@@ -101,12 +101,7 @@ func (a *Agent) memberHandler(ctx context.Context, req api.MemberRequest) (int, 
 		return http.StatusServiceUnavailable, errors.New("raft is not up yet")
 	}
 	if !a.raft.IsLeader() {
-		leaderAddr, _ := a.raft.Leader()
-		admin := a.peers.adminOf(leaderAddr)
-		if admin == "" {
-			a.refreshPeers(ctx)
-			admin = a.peers.adminOf(leaderAddr)
-		}
+		admin := a.leaderAdmin(ctx)
 		if admin == "" {
 			return http.StatusServiceUnavailable, errors.New("no leader known yet")
 		}

@@ -44,12 +44,7 @@ func (a *Agent) operatorRoutes(mux *http.ServeMux, wrap func(func(http.ResponseW
 	mux.HandleFunc("POST /v1/operator/teardown", wrap(a.teardownHandler))
 	mux.HandleFunc("POST /v1/operator/raft/transfer-leader", wrap(func(w http.ResponseWriter, r *http.Request) error {
 		if !a.raft.IsLeader() {
-			leaderAddr, _ := a.raft.Leader()
-			admin := a.peers.adminOf(leaderAddr)
-			if admin == "" {
-				a.refreshPeers(r.Context())
-				admin = a.peers.adminOf(leaderAddr)
-			}
+			admin := a.leaderAdmin(r.Context())
 			if admin == "" {
 				return &api.Error{Status: http.StatusServiceUnavailable, Message: "no leader known yet; retry"}
 			}

@@ -140,12 +140,7 @@ func waitGroupAllocs(ctx context.Context, client *nomadapi.Client, progress func
 // forwardStream sends an operator call to the leader and copies its
 // answer as it comes.
 func (a *Agent) forwardStream(w http.ResponseWriter, r *http.Request, path string) error {
-	leaderAddr, _ := a.raft.Leader()
-	admin := a.peers.adminOf(leaderAddr)
-	if admin == "" {
-		a.refreshPeers(r.Context())
-		admin = a.peers.adminOf(leaderAddr)
-	}
+	admin := a.leaderAdmin(r.Context())
 	if admin == "" {
 		return &api.Error{Status: http.StatusServiceUnavailable, Message: "no leader known yet; retry"}
 	}

@@ -142,17 +142,19 @@ func (js *jobs) start(kind, group, from string, fn func(ctx context.Context, pro
 			j.mu.Unlock()
 		})
 		j.mu.Lock()
-		j.state.Users, j.state.Moved, j.state.Failed = res.Users, res.Moved, res.Failed
-		j.state.Done, j.state.Finished = true, time.Now()
-		if err != nil {
-			j.state.Error = err.Error()
-		}
 		final := j.state
 		j.mu.Unlock()
+		final.Users, final.Moved, final.Failed = res.Users, res.Moved, res.Failed
+		final.Done, final.Finished = true, time.Now()
+		if err != nil {
+			final.Error = err.Error()
+		}
 		close(stopRecording)
 		<-recorded
-		js.record(final) // before followers see the end: any server then has it
+		// Recorded before followers see the end: any server then has it.
+		js.record(final)
 		j.mu.Lock()
+		j.state = final // done and its last line together: a follower sees both
 		j.addLocked(JobProgress{Job: &final})
 		j.mu.Unlock()
 		if js.log != nil {

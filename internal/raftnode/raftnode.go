@@ -51,6 +51,7 @@ type Config struct {
 type Node struct {
 	Raft      *raft.Raft
 	id        string
+	peers     *peerHealth
 	transport raft.Transport
 	closers   []func() error
 	leaderCh  chan bool
@@ -169,6 +170,7 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 		return nil, fmt.Errorf("starting raft: %w", err)
 	}
 	n.Raft = r
+	n.peers = newPeerHealth(r)
 	return n, nil
 }
 
@@ -293,6 +295,9 @@ func (n *Node) ApplyIndex(ctx context.Context, entry []byte) (any, uint64, error
 func (n *Node) Shutdown() error {
 	n.stopOnce.Do(func() {
 		if n.Raft != nil {
+			if n.peers != nil {
+				n.peers.close(n.Raft)
+			}
 			n.stopErr = n.Raft.Shutdown().Error()
 		}
 		n.close()

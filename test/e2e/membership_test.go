@@ -307,3 +307,58 @@ func TestHealthFailsOutsideRaft(t *testing.T) {
 	proxy.block(false)
 	waitFor(t, 60*time.Second, "s3's health check to pass again", func() bool { code, _ := clusterHealth(cut); return code == 200 })
 }
+
+// The leader removes a member it has not reached for
+// dead_server_cleanup once the voters it still reaches number at least
+// bootstrap_expect (a fourth server that joined and died), and keeps an
+// unreachable one while removing it would leave fewer (one of the three).
+func TestDeadServerCleanup(t *testing.T) {
+	cleanup := "  dead_server_cleanup = \"3s\"\n"
+	ps, _ := startClusterSpec(t, 3, func(int) procSpec { return procSpec{workers: 1, server: cleanup} })
+	var admins []string
+	for _, p := range ps {
+		admins = append(admins, p.admin)
+	}
+	extra := newProcSpec(t, procSpec{workers: 1, name: "s4", expect: 3, join: admins, server: cleanup})
+	extra.start()
+	voters := func() map[string]string {
+		for _, p := range ps {
+			if peers, ok := peersOf(t, p); ok {
+				return peers
+			}
+		}
+		return nil
+	}
+	waitFor(t, 30*time.Second, "s4 to join as the fourth voter", func() bool { v := voters(); return len(v) == 4 && v["s4"] != "" })
+	if err := extra.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-extra.exited
+	killed := time.Now()
+	waitFor(t, 30*time.Second, "the dead s4 to be removed", func() bool { v := voters(); return len(v) == 3 && v["s4"] == "" })
+	t.Logf("s4 removed %v after it was killed", time.Since(killed).Round(time.Millisecond))
+
+	// One of the three now: removing it would leave two voters of three
+	// expected, so it stays until it comes back.
+	var follower *proc
+	for i, p := range ps {
+		if s, ok := status(t, p); ok && s.Leader != "s"+strconv.Itoa(i+1) {
+			follower = p
+			break
+		}
+	}
+	if err := follower.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-follower.exited
+	deadline := time.Now().Add(8 * time.Second)
+	for time.Now().Before(deadline) {
+		if v := voters(); len(v) != 3 {
+			t.Fatalf("a dead voter of the three was removed: voters %v", v)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	follower.launch()
+	follower.waitHealthy()
+	waitFor(t, 30*time.Second, "the follower healthy again", func() bool { code, _ := clusterHealth(follower); return code == 200 })
+}

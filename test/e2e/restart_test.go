@@ -59,6 +59,8 @@ type procSpec struct {
 	// raftVia, when set, is given the raft bind address and returns the
 	// address the others are to dial instead (raft_advertise).
 	raftVia func(bind string) string
+	// server is added inside the server block.
+	server string
 }
 
 // onIP moves a loopback address picked by freePort to ip.
@@ -79,9 +81,9 @@ func newProcSpec(t *testing.T, sp procSpec) *proc {
 	if p.admin == "" {
 		p.admin = onIP(freePort(t), sp.ip)
 	}
-	raftBind, raftExtra := onIP(freePort(t), sp.ip), ""
+	raftBind, raftExtra := onIP(freePort(t), sp.ip), sp.server
 	if sp.raftVia != nil {
-		raftExtra = fmt.Sprintf("  raft_advertise = %q\n", sp.raftVia(raftBind))
+		raftExtra += fmt.Sprintf("  raft_advertise = %q\n", sp.raftVia(raftBind))
 	}
 	joins := ""
 	for _, j := range join {
