@@ -2,11 +2,14 @@ package raftnode
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/stickyd/stickyd/internal/freeport"
 	"github.com/stickyd/stickyd/internal/fsm"
 )
 
@@ -86,4 +89,57 @@ func TestDurableRestart(t *testing.T) {
 	if r, ok := g.Lookup("e"); !ok || r.Worker != "w1" {
 		t.Fatalf("e after restart: %+v", r)
 	}
+}
+
+// A member that lost its quorum (its configuration names a voter that is
+// gone for good) elects no leader; the operator's peers.json replaces the
+// configuration at the next start, keeping the log, and is renamed.
+func TestRecoverFromPeersFile(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeport.Addr(t)
+	cfg := Config{ID: "s1", DataDir: dir, BindAddr: addr, Bootstrap: true}
+	n := start(t, cfg, fsm.New())
+	connect(t, n, "a", "w1")
+	// A second voter that never answers: the change cannot commit, and the
+	// cluster of two has lost its quorum.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	_ = n.AddVoter(ctx, "s2", freeport.Addr(t))
+	cancel()
+	if err := n.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+
+	stuck, err := New(Config{ID: "s1", DataDir: dir, BindAddr: addr, Logger: hclog.NewNullLogger()}, fsm.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // elections come and go
+	if addr, _ := stuck.Leader(); addr != "" {
+		t.Fatalf("a leader %s without a quorum", addr)
+	}
+	if err := stuck.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+
+	peers := filepath.Join(dir, "raft", PeersFile)
+	if err := os.WriteFile(peers, []byte(`[{"id": "s1", "address": "`+addr+`", "non_voter": false}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := fsm.New()
+	m := start(t, Config{ID: "s1", DataDir: dir, BindAddr: addr}, f)
+	defer m.Shutdown()
+	ps, err := m.Peers()
+	if err != nil || len(ps) != 1 || ps[0].ID != "s1" {
+		t.Fatalf("peers after recovery: %+v %v", ps, err)
+	}
+	if r, ok := f.Lookup("a"); !ok || r.Worker != "w1" {
+		t.Fatalf("the log before the recovery is lost: %+v %v", r, ok)
+	}
+	if _, err := os.Stat(peers); !os.IsNotExist(err) {
+		t.Fatalf("peers.json is still there (%v)", err)
+	}
+	if _, err := os.Stat(peers + ".applied"); err != nil {
+		t.Fatal(err)
+	}
+	connect(t, m, "b", "w2") // and it takes writes again
 }
