@@ -5,9 +5,11 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -361,4 +363,58 @@ func TestDeadServerCleanup(t *testing.T) {
 	follower.launch()
 	follower.waitHealthy()
 	waitFor(t, 30*time.Second, "the follower healthy again", func() bool { code, _ := clusterHealth(follower); return code == 200 })
+}
+
+// runCLI runs the stickyd CLI (this test binary re-executed) against admin.
+func runCLI(t *testing.T, admin string, args ...string) (string, int) {
+	t.Helper()
+	exe, _ := os.Executable()
+	cmd := exec.Command(exe, append(args, "-address", "http://"+admin, "-token", testToken)...)
+	cmd.Env = append(os.Environ(), agentEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), code
+}
+
+// The operator's raft tools through any server: transfer-leader hands
+// leadership to another voter; remove-peer takes out a server that is gone
+// and refuses an unknown id and the leader itself.
+func TestOperatorRaftTools(t *testing.T) {
+	ps, leader := startClusterSpec(t, 3, func(int) procSpec { return procSpec{workers: 1, server: "  dead_server_cleanup = \"0s\"\n"} })
+	via := ps[(leader+1)%3] // a follower: the calls are forwarded
+	if out, code := runCLI(t, via.admin, "operator", "raft", "transfer-leader"); code != 0 {
+		t.Fatalf("transfer-leader: exit %d\n%s", code, out)
+	}
+	old := "s" + strconv.Itoa(leader+1)
+	waitFor(t, 20*time.Second, "another leader", func() bool { s, ok := status(t, via); return ok && s.Leader != "" && s.Leader != old })
+	s, _ := status(t, via)
+	if out, code := runCLI(t, via.admin, "operator", "raft", "remove-peer", s.Leader); code == 0 || !strings.Contains(out, "transfer leadership first") {
+		t.Fatalf("remove-peer of the leader: exit %d\n%s", code, out)
+	}
+	if out, code := runCLI(t, via.admin, "operator", "raft", "remove-peer", "s9"); code == 0 || !strings.Contains(out, `no raft peer "s9"`) {
+		t.Fatalf("remove-peer of an unknown id: exit %d\n%s", code, out)
+	}
+	// A follower gone for good, removed by the operator.
+	var gone *proc
+	var goneID string
+	for i, p := range ps {
+		if id := "s" + strconv.Itoa(i+1); id != s.Leader && p != via {
+			gone, goneID = p, id
+		}
+	}
+	if err := gone.stop(syscall.SIGKILL); err == nil {
+		t.Fatal("SIGKILL reported a clean exit")
+	}
+	if out, code := runCLI(t, via.admin, "operator", "raft", "remove-peer", goneID); code != 0 {
+		t.Fatalf("remove-peer %s: exit %d\n%s", goneID, code, out)
+	}
+	waitFor(t, 10*time.Second, goneID+" out of the configuration", func() bool {
+		v, ok := peersOf(t, via)
+		return ok && len(v) == 2 && v[goneID] == ""
+	})
 }
