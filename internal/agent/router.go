@@ -158,6 +158,9 @@ func (r *router) Ready() []string {
 	return out
 }
 
+// deliverTimeout bounds handing a package to the destination's host.
+const deliverTimeout = 10 * time.Second
+
 // Deliver hands a moved person's package to the agent of the worker they
 // are moving to, before the maps point there: the package travels from
 // memory to the host that wakes them, and the one that froze them may go
@@ -171,6 +174,10 @@ func (r *router) Deliver(ctx context.Context, worker, digest string, pkg []byte)
 	if !ok || ag.Name == r.a.cfg.Name || ag.AdminAddr == "" {
 		return nil
 	}
+	// Bounded: a destination host that does not take it in time (stopped,
+	// cut off) rolls the move back, and the person stays home.
+	ctx, cancel := context.WithTimeout(ctx, deliverTimeout)
+	defer cancel()
 	if _, err := r.a.fetch(ctx, "PUT", ag.AdminAddr, "/v1/internal/park/"+digest, pkg); err != nil {
 		return fmt.Errorf("delivering the package to %s: %w", ag.Name, err)
 	}
