@@ -14,6 +14,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+
+	"github.com/stickyd/stickyd/internal/testagents"
 )
 
 // peersOf lists the raft configuration as server p sees it: id → address.
@@ -269,8 +273,12 @@ func (b *blockable) block(on bool) {
 
 // The health check Consul runs on a server (GET /v1/agent/health) fails
 // while the server is cut off from raft — its raft port blocked — and
-// passes again once it is reachable; the others stay healthy.
+// passes again once it is reachable; the others stay healthy. A real
+// Consul agent runs the servers' checks as jobs/stickyd.nomad declares
+// them, and `consul://stickyd-server` then never hands out the cut-off
+// server.
 func TestHealthFailsOutsideRaft(t *testing.T) {
+	consul := testagents.StartConsul(t)
 	var proxy *blockable
 	ps, _ := startClusterSpec(t, 3, func(i int) procSpec {
 		sp := procSpec{workers: 1}
@@ -287,6 +295,28 @@ func TestHealthFailsOutsideRaft(t *testing.T) {
 			t.Fatalf("%s unhealthy in a healthy cluster: %d %s", p.admin, code, body)
 		}
 	}
+	cc := consul.Client()
+	for i, p := range ps {
+		host, port, _ := net.SplitHostPort(p.admin)
+		n, _ := strconv.Atoi(port)
+		reg := &consulapi.AgentServiceRegistration{ID: "s" + strconv.Itoa(i+1), Name: "stickyd-server", Address: host, Port: n,
+			Check: &consulapi.AgentServiceCheck{Name: "raft member", HTTP: "http://" + p.admin + "/v1/agent/health", Interval: "1s", Timeout: "1s"}}
+		if err := cc.Agent().ServiceRegister(reg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	passing := func() map[string]bool {
+		entries, _, err := cc.Health().Service("stickyd-server", "", true, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, e := range entries {
+			out[e.Service.ID] = true
+		}
+		return out
+	}
+	waitFor(t, 30*time.Second, "Consul to pass the three servers' checks", func() bool { return len(passing()) == 3 })
 	cut := ps[2]
 	if s, _ := status(t, cut); s.Leader == "s3" {
 		// The proxy cuts the way in; make sure s3 is a follower, which
@@ -306,8 +336,17 @@ func TestHealthFailsOutsideRaft(t *testing.T) {
 	for _, p := range ps[:2] {
 		waitFor(t, 30*time.Second, "the others to stay healthy", func() bool { code, _ := clusterHealth(p); return code == 200 })
 	}
+	waitFor(t, 30*time.Second, "Consul to fail s3's check only", func() bool { p := passing(); return len(p) == 2 && !p["s3"] })
+	// What the CLI and the hosts resolve: never the cut-off server.
+	for range 10 {
+		out, code := runCLIEnv(t, []string{"CONSUL_HTTP_ADDR=" + consul.HTTPAddr}, "consul://stickyd-server", "status", "-json")
+		if code != 0 || strings.Contains(out, `"name": "s3"`) || strings.Contains(out, `"name":"s3"`) {
+			t.Fatalf("stickyd status through consul://stickyd-server with s3 cut off: exit %d\n%s", code, out)
+		}
+	}
 	proxy.block(false)
 	waitFor(t, 60*time.Second, "s3's health check to pass again", func() bool { code, _ := clusterHealth(cut); return code == 200 })
+	waitFor(t, 30*time.Second, "Consul to pass s3 again", func() bool { return len(passing()) == 3 })
 }
 
 // The leader removes a member it has not reached for
@@ -368,9 +407,15 @@ func TestDeadServerCleanup(t *testing.T) {
 // runCLI runs the stickyd CLI (this test binary re-executed) against admin.
 func runCLI(t *testing.T, admin string, args ...string) (string, int) {
 	t.Helper()
+	return runCLIEnv(t, nil, "http://"+admin, args...)
+}
+
+// runCLIEnv runs the CLI against address with env added.
+func runCLIEnv(t *testing.T, env []string, address string, args ...string) (string, int) {
+	t.Helper()
 	exe, _ := os.Executable()
-	cmd := exec.Command(exe, append(args, "-address", "http://"+admin, "-token", testToken)...)
-	cmd.Env = append(os.Environ(), agentEnv+"=1")
+	cmd := exec.Command(exe, append(args, "-address", address, "-token", testToken)...)
+	cmd.Env = append(append(os.Environ(), agentEnv+"=1"), env...)
 	out, err := cmd.CombinedOutput()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
