@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/park"
 	"github.com/stickyd/stickyd/internal/placement"
 )
@@ -78,32 +79,54 @@ func (a *Agent) parkAll(ctx context.Context) error {
 	}
 	a.log.Info("parking everyone before stopping", "users", len(users), "folder", tmp)
 	m := parkManifest{Time: time.Now().UTC(), Agent: a.cfg.Name, Workers: map[string]int{}}
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-		// Raft batches concurrent writes into one fsync, and packages are
-		// flushed once at the end: many moves at a time is cheap.
-		sem = make(chan struct{}, 64)
-	)
-	for _, u := range users {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			res, err := a.mover.Park(ctx, u)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				m.Lost = append(m.Lost, parkFailure{User: u, Error: err.Error()})
-				return
-			}
-			info, _ := a.sup.User(u)
-			m.Parked = append(m.Parked, info)
-			m.Workers[res.To]++
-		}()
+	// freeze_timeout bounds a live move's freeze because the person's
+	// other tabs wait on the barrier meanwhile; on the way down nobody
+	// waits (the front is closed), and a freeze cut short is work thrown
+	// away. So the first round gives each freeze a quarter of the time the
+	// stop has left (at least freeze_timeout), and whoever still ran out
+	// (a hung worker, a huge page) is tried again with everything left
+	// but a margin, fewer at a time, slow people last. A rolled-back
+	// freeze left the person home and whole, so a retry is safe.
+	stopLeft := a.cfg.StopTimeout()
+	if d, ok := ctx.Deadline(); ok {
+		stopLeft = time.Until(d)
 	}
-	wg.Wait()
+	const margin = 2 * time.Second // for the manifest and the rename
+	freeze := max(duration(a.cfg.Move.FreezeTimeout), stopLeft/4)
+	left, parallel := users, 64
+	for round := 1; ; round++ {
+		var retry []string
+		a.parkSet(ctx, left, parallel, freeze, func(u string, res move.Result, err error) {
+			switch {
+			case err == nil:
+				info, _ := a.sup.User(u)
+				m.Parked = append(m.Parked, info)
+				m.Workers[res.To]++
+			case errors.Is(err, move.ErrRolledBack) && ctx.Err() == nil:
+				retry = append(retry, u)
+			default:
+				m.Lost = append(m.Lost, parkFailure{User: u, Error: err.Error()})
+			}
+		})
+		if len(retry) == 0 {
+			break
+		}
+		parallel = max(1, parallel/4)
+		if d, ok := ctx.Deadline(); ok {
+			freeze = time.Until(d) - margin
+		} else {
+			freeze *= 2
+		}
+		if freeze < time.Second || round == 4 {
+			for _, u := range retry {
+				m.Lost = append(m.Lost, parkFailure{User: u, Error: "the stop's deadline came before their freeze finished"})
+			}
+			break
+		}
+		sort.Strings(retry)
+		a.log.Warn("some freezes ran out; parking those people again with a longer bound", "users", len(retry), "round", round+1, "freeze_timeout", freeze)
+		left = retry
+	}
 	if err := a.park.Sync(); err != nil {
 		return err
 	}
@@ -131,6 +154,31 @@ func (a *Agent) parkAll(ctx context.Context) error {
 		return fmt.Errorf("%d of %d people could not be parked (see %s)", len(m.Lost), len(users), final)
 	}
 	return nil
+}
+
+// parkSet parks users, parallel at a time, each freeze bounded by freeze,
+// and tells done of each outcome (one at a time).
+func (a *Agent) parkSet(ctx context.Context, users []string, parallel int, freeze time.Duration, done func(string, move.Result, error)) {
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+		// Raft batches concurrent writes into one fsync, and packages are
+		// flushed once at the end: many moves at a time is cheap.
+		sem = make(chan struct{}, parallel)
+	)
+	for _, u := range users {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			res, err := a.mover.ParkWithin(ctx, u, freeze)
+			mu.Lock()
+			defer mu.Unlock()
+			done(u, res, err)
+		}()
+	}
+	wg.Wait()
 }
 
 // RestartReport says what the agent found of its last stop.

@@ -137,7 +137,7 @@ func New(cfg Config, maps Maps, log Log, workers Workers, store park.Store) *Mov
 // frame. The error says which clear outcome happened otherwise: nothing
 // changed (bad input, busy), ErrRolledBack, or ErrStateLost.
 func (m *Mover) Move(ctx context.Context, user, to, reason string) (Result, error) {
-	return m.travel(ctx, user, to, reason, false)
+	return m.travel(ctx, user, to, reason, false, m.cfg.FreezeTimeout)
 }
 
 // Park takes the same road with the person's own worker as the destination:
@@ -146,14 +146,21 @@ func (m *Mover) Move(ctx context.Context, user, to, reason string) (Result, erro
 // agent going down parks everyone this way, then makes all the packages
 // durable at once with the store's Sync before it names its park folder.
 func (m *Mover) Park(ctx context.Context, user string) (Result, error) {
+	return m.ParkWithin(ctx, user, m.cfg.FreezeTimeout)
+}
+
+// ParkWithin is Park with freeze as the freeze's bound instead of the
+// configured one: a stop retries, with a longer bound, the people whose
+// freeze ran out (a large page on a busy machine).
+func (m *Mover) ParkWithin(ctx context.Context, user string, freeze time.Duration) (Result, error) {
 	u, ok := m.maps.User(user)
 	if !ok {
 		return Result{User: user, Outcome: Failed}, fmt.Errorf("parking %q: %w", user, fsm.ErrNoUser)
 	}
-	return m.travel(ctx, user, u.Worker, "park", true)
+	return m.travel(ctx, user, u.Worker, "park", true, freeze)
 }
 
-func (m *Mover) travel(ctx context.Context, user, to, reason string, parking bool) (res Result, err error) {
+func (m *Mover) travel(ctx context.Context, user, to, reason string, parking bool, freeze time.Duration) (res Result, err error) {
 	start := time.Now()
 	res = Result{User: user, To: to, Outcome: Failed}
 	defer func() {
@@ -185,7 +192,7 @@ func (m *Mover) travel(ctx context.Context, user, to, reason string, parking boo
 	// parked person the worker never woke is absent there: their parked
 	// package stays the truth.
 	var digest string
-	fctx, cancel := context.WithTimeout(ctx, m.cfg.FreezeTimeout)
+	fctx, cancel := context.WithTimeout(ctx, freeze)
 	fstart := time.Now()
 	fz, err := m.workers.Freeze(fctx, u.Worker, user, epoch)
 	res.Freeze = time.Since(fstart)
