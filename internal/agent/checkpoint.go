@@ -74,19 +74,22 @@ func (a *Agent) Checkpoints() *host.CheckpointIndex {
 }
 
 // keepCheckpoint says whether a person's pieces of epoch on worker still
-// stand for their state: the maps have them live there at that epoch, or
-// moving from there (the move's epoch is one more, and a move that rolls
-// back leaves them home). A parked person wakes from their package.
+// stand for their state: the maps have them live there, or moving from
+// there, and the pieces were taken since they arrived (a move that rolls
+// back raises the epoch but leaves them home, with the same state: a
+// stop whose park of them failed wakes them from these). A parked person
+// wakes from their package.
 func (a *Agent) keepCheckpoint(worker, user string, epoch uint64) bool {
 	u, ok := a.fsm.User(user)
 	if !ok || u.Worker != worker {
 		return false
 	}
+	_, since, _ := a.fsm.ArrivedAt(user)
 	switch u.State {
 	case placement.StateLive:
-		return u.Epoch == epoch
+		return since <= epoch && epoch <= u.Epoch
 	case placement.StateMoving:
-		return u.Epoch == epoch+1
+		return since <= epoch && epoch < u.Epoch
 	}
 	return false
 }

@@ -6,6 +6,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/stickyd/stickyd/internal/fsm"
 )
 
 func TestCheckpointInterval(t *testing.T) {
@@ -82,4 +86,54 @@ func TestCheckpointFileJournal(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, ".tmp-cut")); !os.IsNotExist(err) {
 		t.Fatalf("a cut write was left behind: %v", err)
 	}
+}
+
+// A person's crash checkpoint stands for them from the epoch they arrived
+// at their worker on: a move that rolls back (a park that failed on the
+// way down) raises the epoch and keeps it; a move away and back disowns
+// what was kept before they left.
+func TestKeepCheckpointAcrossARollback(t *testing.T) {
+	f := fsm.New()
+	a := &Agent{fsm: f}
+	index := uint64(0)
+	apply := func(typ fsm.MessageType, body any) {
+		t.Helper()
+		b, err := fsm.Encode(typ, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		index++
+		if err, ok := f.Apply(&raft.Log{Index: index, Data: b}).(error); ok && err != nil {
+			t.Fatalf("applying %d: %v", typ, err)
+		}
+	}
+	apply(fsm.ConnectRequestType, fsm.ConnectRequest{Conn: "c1", User: "ana", Worker: "w1"})
+	u, _ := f.User("ana")
+	e0 := u.Epoch
+	check := func(worker string, epoch uint64, want bool) {
+		t.Helper()
+		if got := a.keepCheckpoint(worker, "ana", epoch); got != want {
+			u, _ := f.User("ana")
+			t.Fatalf("keep %s at epoch %d = %v, want %v (maps: %+v)", worker, epoch, got, want, u)
+		}
+	}
+	check("w1", e0, true)
+	apply(fsm.MoveBeginRequestType, fsm.MoveBeginRequest{User: "ana", From: "w1", To: "w1", Epoch: e0})
+	check("w1", e0, true) // moving from there
+	apply(fsm.MoveAbortRequestType, fsm.MoveAbortRequest{User: "ana", Epoch: e0 + 1})
+	check("w1", e0, true) // rolled back: still hers
+	check("w1", e0+1, true)
+	check("w2", e0, false)
+
+	// Away to w2 and back: w1's pieces from before are not hers any more.
+	apply(fsm.MoveBeginRequestType, fsm.MoveBeginRequest{User: "ana", From: "w1", To: "w2", Epoch: e0 + 1})
+	apply(fsm.MoveCommitRequestType, fsm.MoveCommitRequest{User: "ana", To: "w2", Epoch: e0 + 2, Package: "sha256:aa"})
+	apply(fsm.WokenRequestType, fsm.WokenRequest{User: "ana", Package: "sha256:aa"})
+	check("w2", e0+2, true)
+	check("w1", e0+1, false)
+	apply(fsm.MoveBeginRequestType, fsm.MoveBeginRequest{User: "ana", From: "w2", To: "w1", Epoch: e0 + 2})
+	apply(fsm.MoveCommitRequestType, fsm.MoveCommitRequest{User: "ana", To: "w1", Epoch: e0 + 3, Package: "sha256:bb"})
+	apply(fsm.WokenRequestType, fsm.WokenRequest{User: "ana", Package: "sha256:bb"})
+	check("w1", e0+1, false)
+	check("w1", e0+3, true)
 }

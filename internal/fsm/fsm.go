@@ -87,6 +87,10 @@ type User struct {
 	Worker string `json:"worker"`
 	// Epoch grows each time the person's home changes; frames carry it.
 	Epoch uint64 `json:"epoch"`
+	// Since is the epoch at which the person arrived at Worker. A move
+	// that rolls back raises Epoch and leaves Since: what their worker
+	// kept of them at any epoch from Since on is still theirs.
+	Since uint64 `json:"since,omitempty"`
 	// Conns counts the connections bound to this user.
 	Conns int `json:"conns"`
 	// State is live, moving or parked (placement.State*); empty means live.
@@ -174,6 +178,18 @@ func info(user string, h *User) placement.UserInfo {
 
 func newState() *State {
 	return &State{Conns: map[string]string{}, Users: map[string]*User{}, Agents: map[string]*AgentEntry{}}
+}
+
+// ArrivedAt returns the worker a person lives on and the epoch at which
+// they arrived there (see User.Since).
+func (f *FSM) ArrivedAt(user string) (worker string, since uint64, ok bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	h := f.state.Users[user]
+	if h == nil {
+		return "", 0, false
+	}
+	return h.Worker, h.Since, true
 }
 
 // AgentOf returns the agent running worker, if any agent registered it.
@@ -440,7 +456,7 @@ func (f *FSM) applyMoveCommit(buf []byte) interface{} {
 	// Grants the person held where they were are let go: whatever they
 	// meant to commit there will not be.
 	f.releaseMovedLocked(req.User, h.Worker, req.Now)
-	h.Worker, h.MovingTo, h.Package = req.To, "", req.Package
+	h.Worker, h.MovingTo, h.Package, h.Since = req.To, "", req.Package, req.Epoch
 	h.State = placement.StateParked
 	if req.Package == "" {
 		h.State = placement.StateLive
