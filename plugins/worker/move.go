@@ -19,15 +19,35 @@ const noticeChanged = "This page was reset because the application changed."
 // fence refuses a frame the user's mailbox must not run: the user is frozen
 // (moving away) or the frame carries an older epoch than the worker knows.
 // It runs in the mailbox, so frames queued before a Freeze still run.
+//
+// A frame at a newer epoch for a frozen user means the maps gave them back
+// to this worker since the freeze without a package (a move whose old
+// worker died: their state is lost), so the freeze is over: whatever this
+// worker still holds of an earlier stay is dropped, and they start clean
+// here (a page they reopen says so). A move back with a package wakes them
+// first, which ends the freeze the same way.
 func (rt *runtime) fence(f *protocol.Frame) error {
 	rt.mu.Lock()
-	defer rt.mu.Unlock()
 	known := rt.epochs[f.User]
-	if rt.frozen[f.User] || f.Epoch < known {
+	if f.Epoch < known || (rt.frozen[f.User] && f.Epoch == known) {
+		rt.mu.Unlock()
 		return &movedError{user: f.User, epoch: known}
+	}
+	var stale []*Session
+	if rt.frozen[f.User] {
+		delete(rt.frozen, f.User)
+		stale = rt.sessionsOfLocked(f.User)
+		for _, s := range stale {
+			rt.dropConnLocked(s)
+			rt.countPages(s, -int64(len(s.pages)))
+		}
 	}
 	if f.Epoch > known {
 		rt.epochs[f.User] = f.Epoch
+	}
+	rt.mu.Unlock()
+	if len(stale) > 0 {
+		rt.syncTables()
 	}
 	return nil
 }

@@ -159,3 +159,61 @@ func otherWorker(list []string, not string) string {
 	}
 	return ""
 }
+
+// A person moved A → B and, later, back: B dies during the move back. The
+// move answers "state lost" and the person is served again at once on A,
+// with a fresh page and its notice, not refused as "moving" (A froze and
+// evicted them on the first move; the wake after a lost state must not
+// meet that).
+func TestMovedBackAfterTheNewWorkerDied(t *testing.T) {
+	a := startAgentWith(t, "subprocess", 2, withDataDir(t), withFreezeTimeout("10s"))
+	b := newBrowser(t, a)
+	b.do("POST", "/login?user=dee")
+	home := b.whoami().Worker
+	tb := b.openTab("p")
+	tb.send(map[string]any{"op": "inc"})
+	tb.drainUntil("count", 1)
+	other := otherWorker(a.Pool().Ready(), home)
+	if _, err := a.Supervisor().Move(context.Background(), "dee", other, "test"); err != nil {
+		t.Fatal(err)
+	}
+	tb.send(map[string]any{"op": "inc"}) // wakes on other
+	tb.drainUntil("count", 2)
+	staller := b.openTab("stall")
+	go func() {
+		_, _ = staller.tryOp(map[string]any{"op": "msg", "data": map[string]any{"op": "stall", "ms": 5000}})
+	}()
+	waitFor(t, 5*time.Second, "the stall to start", func() bool { return a.Pool().Busy(other) })
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Supervisor().Move(context.Background(), "dee", home, "test")
+		done <- err
+	}()
+	waitFor(t, 5*time.Second, "the move back to begin", func() bool {
+		u, _ := a.Supervisor().User("dee")
+		return u.State == "moving"
+	})
+	killWorker(t, a, other)
+	select {
+	case err := <-done:
+		if !errors.Is(err, move.ErrStateLost) {
+			t.Fatalf("move back with a dead worker: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("move stuck after the worker died")
+	}
+	tb.ws.Close()
+	start := time.Now()
+	ans := tb.connect()
+	if ans.Opened.Notice == "" || !ans.Opened.Resync {
+		t.Fatalf("reopen after the lost move back: %+v", ans.Opened)
+	}
+	a2, err := tb.tryOp(map[string]any{"op": "msg", "data": map[string]any{"op": "inc"}})
+	if err != nil || a2.Error != "" {
+		t.Fatalf("dee refused after the lost move back (%v): %+v", err, a2)
+	}
+	if w := b.whoami(); w.User != "dee" || w.Worker != home {
+		t.Fatalf("dee is %+v", w)
+	}
+	t.Logf("dee served again on %s %v after the move back lost her state", home, time.Since(start).Round(time.Millisecond))
+}
