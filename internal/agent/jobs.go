@@ -15,7 +15,7 @@ type jobLog struct{ a *Agent }
 var _ api.JobLog = jobLog{}
 
 func (l jobLog) RecordJob(ctx context.Context, j api.Job) error {
-	entry, err := fsm.Encode(fsm.JobRequestType, fsm.JobRecord(j))
+	entry, err := fsm.Encode(fsm.JobRequestType, j)
 	if err != nil {
 		return err
 	}
@@ -24,15 +24,9 @@ func (l jobLog) RecordJob(ctx context.Context, j api.Job) error {
 }
 
 func (l jobLog) Jobs() []api.Job {
-	recs := l.a.fsm.Jobs()
-	out := make([]api.Job, len(recs))
-	for i, r := range recs {
-		out[i] = api.Job(r)
-	}
-	return out
+	return l.a.fsm.Jobs()
 }
 
 func (l jobLog) Job(id string) (api.Job, bool) {
-	r, ok := l.a.fsm.Job(id)
-	return api.Job(r), ok
+	return l.a.fsm.Job(id)
 }

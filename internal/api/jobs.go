@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/supervisor"
 )
@@ -33,22 +34,9 @@ type JobLog interface {
 // recordEvery bounds how often a running job's progress is recorded.
 const recordEvery = time.Second
 
-// Job is a job's state as GET /v1/jobs/{id} shows it.
-type Job struct {
-	ID    string `json:"id"`
-	Kind  string `json:"kind"` // promote, rollback, assign
-	Group string `json:"group,omitempty"`
-	From  string `json:"from,omitempty"`
-	// Agent is the agent running the job.
-	Agent    string    `json:"agent,omitempty"`
-	Started  time.Time `json:"started"`
-	Finished time.Time `json:"finished,omitzero"`
-	Users    int       `json:"users"`
-	Moved    int       `json:"moved"`
-	Failed   int       `json:"failed"`
-	Done     bool      `json:"done"`
-	Error    string    `json:"error,omitempty"`
-}
+// Job is a job's state as GET /v1/jobs/{id} shows it: the record the
+// job log keeps (kind is promote, rollback or assign).
+type Job = fsm.JobRecord
 
 // JobProgress is one line of a job's NDJSON stream: a move (with its error,
 // if it failed), and at the end the job with Done set.
