@@ -87,8 +87,18 @@ func (b *barrier) route(ctx context.Context, conn string, minEpoch uint64) (plac
 		if !rt.Moving && rt.Epoch >= minEpoch {
 			return rt, nil
 		}
+		// A worker refused a frame at the epoch the maps still show, and
+		// the person is not moving: their move rolled back and the thaw is
+		// on its way to that worker behind the late freeze. No newer epoch
+		// will come; send again shortly, within the same barrier_wait.
+		var again <-chan time.Time
+		if minEpoch > 0 && !rt.Moving && rt.Epoch == minEpoch-1 {
+			again = time.After(rolledBackRetry)
+		}
 		select {
 		case <-changed:
+		case <-again:
+			return rt, nil
 		case <-timer.C:
 			b.rejections.WithLabelValues("timeout").Inc()
 			return rt, errBarrierTimeout
@@ -97,6 +107,11 @@ func (b *barrier) route(ctx context.Context, conn string, minEpoch uint64) (plac
 		}
 	}
 }
+
+// rolledBackRetry is how long a frame refused MOVED waits before it is sent
+// again to the worker the maps still name at the same epoch (a rolled-back
+// move, whose thaw has not reached the worker yet).
+const rolledBackRetry = 25 * time.Millisecond
 
 func (b *barrier) hold(user string) error {
 	b.mu.Lock()

@@ -217,3 +217,50 @@ func TestMovedBackAfterTheNewWorkerDied(t *testing.T) {
 	}
 	t.Logf("dee served again on %s %v after the move back lost her state", home, time.Since(start).Round(time.Millisecond))
 }
+
+// A person's other tab that sends during a move which then rolls back is
+// answered once the late freeze is undone, not after barrier_wait and a
+// refusal: its frame, released by the rollback, may reach the worker
+// before the thaw and be refused MOVED at the epoch the maps still show;
+// the front sends it again shortly instead of waiting for an epoch that
+// never comes.
+func TestOtherTabDuringARollback(t *testing.T) {
+	a := startAgentWith(t, "subprocess", 2, withDataDir(t), withFreezeTimeout("300ms"))
+	b := newBrowser(t, a)
+	b.do("POST", "/login?user=eve")
+	home := b.whoami().Worker
+	tb := b.openTab("p")
+	tb.send(map[string]any{"op": "inc"})
+	tb.drainUntil("count", 1)
+	second := b.openTab("q")
+	stalled := make(chan error, 1)
+	go func() {
+		_, err := tb.tryOp(map[string]any{"op": "msg", "data": map[string]any{"op": "stall", "ms": 1200}})
+		stalled <- err
+	}()
+	waitFor(t, 5*time.Second, "the stall to start", func() bool { return a.Pool().Busy(home) })
+	other := otherWorker(a.Pool().Ready(), home)
+	moved := make(chan error, 1)
+	go func() {
+		_, err := a.Supervisor().Move(context.Background(), "eve", other, "test")
+		moved <- err
+	}()
+	waitFor(t, 5*time.Second, "the move to begin", func() bool {
+		u, _ := a.Supervisor().User("eve")
+		return u.State == "moving"
+	})
+	// Held on the barrier now; released by the rollback.
+	start := time.Now()
+	ans, err := second.tryOp(map[string]any{"op": "msg", "data": map[string]any{"op": "inc"}})
+	took := time.Since(start)
+	if err := <-moved; !errors.Is(err, move.ErrRolledBack) {
+		t.Fatalf("move during a stall: %v, want a rollback", err)
+	}
+	if err != nil || ans.Error != "" {
+		t.Fatalf("the other tab during the rollback (after %v): %v %+v", took, err, ans)
+	}
+	if err := <-stalled; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the other tab was answered %v after it sent (the stall held the mailbox for 1.2 s)", took.Round(time.Millisecond))
+}
