@@ -126,6 +126,10 @@ func (a *Agent) memberHandler(ctx context.Context, req api.MemberRequest) (int, 
 	case req.Op == "join":
 		a.log.Info("adding a host to raft as a non-voter", "name", req.Name, "raft_addr", req.RaftAddr)
 		err = a.raft.AddNonvoter(ctx, req.Name, req.RaftAddr)
+	case req.Name == a.cfg.Name:
+		// The leader removing itself would leave the cluster to elect
+		// without it mid-call; the operator transfers leadership first.
+		return http.StatusConflict, fmt.Errorf("%s is the leader: transfer leadership first (stickyd operator raft transfer-leader)", req.Name)
 	default:
 		a.log.Info("removing a member from raft", "name", req.Name)
 		err = a.raft.RemoveMember(ctx, req.Name)

@@ -22,7 +22,7 @@ func (a *Agent) operatorRoutes(mux *http.ServeMux, wrap func(func(http.ResponseW
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil || req.ID == "" {
 			return &api.Error{Status: http.StatusBadRequest, Message: `want {"id": "<raft id>"}`}
 		}
-		if req.ID == a.cfg.Name && a.raft.IsLeader() {
+		if _, leader := a.raft.Leader(); req.ID == leader {
 			return &api.Error{Status: http.StatusConflict, Message: fmt.Sprintf("%s is the leader: transfer leadership first (stickyd operator raft transfer-leader)", req.ID)}
 		}
 		found := false
