@@ -63,8 +63,9 @@ type Agent struct {
 	adminLn  net.Listener
 	// shutdownOnce guards parking on the way down.
 	shutdownOnce sync.Once
-	// started is set once Start succeeded; up is the same for handlers
-	// that run on other goroutines.
+	// started is set once Start succeeded (Start's and Shutdown's
+	// goroutine only); up is whether the agent serves, for health checks
+	// on other goroutines: set with started, cleared when Shutdown begins.
 	started bool
 	up      atomic.Bool
 	// draining is set when the agent starts moving its people off on

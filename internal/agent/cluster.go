@@ -231,11 +231,11 @@ func (a *Agent) membershipLoop(stop <-chan struct{}) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		for _, addr := range a.serverAddrs(ctx) {
-			if err := a.requestVote(ctx, addr); err == nil {
+			err := a.requestVote(ctx, addr)
+			if err == nil {
 				break
-			} else {
-				a.log.Debug("asking to be a voter again", "via", addr, "error", err)
 			}
+			a.log.Debug("asking to be a voter again", "via", addr, "error", err)
 		}
 		cancel()
 	}

@@ -136,16 +136,14 @@ func (a *Agent) monitorView(ctx context.Context) (monitor.View, error) {
 	_, leader := a.raft.Leader()
 	v := monitor.View{At: time.Now(), Agent: a.cfg.Name, Leader: leader, Default: a.sup.DefaultGroup(), Events: a.govern.events()}
 	parts := []LocalMonitor{a.localMonitor()}
+	answers := askOthers[LocalMonitor](ctx, a, "/v1/monitor/local", time.Second)
 	for _, ag := range a.fsm.Agents() {
 		if ag.Name == a.cfg.Name {
 			continue
 		}
-		var part LocalMonitor
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := a.call(cctx, "GET", ag.AdminAddr, "/v1/monitor/local", nil, &part)
-		cancel()
+		part, ok := answers[ag.Name]
 		a.monMu.Lock()
-		if err == nil {
+		if ok {
 			if a.lastParts == nil {
 				a.lastParts = map[string]LocalMonitor{}
 			}
@@ -238,34 +236,13 @@ func (a *Agent) workersView(ctx context.Context, local bool) any {
 	}
 	agents := a.fsm.Agents()
 	sort.Slice(agents, func(i, j int) bool { return agents[i].Name < agents[j].Name })
-	type answer struct {
-		workers []host.WorkerInfo
-		ok      bool
-	}
-	answers := make([]answer, len(agents))
-	var wg sync.WaitGroup
-	for i, ag := range agents {
-		if ag.Name == a.cfg.Name || ag.AdminAddr == "" || len(ag.Workers) == 0 {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			defer cancel()
-			var ws []host.WorkerInfo
-			if err := a.call(cctx, "GET", ag.AdminAddr, "/v1/workers?local=true", nil, &ws); err == nil {
-				answers[i] = answer{ws, true}
-			}
-		}()
-	}
-	wg.Wait()
-	for i, ag := range agents {
+	answers := askOthers[[]host.WorkerInfo](ctx, a, "/v1/workers?local=true", 2*time.Second)
+	for _, ag := range agents {
 		if ag.Name == a.cfg.Name || len(ag.Workers) == 0 {
 			continue
 		}
-		if answers[i].ok {
-			out = append(out, answers[i].workers...)
+		if ws, ok := answers[ag.Name]; ok {
+			out = append(out, ws...)
 			continue
 		}
 		ids := make([]string, 0, len(ag.Workers))
@@ -274,8 +251,39 @@ func (a *Agent) workersView(ctx context.Context, local bool) any {
 		}
 		sort.Strings(ids)
 		for _, id := range ids {
-			out = append(out, host.WorkerInfo{ID: id, Group: ag.Workers[id], State: "unreachable"})
+			out = append(out, host.WorkerInfo{ID: id, Group: ag.Workers[id], State: monitor.StateUnreachable})
 		}
 	}
+	return out
+}
+
+// askOthers calls GET path on every other agent in the maps at once, each
+// call bounded by timeout, and returns the answers decoded as T by agent
+// name; an agent that did not answer in time is absent.
+func askOthers[T any](ctx context.Context, a *Agent, path string, timeout time.Duration) map[string]T {
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		out = map[string]T{}
+	)
+	for _, ag := range a.fsm.Agents() {
+		if ag.Name == a.cfg.Name || ag.AdminAddr == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			var v T
+			if err := a.call(cctx, "GET", ag.AdminAddr, path, nil, &v); err != nil {
+				return
+			}
+			mu.Lock()
+			out[ag.Name] = v
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
 	return out
 }

@@ -104,43 +104,15 @@ func tryStartNomad(t testing.TB, bin string, opts NomadOptions) (n *Nomad, retry
 		Dir:      dir,
 		RPCAddr:  net.JoinHostPort("127.0.0.1", strconv.Itoa(rpc)),
 	}
-	cfg := fmt.Sprintf(`name = %q
-data_dir = %q
-bind_addr = "127.0.0.1"
-disable_update_check = true
-log_level = "DEBUG"
-ports {
-  http = %d
-  rpc  = %d
-  serf = %d
-}
-advertise {
-  http = "127.0.0.1"
-  rpc  = "127.0.0.1"
-  serf = "127.0.0.1"
-}
-server {
+	cfg := nomadConfig(n.NodeName, filepath.Join(dir, "data"), [3]int{http, rpc, serf}, `server {
   enabled          = true
   bootstrap_expect = 1
 }
 client {
   enabled          = true
-  min_dynamic_port = %d
-  max_dynamic_port = %d
-}
-plugin "raw_exec" {
-  config {
-    enabled = true
-  }
-}
-consul {
-  address          = %q
-  token            = %q
-  auto_advertise   = %t
-  server_auto_join = false
-  client_auto_join = false
-}
-`, n.NodeName, filepath.Join(dir, "data"), http, rpc, serf, devMinPort, devMaxPort, consulAddr, opts.ConsulToken, opts.ConsulAddr != "")
+  min_dynamic_port = `+strconv.Itoa(devMinPort)+`
+  max_dynamic_port = `+strconv.Itoa(devMaxPort)+`
+}`, consulAddr, opts.ConsulToken, opts.ConsulAddr != "")
 	cfgPath := filepath.Join(dir, "nomad.hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, false, fmt.Errorf("writing nomad config: %w", err)
@@ -352,22 +324,7 @@ func tryStartNomadClient(t testing.TB, bin string, server *Nomad, opts ClientOpt
 	}
 	c := &NomadClient{NodeName: uniqueName("nomad-client"), Dir: dir}
 	minPort := clientMinPort + slot*clientPorts
-	cfg := fmt.Sprintf(`name = %q
-data_dir = %q
-bind_addr = "127.0.0.1"
-disable_update_check = true
-log_level = "DEBUG"
-ports {
-  http = %d
-  rpc  = %d
-  serf = %d
-}
-advertise {
-  http = "127.0.0.1"
-  rpc  = "127.0.0.1"
-  serf = "127.0.0.1"
-}
-server {
+	cfg := nomadConfig(c.NodeName, filepath.Join(dir, "data"), [3]int{ports[0], ports[1], ports[2]}, fmt.Sprintf(`server {
   enabled = false
 }
 client {
@@ -380,21 +337,8 @@ client {
   network_interface = "lo"
   min_dynamic_port = %d
   max_dynamic_port = %d
-}
-plugin "raw_exec" {
-  config {
-    enabled = true
-  }
-}
-consul {
-  address          = %q
-  auto_advertise   = %t
-  server_auto_join = false
-  client_auto_join = false
-}
-`, c.NodeName, filepath.Join(dir, "data"), ports[0], ports[1], ports[2], server.RPCAddr, pool,
-		fmt.Sprintf("nomad-%s.slice", strings.ReplaceAll(c.NodeName, "-", "")), minPort, minPort+clientPorts-1,
-		consulAddr, opts.ConsulAddr != "")
+}`, server.RPCAddr, pool, fmt.Sprintf("nomad-%s.slice", strings.ReplaceAll(c.NodeName, "-", "")), minPort, minPort+clientPorts-1),
+		consulAddr, "", opts.ConsulAddr != "")
 	cfgPath := filepath.Join(dir, "nomad.hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, false, fmt.Errorf("writing nomad client config: %w", err)
@@ -426,4 +370,39 @@ consul {
 		logTailOnFailure(t, p)
 	})
 	return c, false, nil
+}
+
+// nomadConfig is an agent's configuration: name, data directory, its
+// http, rpc and serf ports on 127.0.0.1, roles (its server and client
+// blocks), raw_exec, and Consul at consulAddr.
+func nomadConfig(name, dataDir string, ports [3]int, roles, consulAddr, consulToken string, advertise bool) string {
+	return fmt.Sprintf(`name = %q
+data_dir = %q
+bind_addr = "127.0.0.1"
+disable_update_check = true
+log_level = "DEBUG"
+ports {
+  http = %d
+  rpc  = %d
+  serf = %d
+}
+advertise {
+  http = "127.0.0.1"
+  rpc  = "127.0.0.1"
+  serf = "127.0.0.1"
+}
+%s
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+consul {
+  address          = %q
+  token            = %q
+  auto_advertise   = %t
+  server_auto_join = false
+  client_auto_join = false
+}
+`, name, dataDir, ports[0], ports[1], ports[2], roles, consulAddr, consulToken, advertise)
 }
