@@ -135,8 +135,8 @@ func (e *remoteErr) Unwrap() error { return e.err }
 // of a server that comes back on a new port (a replaced Nomad allocation)
 // and lets a server that lost its data in (it is sent a snapshot) instead
 // of bootstrapping a second cluster. With no leader anywhere, a server
-// with raft state returns (its peers elect as before) and one without
-// bootstraps a new cluster once bootstrap_expect servers without state are
+// with raft state waits for its peers to elect (asking again each round),
+// and one without bootstraps a new cluster once bootstrap_expect servers without state are
 // known, each with the same set.
 func (a *Agent) join(ctx context.Context) error {
 	has, err := a.raft.HasState()
@@ -183,7 +183,15 @@ func (a *Agent) join(ctx context.Context) error {
 				a.log.Info("asking the cluster to take this server", "via", established, "error", err)
 			}
 		case has:
-			return nil // nobody leads yet: a restart of the whole cluster
+			// A member already, and no other server knows a leader yet:
+			// an election after the leader went, or a restart of the
+			// whole cluster (raft elects by itself among unchanged
+			// addresses). Done once this server hears of a leader at its
+			// own address; until then keep asking, so that a server back
+			// on a new address is taken back as soon as a leader exists.
+			if addr, _ := a.raft.Leader(); addr != "" && a.raft.Health().Member {
+				return nil
+			}
 		case len(members) >= expect:
 			a.log.Info("bootstrapping the cluster", "servers", len(members))
 			return a.raft.Bootstrap(members)

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"fmt"
+	"io"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -273,6 +274,11 @@ func serverAlloc(t *testing.T, nc *nomadapi.Client, name string) *nomadapi.Alloc
 // server sees the same three voters at the addresses Nomad gave them.
 func waitVoters(t *testing.T, nc *nomadapi.Client, cc *consulapi.Client, gone string, within time.Duration) {
 	t.Helper()
+	defer func() {
+		if t.Failed() {
+			logServers(t, nc)
+		}
+	}()
 	waitFor(t, within, "three voters", func() string {
 		allocs := runningAllocs(t, nc, "stickyd")
 		if len(allocs) != 3 {
@@ -353,5 +359,21 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() string
 			t.Fatalf("waiting %s for %s: %s", within, what, problem)
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// logServers logs the tail of every running server allocation's stderr,
+// to say why the cluster did not come back.
+func logServers(t *testing.T, nc *nomadapi.Client) {
+	for _, a := range runningAllocs(t, nc, "stickyd") {
+		r, err := nc.AllocFS().Cat(a, "alloc/logs/server.stderr.0", nil)
+		if err != nil {
+			t.Logf("%s: reading its log: %v", a.Name, err)
+			continue
+		}
+		b, _ := io.ReadAll(r)
+		r.Close()
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		t.Logf("%s (%s), last lines of its log:\n%s", a.Name, a.ID[:8], strings.Join(lines[max(0, len(lines)-40):], "\n"))
 	}
 }
