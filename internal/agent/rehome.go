@@ -3,8 +3,9 @@ package agent
 import (
 	"context"
 	"sort"
-	"sync"
 	"time"
+
+	"github.com/stickyd/stickyd/internal/move"
 )
 
 // A host that goes down (a Nomad drain, an allocation stopped or replaced,
@@ -15,8 +16,9 @@ import (
 // moved (no other host, a move that fails) is parked in place, for the
 // allocation that replaces this one (same name, same worker ids) to wake.
 
-// rehomeParallel is how many people move at a time on the way down.
-const rehomeParallel = 16
+// rehomeParallel is how many people are on the road at a time on the way
+// down (the set's entries carry them together).
+const rehomeParallel = 64
 
 // rehome moves users (people living on this agent's workers) to the same
 // groups' ready workers on other agents, spreading them by the number of
@@ -37,15 +39,7 @@ func (a *Agent) rehome(ctx context.Context, users []string) (left []string) {
 	for _, u := range a.fsm.Users() {
 		load[u.Worker]++
 	}
-	var (
-		mu    sync.Mutex
-		wg    sync.WaitGroup
-		sem   = make(chan struct{}, rehomeParallel)
-		moved int
-	)
 	pick := func(group string) string {
-		mu.Lock()
-		defer mu.Unlock()
 		best := ""
 		for _, w := range dests[group] {
 			if best == "" || load[w] < load[best] {
@@ -58,33 +52,28 @@ func (a *Agent) rehome(ctx context.Context, users []string) (left []string) {
 		return best
 	}
 	start := time.Now()
+	var reqs []move.Request
 	for _, user := range users {
 		u, ok := a.fsm.User(user)
 		to := ""
 		if ok {
 			to = pick(a.pool.GroupOf(u.Worker))
 		}
-		if to == "" || ctx.Err() != nil {
+		if to == "" {
 			left = append(left, user)
 			continue
 		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			_, err := a.mover.Move(ctx, user, to, "host-stop")
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				a.log.Warn("moving a person off this host before it stops; parking them here instead", "user", user, "to", to, "error", err)
-				left = append(left, user)
-				return
-			}
-			moved++
-		}()
+		reqs = append(reqs, move.Request{User: user, To: to})
 	}
-	wg.Wait()
+	moved := 0
+	a.mover.MoveSet(ctx, reqs, move.Options{Reason: "host-stop", Parallel: rehomeParallel}, func(r move.Result, err error) {
+		if err != nil {
+			a.log.Warn("moving a person off this host before it stops; parking them here instead", "user", r.User, "to", r.To, "error", err)
+			left = append(left, r.User)
+			return
+		}
+		moved++
+	})
 	sort.Strings(left)
 	a.log.Info("moved people to the groups' other hosts before stopping", "moved", moved, "left", len(left), "took", time.Since(start).Round(time.Millisecond))
 	return left

@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/park"
 	"github.com/stickyd/stickyd/internal/placement"
@@ -30,12 +30,16 @@ func (a *Agent) restartDir() string { return filepath.Join(a.cfg.DataDir, "resta
 
 // parkManifest is a park folder's record.
 type parkManifest struct {
-	Time    time.Time            `json:"time"`
-	Agent   string               `json:"agent"`
-	Parked  []placement.UserInfo `json:"parked"`
-	Lost    []parkFailure        `json:"lost,omitempty"`
-	Maps    []placement.UserInfo `json:"maps"`
-	Workers map[string]int       `json:"workers"`
+	Time   time.Time            `json:"time"`
+	Agent  string               `json:"agent"`
+	Parked []placement.UserInfo `json:"parked"`
+	Lost   []parkFailure        `json:"lost,omitempty"`
+	// Elsewhere lists people this agent thought it held whom the leader
+	// had already moved to another agent's worker: not parked here, not
+	// lost.
+	Elsewhere []string             `json:"elsewhere,omitempty"`
+	Maps      []placement.UserInfo `json:"maps"`
+	Workers   map[string]int       `json:"workers"`
 }
 
 type parkFailure struct {
@@ -95,19 +99,34 @@ func (a *Agent) parkAll(ctx context.Context) error {
 	freeze := max(duration(a.cfg.Move.FreezeTimeout), stopLeft/4)
 	left, parallel := users, 64
 	for round := 1; ; round++ {
-		var retry []string
+		var retry, busy []string
 		a.parkSet(ctx, left, parallel, freeze, func(u string, res move.Result, err error) {
 			switch {
 			case err == nil:
 				info, _ := a.sup.User(u)
 				m.Parked = append(m.Parked, info)
 				m.Workers[res.To]++
+			case errors.Is(err, fsm.ErrBusy) && ctx.Err() == nil:
+				// The maps this agent read are behind the leader's: the
+				// person was moved (a drain, a promotion) or is moving.
+				busy = append(busy, u)
 			case errors.Is(err, move.ErrRolledBack) && ctx.Err() == nil:
 				retry = append(retry, u)
 			default:
 				m.Lost = append(m.Lost, parkFailure{User: u, Error: err.Error()})
 			}
 		})
+		if len(busy) > 0 {
+			// Catch up with the leader, then keep whoever still lives here.
+			a.syncReplica(ctx)
+			for _, u := range busy {
+				if info, ok := a.sup.User(u); ok && local[info.Worker] {
+					retry = append(retry, u)
+				} else {
+					m.Elsewhere = append(m.Elsewhere, u)
+				}
+			}
+		}
 		if len(retry) == 0 {
 			break
 		}
@@ -124,7 +143,7 @@ func (a *Agent) parkAll(ctx context.Context) error {
 			break
 		}
 		sort.Strings(retry)
-		a.log.Warn("some freezes ran out; parking those people again with a longer bound", "users", len(retry), "round", round+1, "freeze_timeout", freeze)
+		a.log.Warn("some people could not be parked yet; parking them again with a longer bound", "users", len(retry), "round", round+1, "freeze_timeout", freeze)
 		left = retry
 	}
 	if err := a.park.Sync(); err != nil {
@@ -149,36 +168,40 @@ func (a *Agent) parkAll(ctx context.Context) error {
 	if err := park.SyncDir(a.restartDir()); err != nil {
 		return err
 	}
-	a.log.Info("parked everyone", "parked", len(m.Parked), "lost", len(m.Lost), "folder", final)
+	a.log.Info("parked everyone", "parked", len(m.Parked), "elsewhere", len(m.Elsewhere), "lost", len(m.Lost), "folder", final)
 	if len(m.Lost) > 0 {
 		return fmt.Errorf("%d of %d people could not be parked (see %s)", len(m.Lost), len(users), final)
 	}
 	return nil
 }
 
-// parkSet parks users, parallel at a time, each freeze bounded by freeze,
-// and tells done of each outcome (one at a time).
+// parkSet parks users as one set on the road (parallel at a time, each
+// freeze bounded by freeze), and tells done of each outcome (one at a
+// time).
 func (a *Agent) parkSet(ctx context.Context, users []string, parallel int, freeze time.Duration, done func(string, move.Result, error)) {
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-		// Raft batches concurrent writes into one fsync, and packages are
-		// flushed once at the end: many moves at a time is cheap.
-		sem = make(chan struct{}, parallel)
-	)
-	for _, u := range users {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			res, err := a.mover.ParkWithin(ctx, u, freeze)
-			mu.Lock()
-			defer mu.Unlock()
-			done(u, res, err)
-		}()
+	reqs := make([]move.Request, len(users))
+	for i, u := range users {
+		reqs[i] = move.Request{User: u}
 	}
-	wg.Wait()
+	a.mover.MoveSet(ctx, reqs, move.Options{Reason: "park", Park: true, Freeze: freeze, Parallel: parallel}, func(r move.Result, err error) {
+		done(r.User, r, err)
+	})
+}
+
+// syncReplica waits (at most 5 s) until this agent's replica of the maps
+// has every write the leader had acknowledged: an empty batch of moves
+// changes nothing, and writing it through the leader waits for the local
+// replica to apply it.
+func (a *Agent) syncReplica(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	entry, err := fsm.Encode(fsm.MoveBatchRequestType, fsm.MoveBatchRequest{})
+	if err != nil {
+		return
+	}
+	if _, err := (forwardingLog{a}).Apply(ctx, entry); err != nil {
+		a.log.Warn("could not catch up with the leader's maps", "error", err)
+	}
 }
 
 // RestartReport says what the agent found of its last stop.

@@ -299,6 +299,8 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return f.applyMoveCommit(buf)
 	case MoveAbortRequestType:
 		return f.applyMoveAbort(buf)
+	case MoveBatchRequestType:
+		return f.applyMoveBatch(buf)
 	case WokenRequestType:
 		return f.applyWoken(buf)
 	case GroupPutRequestType:
@@ -421,21 +423,25 @@ func (f *FSM) applyMoveBegin(buf []byte) interface{} {
 	if err := json.Unmarshal(buf, &req); err != nil {
 		return fmt.Errorf("decoding move begin: %w", err)
 	}
+	return result(f.moveBeginLocked(req))
+}
+
+func (f *FSM) moveBeginLocked(req MoveBeginRequest) (placement.UserInfo, error) {
 	h := f.state.Users[req.User]
 	switch {
 	case h == nil:
-		return fmt.Errorf("%w: %q", ErrNoUser, req.User)
+		return placement.UserInfo{}, fmt.Errorf("%w: %q", ErrNoUser, req.User)
 	case h.State == placement.StateMoving:
-		return fmt.Errorf("%w: %q is already moving to %s", ErrBusy, req.User, h.MovingTo)
+		return placement.UserInfo{}, fmt.Errorf("%w: %q is already moving to %s", ErrBusy, req.User, h.MovingTo)
 	case h.Worker != req.From:
-		return fmt.Errorf("%w: %q lives on %s, not %s", ErrBusy, req.User, h.Worker, req.From)
+		return placement.UserInfo{}, fmt.Errorf("%w: %q lives on %s, not %s", ErrBusy, req.User, h.Worker, req.From)
 	case h.Epoch != req.Epoch:
-		return fmt.Errorf("%w: %q is at epoch %d, not %d", ErrBusy, req.User, h.Epoch, req.Epoch)
+		return placement.UserInfo{}, fmt.Errorf("%w: %q is at epoch %d, not %d", ErrBusy, req.User, h.Epoch, req.Epoch)
 	}
 	h.State, h.MovingTo = placement.StateMoving, req.To
 	h.Epoch++
 	f.touchLocked(req.User)
-	return info(req.User, h)
+	return info(req.User, h), nil
 }
 
 // applyMoveCommit reassigns the user to the destination, parked on Package
@@ -445,9 +451,13 @@ func (f *FSM) applyMoveCommit(buf []byte) interface{} {
 	if err := json.Unmarshal(buf, &req); err != nil {
 		return fmt.Errorf("decoding move commit: %w", err)
 	}
+	return result(f.moveCommitLocked(req))
+}
+
+func (f *FSM) moveCommitLocked(req MoveCommitRequest) (placement.UserInfo, error) {
 	h := f.state.Users[req.User]
 	if h == nil || h.State != placement.StateMoving || h.Epoch != req.Epoch {
-		return fmt.Errorf("%w: no move of %q at epoch %d to commit", ErrBusy, req.User, req.Epoch)
+		return placement.UserInfo{}, fmt.Errorf("%w: no move of %q at epoch %d to commit", ErrBusy, req.User, req.Epoch)
 	}
 	f.load[h.Worker]--
 	if f.load[h.Worker] <= 0 {
@@ -463,7 +473,7 @@ func (f *FSM) applyMoveCommit(buf []byte) interface{} {
 	}
 	f.load[h.Worker]++
 	f.touchLocked(req.User)
-	return info(req.User, h)
+	return info(req.User, h), nil
 }
 
 // applyMoveAbort drops the barrier and leaves the user at home. The epoch
@@ -473,13 +483,26 @@ func (f *FSM) applyMoveAbort(buf []byte) interface{} {
 	if err := json.Unmarshal(buf, &req); err != nil {
 		return fmt.Errorf("decoding move abort: %w", err)
 	}
+	return result(f.moveAbortLocked(req))
+}
+
+func (f *FSM) moveAbortLocked(req MoveAbortRequest) (placement.UserInfo, error) {
 	h := f.state.Users[req.User]
 	if h == nil || h.State != placement.StateMoving || h.Epoch != req.Epoch {
-		return fmt.Errorf("%w: no move of %q at epoch %d to abort", ErrBusy, req.User, req.Epoch)
+		return placement.UserInfo{}, fmt.Errorf("%w: no move of %q at epoch %d to abort", ErrBusy, req.User, req.Epoch)
 	}
 	h.State, h.MovingTo = placement.StateLive, ""
 	f.touchLocked(req.User)
-	return info(req.User, h)
+	return info(req.User, h), nil
+}
+
+// result is what Apply returns for a one-person entry: the user's new
+// placement, or the refusal.
+func result(u placement.UserInfo, err error) interface{} {
+	if err != nil {
+		return err
+	}
+	return u
 }
 
 // applyWoken records that the user was woken from their package.

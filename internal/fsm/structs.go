@@ -120,6 +120,8 @@ func DecodeResult(t MessageType, b []byte) (any, error) {
 		v = new(placement.UserInfo)
 	case StoreOpRequestType:
 		v = new(StoreResult)
+	case MoveBatchRequestType:
+		v = new(MoveBatchResult)
 	case GatewayJobRequestType:
 		v = new(string)
 	default:
@@ -136,6 +138,8 @@ func DecodeResult(t MessageType, b []byte) (any, error) {
 	case *placement.UserInfo:
 		return *x, nil
 	case *StoreResult:
+		return *x, nil
+	case *MoveBatchResult:
 		return *x, nil
 	case *string:
 		return *x, nil

@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stickyd/stickyd/internal/channel"
-	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/park"
 	"github.com/stickyd/stickyd/internal/placement"
 	"github.com/stickyd/stickyd/internal/protocol"
@@ -135,9 +134,10 @@ func New(cfg Config, maps Maps, log Log, workers Workers, store park.Store) *Mov
 // "drain", ...). Frames of the person that arrive meanwhile wait on the
 // barrier. On success the person is parked at to and wakes at their next
 // frame. The error says which clear outcome happened otherwise: nothing
-// changed (bad input, busy), ErrRolledBack, or ErrStateLost.
+// changed (bad input, busy), ErrRolledBack, or ErrStateLost. It is MoveSet
+// for a set of one.
 func (m *Mover) Move(ctx context.Context, user, to, reason string) (Result, error) {
-	return m.travel(ctx, user, to, reason, false, m.cfg.FreezeTimeout)
+	return m.one(ctx, Request{User: user, To: to}, Options{Reason: reason})
 }
 
 // Park takes the same road with the person's own worker as the destination:
@@ -150,141 +150,23 @@ func (m *Mover) Park(ctx context.Context, user string) (Result, error) {
 }
 
 // ParkWithin is Park with freeze as the freeze's bound instead of the
-// configured one: a stop retries, with a longer bound, the people whose
-// freeze ran out (a large page on a busy machine).
+// configured one.
 func (m *Mover) ParkWithin(ctx context.Context, user string, freeze time.Duration) (Result, error) {
-	u, ok := m.maps.User(user)
-	if !ok {
-		return Result{User: user, Outcome: Failed}, fmt.Errorf("parking %q: %w", user, fsm.ErrNoUser)
-	}
-	return m.travel(ctx, user, u.Worker, "park", true, freeze)
+	return m.one(ctx, Request{User: user}, Options{Reason: "park", Park: true, Freeze: freeze})
 }
 
-func (m *Mover) travel(ctx context.Context, user, to, reason string, parking bool, freeze time.Duration) (res Result, err error) {
-	start := time.Now()
-	res = Result{User: user, To: to, Outcome: Failed}
-	defer func() {
-		res.Duration = time.Since(start)
-		m.moves.WithLabelValues(reason, res.Outcome).Inc()
-		if res.Outcome == Moved {
-			m.seconds.Observe(res.Duration.Seconds())
-		}
-	}()
-	u, ok := m.maps.User(user)
-	if !ok {
-		return res, fmt.Errorf("moving %q: %w", user, fsm.ErrNoUser)
-	}
-	res.From = u.Worker
-	if u.Worker == to && !parking {
-		return res, fmt.Errorf("moving %q: %w: they already live on %s", user, ErrBadDestination, to)
-	}
-	if !parking && !contains(m.workers.Ready(), to) {
-		return res, fmt.Errorf("moving %q: %w: worker %q is not ready", user, ErrBadDestination, to)
-	}
-	if err := m.apply(ctx, fsm.MoveBeginRequestType, fsm.MoveBeginRequest{User: user, From: u.Worker, To: to, Epoch: u.Epoch}); err != nil {
-		return res, fmt.Errorf("moving %q: raising the barrier: %w", user, err)
-	}
-	epoch := u.Epoch + 1
-	res.Epoch = epoch
-
-	// Freeze: the old worker runs what is already in the person's mailbox
-	// (a wake included), then hands over everything and refuses the rest. A
-	// parked person the worker never woke is absent there: their parked
-	// package stays the truth.
-	var digest string
-	fctx, cancel := context.WithTimeout(ctx, freeze)
-	fstart := time.Now()
-	fz, err := m.workers.Freeze(fctx, u.Worker, user, epoch)
-	res.Freeze = time.Since(fstart)
-	cancel()
-	switch {
-	case err != nil && isWorkerGone(err):
-		m.cfg.Logger.Warn("worker died during a move; reassigning without state", "user", user, "from", u.Worker, "error", err)
-		if cerr := m.apply(ctx, fsm.MoveCommitRequestType, fsm.MoveCommitRequest{User: user, To: to, Epoch: epoch, Now: time.Now().UnixNano()}); cerr != nil {
-			return res, fmt.Errorf("moving %q: reassigning after the old worker died: %w", user, cerr)
-		}
-		res.Outcome = StateLost
-		return res, fmt.Errorf("moving %q: %w (%v)", user, ErrStateLost, err)
-	case err != nil:
-		return res, m.rollback(ctx, &res, u.Worker, user, epoch, fmt.Errorf("freezing: %w", err))
-	}
-	res.Bytes, res.Conns, res.Pages = len(fz.Package), int(fz.Conns), int(fz.Pages)
-	if fz.Absent && u.State == placement.StateParked {
-		digest = u.Package
-		if parking && !m.store.Has(digest) {
-			return res, m.rollback(ctx, &res, u.Worker, user, epoch, fmt.Errorf("%w: %s", park.ErrNotFound, digest))
-		}
-	} else {
-		// Park: the package is stored, content-addressed and
-		// checksummed, before the maps point anywhere else. Not
-		// fsynced for a move: the package only stands in for the
-		// worker's memory, which a machine crash would take as well.
-		// Parking for a restart syncs the store once at the end.
-		digest, err = m.store.Put(fz.Package, false)
-		if err != nil {
-			return res, m.rollback(ctx, &res, u.Worker, user, epoch, err)
-		}
-	}
-	res.Package = digest
-	if d, ok := m.workers.(Deliverer); ok && !parking {
-		pkg := fz.Package
-		if fz.Absent {
-			pkg, _ = m.store.Get(digest) // elsewhere: the wake fetches it
-		}
-		if pkg != nil {
-			if err := d.Deliver(ctx, to, digest, pkg); err != nil {
-				return res, m.rollback(ctx, &res, u.Worker, user, epoch, err)
-			}
-		}
-	}
-	// Reassign: the barrier drops with the person parked at to.
-	if err := m.apply(ctx, fsm.MoveCommitRequestType, fsm.MoveCommitRequest{User: user, To: to, Epoch: epoch, Package: digest, Now: time.Now().UnixNano()}); err != nil {
-		return res, m.rollback(ctx, &res, u.Worker, user, epoch, fmt.Errorf("reassigning: %w", err))
-	}
-	res.Outcome = Moved
-	if digest != u.Package && u.Package != "" {
-		_ = m.store.Delete(u.Package) // superseded: it was woken, then frozen again
-	}
-	if parking {
-		return res, nil // the worker goes down with the agent: nothing to evict
-	}
-	from := u.Worker
-	go func() {
-		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := m.workers.Evict(ectx, from, user); err != nil {
-			m.cfg.Logger.Warn("evicting a moved user from their old worker", "user", user, "worker", from, "error", err)
-		}
-	}()
-	return res, nil
+func (m *Mover) one(ctx context.Context, r Request, opt Options) (res Result, err error) {
+	opt.Parallel = 1
+	m.MoveSet(ctx, []Request{r}, opt, func(r Result, e error) { res, err = r, e })
+	return res, err
 }
 
-// rollback drops the barrier and lets the old worker run the person again.
-// The thaw is queued in the person's mailbox after the freeze, so it undoes
-// the freeze even if the freeze completes late.
-func (m *Mover) rollback(ctx context.Context, res *Result, from, user string, epoch uint64, cause error) error {
+// rolledBack is the outcome of a move whose person stays home: the barrier
+// dropped and the old worker runs them again.
+func (m *Mover) rolledBack(res *Result, cause error) error {
 	res.Outcome = RolledBack
-	if err := m.apply(context.WithoutCancel(ctx), fsm.MoveAbortRequestType, fsm.MoveAbortRequest{User: user, Epoch: epoch}); err != nil {
-		return fmt.Errorf("moving %q: rolling back after %v: %w", user, cause, err)
-	}
-	go func() {
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		if err := m.workers.Thaw(tctx, from, user, epoch); err != nil {
-			m.cfg.Logger.Warn("thawing a user after a rolled-back move", "user", user, "worker", from, "error", err)
-		}
-	}()
-	m.cfg.Logger.Warn("move rolled back", "user", user, "from", from, "cause", cause)
-	return fmt.Errorf("moving %q: %w: %v", user, ErrRolledBack, cause)
-}
-
-func (m *Mover) apply(ctx context.Context, t fsm.MessageType, body any) error {
-	entry, err := fsm.Encode(t, body)
-	if err != nil {
-		return err
-	}
-	_, err = m.log.Apply(ctx, entry)
-	return err
+	m.cfg.Logger.Warn("move rolled back", "user", res.User, "from", res.From, "cause", cause)
+	return fmt.Errorf("moving %q: %w: %v", res.User, ErrRolledBack, cause)
 }
 
 // isWorkerGone tells a dead worker from a slow or failing one.

@@ -111,18 +111,22 @@ func TestClusterCatchUpFromSnapshot(t *testing.T) {
 		}
 	}
 	down.start(t)
+	// Raft records the installed snapshot just after the FSM has restored
+	// it, so the maps can be whole a moment before the stats say how they
+	// got there: wait for both.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if conns, _ := down.fsm.Counts(); conns == 100 {
+		conns, _ := down.fsm.Counts()
+		snap := down.node.Raft.Stats()["last_snapshot_index"]
+		if conns == 100 && snap != "0" {
 			break
 		}
 		if time.Now().After(deadline) {
-			conns, _ := down.fsm.Counts()
+			if conns == 100 {
+				t.Fatalf("the returning member caught up without a snapshot (last_snapshot_index %s)", snap)
+			}
 			t.Fatalf("the returning member has %d of 100 connections", conns)
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-	if got := down.node.Raft.Stats()["last_snapshot_index"]; got == "0" {
-		t.Fatalf("the returning member caught up without a snapshot (last_snapshot_index %s)", got)
 	}
 }

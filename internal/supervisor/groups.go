@@ -144,18 +144,36 @@ func (s *Supervisor) Misplaced(only func(u placement.UserInfo, group string) boo
 	return out
 }
 
-// Reconcile moves the given people to their target groups, parallel moves
-// at a time, by the one road. progress, if not nil, is called after each
-// move from one goroutine at a time.
+// Reconcile moves the given people to their target groups by the one road,
+// as one set (parallel people on the road at a time; see move.MoveSet),
+// each to the least loaded ready worker of their group. progress, if not
+// nil, is called after each move from one goroutine at a time.
 func (s *Supervisor) Reconcile(ctx context.Context, users []placement.UserInfo, parallel int, reason string, progress func(move.Result, error)) (ReconcileResult, error) {
 	res := ReconcileResult{Users: len(users)}
-	names := make([]string, len(users))
-	for i, u := range users {
-		names[i] = u.User
+	pick := s.picker()
+	var reqs []move.Request
+	for _, u := range users {
+		group := s.Target(u.User)
+		to, err := pick(u.Worker, func(w string) bool { return w != u.Worker && s.workers.GroupOf(w) == group })
+		if err != nil {
+			res.Failed++
+			if progress != nil {
+				progress(move.Result{User: u.User, From: u.Worker, Outcome: move.Failed}, fmt.Errorf("moving %q to group %q: %w", u.User, group, err))
+			}
+			continue
+		}
+		reqs = append(reqs, move.Request{User: u.User, To: to})
 	}
-	res.Moved, res.Failed = moveEach(ctx, names, parallel, func(u string) (move.Result, error) {
-		return s.MoveToGroup(ctx, u, s.Target(u), reason)
-	}, progress)
+	s.mover.MoveSet(ctx, reqs, move.Options{Reason: reason, Parallel: parallel}, func(r move.Result, err error) {
+		if err == nil {
+			res.Moved++
+		} else {
+			res.Failed++
+		}
+		if progress != nil {
+			progress(r, err)
+		}
+	})
 	return res, ctx.Err()
 }
 

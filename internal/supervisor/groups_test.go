@@ -9,6 +9,8 @@ import (
 
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/move"
+	"github.com/stickyd/stickyd/internal/park"
+	"github.com/stickyd/stickyd/internal/protocol"
 )
 
 // grouped is a fixed set of ready workers with their groups.
@@ -24,34 +26,25 @@ func (g grouped) Ready() []string {
 func (g grouped) GroupOf(w string) string { return g[w] }
 func (g grouped) Local() []string         { return g.Ready() }
 
-// logMover moves people by writing the move's two entries, as the real
-// mover does around the freeze and the wake.
-type logMover struct{ log *direct }
+// frozenWorkers are workers that hand over a small package at once.
+type frozenWorkers struct{ grouped }
 
-func (m logMover) Move(ctx context.Context, user, to, reason string) (move.Result, error) {
-	u, ok := m.log.f.User(user)
-	if !ok {
-		return move.Result{}, fsm.ErrNoUser
-	}
-	for _, e := range []struct {
-		t    fsm.MessageType
-		body any
-	}{
-		{fsm.MoveBeginRequestType, fsm.MoveBeginRequest{User: user, From: u.Worker, To: to, Epoch: u.Epoch}},
-		{fsm.MoveCommitRequestType, fsm.MoveCommitRequest{User: user, To: to, Epoch: u.Epoch + 1, Package: "p"}},
-	} {
-		b, _ := fsm.Encode(e.t, e.body)
-		if _, err := m.log.Apply(ctx, b); err != nil {
-			return move.Result{}, err
-		}
-	}
-	return move.Result{User: user, From: u.Worker, To: to}, nil
+func (frozenWorkers) Freeze(ctx context.Context, worker, user string, epoch uint64) (*protocol.Frozen, error) {
+	return &protocol.Frozen{Package: []byte("state of " + user), Conns: 1, Pages: 1}, nil
+}
+func (frozenWorkers) Thaw(ctx context.Context, worker, user string, epoch uint64) error { return nil }
+func (frozenWorkers) Evict(ctx context.Context, worker, user string) error             { return nil }
+
+// realMover is the one road over the maps, with workers that freeze at once.
+func realMover(f *fsm.FSM, d *direct, g grouped) *move.Mover {
+	return move.New(move.Config{}, f, d, frozenWorkers{g}, park.NewMemStore())
 }
 
 func TestPromoteRollbackAndRules(t *testing.T) {
 	f := fsm.New()
 	d := &direct{f: f}
-	s := New(f, d, grouped{"v1-1": "v1", "v1-2": "v1", "v2-1": "v2"}, logMover{d})
+	g := grouped{"v1-1": "v1", "v1-2": "v1", "v2-1": "v2"}
+	s := New(f, d, g, realMover(f, d, g))
 	s.SetFallbackDefault("v1")
 	groupOf := func(user string) string {
 		u, _ := s.User(user)

@@ -35,6 +35,7 @@ type Workers interface {
 // Mover moves people; internal/move is the one road.
 type Mover interface {
 	Move(ctx context.Context, user, to, reason string) (move.Result, error)
+	MoveSet(ctx context.Context, reqs []move.Request, opt move.Options, done func(move.Result, error))
 }
 
 // Log is the replicated log the maps are written through.
@@ -110,17 +111,32 @@ func (s *Supervisor) MoveToGroup(ctx context.Context, user, group, reason string
 }
 
 func (s *Supervisor) leastLoaded(ok func(string) bool) (string, error) {
+	return s.picker()("", ok)
+}
+
+// picker chooses destinations for a set of people: each pick is the least
+// loaded ready worker ok accepts, counting the people already picked for
+// it (and no longer counting the person on the worker they leave), so that
+// a set spreads over the workers as the moves one by one would.
+func (s *Supervisor) picker() func(from string, ok func(string) bool) (string, error) {
 	load := s.fsm.UsersOn()
-	best := ""
-	for _, w := range s.workers.Ready() {
-		if ok(w) && (best == "" || load[w] < load[best]) {
-			best = w
+	ready := s.workers.Ready()
+	return func(from string, ok func(string) bool) (string, error) {
+		best := ""
+		for _, w := range ready {
+			if ok(w) && (best == "" || load[w] < load[best]) {
+				best = w
+			}
 		}
+		if best == "" {
+			return "", ErrNoDestination
+		}
+		load[best]++
+		if from != "" {
+			load[from]--
+		}
+		return best, nil
 	}
-	if best == "" {
-		return "", ErrNoDestination
-	}
-	return best, nil
 }
 
 // DrainResult sums up a drain.
@@ -143,16 +159,32 @@ func (s *Supervisor) Drain(ctx context.Context, worker string, parallel int, pro
 	sort.Strings(users)
 	res := DrainResult{Worker: worker, Users: len(users)}
 	group := s.workers.GroupOf(worker)
-	res.Moved, res.Failed = moveEach(ctx, users, parallel, func(u string) (move.Result, error) {
-		to, err := s.leastLoaded(func(w string) bool { return w != worker && s.workers.GroupOf(w) == group })
+	pick := s.picker()
+	reqs := make([]move.Request, 0, len(users))
+	for _, u := range users {
+		to, err := pick(worker, func(w string) bool { return w != worker && s.workers.GroupOf(w) == group })
 		if err != nil {
-			to, err = s.leastLoaded(func(w string) bool { return w != worker })
+			to, err = pick(worker, func(w string) bool { return w != worker })
 		}
 		if err != nil {
-			return move.Result{User: u, From: worker}, err
+			res.Failed++
+			if progress != nil {
+				progress(move.Result{User: u, From: worker, Outcome: move.Failed}, fmt.Errorf("moving %q: %w", u, err))
+			}
+			continue
 		}
-		return s.mover.Move(ctx, u, to, "drain")
-	}, progress)
+		reqs = append(reqs, move.Request{User: u, To: to})
+	}
+	s.mover.MoveSet(ctx, reqs, move.Options{Reason: "drain", Parallel: parallel}, func(r move.Result, err error) {
+		if err == nil {
+			res.Moved++
+		} else {
+			res.Failed++
+		}
+		if progress != nil {
+			progress(r, err)
+		}
+	})
 	return res, ctx.Err()
 }
 
@@ -268,37 +300,3 @@ func (s *Supervisor) apply(ctx context.Context, t fsm.MessageType, body any) (an
 	return s.raft.Apply(ctx, entry)
 }
 
-// moveEach runs one move per user, parallel at a time (at least 1), and
-// calls progress (if not nil) after each, from one goroutine at a time. It
-// stops starting moves when ctx ends and returns how many moved and failed.
-func moveEach(ctx context.Context, users []string, parallel int, moveOne func(user string) (move.Result, error), progress func(move.Result, error)) (moved, failed int) {
-	var (
-		mu  sync.Mutex
-		wg  sync.WaitGroup
-		sem = make(chan struct{}, max(parallel, 1))
-	)
-	for _, u := range users {
-		if ctx.Err() != nil {
-			break
-		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			r, err := moveOne(u)
-			mu.Lock()
-			defer mu.Unlock()
-			if err == nil {
-				moved++
-			} else {
-				failed++
-			}
-			if progress != nil {
-				progress(r, err)
-			}
-		}()
-	}
-	wg.Wait()
-	return moved, failed
-}

@@ -1,0 +1,355 @@
+package move
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/park"
+	"github.com/stickyd/stickyd/internal/placement"
+)
+
+// Request is one person's part in a set that takes the road together.
+type Request struct {
+	User string
+	// To is the worker they go to; ignored when parking (their own).
+	To string
+}
+
+// Options tune a MoveSet.
+type Options struct {
+	// Reason is counted in the metrics ("drain", "promote", "park", ...).
+	Reason string
+	// Park makes each person's own worker their destination: they end
+	// parked where they live (a stop), and nothing is delivered or evicted.
+	Park bool
+	// Freeze bounds each person's freeze; zero means FreezeTimeout.
+	Freeze time.Duration
+	// Parallel bounds how many people are between barrier and reassignment
+	// at once (their freezes run concurrently). Default 64.
+	Parallel int
+}
+
+// maxParts bounds the people of one log entry (about 150 bytes each).
+const maxParts = 1024
+
+// settleRetries bounds how many entries a barrier's drop is written in
+// before it is given up to the next start's clean-up (abortStuckMoves):
+// each entry already waits for a leader within its own bound.
+const settleRetries = 5
+
+// traveller is one person on the road.
+type traveller struct {
+	before placement.UserInfo // the maps before the barrier
+	res    Result
+	start  time.Time
+	epoch  uint64 // the move's, once the barrier is up
+	// After the freeze, one of: commit (a package, or none when the old
+	// worker died: lost says so), or cause (roll back).
+	commit *fsm.MoveCommitRequest
+	lost   error
+	cause  error
+	// unsure is set when the entry raising the barrier failed: it may have
+	// been applied, so it is dropped, and the person told it failed.
+	unsure  error
+	retries int
+}
+
+// MoveSet moves a set of people by the one road, in batches: one log entry
+// raises the barriers of many people at once, their workers freeze them
+// concurrently (at most opt.Parallel people between barrier and
+// reassignment), and one entry reassigns all those whose freeze finished
+// since the last, rolls back the others and raises the next barriers. While
+// an entry is being written, the freezes that finish wait for the next:
+// under load an entry carries many people, and a set of one costs what a
+// single move always did.
+//
+// Each person's outcome is their own (one person's rollback never rolls
+// back another) and is told to done, from this goroutine, once per
+// request. MoveSet returns when every person is settled. A ctx that ends
+// stops new barriers (the people not begun are told ctx's error); those
+// already on the road are settled.
+func (m *Mover) MoveSet(ctx context.Context, reqs []Request, opt Options, done func(Result, error)) {
+	if opt.Freeze <= 0 {
+		opt.Freeze = m.cfg.FreezeTimeout
+	}
+	if opt.Parallel <= 0 {
+		opt.Parallel = 64
+	}
+	if opt.Reason == "" {
+		opt.Reason = "admin"
+	}
+	finish := func(t *traveller, err error) {
+		t.res.Duration = time.Since(t.start)
+		m.moves.WithLabelValues(opt.Reason, t.res.Outcome).Inc()
+		if t.res.Outcome == Moved {
+			m.seconds.Observe(t.res.Duration.Seconds())
+		}
+		done(t.res, err)
+	}
+	ready := map[string]bool{}
+	if !opt.Park {
+		for _, w := range m.workers.Ready() {
+			ready[w] = true
+		}
+	}
+	queue := make([]*traveller, 0, len(reqs))
+	for _, r := range reqs {
+		t := &traveller{start: time.Now(), res: Result{User: r.User, To: r.To, Outcome: Failed}}
+		u, ok := m.maps.User(r.User)
+		if !ok {
+			verb := "moving"
+			if opt.Park {
+				verb = "parking"
+			}
+			finish(t, fmt.Errorf("%s %q: %w", verb, r.User, fsm.ErrNoUser))
+			continue
+		}
+		t.before, t.res.From = u, u.Worker
+		switch {
+		case opt.Park:
+			t.res.To = u.Worker
+		case u.Worker == r.To:
+			finish(t, fmt.Errorf("moving %q: %w: they already live on %s", r.User, ErrBadDestination, r.To))
+			continue
+		case !ready[r.To]:
+			finish(t, fmt.Errorf("moving %q: %w: worker %q is not ready", r.User, ErrBadDestination, r.To))
+			continue
+		}
+		queue = append(queue, t)
+	}
+
+	frozen := make(chan *traveller, opt.Parallel)
+	freezing := 0 // freezes not yet handed back on frozen
+	var pending []*traveller
+	for len(queue) > 0 || freezing > 0 || len(pending) > 0 {
+		if ctx.Err() != nil && len(queue) > 0 {
+			for _, t := range queue {
+				finish(t, fmt.Errorf("moving %q: %w", t.res.User, ctx.Err()))
+			}
+			queue = nil
+		}
+		onRoad := freezing + len(pending)
+		canBegin := len(queue) > 0 && onRoad < opt.Parallel
+		if !canBegin && len(pending) == 0 {
+			if freezing == 0 {
+				break
+			}
+			pending = append(pending, <-frozen)
+			freezing--
+		}
+	collect:
+		for len(pending) < maxParts {
+			select {
+			case t := <-frozen:
+				freezing--
+				pending = append(pending, t)
+			default:
+				break collect
+			}
+		}
+		settle := pending
+		if len(settle) > maxParts {
+			settle = settle[:maxParts]
+		}
+		pending = pending[len(settle):]
+		var begin []*traveller
+		if n := min(opt.Parallel-(freezing+len(pending)+len(settle)), len(queue), maxParts-len(settle)); n > 0 {
+			begin, queue = queue[:n], queue[n:]
+		}
+
+		var req fsm.MoveBatchRequest
+		var commits, aborts []*traveller
+		for _, t := range begin {
+			req.Begin = append(req.Begin, fsm.MoveBeginRequest{User: t.res.User, From: t.before.Worker, To: t.res.To, Epoch: t.before.Epoch})
+		}
+		for _, t := range settle {
+			if t.commit != nil {
+				t.commit.Now = time.Now().UnixNano()
+				req.Commit = append(req.Commit, *t.commit)
+				commits = append(commits, t)
+			} else {
+				req.Abort = append(req.Abort, fsm.MoveAbortRequest{User: t.res.User, Epoch: t.epoch})
+				aborts = append(aborts, t)
+			}
+		}
+		// Barriers already up are dropped whatever ctx says: nobody is
+		// left behind one.
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if len(settle) > 0 {
+			actx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		}
+		out, err := m.applyBatch(actx, req)
+		cancel()
+		if err != nil {
+			for _, t := range begin {
+				// It may have been applied: drop it to be sure.
+				t.epoch = t.before.Epoch + 1
+				t.unsure = fmt.Errorf("moving %q: raising the barrier: %w", t.res.User, err)
+				pending = append(pending, t)
+			}
+			for _, t := range settle {
+				if t.retries++; t.retries < settleRetries {
+					pending = append(pending, t)
+					continue
+				}
+				m.cfg.Logger.Error("could not drop a move's barrier; the next start rolls it back", "user", t.res.User, "error", err)
+				finish(t, fmt.Errorf("moving %q: dropping the barrier: %w", t.res.User, err))
+			}
+			if len(settle) > 0 && len(begin) == 0 {
+				time.Sleep(100 * time.Millisecond) // the log is failing: do not spin
+			}
+			continue
+		}
+		for i, t := range begin {
+			p := out.Begin[i]
+			if perr := p.Err(); perr != nil {
+				finish(t, fmt.Errorf("moving %q: raising the barrier: %w", t.res.User, perr))
+				continue
+			}
+			t.epoch = p.User.Epoch
+			t.res.Epoch = t.epoch
+			freezing++
+			go func() {
+				m.freeze(ctx, t, opt)
+				frozen <- t
+			}()
+		}
+		for i, t := range commits {
+			if perr := out.Commit[i].Err(); perr != nil {
+				if t.lost == nil {
+					m.thaw(ctx, t)
+				}
+				finish(t, m.rolledBack(&t.res, fmt.Errorf("reassigning: %w", perr)))
+				continue
+			}
+			m.arrived(ctx, t, opt)
+			finish(t, t.lost)
+		}
+		for i, t := range aborts {
+			perr := out.Abort[i].Err()
+			switch {
+			case t.unsure != nil:
+				finish(t, t.unsure)
+			case perr != nil:
+				t.res.Outcome = RolledBack
+				finish(t, fmt.Errorf("moving %q: rolling back after %v: %w", t.res.User, t.cause, perr))
+			default:
+				m.thaw(ctx, t)
+				finish(t, m.rolledBack(&t.res, t.cause))
+			}
+		}
+	}
+}
+
+// freeze has the person's old worker hand them over, and stores the
+// package: the old worker runs what is already in the person's mailbox (a
+// wake included), then hands over everything and refuses the rest. A
+// parked person the worker never woke is absent there: their parked package
+// stays the truth.
+func (m *Mover) freeze(ctx context.Context, t *traveller, opt Options) {
+	user, from, to := t.res.User, t.before.Worker, t.res.To
+	fctx, cancel := context.WithTimeout(ctx, opt.Freeze)
+	fstart := time.Now()
+	fz, err := m.workers.Freeze(fctx, from, user, t.epoch)
+	t.res.Freeze = time.Since(fstart)
+	cancel()
+	switch {
+	case err != nil && isWorkerGone(err):
+		m.cfg.Logger.Warn("worker died during a move; reassigning without state", "user", user, "from", from, "error", err)
+		t.commit = &fsm.MoveCommitRequest{User: user, To: to, Epoch: t.epoch}
+		t.lost = fmt.Errorf("moving %q: %w (%v)", user, ErrStateLost, err)
+		return
+	case err != nil:
+		t.cause = fmt.Errorf("freezing: %w", err)
+		return
+	}
+	t.res.Bytes, t.res.Conns, t.res.Pages = len(fz.Package), int(fz.Conns), int(fz.Pages)
+	var digest string
+	if fz.Absent && t.before.State == placement.StateParked {
+		digest = t.before.Package
+		if opt.Park && !m.store.Has(digest) {
+			t.cause = fmt.Errorf("%w: %s", park.ErrNotFound, digest)
+			return
+		}
+	} else {
+		// The package is stored, content-addressed and checksummed, before
+		// the maps point anywhere else. Not fsynced for a move: the package
+		// only stands in for the worker's memory, which a machine crash
+		// would take as well. Parking for a restart syncs the store once at
+		// the end.
+		digest, err = m.store.Put(fz.Package, false)
+		if err != nil {
+			t.cause = err
+			return
+		}
+	}
+	t.res.Package = digest
+	if d, ok := m.workers.(Deliverer); ok && !opt.Park {
+		pkg := fz.Package
+		if fz.Absent {
+			pkg, _ = m.store.Get(digest) // elsewhere: the wake fetches it
+		}
+		if pkg != nil {
+			if err := d.Deliver(ctx, to, digest, pkg); err != nil {
+				t.cause = err
+				return
+			}
+		}
+	}
+	t.commit = &fsm.MoveCommitRequest{User: user, To: to, Epoch: t.epoch, Package: digest}
+}
+
+// arrived finishes a reassigned person's move: the package they were
+// woken from before is superseded, and the old worker lets them go.
+func (m *Mover) arrived(ctx context.Context, t *traveller, opt Options) {
+	t.res.Outcome = Moved
+	if t.lost != nil {
+		t.res.Outcome = StateLost
+	}
+	if old := t.before.Package; old != "" && old != t.res.Package {
+		_ = m.store.Delete(old) // superseded: it was woken, then frozen again
+	}
+	if opt.Park || t.lost != nil {
+		return // the worker goes down with the agent, or is gone
+	}
+	user, from := t.res.User, t.before.Worker
+	go func() {
+		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := m.workers.Evict(ectx, from, user); err != nil {
+			m.cfg.Logger.Warn("evicting a moved user from their old worker", "user", user, "worker", from, "error", err)
+		}
+	}()
+}
+
+// thaw lets the old worker run a person whose move was rolled back. The
+// thaw is queued in the person's mailbox after the freeze, so it undoes
+// the freeze even if the freeze completes late.
+func (m *Mover) thaw(ctx context.Context, t *traveller) {
+	user, from, epoch := t.res.User, t.before.Worker, t.epoch
+	go func() {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if err := m.workers.Thaw(tctx, from, user, epoch); err != nil {
+			m.cfg.Logger.Warn("thawing a user after a rolled-back move", "user", user, "worker", from, "error", err)
+		}
+	}()
+}
+
+func (m *Mover) applyBatch(ctx context.Context, req fsm.MoveBatchRequest) (fsm.MoveBatchResult, error) {
+	entry, err := fsm.Encode(fsm.MoveBatchRequestType, req)
+	if err != nil {
+		return fsm.MoveBatchResult{}, err
+	}
+	out, err := m.log.Apply(ctx, entry)
+	if err != nil {
+		return fsm.MoveBatchResult{}, err
+	}
+	res, ok := out.(fsm.MoveBatchResult)
+	if !ok || len(res.Begin) != len(req.Begin) || len(res.Commit) != len(req.Commit) || len(res.Abort) != len(req.Abort) {
+		return fsm.MoveBatchResult{}, fmt.Errorf("the log answered a batch of moves with %T", out)
+	}
+	return res, nil
+}
