@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -121,6 +122,9 @@ func (m *maintenance) set(n *protocol.Maintenance) {
 	m.changed = make(chan struct{})
 }
 
+// errYielded ends a held request's wait when its person is frozen.
+var errYielded = errors.New("the person is moving: the held request goes with them")
+
 // maintenanceError refuses a request that waited past a window's max wait.
 type maintenanceError struct {
 	backend, reason string
@@ -138,7 +142,10 @@ func (e *maintenanceError) Error() string {
 // await returns once none of backends is in maintenance: at once when none
 // is. A request waits at most the max wait of the windows it waits on,
 // counted from when it began to wait; past it, it gets a maintenanceError.
-func (m *maintenance) await(ctx context.Context, backends []string) error {
+//
+// A closed yield ends the wait with errYielded: the person is being frozen
+// (a move, a park), and the request, which has not run, goes with them.
+func (m *maintenance) await(ctx context.Context, backends []string, yield <-chan struct{}) error {
 	if len(backends) == 0 {
 		return nil
 	}
@@ -189,6 +196,12 @@ func (m *maintenance) await(ctx context.Context, backends []string) error {
 			m.timedOut[first.Name]++
 			m.mu.Unlock()
 			return &maintenanceError{backend: first.Name, reason: first.Reason, waited: time.Since(start)}
+		case <-yield:
+			t.Stop()
+			m.mu.Lock()
+			uncount()
+			m.mu.Unlock()
+			return errYielded
 		case <-ctx.Done():
 			t.Stop()
 			m.mu.Lock()

@@ -75,6 +75,7 @@ func (rt *runtime) sessionsOfLocked(user string) []*Session {
 func (rt *runtime) freeze(fr *protocol.Freeze) (*protocol.Frozen, error) {
 	rt.mu.Lock()
 	rt.frozen[fr.User] = true
+	delete(rt.yields, fr.User)
 	if fr.Epoch > rt.epochs[fr.User] {
 		rt.epochs[fr.User] = fr.Epoch
 	}

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	goruntime "runtime"
 	"runtime/debug"
@@ -38,6 +39,9 @@ type runtime struct {
 	epochs map[string]uint64
 	// frozen marks users whose state was handed over by a Freeze.
 	frozen map[string]bool
+	// yields signals the held requests of users whose freeze is on its
+	// way (awaitBackends); the freeze removes the entry when it runs.
+	yields map[string]*yielding
 	// accounts is what each user consumed here; left names those dropped
 	// since the previous probe (account.go).
 	accounts map[string]*account
@@ -110,6 +114,7 @@ func (rt *runtime) handle(env *protocol.Envelope) {
 			// their site requests go ahead of the pool's queue.
 			rt.site.expedite(b.Freeze.User)
 		}
+		rt.freezing(b.Freeze.User)
 		rt.enqueue(b.Freeze.User, env)
 	case *protocol.Envelope_Thaw:
 		rt.enqueue(b.Thaw.User, env)
@@ -381,7 +386,7 @@ func (rt *runtime) frame(f *protocol.Frame, id uint64) (*protocol.FrameReply, er
 	ctx := context.WithValue(rt.ctx, sessionKey{}, s)
 	switch k := f.Kind.(type) {
 	case *protocol.Frame_Http:
-		if err := rt.awaitBackends(ctx, rt.routeNeeds(k.Http.GetUrl())); err != nil {
+		if err := rt.awaitBackends(ctx, f.User, rt.routeNeeds(k.Http.GetUrl())); err != nil {
 			return nil, err
 		}
 		resp, err := rt.serveHTTP(ctx, s, k.Http)
@@ -392,7 +397,7 @@ func (rt *runtime) frame(f *protocol.Frame, id uint64) (*protocol.FrameReply, er
 	case *protocol.Frame_Open:
 		return rt.open(ctx, s, k.Open)
 	case *protocol.Frame_Message:
-		if err := rt.awaitBackends(ctx, rt.needs.ForMessage(k.Message.GetData())); err != nil {
+		if err := rt.awaitBackends(ctx, f.User, rt.needs.ForMessage(k.Message.GetData())); err != nil {
 			return nil, err
 		}
 		return rt.message(ctx, s, k.Message)
@@ -423,7 +428,7 @@ func (rt *runtime) newConnection(f *protocol.Frame) (*protocol.FrameReply, error
 	s := newSession(rt, randomName(), "")
 	s.isNew = true
 	ctx := context.WithValue(rt.ctx, sessionKey{}, s)
-	if err := rt.awaitBackends(ctx, rt.routeNeeds(f.GetHttp().GetUrl())); err != nil {
+	if err := rt.awaitBackends(ctx, "", rt.routeNeeds(f.GetHttp().GetUrl())); err != nil {
 		return nil, err
 	}
 	resp, err := rt.serveHTTP(ctx, s, f.GetHttp())
@@ -606,11 +611,68 @@ func (rt *runtime) probe() *protocol.ProbeReply {
 	return r
 }
 
-// awaitBackends holds a request that needs a backend in maintenance
-// (maintenance.go); a runtime built without one (tests) holds nothing.
-func (rt *runtime) awaitBackends(ctx context.Context, backends []string) error {
-	if rt.maint == nil {
+// awaitBackends holds a request of user that needs a backend in
+// maintenance (maintenance.go); a runtime built without one (tests) holds
+// nothing. A freeze of the person that arrives meanwhile ends the wait: the
+// request, which has not run, is answered MOVED, and the front sends it
+// again to wherever the person is once the barrier drops (the same worker
+// after a rollback, or a park and a restart), where it waits again. So a
+// window never holds up a move, a drain or a stop, and the held request
+// still runs once, after the window.
+func (rt *runtime) awaitBackends(ctx context.Context, user string, backends []string) error {
+	if rt.maint == nil || len(backends) == 0 {
 		return nil
 	}
-	return rt.maint.await(ctx, backends)
+	var yield <-chan struct{}
+	if user != "" {
+		yield = rt.yieldOf(user)
+	}
+	err := rt.maint.await(ctx, backends, yield)
+	if errors.Is(err, errYielded) {
+		rt.mu.Lock()
+		epoch := rt.epochs[user]
+		rt.mu.Unlock()
+		return &movedError{user: user, epoch: epoch}
+	}
+	return err
+}
+
+// yieldOf is the channel a freeze of user closes when it arrives.
+func (rt *runtime) yieldOf(user string) <-chan struct{} {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	y := rt.yields[user]
+	if y == nil {
+		if rt.yields == nil {
+			rt.yields = map[string]*yielding{}
+		}
+		y = &yielding{ch: make(chan struct{})}
+		rt.yields[user] = y
+	}
+	return y.ch
+}
+
+// freezing tells user's held requests that a freeze is on its way through
+// their mailbox (before it runs: they are what it would wait for).
+func (rt *runtime) freezing(user string) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	y := rt.yields[user]
+	if y == nil {
+		if rt.yields == nil {
+			rt.yields = map[string]*yielding{}
+		}
+		y = &yielding{ch: make(chan struct{})}
+		rt.yields[user] = y
+	}
+	if !y.closed {
+		close(y.ch)
+		y.closed = true
+	}
+}
+
+// yielding is a person's held requests' signal to go with them.
+type yielding struct {
+	ch     chan struct{}
+	closed bool
 }

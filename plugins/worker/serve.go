@@ -81,6 +81,7 @@ func serveConn(ctx context.Context, app App, opts Options, c channel.Conn, hello
 		byUser:   map[string]map[*Session]struct{}{},
 		epochs:   map[string]uint64{},
 		frozen:   map[string]bool{},
+		yields:   map[string]*yielding{},
 		maint:    newMaintenance(),
 		maxBody:  maxSiteBody,
 	}
