@@ -33,7 +33,7 @@ func (frozenWorkers) Freeze(ctx context.Context, worker, user string, epoch uint
 	return &protocol.Frozen{Package: []byte("state of " + user), Conns: 1, Pages: 1}, nil
 }
 func (frozenWorkers) Thaw(ctx context.Context, worker, user string, epoch uint64) error { return nil }
-func (frozenWorkers) Evict(ctx context.Context, worker, user string) error             { return nil }
+func (frozenWorkers) Evict(ctx context.Context, worker, user string) error              { return nil }
 
 // realMover is the one road over the maps, with workers that freeze at once.
 func realMover(f *fsm.FSM, d *direct, g grouped) *move.Mover {

@@ -299,4 +299,3 @@ func (s *Supervisor) apply(ctx context.Context, t fsm.MessageType, body any) (an
 	}
 	return s.raft.Apply(ctx, entry)
 }
-
