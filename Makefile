@@ -75,6 +75,13 @@ chaos:
 	grep -E '^(--- |PASS|FAIL|ok)|chaos(_test)?\.go' $$log; \
 	[ $$rc = 0 ] || echo "chaos: failed; the whole log is $$log"; exit $$rc
 
+## soak-stop: an agent stopped and started 10 times while 70 people type,
+## 20 of them with 10 MB pages and 50 with 1 MB, freeze_timeout = "1s":
+## nobody lost, every count kept (`make test` runs a small form).
+.PHONY: soak-stop
+soak-stop:
+	STICKYD_SOAK_STOP=1 $(GO) test -count=1 -timeout 30m -v -run '^TestStopParksLargePages$$' ./test/e2e/
+
 lint:
 	@out="$$(gofmt -l cmd internal plugins test)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
