@@ -73,6 +73,7 @@ type options struct {
 	users       []int
 	active      int
 	parallel    int
+	each        bool // also the road one person at a time
 	workers     int
 	concurrency int // pages opened (and closed) at once
 	baseline    time.Duration
@@ -83,14 +84,15 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := benchkit.NewFlags("promote", "smoke run: -users 200 -baseline 1s unless given", stderr)
 	users := fs.String("users", "1000,10000", "people online during the promotion, comma-separated: one fresh agent per value")
 	active := fs.Int("active", 50, "people among them typing inc closed loop on their WebSockets, whose round trips are measured")
-	parallel := fs.Int("parallel", 16, "moves at a time during the promotion and the rollback")
+	parallel := fs.Int("parallel", 64, "people on the road at a time during the promotion and the rollback")
+	each := fs.Bool("each", true, "also promote and roll back one person at a time (each a set of one, -parallel at a time), for comparison")
 	workers := fs.Int("workers", 2, "subprocess workers of each group, v1 and v2")
 	concurrency := fs.Int("concurrency", 32, "pages opened and closed at once")
 	baseline := fs.Duration("baseline", 3*time.Second, "window of the typists' round trips measured before each promotion and rollback")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	o := &options{active: *active, parallel: *parallel, workers: *workers, concurrency: *concurrency, baseline: *baseline}
+	o := &options{each: *each, active: *active, parallel: *parallel, workers: *workers, concurrency: *concurrency, baseline: *baseline}
 	list := *users
 	if fs.QuickDefault("users") {
 		list = "200"
@@ -152,7 +154,10 @@ func printReport(w io.Writer, o *options, rep report) {
 	fmt.Fprintf(w, "- machine: %s\n", benchkit.Machine())
 	fmt.Fprintf(w, "- agent: group v1 (the default) and catalog group v2, %d subprocess (go-plugin) workers each, all running the counter app; raft log and parked packages on disk in a temp dir; one fresh agent per size; the clients share its machine\n", o.workers)
 	fmt.Fprintf(w, "- people: each a browser with a WebSocket and an open counter page; %d of them type `inc` closed loop throughout (a pull acknowledging their deltas every %d incs, not counted); the others are idle, their pages held by a second process, each sending a pull every %v, evenly spread, to keep its WebSocket open (as a browser's answers to the front's pings would)\n", o.active, ackEvery, keepEvery)
-	fmt.Fprintf(w, "- promote: `Supervisor().Promote(\"v2\")`; rollback: `Supervisor().Rollback()`, back to v1; %d moves at a time; baseline: the typists' round trips in the %v before\n", o.parallel, o.baseline)
+	fmt.Fprintf(w, "- promote: `Supervisor().Promote(\"v2\")`; rollback: `Supervisor().Rollback()`, back to v1; both hand the road one set, at most %d people on it at a time; baseline: the typists' round trips in the %v before\n", o.parallel, o.baseline)
+	if o.each {
+		fmt.Fprintf(w, "- one by one: the same promotion and rollback with each person a set of one (`Supervisor().MoveToGroup`), %d at a time: the road as it was before it carried sets\n", o.parallel)
+	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| kind | users | parallel | total | moves/s | failed | base p50 | base p99 | during p50 | during p99 | during max | p99 added | move p50 | move p99 |")
 	fmt.Fprintln(w, "|:--|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/stickyd/stickyd/internal/agent"
@@ -24,6 +25,10 @@ const checkLimit = 2 * time.Minute
 const (
 	kindPromote  = "promote"
 	kindRollback = "rollback"
+	// The same two, each person a set of one on the road, parallel at a
+	// time (the road as it was before it carried sets), for comparison.
+	kindPromoteEach  = "promote, one by one"
+	kindRollbackEach = "rollback, one by one"
 )
 
 // row is one measured promotion or rollback.
@@ -146,7 +151,11 @@ func measureSize(ctx context.Context, o *options, users int, stderr io.Writer) (
 	if n := a.Supervisor().GroupUsers(oldGroup); n != users {
 		return res, fmt.Errorf("%d people placed in %s after logging in, want %d", n, oldGroup, users)
 	}
-	for _, kind := range []string{kindPromote, kindRollback} {
+	kinds := []string{kindPromote, kindRollback}
+	if o.each {
+		kinds = append(kinds, kindPromoteEach, kindRollbackEach)
+	}
+	for _, kind := range kinds {
 		r, err := measureCall(ctx, o, a, t, h, users, kind, fail, stderr)
 		if err == nil {
 			err = fail.check()
@@ -162,10 +171,44 @@ func measureSize(ctx context.Context, o *options, users int, stderr io.Writer) (
 // measureCall measures one promotion to v2 (kind promote) or rollback to
 // v1: a baseline window, then the call, then the checks that everyone is
 // in the new group.
+// promoteEach makes to the default (a promotion from to itself moves
+// nobody) and then moves everyone misplaced one by one, parallel at a time.
+func promoteEach(ctx context.Context, sup *supervisor.Supervisor, to string, parallel int, progress func(move.Result, error)) (supervisor.ReconcileResult, error) {
+	if _, err := sup.Promote(ctx, to, to, parallel, nil); err != nil {
+		return supervisor.ReconcileResult{}, err
+	}
+	users := sup.Misplaced(nil)
+	rr := supervisor.ReconcileResult{Users: len(users)}
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, parallel)
+	)
+	for _, u := range users {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			r, err := sup.MoveToGroup(ctx, u.User, to, "promote")
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				rr.Moved++
+			} else {
+				rr.Failed++
+			}
+			progress(r, err)
+		}()
+	}
+	wg.Wait()
+	return rr, ctx.Err()
+}
+
 func measureCall(ctx context.Context, o *options, a *agent.Agent, t *typists, h *holder, users int, kind string, fail *failure, stderr io.Writer) (row, error) {
 	r := row{kind: kind, users: users, parallel: o.parallel}
 	to := newGroup
-	if kind == kindRollback {
+	if kind == kindRollback || kind == kindRollbackEach {
 		to = oldGroup
 	}
 	sup := a.Supervisor()
@@ -206,9 +249,12 @@ func measureCall(ctx context.Context, o *options, a *agent.Agent, t *typists, h 
 		err error
 	)
 	t0 := time.Now()
-	if kind == kindPromote {
+	switch kind {
+	case kindPromote:
 		rr, err = sup.Promote(ctx, newGroup, "", o.parallel, progress)
-	} else {
+	case kindPromoteEach, kindRollbackEach:
+		rr, err = promoteEach(ctx, sup, to, o.parallel, progress)
+	default:
 		var prev string
 		prev, rr, err = sup.Rollback(ctx, o.parallel, progress)
 		if err == nil && prev != oldGroup {
