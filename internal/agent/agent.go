@@ -52,6 +52,7 @@ type Agent struct {
 	raftSet  atomic.Pointer[raftnode.Node]
 	pool     *host.Pool
 	park     park.Store
+	held     *park.Tiered // a.park, with data on disk
 	mover    *move.Mover
 	sup      *supervisor.Supervisor
 	restart  RestartReport
@@ -159,8 +160,15 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	a.registry = prometheus.NewRegistry()
 	if a.cfg.DataDir == "" {
 		a.park = park.NewMemStore()
-	} else if a.park, err = park.NewFileStore(filepath.Join(a.cfg.DataDir, "park")); err != nil {
-		return err
+	} else {
+		files, err := park.NewFileStore(filepath.Join(a.cfg.DataDir, "park"))
+		if err != nil {
+			return err
+		}
+		// Moved people's packages wait in memory for their next frame;
+		// after heldFlush on disk, as a crash checkpoint would be.
+		a.held = park.NewTiered(files, a.cfg.Move.Held(), heldFlush)
+		a.park = a.held
 	}
 	// The admin API and the peer links listen first: servers find each
 	// other through them.
@@ -345,7 +353,7 @@ func (a *Agent) startAdmin() error {
 			if park.Digest(b) != digest {
 				return fmt.Errorf("the package's digest is %s, not %s", park.Digest(b), digest)
 			}
-			_, err := a.park.Put(b, false)
+			_, err := a.hold(b)
 			return err
 		},
 		Member: a.memberHandler,
@@ -562,6 +570,18 @@ func (a *Agent) cookieKeys() ([][]byte, error) {
 	return [][]byte{key}, nil
 }
 
+// heldFlush is how long a moved person's package waits in memory for
+// their next frame before it is written to disk.
+const heldFlush = 5 * time.Second
+
+// hold keeps a moved person's package, in memory if there is room.
+func (a *Agent) hold(b []byte) (string, error) {
+	if h, ok := a.park.(park.Holder); ok {
+		return h.Hold(b)
+	}
+	return a.park.Put(b, false)
+}
+
 // Shutdown stops the agent: the front stops taking requests (WebSockets
 // close), every person is parked (with a data dir), then the workers and raft
 // stop. Idempotent.
@@ -615,6 +635,16 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	}
 	if a.pool != nil {
 		_ = a.pool.Close()
+	}
+	if a.pool != nil {
+		if x := a.Checkpoints(); x != nil {
+			x.Flush()
+		}
+	}
+	if a.held != nil {
+		if err := a.held.Close(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if a.stopTables != nil {
 		select {

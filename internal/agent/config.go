@@ -176,6 +176,22 @@ type ProbeConfig struct {
 type MoveConfig struct {
 	// FreezeTimeout bounds the freeze; past it the move rolls back ("5s").
 	FreezeTimeout string `hcl:"freeze_timeout,optional"`
+	// HeldBytes bounds the moved people's packages held in memory until
+	// their next frame wakes them (or for 5 s, then they go to disk);
+	// past it a package is written to disk at once. Default 1 GiB; 0
+	// writes every package to disk.
+	HeldBytes *int64 `hcl:"held_bytes,optional"`
+}
+
+// DefaultHeldBytes is move.held_bytes unless set.
+const DefaultHeldBytes = 1 << 30
+
+// Held is move.held_bytes with its default.
+func (m MoveConfig) Held() int64 {
+	if m.HeldBytes == nil {
+		return DefaultHeldBytes
+	}
+	return *m.HeldBytes
 }
 
 // ServerConfig is the server role: a raft member.
@@ -422,6 +438,9 @@ func (c *Config) Finish() error {
 	}
 	if c.Probe.Misses < 0 {
 		return fmt.Errorf("probe: misses must be positive")
+	}
+	if c.Move.Held() < 0 {
+		return fmt.Errorf("move: held_bytes %d: want a size in bytes, 0 or more", c.Move.Held())
 	}
 	for name, d := range map[string]string{
 		"front: frame_timeout": c.Front.FrameTimeout, "front: barrier_wait": c.Front.BarrierWait,

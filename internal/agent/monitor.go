@@ -215,6 +215,22 @@ func (a *Agent) registerMonitorMetrics() error {
 			return float64(users)
 		}),
 	}
+	if a.held != nil {
+		cs = append(cs,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stickyd_move_held_bytes", Help: "Bytes of moved people's packages held in memory until their next frame (bound: move.held_bytes)."}, func() float64 {
+				_, b, _ := a.held.Held()
+				return float64(b)
+			}),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stickyd_move_held_packages", Help: "Moved people's packages held in memory until their next frame."}, func() float64 {
+				n, _, _ := a.held.Held()
+				return float64(n)
+			}),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "stickyd_move_held_spills_total", Help: "Moved people's packages written to disk at once because move.held_bytes was reached."}, func() float64 {
+				_, _, n := a.held.Held()
+				return float64(n)
+			}),
+		)
+	}
 	for _, c := range cs {
 		if err := a.registry.Register(c); err != nil {
 			return fmt.Errorf("registering monitor metrics: %w", err)

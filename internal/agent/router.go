@@ -276,7 +276,7 @@ func (c clusterParcels) Get(digest string) ([]byte, error) {
 		if park.Digest(b) != digest {
 			return nil, fmt.Errorf("%w: %s fetched from %s", park.ErrCorrupt, digest, ag.Name)
 		}
-		if _, err := c.a.park.Put(b, false); err != nil {
+		if _, err := c.a.hold(b); err != nil {
 			return nil, err
 		}
 		return b, nil

@@ -94,6 +94,10 @@ type CheckpointIndex struct {
 	refs map[string]int
 	// commits orders each worker's journal writes (journal).
 	commits map[string]*ckCommit
+	// soon holds, per worker, the digests forgotten people's pieces leave
+	// to delete once the journal no longer names them, and the timer of
+	// that write (forgetSoon).
+	soon map[string]*ckSoon
 
 	rounds   *prometheus.CounterVec
 	duration prometheus.Histogram
@@ -137,7 +141,7 @@ func NewCheckpointIndex(cfg CheckpointConfig) *CheckpointIndex {
 		log = hclog.NewNullLogger()
 	}
 	x := &CheckpointIndex{cfg: cfg, log: log, workers: map[string]map[string]*ckPerson{}, refs: map[string]int{},
-		commits: map[string]*ckCommit{}}
+		commits: map[string]*ckCommit{}, soon: map[string]*ckSoon{}}
 	x.rounds = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stickyd_checkpoint_rounds_total",
 		Help: "Checkpoint rounds of this host's workers, by outcome (ok, failed).",
@@ -514,9 +518,69 @@ func (x *CheckpointIndex) Forget(worker, user string, epoch uint64) {
 		delete(x.workers, worker)
 	}
 	drop = x.unreferencedLocked(drop)
+	x.forgetSoonLocked(worker, drop)
 	x.mu.Unlock()
+}
+
+// forgetDelay is how long the journal write of a forgotten person waits,
+// shared by every person forgotten on the worker meanwhile: a set of
+// people moving away costs one write of the worker's record, not one
+// each. Should the agent crash before it, the journal still names pieces
+// of people who live elsewhere by then, and the restart drops them (it
+// keeps only those the maps place on the worker at their epoch).
+const forgetDelay = time.Second
+
+// ckSoon is a worker's pending journal write for forgotten people.
+type ckSoon struct {
+	drop  []string
+	timer *time.Timer
+}
+
+func (x *CheckpointIndex) forgetSoonLocked(worker string, drop []string) {
+	s := x.soon[worker]
+	if s == nil {
+		s = &ckSoon{}
+		x.soon[worker] = s
+		s.timer = time.AfterFunc(forgetDelay, func() { x.forgotten(worker) })
+	}
+	s.drop = append(s.drop, drop...)
+}
+
+// forgotten writes worker's record without the people forgotten since the
+// last, then deletes their pieces that nothing names again meanwhile.
+func (x *CheckpointIndex) forgotten(worker string) {
+	x.mu.Lock()
+	s := x.soon[worker]
+	delete(x.soon, worker)
+	x.mu.Unlock()
+	if s == nil {
+		return
+	}
 	x.journal(worker)
+	x.mu.Lock()
+	drop := s.drop[:0]
+	for _, d := range s.drop {
+		if x.refs[d] <= 0 {
+			drop = append(drop, d)
+		}
+	}
+	x.mu.Unlock()
 	x.deleteAll(drop)
+}
+
+// Flush writes now the journal records that wait (forgetDelay).
+func (x *CheckpointIndex) Flush() {
+	x.mu.Lock()
+	var workers []string
+	for w, s := range x.soon {
+		if s.timer.Stop() {
+			workers = append(workers, w)
+		}
+	}
+	x.mu.Unlock()
+	for _, w := range workers {
+		x.forgotten(w)
+	}
 }
 
 // ForgetWorker implements Checkpoints.

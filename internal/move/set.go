@@ -61,9 +61,9 @@ type traveller struct {
 // concurrently (at most opt.Parallel people between barrier and
 // reassignment), and one entry reassigns all those whose freeze finished
 // since the last, rolls back the others and raises the next barriers. While
-// an entry is being written, the freezes that finish wait for the next:
-// under load an entry carries many people, and a set of one costs what a
-// single move always did.
+// entries are being written (at most maxEntries at once), the freezes that
+// finish wait for the next: under load an entry carries many people, and a
+// set of one costs what a single move always did.
 //
 // Each person's outcome is their own (one person's rollback never rolls
 // back another) and is told to done, from this goroutine, once per
@@ -120,127 +120,158 @@ func (m *Mover) MoveSet(ctx context.Context, reqs []Request, opt Options, done f
 		queue = append(queue, t)
 	}
 
-	frozen := make(chan *traveller, opt.Parallel)
-	freezing := 0 // freezes not yet handed back on frozen
-	var pending []*traveller
-	for len(queue) > 0 || freezing > 0 || len(pending) > 0 {
+	var (
+		frozen  = make(chan *traveller, opt.Parallel)
+		entries = make(chan written, maxEntries)
+		onRoad  int // people between their begin's entry and their outcome
+		writing int // entries being written
+		pending []*traveller
+	)
+	for len(queue) > 0 || onRoad > 0 {
 		if ctx.Err() != nil && len(queue) > 0 {
 			for _, t := range queue {
 				finish(t, fmt.Errorf("moving %q: %w", t.res.User, ctx.Err()))
 			}
 			queue = nil
-		}
-		onRoad := freezing + len(pending)
-		canBegin := len(queue) > 0 && onRoad < opt.Parallel
-		if !canBegin && len(pending) == 0 {
-			if freezing == 0 {
-				break
-			}
-			pending = append(pending, <-frozen)
-			freezing--
-		}
-	collect:
-		for len(pending) < maxParts {
-			select {
-			case t := <-frozen:
-				freezing--
-				pending = append(pending, t)
-			default:
-				break collect
-			}
-		}
-		settle := pending
-		if len(settle) > maxParts {
-			settle = settle[:maxParts]
-		}
-		pending = pending[len(settle):]
-		var begin []*traveller
-		if n := min(opt.Parallel-(freezing+len(pending)+len(settle)), len(queue), maxParts-len(settle)); n > 0 {
-			begin, queue = queue[:n], queue[n:]
-		}
-
-		var req fsm.MoveBatchRequest
-		var commits, aborts []*traveller
-		for _, t := range begin {
-			req.Begin = append(req.Begin, fsm.MoveBeginRequest{User: t.res.User, From: t.before.Worker, To: t.res.To, Epoch: t.before.Epoch})
-		}
-		for _, t := range settle {
-			if t.commit != nil {
-				t.commit.Now = time.Now().UnixNano()
-				req.Commit = append(req.Commit, *t.commit)
-				commits = append(commits, t)
-			} else {
-				req.Abort = append(req.Abort, fsm.MoveAbortRequest{User: t.res.User, Epoch: t.epoch})
-				aborts = append(aborts, t)
-			}
-		}
-		// Barriers already up are dropped whatever ctx says: nobody is
-		// left behind one.
-		actx, cancel := ctx, context.CancelFunc(func() {})
-		if len(settle) > 0 {
-			actx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		}
-		out, err := m.applyBatch(actx, req)
-		cancel()
-		if err != nil {
-			for _, t := range begin {
-				// It may have been applied: drop it to be sure.
-				t.epoch = t.before.Epoch + 1
-				t.unsure = fmt.Errorf("moving %q: raising the barrier: %w", t.res.User, err)
-				pending = append(pending, t)
-			}
-			for _, t := range settle {
-				if t.retries++; t.retries < settleRetries {
-					pending = append(pending, t)
-					continue
-				}
-				m.cfg.Logger.Error("could not drop a move's barrier; the next start rolls it back", "user", t.res.User, "error", err)
-				finish(t, fmt.Errorf("moving %q: dropping the barrier: %w", t.res.User, err))
-			}
-			if len(settle) > 0 && len(begin) == 0 {
-				time.Sleep(100 * time.Millisecond) // the log is failing: do not spin
-			}
 			continue
 		}
-		for i, t := range begin {
-			p := out.Begin[i]
-			if perr := p.Err(); perr != nil {
-				finish(t, fmt.Errorf("moving %q: raising the barrier: %w", t.res.User, perr))
-				continue
+		n := min(opt.Parallel-onRoad, len(queue), maxParts-min(len(pending), maxParts))
+		if writing < maxEntries && (len(pending) > 0 || n > 0) {
+			// Whatever is ready goes in the next entry; while entries are
+			// being written, more gather for the one after.
+			var e written
+			e.settle = pending
+			if len(e.settle) > maxParts {
+				e.settle = e.settle[:maxParts]
 			}
-			t.epoch = p.User.Epoch
-			t.res.Epoch = t.epoch
-			freezing++
-			go func() {
-				m.freeze(ctx, t, opt)
-				frozen <- t
-			}()
+			pending = pending[len(e.settle):]
+			if n > 0 {
+				e.begin, queue = queue[:n], queue[n:]
+				onRoad += n
+			}
+			writing++
+			go m.write(ctx, e, entries)
+			continue
 		}
-		for i, t := range commits {
-			if perr := out.Commit[i].Err(); perr != nil {
-				if t.lost == nil {
-					m.thaw(ctx, t)
-				}
-				finish(t, m.rolledBack(&t.res, fmt.Errorf("reassigning: %w", perr)))
-				continue
-			}
-			m.arrived(ctx, t, opt)
-			finish(t, t.lost)
-		}
-		for i, t := range aborts {
-			perr := out.Abort[i].Err()
-			switch {
-			case t.unsure != nil:
-				finish(t, t.unsure)
-			case perr != nil:
-				t.res.Outcome = RolledBack
-				finish(t, fmt.Errorf("moving %q: rolling back after %v: %w", t.res.User, t.cause, perr))
-			default:
-				m.thaw(ctx, t)
-				finish(t, m.rolledBack(&t.res, t.cause))
-			}
+		select {
+		case t := <-frozen:
+			pending = append(pending, t)
+		case e := <-entries:
+			writing--
+			pending = m.settled(ctx, e, opt, frozen, pending, func(t *traveller, err error) {
+				onRoad--
+				finish(t, err)
+			})
 		}
 	}
+}
+
+// maxEntries is how many of a set's entries are written at once: raft
+// commits entries written together with one disk write, so a few in flight
+// keep each person's pause short without giving up the batching.
+const maxEntries = 3
+
+// written is one entry of a set: the people whose barrier it raises, and
+// those it settles (reassigns, or rolls back), with the outcome.
+type written struct {
+	begin, settle []*traveller
+	commits       []*traveller
+	aborts        []*traveller
+	out           fsm.MoveBatchResult
+	err           error
+}
+
+// write writes e's entry and hands it back on done.
+func (m *Mover) write(ctx context.Context, e written, done chan<- written) {
+	var req fsm.MoveBatchRequest
+	now := time.Now()
+	for _, t := range e.begin {
+		t.start = now
+		req.Begin = append(req.Begin, fsm.MoveBeginRequest{User: t.res.User, From: t.before.Worker, To: t.res.To, Epoch: t.before.Epoch})
+	}
+	for _, t := range e.settle {
+		if t.commit != nil {
+			t.commit.Now = now.UnixNano()
+			req.Commit = append(req.Commit, *t.commit)
+			e.commits = append(e.commits, t)
+		} else {
+			req.Abort = append(req.Abort, fsm.MoveAbortRequest{User: t.res.User, Epoch: t.epoch})
+			e.aborts = append(e.aborts, t)
+		}
+	}
+	// Barriers already up are dropped whatever ctx says: nobody is left
+	// behind one.
+	actx, cancel := ctx, context.CancelFunc(func() {})
+	if len(e.settle) > 0 {
+		actx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	}
+	e.out, e.err = m.applyBatch(actx, req)
+	cancel()
+	if e.err != nil && len(e.settle) > 0 {
+		time.Sleep(100 * time.Millisecond) // the log is failing: do not spin
+	}
+	done <- e
+}
+
+// settled tells the outcomes of a written entry: the people whose barrier
+// it raised start their freeze, those it reassigned or rolled back are
+// done. It returns pending with whoever must be written again.
+func (m *Mover) settled(ctx context.Context, e written, opt Options, frozen chan<- *traveller, pending []*traveller, done func(*traveller, error)) []*traveller {
+	if e.err != nil {
+		for _, t := range e.begin {
+			// It may have been applied: drop it to be sure.
+			t.epoch = t.before.Epoch + 1
+			t.unsure = fmt.Errorf("moving %q: raising the barrier: %w", t.res.User, e.err)
+			pending = append(pending, t)
+		}
+		for _, t := range e.settle {
+			if t.retries++; t.retries < settleRetries {
+				pending = append(pending, t)
+				continue
+			}
+			m.cfg.Logger.Error("could not drop a move's barrier; the next start rolls it back", "user", t.res.User, "error", e.err)
+			done(t, fmt.Errorf("moving %q: dropping the barrier: %w", t.res.User, e.err))
+		}
+		return pending
+	}
+	for i, t := range e.begin {
+		p := e.out.Begin[i]
+		if perr := p.Err(); perr != nil {
+			done(t, fmt.Errorf("moving %q: raising the barrier: %w", t.res.User, perr))
+			continue
+		}
+		t.epoch = p.User.Epoch
+		t.res.Epoch = t.epoch
+		go func() {
+			m.freeze(ctx, t, opt)
+			frozen <- t
+		}()
+	}
+	for i, t := range e.commits {
+		if perr := e.out.Commit[i].Err(); perr != nil {
+			if t.lost == nil {
+				m.thaw(ctx, t)
+			}
+			done(t, m.rolledBack(&t.res, fmt.Errorf("reassigning: %w", perr)))
+			continue
+		}
+		m.arrived(ctx, t, opt)
+		done(t, t.lost)
+	}
+	for i, t := range e.aborts {
+		perr := e.out.Abort[i].Err()
+		switch {
+		case t.unsure != nil:
+			done(t, t.unsure)
+		case perr != nil:
+			t.res.Outcome = RolledBack
+			done(t, fmt.Errorf("moving %q: rolling back after %v: %w", t.res.User, t.cause, perr))
+		default:
+			m.thaw(ctx, t)
+			done(t, m.rolledBack(&t.res, t.cause))
+		}
+	}
+	return pending
 }
 
 // freeze has the person's old worker hand them over, and stores the
@@ -274,12 +305,16 @@ func (m *Mover) freeze(ctx context.Context, t *traveller, opt Options) {
 			return
 		}
 	} else {
-		// The package is stored, content-addressed and checksummed, before
-		// the maps point anywhere else. Not fsynced for a move: the package
-		// only stands in for the worker's memory, which a machine crash
-		// would take as well. Parking for a restart syncs the store once at
-		// the end.
-		digest, err = m.store.Put(fz.Package, false)
+		// The package is stored, content-addressed, before the maps point
+		// anywhere else. For a move it is held in memory if the store can
+		// (it only stands in for the worker's memory and is read back at
+		// the person's next frame); parking for a restart writes it to its
+		// file and syncs the store once at the end.
+		if h, ok := m.store.(park.Holder); ok && !opt.Park {
+			digest, err = h.Hold(fz.Package)
+		} else {
+			digest, err = m.store.Put(fz.Package, false)
+		}
 		if err != nil {
 			t.cause = err
 			return

@@ -18,8 +18,10 @@ import (
 	"github.com/stickyd/stickyd/internal/protocol"
 )
 
-// countingLog applies entries to the maps directly and counts them.
+// countingLog applies entries to the maps directly and counts them; each
+// takes latency, as a disk write would (entries written meanwhile wait).
 type countingLog struct {
+	latency time.Duration
 	mu      sync.Mutex
 	f       *fsm.FSM
 	index   uint64
@@ -34,6 +36,7 @@ func (l *countingLog) Apply(ctx context.Context, entry []byte) (any, error) {
 		l.fail--
 		return nil, errors.New("no leader")
 	}
+	time.Sleep(l.latency)
 	l.index++
 	l.entries++
 	res := l.f.Apply(&raft.Log{Index: l.index, Data: entry})
@@ -105,6 +108,7 @@ func TestMoveSetOutcomesAreEachPersons(t *testing.T) {
 	}
 	users = append(users, "slow1", "refuse1", "dead1", "nobody-home")
 	f, l, w, m := setup(t, users[:len(users)-1])
+	l.latency = time.Millisecond
 	var reqs []Request
 	for _, u := range users {
 		reqs = append(reqs, Request{User: u, To: "b"})
@@ -164,9 +168,9 @@ func TestMoveSetOutcomesAreEachPersons(t *testing.T) {
 		t.Errorf("evicted %d, slow1 %v", len(w.evict), w.evict["slow1"])
 	}
 	w.mu.Unlock()
-	// 503 people on the road, at most 128 at once: a handful of entries,
+	// 503 people on the road, at most 128 at once: a few dozen entries,
 	// not two per person.
-	if l.entries > 60 {
+	if l.entries > len(users)/5 {
 		t.Errorf("%d log entries for %d people", l.entries, len(users))
 	}
 	t.Logf("%d people in %d log entries", len(users), l.entries)

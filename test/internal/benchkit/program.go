@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 )
 
@@ -53,6 +54,21 @@ func (p Program[O, R]) Run(args []string, stdout, stderr io.Writer) int {
 	// The root context of the program: an interrupt ends the run.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// STICKYD_BENCH_CPUPROFILE=FILE writes a CPU profile of this process
+	// (the agent and the clients it runs, not the worker subprocesses).
+	if f := os.Getenv("STICKYD_BENCH_CPUPROFILE"); f != "" {
+		out, err := os.Create(f)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", p.Name, err)
+			return 2
+		}
+		defer out.Close()
+		if err := pprof.StartCPUProfile(out); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", p.Name, err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
+	}
 	r, err := p.Measure(ctx, o, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: FAILED: %v\n", p.Name, err)
