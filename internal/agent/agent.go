@@ -167,7 +167,12 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		}
 		// Moved people's packages wait in memory for their next frame;
 		// after heldFlush on disk, as a crash checkpoint would be.
-		a.held = park.NewTiered(files, a.cfg.Move.Held(), heldFlush)
+		if a.held, err = park.NewTiered(files, a.cfg.Move.Held(), heldFlush); err != nil {
+			return err
+		}
+		for _, p := range a.held.SetAside() {
+			a.log.Warn("a damaged pack of parked packages was set aside; its people wake from their checkpoints", "pack", p)
+		}
 		a.park = a.held
 	}
 	// The admin API and the peer links listen first: servers find each

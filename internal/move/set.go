@@ -306,11 +306,11 @@ func (m *Mover) freeze(ctx context.Context, t *traveller, opt Options) {
 		}
 	} else {
 		// The package is stored, content-addressed, before the maps point
-		// anywhere else. For a move it is held in memory if the store can
-		// (it only stands in for the worker's memory and is read back at
-		// the person's next frame); parking for a restart writes it to its
-		// file and syncs the store once at the end.
-		if h, ok := m.store.(park.Holder); ok && !opt.Park {
+		// anywhere else, held in memory if the store can: for a move it
+		// only stands in for the worker's memory and is read back at the
+		// person's next frame; parking for a restart has the store write
+		// every package at once (one pack, one fsync) at the end.
+		if h, ok := m.store.(park.Holder); ok {
 			digest, err = h.Hold(fz.Package)
 		} else {
 			digest, err = m.store.Put(fz.Package, false)

@@ -1,7 +1,10 @@
 package park
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 )
@@ -17,24 +20,31 @@ type Holder interface {
 
 // Tiered is a FileStore with a memory tier for held packages. A held
 // package stays in memory until it is read and deleted (the person woke),
-// or for at most FlushAfter, then it is written to its file like any other
-// (so that an agent that crashes loses no more than its checkpoints
-// would); past MaxBytes in memory, a package goes to its file at once.
-// Sync writes every held package to its file before it flushes: a stop's
-// packages are on disk when the park folder is named.
+// or for at most flushAfter, then it goes to disk with the others due, in
+// one pack (so that an agent that crashes loses no more than its
+// checkpoints would); past maxBytes in memory, a package goes to its own
+// file at once. Sync writes every held package to one fsynced pack: a
+// stop's packages are on disk when the park folder is named.
 type Tiered struct {
 	files      *FileStore
 	maxBytes   int64
 	flushAfter time.Duration
 
-	mu    sync.Mutex // guards mem, bytes
+	mu    sync.Mutex // guards mem, bytes, packs
 	mem   map[string]held
+	packs []*pack
 	bytes int64
 	stop  chan struct{}
 	once  sync.Once
 	// spills counts packages written because memory was full.
 	spills uint64
+	// setAside names the damaged packs found at open.
+	setAside []string
 }
+
+// SetAside lists the damaged packs the store found when it opened, renamed
+// NAME.corrupt and never read.
+func (s *Tiered) SetAside() []string { return s.setAside }
 
 type held struct {
 	b    []byte
@@ -47,12 +57,39 @@ var (
 )
 
 // NewTiered returns files with a memory tier of at most maxBytes, each
-// held package flushed to its file after flushAfter. Close stops the
-// flusher (held packages are written first).
-func NewTiered(files *FileStore, maxBytes int64, flushAfter time.Duration) *Tiered {
+// held package flushed to disk after flushAfter, and opens the packs the
+// directory holds. Close stops the flusher (held packages are written
+// first).
+func NewTiered(files *FileStore, maxBytes int64, flushAfter time.Duration) (*Tiered, error) {
 	s := &Tiered{files: files, maxBytes: maxBytes, flushAfter: flushAfter, mem: map[string]held{}, stop: make(chan struct{})}
+	entries, err := os.ReadDir(files.dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading the park store: %w", err)
+	}
+	for _, e := range entries {
+		if !isPack(e.Name()) {
+			continue
+		}
+		path := filepath.Join(files.dir, e.Name())
+		p, err := openPack(path)
+		if errors.Is(err, ErrCorrupt) {
+			// Cut short by a machine crash before its flush (the flusher
+			// does not fsync): its people wake from their checkpoints.
+			// Kept aside for the operator, never read.
+			_ = os.Rename(path, path+".corrupt")
+			s.setAside = append(s.setAside, fmt.Sprintf("%s: %v", e.Name(), err))
+			continue
+		}
+		if err != nil {
+			for _, q := range s.packs {
+				_ = q.f.Close()
+			}
+			return nil, err
+		}
+		s.packs = append(s.packs, p)
+	}
 	go s.flusher()
-	return s
+	return s, nil
 }
 
 // Hold implements Holder.
@@ -83,9 +120,15 @@ func (s *Tiered) Put(b []byte, sync bool) (string, error) {
 func (s *Tiered) Get(digest string) ([]byte, error) {
 	s.mu.Lock()
 	h, ok := s.mem[digest]
+	packs := s.packs
 	s.mu.Unlock()
 	if ok {
 		return h.b, nil
+	}
+	for _, p := range packs {
+		if b, ok, err := p.get(digest); ok {
+			return b, err
+		}
 	}
 	return s.files.Get(digest)
 }
@@ -94,8 +137,17 @@ func (s *Tiered) Get(digest string) ([]byte, error) {
 func (s *Tiered) Has(digest string) bool {
 	s.mu.Lock()
 	_, ok := s.mem[digest]
+	packs := s.packs
 	s.mu.Unlock()
-	return ok || s.files.Has(digest)
+	if ok {
+		return true
+	}
+	for _, p := range packs {
+		if p.has(digest) {
+			return true
+		}
+	}
+	return s.files.Has(digest)
 }
 
 // Delete implements Store. A held package never has a file: deleting it
@@ -111,13 +163,35 @@ func (s *Tiered) Delete(digest string) error {
 	if ok {
 		return nil
 	}
+	if found, err := s.dropFromPacks(digest); found {
+		return err
+	}
 	return s.files.Delete(digest)
 }
 
-// Sync implements Store: every held package is written, then all are
-// flushed at once.
+// dropFromPacks deletes digest from the pack holding it, and the pack's
+// file with its last entry.
+func (s *Tiered) dropFromPacks(digest string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, p := range s.packs {
+		held, empty := p.drop(digest)
+		if !held {
+			continue
+		}
+		if empty {
+			s.packs = append(s.packs[:i], s.packs[i+1:]...)
+			return true, p.remove()
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// Sync implements Store: every held package is written in one pack,
+// fsynced, then the files written without sync are flushed at once.
 func (s *Tiered) Sync() error {
-	if err := s.flush(time.Time{}); err != nil {
+	if err := s.flush(time.Time{}, true); err != nil {
 		return err
 	}
 	return s.files.Sync()
@@ -131,49 +205,57 @@ func (s *Tiered) Held() (packages int, bytes int64, spills uint64) {
 	return len(s.mem), s.bytes, s.spills
 }
 
-// Close writes the held packages to their files and stops the flusher.
+// Close writes the held packages to disk, stops the flusher and closes the
+// packs.
 func (s *Tiered) Close() error {
 	s.once.Do(func() { close(s.stop) })
-	return s.flush(time.Time{})
+	err := s.flush(time.Time{}, true)
+	s.mu.Lock()
+	for _, p := range s.packs {
+		_ = p.f.Close()
+	}
+	s.packs = nil
+	s.mu.Unlock()
+	return err
 }
 
-// flush writes to files the packages held since before (all of them for a
-// zero before), and lets them go from memory.
-func (s *Tiered) flush(before time.Time) error {
+// flush writes the packages held since before (all of them for a zero
+// before) to disk in one pack, fsynced with sync, and lets them go from
+// memory.
+func (s *Tiered) flush(before time.Time, sync bool) error {
 	s.mu.Lock()
-	var due []string
+	due := map[string][]byte{}
 	for d, h := range s.mem {
 		if before.IsZero() || h.when.Before(before) {
-			due = append(due, d)
+			due[d] = h.b
 		}
 	}
 	s.mu.Unlock()
-	var first error
-	for _, d := range due {
-		s.mu.Lock()
-		h, ok := s.mem[d]
-		s.mu.Unlock()
-		if !ok {
-			continue // woken and deleted meanwhile
-		}
-		if _, err := s.files.Put(h.b, false); err != nil {
-			if first == nil {
-				first = fmt.Errorf("writing a held package: %w", err)
-			}
-			continue
-		}
-		s.mu.Lock()
-		_, still := s.mem[d]
-		if still {
+	if len(due) == 0 {
+		return nil
+	}
+	p, err := writePack(s.files.dir, due, sync)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for d, b := range due {
+		if _, still := s.mem[d]; still {
 			delete(s.mem, d)
-			s.bytes -= int64(len(h.b))
-		}
-		s.mu.Unlock()
-		if !still {
-			_ = s.files.Delete(d) // deleted while it was being written
+			s.bytes -= int64(len(b))
+		} else {
+			p.drop(d) // woken and deleted while it was being written
 		}
 	}
-	return first
+	p.mu.Lock()
+	empty := len(p.entries) == 0
+	p.mu.Unlock()
+	if empty {
+		return p.remove()
+	}
+	s.packs = append(s.packs, p)
+	return nil
 }
 
 func (s *Tiered) flusher() {
@@ -184,7 +266,7 @@ func (s *Tiered) flusher() {
 		case <-s.stop:
 			return
 		case <-tick.C:
-			_ = s.flush(time.Now().Add(-s.flushAfter))
+			_ = s.flush(time.Now().Add(-s.flushAfter), false)
 		}
 	}
 }

@@ -26,7 +26,10 @@ func TestTieredHoldsInMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := NewTiered(fs, 10, time.Hour)
+	s, err := NewTiered(fs, 10, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer s.Close()
 	a, _ := s.Hold([]byte("aaaa"))
 	b, _ := s.Hold([]byte("bbbb"))
@@ -52,25 +55,71 @@ func TestTieredHoldsInMemory(t *testing.T) {
 	if got, err := s.Get(b); err != nil || string(got) != "bbbb" {
 		t.Fatalf("get b from disk: %q %v", got, err)
 	}
-	// On disk it is checked like any package.
-	h, _ := hexOf(b)
-	if err := os.WriteFile(filepath.Join(dir, h), []byte("xxxx"), 0o600); err != nil {
+	// The pack is found again by a store opened on the directory (a
+	// restart), read in place, and removed with its last entry.
+	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Get(b); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("a corrupt file: %v", err)
+	s2, err := NewTiered(fs, 10, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if got, err := s2.Get(b); err != nil || string(got) != "bbbb" || !s2.Has(b) {
+		t.Fatalf("get b after reopening: %q %v", got, err)
+	}
+	if err := s2.Delete(b); err != nil || s2.Has(b) || files(t, dir) != 1 {
+		t.Fatalf("deleting the pack's last entry: %v, has %v, %d files", err, s2.Has(b), files(t, dir))
+	}
+	// A pack's entries are checked when read.
+	d, _ := s2.Hold([]byte("dddd"))
+	if err := s2.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	es, _ := os.ReadDir(dir)
+	for _, e := range es {
+		if isPack(e.Name()) {
+			path := filepath.Join(dir, e.Name())
+			raw, _ := os.ReadFile(path)
+			raw[len(raw)-1] ^= 0xff
+			if err := os.WriteFile(path, raw, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := s2.Get(d); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a corrupt pack entry: %v", err)
+	}
+	// A pack cut short is refused when opened, not read past its end.
+	for _, e := range es {
+		if isPack(e.Name()) {
+			path := filepath.Join(dir, e.Name())
+			raw, _ := os.ReadFile(path)
+			_ = os.WriteFile(path, raw[:len(raw)-2], 0o600)
+		}
+	}
+	s3, err := NewTiered(fs, 10, time.Hour)
+	if err != nil || len(s3.SetAside()) != 1 {
+		t.Fatalf("opening a store with a cut pack: %v, set aside %v", err, s3.SetAside())
+	}
+	defer s3.Close()
+	if _, err := s3.Get(d); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a package of a cut pack: %v", err)
 	}
 }
 
 func TestTieredFlushesAfterAWhile(t *testing.T) {
 	dir := t.TempDir()
 	fs, _ := NewFileStore(dir)
-	s := NewTiered(fs, 1<<20, 50*time.Millisecond)
+	s, err := NewTiered(fs, 1<<20, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer s.Close()
 	d, _ := s.Hold([]byte("idle person"))
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if n, _, _ := s.Held(); n == 0 && files(t, dir) == 1 {
+		if n, _, _ := s.Held(); n == 0 && files(t, dir) == 1 { // one pack
 			break
 		}
 		if time.Now().After(deadline) {
