@@ -49,19 +49,22 @@ type Agent struct {
 	fsm  *fsm.FSM
 	raft *raftnode.Node
 	// raftSet is raft once it is up, for handlers that may run before.
-	raftSet  atomic.Pointer[raftnode.Node]
-	pool     *host.Pool
-	park     park.Store
-	held     *park.Tiered // a.park, with data on disk
-	mover    *move.Mover
-	sup      *supervisor.Supervisor
-	restart  RestartReport
-	front    *front.Front
-	server   *http.Server
-	listener net.Listener
-	served   chan error
-	admin    *http.Server
-	adminLn  net.Listener
+	raftSet atomic.Pointer[raftnode.Node]
+	pool    *host.Pool
+	park    park.Store
+	held    *park.Tiered // a.park, with data on disk
+	// checkpointed is how many people the crash checkpoint journal held
+	// at start, once it is loaded (behind the start).
+	checkpointed atomic.Int64
+	mover        *move.Mover
+	sup          *supervisor.Supervisor
+	restart      RestartReport
+	front        *front.Front
+	server       *http.Server
+	listener     net.Listener
+	served       chan error
+	admin        *http.Server
+	adminLn      net.Listener
 	// shutdownOnce guards parking on the way down.
 	shutdownOnce sync.Once
 	// started is set once Start succeeded (Start's and Shutdown's
@@ -513,7 +516,11 @@ func (a *Agent) health() map[string]any {
 func (a *Agent) Restart() RestartReport {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.restart
+	r := a.restart
+	if n := a.checkpointed.Load(); n > 0 {
+		r.Checkpointed = int(n)
+	}
+	return r
 }
 
 // Status is the agent's view of the cluster, for `stickyd status`.

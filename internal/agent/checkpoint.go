@@ -64,7 +64,20 @@ func (a *Agent) startCheckpoints() (int, error) {
 	x := host.NewCheckpointIndex(host.CheckpointConfig{Store: a.park, Journal: journal, Keep: a.keepCheckpoint,
 		Logger: a.log.Named("checkpoint"), Registry: a.registry})
 	a.pool.Checkpoints = x
-	return x.Load()
+	if a.cfg.DataDir == "" {
+		return x.Load()
+	}
+	// Behind the start: a frame that needs a checkpoint waits for it.
+	start := time.Now()
+	x.LoadAsync(func(n int, err error) {
+		if err != nil {
+			a.log.Error("loading the crash checkpoint journal: people not parked restart clean", "error", err)
+			return
+		}
+		a.checkpointed.Store(int64(n))
+		a.log.Info("crash checkpoints loaded", "people", n, "took", time.Since(start).Round(time.Millisecond))
+	})
+	return 0, nil
 }
 
 // Checkpoints is the index of this agent's workers' crash checkpoints.

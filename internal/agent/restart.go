@@ -227,6 +227,7 @@ type RestartReport struct {
 // recover runs at start, once raft has restored the maps.
 func (a *Agent) recover(ctx context.Context) (RestartReport, error) {
 	var rep RestartReport
+	start := time.Now()
 	// The crash checkpoints first: the people who were not parked (the
 	// agent crashed) wake from them, the others' pieces are dropped.
 	n, err := a.startCheckpoints()
@@ -234,6 +235,7 @@ func (a *Agent) recover(ctx context.Context) (RestartReport, error) {
 		return rep, err
 	}
 	rep.Checkpointed = n
+	tookCheckpoints := time.Since(start)
 	if a.cfg.DataDir == "" {
 		return rep, nil
 	}
@@ -256,7 +258,14 @@ func (a *Agent) recover(ctx context.Context) (RestartReport, error) {
 	if len(complete) > 0 {
 		rep.Folder = complete[len(complete)-1]
 		b, err := os.ReadFile(filepath.Join(a.restartDir(), rep.Folder, "manifest.json"))
-		var m parkManifest
+		// Only who was parked on what: the maps as they stood are for the
+		// operator's eyes.
+		var m struct {
+			Parked []struct {
+				User    string `json:"user"`
+				Package string `json:"package"`
+			} `json:"parked"`
+		}
 		if err == nil {
 			err = json.Unmarshal(b, &m)
 		}
@@ -274,6 +283,7 @@ func (a *Agent) recover(ctx context.Context) (RestartReport, error) {
 		}
 	}
 	a.log.Info("restart", "park_folder", rep.Folder, "parked", rep.Parked, "missing", rep.Missing,
-		"incomplete_folders", len(rep.Incomplete), "aborted_moves", len(rep.AbortedMoves), "checkpointed", rep.Checkpointed)
+		"incomplete_folders", len(rep.Incomplete), "aborted_moves", len(rep.AbortedMoves), "checkpointed", rep.Checkpointed,
+		"took", time.Since(start).Round(time.Millisecond), "checkpoints_took", tookCheckpoints.Round(time.Millisecond))
 	return rep, nil
 }

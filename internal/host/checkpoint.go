@@ -94,6 +94,9 @@ type CheckpointIndex struct {
 	refs map[string]int
 	// commits orders each worker's journal writes (journal).
 	commits map[string]*ckCommit
+	// loading, when set, is closed once LoadAsync's load ends: every use
+	// of the index waits for it.
+	loading chan struct{}
 	// soon holds, per worker, the digests forgotten people's pieces leave
 	// to delete once the journal no longer names them, and the timer of
 	// that write (forgetSoon).
@@ -173,10 +176,35 @@ func NewCheckpointIndex(cfg CheckpointConfig) *CheckpointIndex {
 	return x
 }
 
-// Load reads the journal: every piece in it counts as taken before any
+// LoadAsync loads the journal behind the caller, who goes on at once:
+// every other use of the index waits until it is loaded. After a stop that
+// parked everyone, nobody needs a checkpoint to wake (their packages are
+// the truth), so the front need not wait for the journal; done, if set, is
+// told Load's outcome. Call it before the index is used.
+func (x *CheckpointIndex) LoadAsync(done func(people int, err error)) {
+	x.loading = make(chan struct{})
+	go func() {
+		n, err := x.load()
+		close(x.loading)
+		if done != nil {
+			done(n, err)
+		}
+	}()
+}
+
+func (x *CheckpointIndex) waitLoaded() {
+	if x.loading != nil {
+		<-x.loading
+	}
+}
+
+// Load reads the journal (see load).
+func (x *CheckpointIndex) Load() (people int, err error) { return x.load() }
+
+// load reads the journal: every piece in it counts as taken before any
 // incarnation of this agent's workers. People the Keep function disowns
 // are dropped, with their packages.
-func (x *CheckpointIndex) Load() (people int, err error) {
+func (x *CheckpointIndex) load() (people int, err error) {
 	if x.cfg.Journal == nil {
 		return 0, nil
 	}
@@ -213,15 +241,29 @@ func (x *CheckpointIndex) Load() (people int, err error) {
 	}
 	drop = x.unreferencedLocked(drop)
 	x.mu.Unlock()
-	x.deleteAll(drop)
 	for worker := range records {
 		x.journal(worker)
 	}
+	// The journal no longer names them: their files go behind the start
+	// (after a stop that parked everyone, that is everyone's pieces, one
+	// file each), unless something named them again meanwhile.
+	go func() {
+		x.mu.Lock()
+		keep := drop[:0]
+		for _, d := range drop {
+			if x.refs[d] <= 0 {
+				keep = append(keep, d)
+			}
+		}
+		x.mu.Unlock()
+		x.deleteAll(keep)
+	}()
 	return people, nil
 }
 
 // Record implements Checkpoints.
 func (x *CheckpointIndex) Record(worker string, incarnation int, c *protocol.Checkpointed) error {
+	x.waitLoaded()
 	// Park first, outside the lock: the index names only what is stored.
 	digests := make([]string, len(c.Pieces))
 	var errs []error
@@ -398,6 +440,7 @@ func (x *CheckpointIndex) RoundDone(worker string, took time.Duration, err error
 
 // Restorable implements Checkpoints.
 func (x *CheckpointIndex) Restorable(worker string, incarnation int) []string {
+	x.waitLoaded()
 	x.prune(worker)
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -434,6 +477,7 @@ func (x *CheckpointIndex) prune(worker string) {
 
 // Restore implements Checkpoints.
 func (x *CheckpointIndex) Restore(worker, user string, epoch uint64) ([]byte, uint32, error) {
+	x.waitLoaded()
 	x.mu.Lock()
 	u := x.workers[worker][user]
 	if u == nil || u.Epoch > epoch {
@@ -494,6 +538,7 @@ func (x *CheckpointIndex) Restore(worker, user string, epoch uint64) ([]byte, ui
 
 // Restored implements Checkpoints.
 func (x *CheckpointIndex) Restored(worker, user string, err error) {
+	x.waitLoaded()
 	if err != nil {
 		x.restores.WithLabelValues("failed").Inc()
 		return
@@ -503,6 +548,7 @@ func (x *CheckpointIndex) Restored(worker, user string, err error) {
 
 // Forget implements Checkpoints.
 func (x *CheckpointIndex) Forget(worker, user string, epoch uint64) {
+	x.waitLoaded()
 	x.mu.Lock()
 	u := x.workers[worker][user]
 	if u == nil || (epoch != 0 && u.Epoch >= epoch) {
@@ -570,6 +616,7 @@ func (x *CheckpointIndex) forgotten(worker string) {
 
 // Flush writes now the journal records that wait (forgetDelay).
 func (x *CheckpointIndex) Flush() {
+	x.waitLoaded()
 	x.mu.Lock()
 	var workers []string
 	for w, s := range x.soon {
@@ -585,6 +632,7 @@ func (x *CheckpointIndex) Flush() {
 
 // ForgetWorker implements Checkpoints.
 func (x *CheckpointIndex) ForgetWorker(worker string) {
+	x.waitLoaded()
 	x.mu.Lock()
 	var drop []string
 	for _, u := range x.workers[worker] {
@@ -614,6 +662,7 @@ type CheckpointedPage struct {
 // Pages lists user's latest pieces on worker (a connection's own with an
 // empty Page), sorted: what the person would wake with after a crash.
 func (x *CheckpointIndex) Pages(worker, user string) []CheckpointedPage {
+	x.waitLoaded()
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	u := x.workers[worker][user]

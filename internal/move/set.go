@@ -306,15 +306,8 @@ func (m *Mover) freeze(ctx context.Context, t *traveller, opt Options) {
 		}
 	} else {
 		// The package is stored, content-addressed, before the maps point
-		// anywhere else, held in memory if the store can: for a move it
-		// only stands in for the worker's memory and is read back at the
-		// person's next frame; parking for a restart has the store write
-		// every package at once (one pack, one fsync) at the end.
-		if h, ok := m.store.(park.Holder); ok {
-			digest, err = h.Hold(fz.Package)
-		} else {
-			digest, err = m.store.Put(fz.Package, false)
-		}
+		// anywhere else.
+		digest, err = m.keep(fz.Package, opt.Park)
 		if err != nil {
 			t.cause = err
 			return
@@ -334,6 +327,21 @@ func (m *Mover) freeze(ctx context.Context, t *traveller, opt Options) {
 		}
 	}
 	t.commit = &fsm.MoveCommitRequest{User: user, To: to, Epoch: t.epoch, Package: digest}
+}
+
+// keep stores a package the cheapest way its use allows: a move's is held
+// in memory if the store can (it stands in for the worker's memory and is
+// read back at the person's next frame); a stop's is appended to the
+// store's open pack if it can (it must outlive the process; the stop syncs
+// the store once at the end); otherwise it is written to its file.
+func (m *Mover) keep(b []byte, parking bool) (string, error) {
+	if a, ok := m.store.(park.Appender); ok && parking {
+		return a.Append(b)
+	}
+	if h, ok := m.store.(park.Holder); ok && !parking {
+		return h.Hold(b)
+	}
+	return m.store.Put(b, false)
 }
 
 // arrived finishes a reassigned person's move: the package they were

@@ -15,16 +15,18 @@ import (
 	"time"
 )
 
-// A pack is many packages in one file, written at once: a stop parks a
-// hundred thousand people in one file and one fsync instead of a hundred
-// thousand files (creating a file costs far more than writing its bytes).
-// The file is written under a temporary name and renamed once whole, so a
-// pack is either complete or absent. Its entries are read in place; the
-// file is removed when the last of them is deleted.
+// A pack is many packages in one file, appended one after the other: a
+// stop parks a hundred thousand people with one write each and one fsync
+// instead of a hundred thousand files (creating a file costs far more than
+// writing its bytes). Packages are appended before the maps point to them,
+// so an agent killed while parking finds on restart every package the
+// maps name; a machine crash can cut the last entries short (they were not
+// fsynced yet), and opening the pack keeps the entries before the cut.
+// Entries are read in place, each checked against its digest; the file is
+// removed when the last of them is deleted.
 //
 // Format: the magic, then entries of a 32-byte SHA-256, an 8-byte
-// big-endian length and the bytes. Each entry is checked against its
-// digest when read.
+// big-endian length and the bytes.
 
 const (
 	packMagic  = "STKPACK1"
@@ -39,10 +41,12 @@ const maxPackEntry = 1 << 34
 
 type pack struct {
 	path string
-	f    *os.File
+	f    *os.File // read with ReadAt; appended to while open
 
-	mu      sync.Mutex // guards entries
+	mu      sync.Mutex // guards entries, size, open
 	entries map[string]packEntry
+	size    int64
+	open    bool // still taking appends
 }
 
 type packEntry struct {
@@ -50,112 +54,104 @@ type packEntry struct {
 	n   int64
 }
 
-// writePack writes pkgs (digest → bytes) as a new pack in dir, fsynced
-// (file and directory) when sync is set, and opens it.
-func writePack(dir string, pkgs map[string][]byte, sync bool) (*pack, error) {
-	name := fmt.Sprintf("%s%s-%d%s", packPrefix, time.Now().UTC().Format("20060102T150405.000000000Z"), len(pkgs), packSuffix)
-	tmp, err := os.CreateTemp(dir, ".tmp-"+name+"-*")
+// newPack creates an empty pack in dir, open for appends.
+func newPack(dir string) (*pack, error) {
+	name := fmt.Sprintf("%s%s%s", packPrefix, time.Now().UTC().Format("20060102T150405.000000000Z"), packSuffix)
+	path := filepath.Join(dir, name)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("writing a pack of packages: %w", err)
+		return nil, fmt.Errorf("creating a pack of packages: %w", err)
 	}
-	defer os.Remove(tmp.Name()) // a no-op after the rename
-	w := bufio.NewWriterSize(tmp, 1<<20)
-	p := &pack{path: filepath.Join(dir, name), entries: make(map[string]packEntry, len(pkgs))}
-	off := int64(len(packMagic))
-	if _, err := w.WriteString(packMagic); err != nil {
-		tmp.Close()
-		return nil, fmt.Errorf("writing a pack of packages: %w", err)
+	if _, err := f.WriteString(packMagic); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("creating a pack of packages: %w", err)
 	}
-	var head [entryHead]byte
-	for d, b := range pkgs {
-		h, err := hexOf(d)
-		if err != nil {
-			tmp.Close()
-			return nil, err
-		}
-		if _, err := hex.Decode(head[:sha256.Size], []byte(h)); err != nil {
-			tmp.Close()
-			return nil, fmt.Errorf("%w: %q", ErrBadDigest, d)
-		}
-		binary.BigEndian.PutUint64(head[sha256.Size:], uint64(len(b)))
-		if _, err := w.Write(head[:]); err != nil {
-			tmp.Close()
-			return nil, fmt.Errorf("writing a pack of packages: %w", err)
-		}
-		if _, err := w.Write(b); err != nil {
-			tmp.Close()
-			return nil, fmt.Errorf("writing a pack of packages: %w", err)
-		}
-		p.entries[d] = packEntry{off: off + entryHead, n: int64(len(b))}
-		off += entryHead + int64(len(b))
-	}
-	if err := w.Flush(); err != nil {
-		tmp.Close()
-		return nil, fmt.Errorf("writing a pack of packages: %w", err)
-	}
-	if sync {
-		if err := tmp.Sync(); err != nil {
-			tmp.Close()
-			return nil, fmt.Errorf("writing a pack of packages: %w", err)
-		}
-	}
-	if err := tmp.Close(); err != nil {
-		return nil, fmt.Errorf("writing a pack of packages: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), p.path); err != nil {
-		return nil, fmt.Errorf("naming a pack of packages: %w", err)
-	}
-	if sync {
-		if err := syncDir(dir); err != nil {
-			return nil, err
-		}
-	}
-	if p.f, err = os.Open(p.path); err != nil {
-		return nil, fmt.Errorf("opening a pack of packages: %w", err)
-	}
-	return p, nil
+	return &pack{path: path, f: f, entries: map[string]packEntry{}, size: int64(len(packMagic)), open: true}, nil
 }
 
-// openPack reads the entries of a pack file.
-func openPack(path string) (*pack, error) {
+// append writes b under d at the pack's end.
+func (p *pack) append(d string, b []byte) error {
+	h, err := hexOf(d)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, entryHead, entryHead+len(b))
+	if _, err := hex.Decode(buf[:sha256.Size], []byte(h)); err != nil {
+		return fmt.Errorf("%w: %q", ErrBadDigest, d)
+	}
+	binary.BigEndian.PutUint64(buf[sha256.Size:], uint64(len(b)))
+	buf = append(buf, b...) // one write: an entry is never split by another
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.open {
+		return errors.New("appending to a closed pack")
+	}
+	if _, err := p.f.Write(buf); err != nil {
+		return fmt.Errorf("writing a parked package: %w", err)
+	}
+	p.entries[d] = packEntry{off: p.size + entryHead, n: int64(len(b))}
+	p.size += int64(len(buf))
+	return nil
+}
+
+// seal fsyncs the pack and ends its appends.
+func (p *pack) seal() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.open {
+		return nil
+	}
+	p.open = false
+	if err := p.f.Sync(); err != nil {
+		return fmt.Errorf("flushing a pack of packages: %w", err)
+	}
+	return nil
+}
+
+// openPack reads the entries of a pack file. A last entry cut short (a
+// machine crash before the pack's fsync) is left out: cut reports it.
+func openPack(path string) (p *pack, cut bool, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("opening a pack of packages: %w", err)
+		return nil, false, fmt.Errorf("opening a pack of packages: %w", err)
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("opening a pack of packages: %w", err)
+		return nil, false, fmt.Errorf("opening a pack of packages: %w", err)
 	}
 	size := fi.Size()
 	r := bufio.NewReaderSize(f, 1<<16)
 	magic := make([]byte, len(packMagic))
 	if _, err := io.ReadFull(r, magic); err != nil || string(magic) != packMagic {
 		f.Close()
-		return nil, fmt.Errorf("%w: %s is not a pack of packages", ErrCorrupt, filepath.Base(path))
+		return nil, false, fmt.Errorf("%w: %s is not a pack of packages", ErrCorrupt, filepath.Base(path))
 	}
-	p := &pack{path: path, f: f, entries: map[string]packEntry{}}
+	p = &pack{path: path, f: f, entries: map[string]packEntry{}}
 	off := int64(len(packMagic))
 	var head [entryHead]byte
 	for off < size {
 		if _, err := io.ReadFull(r, head[:]); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("%w: %s ends inside an entry", ErrCorrupt, filepath.Base(path))
+			cut = true
+			break
 		}
 		n := int64(binary.BigEndian.Uint64(head[sha256.Size:]))
 		if n < 0 || n > maxPackEntry || off+entryHead+n > size {
-			f.Close()
-			return nil, fmt.Errorf("%w: %s has an entry past its end", ErrCorrupt, filepath.Base(path))
+			cut = true
+			break
 		}
 		d := "sha256:" + hex.EncodeToString(head[:sha256.Size])
 		p.entries[d] = packEntry{off: off + entryHead, n: n}
 		if _, err := r.Discard(int(n)); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("%w: %s ends inside an entry", ErrCorrupt, filepath.Base(path))
+			cut = true
+			delete(p.entries, d)
+			break
 		}
 		off += entryHead + n
 	}
-	return p, nil
+	p.size = off
+	return p, cut, nil
 }
 
 func (p *pack) has(d string) bool {
@@ -183,7 +179,8 @@ func (p *pack) get(d string) (b []byte, ok bool, err error) {
 	return b, true, nil
 }
 
-// drop forgets an entry; empty reports that none is left (the file can go).
+// drop forgets an entry; empty reports that none is left and no more will
+// come (the file can go).
 func (p *pack) drop(d string) (held, empty bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -191,7 +188,7 @@ func (p *pack) drop(d string) (held, empty bool) {
 		return false, false
 	}
 	delete(p.entries, d)
-	return true, len(p.entries) == 0
+	return true, len(p.entries) == 0 && !p.open
 }
 
 func (p *pack) remove() error {

@@ -30,9 +30,10 @@ type Tiered struct {
 	maxBytes   int64
 	flushAfter time.Duration
 
-	mu    sync.Mutex // guards mem, bytes, packs
+	mu    sync.Mutex // guards mem, bytes, packs, cur
 	mem   map[string]held
 	packs []*pack
+	cur   *pack // the pack taking appends, sealed by Sync
 	bytes int64
 	stop  chan struct{}
 	once  sync.Once
@@ -42,8 +43,8 @@ type Tiered struct {
 	setAside []string
 }
 
-// SetAside lists the damaged packs the store found when it opened, renamed
-// NAME.corrupt and never read.
+// SetAside lists the damage the store found when it opened: packs that
+// are not packs (renamed NAME.corrupt, never read) and packs cut short.
 func (s *Tiered) SetAside() []string { return s.setAside }
 
 type held struct {
@@ -52,9 +53,65 @@ type held struct {
 }
 
 var (
-	_ Store  = (*Tiered)(nil)
-	_ Holder = (*Tiered)(nil)
+	_ Store    = (*Tiered)(nil)
+	_ Holder   = (*Tiered)(nil)
+	_ Appender = (*Tiered)(nil)
 )
+
+// Appender is the optional ability of a Store to write many packages
+// cheaply, each durable against the process's death once Append returns
+// and against a machine crash at the next Sync: a stop parks everyone
+// this way.
+type Appender interface {
+	Append(b []byte) (string, error)
+}
+
+// Append implements Appender: b goes at the end of the open pack.
+func (s *Tiered) Append(b []byte) (string, error) {
+	d := Digest(b)
+	if s.inPacks(d) {
+		return d, nil
+	}
+	if err := s.appendPkg(d, b); err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	if h, ok := s.mem[d]; ok { // held until now: the pack has it
+		delete(s.mem, d)
+		s.bytes -= int64(len(h.b))
+	}
+	s.mu.Unlock()
+	return d, nil
+}
+
+func (s *Tiered) inPacks(d string) bool {
+	s.mu.Lock()
+	packs := s.packs
+	s.mu.Unlock()
+	for _, p := range packs {
+		if p.has(d) {
+			return true
+		}
+	}
+	return false
+}
+
+// appendPkg appends to the open pack, opening one if none is.
+func (s *Tiered) appendPkg(d string, b []byte) error {
+	s.mu.Lock()
+	cur := s.cur
+	if cur == nil {
+		var err error
+		if cur, err = newPack(s.files.dir); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		s.cur = cur
+		s.packs = append(s.packs, cur)
+	}
+	s.mu.Unlock()
+	return cur.append(d, b)
+}
 
 // NewTiered returns files with a memory tier of at most maxBytes, each
 // held package flushed to disk after flushAfter, and opens the packs the
@@ -71,11 +128,9 @@ func NewTiered(files *FileStore, maxBytes int64, flushAfter time.Duration) (*Tie
 			continue
 		}
 		path := filepath.Join(files.dir, e.Name())
-		p, err := openPack(path)
+		p, cut, err := openPack(path)
 		if errors.Is(err, ErrCorrupt) {
-			// Cut short by a machine crash before its flush (the flusher
-			// does not fsync): its people wake from their checkpoints.
-			// Kept aside for the operator, never read.
+			// Not a pack: kept aside for the operator, never read.
 			_ = os.Rename(path, path+".corrupt")
 			s.setAside = append(s.setAside, fmt.Sprintf("%s: %v", e.Name(), err))
 			continue
@@ -85,6 +140,16 @@ func NewTiered(files *FileStore, maxBytes int64, flushAfter time.Duration) (*Tie
 				_ = q.f.Close()
 			}
 			return nil, err
+		}
+		if cut {
+			// A machine crash before its fsync: the entries before the
+			// cut are whole; the people of the others wake from their
+			// checkpoints.
+			s.setAside = append(s.setAside, fmt.Sprintf("%s: its last entry was cut short; %d entries kept", e.Name(), len(p.entries)))
+		}
+		if len(p.entries) == 0 {
+			_ = p.remove()
+			continue
 		}
 		s.packs = append(s.packs, p)
 	}
@@ -219,42 +284,73 @@ func (s *Tiered) Close() error {
 	return err
 }
 
-// flush writes the packages held since before (all of them for a zero
-// before) to disk in one pack, fsynced with sync, and lets them go from
-// memory.
+// flush appends the packages held since before (all of them for a zero
+// before) to the open pack and lets them go from memory; with sync, the
+// pack is then sealed (fsynced) and the next append opens another.
 func (s *Tiered) flush(before time.Time, sync bool) error {
 	s.mu.Lock()
-	due := map[string][]byte{}
+	var due []string
 	for d, h := range s.mem {
 		if before.IsZero() || h.when.Before(before) {
-			due[d] = h.b
+			due = append(due, d)
 		}
 	}
 	s.mu.Unlock()
-	if len(due) == 0 {
-		return nil
-	}
-	p, err := writePack(s.files.dir, due, sync)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for d, b := range due {
-		if _, still := s.mem[d]; still {
+	var first error
+	for _, d := range due {
+		s.mu.Lock()
+		h, ok := s.mem[d]
+		s.mu.Unlock()
+		if !ok {
+			continue // woken and deleted meanwhile
+		}
+		if err := s.appendPkg(d, h.b); err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		s.mu.Lock()
+		_, still := s.mem[d]
+		if still {
 			delete(s.mem, d)
-			s.bytes -= int64(len(b))
-		} else {
-			p.drop(d) // woken and deleted while it was being written
+			s.bytes -= int64(len(h.b))
+		}
+		s.mu.Unlock()
+		if !still {
+			_, _ = s.dropFromPacks(d) // deleted while it was being written
 		}
 	}
-	p.mu.Lock()
-	empty := len(p.entries) == 0
-	p.mu.Unlock()
-	if empty {
-		return p.remove()
+	if first != nil || !sync {
+		return first
 	}
-	s.packs = append(s.packs, p)
+	s.mu.Lock()
+	cur := s.cur
+	s.cur = nil
+	s.mu.Unlock()
+	if cur == nil {
+		return nil
+	}
+	if err := cur.seal(); err != nil {
+		return err
+	}
+	if err := syncDir(s.files.dir); err != nil {
+		return err
+	}
+	cur.mu.Lock()
+	empty := len(cur.entries) == 0
+	cur.mu.Unlock()
+	if empty {
+		s.mu.Lock()
+		for i, p := range s.packs {
+			if p == cur {
+				s.packs = append(s.packs[:i], s.packs[i+1:]...)
+				break
+			}
+		}
+		s.mu.Unlock()
+		return cur.remove()
+	}
 	return nil
 }
 

@@ -131,3 +131,43 @@ func TestTieredFlushesAfterAWhile(t *testing.T) {
 		t.Fatalf("get after the flush: %q %v", got, err)
 	}
 }
+
+// A package appended for a stop is on disk once Append returns: a store
+// opened on the directory after the process died (no Sync, no Close) has
+// it.
+func TestTieredAppendOutlivesTheProcess(t *testing.T) {
+	dir := t.TempDir()
+	fs, _ := NewFileStore(dir)
+	s, err := NewTiered(fs, 1<<20, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds []string
+	for i := range 100 {
+		d, err := s.Append([]byte{byte(i), 1, 2, 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	again, err := NewTiered(fs, 1<<20, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	for i, d := range ds {
+		if b, err := again.Get(d); err != nil || b[0] != byte(i) {
+			t.Fatalf("package %d after the process died: %v", i, err)
+		}
+	}
+	// Deleting them all removes the pack once it is sealed.
+	_ = s.Close()
+	for _, d := range ds {
+		if err := again.Delete(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := files(t, dir); n != 0 {
+		t.Fatalf("%d files left after every package was deleted", n)
+	}
+}
