@@ -186,6 +186,10 @@ type slot struct {
 	// special counts the entries of restore and waking, so that a frame
 	// takes the lock to look at them only when there is something to see.
 	special atomic.Int32
+	// listing is set while the incarnation's people to restore are being
+	// listed (the checkpoint journal may still be loading); listed closes
+	// when they are.
+	listing atomic.Bool
 	// ckMu runs one checkpoint round at a time, so rounds park in order.
 	ckMu sync.Mutex
 
@@ -201,6 +205,7 @@ type slot struct {
 	// frames wait for it.
 	restore map[string]bool
 	waking  map[string]chan struct{}
+	listed  chan struct{}
 	// checkpoints says this incarnation's worker declared it checkpoints.
 	checkpoints bool
 	up          chan struct{} // closed while ready; replaced when down
@@ -533,14 +538,6 @@ func (s *slot) start(ctx context.Context) error {
 	s.mu.Lock()
 	incarnation := s.info.Incarnation + 1
 	s.mu.Unlock()
-	// The people its predecessor held (their checkpoint rounds are over:
-	// wait returned) wake from their checkpoints on their first frame.
-	restore := map[string]bool{}
-	if ck := s.pool.Checkpoints; ck != nil {
-		for _, u := range ck.Restorable(s.id, incarnation) {
-			restore[u] = true
-		}
-	}
 	var peer *channel.Peer
 	peer = channel.NewIdlePeer(conn, func(env *protocol.Envelope) {
 		if f := s.pool.FromWorker; f != nil {
@@ -562,8 +559,16 @@ func (s *slot) start(ctx context.Context) error {
 	s.mu.Lock()
 	s.peer, s.proc = peer, proc
 	s.woken = map[string]uint64{}
-	s.restore, s.waking, s.checkpoints = restore, map[string]chan struct{}{}, hello.Checkpoints
-	s.special.Store(int32(len(restore)))
+	s.restore, s.waking, s.checkpoints = map[string]bool{}, map[string]chan struct{}{}, hello.Checkpoints
+	s.special.Store(0)
+	// The people its predecessor held (their checkpoint rounds are over:
+	// wait returned) wake from their checkpoints on their first frame. The
+	// list waits for the checkpoint journal, which an agent loads behind
+	// its start: meanwhile a frame of a person who is not parked waits for
+	// the list (a parked person wakes from their package and need not).
+	listed := make(chan struct{})
+	s.listed = listed
+	s.listing.Store(true)
 	s.usage = map[string]*protocol.UserUsage{}
 	s.info.Incarnation = incarnation
 	s.info.State = StateReady
@@ -572,6 +577,26 @@ func (s *slot) start(ctx context.Context) error {
 	s.info.App, s.info.AppVersion = hello.App, hello.AppVersion
 	close(s.up)
 	s.mu.Unlock()
+	go func() {
+		defer close(listed)
+		defer s.listing.Store(false)
+		ck := s.pool.Checkpoints
+		if ck == nil {
+			return
+		}
+		list := ck.Restorable(s.id, incarnation)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.peer != peer {
+			return // replaced meanwhile: the next incarnation lists its own
+		}
+		for _, u := range list {
+			if !s.restore[u] {
+				s.restore[u] = true
+				s.special.Add(1)
+			}
+		}
+	}()
 	s.log.Info("worker ready", "pid", proc.Pid(), "app", hello.App, "version", hello.AppVersion)
 	return nil
 }
@@ -845,6 +870,17 @@ func (p *Pool) Send(ctx context.Context, workerID string, f *protocol.Frame) (*c
 // another goroutine is sending the person is waited for (bounded by ctx),
 // so nothing of theirs overtakes it.
 func (p *Pool) beforeUser(ctx context.Context, s *slot, peer *channel.Peer, user string, epoch uint64, digest string) error {
+	if digest == "" && s.listing.Load() {
+		// The people to restore are being listed: this one may be of them.
+		s.mu.Lock()
+		listed := s.listed
+		s.mu.Unlock()
+		select {
+		case <-listed:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the crash checkpoint list: %w", ctx.Err())
+		}
+	}
 	if digest == "" && s.special.Load() == 0 {
 		return nil
 	}
