@@ -97,7 +97,9 @@ func (a *Agent) parkAll(ctx context.Context) error {
 	}
 	const margin = 2 * time.Second // for the manifest and the rename
 	freeze := max(duration(a.cfg.Move.FreezeTimeout), stopLeft/4)
-	left, parallel := users, 64
+	// Nobody waits on these barriers (the front is closed): many people on
+	// the road at once, sharing their entries.
+	left, parallel := users, 256
 	for round := 1; ; round++ {
 		var retry, busy []string
 		a.parkSet(ctx, left, parallel, freeze, func(u string, res move.Result, err error) {

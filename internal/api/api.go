@@ -284,11 +284,11 @@ type DrainProgress struct {
 }
 
 func (a *server) drain(w http.ResponseWriter, r *http.Request) error {
-	parallel := 8
+	parallel := 64 // people on the road at once; their entries are shared
 	if p := r.URL.Query().Get("parallel"); p != "" {
 		n, err := strconv.Atoi(p)
-		if err != nil || n < 1 || n > 256 {
-			return &Error{Status: http.StatusBadRequest, Message: "parallel must be 1..256"}
+		if err != nil || n < 1 || n > 1024 {
+			return &Error{Status: http.StatusBadRequest, Message: "parallel must be 1..1024"}
 		}
 		parallel = n
 	}

@@ -75,13 +75,20 @@ func (s *Tiered) Append(b []byte) (string, error) {
 	if err := s.appendPkg(d, b); err != nil {
 		return "", err
 	}
+	s.unhold(d) // held until now: the pack has it
+	return d, nil
+}
+
+// unhold lets a package go from memory, reporting whether it was held.
+func (s *Tiered) unhold(d string) bool {
 	s.mu.Lock()
-	if h, ok := s.mem[d]; ok { // held until now: the pack has it
+	defer s.mu.Unlock()
+	h, ok := s.mem[d]
+	if ok {
 		delete(s.mem, d)
 		s.bytes -= int64(len(h.b))
 	}
-	s.mu.Unlock()
-	return d, nil
+	return ok
 }
 
 func (s *Tiered) inPacks(d string) bool {
@@ -218,14 +225,7 @@ func (s *Tiered) Has(digest string) bool {
 // Delete implements Store. A held package never has a file: deleting it
 // costs no disk operation.
 func (s *Tiered) Delete(digest string) error {
-	s.mu.Lock()
-	h, ok := s.mem[digest]
-	if ok {
-		delete(s.mem, digest)
-		s.bytes -= int64(len(h.b))
-	}
-	s.mu.Unlock()
-	if ok {
+	if s.unhold(digest) {
 		return nil
 	}
 	if found, err := s.dropFromPacks(digest); found {
@@ -310,14 +310,7 @@ func (s *Tiered) flush(before time.Time, sync bool) error {
 			}
 			continue
 		}
-		s.mu.Lock()
-		_, still := s.mem[d]
-		if still {
-			delete(s.mem, d)
-			s.bytes -= int64(len(h.b))
-		}
-		s.mu.Unlock()
-		if !still {
+		if !s.unhold(d) {
 			_, _ = s.dropFromPacks(d) // deleted while it was being written
 		}
 	}

@@ -164,16 +164,7 @@ func (s *Supervisor) Reconcile(ctx context.Context, users []placement.UserInfo, 
 		}
 		reqs = append(reqs, move.Request{User: u.User, To: to})
 	}
-	s.mover.MoveSet(ctx, reqs, move.Options{Reason: reason, Parallel: parallel}, func(r move.Result, err error) {
-		if err == nil {
-			res.Moved++
-		} else {
-			res.Failed++
-		}
-		if progress != nil {
-			progress(r, err)
-		}
-	})
+	s.mover.MoveSet(ctx, reqs, move.Options{Reason: reason, Parallel: parallel}, tally(&res.Moved, &res.Failed, progress))
 	return res, ctx.Err()
 }
 

@@ -175,17 +175,22 @@ func (s *Supervisor) Drain(ctx context.Context, worker string, parallel int, pro
 		}
 		reqs = append(reqs, move.Request{User: u, To: to})
 	}
-	s.mover.MoveSet(ctx, reqs, move.Options{Reason: "drain", Parallel: parallel}, func(r move.Result, err error) {
+	s.mover.MoveSet(ctx, reqs, move.Options{Reason: "drain", Parallel: parallel}, tally(&res.Moved, &res.Failed, progress))
+	return res, ctx.Err()
+}
+
+// tally counts a set's outcomes and passes each on to progress.
+func tally(moved, failed *int, progress func(move.Result, error)) func(move.Result, error) {
+	return func(r move.Result, err error) {
 		if err == nil {
-			res.Moved++
+			*moved++
 		} else {
-			res.Failed++
+			*failed++
 		}
 		if progress != nil {
 			progress(r, err)
 		}
-	})
-	return res, ctx.Err()
+	}
 }
 
 // lookupLag is how long Lookup gives the local replica to learn of a

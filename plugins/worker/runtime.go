@@ -641,15 +641,7 @@ func (rt *runtime) awaitBackends(ctx context.Context, user string, backends []st
 func (rt *runtime) yieldOf(user string) <-chan struct{} {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	y := rt.yields[user]
-	if y == nil {
-		if rt.yields == nil {
-			rt.yields = map[string]*yielding{}
-		}
-		y = &yielding{ch: make(chan struct{})}
-		rt.yields[user] = y
-	}
-	return y.ch
+	return rt.yieldingLocked(user).ch
 }
 
 // freezing tells user's held requests that a freeze is on its way through
@@ -657,6 +649,13 @@ func (rt *runtime) yieldOf(user string) <-chan struct{} {
 func (rt *runtime) freezing(user string) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	if y := rt.yieldingLocked(user); !y.closed {
+		close(y.ch)
+		y.closed = true
+	}
+}
+
+func (rt *runtime) yieldingLocked(user string) *yielding {
 	y := rt.yields[user]
 	if y == nil {
 		if rt.yields == nil {
@@ -665,10 +664,7 @@ func (rt *runtime) freezing(user string) {
 		y = &yielding{ch: make(chan struct{})}
 		rt.yields[user] = y
 	}
-	if !y.closed {
-		close(y.ch)
-		y.closed = true
-	}
+	return y
 }
 
 // yielding is a person's held requests' signal to go with them.

@@ -71,6 +71,7 @@ func TestChaos(t *testing.T) {
 		do   func() error
 	}{
 		{"SIGKILL a worker", c.killWorker},
+		{"drain a worker (one set on the road)", c.drainWorker},
 		{"SIGKILL the raft leader", func() error { return c.killServer(true) }},
 		{"SIGSTOP a worker for 3 s", c.stopWorker},
 		{"SIGKILL a host", func() error { return c.killServer(false) }},
@@ -169,6 +170,9 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	t.Logf("chaos: %d sessions lost; deltas lost or duplicated: checked on every page and every pull", lostSessions)
+	if c.moving > 0 {
+		t.Logf("chaos: %d people moved by drains in %v: %.0f moves/s", c.moved, c.moving.Round(time.Millisecond), float64(c.moved)/c.moving.Seconds())
+	}
 	if failed > 0 {
 		t.Errorf("%d requests failed after their retries", failed)
 	}
@@ -182,9 +186,12 @@ type chaosCluster struct {
 	t     *testing.T
 	net   *chaosNet // nil where network namespaces cannot be made
 	ps    []*proc
-	mu    sync.Mutex // guards live
+	mu    sync.Mutex // guards live, moved, moving
 	live  []bool
 	names []string
+	// moved and moving sum the drains' moves and their time.
+	moved  int
+	moving time.Duration
 }
 
 func startChaosCluster(t *testing.T, n, workers int) *chaosCluster {
@@ -291,6 +298,42 @@ func (c *chaosCluster) worker() (pid int, id string, err error) {
 	}
 	w := all[rand.IntN(len(all))]
 	return w.Pid, w.ID, nil
+}
+
+// drainWorker moves everyone off a worker through the leader, as one set
+// on the road, and counts the moves and their time.
+func (c *chaosCluster) drainWorker() error {
+	_, id, err := c.worker()
+	if err != nil {
+		return err
+	}
+	l := c.leader()
+	if l < 0 {
+		return errors.New("no leader to drain through")
+	}
+	start := time.Now()
+	code, body := adminCallAtQuiet(c.ps[l].admin, "POST", "/v1/workers/"+id+"/drain", testToken)
+	took := time.Since(start)
+	if code != http.StatusOK {
+		return fmt.Errorf("draining %s: %d %s", id, code, body)
+	}
+	lines := strings.Split(strings.TrimSpace(body), "\n")
+	var last struct {
+		Done *struct {
+			Users, Moved, Failed int
+		} `json:"done"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last.Done == nil {
+		return fmt.Errorf("draining %s: no summary in %q", id, lines[len(lines)-1])
+	}
+	c.mu.Lock()
+	c.moved += last.Done.Moved
+	c.moving += took
+	c.mu.Unlock()
+	c.t.Logf("chaos: drained %s: %d of %d people moved in %v (%.0f moves/s), %d failed",
+		id, last.Done.Moved, last.Done.Users, took.Round(time.Millisecond), float64(last.Done.Moved)/took.Seconds(), last.Done.Failed)
+	return nil
 }
 
 func (c *chaosCluster) killWorker() error {

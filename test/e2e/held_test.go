@@ -14,8 +14,13 @@ import (
 // adminDo calls an agent's admin API at addr with a body.
 func adminDo(t *testing.T, addr, method, path, body string) (int, string) {
 	t.Helper()
+	return adminDoAs(t, addr, method, path, testToken, body)
+}
+
+func adminDoAs(t *testing.T, addr, method, path, token, body string) (int, string) {
+	t.Helper()
 	req, _ := http.NewRequest(method, "http://"+addr+path, bytes.NewBufferString(body))
-	req.Header.Set("X-Stickyd-Token", testToken)
+	req.Header.Set("X-Stickyd-Token", token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -404,14 +404,5 @@ func TestKilledWhileParking(t *testing.T) {
 
 func adminCallAt(t *testing.T, addr, method, path, token string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(method, "http://"+addr+path, nil)
-	req.Header.Set("X-Stickyd-Token", token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var b bytes.Buffer
-	_, _ = b.ReadFrom(resp.Body)
-	return resp.StatusCode, b.String()
+	return adminDoAs(t, addr, method, path, token, "")
 }
