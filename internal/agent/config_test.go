@@ -68,6 +68,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"zero window", "group \"g\" {\n builtin = \"demo\"\n governance {\n enabled = true\n growth_window = \"0s\"\n }\n}", "growth_window"},
 		{"negative ceiling", "group \"g\" {\n builtin = \"demo\"\n memory_max_mb = -5\n}", "memory_max_mb"},
 		{"negative freeze", "move { freeze_timeout = \"-1s\" }\ngroup \"g\" { builtin = \"demo\" }", "freeze_timeout"},
+		{"negative held bytes", "move { held_bytes = -1 }\ngroup \"g\" { builtin = \"demo\" }", "held_bytes"},
 		{"cluster without data", "server { bootstrap_expect = 3 }\ngroup \"g\" { builtin = \"demo\" }", "needs a data_dir"},
 		{"cluster without peers", "data_dir = \"/x\"\nserver { bootstrap_expect = 3 }\ngroup \"g\" { builtin = \"demo\" }", "retry_join"},
 	}
