@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -263,4 +264,34 @@ func TestOtherTabDuringARollback(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("the other tab was answered %v after it sent (the stall held the mailbox for 1.2 s)", took.Round(time.Millisecond))
+}
+
+// A person moved to a worker that dies before their next frame: their
+// package waits in the host's memory, not in the worker, so the worker's
+// replacement wakes them from it with their page whole (count continued,
+// no notice), served again as soon as the replacement is up.
+func TestDestinationDiedBeforeTheWake(t *testing.T) {
+	a := startAgentWith(t, "subprocess", 2, withDataDir(t))
+	b := newBrowser(t, a)
+	b.do("POST", "/login?user=eve")
+	home := b.whoami().Worker
+	tb := b.openTab("p")
+	tb.send(map[string]any{"op": "inc"})
+	tb.drainUntil("count", 1)
+	other := otherWorker(a.Pool().Ready(), home)
+	res, err := a.Supervisor().Move(context.Background(), "eve", other, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := a.Supervisor().User("eve"); u.State != "parked" || u.Worker != other {
+		t.Fatalf("eve after the move: %+v", u)
+	}
+	killWorker(t, a, other)
+	start := time.Now()
+	ans := sendRetrying(t, tb, map[string]any{"op": "inc"})
+	if !strings.Contains(string(ans.Data), `"count":2`) || ans.Worker != other {
+		t.Fatalf("eve's first message after her new worker died: %s on %s, want count 2 on %s", ans.Data, ans.Worker, other)
+	}
+	tb.drainUntil("count", 2)
+	t.Logf("eve served on %s's replacement %v after it died, from the package (%d bytes) the host held", other, time.Since(start).Round(time.Millisecond), res.Bytes)
 }
