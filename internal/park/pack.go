@@ -47,6 +47,7 @@ type pack struct {
 	entries map[string]packEntry
 	size    int64
 	open    bool // still taking appends
+	synced  bool // fsynced since its last append
 }
 
 type packEntry struct {
@@ -92,17 +93,40 @@ func (p *pack) append(d string, b []byte) error {
 	}
 	p.entries[d] = packEntry{off: p.size + entryHead, n: int64(len(b))}
 	p.size += int64(len(buf))
+	p.synced = false
 	return nil
 }
 
-// seal fsyncs the pack and ends its appends.
+// full reports whether the pack has grown past packRotate.
+func (p *pack) full() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.size > packRotate
+}
+
+// close ends the pack's appends without a flush.
+func (p *pack) close() {
+	p.mu.Lock()
+	p.open = false
+	p.mu.Unlock()
+}
+
+// empty reports whether no entry is left.
+func (p *pack) empty() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.entries) == 0
+}
+
+// seal ends the pack's appends and fsyncs it (once).
 func (p *pack) seal() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.open {
+	p.open = false
+	if p.synced {
 		return nil
 	}
-	p.open = false
+	p.synced = true
 	if err := p.f.Sync(); err != nil {
 		return fmt.Errorf("flushing a pack of packages: %w", err)
 	}
@@ -128,7 +152,7 @@ func openPack(path string) (p *pack, cut bool, err error) {
 		f.Close()
 		return nil, false, fmt.Errorf("%w: %s is not a pack of packages", ErrCorrupt, filepath.Base(path))
 	}
-	p = &pack{path: path, f: f, entries: map[string]packEntry{}}
+	p = &pack{path: path, f: f, entries: map[string]packEntry{}, synced: true}
 	off := int64(len(packMagic))
 	var head [entryHead]byte
 	for off < size {

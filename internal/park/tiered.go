@@ -103,10 +103,25 @@ func (s *Tiered) inPacks(d string) bool {
 	return false
 }
 
-// appendPkg appends to the open pack, opening one if none is.
+// packRotate is the size past which the open pack takes no more appends
+// and a new one is opened: a pack's file goes only with its last entry, so
+// packs are kept small enough that a few long-parked people do not hold
+// much disk.
+var packRotate int64 = 64 << 20
+
+// appendPkg appends to the open pack, opening one if none is (or if the
+// open one has grown past packRotate).
 func (s *Tiered) appendPkg(d string, b []byte) error {
 	s.mu.Lock()
 	cur := s.cur
+	if cur != nil && cur.full() {
+		cur.close()
+		if cur.empty() {
+			s.forgetPackLocked(cur)
+			_ = cur.remove()
+		}
+		cur, s.cur = nil, nil
+	}
 	if cur == nil {
 		var err error
 		if cur, err = newPack(s.files.dir); err != nil {
@@ -317,34 +332,45 @@ func (s *Tiered) flush(before time.Time, sync bool) error {
 	if first != nil || !sync {
 		return first
 	}
+	// Every pack written since the last sync is flushed, the open one and
+	// those rotated meanwhile; the next append opens a new one.
 	s.mu.Lock()
-	cur := s.cur
 	s.cur = nil
+	packs := append([]*pack(nil), s.packs...)
 	s.mu.Unlock()
-	if cur == nil {
-		return nil
-	}
-	if err := cur.seal(); err != nil {
-		return err
+	for _, p := range packs {
+		if err := p.seal(); err != nil {
+			return err
+		}
 	}
 	if err := syncDir(s.files.dir); err != nil {
 		return err
 	}
-	cur.mu.Lock()
-	empty := len(cur.entries) == 0
-	cur.mu.Unlock()
-	if empty {
-		s.mu.Lock()
-		for i, p := range s.packs {
-			if p == cur {
-				s.packs = append(s.packs[:i], s.packs[i+1:]...)
-				break
-			}
+	s.mu.Lock()
+	var gone []*pack
+	for _, p := range packs {
+		if p.empty() {
+			s.forgetPackLocked(p)
+			gone = append(gone, p)
 		}
-		s.mu.Unlock()
-		return cur.remove()
+	}
+	s.mu.Unlock()
+	for _, p := range gone {
+		if err := p.remove(); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// forgetPackLocked takes p out of the packs read.
+func (s *Tiered) forgetPackLocked(p *pack) {
+	for i, q := range s.packs {
+		if q == p {
+			s.packs = append(s.packs[:i], s.packs[i+1:]...)
+			return
+		}
+	}
 }
 
 func (s *Tiered) flusher() {

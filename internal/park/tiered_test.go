@@ -2,8 +2,10 @@ package park
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -164,6 +166,45 @@ func TestTieredAppendOutlivesTheProcess(t *testing.T) {
 	_ = s.Close()
 	for _, d := range ds {
 		if err := again.Delete(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := files(t, dir); n != 0 {
+		t.Fatalf("%d files left after every package was deleted", n)
+	}
+}
+
+// The open pack is rotated past packRotate; every pack is flushed by Sync,
+// and each file goes with its last entry.
+func TestTieredRotatesPacks(t *testing.T) {
+	defer func(n int64) { packRotate = n }(packRotate)
+	packRotate = 200
+	dir := t.TempDir()
+	fs, _ := NewFileStore(dir)
+	s, err := NewTiered(fs, 1<<20, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var ds []string
+	for i := range 20 {
+		d, err := s.Append([]byte(fmt.Sprintf("package %02d of a stop", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	if n := files(t, dir); n < 3 {
+		t.Fatalf("%d pack files for 20 packages past a 200-byte rotation", n)
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range ds {
+		if b, err := s.Get(d); err != nil || !strings.Contains(string(b), fmt.Sprintf("%02d", i)) {
+			t.Fatalf("package %d: %q %v", i, b, err)
+		}
+		if err := s.Delete(d); err != nil {
 			t.Fatal(err)
 		}
 	}
