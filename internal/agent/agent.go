@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
@@ -582,6 +583,25 @@ func (a *Agent) cookieKeys() ([][]byte, error) {
 	return [][]byte{key}, nil
 }
 
+// snapshotForStart has this member's raft take a snapshot on the way
+// down, once everyone is parked: the next start restores the maps from it
+// and has no log to replay (at 100,000 people, the stop's own entries take
+// about a second to apply again).
+func (a *Agent) snapshotForStart() {
+	if a.raft == nil || a.raft.Raft == nil || a.cfg.DataDir == "" || !a.started {
+		return
+	}
+	start := time.Now()
+	err := a.raft.Raft.Snapshot().Error()
+	switch {
+	case errors.Is(err, raft.ErrNothingNewToSnapshot):
+	case err != nil:
+		a.log.Warn("taking a raft snapshot before stopping; the next start replays the log", "error", err)
+	default:
+		a.log.Info("raft snapshot taken for the next start", "took", time.Since(start).Round(time.Millisecond))
+	}
+}
+
 // heldFlush is how long a moved person's package waits in memory for
 // their next frame before it is written to disk.
 const heldFlush = 5 * time.Second
@@ -621,6 +641,7 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 		if err := a.parkAll(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("parking: %w", err))
 		}
+		a.snapshotForStart()
 		if a.started && !a.cfg.IsServer() {
 			a.leaveCluster(ctx)
 		}
