@@ -752,7 +752,9 @@ func (s *slot) checkpointRound(ctx context.Context, peer *channel.Peer, incarnat
 			pieces++
 			bytes += int64(len(pc.Package))
 		}
-		if !c.More || ask >= checkpointAsks {
+		if !c.More || ask >= checkpointAsks || s.pool.checkpointsOff.Load() {
+			// A stop paused checkpoints (its packages are the truth): the
+			// round in progress ends with the chunk it has.
 			break
 		}
 	}
