@@ -9,6 +9,7 @@ import (
 
 	"github.com/stickyd/stickyd/internal/governor"
 	"github.com/stickyd/stickyd/internal/host"
+	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/protocol"
 )
 
@@ -113,18 +114,72 @@ func (g *governance) round(now time.Time) {
 			delete(g.totals, id)
 		}
 	}
+	// The round's moves take the road together, one set per cause; the
+	// other decisions are carried out one by one.
+	moves := map[string][]governor.Decision{}
+	moving := map[string]bool{}
 	for _, d := range g.eng.Decide(now, g.inFlight) {
 		g.a.log.Info("governance", "decision", d.Kind, "reason", d.Reason)
 		g.inFlight++
+		if d.Kind == governor.KindMove && moving[d.User] {
+			// One move per person a round.
+			g.inFlight--
+			g.eng.Done(d, false, now)
+			continue
+		}
 		g.work.Add(1)
+		if d.Kind == governor.KindMove {
+			moving[d.User] = true
+			moves[d.Cause] = append(moves[d.Cause], d)
+			continue
+		}
 		go func(d governor.Decision) {
 			defer g.work.Done()
 			ok := g.carryOut(&d)
-			g.mu.Lock()
-			defer g.mu.Unlock()
-			g.inFlight--
-			g.eng.Done(d, ok, time.Now())
+			g.done(d, ok)
 		}(d)
+	}
+	for cause, ds := range moves {
+		go g.moveSet(cause, ds)
+	}
+}
+
+// done tells the engine how a decision ended.
+func (g *governance) done(d governor.Decision, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.inFlight--
+	g.eng.Done(d, ok, time.Now())
+}
+
+// moveSet carries out a round's moves of one cause as one set on the road.
+func (g *governance) moveSet(cause string, ds []governor.Decision) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	byUser := make(map[string]governor.Decision, len(ds))
+	reqs := make([]move.Request, 0, len(ds))
+	for _, d := range ds {
+		byUser[d.User] = d
+		reqs = append(reqs, move.Request{User: d.User, To: d.To})
+	}
+	told := map[string]bool{}
+	g.a.mover.MoveSet(ctx, reqs, move.Options{Reason: cause}, func(r move.Result, err error) {
+		d, ok := byUser[r.User]
+		if !ok || told[r.User] {
+			return
+		}
+		told[r.User] = true
+		if err != nil {
+			g.a.log.Warn("governance decision failed", "decision", d.Kind, "user", d.User, "error", err)
+		}
+		g.done(d, err == nil)
+		g.work.Done()
+	})
+	for u, d := range byUser { // never told (cannot happen): not left in flight
+		if !told[u] {
+			g.done(d, false)
+			g.work.Done()
+		}
 	}
 }
 
@@ -171,8 +226,6 @@ func (g *governance) carryOut(d *governor.Decision) bool {
 	defer cancel()
 	var err error
 	switch d.Kind {
-	case governor.KindMove:
-		_, err = a.sup.Move(ctx, d.User, d.To, d.Cause)
 	case governor.KindStart:
 		d.To, err = g.add(ctx, d.Group)
 	case governor.KindReplace:
