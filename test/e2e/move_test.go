@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stickyd/stickyd/internal/agent"
 	"github.com/stickyd/stickyd/internal/move"
 )
 
@@ -97,12 +98,7 @@ func TestStuckFreezeRollsBack(t *testing.T) {
 // moving; they are reassigned and their page restarts clean with a notice.
 func TestOldWorkerKilledMidMove(t *testing.T) {
 	a := startAgentWith(t, "subprocess", 2, withDataDir(t), withFreezeTimeout("10s"))
-	b := newBrowser(t, a)
-	b.do("POST", "/login?user=cy")
-	home := b.whoami().Worker
-	tb := b.openTab("p")
-	tb.send(map[string]any{"op": "inc"})
-	tb.drainUntil("count", 1)
+	b, tb, home := countingPerson(t, a, "cy")
 	// A second tab of the same person stalls the mailbox.
 	staller := b.openTab("stall")
 	go func() {
@@ -168,12 +164,7 @@ func otherWorker(list []string, not string) string {
 // meet that).
 func TestMovedBackAfterTheNewWorkerDied(t *testing.T) {
 	a := startAgentWith(t, "subprocess", 2, withDataDir(t), withFreezeTimeout("10s"))
-	b := newBrowser(t, a)
-	b.do("POST", "/login?user=dee")
-	home := b.whoami().Worker
-	tb := b.openTab("p")
-	tb.send(map[string]any{"op": "inc"})
-	tb.drainUntil("count", 1)
+	b, tb, home := countingPerson(t, a, "dee")
 	other := otherWorker(a.Pool().Ready(), home)
 	if _, err := a.Supervisor().Move(context.Background(), "dee", other, "test"); err != nil {
 		t.Fatal(err)
@@ -227,12 +218,7 @@ func TestMovedBackAfterTheNewWorkerDied(t *testing.T) {
 // never comes.
 func TestOtherTabDuringARollback(t *testing.T) {
 	a := startAgentWith(t, "subprocess", 2, withDataDir(t), withFreezeTimeout("300ms"))
-	b := newBrowser(t, a)
-	b.do("POST", "/login?user=eve")
-	home := b.whoami().Worker
-	tb := b.openTab("p")
-	tb.send(map[string]any{"op": "inc"})
-	tb.drainUntil("count", 1)
+	b, tb, home := countingPerson(t, a, "eve")
 	second := b.openTab("q")
 	stalled := make(chan error, 1)
 	go func() {
@@ -272,12 +258,7 @@ func TestOtherTabDuringARollback(t *testing.T) {
 // no notice), served again as soon as the replacement is up.
 func TestDestinationDiedBeforeTheWake(t *testing.T) {
 	a := startAgentWith(t, "subprocess", 2, withDataDir(t))
-	b := newBrowser(t, a)
-	b.do("POST", "/login?user=eve")
-	home := b.whoami().Worker
-	tb := b.openTab("p")
-	tb.send(map[string]any{"op": "inc"})
-	tb.drainUntil("count", 1)
+	_, tb, home := countingPerson(t, a, "eve")
 	other := otherWorker(a.Pool().Ready(), home)
 	res, err := a.Supervisor().Move(context.Background(), "eve", other, "test")
 	if err != nil {
@@ -294,4 +275,17 @@ func TestDestinationDiedBeforeTheWake(t *testing.T) {
 	}
 	tb.drainUntil("count", 2)
 	t.Logf("eve served on %s's replacement %v after it died, from the package (%d bytes) the host held", other, time.Since(start).Round(time.Millisecond), res.Bytes)
+}
+
+// countingPerson logs user in on a browser of a's, opens a page and counts
+// to one on it; home is the worker that answered.
+func countingPerson(t *testing.T, a *agent.Agent, user string) (*browser, *tab, string) {
+	t.Helper()
+	b := newBrowser(t, a)
+	b.do("POST", "/login?user="+user)
+	home := b.whoami().Worker
+	tb := b.openTab("p")
+	tb.send(map[string]any{"op": "inc"})
+	tb.drainUntil("count", 1)
+	return b, tb, home
 }
