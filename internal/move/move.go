@@ -177,12 +177,3 @@ func isWorkerGone(err error) bool {
 	}
 	return true
 }
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
