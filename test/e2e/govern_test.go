@@ -17,7 +17,10 @@ import (
 func TestMemorySaturationMovesPeople(t *testing.T) {
 	// The race detector makes big freezes slow: a generous freeze bound.
 	a := startAgentWith(t, "subprocess", 2, withDataDir(t), withFreezeTimeout("30s"), func(c *agent.Config) {
-		c.Probe = &agent.ProbeConfig{Interval: "250ms", Misses: 8}
+		// Frequent probes for the engine; silence-killing only after 10 s
+		// (a worker filling 6 MB pages under the race detector on a busy
+		// machine can miss 2 s of probes and must not be killed for it).
+		c.Probe = &agent.ProbeConfig{Interval: "250ms", Misses: 40}
 		c.Groups[0].Governance = &agent.GovernanceConfig{Enabled: true, MemoryLimitMB: 48, CPULimit: 64}
 		// The probes are tight here; a checkpoint round copies the 36 MB
 		// of pages, which under the race detector on a busy machine can
@@ -217,21 +220,27 @@ func governanceEvents(t *testing.T, a *agent.Agent) []struct{ Kind, Worker, User
 func TestSaturationStartsAWorker(t *testing.T) {
 	compactOff := 0.0
 	a := startAgentWith(t, "subprocess", 1, withDataDir(t), withFreezeTimeout("30s"), func(c *agent.Config) {
-		c.Probe = &agent.ProbeConfig{Interval: "250ms", Misses: 8}
+		// Frequent probes for the engine; silence-killing only after 10 s
+		// (a worker filling 6 MB pages under the race detector on a busy
+		// machine can miss 2 s of probes and must not be killed for it).
+		c.Probe = &agent.ProbeConfig{Interval: "250ms", Misses: 40}
 		c.Groups[0].Governance = &agent.GovernanceConfig{Enabled: true, MemoryLimitMB: 48, CPULimit: 64,
 			MaxWorkers: 2, ReplaceHorizon: "0s", CompactBelow: &compactOff}
 	})
 	first := a.Pool().Ready()[0]
+	// Everyone is placed (on the only worker) before anyone's page grows:
+	// a worker started meanwhile would take newcomers instead of movers.
 	var tabs []*tab
 	for i := range 6 {
 		b := newBrowser(t, a)
 		b.do("POST", "/login?user=s"+strconv.Itoa(i))
-		tb := b.openTab("p")
+		tabs = append(tabs, b.openTab("p"))
+	}
+	for _, tb := range tabs {
 		tb.send(map[string]any{"op": "fill", "bytes": 6 << 20})
 		tb.send(map[string]any{"op": "inc"})
-		tabs = append(tabs, tb)
 	}
-	waitFor(t, 30*time.Second, "a person moved to a started worker", func() bool {
+	moved := func() bool {
 		ws := a.Pool().Ready()
 		if len(ws) != 2 {
 			return false
@@ -242,7 +251,13 @@ func TestSaturationStartsAWorker(t *testing.T) {
 			}
 		}
 		return false
-	})
+	}
+	for deadline := time.Now().Add(30 * time.Second); !moved(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			_, body := adminCall(t, a, "GET", "/v1/workers?local=true", testToken, "")
+			t.Fatalf("no person moved to a started worker in 30 s; events %+v; workers %s", governanceEvents(t, a), body)
+		}
+	}
 	started := false
 	for _, e := range governanceEvents(t, a) {
 		if e.Kind == "start" && strings.Contains(e.Reason, "memory") {
