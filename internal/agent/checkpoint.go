@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -69,7 +70,7 @@ func (a *Agent) startCheckpoints() (int, error) {
 	}
 	// Behind the start: a frame that needs a checkpoint waits for it.
 	start := time.Now()
-	x.LoadAsync(func(n int, err error) {
+	x.LoadAsync(a.catchUpMaps, func(n int, err error) {
 		if err != nil {
 			a.log.Error("loading the crash checkpoint journal: people not parked restart clean", "error", err)
 			return
@@ -78,6 +79,25 @@ func (a *Agent) startCheckpoints() (int, error) {
 		a.log.Info("crash checkpoints loaded", "people", n, "took", time.Since(start).Round(time.Millisecond))
 	})
 	return 0, nil
+}
+
+// catchUpMaps waits (at most 30 s) until the local replica has applied
+// every entry of the log as it stood at start: which checkpoints are kept
+// is read from the maps, and after a crash the entries since the last
+// snapshot (the people's logins and moves) are replayed behind the start.
+func (a *Agent) catchUpMaps() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if a.raft.IsLeader() {
+		if err := a.raft.Barrier(ctx); err != nil {
+			a.log.Warn("waiting for the maps before loading the checkpoints", "error", err)
+		}
+		return
+	}
+	last := a.raft.Raft.LastIndex()
+	for a.fsm.Index() < last && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // Checkpoints is the index of this agent's workers' crash checkpoints.

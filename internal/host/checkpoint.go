@@ -180,10 +180,14 @@ func NewCheckpointIndex(cfg CheckpointConfig) *CheckpointIndex {
 // every other use of the index waits until it is loaded. After a stop that
 // parked everyone, nobody needs a checkpoint to wake (their packages are
 // the truth), so the front need not wait for the journal; done, if set, is
-// told Load's outcome. Call it before the index is used.
-func (x *CheckpointIndex) LoadAsync(done func(people int, err error)) {
+// told Load's outcome. ready, if set, runs first (the agent waits for its
+// maps to be replayed: Keep reads them). Call it before the index is used.
+func (x *CheckpointIndex) LoadAsync(ready func(), done func(people int, err error)) {
 	x.loading = make(chan struct{})
 	go func() {
+		if ready != nil {
+			ready() // the maps Keep reads are whole
+		}
 		n, err := x.load()
 		close(x.loading)
 		if done != nil {
