@@ -609,7 +609,7 @@ const heldFlush = 5 * time.Second
 // hold keeps a moved person's package, in memory if there is room.
 func (a *Agent) hold(b []byte) (string, error) {
 	if h, ok := a.park.(park.Holder); ok {
-		return h.Hold(b)
+		return h.Hold(b, "")
 	}
 	return a.park.Put(b, false)
 }

@@ -23,6 +23,13 @@ type Peer struct {
 	nextID atomic.Uint64
 	// lastRecv is when the last envelope arrived (unix nanoseconds).
 	lastRecv atomic.Int64
+	// chunks is set once the other side said it reads packages in chunks.
+	chunks atomic.Bool
+	// assembling holds the packages arriving in chunks, by the id and
+	// reply flag of the envelope they belong to. Only the read loop
+	// touches it.
+	assembling map[chunkKey]*assembly
+	digests    bool // set before Listen: see DigestPackages
 
 	mu      sync.Mutex // guards pending and err
 	pending map[uint64]*Call
@@ -69,7 +76,7 @@ func (p *Peer) Start(env *protocol.Envelope) (*Call, error) {
 	}
 	p.pending[c.id] = c
 	p.mu.Unlock()
-	if err := p.conn.Send(env); err != nil {
+	if err := p.send(env); err != nil {
 		p.forget(c.id)
 		return nil, fmt.Errorf("sending envelope: %w", err)
 	}
@@ -107,7 +114,7 @@ func (p *Peer) Call(ctx context.Context, env *protocol.Envelope) (*protocol.Enve
 // Reply answers the request with the given id.
 func (p *Peer) Reply(id uint64, env *protocol.Envelope) error {
 	env.Id, env.Reply = id, true
-	return p.conn.Send(env)
+	return p.send(env)
 }
 
 // ReplyError answers the request with an Error envelope.
@@ -168,6 +175,17 @@ func (p *Peer) readLoop() {
 			return
 		}
 		p.lastRecv.Store(time.Now().UnixNano())
+		if pc := env.GetPackageChunk(); pc != nil {
+			if err := p.gather(env, pc); err != nil {
+				p.stop(err)
+				return
+			}
+			continue
+		}
+		if err := p.assemble(env); err != nil {
+			p.stop(err)
+			return
+		}
 		if !env.Reply {
 			if p.handle != nil {
 				p.handle(env)

@@ -21,15 +21,24 @@ var Handshake = plugin.HandshakeConfig{
 // must stay below it.
 const MaxEnvelopeBytes = 512 << 20
 
+const (
+	windowBytes = 32 << 20
+	bufferBytes = 256 << 10
+)
+
 // ServerOptions are the worker's gRPC server options.
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxEnvelopeBytes), grpc.MaxSendMsgSize(MaxEnvelopeBytes)}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxEnvelopeBytes), grpc.MaxSendMsgSize(MaxEnvelopeBytes),
+		grpc.InitialWindowSize(windowBytes), grpc.InitialConnWindowSize(windowBytes),
+		grpc.ReadBufferSize(bufferBytes), grpc.WriteBufferSize(bufferBytes)}
 }
 
 // DialOptions are the host's gRPC options for a worker's channel.
 func DialOptions() []grpc.DialOption {
 	return []grpc.DialOption{grpc.WithDefaultCallOptions(
-		grpc.MaxCallRecvMsgSize(MaxEnvelopeBytes), grpc.MaxCallSendMsgSize(MaxEnvelopeBytes))}
+		grpc.MaxCallRecvMsgSize(MaxEnvelopeBytes), grpc.MaxCallSendMsgSize(MaxEnvelopeBytes)),
+		grpc.WithInitialWindowSize(windowBytes), grpc.WithInitialConnWindowSize(windowBytes),
+		grpc.WithReadBufferSize(bufferBytes), grpc.WithWriteBufferSize(bufferBytes)}
 }
 
 // PluginName is the name the worker plugin is dispensed under.

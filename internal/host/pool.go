@@ -525,7 +525,7 @@ func (s *slot) start(ctx context.Context) error {
 		s.setState(StateDead, "launch failed: "+err.Error())
 		return err
 	}
-	hello, err := channel.Accept(sctx, conn, &protocol.HelloAck{WorkerId: s.id, Group: s.group})
+	hello, err := channel.Accept(sctx, conn, &protocol.HelloAck{WorkerId: s.id, Group: s.group, PackageChunks: true})
 	if err != nil {
 		proc.Kill()
 		state := StateDead
@@ -546,6 +546,10 @@ func (s *slot) start(ctx context.Context) error {
 			_ = peer.ReplyError(env.Id, protocol.Error_BAD_REQUEST, fmt.Sprintf("the host does not handle %T", env.Body))
 		}
 	})
+	if hello.PackageChunks {
+		peer.EnableChunks()
+	}
+	peer.DigestPackages()
 	peer.Listen()
 	// What the worker must know before its first frame (the maintenance
 	// windows) goes first: envelopes started in order arrive in order.

@@ -307,7 +307,7 @@ func (m *Mover) freeze(ctx context.Context, t *traveller, opt Options) {
 	} else {
 		// The package is stored, content-addressed, before the maps point
 		// anywhere else.
-		digest, err = m.keep(fz.Package, opt.Park)
+		digest, err = m.keep(fz.Package, park.DigestOfSum(fz.Sha256), opt.Park)
 		if err != nil {
 			t.cause = err
 			return
@@ -334,12 +334,12 @@ func (m *Mover) freeze(ctx context.Context, t *traveller, opt Options) {
 // read back at the person's next frame); a stop's is appended to the
 // store's open pack if it can (it must outlive the process; the stop syncs
 // the store once at the end); otherwise it is written to its file.
-func (m *Mover) keep(b []byte, parking bool) (string, error) {
+func (m *Mover) keep(b []byte, digest string, parking bool) (string, error) {
 	if a, ok := m.store.(park.Appender); ok && parking {
-		return a.Append(b)
+		return a.Append(b, digest)
 	}
 	if h, ok := m.store.(park.Holder); ok && !parking {
-		return h.Hold(b)
+		return h.Hold(b, digest)
 	}
 	return m.store.Put(b, false)
 }

@@ -44,10 +44,37 @@ var (
 	ErrBadDigest = errors.New("bad package digest")
 )
 
+// digestPiece bounds what one call hashes: hashing is a call the runtime
+// cannot preempt, and a package of 100 MB hashed whole holds up a garbage
+// collection for its 50 ms.
+const digestPiece = 1 << 20
+
 // Digest returns the digest of b.
 func Digest(b []byte) string {
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
+	h := sha256.New()
+	for len(b) > 0 {
+		n := min(len(b), digestPiece)
+		h.Write(b[:n])
+		b = b[n:]
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// DigestOfSum is the digest of a package whose SHA-256 is sum, or "" if
+// sum is not one.
+func DigestOfSum(sum []byte) string {
+	if len(sum) != sha256.Size {
+		return ""
+	}
+	return "sha256:" + hex.EncodeToString(sum)
+}
+
+// orDigest is digest, or b's digest if digest is empty.
+func orDigest(b []byte, digest string) string {
+	if digest != "" {
+		return digest
+	}
+	return Digest(b)
 }
 
 func hexOf(digest string) (string, error) {

@@ -15,7 +15,9 @@ import (
 // so it need not touch the disk on the way.
 type Holder interface {
 	// Hold stores b like Put without sync, in memory if there is room.
-	Hold(b []byte) (string, error)
+	// digest, when not empty, is b's digest as the caller already
+	// computed it (as the bytes arrived); empty has Hold compute it.
+	Hold(b []byte, digest string) (string, error)
 }
 
 // Tiered is a FileStore with a memory tier for held packages. A held
@@ -63,12 +65,13 @@ var (
 // and against a machine crash at the next Sync: a stop parks everyone
 // this way.
 type Appender interface {
-	Append(b []byte) (string, error)
+	// Append appends b; digest is as for Hold.
+	Append(b []byte, digest string) (string, error)
 }
 
 // Append implements Appender: b goes at the end of the open pack.
-func (s *Tiered) Append(b []byte) (string, error) {
-	d := Digest(b)
+func (s *Tiered) Append(b []byte, digest string) (string, error) {
+	d := orDigest(b, digest)
 	if s.inPacks(d) {
 		return d, nil
 	}
@@ -180,8 +183,8 @@ func NewTiered(files *FileStore, maxBytes int64, flushAfter time.Duration) (*Tie
 }
 
 // Hold implements Holder.
-func (s *Tiered) Hold(b []byte) (string, error) {
-	d := Digest(b)
+func (s *Tiered) Hold(b []byte, digest string) (string, error) {
+	d := orDigest(b, digest)
 	s.mu.Lock()
 	if _, ok := s.mem[d]; ok {
 		s.mu.Unlock()

@@ -33,9 +33,9 @@ func TestTieredHoldsInMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	a, _ := s.Hold([]byte("aaaa"))
-	b, _ := s.Hold([]byte("bbbb"))
-	c, _ := s.Hold([]byte("cccc")) // past the bound: to disk at once
+	a, _ := s.Hold([]byte("aaaa"), "")
+	b, _ := s.Hold([]byte("bbbb"), "")
+	c, _ := s.Hold([]byte("cccc"), "") // past the bound: to disk at once
 	if n, bytes, spills := s.Held(); n != 2 || bytes != 8 || spills != 1 {
 		t.Fatalf("held %d packages, %d bytes, %d spills", n, bytes, spills)
 	}
@@ -74,7 +74,7 @@ func TestTieredHoldsInMemory(t *testing.T) {
 		t.Fatalf("deleting the pack's last entry: %v, has %v, %d files", err, s2.Has(b), files(t, dir))
 	}
 	// A pack's entries are checked when read.
-	d, _ := s2.Hold([]byte("dddd"))
+	d, _ := s2.Hold([]byte("dddd"), "")
 	if err := s2.Sync(); err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestTieredFlushesAfterAWhile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	d, _ := s.Hold([]byte("idle person"))
+	d, _ := s.Hold([]byte("idle person"), "")
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		if n, _, _ := s.Held(); n == 0 && files(t, dir) == 1 { // one pack
@@ -146,7 +146,7 @@ func TestTieredAppendOutlivesTheProcess(t *testing.T) {
 	}
 	var ds []string
 	for i := range 100 {
-		d, err := s.Append([]byte{byte(i), 1, 2, 3})
+		d, err := s.Append([]byte{byte(i), 1, 2, 3}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -188,7 +188,7 @@ func TestTieredRotatesPacks(t *testing.T) {
 	defer s.Close()
 	var ds []string
 	for i := range 20 {
-		d, err := s.Append([]byte(fmt.Sprintf("package %02d of a stop", i)))
+		d, err := s.Append([]byte(fmt.Sprintf("package %02d of a stop", i)), "")
 		if err != nil {
 			t.Fatal(err)
 		}

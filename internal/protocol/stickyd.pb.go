@@ -73,7 +73,7 @@ func (x Delta_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Delta_Op.Descriptor instead.
 func (Delta_Op) EnumDescriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{14, 0}
+	return file_stickyd_proto_rawDescGZIP(), []int{15, 0}
 }
 
 type Error_Code int32
@@ -147,7 +147,7 @@ func (x Error_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Error_Code.Descriptor instead.
 func (Error_Code) EnumDescriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{24, 0}
+	return file_stickyd_proto_rawDescGZIP(), []int{25, 0}
 }
 
 // Envelope is the one message on the channel. A request carries a fresh id;
@@ -190,6 +190,7 @@ type Envelope struct {
 	//	*Envelope_GatewayChunk
 	//	*Envelope_Checkpoint
 	//	*Envelope_Checkpointed
+	//	*Envelope_PackageChunk
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -514,6 +515,15 @@ func (x *Envelope) GetCheckpointed() *Checkpointed {
 	return nil
 }
 
+func (x *Envelope) GetPackageChunk() *PackageChunk {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_PackageChunk); ok {
+			return x.PackageChunk
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -634,6 +644,10 @@ type Envelope_Checkpointed struct {
 	Checkpointed *Checkpointed `protobuf:"bytes,38,opt,name=checkpointed,proto3,oneof"`
 }
 
+type Envelope_PackageChunk struct {
+	PackageChunk *PackageChunk `protobuf:"bytes,39,opt,name=package_chunk,json=packageChunk,proto3,oneof"`
+}
+
 func (*Envelope_Hello) isEnvelope_Body() {}
 
 func (*Envelope_HelloAck) isEnvelope_Body() {}
@@ -692,6 +706,68 @@ func (*Envelope_Checkpoint) isEnvelope_Body() {}
 
 func (*Envelope_Checkpointed) isEnvelope_Body() {}
 
+func (*Envelope_PackageChunk) isEnvelope_Body() {}
+
+// PackageChunk carries a piece of a large package ahead of the envelope it
+// belongs to: the Frozen reply or the Wake request with the same id and
+// reply flag. That envelope's package is the chunks' data, in order,
+// followed by its own package field. A sender splits only towards a side
+// that said it reads chunks (Hello.package_chunks, HelloAck.package_chunks),
+// so a package of any size never travels as one message, and the envelopes
+// of other people pass between its pieces.
+type PackageChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// total is the whole package's size, set on the first chunk.
+	Total         uint64 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PackageChunk) Reset() {
+	*x = PackageChunk{}
+	mi := &file_stickyd_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PackageChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PackageChunk) ProtoMessage() {}
+
+func (x *PackageChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PackageChunk.ProtoReflect.Descriptor instead.
+func (*PackageChunk) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PackageChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *PackageChunk) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
 // Maintenance is the host's notice of the backends in maintenance now (the
 // whole set, replacing the last one; docs/maintenance.md). A request or
 // message whose handler needs one of them waits in the user's mailbox,
@@ -709,7 +785,7 @@ type Maintenance struct {
 
 func (x *Maintenance) Reset() {
 	*x = Maintenance{}
-	mi := &file_stickyd_proto_msgTypes[1]
+	mi := &file_stickyd_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -721,7 +797,7 @@ func (x *Maintenance) String() string {
 func (*Maintenance) ProtoMessage() {}
 
 func (x *Maintenance) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[1]
+	mi := &file_stickyd_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -734,7 +810,7 @@ func (x *Maintenance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Maintenance.ProtoReflect.Descriptor instead.
 func (*Maintenance) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{1}
+	return file_stickyd_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Maintenance) GetVersion() uint64 {
@@ -762,7 +838,7 @@ type MaintenanceBackend struct {
 
 func (x *MaintenanceBackend) Reset() {
 	*x = MaintenanceBackend{}
-	mi := &file_stickyd_proto_msgTypes[2]
+	mi := &file_stickyd_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +850,7 @@ func (x *MaintenanceBackend) String() string {
 func (*MaintenanceBackend) ProtoMessage() {}
 
 func (x *MaintenanceBackend) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[2]
+	mi := &file_stickyd_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +863,7 @@ func (x *MaintenanceBackend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MaintenanceBackend.ProtoReflect.Descriptor instead.
 func (*MaintenanceBackend) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{2}
+	return file_stickyd_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *MaintenanceBackend) GetName() string {
@@ -820,14 +896,17 @@ type Hello struct {
 	Pid             int64                  `protobuf:"varint,4,opt,name=pid,proto3" json:"pid,omitempty"`
 	// checkpoints says the worker answers Checkpoint: the host asks only the
 	// workers that say so (a worker built without it is never asked).
-	Checkpoints   bool `protobuf:"varint,5,opt,name=checkpoints,proto3" json:"checkpoints,omitempty"`
+	Checkpoints bool `protobuf:"varint,5,opt,name=checkpoints,proto3" json:"checkpoints,omitempty"`
+	// package_chunks says the worker reads packages sent as PackageChunk
+	// envelopes (and the host then sends Wake packages that way).
+	PackageChunks bool `protobuf:"varint,6,opt,name=package_chunks,json=packageChunks,proto3" json:"package_chunks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_stickyd_proto_msgTypes[3]
+	mi := &file_stickyd_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +918,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[3]
+	mi := &file_stickyd_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +931,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{3}
+	return file_stickyd_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Hello) GetProtocolVersion() uint32 {
@@ -890,19 +969,29 @@ func (x *Hello) GetCheckpoints() bool {
 	return false
 }
 
+func (x *Hello) GetPackageChunks() bool {
+	if x != nil {
+		return x.PackageChunks
+	}
+	return false
+}
+
 // HelloAck accepts the worker and gives it its identity.
 type HelloAck struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	ProtocolVersion uint32                 `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
 	WorkerId        string                 `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	Group           string                 `protobuf:"bytes,3,opt,name=group,proto3" json:"group,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// package_chunks says the host reads packages sent as PackageChunk
+	// envelopes (and the worker then sends Frozen packages that way).
+	PackageChunks bool `protobuf:"varint,4,opt,name=package_chunks,json=packageChunks,proto3" json:"package_chunks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HelloAck) Reset() {
 	*x = HelloAck{}
-	mi := &file_stickyd_proto_msgTypes[4]
+	mi := &file_stickyd_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -914,7 +1003,7 @@ func (x *HelloAck) String() string {
 func (*HelloAck) ProtoMessage() {}
 
 func (x *HelloAck) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[4]
+	mi := &file_stickyd_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -927,7 +1016,7 @@ func (x *HelloAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloAck.ProtoReflect.Descriptor instead.
 func (*HelloAck) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{4}
+	return file_stickyd_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HelloAck) GetProtocolVersion() uint32 {
@@ -949,6 +1038,13 @@ func (x *HelloAck) GetGroup() string {
 		return x.Group
 	}
 	return ""
+}
+
+func (x *HelloAck) GetPackageChunks() bool {
+	if x != nil {
+		return x.PackageChunks
+	}
+	return false
 }
 
 // Frame is one unit of work for one user, delivered to the user's mailbox in
@@ -979,7 +1075,7 @@ type Frame struct {
 
 func (x *Frame) Reset() {
 	*x = Frame{}
-	mi := &file_stickyd_proto_msgTypes[5]
+	mi := &file_stickyd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1087,7 @@ func (x *Frame) String() string {
 func (*Frame) ProtoMessage() {}
 
 func (x *Frame) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[5]
+	mi := &file_stickyd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1100,7 @@ func (x *Frame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Frame.ProtoReflect.Descriptor instead.
 func (*Frame) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{5}
+	return file_stickyd_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Frame) GetUser() string {
@@ -1146,7 +1242,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_stickyd_proto_msgTypes[6]
+	mi := &file_stickyd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1254,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[6]
+	mi := &file_stickyd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1267,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{6}
+	return file_stickyd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Header) GetName() string {
@@ -1202,7 +1298,7 @@ type HTTPRequest struct {
 
 func (x *HTTPRequest) Reset() {
 	*x = HTTPRequest{}
-	mi := &file_stickyd_proto_msgTypes[7]
+	mi := &file_stickyd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1310,7 @@ func (x *HTTPRequest) String() string {
 func (*HTTPRequest) ProtoMessage() {}
 
 func (x *HTTPRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[7]
+	mi := &file_stickyd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1323,7 @@ func (x *HTTPRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPRequest.ProtoReflect.Descriptor instead.
 func (*HTTPRequest) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{7}
+	return file_stickyd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HTTPRequest) GetMethod() string {
@@ -1283,7 +1379,7 @@ type HTTPResponse struct {
 
 func (x *HTTPResponse) Reset() {
 	*x = HTTPResponse{}
-	mi := &file_stickyd_proto_msgTypes[8]
+	mi := &file_stickyd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1391,7 @@ func (x *HTTPResponse) String() string {
 func (*HTTPResponse) ProtoMessage() {}
 
 func (x *HTTPResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[8]
+	mi := &file_stickyd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1404,7 @@ func (x *HTTPResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPResponse.ProtoReflect.Descriptor instead.
 func (*HTTPResponse) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{8}
+	return file_stickyd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HTTPResponse) GetStatus() int32 {
@@ -1345,7 +1441,7 @@ type PageOpen struct {
 
 func (x *PageOpen) Reset() {
 	*x = PageOpen{}
-	mi := &file_stickyd_proto_msgTypes[9]
+	mi := &file_stickyd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1453,7 @@ func (x *PageOpen) String() string {
 func (*PageOpen) ProtoMessage() {}
 
 func (x *PageOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[9]
+	mi := &file_stickyd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1466,7 @@ func (x *PageOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PageOpen.ProtoReflect.Descriptor instead.
 func (*PageOpen) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{9}
+	return file_stickyd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PageOpen) GetPage() string {
@@ -1405,7 +1501,7 @@ type PageMessage struct {
 
 func (x *PageMessage) Reset() {
 	*x = PageMessage{}
-	mi := &file_stickyd_proto_msgTypes[10]
+	mi := &file_stickyd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1513,7 @@ func (x *PageMessage) String() string {
 func (*PageMessage) ProtoMessage() {}
 
 func (x *PageMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[10]
+	mi := &file_stickyd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1526,7 @@ func (x *PageMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PageMessage.ProtoReflect.Descriptor instead.
 func (*PageMessage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{10}
+	return file_stickyd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PageMessage) GetPage() string {
@@ -1460,7 +1556,7 @@ type PagePull struct {
 
 func (x *PagePull) Reset() {
 	*x = PagePull{}
-	mi := &file_stickyd_proto_msgTypes[11]
+	mi := &file_stickyd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1568,7 @@ func (x *PagePull) String() string {
 func (*PagePull) ProtoMessage() {}
 
 func (x *PagePull) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[11]
+	mi := &file_stickyd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1581,7 @@ func (x *PagePull) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PagePull.ProtoReflect.Descriptor instead.
 func (*PagePull) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{11}
+	return file_stickyd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PagePull) GetPage() string {
@@ -1518,7 +1614,7 @@ type PageClose struct {
 
 func (x *PageClose) Reset() {
 	*x = PageClose{}
-	mi := &file_stickyd_proto_msgTypes[12]
+	mi := &file_stickyd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1530,7 +1626,7 @@ func (x *PageClose) String() string {
 func (*PageClose) ProtoMessage() {}
 
 func (x *PageClose) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[12]
+	mi := &file_stickyd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1543,7 +1639,7 @@ func (x *PageClose) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PageClose.ProtoReflect.Descriptor instead.
 func (*PageClose) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{12}
+	return file_stickyd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PageClose) GetPage() string {
@@ -1563,7 +1659,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_stickyd_proto_msgTypes[13]
+	mi := &file_stickyd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1671,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[13]
+	mi := &file_stickyd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1684,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{13}
+	return file_stickyd_proto_rawDescGZIP(), []int{14}
 }
 
 type Delta struct {
@@ -1606,7 +1702,7 @@ type Delta struct {
 
 func (x *Delta) Reset() {
 	*x = Delta{}
-	mi := &file_stickyd_proto_msgTypes[14]
+	mi := &file_stickyd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +1714,7 @@ func (x *Delta) String() string {
 func (*Delta) ProtoMessage() {}
 
 func (x *Delta) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[14]
+	mi := &file_stickyd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +1727,7 @@ func (x *Delta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delta.ProtoReflect.Descriptor instead.
 func (*Delta) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{14}
+	return file_stickyd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Delta) GetSeq() uint64 {
@@ -1688,7 +1784,7 @@ type PageState struct {
 
 func (x *PageState) Reset() {
 	*x = PageState{}
-	mi := &file_stickyd_proto_msgTypes[15]
+	mi := &file_stickyd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +1796,7 @@ func (x *PageState) String() string {
 func (*PageState) ProtoMessage() {}
 
 func (x *PageState) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[15]
+	mi := &file_stickyd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +1809,7 @@ func (x *PageState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PageState.ProtoReflect.Descriptor instead.
 func (*PageState) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{15}
+	return file_stickyd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PageState) GetPage() string {
@@ -1769,7 +1865,7 @@ type Deltas struct {
 
 func (x *Deltas) Reset() {
 	*x = Deltas{}
-	mi := &file_stickyd_proto_msgTypes[16]
+	mi := &file_stickyd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +1877,7 @@ func (x *Deltas) String() string {
 func (*Deltas) ProtoMessage() {}
 
 func (x *Deltas) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[16]
+	mi := &file_stickyd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +1890,7 @@ func (x *Deltas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deltas.ProtoReflect.Descriptor instead.
 func (*Deltas) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{16}
+	return file_stickyd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Deltas) GetPage() string {
@@ -1830,7 +1926,7 @@ type MessageResult struct {
 
 func (x *MessageResult) Reset() {
 	*x = MessageResult{}
-	mi := &file_stickyd_proto_msgTypes[17]
+	mi := &file_stickyd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1842,7 +1938,7 @@ func (x *MessageResult) String() string {
 func (*MessageResult) ProtoMessage() {}
 
 func (x *MessageResult) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[17]
+	mi := &file_stickyd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1855,7 +1951,7 @@ func (x *MessageResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageResult.ProtoReflect.Descriptor instead.
 func (*MessageResult) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{17}
+	return file_stickyd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MessageResult) GetData() []byte {
@@ -1888,7 +1984,7 @@ type Identity struct {
 
 func (x *Identity) Reset() {
 	*x = Identity{}
-	mi := &file_stickyd_proto_msgTypes[18]
+	mi := &file_stickyd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +1996,7 @@ func (x *Identity) String() string {
 func (*Identity) ProtoMessage() {}
 
 func (x *Identity) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[18]
+	mi := &file_stickyd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +2009,7 @@ func (x *Identity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Identity.ProtoReflect.Descriptor instead.
 func (*Identity) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{18}
+	return file_stickyd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Identity) GetConn() string {
@@ -1954,7 +2050,7 @@ type FrameReply struct {
 
 func (x *FrameReply) Reset() {
 	*x = FrameReply{}
-	mi := &file_stickyd_proto_msgTypes[19]
+	mi := &file_stickyd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2062,7 @@ func (x *FrameReply) String() string {
 func (*FrameReply) ProtoMessage() {}
 
 func (x *FrameReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[19]
+	mi := &file_stickyd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2075,7 @@ func (x *FrameReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FrameReply.ProtoReflect.Descriptor instead.
 func (*FrameReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{19}
+	return file_stickyd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FrameReply) GetKind() isFrameReply_Kind {
@@ -2075,7 +2171,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_stickyd_proto_msgTypes[20]
+	mi := &file_stickyd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2183,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[20]
+	mi := &file_stickyd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2196,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{20}
+	return file_stickyd_proto_rawDescGZIP(), []int{21}
 }
 
 type ProbeReply struct {
@@ -2133,7 +2229,7 @@ type ProbeReply struct {
 
 func (x *ProbeReply) Reset() {
 	*x = ProbeReply{}
-	mi := &file_stickyd_proto_msgTypes[21]
+	mi := &file_stickyd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2145,7 +2241,7 @@ func (x *ProbeReply) String() string {
 func (*ProbeReply) ProtoMessage() {}
 
 func (x *ProbeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[21]
+	mi := &file_stickyd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2158,7 +2254,7 @@ func (x *ProbeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeReply.ProtoReflect.Descriptor instead.
 func (*ProbeReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{21}
+	return file_stickyd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ProbeReply) GetUsers() int64 {
@@ -2272,7 +2368,7 @@ type UserUsage struct {
 
 func (x *UserUsage) Reset() {
 	*x = UserUsage{}
-	mi := &file_stickyd_proto_msgTypes[22]
+	mi := &file_stickyd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +2380,7 @@ func (x *UserUsage) String() string {
 func (*UserUsage) ProtoMessage() {}
 
 func (x *UserUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[22]
+	mi := &file_stickyd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +2393,7 @@ func (x *UserUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserUsage.ProtoReflect.Descriptor instead.
 func (*UserUsage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{22}
+	return file_stickyd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UserUsage) GetUser() string {
@@ -2352,7 +2448,7 @@ type Shutdown struct {
 
 func (x *Shutdown) Reset() {
 	*x = Shutdown{}
-	mi := &file_stickyd_proto_msgTypes[23]
+	mi := &file_stickyd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +2460,7 @@ func (x *Shutdown) String() string {
 func (*Shutdown) ProtoMessage() {}
 
 func (x *Shutdown) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[23]
+	mi := &file_stickyd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +2473,7 @@ func (x *Shutdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
 func (*Shutdown) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{23}
+	return file_stickyd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Shutdown) GetReason() string {
@@ -2400,7 +2496,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_stickyd_proto_msgTypes[24]
+	mi := &file_stickyd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2412,7 +2508,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[24]
+	mi := &file_stickyd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2425,7 +2521,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{24}
+	return file_stickyd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Error) GetCode() Error_Code {
@@ -2463,7 +2559,7 @@ type Freeze struct {
 
 func (x *Freeze) Reset() {
 	*x = Freeze{}
-	mi := &file_stickyd_proto_msgTypes[25]
+	mi := &file_stickyd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2475,7 +2571,7 @@ func (x *Freeze) String() string {
 func (*Freeze) ProtoMessage() {}
 
 func (x *Freeze) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[25]
+	mi := &file_stickyd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2488,7 +2584,7 @@ func (x *Freeze) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Freeze.ProtoReflect.Descriptor instead.
 func (*Freeze) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{25}
+	return file_stickyd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Freeze) GetUser() string {
@@ -2514,14 +2610,18 @@ type Frozen struct {
 	// absent is set when the worker holds nothing of the user (a parked
 	// person who was never woken here): their parked package is still the
 	// truth.
-	Absent        bool `protobuf:"varint,4,opt,name=absent,proto3" json:"absent,omitempty"`
+	Absent bool `protobuf:"varint,4,opt,name=absent,proto3" json:"absent,omitempty"`
+	// sha256 is the package's SHA-256, set only by the host's own channel as
+	// the package arrived in chunks (so the host need not read it all again
+	// to name it); whatever the wire carried here is discarded.
+	Sha256        []byte `protobuf:"bytes,5,opt,name=sha256,proto3" json:"sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Frozen) Reset() {
 	*x = Frozen{}
-	mi := &file_stickyd_proto_msgTypes[26]
+	mi := &file_stickyd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2533,7 +2633,7 @@ func (x *Frozen) String() string {
 func (*Frozen) ProtoMessage() {}
 
 func (x *Frozen) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[26]
+	mi := &file_stickyd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2546,7 +2646,7 @@ func (x *Frozen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Frozen.ProtoReflect.Descriptor instead.
 func (*Frozen) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{26}
+	return file_stickyd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Frozen) GetPackage() []byte {
@@ -2577,6 +2677,13 @@ func (x *Frozen) GetAbsent() bool {
 	return false
 }
 
+func (x *Frozen) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
 // Thaw undoes a Freeze whose move was rolled back: the user stays, at epoch.
 type Thaw struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2588,7 +2695,7 @@ type Thaw struct {
 
 func (x *Thaw) Reset() {
 	*x = Thaw{}
-	mi := &file_stickyd_proto_msgTypes[27]
+	mi := &file_stickyd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2600,7 +2707,7 @@ func (x *Thaw) String() string {
 func (*Thaw) ProtoMessage() {}
 
 func (x *Thaw) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[27]
+	mi := &file_stickyd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2613,7 +2720,7 @@ func (x *Thaw) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thaw.ProtoReflect.Descriptor instead.
 func (*Thaw) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{27}
+	return file_stickyd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Thaw) GetUser() string {
@@ -2653,7 +2760,7 @@ type Wake struct {
 
 func (x *Wake) Reset() {
 	*x = Wake{}
-	mi := &file_stickyd_proto_msgTypes[28]
+	mi := &file_stickyd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2665,7 +2772,7 @@ func (x *Wake) String() string {
 func (*Wake) ProtoMessage() {}
 
 func (x *Wake) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[28]
+	mi := &file_stickyd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2678,7 +2785,7 @@ func (x *Wake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Wake.ProtoReflect.Descriptor instead.
 func (*Wake) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{28}
+	return file_stickyd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Wake) GetUser() string {
@@ -2728,7 +2835,7 @@ type Woken struct {
 
 func (x *Woken) Reset() {
 	*x = Woken{}
-	mi := &file_stickyd_proto_msgTypes[29]
+	mi := &file_stickyd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2740,7 +2847,7 @@ func (x *Woken) String() string {
 func (*Woken) ProtoMessage() {}
 
 func (x *Woken) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[29]
+	mi := &file_stickyd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2753,7 +2860,7 @@ func (x *Woken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Woken.ProtoReflect.Descriptor instead.
 func (*Woken) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{29}
+	return file_stickyd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Woken) GetPages() uint32 {
@@ -2786,7 +2893,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_stickyd_proto_msgTypes[30]
+	mi := &file_stickyd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2798,7 +2905,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[30]
+	mi := &file_stickyd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2811,7 +2918,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{30}
+	return file_stickyd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Checkpoint) GetMaxBytes() uint64 {
@@ -2836,7 +2943,7 @@ type Checkpointed struct {
 
 func (x *Checkpointed) Reset() {
 	*x = Checkpointed{}
-	mi := &file_stickyd_proto_msgTypes[31]
+	mi := &file_stickyd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2848,7 +2955,7 @@ func (x *Checkpointed) String() string {
 func (*Checkpointed) ProtoMessage() {}
 
 func (x *Checkpointed) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[31]
+	mi := &file_stickyd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2861,7 +2968,7 @@ func (x *Checkpointed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpointed.ProtoReflect.Descriptor instead.
 func (*Checkpointed) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{31}
+	return file_stickyd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Checkpointed) GetPieces() []*CheckpointPiece {
@@ -2905,7 +3012,7 @@ type CheckpointPiece struct {
 
 func (x *CheckpointPiece) Reset() {
 	*x = CheckpointPiece{}
-	mi := &file_stickyd_proto_msgTypes[32]
+	mi := &file_stickyd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2917,7 +3024,7 @@ func (x *CheckpointPiece) String() string {
 func (*CheckpointPiece) ProtoMessage() {}
 
 func (x *CheckpointPiece) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[32]
+	mi := &file_stickyd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2930,7 +3037,7 @@ func (x *CheckpointPiece) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointPiece.ProtoReflect.Descriptor instead.
 func (*CheckpointPiece) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{32}
+	return file_stickyd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CheckpointPiece) GetUser() string {
@@ -2979,7 +3086,7 @@ type CheckpointKey struct {
 
 func (x *CheckpointKey) Reset() {
 	*x = CheckpointKey{}
-	mi := &file_stickyd_proto_msgTypes[33]
+	mi := &file_stickyd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2991,7 +3098,7 @@ func (x *CheckpointKey) String() string {
 func (*CheckpointKey) ProtoMessage() {}
 
 func (x *CheckpointKey) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[33]
+	mi := &file_stickyd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3004,7 +3111,7 @@ func (x *CheckpointKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointKey.ProtoReflect.Descriptor instead.
 func (*CheckpointKey) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{33}
+	return file_stickyd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CheckpointKey) GetUser() string {
@@ -3038,7 +3145,7 @@ type Evict struct {
 
 func (x *Evict) Reset() {
 	*x = Evict{}
-	mi := &file_stickyd_proto_msgTypes[34]
+	mi := &file_stickyd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3050,7 +3157,7 @@ func (x *Evict) String() string {
 func (*Evict) ProtoMessage() {}
 
 func (x *Evict) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[34]
+	mi := &file_stickyd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3063,7 +3170,7 @@ func (x *Evict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evict.ProtoReflect.Descriptor instead.
 func (*Evict) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{34}
+	return file_stickyd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Evict) GetUser() string {
@@ -3089,7 +3196,7 @@ type UserPackage struct {
 
 func (x *UserPackage) Reset() {
 	*x = UserPackage{}
-	mi := &file_stickyd_proto_msgTypes[35]
+	mi := &file_stickyd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3101,7 +3208,7 @@ func (x *UserPackage) String() string {
 func (*UserPackage) ProtoMessage() {}
 
 func (x *UserPackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[35]
+	mi := &file_stickyd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3114,7 +3221,7 @@ func (x *UserPackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserPackage.ProtoReflect.Descriptor instead.
 func (*UserPackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{35}
+	return file_stickyd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *UserPackage) GetFormat() uint32 {
@@ -3172,7 +3279,7 @@ type ConnPackage struct {
 
 func (x *ConnPackage) Reset() {
 	*x = ConnPackage{}
-	mi := &file_stickyd_proto_msgTypes[36]
+	mi := &file_stickyd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3184,7 +3291,7 @@ func (x *ConnPackage) String() string {
 func (*ConnPackage) ProtoMessage() {}
 
 func (x *ConnPackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[36]
+	mi := &file_stickyd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3197,7 +3304,7 @@ func (x *ConnPackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnPackage.ProtoReflect.Descriptor instead.
 func (*ConnPackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{36}
+	return file_stickyd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ConnPackage) GetName() string {
@@ -3250,7 +3357,7 @@ type PagePackage struct {
 
 func (x *PagePackage) Reset() {
 	*x = PagePackage{}
-	mi := &file_stickyd_proto_msgTypes[37]
+	mi := &file_stickyd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3262,7 +3369,7 @@ func (x *PagePackage) String() string {
 func (*PagePackage) ProtoMessage() {}
 
 func (x *PagePackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[37]
+	mi := &file_stickyd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3275,7 +3382,7 @@ func (x *PagePackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PagePackage.ProtoReflect.Descriptor instead.
 func (*PagePackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{37}
+	return file_stickyd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PagePackage) GetId() string {
@@ -3350,7 +3457,7 @@ type TableList struct {
 
 func (x *TableList) Reset() {
 	*x = TableList{}
-	mi := &file_stickyd_proto_msgTypes[38]
+	mi := &file_stickyd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3362,7 +3469,7 @@ func (x *TableList) String() string {
 func (*TableList) ProtoMessage() {}
 
 func (x *TableList) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[38]
+	mi := &file_stickyd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3375,7 +3482,7 @@ func (x *TableList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableList.ProtoReflect.Descriptor instead.
 func (*TableList) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{38}
+	return file_stickyd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TableList) GetTables() []string {
@@ -3397,7 +3504,7 @@ type Tables struct {
 
 func (x *Tables) Reset() {
 	*x = Tables{}
-	mi := &file_stickyd_proto_msgTypes[39]
+	mi := &file_stickyd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3409,7 +3516,7 @@ func (x *Tables) String() string {
 func (*Tables) ProtoMessage() {}
 
 func (x *Tables) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[39]
+	mi := &file_stickyd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3422,7 +3529,7 @@ func (x *Tables) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tables.ProtoReflect.Descriptor instead.
 func (*Tables) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{39}
+	return file_stickyd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Tables) GetTables() []string {
@@ -3448,7 +3555,7 @@ type Publish struct {
 
 func (x *Publish) Reset() {
 	*x = Publish{}
-	mi := &file_stickyd_proto_msgTypes[40]
+	mi := &file_stickyd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3460,7 +3567,7 @@ func (x *Publish) String() string {
 func (*Publish) ProtoMessage() {}
 
 func (x *Publish) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[40]
+	mi := &file_stickyd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3473,7 +3580,7 @@ func (x *Publish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Publish.ProtoReflect.Descriptor instead.
 func (*Publish) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{40}
+	return file_stickyd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Publish) GetTable() string {
@@ -3503,7 +3610,7 @@ type TableChange struct {
 
 func (x *TableChange) Reset() {
 	*x = TableChange{}
-	mi := &file_stickyd_proto_msgTypes[41]
+	mi := &file_stickyd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3515,7 +3622,7 @@ func (x *TableChange) String() string {
 func (*TableChange) ProtoMessage() {}
 
 func (x *TableChange) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[41]
+	mi := &file_stickyd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3528,7 +3635,7 @@ func (x *TableChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableChange.ProtoReflect.Descriptor instead.
 func (*TableChange) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{41}
+	return file_stickyd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TableChange) GetTable() string {
@@ -3563,7 +3670,7 @@ type StoreGet struct {
 
 func (x *StoreGet) Reset() {
 	*x = StoreGet{}
-	mi := &file_stickyd_proto_msgTypes[42]
+	mi := &file_stickyd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3575,7 +3682,7 @@ func (x *StoreGet) String() string {
 func (*StoreGet) ProtoMessage() {}
 
 func (x *StoreGet) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[42]
+	mi := &file_stickyd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3588,7 +3695,7 @@ func (x *StoreGet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreGet.ProtoReflect.Descriptor instead.
 func (*StoreGet) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{42}
+	return file_stickyd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StoreGet) GetPaths() []string {
@@ -3608,7 +3715,7 @@ type StoreValues struct {
 
 func (x *StoreValues) Reset() {
 	*x = StoreValues{}
-	mi := &file_stickyd_proto_msgTypes[43]
+	mi := &file_stickyd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3620,7 +3727,7 @@ func (x *StoreValues) String() string {
 func (*StoreValues) ProtoMessage() {}
 
 func (x *StoreValues) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[43]
+	mi := &file_stickyd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3633,7 +3740,7 @@ func (x *StoreValues) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreValues.ProtoReflect.Descriptor instead.
 func (*StoreValues) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{43}
+	return file_stickyd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StoreValues) GetValues() map[string][]byte {
@@ -3660,7 +3767,7 @@ type GrantAcquire struct {
 
 func (x *GrantAcquire) Reset() {
 	*x = GrantAcquire{}
-	mi := &file_stickyd_proto_msgTypes[44]
+	mi := &file_stickyd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3672,7 +3779,7 @@ func (x *GrantAcquire) String() string {
 func (*GrantAcquire) ProtoMessage() {}
 
 func (x *GrantAcquire) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[44]
+	mi := &file_stickyd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3685,7 +3792,7 @@ func (x *GrantAcquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantAcquire.ProtoReflect.Descriptor instead.
 func (*GrantAcquire) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{44}
+	return file_stickyd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GrantAcquire) GetPaths() []string {
@@ -3730,7 +3837,7 @@ type GrantReply struct {
 
 func (x *GrantReply) Reset() {
 	*x = GrantReply{}
-	mi := &file_stickyd_proto_msgTypes[45]
+	mi := &file_stickyd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3742,7 +3849,7 @@ func (x *GrantReply) String() string {
 func (*GrantReply) ProtoMessage() {}
 
 func (x *GrantReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[45]
+	mi := &file_stickyd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3755,7 +3862,7 @@ func (x *GrantReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantReply.ProtoReflect.Descriptor instead.
 func (*GrantReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{45}
+	return file_stickyd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GrantReply) GetId() uint64 {
@@ -3800,7 +3907,7 @@ type GrantCommit struct {
 
 func (x *GrantCommit) Reset() {
 	*x = GrantCommit{}
-	mi := &file_stickyd_proto_msgTypes[46]
+	mi := &file_stickyd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3812,7 +3919,7 @@ func (x *GrantCommit) String() string {
 func (*GrantCommit) ProtoMessage() {}
 
 func (x *GrantCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[46]
+	mi := &file_stickyd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3825,7 +3932,7 @@ func (x *GrantCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantCommit.ProtoReflect.Descriptor instead.
 func (*GrantCommit) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{46}
+	return file_stickyd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GrantCommit) GetId() uint64 {
@@ -3867,7 +3974,7 @@ type GrantRelease struct {
 
 func (x *GrantRelease) Reset() {
 	*x = GrantRelease{}
-	mi := &file_stickyd_proto_msgTypes[47]
+	mi := &file_stickyd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3879,7 +3986,7 @@ func (x *GrantRelease) String() string {
 func (*GrantRelease) ProtoMessage() {}
 
 func (x *GrantRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[47]
+	mi := &file_stickyd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3892,7 +3999,7 @@ func (x *GrantRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRelease.ProtoReflect.Descriptor instead.
 func (*GrantRelease) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{47}
+	return file_stickyd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GrantRelease) GetId() uint64 {
@@ -3922,7 +4029,7 @@ type GatewayCall struct {
 
 func (x *GatewayCall) Reset() {
 	*x = GatewayCall{}
-	mi := &file_stickyd_proto_msgTypes[48]
+	mi := &file_stickyd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3934,7 +4041,7 @@ func (x *GatewayCall) String() string {
 func (*GatewayCall) ProtoMessage() {}
 
 func (x *GatewayCall) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[48]
+	mi := &file_stickyd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3947,7 +4054,7 @@ func (x *GatewayCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayCall.ProtoReflect.Descriptor instead.
 func (*GatewayCall) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{48}
+	return file_stickyd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GatewayCall) GetSession() string {
@@ -3982,7 +4089,7 @@ type GatewayReply struct {
 
 func (x *GatewayReply) Reset() {
 	*x = GatewayReply{}
-	mi := &file_stickyd_proto_msgTypes[49]
+	mi := &file_stickyd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3994,7 +4101,7 @@ func (x *GatewayReply) String() string {
 func (*GatewayReply) ProtoMessage() {}
 
 func (x *GatewayReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[49]
+	mi := &file_stickyd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4007,7 +4114,7 @@ func (x *GatewayReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayReply.ProtoReflect.Descriptor instead.
 func (*GatewayReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{49}
+	return file_stickyd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GatewayReply) GetResponse() []byte {
@@ -4038,7 +4145,7 @@ type GatewayChunk struct {
 
 func (x *GatewayChunk) Reset() {
 	*x = GatewayChunk{}
-	mi := &file_stickyd_proto_msgTypes[50]
+	mi := &file_stickyd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4050,7 +4157,7 @@ func (x *GatewayChunk) String() string {
 func (*GatewayChunk) ProtoMessage() {}
 
 func (x *GatewayChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[50]
+	mi := &file_stickyd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4063,7 +4170,7 @@ func (x *GatewayChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayChunk.ProtoReflect.Descriptor instead.
 func (*GatewayChunk) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{50}
+	return file_stickyd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GatewayChunk) GetCallId() uint64 {
@@ -4105,7 +4212,7 @@ var File_stickyd_proto protoreflect.FileDescriptor
 
 const file_stickyd_proto_rawDesc = "" +
 	"\n" +
-	"\rstickyd.proto\x12\x12stickyd.channel.v1\"\xc7\x0e\n" +
+	"\rstickyd.proto\x12\x12stickyd.channel.v1\"\x90\x0f\n" +
 	"\bEnvelope\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\bR\x05reply\x12\x16\n" +
@@ -4144,26 +4251,32 @@ const file_stickyd_proto_rawDesc = "" +
 	"\n" +
 	"checkpoint\x18% \x01(\v2\x1e.stickyd.channel.v1.CheckpointH\x00R\n" +
 	"checkpoint\x12F\n" +
-	"\fcheckpointed\x18& \x01(\v2 .stickyd.channel.v1.CheckpointedH\x00R\fcheckpointedB\x06\n" +
-	"\x04body\"k\n" +
+	"\fcheckpointed\x18& \x01(\v2 .stickyd.channel.v1.CheckpointedH\x00R\fcheckpointed\x12G\n" +
+	"\rpackage_chunk\x18' \x01(\v2 .stickyd.channel.v1.PackageChunkH\x00R\fpackageChunkB\x06\n" +
+	"\x04body\"8\n" +
+	"\fPackageChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x04R\x05total\"k\n" +
 	"\vMaintenance\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12B\n" +
 	"\bbackends\x18\x02 \x03(\v2&.stickyd.channel.v1.MaintenanceBackendR\bbackends\"`\n" +
 	"\x12MaintenanceBackend\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1e\n" +
-	"\vmax_wait_ms\x18\x03 \x01(\x03R\tmaxWaitMs\"\x99\x01\n" +
+	"\vmax_wait_ms\x18\x03 \x01(\x03R\tmaxWaitMs\"\xc0\x01\n" +
 	"\x05Hello\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x1f\n" +
 	"\vapp_version\x18\x03 \x01(\tR\n" +
 	"appVersion\x12\x10\n" +
 	"\x03pid\x18\x04 \x01(\x03R\x03pid\x12 \n" +
-	"\vcheckpoints\x18\x05 \x01(\bR\vcheckpoints\"h\n" +
+	"\vcheckpoints\x18\x05 \x01(\bR\vcheckpoints\x12%\n" +
+	"\x0epackage_chunks\x18\x06 \x01(\bR\rpackageChunks\"\x8f\x01\n" +
 	"\bHelloAck\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x14\n" +
-	"\x05group\x18\x03 \x01(\tR\x05group\"\xbc\x03\n" +
+	"\x05group\x18\x03 \x01(\tR\x05group\x12%\n" +
+	"\x0epackage_chunks\x18\x04 \x01(\bR\rpackageChunks\"\xbc\x03\n" +
 	"\x05Frame\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x12\n" +
 	"\x04conn\x18\x02 \x01(\tR\x04conn\x12\x14\n" +
@@ -4303,12 +4416,13 @@ const file_stickyd_proto_rawDesc = "" +
 	"\tEXHAUSTED\x10\b\"2\n" +
 	"\x06Freeze\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"f\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"~\n" +
 	"\x06Frozen\x12\x18\n" +
 	"\apackage\x18\x01 \x01(\fR\apackage\x12\x14\n" +
 	"\x05conns\x18\x02 \x01(\rR\x05conns\x12\x14\n" +
 	"\x05pages\x18\x03 \x01(\rR\x05pages\x12\x16\n" +
-	"\x06absent\x18\x04 \x01(\bR\x06absent\"0\n" +
+	"\x06absent\x18\x04 \x01(\bR\x06absent\x12\x16\n" +
+	"\x06sha256\x18\x05 \x01(\fR\x06sha256\"0\n" +
 	"\x04Thaw\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\x8a\x01\n" +
@@ -4443,137 +4557,139 @@ func file_stickyd_proto_rawDescGZIP() []byte {
 }
 
 var file_stickyd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_stickyd_proto_goTypes = []any{
 	(Delta_Op)(0),              // 0: stickyd.channel.v1.Delta.Op
 	(Error_Code)(0),            // 1: stickyd.channel.v1.Error.Code
 	(*Envelope)(nil),           // 2: stickyd.channel.v1.Envelope
-	(*Maintenance)(nil),        // 3: stickyd.channel.v1.Maintenance
-	(*MaintenanceBackend)(nil), // 4: stickyd.channel.v1.MaintenanceBackend
-	(*Hello)(nil),              // 5: stickyd.channel.v1.Hello
-	(*HelloAck)(nil),           // 6: stickyd.channel.v1.HelloAck
-	(*Frame)(nil),              // 7: stickyd.channel.v1.Frame
-	(*Header)(nil),             // 8: stickyd.channel.v1.Header
-	(*HTTPRequest)(nil),        // 9: stickyd.channel.v1.HTTPRequest
-	(*HTTPResponse)(nil),       // 10: stickyd.channel.v1.HTTPResponse
-	(*PageOpen)(nil),           // 11: stickyd.channel.v1.PageOpen
-	(*PageMessage)(nil),        // 12: stickyd.channel.v1.PageMessage
-	(*PagePull)(nil),           // 13: stickyd.channel.v1.PagePull
-	(*PageClose)(nil),          // 14: stickyd.channel.v1.PageClose
-	(*Release)(nil),            // 15: stickyd.channel.v1.Release
-	(*Delta)(nil),              // 16: stickyd.channel.v1.Delta
-	(*PageState)(nil),          // 17: stickyd.channel.v1.PageState
-	(*Deltas)(nil),             // 18: stickyd.channel.v1.Deltas
-	(*MessageResult)(nil),      // 19: stickyd.channel.v1.MessageResult
-	(*Identity)(nil),           // 20: stickyd.channel.v1.Identity
-	(*FrameReply)(nil),         // 21: stickyd.channel.v1.FrameReply
-	(*Probe)(nil),              // 22: stickyd.channel.v1.Probe
-	(*ProbeReply)(nil),         // 23: stickyd.channel.v1.ProbeReply
-	(*UserUsage)(nil),          // 24: stickyd.channel.v1.UserUsage
-	(*Shutdown)(nil),           // 25: stickyd.channel.v1.Shutdown
-	(*Error)(nil),              // 26: stickyd.channel.v1.Error
-	(*Freeze)(nil),             // 27: stickyd.channel.v1.Freeze
-	(*Frozen)(nil),             // 28: stickyd.channel.v1.Frozen
-	(*Thaw)(nil),               // 29: stickyd.channel.v1.Thaw
-	(*Wake)(nil),               // 30: stickyd.channel.v1.Wake
-	(*Woken)(nil),              // 31: stickyd.channel.v1.Woken
-	(*Checkpoint)(nil),         // 32: stickyd.channel.v1.Checkpoint
-	(*Checkpointed)(nil),       // 33: stickyd.channel.v1.Checkpointed
-	(*CheckpointPiece)(nil),    // 34: stickyd.channel.v1.CheckpointPiece
-	(*CheckpointKey)(nil),      // 35: stickyd.channel.v1.CheckpointKey
-	(*Evict)(nil),              // 36: stickyd.channel.v1.Evict
-	(*UserPackage)(nil),        // 37: stickyd.channel.v1.UserPackage
-	(*ConnPackage)(nil),        // 38: stickyd.channel.v1.ConnPackage
-	(*PagePackage)(nil),        // 39: stickyd.channel.v1.PagePackage
-	(*TableList)(nil),          // 40: stickyd.channel.v1.TableList
-	(*Tables)(nil),             // 41: stickyd.channel.v1.Tables
-	(*Publish)(nil),            // 42: stickyd.channel.v1.Publish
-	(*TableChange)(nil),        // 43: stickyd.channel.v1.TableChange
-	(*StoreGet)(nil),           // 44: stickyd.channel.v1.StoreGet
-	(*StoreValues)(nil),        // 45: stickyd.channel.v1.StoreValues
-	(*GrantAcquire)(nil),       // 46: stickyd.channel.v1.GrantAcquire
-	(*GrantReply)(nil),         // 47: stickyd.channel.v1.GrantReply
-	(*GrantCommit)(nil),        // 48: stickyd.channel.v1.GrantCommit
-	(*GrantRelease)(nil),       // 49: stickyd.channel.v1.GrantRelease
-	(*GatewayCall)(nil),        // 50: stickyd.channel.v1.GatewayCall
-	(*GatewayReply)(nil),       // 51: stickyd.channel.v1.GatewayReply
-	(*GatewayChunk)(nil),       // 52: stickyd.channel.v1.GatewayChunk
-	nil,                        // 53: stickyd.channel.v1.Identity.AttributesEntry
-	nil,                        // 54: stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
-	nil,                        // 55: stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
-	nil,                        // 56: stickyd.channel.v1.PagePackage.MarksEntry
-	nil,                        // 57: stickyd.channel.v1.StoreValues.ValuesEntry
-	nil,                        // 58: stickyd.channel.v1.GrantReply.ValuesEntry
-	nil,                        // 59: stickyd.channel.v1.GrantCommit.SetEntry
+	(*PackageChunk)(nil),       // 3: stickyd.channel.v1.PackageChunk
+	(*Maintenance)(nil),        // 4: stickyd.channel.v1.Maintenance
+	(*MaintenanceBackend)(nil), // 5: stickyd.channel.v1.MaintenanceBackend
+	(*Hello)(nil),              // 6: stickyd.channel.v1.Hello
+	(*HelloAck)(nil),           // 7: stickyd.channel.v1.HelloAck
+	(*Frame)(nil),              // 8: stickyd.channel.v1.Frame
+	(*Header)(nil),             // 9: stickyd.channel.v1.Header
+	(*HTTPRequest)(nil),        // 10: stickyd.channel.v1.HTTPRequest
+	(*HTTPResponse)(nil),       // 11: stickyd.channel.v1.HTTPResponse
+	(*PageOpen)(nil),           // 12: stickyd.channel.v1.PageOpen
+	(*PageMessage)(nil),        // 13: stickyd.channel.v1.PageMessage
+	(*PagePull)(nil),           // 14: stickyd.channel.v1.PagePull
+	(*PageClose)(nil),          // 15: stickyd.channel.v1.PageClose
+	(*Release)(nil),            // 16: stickyd.channel.v1.Release
+	(*Delta)(nil),              // 17: stickyd.channel.v1.Delta
+	(*PageState)(nil),          // 18: stickyd.channel.v1.PageState
+	(*Deltas)(nil),             // 19: stickyd.channel.v1.Deltas
+	(*MessageResult)(nil),      // 20: stickyd.channel.v1.MessageResult
+	(*Identity)(nil),           // 21: stickyd.channel.v1.Identity
+	(*FrameReply)(nil),         // 22: stickyd.channel.v1.FrameReply
+	(*Probe)(nil),              // 23: stickyd.channel.v1.Probe
+	(*ProbeReply)(nil),         // 24: stickyd.channel.v1.ProbeReply
+	(*UserUsage)(nil),          // 25: stickyd.channel.v1.UserUsage
+	(*Shutdown)(nil),           // 26: stickyd.channel.v1.Shutdown
+	(*Error)(nil),              // 27: stickyd.channel.v1.Error
+	(*Freeze)(nil),             // 28: stickyd.channel.v1.Freeze
+	(*Frozen)(nil),             // 29: stickyd.channel.v1.Frozen
+	(*Thaw)(nil),               // 30: stickyd.channel.v1.Thaw
+	(*Wake)(nil),               // 31: stickyd.channel.v1.Wake
+	(*Woken)(nil),              // 32: stickyd.channel.v1.Woken
+	(*Checkpoint)(nil),         // 33: stickyd.channel.v1.Checkpoint
+	(*Checkpointed)(nil),       // 34: stickyd.channel.v1.Checkpointed
+	(*CheckpointPiece)(nil),    // 35: stickyd.channel.v1.CheckpointPiece
+	(*CheckpointKey)(nil),      // 36: stickyd.channel.v1.CheckpointKey
+	(*Evict)(nil),              // 37: stickyd.channel.v1.Evict
+	(*UserPackage)(nil),        // 38: stickyd.channel.v1.UserPackage
+	(*ConnPackage)(nil),        // 39: stickyd.channel.v1.ConnPackage
+	(*PagePackage)(nil),        // 40: stickyd.channel.v1.PagePackage
+	(*TableList)(nil),          // 41: stickyd.channel.v1.TableList
+	(*Tables)(nil),             // 42: stickyd.channel.v1.Tables
+	(*Publish)(nil),            // 43: stickyd.channel.v1.Publish
+	(*TableChange)(nil),        // 44: stickyd.channel.v1.TableChange
+	(*StoreGet)(nil),           // 45: stickyd.channel.v1.StoreGet
+	(*StoreValues)(nil),        // 46: stickyd.channel.v1.StoreValues
+	(*GrantAcquire)(nil),       // 47: stickyd.channel.v1.GrantAcquire
+	(*GrantReply)(nil),         // 48: stickyd.channel.v1.GrantReply
+	(*GrantCommit)(nil),        // 49: stickyd.channel.v1.GrantCommit
+	(*GrantRelease)(nil),       // 50: stickyd.channel.v1.GrantRelease
+	(*GatewayCall)(nil),        // 51: stickyd.channel.v1.GatewayCall
+	(*GatewayReply)(nil),       // 52: stickyd.channel.v1.GatewayReply
+	(*GatewayChunk)(nil),       // 53: stickyd.channel.v1.GatewayChunk
+	nil,                        // 54: stickyd.channel.v1.Identity.AttributesEntry
+	nil,                        // 55: stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
+	nil,                        // 56: stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
+	nil,                        // 57: stickyd.channel.v1.PagePackage.MarksEntry
+	nil,                        // 58: stickyd.channel.v1.StoreValues.ValuesEntry
+	nil,                        // 59: stickyd.channel.v1.GrantReply.ValuesEntry
+	nil,                        // 60: stickyd.channel.v1.GrantCommit.SetEntry
 }
 var file_stickyd_proto_depIdxs = []int32{
-	5,  // 0: stickyd.channel.v1.Envelope.hello:type_name -> stickyd.channel.v1.Hello
-	6,  // 1: stickyd.channel.v1.Envelope.hello_ack:type_name -> stickyd.channel.v1.HelloAck
-	7,  // 2: stickyd.channel.v1.Envelope.frame:type_name -> stickyd.channel.v1.Frame
-	21, // 3: stickyd.channel.v1.Envelope.frame_reply:type_name -> stickyd.channel.v1.FrameReply
-	22, // 4: stickyd.channel.v1.Envelope.probe:type_name -> stickyd.channel.v1.Probe
-	23, // 5: stickyd.channel.v1.Envelope.probe_reply:type_name -> stickyd.channel.v1.ProbeReply
-	25, // 6: stickyd.channel.v1.Envelope.shutdown:type_name -> stickyd.channel.v1.Shutdown
-	26, // 7: stickyd.channel.v1.Envelope.error:type_name -> stickyd.channel.v1.Error
-	27, // 8: stickyd.channel.v1.Envelope.freeze:type_name -> stickyd.channel.v1.Freeze
-	28, // 9: stickyd.channel.v1.Envelope.frozen:type_name -> stickyd.channel.v1.Frozen
-	29, // 10: stickyd.channel.v1.Envelope.thaw:type_name -> stickyd.channel.v1.Thaw
-	30, // 11: stickyd.channel.v1.Envelope.wake:type_name -> stickyd.channel.v1.Wake
-	31, // 12: stickyd.channel.v1.Envelope.woken:type_name -> stickyd.channel.v1.Woken
-	36, // 13: stickyd.channel.v1.Envelope.evict:type_name -> stickyd.channel.v1.Evict
-	41, // 14: stickyd.channel.v1.Envelope.tables:type_name -> stickyd.channel.v1.Tables
-	42, // 15: stickyd.channel.v1.Envelope.publish:type_name -> stickyd.channel.v1.Publish
-	43, // 16: stickyd.channel.v1.Envelope.table_change:type_name -> stickyd.channel.v1.TableChange
-	44, // 17: stickyd.channel.v1.Envelope.store_get:type_name -> stickyd.channel.v1.StoreGet
-	45, // 18: stickyd.channel.v1.Envelope.store_values:type_name -> stickyd.channel.v1.StoreValues
-	46, // 19: stickyd.channel.v1.Envelope.grant_acquire:type_name -> stickyd.channel.v1.GrantAcquire
-	47, // 20: stickyd.channel.v1.Envelope.grant_reply:type_name -> stickyd.channel.v1.GrantReply
-	48, // 21: stickyd.channel.v1.Envelope.grant_commit:type_name -> stickyd.channel.v1.GrantCommit
-	49, // 22: stickyd.channel.v1.Envelope.grant_release:type_name -> stickyd.channel.v1.GrantRelease
-	3,  // 23: stickyd.channel.v1.Envelope.maintenance:type_name -> stickyd.channel.v1.Maintenance
-	50, // 24: stickyd.channel.v1.Envelope.gateway_call:type_name -> stickyd.channel.v1.GatewayCall
-	51, // 25: stickyd.channel.v1.Envelope.gateway_reply:type_name -> stickyd.channel.v1.GatewayReply
-	52, // 26: stickyd.channel.v1.Envelope.gateway_chunk:type_name -> stickyd.channel.v1.GatewayChunk
-	32, // 27: stickyd.channel.v1.Envelope.checkpoint:type_name -> stickyd.channel.v1.Checkpoint
-	33, // 28: stickyd.channel.v1.Envelope.checkpointed:type_name -> stickyd.channel.v1.Checkpointed
-	4,  // 29: stickyd.channel.v1.Maintenance.backends:type_name -> stickyd.channel.v1.MaintenanceBackend
-	9,  // 30: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
-	11, // 31: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
-	12, // 32: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
-	13, // 33: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
-	14, // 34: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
-	15, // 35: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
-	8,  // 36: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
-	8,  // 37: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
-	0,  // 38: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
-	16, // 39: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
-	53, // 40: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
-	10, // 41: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
-	17, // 42: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
-	19, // 43: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
-	18, // 44: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
-	20, // 45: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
-	24, // 46: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
-	54, // 47: stickyd.channel.v1.ProbeReply.maintenance_waiting:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
-	55, // 48: stickyd.channel.v1.ProbeReply.maintenance_timed_out:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
-	1,  // 49: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
-	34, // 50: stickyd.channel.v1.Checkpointed.pieces:type_name -> stickyd.channel.v1.CheckpointPiece
-	35, // 51: stickyd.channel.v1.Checkpointed.gone:type_name -> stickyd.channel.v1.CheckpointKey
-	38, // 52: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
-	39, // 53: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
-	16, // 54: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
-	56, // 55: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
-	57, // 56: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
-	58, // 57: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
-	59, // 58: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
-	40, // 59: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
-	2,  // 60: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
-	2,  // 61: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
-	61, // [61:62] is the sub-list for method output_type
-	60, // [60:61] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	6,  // 0: stickyd.channel.v1.Envelope.hello:type_name -> stickyd.channel.v1.Hello
+	7,  // 1: stickyd.channel.v1.Envelope.hello_ack:type_name -> stickyd.channel.v1.HelloAck
+	8,  // 2: stickyd.channel.v1.Envelope.frame:type_name -> stickyd.channel.v1.Frame
+	22, // 3: stickyd.channel.v1.Envelope.frame_reply:type_name -> stickyd.channel.v1.FrameReply
+	23, // 4: stickyd.channel.v1.Envelope.probe:type_name -> stickyd.channel.v1.Probe
+	24, // 5: stickyd.channel.v1.Envelope.probe_reply:type_name -> stickyd.channel.v1.ProbeReply
+	26, // 6: stickyd.channel.v1.Envelope.shutdown:type_name -> stickyd.channel.v1.Shutdown
+	27, // 7: stickyd.channel.v1.Envelope.error:type_name -> stickyd.channel.v1.Error
+	28, // 8: stickyd.channel.v1.Envelope.freeze:type_name -> stickyd.channel.v1.Freeze
+	29, // 9: stickyd.channel.v1.Envelope.frozen:type_name -> stickyd.channel.v1.Frozen
+	30, // 10: stickyd.channel.v1.Envelope.thaw:type_name -> stickyd.channel.v1.Thaw
+	31, // 11: stickyd.channel.v1.Envelope.wake:type_name -> stickyd.channel.v1.Wake
+	32, // 12: stickyd.channel.v1.Envelope.woken:type_name -> stickyd.channel.v1.Woken
+	37, // 13: stickyd.channel.v1.Envelope.evict:type_name -> stickyd.channel.v1.Evict
+	42, // 14: stickyd.channel.v1.Envelope.tables:type_name -> stickyd.channel.v1.Tables
+	43, // 15: stickyd.channel.v1.Envelope.publish:type_name -> stickyd.channel.v1.Publish
+	44, // 16: stickyd.channel.v1.Envelope.table_change:type_name -> stickyd.channel.v1.TableChange
+	45, // 17: stickyd.channel.v1.Envelope.store_get:type_name -> stickyd.channel.v1.StoreGet
+	46, // 18: stickyd.channel.v1.Envelope.store_values:type_name -> stickyd.channel.v1.StoreValues
+	47, // 19: stickyd.channel.v1.Envelope.grant_acquire:type_name -> stickyd.channel.v1.GrantAcquire
+	48, // 20: stickyd.channel.v1.Envelope.grant_reply:type_name -> stickyd.channel.v1.GrantReply
+	49, // 21: stickyd.channel.v1.Envelope.grant_commit:type_name -> stickyd.channel.v1.GrantCommit
+	50, // 22: stickyd.channel.v1.Envelope.grant_release:type_name -> stickyd.channel.v1.GrantRelease
+	4,  // 23: stickyd.channel.v1.Envelope.maintenance:type_name -> stickyd.channel.v1.Maintenance
+	51, // 24: stickyd.channel.v1.Envelope.gateway_call:type_name -> stickyd.channel.v1.GatewayCall
+	52, // 25: stickyd.channel.v1.Envelope.gateway_reply:type_name -> stickyd.channel.v1.GatewayReply
+	53, // 26: stickyd.channel.v1.Envelope.gateway_chunk:type_name -> stickyd.channel.v1.GatewayChunk
+	33, // 27: stickyd.channel.v1.Envelope.checkpoint:type_name -> stickyd.channel.v1.Checkpoint
+	34, // 28: stickyd.channel.v1.Envelope.checkpointed:type_name -> stickyd.channel.v1.Checkpointed
+	3,  // 29: stickyd.channel.v1.Envelope.package_chunk:type_name -> stickyd.channel.v1.PackageChunk
+	5,  // 30: stickyd.channel.v1.Maintenance.backends:type_name -> stickyd.channel.v1.MaintenanceBackend
+	10, // 31: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
+	12, // 32: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
+	13, // 33: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
+	14, // 34: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
+	15, // 35: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
+	16, // 36: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
+	9,  // 37: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
+	9,  // 38: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
+	0,  // 39: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
+	17, // 40: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
+	54, // 41: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
+	11, // 42: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
+	18, // 43: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
+	20, // 44: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
+	19, // 45: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
+	21, // 46: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
+	25, // 47: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
+	55, // 48: stickyd.channel.v1.ProbeReply.maintenance_waiting:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
+	56, // 49: stickyd.channel.v1.ProbeReply.maintenance_timed_out:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
+	1,  // 50: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
+	35, // 51: stickyd.channel.v1.Checkpointed.pieces:type_name -> stickyd.channel.v1.CheckpointPiece
+	36, // 52: stickyd.channel.v1.Checkpointed.gone:type_name -> stickyd.channel.v1.CheckpointKey
+	39, // 53: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
+	40, // 54: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
+	17, // 55: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
+	57, // 56: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
+	58, // 57: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
+	59, // 58: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
+	60, // 59: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
+	41, // 60: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
+	2,  // 61: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
+	2,  // 62: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
+	62, // [62:63] is the sub-list for method output_type
+	61, // [61:62] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_stickyd_proto_init() }
@@ -4611,8 +4727,9 @@ func file_stickyd_proto_init() {
 		(*Envelope_GatewayChunk)(nil),
 		(*Envelope_Checkpoint)(nil),
 		(*Envelope_Checkpointed)(nil),
+		(*Envelope_PackageChunk)(nil),
 	}
-	file_stickyd_proto_msgTypes[5].OneofWrappers = []any{
+	file_stickyd_proto_msgTypes[6].OneofWrappers = []any{
 		(*Frame_Http)(nil),
 		(*Frame_Open)(nil),
 		(*Frame_Message)(nil),
@@ -4620,7 +4737,7 @@ func file_stickyd_proto_init() {
 		(*Frame_Close)(nil),
 		(*Frame_Release)(nil),
 	}
-	file_stickyd_proto_msgTypes[19].OneofWrappers = []any{
+	file_stickyd_proto_msgTypes[20].OneofWrappers = []any{
 		(*FrameReply_Http)(nil),
 		(*FrameReply_Opened)(nil),
 		(*FrameReply_Message)(nil),
@@ -4632,7 +4749,7 @@ func file_stickyd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stickyd_proto_rawDesc), len(file_stickyd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   58,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 )
 
 // The tree codec is how page trees travel in a parked package: a compact
@@ -41,7 +43,7 @@ func appendValue(b []byte, v any) ([]byte, error) {
 	case string:
 		b = append(b, 's')
 		b = binary.AppendUvarint(b, uint64(len(x)))
-		return append(b, x...), nil
+		return appendLong(b, x), nil
 	case []any:
 		b = append(b, 'a')
 		b = binary.AppendUvarint(b, uint64(len(x)))
@@ -66,6 +68,71 @@ func appendValue(b []byte, v any) ([]byte, error) {
 		return b, nil
 	}
 	return nil, fmt.Errorf("encoding a tree: %T is not a tree value", v)
+}
+
+// copyPiece bounds one copy of a long value. A copy is one call the
+// runtime cannot preempt: a 100 MB string copied whole holds up a garbage
+// collection (which spins waiting for it) and everything that waits on that.
+const copyPiece = 256 << 10
+
+// appendLong appends s to b a piece at a time.
+func appendLong(b []byte, s string) []byte {
+	if len(s) <= copyPiece {
+		return append(b, s...)
+	}
+	b = slices.Grow(b, len(s))
+	for len(s) > 0 {
+		n := min(len(s), copyPiece)
+		b, s = append(b, s[:n]...), s[n:]
+	}
+	return b
+}
+
+// longString copies b into a new string a piece at a time.
+func longString(b []byte) string {
+	if len(b) <= copyPiece {
+		return string(b)
+	}
+	var sb strings.Builder
+	sb.Grow(len(b))
+	for len(b) > 0 {
+		n := min(len(b), copyPiece)
+		sb.Write(b[:n])
+		b = b[n:]
+	}
+	return sb.String()
+}
+
+// sizeValue is the length of v's encoding (v is a tree value, as
+// appendValue checks).
+func sizeValue(v any) int {
+	switch x := v.(type) {
+	case float64:
+		return 9
+	case string:
+		return 1 + uvarintLen(len(x)) + len(x)
+	case []any:
+		n := 1 + uvarintLen(len(x))
+		for _, e := range x {
+			n += sizeValue(e)
+		}
+		return n
+	case map[string]any:
+		n := 1 + uvarintLen(len(x))
+		for k, e := range x {
+			n += uvarintLen(len(k)) + len(k) + sizeValue(e)
+		}
+		return n
+	}
+	return 1 // nil, true, false (and what appendValue refuses)
+}
+
+func uvarintLen(n int) int {
+	k := 1
+	for u := uint64(n); u >= 0x80; u >>= 7 {
+		k++
+	}
+	return k
 }
 
 // encodeTree encodes a tree's root.
@@ -122,7 +189,7 @@ func decodeValue(b []byte, depth int) (any, []byte, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return string(rest[:n]), rest[n:], nil
+		return longString(rest[:n]), rest[n:], nil
 	case 'a':
 		// Every element takes at least one byte, which bounds the count.
 		n, rest, err := decodeLen(b)

@@ -31,6 +31,15 @@ func FuzzPackage(f *testing.F) {
 				}
 			}
 		}
+		var q protocol.UserPackage
+		if unmarshalPackage(b, &q) == nil {
+			for _, c := range q.Conns {
+				check(t, c.Values)
+				for _, pg := range c.Pages {
+					check(t, pg.Tree)
+				}
+			}
+		}
 		check(t, b)
 	})
 }

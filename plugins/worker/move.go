@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/stickyd/stickyd/internal/protocol"
 )
 
@@ -83,32 +81,25 @@ func (rt *runtime) freeze(fr *protocol.Freeze) (*protocol.Frozen, error) {
 	rt.mu.Unlock()
 	pkg := &protocol.UserPackage{Format: packageFormat, User: fr.User, Epoch: fr.Epoch, App: rt.opts.Name, AppVersion: rt.opts.Version}
 	out := &protocol.Frozen{Absent: len(sessions) == 0}
+	conns := make([]connOut, 0, len(sessions))
 	for _, s := range sessions {
-		values, err := encodeTree(s.values)
-		if err != nil {
-			return nil, fmt.Errorf("encoding connection %q: %w", s.name, err)
-		}
-		cp := &protocol.ConnPackage{Name: s.name, User: s.user, Values: values}
+		c := connOut{cp: &protocol.ConnPackage{Name: s.name, User: s.user}, values: s.values.root}
 		for _, p := range s.pages {
-			tree, err := encodeTree(p.tree)
-			if err != nil {
-				return nil, fmt.Errorf("encoding page %q: %w", p.id, err)
-			}
 			p.coll.mu.Lock()
-			pp := &protocol.PagePackage{Id: p.id, Kind: p.kind, Schema: p.schema, Tree: tree,
+			pp := &protocol.PagePackage{Id: p.id, Kind: p.kind, Schema: p.schema,
 				Seq: p.coll.seq, Floor: p.coll.floor, Pending: append([]*protocol.Delta(nil), p.coll.pending...),
 				Tables: p.Tables(), Marks: packMarks(p.marks)}
 			p.coll.mu.Unlock()
 			// A pull waiting here is answered now (with nothing); the page
 			// pulls again and finds the person at their new home.
 			p.coll.cancel()
-			cp.Pages = append(cp.Pages, pp)
+			c.pages = append(c.pages, pageOut{pp: pp, tree: p.tree.root})
 			out.Pages++
 		}
-		pkg.Conns = append(pkg.Conns, cp)
+		conns = append(conns, c)
 		out.Conns++
 	}
-	b, err := proto.Marshal(pkg)
+	b, err := marshalPackage(pkg, conns)
 	if err != nil {
 		return nil, fmt.Errorf("encoding package of %q: %w", fr.User, err)
 	}
@@ -153,7 +144,7 @@ func (rt *runtime) evict(e *protocol.Evict) {
 func (rt *runtime) wake(w *protocol.Wake) (*protocol.Woken, error) {
 	var pkg protocol.UserPackage
 	if len(w.Package) > 0 {
-		if err := proto.Unmarshal(w.Package, &pkg); err != nil {
+		if err := unmarshalPackage(w.Package, &pkg); err != nil {
 			return nil, fmt.Errorf("decoding package of %q: %w", w.User, err)
 		}
 		if pkg.Format != packageFormat {

@@ -50,7 +50,7 @@ func InProcess(app App, opts Options) func(context.Context, channel.Conn) error 
 // in-process worker on an in-memory channel.
 func ServeConn(ctx context.Context, app App, opts Options, c channel.Conn) error {
 	hello := &protocol.Hello{ProtocolVersion: protocol.Version, App: opts.Name, AppVersion: opts.Version, Pid: int64(os.Getpid()),
-		Checkpoints: true}
+		Checkpoints: true, PackageChunks: true}
 	return serveConn(ctx, app, opts, c, hello)
 }
 
@@ -93,6 +93,9 @@ func serveConn(ctx context.Context, app App, opts Options, c channel.Conn, hello
 		rt.site, rt.maxBody = newSitePool(o.Workers, o.QueueMax), o.MaxBodyBytes
 	}
 	rt.peer = channel.NewIdlePeer(c, rt.handle)
+	if ack.PackageChunks {
+		rt.peer.EnableChunks()
+	}
 	rt.peer.Listen()
 	select {
 	case <-rt.peer.Done():

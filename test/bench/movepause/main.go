@@ -18,8 +18,8 @@
 //
 // It prints the machine it ran on and a Markdown table on stdout, progress
 // on stderr. Any failed request or move fails the run with a non-zero exit:
-// an error is never counted as a result. The issue's goal (p99 pause at most
-// 5 ms + size / 1 GB/s) is a column, never an assertion: this must stay a
+// an error is never counted as a result. The issue's goal for the p99
+// pause (see goal) is a column, never an assertion: this must stay a
 // program that prints a table.
 //
 // Run with STICKYD_BENCH_WORKER=counter in its environment, the binary is
@@ -197,26 +197,28 @@ func printReport(w io.Writer, o *options, rep report) {
 	fmt.Fprintln(w, "- pause: the typist's longest round trip overlapping the move (from just before Move to its first reply after Move returned), raw")
 	fmt.Fprintln(w, "- move: barrier up → reassigned (`move.Result.Duration`); freeze: the old worker's freeze alone, request to package in hand (`Result.Freeze`)")
 	fmt.Fprintln(w, "- wake: reassigned (or the request sent, if later) → the reply to the first request the new worker served, which loaded the package")
-	fmt.Fprintln(w, "- goal p99: 5 ms + state / (1 GB/s), 1 GB = 2^30 bytes; MB/s: state / move p50; percentiles are nearest-rank, so with 30 moves p99 is the slowest")
+	fmt.Fprintln(w, "- goal p99 (the issue's): at 1 KB 5 ms alone, 15 ms under load; 60 ms at 10 MB; 500 ms at 100 MB; linear between (1 MB = 2^20 bytes)")
+	fmt.Fprintln(w, "- MB/s: state / move p50; end to end: state / pause p50; percentiles are nearest-rank, so with 30 moves p99 is the slowest")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| state | moves | pause p50 | pause p99 | goal p99 | met | move p50 | move p99 | freeze p50 | wake p50 | wake p99 | MB/s |")
-	fmt.Fprintln(w, "|--:|--:|--:|--:|--:|:-:|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(w, "| state | moves | pause p50 | pause p99 | goal p99 | met | move p50 | move p99 | freeze p50 | wake p50 | wake p99 | MB/s | end to end MB/s |")
+	fmt.Fprintln(w, "|--:|--:|--:|--:|--:|:-:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, r := range rep.results {
 		pause := r.durations(func(s sample) time.Duration { return s.pause })
 		mv := r.durations(func(s sample) time.Duration { return s.move })
 		frz := r.durations(func(s sample) time.Duration { return s.freeze })
 		wake := r.durations(func(s sample) time.Duration { return s.wake })
-		g := goal(r.size.Bytes)
+		g := goal(r.size.Bytes, o.load > 0)
 		met := "yes"
 		if benchkit.Percentile(pause, 0.99) > g {
 			met = "no"
 		}
 		mbps := float64(r.size.Bytes) / float64(1<<20) / benchkit.Percentile(mv, 0.5).Seconds()
-		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+		e2e := float64(r.size.Bytes) / float64(1<<20) / benchkit.Percentile(pause, 0.5).Seconds()
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			r.size.Label, len(r.samples),
 			fmtDur(benchkit.Percentile(pause, 0.5)), fmtDur(benchkit.Percentile(pause, 0.99)), fmtDur(g), met,
 			fmtDur(benchkit.Percentile(mv, 0.5)), fmtDur(benchkit.Percentile(mv, 0.99)), fmtDur(benchkit.Percentile(frz, 0.5)),
-			fmtDur(benchkit.Percentile(wake, 0.5)), fmtDur(benchkit.Percentile(wake, 0.99)), fmtRate(mbps))
+			fmtDur(benchkit.Percentile(wake, 0.5)), fmtDur(benchkit.Percentile(wake, 0.99)), fmtRate(mbps), fmtRate(e2e))
 	}
 	fmt.Fprintln(w)
 	for _, r := range rep.results {

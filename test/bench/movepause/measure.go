@@ -64,10 +64,28 @@ func (r *result) durations(f func(sample) time.Duration) []time.Duration {
 	return out
 }
 
-// goal is the bound on the p99 pause for a state of n bytes:
-// 5 ms plus the time to move n bytes at 1 GB/s (1 GB = 2^30 bytes).
-func goal(n int) time.Duration {
-	return 5*time.Millisecond + time.Duration(float64(n)/float64(1<<30)*float64(time.Second))
+// goal is the bound on the p99 pause for a state of n bytes: at
+// 1 KB, 5 ms alone and 15 ms under load; at 10 MB 60 ms; at 100 MB 500 ms;
+// linear between those points and on past the last (1 MB = 2^20 bytes).
+func goal(n int, loaded bool) time.Duration {
+	base := 5 * time.Millisecond
+	if loaded {
+		base = 15 * time.Millisecond
+	}
+	points := []struct {
+		n int
+		d time.Duration
+	}{{1 << 10, base}, {10 << 20, 60 * time.Millisecond}, {100 << 20, 500 * time.Millisecond}}
+	if n <= points[0].n {
+		return base
+	}
+	for i := 1; i < len(points); i++ {
+		a, b := points[i-1], points[i]
+		if n <= b.n || i == len(points)-1 {
+			return a.d + time.Duration(float64(n-a.n)/float64(b.n-a.n)*float64(b.d-a.d))
+		}
+	}
+	return base // not reached
 }
 
 // measureSize logs a new person in, fills their page with s of state,

@@ -92,12 +92,20 @@ func groupWorkers(a *agent.Agent, group string) []string {
 	return out
 }
 
-// raiseFileLimit raises this process's open-file limit to its hard limit,
-// and fails with a clear message if that is still below need.
+// raiseFileLimit raises this process's open-file limit to its hard limit
+// (and the hard limit to need, where the process may: as root), and fails
+// with a clear message if that is still below need. The holder, started
+// later, inherits it.
 func raiseFileLimit(need int) error {
 	var l syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
 		return fmt.Errorf("reading the open-file limit: %w", err)
+	}
+	if l.Max < uint64(need) {
+		raised := syscall.Rlimit{Cur: uint64(need), Max: uint64(need)}
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised) == nil {
+			l = raised
+		}
 	}
 	if l.Cur < l.Max {
 		l.Cur = l.Max

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -34,6 +36,21 @@ var counterOptions = worker.Options{Name: "counter", Version: "bench"}
 func ServeWorkerIfAsked() bool {
 	if os.Getenv(WorkerEnv) != "counter" {
 		return false
+	}
+	// STICKYD_BENCH_WORKER_CPUPROFILE=PREFIX writes a CPU profile of each
+	// worker subprocess's first STICKYD_BENCH_WORKER_CPUPROFILE_SECONDS
+	// (default 60) to PREFIX.PID.
+	if prefix := os.Getenv("STICKYD_BENCH_WORKER_CPUPROFILE"); prefix != "" {
+		secs, err := strconv.Atoi(os.Getenv("STICKYD_BENCH_WORKER_CPUPROFILE_SECONDS"))
+		if err != nil || secs <= 0 {
+			secs = 60
+		}
+		if out, err := os.Create(fmt.Sprintf("%s.%d", prefix, os.Getpid())); err == nil && pprof.StartCPUProfile(out) == nil {
+			time.AfterFunc(time.Duration(secs)*time.Second, func() {
+				pprof.StopCPUProfile()
+				out.Close()
+			})
+		}
 	}
 	worker.Serve(counter.New(), counterOptions)
 	return true
