@@ -2,8 +2,11 @@ package channel
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"hash"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/stickyd/stickyd/internal/protocol"
 )
@@ -13,23 +16,27 @@ import (
 // it belongs to (when the other side reads them): a gRPC stream carries a
 // series of pieces of this size several times faster than one message of
 // tens of megabytes, which it must assemble and copy whole at each end,
-// and other people's envelopes pass between the pieces.
+// and other people's envelopes pass between the pieces. Any other envelope
+// above it goes as the pieces of its encoding.
 const ChunkBytes = 256 << 10
 
 // maxAssembling bounds the packages arriving in chunks at once on one
 // peer; more means the other side is broken, and the peer stops.
 const maxAssembling = 4096
 
-// chunkKey names the envelope a chunk belongs to.
+// chunkKey names the package a chunk belongs to.
 type chunkKey struct {
 	id    uint64
 	reply bool
+	part  uint32
 }
 
-// assembly is a package arriving in chunks.
+// assembly is a package (or an envelope) arriving in chunks.
 type assembly struct {
-	buf []byte
-	sum hash.Hash // nil unless the peer digests packages
+	buf      []byte
+	total    uint64
+	envelope bool      // the pieces are an envelope's encoding, not a package
+	sum      hash.Hash // nil unless the peer digests packages
 }
 
 // DigestPackages makes the peer hash each Frozen package as its chunks
@@ -39,83 +46,167 @@ type assembly struct {
 func (p *Peer) DigestPackages() { p.digests = true }
 
 // EnableChunks says the other side reads packages sent in chunks: from now
-// on a Frozen or Wake package above ChunkBytes is sent that way. Call it
-// after the handshake, before the first such envelope.
+// on a package above ChunkBytes is sent that way, and any other envelope
+// above it as the pieces of its encoding. Call it after the handshake,
+// before the first such envelope.
 func (p *Peer) EnableChunks() { p.chunks.Store(true) }
 
-// packageField is the package an envelope carries, or nil.
-func packageField(env *protocol.Envelope) *[]byte {
+// packageFields are the packages an envelope carries, numbered by part.
+func packageFields(env *protocol.Envelope) []*[]byte {
 	switch b := env.Body.(type) {
 	case *protocol.Envelope_Frozen:
 		if b.Frozen != nil {
-			return &b.Frozen.Package
+			return []*[]byte{&b.Frozen.Package}
 		}
 	case *protocol.Envelope_Wake:
 		if b.Wake != nil {
-			return &b.Wake.Package
+			return []*[]byte{&b.Wake.Package}
+		}
+	case *protocol.Envelope_Checkpointed:
+		if b.Checkpointed != nil {
+			out := make([]*[]byte, len(b.Checkpointed.Pieces))
+			for i, pc := range b.Checkpointed.Pieces {
+				out[i] = &pc.Package
+			}
+			return out
 		}
 	}
 	return nil
 }
 
-// send writes env, its package in chunks first when it is large and the
-// other side reads them. The chunks and env go from one goroutine, so they
-// arrive in order; other senders' envelopes may pass between them. env's
-// package is sent as chunks and restored before send returns: env belongs
-// to the sender during the call, as with its id.
+// send writes env, its large packages in chunks first when the other side
+// reads them. The chunks and env go from one goroutine, so they arrive in
+// order; other senders' envelopes may pass between them. env's packages
+// are sent as chunks and restored before send returns: env belongs to the
+// sender during the call, as with its id.
 func (p *Peer) send(env *protocol.Envelope) error {
-	pkg := packageField(env)
-	if pkg == nil || len(*pkg) <= ChunkBytes || env.Id == 0 || !p.chunks.Load() {
+	if !p.chunks.Load() {
 		return p.conn.Send(env)
 	}
-	whole := *pkg
-	for off := 0; off < len(whole); off += ChunkBytes {
-		pc := &protocol.PackageChunk{Data: whole[off:min(off+ChunkBytes, len(whole))]}
-		if off == 0 {
-			pc.Total = uint64(len(whole))
+	fields := packageFields(env)
+	if env.Id != 0 {
+		for part, pkg := range fields {
+			if len(*pkg) <= ChunkBytes {
+				continue
+			}
+			whole := *pkg
+			if err := p.sendChunks(env.Id, env.Reply, uint32(part), false, whole); err != nil {
+				return err
+			}
+			*pkg = nil
+			defer func() { *pkg = whole }()
 		}
-		if err := p.conn.Send(&protocol.Envelope{Id: env.Id, Reply: env.Reply, Body: &protocol.Envelope_PackageChunk{PackageChunk: pc}}); err != nil {
+	}
+	if proto.Size(env) <= ChunkBytes {
+		return p.conn.Send(env)
+	}
+	return p.sendPieces(env)
+}
+
+// sendChunks sends b as chunks of the package part of the envelope id (or
+// of its encoding, for envelope).
+func (p *Peer) sendChunks(id uint64, reply bool, part uint32, envelope bool, b []byte) error {
+	for off := 0; off < len(b); off += ChunkBytes {
+		pc := &protocol.PackageChunk{Data: b[off:min(off+ChunkBytes, len(b))], Part: part, Envelope: envelope}
+		if off == 0 {
+			pc.Total = uint64(len(b))
+		}
+		if err := p.conn.Send(&protocol.Envelope{Id: id, Reply: reply, Body: &protocol.Envelope_PackageChunk{PackageChunk: pc}}); err != nil {
 			return err
 		}
 	}
-	*pkg = nil
-	defer func() { *pkg = whole }()
-	return p.conn.Send(env)
+	return nil
 }
 
+// sendPieces sends a large envelope as the pieces of its encoding. Notices
+// (id 0) are told apart by a number of this side's own, never used by a
+// request: the high bit set.
+func (p *Peer) sendPieces(env *protocol.Envelope) error {
+	b, err := proto.Marshal(env)
+	if err != nil {
+		return err
+	}
+	id := env.Id
+	if id == 0 {
+		id = noticeBit | p.nextNotice.Add(1)
+	}
+	return p.sendChunks(id, env.Reply, envelopePart, true, b)
+}
+
+// noticeBit marks the ids of notices sent in pieces.
+const noticeBit = 1 << 63
+
+// envelopePart is the part number of an envelope's own pieces: its
+// packages may be arriving in chunks under the same id.
+const envelopePart = ^uint32(0)
+
 // gather keeps a chunk for the envelope it belongs to. It runs in the read
-// loop.
-func (p *Peer) gather(env *protocol.Envelope, pc *protocol.PackageChunk) error {
-	key := chunkKey{env.Id, env.Reply}
+// loop. When the chunk completes an envelope sent in pieces, that envelope
+// is returned, to be handled as if it had arrived whole.
+func (p *Peer) gather(env *protocol.Envelope, pc *protocol.PackageChunk) (*protocol.Envelope, error) {
+	whole, err := p.gatherPiece(env, pc)
+	if err != nil || whole == nil {
+		return nil, err
+	}
+	out := &protocol.Envelope{}
+	if err := proto.Unmarshal(whole, out); err != nil {
+		return nil, fmt.Errorf("decoding an envelope sent in pieces: %w", err)
+	}
+	if out.GetPackageChunk() != nil {
+		return nil, errors.New("an envelope sent in pieces is itself a piece")
+	}
+	if env.Id&noticeBit != 0 {
+		out.Id = 0
+	}
+	return out, nil
+}
+
+// gatherPiece adds a chunk to its assembly; for an envelope sent in
+// pieces, it returns the whole encoding once total bytes have arrived.
+func (p *Peer) gatherPiece(env *protocol.Envelope, pc *protocol.PackageChunk) ([]byte, error) {
+	key := chunkKey{env.Id, env.Reply, pc.Part}
 	a, ok := p.assembling[key]
 	if !ok {
 		if pc.Total > MaxEnvelopeBytes {
-			return fmt.Errorf("a package of %d bytes arrived in chunks; at most %d are accepted", pc.Total, MaxEnvelopeBytes)
+			return nil, fmt.Errorf("a package of %d bytes arrived in chunks; at most %d are accepted", pc.Total, MaxEnvelopeBytes)
 		}
 		if len(p.assembling) >= maxAssembling {
-			return fmt.Errorf("%d packages are arriving in chunks at once; at most %d may", len(p.assembling)+1, maxAssembling)
+			return nil, fmt.Errorf("%d packages are arriving in chunks at once; at most %d may", len(p.assembling)+1, maxAssembling)
 		}
 		if p.assembling == nil {
 			p.assembling = make(map[chunkKey]*assembly)
 		}
-		a = &assembly{buf: make([]byte, 0, max(pc.Total, uint64(len(pc.Data))))}
-		if p.digests && env.Reply {
+		a = &assembly{buf: make([]byte, 0, max(pc.Total, uint64(len(pc.Data)))), total: pc.Total, envelope: pc.Envelope}
+		if p.digests && env.Reply && !pc.Envelope {
 			a.sum = sha256.New()
 		}
 		p.assembling[key] = a
 	}
+	if pc.Envelope != (pc.Part == envelopePart) {
+		return nil, fmt.Errorf("a chunk of part %d says envelope=%v", pc.Part, pc.Envelope)
+	}
 	if len(a.buf)+len(pc.Data) > MaxEnvelopeBytes {
-		return fmt.Errorf("a package arriving in chunks passed %d bytes", MaxEnvelopeBytes)
+		return nil, fmt.Errorf("a package arriving in chunks passed %d bytes", MaxEnvelopeBytes)
 	}
 	a.buf = append(a.buf, pc.Data...)
 	if a.sum != nil {
 		a.sum.Write(pc.Data)
 	}
-	return nil
+	if !a.envelope {
+		return nil, nil
+	}
+	switch n := uint64(len(a.buf)); {
+	case n > a.total:
+		return nil, fmt.Errorf("an envelope sent in pieces passed its %d bytes", a.total)
+	case n < a.total:
+		return nil, nil
+	}
+	delete(p.assembling, key)
+	return a.buf, nil
 }
 
-// assemble gives env the package its chunks carried, if any arrived. It
-// runs in the read loop.
+// assemble gives env the packages their chunks carried, if any arrived.
+// It runs in the read loop.
 func (p *Peer) assemble(env *protocol.Envelope) error {
 	fz := env.GetFrozen()
 	if fz != nil {
@@ -124,20 +215,24 @@ func (p *Peer) assemble(env *protocol.Envelope) error {
 	if len(p.assembling) == 0 {
 		return nil
 	}
-	key := chunkKey{env.Id, env.Reply}
-	a, ok := p.assembling[key]
-	if !ok {
-		return nil
+	for part, pkg := range packageFields(env) {
+		key := chunkKey{env.Id, env.Reply, uint32(part)}
+		a, ok := p.assembling[key]
+		if !ok || a.envelope {
+			continue
+		}
+		delete(p.assembling, key)
+		if a.sum != nil && fz != nil {
+			a.sum.Write(*pkg)
+			fz.Sha256 = a.sum.Sum(nil)
+		}
+		*pkg = append(a.buf, *pkg...)
 	}
-	delete(p.assembling, key)
-	pkg := packageField(env)
-	if pkg == nil {
-		return fmt.Errorf("package chunks arrived for a %T envelope, which carries no package", env.Body)
+	// Chunks left for this envelope belong to no package it carries.
+	for key, a := range p.assembling {
+		if key.id == env.Id && key.reply == env.Reply && !a.envelope {
+			return fmt.Errorf("package chunks arrived for a %T envelope, which carries no package %d", env.Body, key.part)
+		}
 	}
-	if a.sum != nil && fz != nil {
-		a.sum.Write(*pkg)
-		fz.Sha256 = a.sum.Sum(nil)
-	}
-	*pkg = append(a.buf, *pkg...)
 	return nil
 }

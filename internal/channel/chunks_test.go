@@ -113,3 +113,56 @@ func TestPeerRefusesBadChunks(t *testing.T) {
 		a.Close()
 	}
 }
+
+// A large envelope that carries no package (a checkpoint of a big page, a
+// notice) goes as the pieces of its encoding and arrives whole, a reply as
+// the reply of its call and a notice as a notice.
+func TestPeerSendsLargeEnvelopesInPieces(t *testing.T) {
+	a, b := Pipe()
+	ca := &countingConn{Conn: a}
+	piece := bigPackage(2*ChunkBytes + 9)
+	notices := make(chan *protocol.Envelope, 1)
+	var server *Peer
+	server = NewIdlePeer(b, func(env *protocol.Envelope) {
+		if env.Id == 0 {
+			notices <- env
+			return
+		}
+		go func() {
+			// A big piece goes in chunks; the rest, still large, as the
+			// pieces of the reply's encoding.
+			pieces := []*protocol.CheckpointPiece{{User: "ann", Package: piece}, {User: "bob", Package: []byte("small")}}
+			for i := 0; i < 40; i++ {
+				pieces = append(pieces, &protocol.CheckpointPiece{User: "cy", Package: bigPackage(ChunkBytes / 16)})
+			}
+			_ = server.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Checkpointed{Checkpointed: &protocol.Checkpointed{Pieces: pieces}}})
+		}()
+	})
+	client := NewIdlePeer(ca, nil)
+	server.EnableChunks()
+	client.EnableChunks()
+	server.Listen()
+	client.Listen()
+	defer client.Close()
+	defer server.Close()
+
+	rep, err := client.Call(t.Context(), &protocol.Envelope{Body: &protocol.Envelope_Checkpoint{Checkpoint: &protocol.Checkpoint{MaxBytes: 1 << 30}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := rep.GetCheckpointed().GetPieces()
+	if len(ps) != 42 || !bytes.Equal(ps[0].Package, piece) || string(ps[1].Package) != "small" || !bytes.Equal(ps[41].Package, bigPackage(ChunkBytes/16)) {
+		t.Fatalf("the checkpoint reply arrived changed: %d pieces", len(ps))
+	}
+	data := bigPackage(3 * ChunkBytes)
+	if err := client.Notify(&protocol.Envelope{Body: &protocol.Envelope_Publish{Publish: &protocol.Publish{Table: "prices", Data: data}}}); err != nil {
+		t.Fatal(err)
+	}
+	n := <-notices
+	if n.Id != 0 || n.GetPublish().GetTable() != "prices" || !bytes.Equal(n.GetPublish().GetData(), data) {
+		t.Fatalf("the notice arrived changed (id %d)", n.Id)
+	}
+	if ca.chunks.Load() < 4 {
+		t.Fatalf("the notice went in %d pieces, want at least 4", ca.chunks.Load())
+	}
+}

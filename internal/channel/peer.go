@@ -21,6 +21,8 @@ type Peer struct {
 	conn   Conn
 	handle Handler
 	nextID atomic.Uint64
+	// nextNotice numbers the notices sent in pieces.
+	nextNotice atomic.Uint64
 	// lastRecv is when the last envelope arrived (unix nanoseconds).
 	lastRecv atomic.Int64
 	// chunks is set once the other side said it reads packages in chunks.
@@ -125,7 +127,7 @@ func (p *Peer) ReplyError(id uint64, code protocol.Error_Code, msg string) error
 // Notify sends env with id 0; no reply is expected.
 func (p *Peer) Notify(env *protocol.Envelope) error {
 	env.Id, env.Reply = 0, false
-	return p.conn.Send(env)
+	return p.send(env)
 }
 
 // LastRecv is when the last envelope arrived from the other side (zero
@@ -176,11 +178,15 @@ func (p *Peer) readLoop() {
 		}
 		p.lastRecv.Store(time.Now().UnixNano())
 		if pc := env.GetPackageChunk(); pc != nil {
-			if err := p.gather(env, pc); err != nil {
+			whole, err := p.gather(env, pc)
+			if err != nil {
 				p.stop(err)
 				return
 			}
-			continue
+			if whole == nil {
+				continue
+			}
+			env = whole
 		}
 		if err := p.assemble(env); err != nil {
 			p.stop(err)

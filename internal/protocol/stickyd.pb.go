@@ -709,9 +709,9 @@ func (*Envelope_Checkpointed) isEnvelope_Body() {}
 func (*Envelope_PackageChunk) isEnvelope_Body() {}
 
 // PackageChunk carries a piece of a large package ahead of the envelope it
-// belongs to: the Frozen reply or the Wake request with the same id and
-// reply flag. That envelope's package is the chunks' data, in order,
-// followed by its own package field. A sender splits only towards a side
+// belongs to: the Frozen reply, the Wake request or the Checkpointed reply
+// with the same id and reply flag. That envelope's package (numbered by
+// part) is the chunks' data, in order, followed by its own package field. A sender splits only towards a side
 // that said it reads chunks (Hello.package_chunks, HelloAck.package_chunks),
 // so a package of any size never travels as one message, and the envelopes
 // of other people pass between its pieces.
@@ -719,7 +719,17 @@ type PackageChunk struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
 	// total is the whole package's size, set on the first chunk.
-	Total         uint64 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	Total uint64 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	// envelope says the chunks are a whole envelope's encoding instead: one
+	// too large to go as one message that carries no package (a checkpoint
+	// of a big page, a pull reply with a big delta). It is decoded, and
+	// handled as if it had arrived whole, once total bytes have arrived; no
+	// envelope follows.
+	Envelope bool `protobuf:"varint,3,opt,name=envelope,proto3" json:"envelope,omitempty"`
+	// part says which package of the envelope the chunk belongs to, when it
+	// carries several (a Checkpointed reply: the package of its piece number
+	// part); 0 otherwise.
+	Part          uint32 `protobuf:"varint,4,opt,name=part,proto3" json:"part,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -764,6 +774,20 @@ func (x *PackageChunk) GetData() []byte {
 func (x *PackageChunk) GetTotal() uint64 {
 	if x != nil {
 		return x.Total
+	}
+	return 0
+}
+
+func (x *PackageChunk) GetEnvelope() bool {
+	if x != nil {
+		return x.Envelope
+	}
+	return false
+}
+
+func (x *PackageChunk) GetPart() uint32 {
+	if x != nil {
+		return x.Part
 	}
 	return 0
 }
@@ -4253,10 +4277,12 @@ const file_stickyd_proto_rawDesc = "" +
 	"checkpoint\x12F\n" +
 	"\fcheckpointed\x18& \x01(\v2 .stickyd.channel.v1.CheckpointedH\x00R\fcheckpointed\x12G\n" +
 	"\rpackage_chunk\x18' \x01(\v2 .stickyd.channel.v1.PackageChunkH\x00R\fpackageChunkB\x06\n" +
-	"\x04body\"8\n" +
+	"\x04body\"h\n" +
 	"\fPackageChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
-	"\x05total\x18\x02 \x01(\x04R\x05total\"k\n" +
+	"\x05total\x18\x02 \x01(\x04R\x05total\x12\x1a\n" +
+	"\benvelope\x18\x03 \x01(\bR\benvelope\x12\x12\n" +
+	"\x04part\x18\x04 \x01(\rR\x04part\"k\n" +
 	"\vMaintenance\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12B\n" +
 	"\bbackends\x18\x02 \x03(\v2&.stickyd.channel.v1.MaintenanceBackendR\bbackends\"`\n" +

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/stickyd/stickyd/internal/protocol"
 )
 
@@ -245,8 +243,8 @@ func (rt *runtime) packageUser(user string) (pieces []*protocol.CheckpointPiece,
 	sessions := rt.sessionsOfLocked(user)
 	rt.mu.Unlock()
 	cur := ckMark{user: user, epoch: epoch}
-	piece := func(s *Session, page string, cp *protocol.ConnPackage) error {
-		b, err := proto.Marshal(cp)
+	piece := func(s *Session, page string, c connOut) error {
+		b, err := marshalConn(c)
 		if err != nil {
 			return err
 		}
@@ -259,11 +257,7 @@ func (rt *runtime) packageUser(user string) (pieces []*protocol.CheckpointPiece,
 				gone = append(gone, &protocol.CheckpointKey{User: s.ck.user, Conn: s.name})
 			}
 			s.ckDirty.Store(false)
-			values, err := encodeTree(s.values)
-			if err != nil {
-				return nil, nil, err
-			}
-			if err := piece(s, "", &protocol.ConnPackage{Name: s.name, User: s.user, Values: values}); err != nil {
+			if err := piece(s, "", connOut{cp: &protocol.ConnPackage{Name: s.name, User: s.user}, values: s.values.root}); err != nil {
 				return nil, nil, err
 			}
 			s.ck = cur
@@ -276,18 +270,13 @@ func (rt *runtime) packageUser(user string) (pieces []*protocol.CheckpointPiece,
 				gone = append(gone, &protocol.CheckpointKey{User: p.ck.user, Conn: s.name, Page: p.id})
 			}
 			p.ckDirty.Store(false)
-			// Sized like the last piece: a big tree is copied once, not
-			// grown into.
-			tree, err := appendValue(make([]byte, 0, p.ckSize), p.tree.root)
-			if err != nil {
-				return nil, nil, err
-			}
-			p.ckSize = len(tree) + len(tree)/8
 			p.coll.mu.Lock()
-			pp := &protocol.PagePackage{Id: p.id, Kind: p.kind, Schema: p.schema, Tree: tree,
+			pp := &protocol.PagePackage{Id: p.id, Kind: p.kind, Schema: p.schema,
 				Seq: p.coll.seq, Floor: p.coll.seq, Tables: p.Tables(), Marks: packMarks(p.marks)}
 			p.coll.mu.Unlock()
-			if err := piece(s, p.id, &protocol.ConnPackage{Name: s.name, User: s.user, Pages: []*protocol.PagePackage{pp}}); err != nil {
+			// The tree is encoded once, in place (pkgcodec.go).
+			c := connOut{cp: &protocol.ConnPackage{Name: s.name, User: s.user}, pages: []pageOut{{pp: pp, tree: p.tree.root}}}
+			if err := piece(s, p.id, c); err != nil {
 				return nil, nil, err
 			}
 			p.ck = cur

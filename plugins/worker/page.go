@@ -24,7 +24,6 @@ type Page struct {
 	// RESET a checkpoint wake queued, until a client acknowledges it.
 	ck         ckMark
 	ckDirty    atomic.Bool
-	ckSize     int // the size to reserve for the next piece's tree
 	restoredAt uint64
 }
 

@@ -31,7 +31,8 @@ const (
 var errPackage = errors.New("damaged package")
 
 // connOut is a connection on its way into a package: its small fields in
-// cp (Values and Pages unset), its tree, and its pages.
+// cp (Values and Pages unset), the root of its tree (nil for none: a
+// checkpoint piece of one page), and its pages.
 type connOut struct {
 	cp     *protocol.ConnPackage
 	values any
@@ -53,8 +54,53 @@ type sized struct {
 }
 
 func sizeTree(head []byte, num protowire.Number, root any) sized {
+	if root == nil {
+		return sized{head: head, tree: -1, size: len(head)}
+	}
 	n := sizeValue(root)
 	return sized{head: head, tree: n, size: len(head) + protowire.SizeTag(num) + protowire.SizeBytes(n)}
+}
+
+// connSized is a connection sized for writing.
+type connSized struct {
+	sized
+	pages []sized
+}
+
+func sizeConn(c connOut) (connSized, error) {
+	h, err := proto.Marshal(c.cp)
+	if err != nil {
+		return connSized{}, err
+	}
+	cs := connSized{sized: sizeTree(h, fieldConnValues, c.values)}
+	for _, p := range c.pages {
+		h, err := proto.Marshal(p.pp)
+		if err != nil {
+			return connSized{}, err
+		}
+		ps := sizeTree(h, fieldPageTree, p.tree)
+		cs.pages = append(cs.pages, ps)
+		cs.size += protowire.SizeTag(fieldConnPages) + protowire.SizeBytes(ps.size)
+	}
+	return cs, nil
+}
+
+func appendConn(b []byte, c connOut, cs connSized) ([]byte, error) {
+	b = append(b, cs.head...)
+	var err error
+	for j, p := range c.pages {
+		ps := cs.pages[j]
+		b = protowire.AppendTag(b, fieldConnPages, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(ps.size))
+		b = append(b, ps.head...)
+		if b, err = appendTreeField(b, fieldPageTree, p.tree, ps.tree); err != nil {
+			return nil, fmt.Errorf("encoding page %q: %w", p.pp.Id, err)
+		}
+	}
+	if b, err = appendTreeField(b, fieldConnValues, c.values, cs.tree); err != nil {
+		return nil, fmt.Errorf("encoding connection %q: %w", c.cp.Name, err)
+	}
+	return b, nil
 }
 
 // marshalPackage writes pkg (Conns unset) with conns.
@@ -64,25 +110,10 @@ func marshalPackage(pkg *protocol.UserPackage, conns []connOut) ([]byte, error) 
 		return nil, err
 	}
 	total := len(head)
-	type connSized struct {
-		sized
-		pages []sized
-	}
 	cs := make([]connSized, len(conns))
 	for i, c := range conns {
-		h, err := proto.Marshal(c.cp)
-		if err != nil {
+		if cs[i], err = sizeConn(c); err != nil {
 			return nil, err
-		}
-		cs[i].sized = sizeTree(h, fieldConnValues, c.values)
-		for _, p := range c.pages {
-			h, err := proto.Marshal(p.pp)
-			if err != nil {
-				return nil, err
-			}
-			ps := sizeTree(h, fieldPageTree, p.tree)
-			cs[i].pages = append(cs[i].pages, ps)
-			cs[i].size += protowire.SizeTag(fieldConnPages) + protowire.SizeBytes(ps.size)
 		}
 		total += protowire.SizeTag(fieldUserConns) + protowire.SizeBytes(cs[i].size)
 	}
@@ -91,29 +122,40 @@ func marshalPackage(pkg *protocol.UserPackage, conns []connOut) ([]byte, error) 
 	for i, c := range conns {
 		b = protowire.AppendTag(b, fieldUserConns, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(cs[i].size))
-		b = append(b, cs[i].head...)
-		for j, p := range c.pages {
-			ps := cs[i].pages[j]
-			b = protowire.AppendTag(b, fieldConnPages, protowire.BytesType)
-			b = protowire.AppendVarint(b, uint64(ps.size))
-			b = append(b, ps.head...)
-			if b, err = appendTreeField(b, fieldPageTree, p.tree, ps.tree); err != nil {
-				return nil, fmt.Errorf("encoding page %q: %w", p.pp.Id, err)
-			}
-		}
-		if b, err = appendTreeField(b, fieldConnValues, c.values, cs[i].tree); err != nil {
-			return nil, fmt.Errorf("encoding connection %q: %w", c.cp.Name, err)
+		if b, err = appendConn(b, c, cs[i]); err != nil {
+			return nil, err
 		}
 	}
+	return exact(b, total)
+}
+
+// marshalConn writes one ConnPackage the same way (a checkpoint piece).
+func marshalConn(c connOut) ([]byte, error) {
+	cs, err := sizeConn(c)
+	if err != nil {
+		return nil, err
+	}
+	b, err := appendConn(make([]byte, 0, cs.size), c, cs)
+	if err != nil {
+		return nil, err
+	}
+	return exact(b, cs.size)
+}
+
+func exact(b []byte, total int) ([]byte, error) {
 	if len(b) != total {
-		// The trees changed while they were written: a freeze runs in the
-		// person's mailbox, so this is a bug, not a race to live with.
+		// The trees changed while they were written: a freeze or a
+		// checkpoint runs in the person's mailbox, so this is a bug, not a
+		// race to live with.
 		return nil, fmt.Errorf("a package sized %d bytes was written as %d", total, len(b))
 	}
 	return b, nil
 }
 
 func appendTreeField(b []byte, num protowire.Number, root any, n int) ([]byte, error) {
+	if n < 0 {
+		return b, nil
+	}
 	b = protowire.AppendTag(b, num, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(n))
 	start := len(b)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -143,6 +144,9 @@ func measureSize(ctx context.Context, a *agent.Agent, l *load, s benchkit.Size, 
 			if smp.lateWatch {
 				res.late++
 			}
+		}
+		if os.Getenv("STICKYD_BENCH_SAMPLES") != "" {
+			fmt.Fprintf(stderr, "\n    %s pause %s move %s freeze %s wake %s", time.Now().Format("15:04:05.000"), fmtDur(smp.pause), fmtDur(smp.move), fmtDur(smp.freeze), fmtDur(smp.wake))
 		}
 		fmt.Fprint(stderr, ".")
 	}
