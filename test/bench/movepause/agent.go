@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -22,6 +23,9 @@ func startAgent(ctx context.Context, workers int, dataDir string, log hclog.Logg
 	g, err := benchkit.CounterGroup(benchkit.ModeSubprocess, workers)
 	if err != nil {
 		return nil, err
+	}
+	if v := os.Getenv("STICKYD_BENCH_CHECKPOINTS"); v != "" {
+		g.CheckpointInterval = v
 	}
 	cfg := benchkit.AgentConfig(log, g)
 	cfg.DataDir = dataDir

@@ -193,7 +193,7 @@ func printReport(w io.Writer, o *options, rep report) {
 	fmt.Fprintf(w, "- machine: %s\n", benchkit.Machine())
 	fmt.Fprintf(w, "- agent: %d subprocess (go-plugin) workers; raft log and parked packages on disk in a temp dir; the clients share its machine\n", o.workers)
 	fmt.Fprintf(w, "- load: %d other users, each sending `inc` on its own WebSocket, closed loop, throughout (%s)\n", o.load, benchkit.Spread(rep.perWorker))
-	fmt.Fprintf(w, "- moved person: one page filled with `{\"op\":\"fill\"}` and its deltas acknowledged, then typing `inc` closed loop (a pull acknowledging its deltas every %d incs); moved round the workers one move at a time, %d unmeasured warm-up move(s) per size\n", ackEvery, warmupMoves)
+	fmt.Fprintf(w, "- moved person: one page filled with `{\"op\":\"fill\"}` and its deltas acknowledged, then typing `inc` closed loop (a pull acknowledging its deltas every %d incs); moved round the workers one move at a time, after one unmeasured round of them per size (the warm-up: each worker's first package of the size; its slowest pause is given below the table)\n", ackEvery)
 	fmt.Fprintln(w, "- pause: the typist's longest round trip overlapping the move (from just before Move to its first reply after Move returned), raw")
 	fmt.Fprintln(w, "- move: barrier up → reassigned (`move.Result.Duration`); freeze: the old worker's freeze alone, request to package in hand (`Result.Freeze`)")
 	fmt.Fprintln(w, "- wake: reassigned (or the request sent, if later) → the reply to the first request the new worker served, which loaded the package")
@@ -222,8 +222,8 @@ func printReport(w io.Writer, o *options, rep report) {
 	}
 	fmt.Fprintln(w)
 	for _, r := range rep.results {
-		fmt.Fprintf(w, "- %s: package %s bytes (median); the typist made %d round trips and the load %.0f round trips/s over %.1f s of moves\n",
-			r.size.Label, fmtInt(r.pkgBytes[len(r.pkgBytes)/2]), r.trips, float64(r.loadOps)/r.window.Seconds(), r.window.Seconds())
+		fmt.Fprintf(w, "- %s: package %s bytes (median); the typist made %d round trips and the load %.0f round trips/s over %.1f s of moves; warm-up round's slowest pause %s\n",
+			r.size.Label, fmtInt(r.pkgBytes[len(r.pkgBytes)/2]), r.trips, float64(r.loadOps)/r.window.Seconds(), r.window.Seconds(), fmtDur(r.cold))
 		if r.late > 0 {
 			fmt.Fprintf(w, "  (%d wake(s) counted as 0: the reassignment was seen only after the reply it released)\n", r.late)
 		}

@@ -29,8 +29,6 @@ const (
 	// that one move's tail (the wake being recorded, the old worker
 	// evicting) does not run into the next.
 	settleTrips = 20
-	// warmupMoves are made, unmeasured, before each size's measured moves.
-	warmupMoves = 1
 )
 
 // sample is one measured move.
@@ -54,6 +52,7 @@ type result struct {
 	window   time.Duration // from the first measured move to the last one's settling
 	pkgBytes []int         // sorted
 	late     int           // samples with lateWatch
+	cold     time.Duration // the slowest pause of the warm-up round
 }
 
 func (r *result) durations(f func(sample) time.Duration) []time.Duration {
@@ -90,7 +89,9 @@ func goal(n int, loaded bool) time.Duration {
 }
 
 // measureSize logs a new person in, fills their page with s of state,
-// starts them typing and moves them moves times (after warmupMoves
+// starts them typing and moves them moves times (after one unmeasured
+// round of the workers, each receiving the person once: the warm-up, whose
+// slowest pause is reported apart
 // unmeasured ones) round the workers, each time waiting for them to be
 // served and settled at the new home before the next move. It closes the
 // person's page at the end, freeing the state.
@@ -127,6 +128,7 @@ func measureSize(ctx context.Context, a *agent.Agent, l *load, s benchkit.Size, 
 		}
 	}()
 
+	warmupMoves := len(workers)
 	var load0 int64
 	for i := 0; i < warmupMoves+moves; i++ {
 		if i == warmupMoves {
@@ -136,6 +138,9 @@ func measureSize(ctx context.Context, a *agent.Agent, l *load, s benchkit.Size, 
 		if err != nil {
 			fmt.Fprintln(stderr, "error")
 			return res, fmt.Errorf("move %d of %d: %w", i+1, warmupMoves+moves, err)
+		}
+		if i < warmupMoves {
+			res.cold = max(res.cold, smp.pause)
 		}
 		if i >= warmupMoves {
 			res.samples = append(res.samples, smp)
