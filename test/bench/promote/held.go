@@ -34,17 +34,18 @@ func runHolder(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	addr := fs.String("addr", "", "the front's address")
 	first := fs.Int("first", 0, "the first person's number")
 	count := fs.Int("count", 0, "how many people")
+	departed := fs.Int("departed", 0, "how many of them (the last) are detached once open")
 	conc := fs.Int("concurrency", 32, "pages opened, sent an inc, kept and closed at once")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *addr == "" || *count < 1 {
-		fmt.Fprintln(stderr, "promote holder: -addr and a -count of at least 1 are needed")
+	if *addr == "" || *count < 1 || *departed < 0 || *departed > *count {
+		fmt.Fprintln(stderr, "promote holder: -addr, a -count of at least 1 and a -departed of at most -count are needed")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := hold(ctx, *addr, *first, *count, max(*conc, 1), stdin, stdout, stderr)
+	err := hold(ctx, *addr, *first, *count, *departed, max(*conc, 1), stdin, stdout, stderr)
 	if errors.Is(err, errAborted) {
 		return 1
 	}
@@ -55,9 +56,14 @@ func runHolder(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// held are the holder's pages, people first … first+len(pages)-1.
+// held are the holder's pages, people first … first+len(pages)-1. The
+// last departed of them are detached once open, after one inc: people who
+// closed their laptop, whose page and person stay in their worker without
+// a WebSocket (so that a run of 100,000 people needs no 100,000 files).
+// Each of their checks reattaches, incs and detaches again.
 type held struct {
-	first int
+	first    int
+	departed int
 	mu    []sync.Mutex // mu[i] guards pages[i]: one op at a time on a page
 	pages []*benchkit.Page
 }
@@ -91,11 +97,11 @@ func (h *held) abort() {
 
 // hold opens the pages and answers the benchmark's commands until "close",
 // the end of stdin, or a failed op.
-func hold(ctx context.Context, addr string, first, count, conc int, stdin io.Reader, stdout, stderr io.Writer) error {
-	if err := raiseFileLimit(count + fileMargin); err != nil {
+func hold(ctx context.Context, addr string, first, count, departed, conc int, stdin io.Reader, stdout, stderr io.Writer) error {
+	if err := raiseFileLimit(count - departed + conc + fileMargin); err != nil {
 		return err
 	}
-	h := &held{first: first, mu: make([]sync.Mutex, count), pages: make([]*benchkit.Page, count)}
+	h := &held{first: first, departed: departed, mu: make([]sync.Mutex, count), pages: make([]*benchkit.Page, count)}
 	defer h.abort()
 	// The keeper starts first: the pages opened first must not wait for
 	// the last.
@@ -109,6 +115,13 @@ func hold(ctx context.Context, addr string, first, count, conc int, stdin io.Rea
 		p, err := benchkit.OpenPage(ctx, addr, h.name(i), opTimeout)
 		if err != nil {
 			return fmt.Errorf("opening %s's page: %w", h.name(i), err)
+		}
+		if i >= count-departed {
+			if _, err := p.Inc(); err != nil {
+				p.Abort()
+				return fmt.Errorf("%s's first inc: %w", h.name(i), err)
+			}
+			p.Detach()
 		}
 		h.mu[i].Lock()
 		h.pages[i] = p
@@ -153,6 +166,13 @@ func hold(ctx context.Context, addr string, first, count, conc int, stdin io.Rea
 			}
 			err := benchkit.ForEach(count, conc, func(i int) error {
 				return h.with(i, func(p *benchkit.Page) error {
+					away := p.Detached()
+					if away {
+						if err := p.Reattach(ctx); err != nil {
+							return fmt.Errorf("reattaching: %w", err)
+						}
+						defer p.Detach()
+					}
 					w, err := p.Inc()
 					if err == nil && !want[w] {
 						err = fmt.Errorf("inc answered by %s, want one of %s", w, arg)
@@ -170,6 +190,11 @@ func hold(ctx context.Context, addr string, first, count, conc int, stdin io.Rea
 			err := benchkit.ForEach(count, conc, func(i int) error {
 				return h.with(i, func(p *benchkit.Page) error {
 					h.pages[i] = nil
+					if p.Detached() {
+						if err := p.Reattach(ctx); err != nil {
+							return fmt.Errorf("reattaching to close: %w", err)
+						}
+					}
 					return p.Close()
 				})
 			})
@@ -218,6 +243,9 @@ func (k *keeper) run(h *held, conc int) {
 			defer wg.Done()
 			for i := range jobs {
 				err := h.with(i, func(p *benchkit.Page) error {
+					if p.Detached() {
+						return nil
+					}
 					_, err := p.Ack()
 					return err
 				})
@@ -229,9 +257,14 @@ func (k *keeper) run(h *held, conc int) {
 	}
 	defer wg.Wait()
 	defer close(jobs)
-	tick := time.NewTicker(keepEvery / time.Duration(len(h.pages)))
+	attached := len(h.pages) - h.departed
+	if attached == 0 {
+		<-k.stop
+		return
+	}
+	tick := time.NewTicker(keepEvery / time.Duration(attached))
 	defer tick.Stop()
-	for i := 0; ; i = (i + 1) % len(h.pages) {
+	for i := 0; ; i = (i + 1) % attached {
 		select {
 		case <-tick.C:
 		case <-k.stop:

@@ -57,13 +57,14 @@ type holder struct {
 // startHolder starts a holder that opens the pages of people first …
 // first+count-1 on the front at addr, conc at a time, and waits until they
 // are all open.
-func startHolder(ctx context.Context, addr string, first, count, conc int, stderr io.Writer) (*holder, error) {
+// The last departed of them are detached once open (see held.departed).
+func startHolder(ctx context.Context, addr string, first, count, departed, conc int, stderr io.Writer) (*holder, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding this binary to run it as the holder: %w", err)
 	}
 	cmd := exec.Command(exe, "-addr", addr, "-first", strconv.Itoa(first),
-		"-count", strconv.Itoa(count), "-concurrency", strconv.Itoa(conc))
+		"-count", strconv.Itoa(count), "-departed", strconv.Itoa(departed), "-concurrency", strconv.Itoa(conc))
 	cmd.Env = append(os.Environ(), holderEnv+"=1")
 	cmd.Stderr = stderr
 	in, err := cmd.StdinPipe()

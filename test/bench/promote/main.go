@@ -72,6 +72,7 @@ func main() {
 type options struct {
 	users       []int
 	active      int
+	departed    int // of each size's people, detached once open (percent)
 	parallel    int
 	each        bool // also the road one person at a time
 	workers     int
@@ -84,6 +85,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := benchkit.NewFlags("promote", "smoke run: -users 200 -baseline 1s unless given", stderr)
 	users := fs.String("users", "1000,10000", "people online during the promotion, comma-separated: one fresh agent per value")
 	active := fs.Int("active", 50, "people among them typing inc closed loop on their WebSockets, whose round trips are measured")
+	departed := fs.Int("departed", 0, "percent of the idle people whose WebSocket is dropped once their page is open and has one inc (a closed laptop: page and person stay in the worker, no file held); each check reattaches them")
 	parallel := fs.Int("parallel", 64, "people on the road at a time during the promotion and the rollback")
 	each := fs.Bool("each", true, "also promote and roll back one person at a time (each a set of one, -parallel at a time), for comparison")
 	workers := fs.Int("workers", 2, "subprocess workers of each group, v1 and v2")
@@ -92,7 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	o := &options{each: *each, active: *active, parallel: *parallel, workers: *workers, concurrency: *concurrency, baseline: *baseline}
+	o := &options{each: *each, active: *active, departed: *departed, parallel: *parallel, workers: *workers, concurrency: *concurrency, baseline: *baseline}
 	list := *users
 	if fs.QuickDefault("users") {
 		list = "200"
@@ -116,6 +118,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("-parallel, -workers and -concurrency must be at least 1")
 	case o.baseline <= 0:
 		return nil, errors.New("-baseline must be positive")
+	case o.departed < 0 || o.departed > 100:
+		return nil, errors.New("-departed is a percentage: 0 to 100")
 	}
 	for _, n := range o.users {
 		if n < o.active {
@@ -179,6 +183,9 @@ func printReport(w io.Writer, o *options, rep report) {
 	fmt.Fprintln(w)
 	for _, s := range rep.sizes {
 		fmt.Fprintf(w, "- %s users: pages opened in %.1f s (%d at a time)", fmtInt(s.users), s.open.Seconds(), o.concurrency)
+		if s.departed > 0 {
+			fmt.Fprintf(w, "; %s of them departed (page open, WebSocket dropped; each check reattaches them)", fmtInt(s.departed))
+		}
 		for _, r := range s.rows {
 			fmt.Fprintf(w, "; %s: %s round trips in the baseline, %s during, then every idle page's next inc checked in %.1f s",
 				r.kind, fmtInt(len(r.base)), fmtInt(len(r.during)), r.check.Seconds())

@@ -45,7 +45,8 @@ type row struct {
 
 // sizeResult is what one size measured.
 type sizeResult struct {
-	users int
+	users    int
+	departed int // of them, without a WebSocket
 	open  time.Duration // opening every page
 	rows  []row
 }
@@ -58,7 +59,9 @@ func measureSize(ctx context.Context, o *options, users int, stderr io.Writer) (
 	res.users = users
 	// This process holds the agent's end of every WebSocket and the
 	// typists' client ends; the holder the idle people's client ends.
-	if err := raiseFileLimit(users + o.active + fileMargin); err != nil {
+	departed := (users - o.active) * o.departed / 100
+	res.departed = departed
+	if err := raiseFileLimit(users - departed + o.active + o.concurrency + fileMargin); err != nil {
 		return res, err
 	}
 	log := benchkit.NewAgentLogger(o.logLevel, stderr)
@@ -110,7 +113,7 @@ func measureSize(ctx context.Context, o *options, users int, stderr io.Writer) (
 	}
 	var h *holder
 	if users > o.active {
-		if h, err = startHolder(ctx, a.Addr(), o.active, users-o.active, o.concurrency, stderr); err != nil {
+		if h, err = startHolder(ctx, a.Addr(), o.active, users-o.active, departed, o.concurrency, stderr); err != nil {
 			abortPages(pages)
 			return res, err
 		}

@@ -24,6 +24,8 @@ const pageName = "bench"
 // at a time, except Abort, which any goroutine may call.
 type Page struct {
 	http    *http.Client
+	jar     http.CookieJar
+	addr    string
 	ws      *websocket.Conn
 	timeout time.Duration // bounds each op's write and its answer
 	worker  string        // the worker that answered the open
@@ -87,35 +89,65 @@ func OpenPage(ctx context.Context, addr, user string, timeout time.Duration) (*P
 			return nil, fmt.Errorf("logging in as %q: %w", user, err)
 		}
 	}
-	u, _ := url.Parse(base)
+	p.jar, p.addr = jar, addr
+	if err := p.open(ctx, 0); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// open dials the front's WebSocket with the browser's cookie and opens the
+// counter page, after the given delta.
+func (p *Page) open(ctx context.Context, after uint64) error {
+	u, _ := url.Parse("http://" + p.addr)
 	h := http.Header{}
-	for _, c := range jar.Cookies(u) {
+	for _, c := range p.jar.Cookies(u) {
 		h.Add("Cookie", c.Name+"="+c.Value)
 	}
 	if len(h) == 0 {
-		return nil, errors.New("loading the site set no cookie")
+		return errors.New("loading the site set no cookie")
 	}
-	d := websocket.Dialer{HandshakeTimeout: timeout, ReadBufferSize: 4096, WriteBufferSize: 4096}
-	ws, wresp, err := d.DialContext(ctx, "ws://"+addr+"/_stickyd/ws", h)
+	d := websocket.Dialer{HandshakeTimeout: p.timeout, ReadBufferSize: 4096, WriteBufferSize: 4096}
+	ws, wresp, err := d.DialContext(ctx, "ws://"+p.addr+"/_stickyd/ws", h)
 	if err != nil {
 		code := 0
 		if wresp != nil {
 			code = wresp.StatusCode
 		}
-		return nil, fmt.Errorf("dialing the WebSocket (HTTP %d): %w", code, err)
+		return fmt.Errorf("dialing the WebSocket (HTTP %d): %w", code, err)
 	}
 	p.ws = ws
-	a, err := p.call(map[string]any{"op": "open", "kind": "counter"})
+	a, err := p.call(map[string]any{"op": "open", "kind": "counter", "after": after})
 	if err != nil {
 		p.Abort()
-		return nil, fmt.Errorf("opening the page: %w", err)
+		return fmt.Errorf("opening the page: %w", err)
 	}
 	if a.Opened == nil || a.Worker == "" {
 		p.Abort()
-		return nil, fmt.Errorf("opening the page: answer without opened or worker: %+v", a)
+		return fmt.Errorf("opening the page: answer without opened or worker: %+v", a)
 	}
 	p.worker = a.Worker
-	return p, nil
+	return nil
+}
+
+// Detach drops the page's WebSocket the way a tab whose laptop went to
+// sleep does: no close op, so the page and its person stay where they
+// live, holding no file on either side. Reattach continues the page.
+func (p *Page) Detach() {
+	p.Abort()
+	p.ws = nil
+}
+
+// Detached says the page has no WebSocket (Detach).
+func (p *Page) Detached() bool { return p.ws == nil }
+
+// Reattach dials a new WebSocket with the browser's cookie and reopens the
+// page after the last delta it acknowledged, as a tab that wakes does.
+func (p *Page) Reattach(ctx context.Context) error {
+	if p.ws != nil {
+		return errors.New("the page is attached")
+	}
+	return p.open(ctx, p.last)
 }
 
 // Worker is the worker that answered the page's open: where it lives
