@@ -311,6 +311,7 @@ func (a *Agent) startFront() error {
 		Dispatcher:      a.router,
 		CookieKeys:      keys,
 		SecureCookie:    a.cfg.Front.SecureCookie,
+		CookieTTL:       duration(a.cfg.Front.CookieTTL),
 		FrameRate:       a.cfg.Front.FrameRate,
 		FrameBurst:      a.cfg.Front.FrameBurst,
 		MaxMessageBytes: a.cfg.Front.MaxMessageBytes,

@@ -242,6 +242,10 @@ type FrontConfig struct {
 	// Every file must exist. Set this or CookieKeyFile, not both.
 	CookieKeyFiles []string `hcl:"cookie_key_files,optional"`
 	SecureCookie   bool     `hcl:"secure_cookie,optional"`
+	// CookieTTL is a connection cookie's life from its issue ("24h", at
+	// least "1m"): renewed on the answers past half of it, refused past it
+	// (its bearer starts a new session, as with a forged cookie).
+	CookieTTL string `hcl:"cookie_ttl,optional"`
 	// FrameRate bounds the frames one person sends through this front per
 	// second (WebSocket ops, POST /_stickyd/op, site requests with a valid
 	// cookie), with bursts of FrameBurst (default 2 × FrameRate). Over it a
@@ -655,6 +659,11 @@ func (f *FrontConfig) finish() error {
 	}
 	if f.FrameBurst > 0 && f.FrameRate == 0 {
 		return fmt.Errorf("front: frame_burst = %d without a frame_rate limits nothing: set frame_rate too", f.FrameBurst)
+	}
+	if f.CookieTTL != "" {
+		if d, err := time.ParseDuration(f.CookieTTL); err != nil || d < time.Minute {
+			return fmt.Errorf("front: cookie_ttl %q: want a duration of at least \"1m\", like \"24h\"", f.CookieTTL)
+		}
 	}
 	return nil
 }

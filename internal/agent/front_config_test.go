@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseFrontSecurity(t *testing.T) {
@@ -14,6 +15,7 @@ front {
   cookie_key_files = ["/etc/stickyd/cookie-2.key", "/etc/stickyd/cookie-1.key"]
   frame_rate       = 200
   frame_burst      = 400
+  cookie_ttl       = "8h"
 }
 `
 	c, err := ParseConfig("test.hcl", []byte(src))
@@ -21,7 +23,7 @@ front {
 		t.Fatal(err)
 	}
 	f := c.Front
-	if len(f.CookieKeyFiles) != 2 || f.CookieKeyFiles[0] != "/etc/stickyd/cookie-2.key" || f.FrameRate != 200 || f.FrameBurst != 400 {
+	if len(f.CookieKeyFiles) != 2 || f.CookieKeyFiles[0] != "/etc/stickyd/cookie-2.key" || f.FrameRate != 200 || f.FrameBurst != 400 || duration(f.CookieTTL) != 8*time.Hour {
 		t.Fatalf("front %+v", f)
 	}
 	// The defaults: one key file (or the data dir's), no rate limit.
@@ -42,6 +44,8 @@ func TestParseFrontSecurityErrors(t *testing.T) {
 		{"negative rate", "front { frame_rate = -1 }", "must not be negative"},
 		{"negative burst", "front {\n frame_rate = 5\n frame_burst = -1\n}", "must not be negative"},
 		{"burst alone", "front { frame_burst = 10 }", "set frame_rate too"},
+		{"short cookie life", "front { cookie_ttl = \"30s\" }", "at least \"1m\""},
+		{"bad cookie life", "front { cookie_ttl = \"a day\" }", "cookie_ttl \"a day\""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := ParseConfig("test.hcl", []byte(tt.src))

@@ -2,8 +2,15 @@ package front
 
 import (
 	"bytes"
+	"encoding/base64"
+	"io"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
 )
 
 func mustRing(t testing.TB, keys ...string) *keyRing {
@@ -19,6 +26,15 @@ func mustRing(t testing.TB, keys ...string) *keyRing {
 	return r
 }
 
+// issuedAt is when the tests' cookies are issued.
+var issuedAt = time.Unix(1_800_000_000, 0)
+
+// legacySign signs name in the older form, without an issue time, as the
+// cookies given out before issue times were.
+func legacySign(r *keyRing, name string) string {
+	return name + "." + base64.RawURLEncoding.EncodeToString(mac(r.keys[0], name))
+}
+
 var (
 	keyA = strings.Repeat("a", 32)
 	keyB = strings.Repeat("b", 32)
@@ -28,9 +44,9 @@ var (
 func TestCookieSignVerify(t *testing.T) {
 	s := mustRing(t, strings.Repeat("k", 32))
 	other := mustRing(t, strings.Repeat("K", 32))
-	v := s.sign("conn-1")
-	if name, key, ok := s.verify(v); !ok || name != "conn-1" || key != 0 {
-		t.Fatalf("verify(sign) = %q %d %v", name, key, ok)
+	v := s.sign("conn-1", issuedAt)
+	if name, at, key, ok := s.verify(v); !ok || name != "conn-1" || key != 0 || !at.Equal(issuedAt) {
+		t.Fatalf("verify(sign) = %q %v %d %v", name, at, key, ok)
 	}
 	mac := v[strings.LastIndexByte(v, '.'):]
 	// 32 bytes take 43 base64 characters, the last 2 bits of which are
@@ -40,7 +56,7 @@ func TestCookieSignVerify(t *testing.T) {
 	for what, bad := range map[string]string{
 		"other spelling": respelled,
 		"line break":     v + "\n",
-		"other key":      other.sign("conn-1"),
+		"other key":      other.sign("conn-1", issuedAt),
 		"renamed":        "conn-2" + mac,
 		"flipped MAC":    v[:len(v)-1] + string(v[len(v)-1]^1),
 		"no MAC":         "conn-1",
@@ -48,7 +64,7 @@ func TestCookieSignVerify(t *testing.T) {
 		"not base64 MAC": "conn-1.!!!",
 		"empty":          "",
 	} {
-		if name, _, ok := s.verify(bad); ok {
+		if name, _, _, ok := s.verify(bad); ok {
 			t.Errorf("%s: %q verified as %q", what, bad, name)
 		}
 	}
@@ -59,20 +75,20 @@ func TestCookieSignVerify(t *testing.T) {
 // old key leaves the ring its cookies name nobody.
 func TestCookieKeyRotation(t *testing.T) {
 	before := mustRing(t, keyA)
-	old := before.sign("conn-old")
+	old := before.sign("conn-old", issuedAt)
 
 	// Phase 1: the new key is accepted everywhere before anyone signs with it.
 	accepting := mustRing(t, keyA, keyB)
-	if accepting.sign("conn-x") != before.sign("conn-x") {
+	if accepting.sign("conn-x", issuedAt) != before.sign("conn-x", issuedAt) {
 		t.Fatal("a key added behind the first changed what the ring signs with")
 	}
 	// Phase 2: the new key signs; the old one still verifies.
 	rotated := mustRing(t, keyB, keyA)
-	fresh := rotated.sign("conn-new")
-	if fresh == before.sign("conn-new") {
+	fresh := rotated.sign("conn-new", issuedAt)
+	if fresh == before.sign("conn-new", issuedAt) {
 		t.Fatal("the rotated ring still signs with the old key")
 	}
-	if _, _, ok := before.verify(fresh); ok {
+	if _, _, _, ok := before.verify(fresh); ok {
 		t.Fatal("the old ring verified a cookie signed with a key it never had")
 	}
 	for _, tt := range []struct {
@@ -88,7 +104,7 @@ func TestCookieKeyRotation(t *testing.T) {
 		{"new cookie after the rotation", rotated, fresh, "conn-new", 0},
 	} {
 		t.Run(tt.what, func(t *testing.T) {
-			name, key, ok := tt.ring.verify(tt.value)
+			name, _, key, ok := tt.ring.verify(tt.value)
 			if !ok || name != tt.conn || key != tt.key {
 				t.Fatalf("verify = %q key %d %v, want %q key %d", name, key, ok, tt.conn, tt.key)
 			}
@@ -98,10 +114,10 @@ func TestCookieKeyRotation(t *testing.T) {
 	// Phase 3: the old key is dropped; its cookies name nobody, the new
 	// ones still do.
 	dropped := mustRing(t, keyB, keyC)
-	if name, _, ok := dropped.verify(old); ok {
+	if name, _, _, ok := dropped.verify(old); ok {
 		t.Fatalf("a cookie signed with a dropped key verified as %q", name)
 	}
-	if name, key, ok := dropped.verify(fresh); !ok || name != "conn-new" || key != 0 {
+	if name, _, key, ok := dropped.verify(fresh); !ok || name != "conn-new" || key != 0 {
 		t.Fatalf("the current key's cookie: %q %d %v", name, key, ok)
 	}
 }
@@ -130,9 +146,153 @@ func TestCookieKeyRingChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := r.sign("c")
+	v := r.sign("c", issuedAt)
 	copy(buf, bytes.Repeat([]byte("z"), len(buf)))
-	if _, _, ok := r.verify(v); !ok {
+	if _, _, _, ok := r.verify(v); !ok {
 		t.Fatal("the ring shares the caller's key buffer")
+	}
+}
+
+// A cookie carries its issue time inside the signed value: the same
+// connection issued at two times gets two values, and neither time can be
+// changed without the key. A cookie in the older form (no issue time)
+// still verifies, with a zero time, so that it is renewed, not refused.
+func TestCookieCarriesItsIssueTime(t *testing.T) {
+	r := mustRing(t, keyA)
+	a, b := r.sign("conn-1", issuedAt), r.sign("conn-1", issuedAt.Add(time.Second))
+	if a == b {
+		t.Fatal("a cookie issued a second later has the same value")
+	}
+	if _, at, _, ok := r.verify(b); !ok || !at.Equal(issuedAt.Add(time.Second)) {
+		t.Fatalf("verify = %v %v", at, ok)
+	}
+	i := strings.LastIndexByte(a, '.')
+	j := strings.LastIndexByte(a[:i], '.')
+	for what, bad := range map[string]string{
+		"later time":   a[:j+1] + "1900000000" + a[i:],
+		"leading zero": a[:j+1] + "0" + a[j+1:],
+		"legacy MAC":   a[:i] + legacySign(r, "conn-1")[len("conn-1"):],
+	} {
+		if name, at, _, ok := r.verify(bad); ok {
+			t.Errorf("%s: %q verified as %q issued %v", what, bad, name, at)
+		}
+	}
+	old := legacySign(r, "conn-old")
+	if name, at, key, ok := r.verify(old); !ok || name != "conn-old" || !at.IsZero() || key != 0 {
+		t.Fatalf("an older cookie: %q %v %d %v", name, at, key, ok)
+	}
+	// A name with a dot and digits in the older form stays its name: it
+	// is not read as a name and an issue time.
+	dotted := legacySign(r, "conn-1.1800000000")
+	if name, at, _, ok := r.verify(dotted); !ok || name != "conn-1.1800000000" || !at.IsZero() {
+		t.Fatalf("an older cookie of a dotted name: %q %v %v", name, at, ok)
+	}
+}
+
+// A cookie's life at the front: renewed past half of it (the session goes
+// on past the first cookie's end), refused past all of it (fresh
+// identity), renewed on a WebSocket's upgrade, and a page on a WebSocket
+// told to fetch a new one when its cookie comes due.
+func TestCookieLife(t *testing.T) {
+	var (
+		mu  sync.Mutex
+		now = time.Now()
+	)
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	advance := func(d time.Duration) {
+		mu.Lock()
+		now = now.Add(d)
+		mu.Unlock()
+	}
+	f, _, srv := testFront(t, Config{CookieTTL: time.Hour, Now: clock, PingInterval: 20 * time.Millisecond})
+	get := func(value string) (string, *http.Cookie) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", srv.URL+"/", nil)
+		req.AddCookie(&http.Cookie{Name: "stickyd_conn", Value: value})
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for _, c := range resp.Cookies() {
+			if c.Name == "stickyd_conn" {
+				return string(body), c
+			}
+		}
+		return string(body), nil
+	}
+	first := f.cookie.sign("c1", clock())
+	if body, c := get(first); body != "c1" || c != nil {
+		t.Fatalf("a fresh cookie: served as %q, renewed %v", body, c)
+	}
+
+	advance(31 * time.Minute)
+	body, renewed := get(first)
+	if body != "c1" || renewed == nil {
+		t.Fatalf("past half its life: served as %q, renewed %v", body, renewed)
+	}
+	if name, at, _, ok := f.cookie.verify(renewed.Value); !ok || name != "c1" || !at.Equal(clock().Truncate(time.Second)) || renewed.MaxAge != 3600 {
+		t.Fatalf("the renewed cookie names %q issued %v (max-age %d)", name, at, renewed.MaxAge)
+	}
+
+	advance(30 * time.Minute) // the first cookie is 61 minutes old
+	if body, c := get(first); body == "c1" || c != nil {
+		t.Fatalf("an expired cookie: served as %q, cookie %v", body, c)
+	}
+	if body, _ := get(renewed.Value); body != "c1" {
+		t.Fatalf("the renewed cookie, 30 minutes old: served as %q", body)
+	}
+
+	// A WebSocket whose cookie is past half its life: the upgrade renews it.
+	advance(20 * time.Minute) // the renewed cookie is 50 minutes old
+	h := http.Header{"Cookie": {"stickyd_conn=" + renewed.Value}}
+	ws, resp, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http")+Prefix+"ws", h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	var upgraded *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "stickyd_conn" {
+			upgraded = c
+		}
+	}
+	if upgraded == nil {
+		t.Fatal("the upgrade of a WebSocket with a cookie past half its life did not renew it")
+	}
+
+	// The socket stays open past half the new cookie's life: the page is
+	// told, and fetches a new cookie.
+	advance(31 * time.Minute)
+	_ = ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var m map[string]any
+	if err := ws.ReadJSON(&m); err != nil || m["op"] != "renew" {
+		t.Fatalf("waiting for the renew notice: %v %v", m, err)
+	}
+	req, _ := http.NewRequest("POST", srv.URL+Prefix+"renew", nil)
+	req.AddCookie(upgraded)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent || len(resp.Cookies()) != 1 {
+		t.Fatalf("POST renew: HTTP %d, %d cookies", resp.StatusCode, len(resp.Cookies()))
+	}
+	if name, at, _, ok := f.cookie.verify(resp.Cookies()[0].Value); !ok || name != "c1" || !at.Equal(clock().Truncate(time.Second)) {
+		t.Fatalf("POST renew gave a cookie naming %q issued %v", name, at)
+	}
+	resp, err = http.Post(srv.URL+Prefix+"renew", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode < 400 || resp.StatusCode >= 500 {
+		t.Fatalf("POST renew without a cookie: HTTP %d, want a 4xx", resp.StatusCode)
 	}
 }

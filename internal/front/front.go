@@ -66,6 +66,14 @@ type Config struct {
 	CookieKeys [][]byte
 	// CookieName defaults to "stickyd_conn".
 	CookieName string
+	// CookieTTL is a cookie's life from its issue (default 24 h): its
+	// issue time is inside the signed value, a cookie past it names nobody
+	// (its bearer gets a new identity, like a forged one's), and one past
+	// half of it is renewed on the next answer, so an active tab keeps its
+	// session.
+	CookieTTL time.Duration
+	// Now is the clock of cookie issue and expiry; default time.Now.
+	Now func() time.Time
 	// SecureCookie sets the cookie's Secure attribute (behind TLS).
 	SecureCookie bool
 	// MaxMessageBytes bounds one WebSocket message; a bigger one closes the
@@ -123,9 +131,10 @@ type Front struct {
 	limiter *frameLimiter // nil: no rate limit
 	// cookieChecks counts cookie verifications by result (current_key,
 	// older_key, invalid).
-	cookieChecks *prometheus.CounterVec
-	upgrader     websocket.Upgrader
-	mux          *http.ServeMux
+	cookieChecks   *prometheus.CounterVec
+	cookieRenewals prometheus.Counter
+	upgrader       websocket.Upgrader
+	mux            *http.ServeMux
 	// root is the parent of every WebSocket's context; Close cancels it.
 	root     context.Context
 	shutdown context.CancelFunc
@@ -151,6 +160,12 @@ func New(cfg Config) (*Front, error) {
 	}
 	if cfg.CookieName == "" {
 		cfg.CookieName = "stickyd_conn"
+	}
+	if cfg.CookieTTL <= 0 {
+		cfg.CookieTTL = DefaultCookieTTL
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	if cfg.MaxMessageBytes <= 0 {
 		cfg.MaxMessageBytes = 1 << 20
@@ -192,13 +207,17 @@ func New(cfg Config) (*Front, error) {
 	f.limiter = newFrameLimiter(cfg, cfg.Registry)
 	f.cookieChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stickyd_front_cookie_checks_total",
-		Help: "Connection cookies checked, by result: current_key (signed by the ring's first key), older_key (by a key behind it), invalid (no key of the ring).",
+		Help: "Connection cookies checked, by result: current_key (signed by the ring's first key), older_key (by a key behind it), invalid (no key of the ring), expired (past front.cookie_ttl).",
 	}, []string{"result"})
-	for _, r := range []string{"current_key", "older_key", "invalid"} {
+	f.cookieRenewals = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stickyd_front_cookie_renewals_total",
+		Help: "Connection cookies issued again to their bearer: past half their life, in the older form, or signed by a key behind the ring's first.",
+	})
+	for _, r := range []string{"current_key", "older_key", "invalid", "expired"} {
 		f.cookieChecks.WithLabelValues(r)
 	}
 	if cfg.Registry != nil {
-		cfg.Registry.MustRegister(f.cookieChecks)
+		cfg.Registry.MustRegister(f.cookieChecks, f.cookieRenewals)
 	}
 	f.root, f.shutdown = context.WithCancel(context.Background())
 	f.upgrader = websocket.Upgrader{ReadBufferSize: 4096, WriteBufferSize: 4096}
@@ -207,6 +226,7 @@ func New(cfg Config) (*Front, error) {
 	f.mux.HandleFunc("GET "+Prefix+"client.js", f.clientJS)
 	f.mux.HandleFunc("GET "+Prefix+"ws", f.handle(f.serveWS))
 	f.mux.HandleFunc("POST "+Prefix+"op", f.handle(f.serveOp))
+	f.mux.HandleFunc("POST "+Prefix+"renew", f.handle(f.serveRenew))
 	if cfg.Monitor != nil {
 		f.mux.Handle(Prefix+"monitor/", http.StripPrefix(Prefix+"monitor", cfg.Monitor))
 	}
@@ -240,44 +260,90 @@ func (f *Front) clientJS(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(clientJS)
 }
 
-// connOf returns the connection named by a valid cookie, or "".
-func (f *Front) connOf(r *http.Request) string {
+// DefaultCookieTTL is a connection cookie's life unless configured.
+const DefaultCookieTTL = 24 * time.Hour
+
+// cookieSkew is how far ahead of this clock a cookie's issue time may be
+// (another server's clock); beyond, it names nobody.
+const cookieSkew = 5 * time.Minute
+
+// connOf returns the connection named by a valid cookie, or "", and
+// whether its cookie should be issued again (past half its life, in the
+// older form without an issue time, or signed by a key behind the ring's
+// first).
+func (f *Front) connOf(r *http.Request) (conn string, renew bool) {
 	c, err := r.Cookie(f.cfg.CookieName)
 	if err != nil {
-		return ""
+		return "", false
 	}
-	conn, key, ok := f.cookie.verify(c.Value)
-	switch {
-	case !ok:
+	conn, issued, key, ok := f.cookie.verify(c.Value)
+	if !ok {
 		f.cookieChecks.WithLabelValues("invalid").Inc()
-		return ""
-	case key > 0:
+		return "", false
+	}
+	now := f.cfg.Now()
+	if !issued.IsZero() && (now.Sub(issued) >= f.cfg.CookieTTL || issued.Sub(now) > cookieSkew) {
+		f.cookieChecks.WithLabelValues("expired").Inc()
+		return "", false
+	}
+	if key > 0 {
 		f.cookieChecks.WithLabelValues("older_key").Inc()
-	default:
+	} else {
 		f.cookieChecks.WithLabelValues("current_key").Inc()
 	}
-	return conn
+	return conn, key > 0 || issued.IsZero() || now.Sub(issued) >= f.cfg.CookieTTL/2
 }
 
-func (f *Front) setCookie(w http.ResponseWriter, conn string) {
-	http.SetCookie(w, &http.Cookie{
+// cookie is the cookie naming conn, issued now.
+func (f *Front) cookieFor(conn string) *http.Cookie {
+	return &http.Cookie{
 		Name:     f.cfg.CookieName,
-		Value:    f.cookie.sign(conn),
+		Value:    f.cookie.sign(conn, f.cfg.Now()),
 		Path:     "/",
-		MaxAge:   int((24 * time.Hour).Seconds()),
+		MaxAge:   int(f.cfg.CookieTTL.Seconds()),
 		HttpOnly: true,
 		Secure:   f.cfg.SecureCookie,
 		SameSite: http.SameSiteLaxMode,
-	})
+	}
 }
 
-// route returns the connection's route.
-func (f *Front) route(r *http.Request) (placement.Route, bool) {
-	conn := f.connOf(r)
+func (f *Front) setCookie(w http.ResponseWriter, conn string) {
+	http.SetCookie(w, f.cookieFor(conn))
+}
+
+// serveRenew issues the bearer's cookie again: client.js asks when its
+// WebSocket says the cookie is past half its life (a tab that stays on one
+// WebSocket all day sends no other request that could renew it).
+func (f *Front) serveRenew(w http.ResponseWriter, r *http.Request) error {
+	conn, _ := f.connOf(r)
+	if conn == "" {
+		return errNoConnection
+	}
+	if _, ok := f.cfg.Directory.Lookup(conn); !ok {
+		return errNoConnection
+	}
+	f.renewCookie(w, conn)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// renewCookie issues conn's cookie again on w.
+func (f *Front) renewCookie(w http.ResponseWriter, conn string) {
+	f.setCookie(w, conn)
+	f.cookieRenewals.Inc()
+}
+
+// route returns the connection's route, renewing its cookie on w when due.
+func (f *Front) route(w http.ResponseWriter, r *http.Request) (placement.Route, bool) {
+	conn, renew := f.connOf(r)
 	if conn == "" {
 		return placement.Route{}, false
 	}
-	return f.cfg.Directory.Lookup(conn)
+	rt, ok := f.cfg.Directory.Lookup(conn)
+	if ok && renew {
+		f.renewCookie(w, conn)
+	}
+	return rt, ok
 }
 
 // call sends a frame and waits for its answer within timeout.

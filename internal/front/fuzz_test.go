@@ -14,31 +14,39 @@ func FuzzCookieVerify(f *testing.F) {
 	current := mustRing(f, "0123456789abcdef0123456789abcdef")
 	ring := mustRing(f, "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210")
 	dropped := mustRing(f, "a dropped key, never in the ring, 32+")
-	f.Add(current.sign("conn-1"))
-	f.Add(older.sign("conn-1"))
-	f.Add(dropped.sign("conn-1"))
+	f.Add(current.sign("conn-1", issuedAt))
+	f.Add(older.sign("conn-1", issuedAt))
+	f.Add(dropped.sign("conn-1", issuedAt))
+	f.Add(legacySign(current, "conn-1"))
 	f.Add("conn-1.")
 	f.Add("")
 	f.Add(".....")
 	f.Add(strings.Repeat("a", 300) + "." + strings.Repeat("b", 44))
 	f.Fuzz(func(t *testing.T, value string) {
-		name, key, ok := ring.verify(value)
+		name, at, key, ok := ring.verify(value)
 		if !ok {
 			return
 		}
+		// What each ring would sign for this name and time.
+		signed := func(r *keyRing) string {
+			if at.IsZero() {
+				return legacySign(r, name)
+			}
+			return r.sign(name, at)
+		}
 		switch key {
 		case 0:
-			if current.sign(name) != value {
-				t.Fatalf("accepted %q as %q by the first key, which signs it as %q", value, name, current.sign(name))
+			if signed(current) != value {
+				t.Fatalf("accepted %q as %q by the first key, which signs it as %q", value, name, signed(current))
 			}
 		case 1:
-			if older.sign(name) != value {
-				t.Fatalf("accepted %q as %q by the older key, which signs it as %q", value, name, older.sign(name))
+			if signed(older) != value {
+				t.Fatalf("accepted %q as %q by the older key, which signs it as %q", value, name, signed(older))
 			}
 		default:
 			t.Fatalf("accepted %q by key %d of a ring of 2", value, key)
 		}
-		if dropped.sign(name) == value {
+		if signed(dropped) == value {
 			t.Fatalf("accepted %q, signed by a key outside the ring", value)
 		}
 	})

@@ -150,7 +150,7 @@ func (f *Front) runOp(ctx context.Context, conn string, o *op) *answer {
 // serveOp is the long-poll fallback: one op per POST, same JSON as the
 // WebSocket.
 func (f *Front) serveOp(w http.ResponseWriter, r *http.Request) error {
-	rt, ok := f.route(r)
+	rt, ok := f.route(w, r)
 	if !ok {
 		return errNoConnection
 	}

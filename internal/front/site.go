@@ -19,7 +19,7 @@ var hopHeaders = map[string]bool{
 // serveSite forwards a request of the hosted site to the worker holding the
 // person, or, for a new connection, to the worker the supervisor chooses.
 func (f *Front) serveSite(w http.ResponseWriter, r *http.Request) error {
-	rt, known := f.route(r)
+	rt, known := f.route(w, r)
 	if known && !f.allowFrame(rt.Conn, rt.User, viaSite) {
 		return errRateLimited
 	}

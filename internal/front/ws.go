@@ -27,6 +27,9 @@ type wsConn struct {
 	out  chan []byte // answers → writer
 	ctx  context.Context
 	stop context.CancelFunc
+	// cookieIssued is when the page's cookie was issued, as far as this
+	// socket knows; writer only.
+	cookieIssued time.Time
 	// slowOnce closes a client too slow to read its answers, once.
 	slowOnce sync.Once
 	wg       sync.WaitGroup
@@ -49,20 +52,35 @@ type flight struct {
 }
 
 func (f *Front) serveWS(w http.ResponseWriter, r *http.Request) error {
-	conn := f.connOf(r)
+	conn, renew := f.connOf(r)
 	if conn == "" {
 		return errNoConnection
 	}
 	if _, ok := f.cfg.Directory.Lookup(conn); !ok {
 		return errNoConnection
 	}
-	ws, err := f.upgrader.Upgrade(w, r, nil)
+	var hdr http.Header
+	if renew {
+		// The upgrade's answer renews the cookie: a tab that stays on
+		// its WebSocket all day keeps its session.
+		hdr = http.Header{"Set-Cookie": {f.cookieFor(conn).String()}}
+		f.cookieRenewals.Inc()
+	}
+	ws, err := f.upgrader.Upgrade(w, r, hdr)
 	if err != nil {
 		// The upgrader already answered the client.
 		return nil
 	}
+	issued := f.cfg.Now() // renewed above if it was due, else the check below
+	if !renew {
+		if c, err := r.Cookie(f.cfg.CookieName); err == nil {
+			if _, at, _, ok := f.cookie.verify(c.Value); ok {
+				issued = at
+			}
+		}
+	}
 	ctx, cancel := context.WithCancel(f.root)
-	c := &wsConn{f: f, ws: ws, conn: conn, ctx: ctx, stop: cancel,
+	c := &wsConn{f: f, ws: ws, conn: conn, ctx: ctx, stop: cancel, cookieIssued: issued,
 		in: make(chan *op, f.cfg.SendQueue), out: make(chan []byte, f.cfg.SendQueue),
 		flights: map[uint64]*flight{}, changed: make(chan struct{}, 1)}
 	ws.SetReadLimit(f.cfg.MaxMessageBytes)
@@ -337,6 +355,9 @@ func (c *wsConn) send(a *answer) {
 	}
 }
 
+// renewNotice tells a page its cookie is due for renewal.
+var renewNotice = []byte(`{"op":"renew"}`)
+
 func (c *wsConn) writeLoop() {
 	defer c.wg.Done()
 	ping := time.NewTicker(c.f.cfg.PingInterval)
@@ -354,6 +375,16 @@ func (c *wsConn) writeLoop() {
 			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.f.cfg.WriteTimeout)); err != nil {
 				c.close()
 				return
+			}
+			if c.f.cfg.Now().Sub(c.cookieIssued) >= c.f.cfg.CookieTTL/2 {
+				// The page's cookie is past half its life: the page fetches
+				// a new one (POST /_stickyd/renew).
+				c.cookieIssued = c.f.cfg.Now()
+				_ = c.ws.SetWriteDeadline(time.Now().Add(c.f.cfg.WriteTimeout))
+				if err := c.ws.WriteMessage(websocket.TextMessage, renewNotice); err != nil {
+					c.close()
+					return
+				}
 			}
 		case <-c.ctx.Done():
 			_ = c.ws.WriteControl(websocket.CloseMessage,

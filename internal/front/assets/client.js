@@ -176,6 +176,12 @@
       };
       ws.onmessage = (ev) => {
         const m = JSON.parse(ev.data);
+        if (m.op === "renew") {
+          // The connection cookie is past half its life: fetch a new one,
+          // so that the next reconnect still names this session.
+          fetch(PREFIX + "/renew", { method: "POST", credentials: "same-origin" }).catch(() => {});
+          return;
+        }
         const w = pending.get(m.id);
         if (!w) return;
         pending.delete(m.id);
