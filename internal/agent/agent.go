@@ -312,6 +312,7 @@ func (a *Agent) startFront() error {
 		CookieKeys:      keys,
 		SecureCookie:    a.cfg.Front.SecureCookie,
 		CookieTTL:       duration(a.cfg.Front.CookieTTL),
+		BodyTimeout:     a.cfg.Front.bodyTimeout(),
 		FrameRate:       a.cfg.Front.FrameRate,
 		FrameBurst:      a.cfg.Front.FrameBurst,
 		MaxMessageBytes: a.cfg.Front.MaxMessageBytes,
@@ -333,7 +334,13 @@ func (a *Agent) startFront() error {
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", a.cfg.Front.Address, err)
 	}
-	srv, ln := &http.Server{Handler: a.front, ReadHeaderTimeout: 10 * time.Second}, a.listener
+	maxConns, files := frontConnections(a.cfg.Front.MaxConnections)
+	a.listener = a.front.Limit(a.listener, maxConns)
+	a.log.Info("front bounds", "max_connections", maxConns, "file_limit", files,
+		"idle_timeout", a.cfg.Front.idleTimeout(), "body_timeout", a.cfg.Front.bodyTimeout(), "max_header_bytes", a.cfg.Front.maxHeaderBytes())
+	srv := &http.Server{Handler: a.front, ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout: a.cfg.Front.idleTimeout(), MaxHeaderBytes: a.cfg.Front.maxHeaderBytes()}
+	ln := a.listener
 	a.server = srv
 	go func() {
 		err := srv.Serve(ln)
@@ -344,6 +351,26 @@ func (a *Agent) startFront() error {
 	}()
 	a.log.Info("front listening", "address", a.Addr())
 	return nil
+}
+
+// frontConnections is front.max_connections, or when it is 0 the bound
+// derived from the process's file limit (raised to its hard limit first):
+// the limit less a fifth of it (at least 256, at most 10000), kept for
+// raft, the park store, the workers and the admin API. It also returns the
+// file limit (0 if unknown, and then no bound unless configured).
+func frontConnections(configured int) (int, uint64) {
+	files, _ := raiseFileLimit()
+	if configured > 0 {
+		return configured, files
+	}
+	if files == 0 || files > 1<<30 {
+		return 0, files
+	}
+	reserve := min(max(files/5, 256), 10000)
+	if files <= reserve {
+		return 1, files
+	}
+	return int(files - reserve), files
 }
 
 // startAdmin serves the admin API.

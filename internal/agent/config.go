@@ -262,6 +262,51 @@ type FrontConfig struct {
 	// MaxHeldPerUser and MaxHeld cap the requests held on the barrier.
 	MaxHeldPerUser int `hcl:"max_held_per_user,optional"`
 	MaxHeld        int `hcl:"max_held,optional"`
+	// IdleTimeout closes a keep-alive connection idle that long ("90s").
+	IdleTimeout string `hcl:"idle_timeout,optional"`
+	// BodyTimeout bounds the reading of a request's body ("60s"); a body
+	// slower than that is answered 408.
+	BodyTimeout string `hcl:"body_timeout,optional"`
+	// MaxHeaderBytes bounds a request's headers (65536, at least 4096);
+	// larger ones are answered 431.
+	MaxHeaderBytes int `hcl:"max_header_bytes,optional"`
+	// MaxConnections bounds the connections the front holds open
+	// (keep-alive, WebSockets, requests in flight); past it a new one is
+	// answered 503, or its health check. 0, the default, derives it from
+	// the process's file limit (raised to its hard limit at start): the
+	// limit less a fifth of it, kept for raft, the park store, the workers
+	// and the admin API (at least 256, at most 10000).
+	MaxConnections int `hcl:"max_connections,optional"`
+}
+
+// Front defaults of the bounds above.
+const (
+	DefaultIdleTimeout    = 90 * time.Second
+	DefaultBodyTimeout    = 60 * time.Second
+	DefaultMaxHeaderBytes = 64 << 10
+)
+
+// idleTimeout, bodyTimeout and maxHeaderBytes are the settings or their
+// defaults.
+func (f *FrontConfig) idleTimeout() time.Duration {
+	if d := duration(f.IdleTimeout); d > 0 {
+		return d
+	}
+	return DefaultIdleTimeout
+}
+
+func (f *FrontConfig) bodyTimeout() time.Duration {
+	if d := duration(f.BodyTimeout); d > 0 {
+		return d
+	}
+	return DefaultBodyTimeout
+}
+
+func (f *FrontConfig) maxHeaderBytes() int {
+	if f.MaxHeaderBytes > 0 {
+		return f.MaxHeaderBytes
+	}
+	return DefaultMaxHeaderBytes
 }
 
 // GroupConfig is a group of identical workers.
@@ -659,6 +704,20 @@ func (f *FrontConfig) finish() error {
 	}
 	if f.FrameBurst > 0 && f.FrameRate == 0 {
 		return fmt.Errorf("front: frame_burst = %d without a frame_rate limits nothing: set frame_rate too", f.FrameBurst)
+	}
+	for name, d := range map[string]string{"idle_timeout": f.IdleTimeout, "body_timeout": f.BodyTimeout} {
+		if d == "" {
+			continue
+		}
+		if v, err := time.ParseDuration(d); err != nil || v < time.Second {
+			return fmt.Errorf("front: %s %q: want a duration of at least \"1s\", like \"90s\"", name, d)
+		}
+	}
+	if f.MaxHeaderBytes != 0 && f.MaxHeaderBytes < 4096 {
+		return fmt.Errorf("front: max_header_bytes = %d: want at least 4096 (0 for the default, 65536)", f.MaxHeaderBytes)
+	}
+	if f.MaxConnections < 0 {
+		return fmt.Errorf("front: max_connections = %d: want a number of connections (0 derives it from the file limit)", f.MaxConnections)
 	}
 	if f.CookieTTL != "" {
 		if d, err := time.ParseDuration(f.CookieTTL); err != nil || d < time.Minute {

@@ -34,6 +34,9 @@ front {
 	if c.Front.FrameRate != 0 || c.Front.FrameBurst != 0 || len(c.Front.CookieKeyFiles) != 0 {
 		t.Fatalf("defaults %+v", c.Front)
 	}
+	if c.Front.idleTimeout() != DefaultIdleTimeout || c.Front.bodyTimeout() != DefaultBodyTimeout || c.Front.maxHeaderBytes() != DefaultMaxHeaderBytes {
+		t.Fatalf("default bounds %v %v %d", c.Front.idleTimeout(), c.Front.bodyTimeout(), c.Front.maxHeaderBytes())
+	}
 }
 
 func TestParseFrontSecurityErrors(t *testing.T) {
@@ -45,6 +48,10 @@ func TestParseFrontSecurityErrors(t *testing.T) {
 		{"negative burst", "front {\n frame_rate = 5\n frame_burst = -1\n}", "must not be negative"},
 		{"burst alone", "front { frame_burst = 10 }", "set frame_rate too"},
 		{"short cookie life", "front { cookie_ttl = \"30s\" }", "at least \"1m\""},
+		{"short idle timeout", "front { idle_timeout = \"10ms\" }", "idle_timeout \"10ms\""},
+		{"bad body timeout", "front { body_timeout = \"soon\" }", "body_timeout \"soon\""},
+		{"tiny header bound", "front { max_header_bytes = 100 }", "at least 4096"},
+		{"negative connections", "front { max_connections = -1 }", "max_connections = -1"},
 		{"bad cookie life", "front { cookie_ttl = \"a day\" }", "cookie_ttl \"a day\""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -113,5 +120,21 @@ func TestCookieKeys(t *testing.T) {
 	b, _ := keys(&FrontConfig{}, "")
 	if len(a[0]) != 32 || bytes.Equal(a[0], b[0]) {
 		t.Fatal("dev keys are not random per process")
+	}
+}
+
+// The front's connection bound: as configured, or the file limit less
+// what the process keeps for itself.
+func TestFrontConnectionsBound(t *testing.T) {
+	if n, _ := frontConnections(500); n != 500 {
+		t.Fatalf("configured 500, got %d", n)
+	}
+	n, files := frontConnections(0)
+	if files == 0 {
+		t.Skip("no file limit to derive from on this system")
+	}
+	reserve := min(max(files/5, 256), 10000)
+	if uint64(n) != files-reserve {
+		t.Fatalf("file limit %d: bound %d, want %d", files, n, files-reserve)
 	}
 }

@@ -15,7 +15,9 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -81,6 +83,9 @@ type Config struct {
 	MaxMessageBytes int64
 	// MaxBodyBytes bounds an HTTP request body; default 10 MiB.
 	MaxBodyBytes int64
+	// BodyTimeout bounds the reading of a request body (a site request's,
+	// a POST /_stickyd/op's); slower is answered 408. Default 60 s.
+	BodyTimeout time.Duration
 	// FrameTimeout bounds how long a frame waits for its worker (including
 	// a worker being replaced); default 30 s. Pulls wait longer by design.
 	FrameTimeout time.Duration
@@ -160,6 +165,9 @@ func New(cfg Config) (*Front, error) {
 	}
 	if cfg.CookieName == "" {
 		cfg.CookieName = "stickyd_conn"
+	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = 60 * time.Second
 	}
 	if cfg.CookieTTL <= 0 {
 		cfg.CookieTTL = DefaultCookieTTL
@@ -258,6 +266,31 @@ func (f *Front) clientJS(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-cache")
 	_, _ = w.Write(clientJS)
+}
+
+// readBody reads r's body, at most limit bytes within the body timeout:
+// past the size 413, past the time 408, a broken body 400.
+func (f *Front) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(f.cfg.BodyTimeout))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		// The deadline stays: the server, which reads what is left of a
+		// body before it answers, gives up at once and closes the
+		// connection after the answer.
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			return nil, &HTTPError{Status: http.StatusRequestEntityTooLarge, Message: "request body too large"}
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return nil, &HTTPError{Status: http.StatusRequestTimeout, Message: fmt.Sprintf("the request body took longer than %v to arrive", f.cfg.BodyTimeout)}
+		}
+		return nil, &HTTPError{Status: http.StatusBadRequest, Message: "reading request body: " + err.Error()}
+	}
+	// The connection may wait for its next request (or a long pull's
+	// answer) as long as it needs.
+	_ = rc.SetReadDeadline(time.Time{})
+	return body, nil
 }
 
 // DefaultCookieTTL is a connection cookie's life unless configured.

@@ -154,9 +154,12 @@ func (f *Front) serveOp(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return errNoConnection
 	}
+	body, err := f.readBody(w, r, f.cfg.MaxMessageBytes)
+	if err != nil {
+		return err
+	}
 	var o op
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, f.cfg.MaxMessageBytes))
-	if err := dec.Decode(&o); err != nil {
+	if err := json.Unmarshal(body, &o); err != nil {
 		return &HTTPError{Status: http.StatusBadRequest, Message: "decoding op: " + err.Error()}
 	}
 	var a *answer

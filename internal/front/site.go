@@ -1,9 +1,7 @@
 package front
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"unicode/utf8"
 
@@ -23,13 +21,9 @@ func (f *Front) serveSite(w http.ResponseWriter, r *http.Request) error {
 	if known && !f.allowFrame(rt.Conn, rt.User, viaSite) {
 		return errRateLimited
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, f.cfg.MaxBodyBytes))
+	body, err := f.readBody(w, r, f.cfg.MaxBodyBytes)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return &HTTPError{Status: http.StatusRequestEntityTooLarge, Message: "request body too large"}
-		}
-		return &HTTPError{Status: http.StatusBadRequest, Message: "reading request body: " + err.Error()}
+		return err
 	}
 	req := &protocol.HTTPRequest{Method: r.Method, Url: r.URL.RequestURI(), Body: body, RemoteAddr: r.RemoteAddr, Host: r.Host}
 	if !utf8.ValidString(r.Host) {

@@ -21,6 +21,7 @@ import (
 type proc struct {
 	t      *testing.T
 	netns  string // the network namespace it runs in, if any
+	nofile int    // the open-file limit it runs under (prlimit), if set
 	dir    string
 	front  string
 	admin  string
@@ -61,6 +62,9 @@ type procSpec struct {
 	raftVia func(bind string) string
 	// server is added inside the server block.
 	server string
+	// nofile, when set, is the open-file limit (soft and hard) the agent
+	// runs under.
+	nofile int
 }
 
 // onIP moves a loopback address picked by freePort to ip.
@@ -77,7 +81,7 @@ func newProcSpec(t *testing.T, sp procSpec) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{t: t, dir: t.TempDir(), front: onIP(freePort(t), sp.ip), admin: admin, netns: sp.netns}
+	p := &proc{t: t, dir: t.TempDir(), front: onIP(freePort(t), sp.ip), admin: admin, netns: sp.netns, nofile: sp.nofile}
 	if p.admin == "" {
 		p.admin = onIP(freePort(t), sp.ip)
 	}
@@ -138,6 +142,11 @@ func (p *proc) launch() {
 	if p.netns != "" {
 		// ip execs the agent in the namespace: the pid is the agent's.
 		p.cmd = exec.Command("ip", append([]string{"netns", "exec", p.netns, exe}, p.cmd.Args[1:]...)...)
+	}
+	if p.nofile > 0 {
+		// prlimit execs the agent under the limit: the pid is the agent's.
+		lim := fmt.Sprintf("--nofile=%d:%d", p.nofile, p.nofile)
+		p.cmd = exec.Command("prlimit", append([]string{lim, exe}, p.cmd.Args[1:]...)...)
 	}
 	p.cmd.Env = append(os.Environ(), agentEnv+"=1")
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
