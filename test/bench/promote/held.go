@@ -64,8 +64,8 @@ func runHolder(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 type held struct {
 	first    int
 	departed int
-	mu    []sync.Mutex // mu[i] guards pages[i]: one op at a time on a page
-	pages []*benchkit.Page
+	mu       []sync.Mutex // mu[i] guards pages[i]: one op at a time on a page
+	pages    []*benchkit.Page
 }
 
 func (h *held) name(i int) string { return userName(h.first + i) }

@@ -46,9 +46,9 @@ type row struct {
 // sizeResult is what one size measured.
 type sizeResult struct {
 	users    int
-	departed int // of them, without a WebSocket
-	open  time.Duration // opening every page
-	rows  []row
+	departed int           // of them, without a WebSocket
+	open     time.Duration // opening every page
+	rows     []row
 }
 
 // measureSize starts a fresh agent with the groups v1 and v2, logs users
