@@ -59,25 +59,28 @@ func (f *Front) serveWS(w http.ResponseWriter, r *http.Request) error {
 	if _, ok := f.cfg.Directory.Lookup(conn); !ok {
 		return errNoConnection
 	}
-	var hdr http.Header
-	if renew {
-		// The upgrade's answer renews the cookie: a tab that stays on
-		// its WebSocket all day keeps its session.
-		hdr = http.Header{"Set-Cookie": {f.cookieFor(conn).String()}}
-		f.cookieRenewals.Inc()
-	}
-	ws, err := f.upgrader.Upgrade(w, r, hdr)
-	if err != nil {
-		// The upgrader already answered the client.
-		return nil
-	}
-	issued := f.cfg.Now() // renewed above if it was due, else the check below
+	// When the page's cookie was issued: now if the upgrade renews it.
+	issued := f.cfg.Now()
 	if !renew {
 		if c, err := r.Cookie(f.cfg.CookieName); err == nil {
 			if _, at, _, ok := f.cookie.verify(c.Value); ok {
 				issued = at
 			}
 		}
+	}
+	var hdr http.Header
+	if renew {
+		// The upgrade's answer renews the cookie: a tab that stays on
+		// its WebSocket all day keeps its session.
+		c := f.cookieFor(conn)
+		c.Value = f.cookie.sign(conn, issued)
+		hdr = http.Header{"Set-Cookie": {c.String()}}
+		f.cookieRenewals.Inc()
+	}
+	ws, err := f.upgrader.Upgrade(w, r, hdr)
+	if err != nil {
+		// The upgrader already answered the client.
+		return nil
 	}
 	ctx, cancel := context.WithCancel(f.root)
 	c := &wsConn{f: f, ws: ws, conn: conn, ctx: ctx, stop: cancel, cookieIssued: issued,

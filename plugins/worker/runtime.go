@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"path"
 	goruntime "runtime"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -436,10 +439,41 @@ func (rt *runtime) newConnection(f *protocol.Frame) (*protocol.FrameReply, error
 		return nil, err
 	}
 	s.isNew = false
+	if leavesNoTrace(s, f.GetHttp(), resp) {
+		// No identity: no cookie, nothing in the maps, nothing here.
+		return &protocol.FrameReply{Kind: &protocol.FrameReply_Http{Http: resp}}, nil
+	}
 	rt.mu.Lock()
 	rt.addConnLocked(s)
 	rt.mu.Unlock()
 	return rt.httpReply(s, resp), nil
+}
+
+// assetExtensions are the paths' endings of static files.
+var assetExtensions = map[string]bool{
+	".css": true, ".js": true, ".mjs": true, ".map": true, ".png": true, ".jpg": true, ".jpeg": true,
+	".gif": true, ".svg": true, ".ico": true, ".webp": true, ".avif": true, ".woff": true, ".woff2": true,
+	".ttf": true, ".otf": true, ".eot": true, ".txt": true, ".xml": true, ".webmanifest": true,
+}
+
+// leavesNoTrace says whether a new connection's first request names
+// nobody: a HEAD, or a GET of a static asset (by its path's ending) or
+// answered with an error (a crawler's probe, a health check of a path the
+// site does not serve), whose handler did not touch the session (named
+// it, logged in, wrote a value or called Keep). A browser's first page
+// view, any other method and anything the site touched name a connection
+// as before.
+func leavesNoTrace(s *Session, in *protocol.HTTPRequest, resp *protocol.HTTPResponse) bool {
+	if s.keep || s.login != "" || len(s.values.root) > 0 {
+		return false
+	}
+	switch in.GetMethod() {
+	case http.MethodHead:
+		return true
+	case http.MethodGet:
+		return resp.GetStatus() >= 400 || assetExtensions[strings.ToLower(path.Ext(requestPath(in.GetUrl())))]
+	}
+	return false
 }
 
 // httpReply closes a frame that may have changed the identity.

@@ -24,6 +24,7 @@ type Session struct {
 	login  string // declared during the current frame
 	attrs  map[string]string
 	isNew  bool
+	keep   bool // the first request touched the session: see Keep
 	values *Tree
 	pages  map[string]*Page
 	// acct is the account of the user the current frame belongs to.
@@ -78,8 +79,16 @@ func (s *Session) NameConnection(name string) error {
 		return fmt.Errorf("naming connection %q: %w", name, ErrBadName)
 	}
 	s.name = name
+	s.keep = true
 	return nil
 }
+
+// Keep says the connection of this first request is a visitor's even if
+// the request is one that names nobody by default (a HEAD, a GET of a
+// static asset or answered with an error, whose handler did not touch the
+// session; see leavesNoTrace): the answer sets the cookie and the
+// connection is recorded.
+func (s *Session) Keep() { s.keep = true }
 
 // User is who the person is, or "" before Login.
 func (s *Session) User() string {

@@ -234,3 +234,46 @@ func errOrStatus(err error, resp *http.Response) string {
 	}
 	return "HTTP " + strconv.Itoa(resp.StatusCode)
 }
+
+// Requests that name nobody leave no trace: a HEAD, a GET of a static
+// asset or answered with an error (a crawler's probe) get no cookie and
+// add nobody to the maps; a page view does, once.
+func TestAnonymousRequestsLeaveNoTrace(t *testing.T) {
+	a := startAgentWith(t, "subprocess", 2)
+	before := len(a.Supervisor().Users())
+	c := &http.Client{Timeout: 10 * time.Second}
+	for i := range 30 {
+		for _, rq := range []struct{ method, path string }{
+			{"HEAD", "/"}, {"GET", "/robots.txt"}, {"GET", "/assets/app.css"}, {"GET", "/wp-login.php"},
+			{"GET", fmt.Sprintf("/static/%d.png", i)},
+		} {
+			req, _ := http.NewRequest(rq.method, "http://"+a.Addr()+rq.path, nil)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatalf("%s %s: %v", rq.method, rq.path, err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if len(resp.Cookies()) != 0 {
+				t.Fatalf("%s %s set a cookie: %v", rq.method, rq.path, resp.Cookies())
+			}
+		}
+	}
+	if n := len(a.Supervisor().Users()); n != before {
+		t.Fatalf("150 requests that name nobody left %d people in the maps", n-before)
+	}
+	b := newBrowser(t, a)
+	if code, _ := b.do("GET", "/"); code != 200 || b.cookie() == "" {
+		t.Fatalf("a page view: HTTP %d, cookie %q", code, b.cookie())
+	}
+	if n := len(a.Supervisor().Users()); n != before+1 {
+		t.Fatalf("a page view left %d people in the maps, want 1", n-before)
+	}
+	// With the cookie, an asset is the person's as before.
+	if code, _ := b.do("GET", "/style.css"); code != 404 {
+		t.Fatalf("GET /style.css with a cookie: HTTP %d", code)
+	}
+	if n := len(a.Supervisor().Users()); n != before+1 {
+		t.Fatalf("the person's own asset request changed the maps to %d people", n-before)
+	}
+}

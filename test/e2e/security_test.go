@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -80,8 +81,11 @@ func TestCookieKeyRotationAcrossRestarts(t *testing.T) {
 		if w := ida.whoami(); w.Conn != before.Conn || w.User != "ida" {
 			t.Fatalf("%s: ida is %+v, was %+v", step.what, w, before)
 		}
-		if ida.cookie() != oldCookie {
-			t.Fatalf("%s: the front replaced a valid cookie", step.what)
+		// While the old key signs, its cookie stays; once the new key
+		// signs, the front re-signs the old key's cookie with it (the
+		// person moves to the new key at their next request).
+		if renewed := ida.cookie() != oldCookie; renewed != (step.ring[0] == newKey) {
+			t.Fatalf("%s: the cookie was renewed: %v", step.what, renewed)
 		}
 		if step.ring[0] == oldKey {
 			stop(a)
@@ -102,6 +106,10 @@ func TestCookieKeyRotationAcrossRestarts(t *testing.T) {
 	if w := bo.whoami(); w.Conn != boConn || w.User != "bo" {
 		t.Fatalf("bo (new key's cookie) is %+v after the old key left", w)
 	}
+	// A browser still holding the old key's cookie (one that has not come
+	// back since the rotation) is a newcomer.
+	u, _ := url.Parse(ida.base)
+	ida.jar.SetCookies(u, []*http.Cookie{{Name: "stickyd_conn", Value: oldCookie, Path: "/"}})
 	w := ida.whoami()
 	if w.Conn == before.Conn || w.User == "ida" {
 		t.Fatalf("a cookie of a dropped key still names ida: %+v", w)
