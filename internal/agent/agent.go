@@ -313,6 +313,8 @@ func (a *Agent) startFront() error {
 		SecureCookie:    a.cfg.Front.SecureCookie,
 		CookieTTL:       duration(a.cfg.Front.CookieTTL),
 		BodyTimeout:     a.cfg.Front.bodyTimeout(),
+		NewcomerRate:    a.cfg.Front.newcomerRate(),
+		NewcomerBurst:   a.cfg.Front.NewcomerBurst,
 		FrameRate:       a.cfg.Front.FrameRate,
 		FrameBurst:      a.cfg.Front.FrameBurst,
 		MaxMessageBytes: a.cfg.Front.MaxMessageBytes,

@@ -262,6 +262,14 @@ type FrontConfig struct {
 	// MaxHeldPerUser and MaxHeld cap the requests held on the barrier.
 	MaxHeldPerUser int `hcl:"max_held_per_user,optional"`
 	MaxHeld        int `hcl:"max_held,optional"`
+	// NewcomerRate bounds the requests without a valid cookie (each may
+	// become a new person) per second from one source address (an IPv6
+	// address by its /64; loopback is never limited), with bursts of
+	// NewcomerBurst (default 10 × the rate); over it, 429. Default 50; 0
+	// turns it off (behind a load balancer on another host every newcomer
+	// shares its address).
+	NewcomerRate  *float64 `hcl:"newcomer_rate,optional"`
+	NewcomerBurst int      `hcl:"newcomer_burst,optional"`
 	// IdleTimeout closes a keep-alive connection idle that long ("90s").
 	IdleTimeout string `hcl:"idle_timeout,optional"`
 	// BodyTimeout bounds the reading of a request's body ("60s"); a body
@@ -300,6 +308,18 @@ func (f *FrontConfig) bodyTimeout() time.Duration {
 		return d
 	}
 	return DefaultBodyTimeout
+}
+
+// newcomerRate is front.Config's NewcomerRate: 0 for the default, negative
+// for none.
+func (f *FrontConfig) newcomerRate() float64 {
+	switch {
+	case f.NewcomerRate == nil:
+		return 0
+	case *f.NewcomerRate == 0:
+		return -1
+	}
+	return *f.NewcomerRate
 }
 
 func (f *FrontConfig) maxHeaderBytes() int {
@@ -715,6 +735,9 @@ func (f *FrontConfig) finish() error {
 	}
 	if f.MaxHeaderBytes != 0 && f.MaxHeaderBytes < 4096 {
 		return fmt.Errorf("front: max_header_bytes = %d: want at least 4096 (0 for the default, 65536)", f.MaxHeaderBytes)
+	}
+	if r := f.NewcomerRate; r != nil && !(*r >= 0) || f.NewcomerBurst < 0 {
+		return fmt.Errorf("front: newcomer_rate and newcomer_burst must not be negative (newcomer_rate = 0 turns the limit off)")
 	}
 	if f.MaxConnections < 0 {
 		return fmt.Errorf("front: max_connections = %d: want a number of connections (0 derives it from the file limit)", f.MaxConnections)

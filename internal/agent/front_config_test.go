@@ -34,6 +34,13 @@ front {
 	if c.Front.FrameRate != 0 || c.Front.FrameBurst != 0 || len(c.Front.CookieKeyFiles) != 0 {
 		t.Fatalf("defaults %+v", c.Front)
 	}
+	if c.Front.newcomerRate() != 0 {
+		t.Fatalf("default newcomer rate %v, want 0 (the front's default)", c.Front.newcomerRate())
+	}
+	off, err := ParseConfig("test.hcl", []byte(`front { newcomer_rate = 0 }`))
+	if err != nil || off.Front.newcomerRate() >= 0 {
+		t.Fatalf("newcomer_rate = 0: %v %v, want the limit off", err, off.Front.newcomerRate())
+	}
 	if c.Front.idleTimeout() != DefaultIdleTimeout || c.Front.bodyTimeout() != DefaultBodyTimeout || c.Front.maxHeaderBytes() != DefaultMaxHeaderBytes {
 		t.Fatalf("default bounds %v %v %d", c.Front.idleTimeout(), c.Front.bodyTimeout(), c.Front.maxHeaderBytes())
 	}
@@ -52,6 +59,7 @@ func TestParseFrontSecurityErrors(t *testing.T) {
 		{"bad body timeout", "front { body_timeout = \"soon\" }", "body_timeout \"soon\""},
 		{"tiny header bound", "front { max_header_bytes = 100 }", "at least 4096"},
 		{"negative connections", "front { max_connections = -1 }", "max_connections = -1"},
+		{"negative newcomer rate", "front { newcomer_rate = -5 }", "newcomer_rate = 0 turns"},
 		{"bad cookie life", "front { cookie_ttl = \"a day\" }", "cookie_ttl \"a day\""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

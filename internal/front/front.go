@@ -74,8 +74,16 @@ type Config struct {
 	// half of it is renewed on the next answer, so an active tab keeps its
 	// session.
 	CookieTTL time.Duration
-	// Now is the clock of cookie issue and expiry; default time.Now.
+	// Now is the clock of cookie issue and expiry and of the newcomer
+	// limit; default time.Now.
 	Now func() time.Time
+	// NewcomerRate bounds the requests without a valid cookie (each a
+	// possible new person) per second from one source address (an IPv6
+	// address by its /64), with bursts of NewcomerBurst (default 10 × the
+	// rate); over it, 429. 0 is the default, DefaultNewcomerRate; negative
+	// is no limit.
+	NewcomerRate  float64
+	NewcomerBurst int
 	// SecureCookie sets the cookie's Secure attribute (behind TLS).
 	SecureCookie bool
 	// MaxMessageBytes bounds one WebSocket message; a bigger one closes the
@@ -129,11 +137,12 @@ type Config struct {
 
 // Front serves HTTP and WebSocket.
 type Front struct {
-	cfg     Config
-	log     hclog.Logger
-	cookie  *keyRing
-	barrier *barrier
-	limiter *frameLimiter // nil: no rate limit
+	cfg       Config
+	log       hclog.Logger
+	cookie    *keyRing
+	barrier   *barrier
+	limiter   *frameLimiter    // nil: no rate limit
+	newcomers *newcomerLimiter // nil: no newcomer limit
 	// cookieChecks counts cookie verifications by result (current_key,
 	// older_key, invalid).
 	cookieChecks   *prometheus.CounterVec
@@ -213,6 +222,7 @@ func New(cfg Config) (*Front, error) {
 	f := &Front{cfg: cfg, log: cfg.Logger, cookie: ring}
 	f.barrier = newBarrier(cfg.Directory, cfg, cfg.Registry)
 	f.limiter = newFrameLimiter(cfg, cfg.Registry)
+	f.newcomers = newNewcomerLimiter(cfg, cfg.Registry)
 	f.cookieChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stickyd_front_cookie_checks_total",
 		Help: "Connection cookies checked, by result: current_key (signed by the ring's first key), older_key (by a key behind it), invalid (no key of the ring), expired (past front.cookie_ttl).",

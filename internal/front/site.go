@@ -21,6 +21,9 @@ func (f *Front) serveSite(w http.ResponseWriter, r *http.Request) error {
 	if known && !f.allowFrame(rt.Conn, rt.User, viaSite) {
 		return errRateLimited
 	}
+	if !known && !f.newcomers.allow(r.RemoteAddr) {
+		return errTooManyNewcomers
+	}
 	body, err := f.readBody(w, r, f.cfg.MaxBodyBytes)
 	if err != nil {
 		return err
