@@ -354,16 +354,27 @@ func (f *Front) setCookie(w http.ResponseWriter, conn string) {
 	http.SetCookie(w, f.cookieFor(conn))
 }
 
+// boundConn is the connection a request's valid cookie names, if the maps
+// know it (errNoConnection otherwise), and whether its cookie is due for
+// renewal.
+func (f *Front) boundConn(r *http.Request) (string, bool, error) {
+	conn, renew := f.connOf(r)
+	if conn == "" {
+		return "", false, errNoConnection
+	}
+	if _, ok := f.cfg.Directory.Lookup(conn); !ok {
+		return "", false, errNoConnection
+	}
+	return conn, renew, nil
+}
+
 // serveRenew issues the bearer's cookie again: client.js asks when its
 // WebSocket says the cookie is past half its life (a tab that stays on one
 // WebSocket all day sends no other request that could renew it).
 func (f *Front) serveRenew(w http.ResponseWriter, r *http.Request) error {
-	conn, _ := f.connOf(r)
-	if conn == "" {
-		return errNoConnection
-	}
-	if _, ok := f.cfg.Directory.Lookup(conn); !ok {
-		return errNoConnection
+	conn, _, err := f.boundConn(r)
+	if err != nil {
+		return err
 	}
 	f.renewCookie(w, conn)
 	w.WriteHeader(http.StatusNoContent)

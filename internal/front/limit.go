@@ -2,16 +2,11 @@ package front
 
 import (
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 )
-
-// sweepEvery is how often the limiter forgets the buckets of people who
-// have been quiet long enough for theirs to be full again.
-const sweepEvery = time.Minute
 
 // frameLimiter is one token bucket per person for the frames that reach
 // this front from browsers: ops on the WebSocket, POST /_stickyd/op, and
@@ -19,14 +14,9 @@ const sweepEvery = time.Minute
 // from the one bucket. A frame over the limit is refused (never dropped in
 // silence, never queued) and counted. A nil *frameLimiter allows everything.
 type frameLimiter struct {
-	limit rate.Limit
-	burst int
+	buckets *bucketSet[string]
 	// now is the clock; tests replace it.
 	now func() time.Time
-
-	mu      sync.Mutex // guards buckets and swept
-	buckets map[string]*rate.Limiter
-	swept   time.Time
 
 	refused *prometheus.CounterVec
 }
@@ -48,8 +38,7 @@ func newFrameLimiter(cfg Config, reg prometheus.Registerer) *frameLimiter {
 	if cfg.FrameRate <= 0 {
 		return nil
 	}
-	return &frameLimiter{limit: rate.Limit(cfg.FrameRate), burst: cfg.FrameBurst, now: time.Now,
-		buckets: map[string]*rate.Limiter{}, refused: refused}
+	return &frameLimiter{buckets: newBucketSet[string](rate.Limit(cfg.FrameRate), cfg.FrameBurst, 0), now: time.Now, refused: refused}
 }
 
 // How a frame came, the label of the refusal counter.
@@ -65,33 +54,11 @@ func (l *frameLimiter) allow(user, via string) bool {
 	if l == nil {
 		return true
 	}
-	now := l.now()
-	l.mu.Lock()
-	if now.Sub(l.swept) >= sweepEvery {
-		l.sweepLocked(now)
-	}
-	b := l.buckets[user]
-	if b == nil {
-		b = rate.NewLimiter(l.limit, l.burst)
-		l.buckets[user] = b
-	}
-	// Under the lock: a sweep must not forget a bucket being drawn from.
-	ok := b.AllowN(now, 1)
-	l.mu.Unlock()
+	ok := l.buckets.take(user, l.now())
 	if !ok {
 		l.refused.WithLabelValues(via).Inc()
 	}
 	return ok
-}
-
-// sweepLocked forgets full buckets: a new one would be the same.
-func (l *frameLimiter) sweepLocked(now time.Time) {
-	for user, b := range l.buckets {
-		if b.TokensAt(now) >= float64(l.burst) {
-			delete(l.buckets, user)
-		}
-	}
-	l.swept = now
 }
 
 // errRateLimited refuses a frame over its person's rate.

@@ -166,11 +166,7 @@ func getSite(t *testing.T, srv *httptest.Server, cookie string) *http.Response {
 }
 
 // tracked is how many people have a bucket now.
-func (l *frameLimiter) tracked() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.buckets)
-}
+func (l *frameLimiter) tracked() int { return l.buckets.size() }
 
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
 
@@ -273,8 +269,8 @@ func TestFrameRateChecks(t *testing.T) {
 		}
 	}
 	f, _, _ := testFront(t, Config{FrameRate: 50})
-	if f.limiter.burst != 100 {
-		t.Fatalf("default burst %d, want twice the rate", f.limiter.burst)
+	if f.limiter.buckets.burst != 100 {
+		t.Fatalf("default burst %d, want twice the rate", f.limiter.buckets.burst)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,14 +29,8 @@ const (
 // every newcomer has its address: raise the rate or turn it off there. A
 // nil *newcomerLimiter allows everything.
 type newcomerLimiter struct {
-	limit rate.Limit
-	burst int
-	now   func() time.Time
-
-	mu      sync.Mutex // guards buckets, shared and swept
-	buckets map[netip.Prefix]*rate.Limiter
-	shared  *rate.Limiter // for addresses past maxNewcomerBuckets
-	swept   time.Time
+	buckets *bucketSet[netip.Prefix]
+	now     func() time.Time
 
 	refused prometheus.Counter
 }
@@ -61,8 +54,7 @@ func newNewcomerLimiter(cfg Config, reg prometheus.Registerer) *newcomerLimiter 
 	if burst <= 0 {
 		burst = int(r * defaultNewcomerBurst)
 	}
-	return &newcomerLimiter{limit: rate.Limit(r), burst: burst, now: cfg.Now,
-		buckets: map[netip.Prefix]*rate.Limiter{}, shared: rate.NewLimiter(rate.Limit(r), burst), refused: refused}
+	return &newcomerLimiter{buckets: newBucketSet[netip.Prefix](rate.Limit(r), burst, maxNewcomerBuckets), now: cfg.Now, refused: refused}
 }
 
 // sourceOf is the bucket a remote address draws from.
@@ -91,39 +83,15 @@ func (l *newcomerLimiter) allow(remote string) bool {
 	if l == nil {
 		return true
 	}
-	src, now := sourceOf(remote), l.now()
+	src := sourceOf(remote)
 	if src.IsValid() && src.Addr().IsLoopback() {
 		return true
 	}
-	l.mu.Lock()
-	if now.Sub(l.swept) >= sweepEvery || len(l.buckets) >= maxNewcomerBuckets {
-		l.sweepLocked(now)
-	}
-	b := l.buckets[src]
-	if b == nil {
-		if len(l.buckets) < maxNewcomerBuckets {
-			b = rate.NewLimiter(l.limit, l.burst)
-			l.buckets[src] = b
-		} else {
-			b = l.shared
-		}
-	}
-	ok := b.AllowN(now, 1)
-	l.mu.Unlock()
+	ok := l.buckets.take(src, l.now())
 	if !ok {
 		l.refused.Inc()
 	}
 	return ok
-}
-
-// sweepLocked forgets full buckets: a new one would be the same.
-func (l *newcomerLimiter) sweepLocked(now time.Time) {
-	for src, b := range l.buckets {
-		if b.TokensAt(now) >= float64(l.burst) {
-			delete(l.buckets, src)
-		}
-	}
-	l.swept = now
 }
 
 // errTooManyNewcomers refuses a newcomer over its address's rate.

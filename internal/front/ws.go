@@ -52,12 +52,9 @@ type flight struct {
 }
 
 func (f *Front) serveWS(w http.ResponseWriter, r *http.Request) error {
-	conn, renew := f.connOf(r)
-	if conn == "" {
-		return errNoConnection
-	}
-	if _, ok := f.cfg.Directory.Lookup(conn); !ok {
-		return errNoConnection
+	conn, renew, err := f.boundConn(r)
+	if err != nil {
+		return err
 	}
 	// When the page's cookie was issued: now if the upgrade renews it.
 	issued := f.cfg.Now()
