@@ -95,6 +95,33 @@ type Options struct {
 	// Logger receives the SDK's logs; nil means hclog's default to stderr,
 	// which go-plugin forwards to the host.
 	Logger hclog.Logger
+	// MaxPagesPerConn and MaxPagesPerPerson bound the pages open at once
+	// on one connection (a browser: all its tabs) and for one person (all
+	// their connections); an open past either is refused with a message the
+	// page sees, until one is closed. Defaults DefaultMaxPagesPerConn and
+	// DefaultMaxPagesPerPerson; negative is no bound.
+	MaxPagesPerConn   int
+	MaxPagesPerPerson int
+}
+
+// The default page bounds.
+const (
+	DefaultMaxPagesPerConn   = 100
+	DefaultMaxPagesPerPerson = 500
+)
+
+// pageBounds are o's page bounds, 0 for none.
+func (o Options) pageBounds() (perConn, perPerson int) {
+	bound := func(v, def int) int {
+		switch {
+		case v < 0:
+			return 0
+		case v == 0:
+			return def
+		}
+		return v
+	}
+	return bound(o.MaxPagesPerConn, DefaultMaxPagesPerConn), bound(o.MaxPagesPerPerson, DefaultMaxPagesPerPerson)
 }
 
 func (o Options) logger() hclog.Logger {

@@ -528,6 +528,9 @@ func (rt *runtime) open(ctx context.Context, s *Session, o *protocol.PageOpen) (
 	p := s.pages[o.Page]
 	st := &protocol.PageState{Page: o.Page}
 	if p == nil {
+		if err := rt.roomForPage(s); err != nil {
+			return nil, err
+		}
 		p = newPage(s, o.Page, o.Kind)
 		s.pages[o.Page] = p
 		rt.countPages(s, 1)
@@ -556,6 +559,30 @@ func (rt *runtime) open(ctx context.Context, s *Session, o *protocol.PageOpen) (
 	r := &protocol.FrameReply{Kind: &protocol.FrameReply_Opened{Opened: st}}
 	r.Identity = rt.identity(s)
 	return r, nil
+}
+
+// roomForPage refuses a new page past the connection's or the person's
+// bound (Options.MaxPagesPerConn, MaxPagesPerPerson).
+func (rt *runtime) roomForPage(s *Session) error {
+	perConn, perPerson := rt.opts.pageBounds()
+	if perConn > 0 && len(s.pages) >= perConn {
+		return badf("opening a page: this connection has %d pages open, the most it may; close one first", len(s.pages))
+	}
+	if perPerson <= 0 {
+		return nil
+	}
+	rt.mu.Lock()
+	n := 0
+	for other := range rt.byUser[s.user] {
+		if other != s {
+			n += len(other.pages)
+		}
+	}
+	rt.mu.Unlock()
+	if n += len(s.pages); n >= perPerson {
+		return badf("opening a page: this person has %d pages open, the most they may; close one first", n)
+	}
+	return nil
 }
 
 func (rt *runtime) page(s *Session, id string) (*Page, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -246,5 +247,37 @@ func TestProbeReportsWhatEachUserConsumed(t *testing.T) {
 	}
 	if p := probe(); len(p.Left) != 1 || p.Left[0] != light.User {
 		t.Fatalf("left %v, want [%s]", p.Left, light.User)
+	}
+}
+
+// A connection holds at most MaxPagesPerConn pages: the next open is
+// refused with a message the page sees, an open page reopens, and closing
+// one makes room.
+func TestPageCountIsBounded(t *testing.T) {
+	h := startWorker(t)
+	conn := h.get("", "", "/").Identity.Conn
+	u := "~" + conn
+	open := func(page string) error {
+		_, err := h.frame(&protocol.Frame{User: u, Conn: conn, Kind: &protocol.Frame_Open{Open: &protocol.PageOpen{Page: page, Kind: "k"}}})
+		return err
+	}
+	for i := range DefaultMaxPagesPerConn {
+		if err := open(fmt.Sprintf("p%d", i)); err != nil {
+			t.Fatalf("page %d of %d: %v", i+1, DefaultMaxPagesPerConn, err)
+		}
+	}
+	err := open("one-too-many")
+	var re *channel.RemoteError
+	if !errors.As(err, &re) || re.Code != protocol.Error_BAD_REQUEST || !strings.Contains(re.Message, "close one first") {
+		t.Fatalf("page %d: %v, want a refusal that says why", DefaultMaxPagesPerConn+1, err)
+	}
+	if err := open("p7"); err != nil {
+		t.Fatalf("reopening an open page at the bound: %v", err)
+	}
+	if _, err := h.frame(&protocol.Frame{User: u, Conn: conn, Kind: &protocol.Frame_Close{Close: &protocol.PageClose{Page: "p7"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := open("one-too-many"); err != nil {
+		t.Fatalf("an open after a close made room: %v", err)
 	}
 }
