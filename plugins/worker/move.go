@@ -137,6 +137,7 @@ func (rt *runtime) evict(e *protocol.Evict) {
 	for _, s := range sessions {
 		rt.countPages(s, -int64(len(s.pages)))
 	}
+	rt.released()
 }
 
 // wake installs a user from their package. Pages whose state this build

@@ -9,6 +9,7 @@ import (
 	"path"
 	goruntime "runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,8 @@ type runtime struct {
 	peer     *channel.Peer
 	workerID string
 	ctx      context.Context
+	// freed wakes the releaser: people left (see released).
+	freed chan struct{}
 
 	mu    sync.Mutex // guards users, conns, epochs and frozen
 	users map[string]*user
@@ -638,9 +641,59 @@ func (rt *runtime) pull(s *Session, pl *protocol.PagePull, id uint64) (*protocol
 	return nil, nil
 }
 
+// liveHeap is the heap the last garbage collection found live: what the
+// worker's people and code hold, not the garbage waiting for the next
+// collection (HeapAlloc floats up to twice the live heap between two).
+func liveHeap() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
+
+// releaseEvery bounds how often a worker that lost people gives their
+// memory back at once.
+const releaseEvery = 10 * time.Second
+
+// released is called when people left this worker (evicted after their
+// moves): the memory they held is collected and given back to the system
+// soon (within a second, at most once per releaseEvery), rather than when
+// the heap next doubles, which a worker that lost its people may never
+// do. The probe then shows the heap and RSS of who is left.
+func (rt *runtime) released() {
+	select {
+	case rt.freed <- struct{}{}:
+	default:
+	}
+}
+
+// releaser runs released's collections until ctx ends.
+func (rt *runtime) releaser(ctx context.Context) {
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-rt.freed:
+		}
+		wait := max(time.Second, releaseEvery-time.Since(last))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		select {
+		case <-rt.freed: // the evictions meanwhile are covered
+		default:
+		}
+		debug.FreeOSMemory()
+		last = time.Now()
+	}
+}
+
 func (rt *runtime) probe() *protocol.ProbeReply {
-	var ms goruntime.MemStats
-	goruntime.ReadMemStats(&ms)
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	var depth int64
@@ -664,7 +717,7 @@ func (rt *runtime) probe() *protocol.ProbeReply {
 		Users:        int64(len(rt.byUser)),
 		Conns:        int64(len(rt.conns)),
 		Goroutines:   int64(goruntime.NumGoroutine()),
-		HeapBytes:    ms.HeapAlloc,
+		HeapBytes:    liveHeap(),
 		Frames:       rt.frames.Load(),
 		Pages:        rt.pages.Load(),
 	}

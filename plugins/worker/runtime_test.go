@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	goruntime "runtime"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -280,4 +283,80 @@ func TestPageCountIsBounded(t *testing.T) {
 	if err := open("one-too-many"); err != nil {
 		t.Fatalf("an open after a close made room: %v", err)
 	}
+}
+
+// bigApp fills a page's tree with the number of bytes its message says.
+type bigApp struct{ testApp }
+
+func (bigApp) Message(ctx context.Context, p *Page, msg json.RawMessage) (any, error) {
+	var n int
+	if err := json.Unmarshal(msg, &n); err != nil {
+		return nil, err
+	}
+	return n, p.Tree().Set("blob", strings.Repeat("x", n))
+}
+
+// A worker whose people all moved away gives their memory back: the
+// probe's live heap and RSS return near where they were before they came
+// (not when the heap next doubles, which an emptied worker may never do).
+func TestEmptiedWorkerGivesMemoryBack(t *testing.T) {
+	h := startApp(t, bigApp{}, "w1")
+	probe := func() *protocol.ProbeReply {
+		t.Helper()
+		env, err := h.peer.Call(t.Context(), &protocol.Envelope{Body: &protocol.Envelope_Probe{Probe: &protocol.Probe{}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env.GetProbeReply()
+	}
+	debug.FreeOSMemory()
+	base := probe()
+	const people, size = 16, 4 << 20
+	var users []string
+	for i := range people {
+		conn := h.get("", "", "/").Identity.Conn
+		u := "~" + conn
+		users = append(users, u)
+		if _, err := h.frame(&protocol.Frame{User: u, Conn: conn, Kind: &protocol.Frame_Open{Open: &protocol.PageOpen{Page: "p", Kind: "k"}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.frame(&protocol.Frame{User: u, Conn: conn, Kind: &protocol.Frame_Message{Message: &protocol.PageMessage{Page: "p", Data: []byte(strconv.Itoa(size))}}}); err != nil {
+			t.Fatalf("filling person %d: %v", i, err)
+		}
+	}
+	goruntime.GC()
+	full := probe()
+	if full.HeapBytes < base.HeapBytes+people*size {
+		t.Fatalf("live heap %d MiB with %d people of 4 MiB, from %d MiB", full.HeapBytes>>20, people, base.HeapBytes>>20)
+	}
+	// Everyone moves away: frozen, then evicted, as the road does.
+	for _, u := range users {
+		if _, err := h.peer.Call(t.Context(), &protocol.Envelope{Body: &protocol.Envelope_Freeze{Freeze: &protocol.Freeze{User: u, Epoch: 2}}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.peer.Notify(&protocol.Envelope{Body: &protocol.Envelope_Evict{Evict: &protocol.Evict{User: u}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The test's side let go of the packages; the worker's release comes
+	// within about a second. The live heap must come back within 20 % of
+	// the empty worker's (plus 4 MiB for this test's own garbage), and the
+	// RSS within the same of where it was.
+	deadline := time.Now().Add(15 * time.Second)
+	var got *protocol.ProbeReply
+	for {
+		got = probe()
+		heapOK := got.HeapBytes <= base.HeapBytes*12/10+4<<20
+		rssOK := base.RssBytes == 0 || got.RssBytes <= base.RssBytes*12/10+16<<20
+		if heapOK && rssOK && got.Users == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after everyone left: live heap %d MiB (empty %d, full %d), RSS %d MiB (empty %d, full %d), %d users",
+				got.HeapBytes>>20, base.HeapBytes>>20, full.HeapBytes>>20, got.RssBytes>>20, base.RssBytes>>20, full.RssBytes>>20, got.Users)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("live heap %d → %d → %d MiB, RSS %d → %d → %d MiB", base.HeapBytes>>20, full.HeapBytes>>20, got.HeapBytes>>20,
+		base.RssBytes>>20, full.RssBytes>>20, got.RssBytes>>20)
 }

@@ -83,6 +83,7 @@ func serveConn(ctx context.Context, app App, opts Options, c channel.Conn, hello
 		frozen:   map[string]bool{},
 		yields:   map[string]*yielding{},
 		maint:    newMaintenance(),
+		freed:    make(chan struct{}, 1),
 		maxBody:  maxSiteBody,
 	}
 	if d, ok := app.(Dependent); ok {
@@ -92,6 +93,7 @@ func serveConn(ctx context.Context, app App, opts Options, c channel.Conn, hello
 		o := p.siteOptions()
 		rt.site, rt.maxBody = newSitePool(o.Workers, o.QueueMax), o.MaxBodyBytes
 	}
+	go rt.releaser(ctx)
 	rt.peer = channel.NewIdlePeer(c, rt.handle)
 	if ack.PackageChunks {
 		rt.peer.EnableChunks()
