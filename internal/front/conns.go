@@ -86,7 +86,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			if l.max <= 0 {
 				l.open.Add(1)
 			}
-			return &countedConn{Conn: c, l: l}, nil
+			return &countedConn{Conn: c, n: &l.open}, nil
 		}
 		l.open.Add(-1)
 		l.refused.Inc()
@@ -96,7 +96,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			continue
 		}
 		select {
-		case l.overflow <- &overflowConn{Conn: c, l: l}:
+		case l.overflow <- &countedConn{Conn: c, n: &l.busy}:
 		case <-l.done:
 			l.busy.Add(-1)
 			_ = c.Close()
@@ -116,27 +116,16 @@ func (l *Listener) Close() error {
 	return l.Listener.Close()
 }
 
-// countedConn is a served connection; closing it frees its place.
+// countedConn is a connection counted in n while it is open: a served one
+// in the listener's open count, one past the bound in its busy count.
 type countedConn struct {
 	net.Conn
-	l    *Listener
+	n    *atomic.Int64
 	once sync.Once
 }
 
 func (c *countedConn) Close() error {
-	c.once.Do(func() { c.l.open.Add(-1) })
-	return c.Conn.Close()
-}
-
-// overflowConn is a connection past the bound, being answered.
-type overflowConn struct {
-	net.Conn
-	l    *Listener
-	once sync.Once
-}
-
-func (c *overflowConn) Close() error {
-	c.once.Do(func() { c.l.busy.Add(-1) })
+	c.once.Do(func() { c.n.Add(-1) })
 	return c.Conn.Close()
 }
 
