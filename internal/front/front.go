@@ -315,26 +315,33 @@ const cookieSkew = 5 * time.Minute
 // older form without an issue time, or signed by a key behind the ring's
 // first).
 func (f *Front) connOf(r *http.Request) (conn string, renew bool) {
+	conn, _, renew = f.cookieOf(r)
+	return conn, renew
+}
+
+// cookieOf is connOf with the cookie's issue time (zero for one in the
+// older form).
+func (f *Front) cookieOf(r *http.Request) (conn string, issued time.Time, renew bool) {
 	c, err := r.Cookie(f.cfg.CookieName)
 	if err != nil {
-		return "", false
+		return "", time.Time{}, false
 	}
 	conn, issued, key, ok := f.cookie.verify(c.Value)
 	if !ok {
 		f.cookieChecks.WithLabelValues("invalid").Inc()
-		return "", false
+		return "", time.Time{}, false
 	}
 	now := f.cfg.Now()
 	if !issued.IsZero() && (now.Sub(issued) >= f.cfg.CookieTTL || issued.Sub(now) > cookieSkew) {
 		f.cookieChecks.WithLabelValues("expired").Inc()
-		return "", false
+		return "", time.Time{}, false
 	}
 	if key > 0 {
 		f.cookieChecks.WithLabelValues("older_key").Inc()
 	} else {
 		f.cookieChecks.WithLabelValues("current_key").Inc()
 	}
-	return conn, key > 0 || issued.IsZero() || now.Sub(issued) >= f.cfg.CookieTTL/2
+	return conn, issued, key > 0 || issued.IsZero() || now.Sub(issued) >= f.cfg.CookieTTL/2
 }
 
 // cookie is the cookie naming conn, issued now.
@@ -355,24 +362,24 @@ func (f *Front) setCookie(w http.ResponseWriter, conn string) {
 }
 
 // boundConn is the connection a request's valid cookie names, if the maps
-// know it (errNoConnection otherwise), and whether its cookie is due for
-// renewal.
-func (f *Front) boundConn(r *http.Request) (string, bool, error) {
-	conn, renew := f.connOf(r)
+// know it (errNoConnection otherwise), when its cookie was issued and
+// whether it is due for renewal.
+func (f *Front) boundConn(r *http.Request) (string, time.Time, bool, error) {
+	conn, issued, renew := f.cookieOf(r)
 	if conn == "" {
-		return "", false, errNoConnection
+		return "", time.Time{}, false, errNoConnection
 	}
 	if _, ok := f.cfg.Directory.Lookup(conn); !ok {
-		return "", false, errNoConnection
+		return "", time.Time{}, false, errNoConnection
 	}
-	return conn, renew, nil
+	return conn, issued, renew, nil
 }
 
 // serveRenew issues the bearer's cookie again: client.js asks when its
 // WebSocket says the cookie is past half its life (a tab that stays on one
 // WebSocket all day sends no other request that could renew it).
 func (f *Front) serveRenew(w http.ResponseWriter, r *http.Request) error {
-	conn, _, err := f.boundConn(r)
+	conn, _, _, err := f.boundConn(r)
 	if err != nil {
 		return err
 	}

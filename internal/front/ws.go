@@ -52,18 +52,12 @@ type flight struct {
 }
 
 func (f *Front) serveWS(w http.ResponseWriter, r *http.Request) error {
-	conn, renew, err := f.boundConn(r)
+	conn, issued, renew, err := f.boundConn(r)
 	if err != nil {
 		return err
 	}
-	// When the page's cookie was issued: now if the upgrade renews it.
-	issued := f.cfg.Now()
-	if !renew {
-		if c, err := r.Cookie(f.cfg.CookieName); err == nil {
-			if _, at, _, ok := f.cookie.verify(c.Value); ok {
-				issued = at
-			}
-		}
+	if renew {
+		issued = f.cfg.Now() // the upgrade's answer carries a new cookie
 	}
 	var hdr http.Header
 	if renew {
