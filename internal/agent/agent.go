@@ -480,7 +480,7 @@ func randomToken() string {
 }
 
 // woken records a wake in the maps and drops the package it came from.
-func (a *Agent) woken(user, digest string) {
+func (a *Agent) woken(user, digest, base string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := a.sup.Woken(ctx, user, digest); err != nil {
@@ -489,6 +489,9 @@ func (a *Agent) woken(user, digest string) {
 	}
 	if u, ok := a.sup.User(user); !ok || u.Package != digest {
 		_ = a.park.Delete(digest)
+	}
+	if base != "" {
+		_ = a.park.Delete(base) // a precopy: nothing else names it
 	}
 }
 

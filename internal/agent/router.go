@@ -122,7 +122,12 @@ func (r *router) Send(ctx context.Context, worker string, f *protocol.Frame) (*c
 
 // Freeze, Thaw, Evict and Ready implement move.Workers.
 func (r *router) Freeze(ctx context.Context, worker, user string, epoch uint64) (*protocol.Frozen, error) {
-	env, err := r.call(ctx, worker, &protocol.Envelope{Body: &protocol.Envelope_Freeze{Freeze: &protocol.Freeze{User: user, Epoch: epoch}}})
+	return r.FreezeFrom(ctx, worker, user, epoch, 0, "")
+}
+
+// FreezeFrom, Precopy and Stage implement move.Precopier.
+func (r *router) FreezeFrom(ctx context.Context, worker, user string, epoch, base uint64, baseDigest string) (*protocol.Frozen, error) {
+	env, err := r.call(ctx, worker, &protocol.Envelope{Body: &protocol.Envelope_Freeze{Freeze: &protocol.Freeze{User: user, Epoch: epoch, Base: base, BaseDigest: baseDigest}}})
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +136,23 @@ func (r *router) Freeze(ctx context.Context, worker, user string, epoch uint64) 
 		return nil, fmt.Errorf("worker %s answered a freeze with %T", worker, env.Body)
 	}
 	return fz, nil
+}
+
+func (r *router) Precopy(ctx context.Context, worker, user string) (*protocol.Precopied, error) {
+	env, err := r.call(ctx, worker, &protocol.Envelope{Body: &protocol.Envelope_Precopy{Precopy: &protocol.Precopy{User: user}}})
+	if err != nil {
+		return nil, err
+	}
+	pc := env.GetPrecopied()
+	if pc == nil {
+		return nil, fmt.Errorf("worker %s answered a precopy with %T", worker, env.Body)
+	}
+	return pc, nil
+}
+
+func (r *router) Stage(ctx context.Context, worker, user, digest string, pkg []byte) error {
+	_, err := r.call(ctx, worker, &protocol.Envelope{Body: &protocol.Envelope_Stage{Stage: &protocol.Stage{User: user, Digest: digest, Package: pkg}}})
+	return err
 }
 
 func (r *router) Thaw(ctx context.Context, worker, user string, epoch uint64) error {

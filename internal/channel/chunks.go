@@ -39,10 +39,10 @@ type assembly struct {
 	sum      hash.Hash // nil unless the peer digests packages
 }
 
-// DigestPackages makes the peer hash each Frozen package as its chunks
-// arrive, while the sender is still sending, and give its SHA-256 in
-// Frozen.sha256. A Frozen that arrives whole has that field cleared: it is
-// only ever this side's own reading. Call it before Listen.
+// DigestPackages makes the peer hash each Frozen (and Precopied) package
+// as its chunks arrive, while the sender is still sending, and give its
+// SHA-256 in Frozen.sha256 (Precopied.sha256). One that arrives whole has
+// that field cleared: it is only ever this side's own reading. Call it before Listen.
 func (p *Peer) DigestPackages() { p.digests = true }
 
 // EnableChunks says the other side reads packages sent in chunks: from now
@@ -60,7 +60,15 @@ func packageFields(env *protocol.Envelope) []*[]byte {
 		}
 	case *protocol.Envelope_Wake:
 		if b.Wake != nil {
-			return []*[]byte{&b.Wake.Package}
+			return []*[]byte{&b.Wake.Package, &b.Wake.BasePackage}
+		}
+	case *protocol.Envelope_Precopied:
+		if b.Precopied != nil {
+			return []*[]byte{&b.Precopied.Package}
+		}
+	case *protocol.Envelope_Stage:
+		if b.Stage != nil {
+			return []*[]byte{&b.Stage.Package}
 		}
 	case *protocol.Envelope_Checkpointed:
 		if b.Checkpointed != nil {
@@ -208,9 +216,15 @@ func (p *Peer) gatherPiece(env *protocol.Envelope, pc *protocol.PackageChunk) ([
 // assemble gives env the packages their chunks carried, if any arrived.
 // It runs in the read loop.
 func (p *Peer) assemble(env *protocol.Envelope) error {
-	fz := env.GetFrozen()
-	if fz != nil {
-		fz.Sha256 = nil
+	// A digest is only ever this side's own reading.
+	var sum *[]byte
+	if fz := env.GetFrozen(); fz != nil {
+		sum = &fz.Sha256
+	} else if pc := env.GetPrecopied(); pc != nil {
+		sum = &pc.Sha256
+	}
+	if sum != nil {
+		*sum = nil
 	}
 	if len(p.assembling) == 0 {
 		return nil
@@ -222,9 +236,9 @@ func (p *Peer) assemble(env *protocol.Envelope) error {
 			continue
 		}
 		delete(p.assembling, key)
-		if a.sum != nil && fz != nil {
+		if a.sum != nil && sum != nil {
 			a.sum.Write(*pkg)
-			fz.Sha256 = a.sum.Sum(nil)
+			*sum = a.sum.Sum(nil)
 		}
 		*pkg = append(a.buf, *pkg...)
 	}

@@ -50,9 +50,10 @@ type Parcels interface {
 type Pool struct {
 	// Parcels and Woken must be set before Start when frames may ask for a
 	// wake: the package is read from Parcels, and Woken is told once a
-	// worker has installed it (the supervisor records it in the maps).
+	// worker has installed it (the supervisor records it in the maps), with
+	// the precopy it continued, if any (no longer needed by anyone).
 	Parcels Parcels
-	Woken   func(user, digest string)
+	Woken   func(user, digest, base string)
 	// ProbeInterval is how often each worker is probed; its answer is both
 	// its numbers and its proof of life. Zero means no probing.
 	ProbeInterval time.Duration
@@ -952,7 +953,23 @@ func (p *Pool) wake(s *slot, peer *channel.Peer, user string, epoch uint64, dige
 		}
 		pkg = b
 	}
-	c, err := peer.Start(&protocol.Envelope{Body: &protocol.Envelope_Wake{Wake: &protocol.Wake{User: user, Epoch: epoch, Package: pkg}}})
+	woken := func() {
+		if p.Checkpoints != nil {
+			p.Checkpoints.Forget(s.id, user, epoch)
+		}
+		if p.Woken != nil {
+			p.Woken(user, digest, protocol.PackageBase(pkg))
+		}
+	}
+	wake := &protocol.Wake{User: user, Epoch: epoch, Package: pkg}
+	if base := protocol.PackageBase(pkg); base != "" {
+		// The package continues a precopy the worker should have staged:
+		// the wake is waited for (the envelope behind it waits anyway), and
+		// sent again with the precopy if the worker no longer has it.
+		p.wakeFromBase(s, peer, wake, base, woken)
+		return
+	}
+	c, err := peer.Start(&protocol.Envelope{Body: &protocol.Envelope_Wake{Wake: wake}})
 	if err != nil {
 		return
 	}
@@ -963,13 +980,39 @@ func (p *Pool) wake(s *slot, peer *channel.Peer, user string, epoch uint64, dige
 			s.log.Error("waking a user", "user", user, "error", err)
 			return
 		}
-		if p.Checkpoints != nil {
-			p.Checkpoints.Forget(s.id, user, epoch)
-		}
-		if p.Woken != nil {
-			p.Woken(user, digest)
-		}
+		woken()
 	}()
+}
+
+// wakeFromBase sends a wake whose package continues the precopy base and
+// waits for it; a worker that no longer has base staged is sent it.
+func (p *Pool) wakeFromBase(s *slot, peer *channel.Peer, wake *protocol.Wake, base string, woken func()) {
+	ctx, cancel := context.WithTimeout(p.ctx, time.Minute)
+	defer cancel()
+	for try := 0; ; try++ {
+		c, err := peer.Start(&protocol.Envelope{Body: &protocol.Envelope_Wake{Wake: wake}})
+		if err != nil {
+			return
+		}
+		_, err = c.Wait(ctx)
+		var re *channel.RemoteError
+		if try == 0 && errors.As(err, &re) && re.Code == protocol.Error_NOT_FOUND && p.Parcels != nil {
+			s.log.Info("the worker has no staged copy of a moved person's precopy; sending it with the wake", "user", wake.User, "package", base)
+			b, gerr := p.Parcels.Get(base)
+			if gerr != nil {
+				s.log.Error("reading the precopy a parked package continues; the user wakes without state", "user", wake.User, "package", base, "error", gerr)
+				wake.Package = nil
+			}
+			wake.BasePackage = b
+			continue
+		}
+		if err != nil {
+			s.log.Error("waking a user", "user", wake.User, "error", err)
+			return
+		}
+		woken()
+		return
+	}
 }
 
 // restore wakes a person of a worker that died from their crash checkpoint

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -49,6 +50,21 @@ type Deliverer interface {
 	Deliver(ctx context.Context, worker, digest string, pkg []byte) error
 }
 
+// Precopier is the optional ability of Workers to copy a person ahead of
+// their move (docs/moves.md): the old worker hands over a copy of their
+// state while they go on (Precopy), the destination reads it in advance
+// (Stage), and the freeze then hands over only what changed since
+// (FreezeFrom), so the pause does not grow with the person's size.
+type Precopier interface {
+	Precopy(ctx context.Context, worker, user string) (*protocol.Precopied, error)
+	Stage(ctx context.Context, worker, user, digest string, pkg []byte) error
+	FreezeFrom(ctx context.Context, worker, user string, epoch, base uint64, baseDigest string) (*protocol.Frozen, error)
+}
+
+// precopyTimeout bounds a precopy and its staging; one that takes longer
+// is given up, and the person moves by a full freeze.
+const precopyTimeout = 30 * time.Second
+
 // Config tunes the road.
 type Config struct {
 	// FreezeTimeout bounds the freeze: an old worker that has not handed
@@ -67,6 +83,9 @@ type Mover struct {
 	store   park.Store
 	moves   *prometheus.CounterVec
 	seconds prometheus.Histogram
+	// noPrecopy names the workers that answered a precopy or a stage as
+	// something they do not handle (another SDK, an older build).
+	noPrecopy sync.Map
 }
 
 // Outcomes of a move, as reported and counted.
@@ -96,6 +115,10 @@ type Result struct {
 	Epoch   uint64 `json:"epoch"`
 	Outcome string `json:"outcome"`
 	Bytes   int    `json:"bytes"`
+	// Precopied is the size of the copy sent ahead of the freeze, and
+	// FromBase the pages the freeze then sent as their changes alone.
+	Precopied int `json:"precopied_bytes,omitempty"`
+	FromBase  int `json:"from_base_pages,omitempty"`
 	Conns   int    `json:"conns"`
 	Pages   int    `json:"pages"`
 	Package string `json:"package,omitempty"`

@@ -2,12 +2,15 @@ package move
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/park"
 	"github.com/stickyd/stickyd/internal/placement"
+	"github.com/stickyd/stickyd/internal/protocol"
 )
 
 // Request is one person's part in a set that takes the road together.
@@ -54,6 +57,10 @@ type traveller struct {
 	// been applied, so it is dropped, and the person told it failed.
 	unsure  error
 	retries int
+	// base and baseDigest name the precopy staged at the destination, if
+	// any (stored as baseDigest until the person wakes).
+	base       uint64
+	baseDigest string
 }
 
 // MoveSet moves a set of people by the one road, in batches: one log entry
@@ -126,10 +133,21 @@ func (m *Mover) MoveSet(ctx context.Context, reqs []Request, opt Options, done f
 		onRoad  int // people between their begin's entry and their outcome
 		writing int // entries being written
 		pending []*traveller
+		// Precopies run ahead of the barriers: a person joins the queue
+		// once theirs is staged (or was not worth it).
+		prepared  chan *traveller
+		preparing int
 	)
-	for len(queue) > 0 || onRoad > 0 {
+	if pre, ok := m.workers.(Precopier); ok && !opt.Park && len(queue) > 0 {
+		prepared = make(chan *traveller, len(queue))
+		preparing = len(queue)
+		go m.precopyAll(ctx, pre, queue, opt, prepared)
+		queue = nil
+	}
+	for len(queue) > 0 || onRoad > 0 || preparing > 0 {
 		if ctx.Err() != nil && len(queue) > 0 {
 			for _, t := range queue {
+				m.dropBase(t)
 				finish(t, fmt.Errorf("moving %q: %w", t.res.User, ctx.Err()))
 			}
 			queue = nil
@@ -154,6 +172,9 @@ func (m *Mover) MoveSet(ctx context.Context, reqs []Request, opt Options, done f
 			continue
 		}
 		select {
+		case t := <-prepared:
+			preparing--
+			queue = append(queue, t)
 		case t := <-frozen:
 			pending = append(pending, t)
 		case e := <-entries:
@@ -249,6 +270,7 @@ func (m *Mover) settled(ctx context.Context, e written, opt Options, frozen chan
 	}
 	for i, t := range e.commits {
 		if perr := e.out.Commit[i].Err(); perr != nil {
+			m.dropBase(t)
 			if t.lost == nil {
 				m.thaw(ctx, t)
 			}
@@ -267,6 +289,7 @@ func (m *Mover) settled(ctx context.Context, e written, opt Options, frozen chan
 			t.res.Outcome = RolledBack
 			done(t, fmt.Errorf("moving %q: rolling back after %v: %w", t.res.User, t.cause, perr))
 		default:
+			m.dropBase(t)
 			m.thaw(ctx, t)
 			done(t, m.rolledBack(&t.res, t.cause))
 		}
@@ -283,9 +306,18 @@ func (m *Mover) freeze(ctx context.Context, t *traveller, opt Options) {
 	user, from, to := t.res.User, t.before.Worker, t.res.To
 	fctx, cancel := context.WithTimeout(ctx, opt.Freeze)
 	fstart := time.Now()
-	fz, err := m.workers.Freeze(fctx, from, user, t.epoch)
+	var fz *protocol.Frozen
+	var err error
+	if pre, ok := m.workers.(Precopier); ok && t.base != 0 {
+		fz, err = pre.FreezeFrom(fctx, from, user, t.epoch, t.base, t.baseDigest)
+	} else {
+		fz, err = m.workers.Freeze(fctx, from, user, t.epoch)
+	}
 	t.res.Freeze = time.Since(fstart)
 	cancel()
+	if err != nil || fz.FromBase == 0 {
+		m.dropBase(t) // not used: whatever the freeze said is whole
+	}
 	switch {
 	case err != nil && isWorkerGone(err):
 		m.cfg.Logger.Warn("worker died during a move; reassigning without state", "user", user, "from", from, "error", err)
@@ -296,7 +328,7 @@ func (m *Mover) freeze(ctx context.Context, t *traveller, opt Options) {
 		t.cause = fmt.Errorf("freezing: %w", err)
 		return
 	}
-	t.res.Bytes, t.res.Conns, t.res.Pages = len(fz.Package), int(fz.Conns), int(fz.Pages)
+	t.res.Bytes, t.res.Conns, t.res.Pages, t.res.FromBase = len(fz.Package), int(fz.Conns), int(fz.Pages), int(fz.FromBase)
 	var digest string
 	if fz.Absent && t.before.State == placement.StateParked {
 		digest = t.before.Package
@@ -318,15 +350,104 @@ func (m *Mover) freeze(ctx context.Context, t *traveller, opt Options) {
 		pkg := fz.Package
 		if fz.Absent {
 			pkg, _ = m.store.Get(digest) // elsewhere: the wake fetches it
+			if base := protocol.PackageBase(pkg); base != "" {
+				// Parked as the changes since a precopy: that goes too.
+				if b, err := m.store.Get(base); err == nil {
+					if err := d.Deliver(ctx, to, base, b); err != nil {
+						t.cause = err
+						return
+					}
+				}
+			}
 		}
 		if pkg != nil {
 			if err := d.Deliver(ctx, to, digest, pkg); err != nil {
+				m.dropBase(t)
 				t.cause = err
 				return
 			}
 		}
 	}
 	t.commit = &fsm.MoveCommitRequest{User: user, To: to, Epoch: t.epoch, Package: digest}
+}
+
+// precopyAll precopies each person of list (at most opt.Parallel at once)
+// and hands them on to prepared, staged or not.
+func (m *Mover) precopyAll(ctx context.Context, pre Precopier, list []*traveller, opt Options, prepared chan<- *traveller) {
+	sem := make(chan struct{}, opt.Parallel)
+	for _, t := range list {
+		if ctx.Err() != nil {
+			prepared <- t
+			continue
+		}
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			m.precopy(ctx, pre, t, opt)
+			prepared <- t
+		}()
+	}
+}
+
+// precopy copies a person to their destination ahead of their barrier. A
+// person too small for it to pay, or whose workers do not precopy, goes
+// without: anything that fails here only makes their freeze a full one.
+func (m *Mover) precopy(ctx context.Context, pre Precopier, t *traveller, opt Options) {
+	from, to, user := t.before.Worker, t.res.To, t.res.User
+	if _, no := m.noPrecopy.Load(from); no {
+		return
+	}
+	if _, no := m.noPrecopy.Load(to); no {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, precopyTimeout)
+	defer cancel()
+	unhandled := func(worker string, err error) {
+		var re *channel.RemoteError
+		if errors.As(err, &re) && re.Code == protocol.Error_BAD_REQUEST {
+			m.noPrecopy.Store(worker, true)
+		}
+		m.cfg.Logger.Debug("no precopy; the freeze hands over everything", "user", user, "worker", worker, "error", err)
+	}
+	// The copy is taken in the person's mailbox: one busy past the
+	// freeze's bound (a held request) moves by a full freeze instead.
+	pctx, pcancel := context.WithTimeout(ctx, opt.Freeze)
+	pc, err := pre.Precopy(pctx, from, user)
+	pcancel()
+	if err != nil {
+		unhandled(from, err)
+		return
+	}
+	if pc.Small || len(pc.Package) == 0 {
+		return
+	}
+	digest, err := m.keep(pc.Package, park.DigestOfSum(pc.Sha256), false)
+	if err != nil {
+		return
+	}
+	drop := func() { _ = m.store.Delete(digest) }
+	if d, ok := m.workers.(Deliverer); ok {
+		if err := d.Deliver(ctx, to, digest, pc.Package); err != nil {
+			drop()
+			return
+		}
+	}
+	// Only a destination that staged it takes packages that continue a
+	// precopy; a wake whose staged copy went is sent it again.
+	if err := pre.Stage(ctx, to, user, digest, pc.Package); err != nil {
+		drop()
+		unhandled(to, err)
+		return
+	}
+	t.base, t.baseDigest, t.res.Precopied = pc.Base, digest, len(pc.Package)
+}
+
+// dropBase lets go of a precopy the person will not wake from.
+func (m *Mover) dropBase(t *traveller) {
+	if t.baseDigest != "" {
+		_ = m.store.Delete(t.baseDigest)
+		t.baseDigest, t.base = "", 0
+	}
 }
 
 // keep stores a package the cheapest way its use allows: a move's is held

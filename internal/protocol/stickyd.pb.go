@@ -191,6 +191,9 @@ type Envelope struct {
 	//	*Envelope_Checkpoint
 	//	*Envelope_Checkpointed
 	//	*Envelope_PackageChunk
+	//	*Envelope_Precopy
+	//	*Envelope_Precopied
+	//	*Envelope_Stage
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -524,6 +527,33 @@ func (x *Envelope) GetPackageChunk() *PackageChunk {
 	return nil
 }
 
+func (x *Envelope) GetPrecopy() *Precopy {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Precopy); ok {
+			return x.Precopy
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetPrecopied() *Precopied {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Precopied); ok {
+			return x.Precopied
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetStage() *Stage {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Stage); ok {
+			return x.Stage
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -648,6 +678,18 @@ type Envelope_PackageChunk struct {
 	PackageChunk *PackageChunk `protobuf:"bytes,39,opt,name=package_chunk,json=packageChunk,proto3,oneof"`
 }
 
+type Envelope_Precopy struct {
+	Precopy *Precopy `protobuf:"bytes,40,opt,name=precopy,proto3,oneof"`
+}
+
+type Envelope_Precopied struct {
+	Precopied *Precopied `protobuf:"bytes,41,opt,name=precopied,proto3,oneof"`
+}
+
+type Envelope_Stage struct {
+	Stage *Stage `protobuf:"bytes,42,opt,name=stage,proto3,oneof"`
+}
+
 func (*Envelope_Hello) isEnvelope_Body() {}
 
 func (*Envelope_HelloAck) isEnvelope_Body() {}
@@ -707,6 +749,12 @@ func (*Envelope_Checkpoint) isEnvelope_Body() {}
 func (*Envelope_Checkpointed) isEnvelope_Body() {}
 
 func (*Envelope_PackageChunk) isEnvelope_Body() {}
+
+func (*Envelope_Precopy) isEnvelope_Body() {}
+
+func (*Envelope_Precopied) isEnvelope_Body() {}
+
+func (*Envelope_Stage) isEnvelope_Body() {}
 
 // PackageChunk carries a piece of a large package ahead of the envelope it
 // belongs to: the Frozen reply, the Wake request or the Checkpointed reply
@@ -2576,7 +2624,14 @@ type Freeze struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	User  string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
 	// epoch is the user's new epoch (the move's).
-	Epoch         uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Epoch uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// base names the precopy (Precopied.base) the destination already holds,
+	// stored by the host as base_digest: a page unchanged in shape since it
+	// is sent as the writes made after it (PagePackage.from_base), and the
+	// package names base_digest. Zero, or a precopy the worker no longer
+	// has, freezes everything in full.
+	Base          uint64 `protobuf:"varint,3,opt,name=base,proto3" json:"base,omitempty"`
+	BaseDigest    string `protobuf:"bytes,4,opt,name=base_digest,json=baseDigest,proto3" json:"base_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2625,6 +2680,216 @@ func (x *Freeze) GetEpoch() uint64 {
 	return 0
 }
 
+func (x *Freeze) GetBase() uint64 {
+	if x != nil {
+		return x.Base
+	}
+	return 0
+}
+
+func (x *Freeze) GetBaseDigest() string {
+	if x != nil {
+		return x.BaseDigest
+	}
+	return ""
+}
+
+// Precopy (host → worker) asks for a copy of a person's state ahead of a
+// move, without freezing them: the worker takes a consistent view in the
+// person's mailbox between two of their frames, encodes it outside it (the
+// person goes on meanwhile), and from then on notes each page's writes. The
+// freeze that follows then hands over only those writes (Freeze.base).
+type Precopy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Precopy) Reset() {
+	*x = Precopy{}
+	mi := &file_stickyd_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Precopy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Precopy) ProtoMessage() {}
+
+func (x *Precopy) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Precopy.ProtoReflect.Descriptor instead.
+func (*Precopy) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Precopy) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+// Precopied answers a Precopy: the package (an ordinary UserPackage, its
+// precopy field set), and the base the Freeze names. small says the person
+// is too small for a precopy to be worth its cost: a full freeze is as
+// quick, and package and base are empty.
+type Precopied struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Package []byte                 `protobuf:"bytes,1,opt,name=package,proto3" json:"package,omitempty"`
+	Base    uint64                 `protobuf:"varint,2,opt,name=base,proto3" json:"base,omitempty"`
+	Small   bool                   `protobuf:"varint,3,opt,name=small,proto3" json:"small,omitempty"`
+	Pages   uint32                 `protobuf:"varint,4,opt,name=pages,proto3" json:"pages,omitempty"`
+	// sha256 is the package's SHA-256, as for Frozen.sha256.
+	Sha256        []byte `protobuf:"bytes,5,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Precopied) Reset() {
+	*x = Precopied{}
+	mi := &file_stickyd_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Precopied) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Precopied) ProtoMessage() {}
+
+func (x *Precopied) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Precopied.ProtoReflect.Descriptor instead.
+func (*Precopied) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *Precopied) GetPackage() []byte {
+	if x != nil {
+		return x.Package
+	}
+	return nil
+}
+
+func (x *Precopied) GetBase() uint64 {
+	if x != nil {
+		return x.Base
+	}
+	return 0
+}
+
+func (x *Precopied) GetSmall() bool {
+	if x != nil {
+		return x.Small
+	}
+	return false
+}
+
+func (x *Precopied) GetPages() uint32 {
+	if x != nil {
+		return x.Pages
+	}
+	return 0
+}
+
+func (x *Precopied) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
+// Stage (host → worker) gives a move's destination the precopy of a person
+// about to arrive, stored by the host as digest: the worker reads it ahead
+// of the Wake that names it (UserPackage.base_digest), so the wake applies
+// only what changed since. A staged copy is a cache, bounded in count, bytes
+// and time; a Wake whose base is not staged is answered NOT_FOUND, changing
+// nothing, and the host sends it again with Wake.base_package.
+type Stage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	Digest        string                 `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	Package       []byte                 `protobuf:"bytes,3,opt,name=package,proto3" json:"package,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Stage) Reset() {
+	*x = Stage{}
+	mi := &file_stickyd_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Stage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Stage) ProtoMessage() {}
+
+func (x *Stage) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Stage.ProtoReflect.Descriptor instead.
+func (*Stage) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *Stage) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *Stage) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *Stage) GetPackage() []byte {
+	if x != nil {
+		return x.Package
+	}
+	return nil
+}
+
 type Frozen struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// package is an encoded UserPackage.
@@ -2638,14 +2903,17 @@ type Frozen struct {
 	// sha256 is the package's SHA-256, set only by the host's own channel as
 	// the package arrived in chunks (so the host need not read it all again
 	// to name it); whatever the wire carried here is discarded.
-	Sha256        []byte `protobuf:"bytes,5,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Sha256 []byte `protobuf:"bytes,5,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// from_base counts the pages sent as their writes since the precopy the
+	// freeze named (Freeze.base), not in full.
+	FromBase      uint32 `protobuf:"varint,6,opt,name=from_base,json=fromBase,proto3" json:"from_base,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Frozen) Reset() {
 	*x = Frozen{}
-	mi := &file_stickyd_proto_msgTypes[27]
+	mi := &file_stickyd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +2925,7 @@ func (x *Frozen) String() string {
 func (*Frozen) ProtoMessage() {}
 
 func (x *Frozen) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[27]
+	mi := &file_stickyd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +2938,7 @@ func (x *Frozen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Frozen.ProtoReflect.Descriptor instead.
 func (*Frozen) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{27}
+	return file_stickyd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Frozen) GetPackage() []byte {
@@ -2708,6 +2976,13 @@ func (x *Frozen) GetSha256() []byte {
 	return nil
 }
 
+func (x *Frozen) GetFromBase() uint32 {
+	if x != nil {
+		return x.FromBase
+	}
+	return 0
+}
+
 // Thaw undoes a Freeze whose move was rolled back: the user stays, at epoch.
 type Thaw struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2719,7 +2994,7 @@ type Thaw struct {
 
 func (x *Thaw) Reset() {
 	*x = Thaw{}
-	mi := &file_stickyd_proto_msgTypes[28]
+	mi := &file_stickyd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +3006,7 @@ func (x *Thaw) String() string {
 func (*Thaw) ProtoMessage() {}
 
 func (x *Thaw) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[28]
+	mi := &file_stickyd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +3019,7 @@ func (x *Thaw) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thaw.ProtoReflect.Descriptor instead.
 func (*Thaw) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{28}
+	return file_stickyd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Thaw) GetUser() string {
@@ -2777,14 +3052,17 @@ type Wake struct {
 	// a client of an earlier incarnation was sent.
 	Checkpoint bool `protobuf:"varint,4,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
 	// generation counts the person's wakes from a checkpoint (1, 2, ...).
-	Generation    uint32 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
+	Generation uint32 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
+	// base_package is the package the package's base_digest names, sent
+	// when the worker did not have it staged.
+	BasePackage   []byte `protobuf:"bytes,6,opt,name=base_package,json=basePackage,proto3" json:"base_package,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Wake) Reset() {
 	*x = Wake{}
-	mi := &file_stickyd_proto_msgTypes[29]
+	mi := &file_stickyd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2796,7 +3074,7 @@ func (x *Wake) String() string {
 func (*Wake) ProtoMessage() {}
 
 func (x *Wake) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[29]
+	mi := &file_stickyd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2809,7 +3087,7 @@ func (x *Wake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Wake.ProtoReflect.Descriptor instead.
 func (*Wake) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{29}
+	return file_stickyd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Wake) GetUser() string {
@@ -2847,6 +3125,13 @@ func (x *Wake) GetGeneration() uint32 {
 	return 0
 }
 
+func (x *Wake) GetBasePackage() []byte {
+	if x != nil {
+		return x.BasePackage
+	}
+	return nil
+}
+
 type Woken struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Pages uint32                 `protobuf:"varint,1,opt,name=pages,proto3" json:"pages,omitempty"`
@@ -2859,7 +3144,7 @@ type Woken struct {
 
 func (x *Woken) Reset() {
 	*x = Woken{}
-	mi := &file_stickyd_proto_msgTypes[30]
+	mi := &file_stickyd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2871,7 +3156,7 @@ func (x *Woken) String() string {
 func (*Woken) ProtoMessage() {}
 
 func (x *Woken) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[30]
+	mi := &file_stickyd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2884,7 +3169,7 @@ func (x *Woken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Woken.ProtoReflect.Descriptor instead.
 func (*Woken) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{30}
+	return file_stickyd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Woken) GetPages() uint32 {
@@ -2917,7 +3202,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_stickyd_proto_msgTypes[31]
+	mi := &file_stickyd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2929,7 +3214,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[31]
+	mi := &file_stickyd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2942,7 +3227,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{31}
+	return file_stickyd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Checkpoint) GetMaxBytes() uint64 {
@@ -2967,7 +3252,7 @@ type Checkpointed struct {
 
 func (x *Checkpointed) Reset() {
 	*x = Checkpointed{}
-	mi := &file_stickyd_proto_msgTypes[32]
+	mi := &file_stickyd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2979,7 +3264,7 @@ func (x *Checkpointed) String() string {
 func (*Checkpointed) ProtoMessage() {}
 
 func (x *Checkpointed) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[32]
+	mi := &file_stickyd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2992,7 +3277,7 @@ func (x *Checkpointed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpointed.ProtoReflect.Descriptor instead.
 func (*Checkpointed) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{32}
+	return file_stickyd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Checkpointed) GetPieces() []*CheckpointPiece {
@@ -3036,7 +3321,7 @@ type CheckpointPiece struct {
 
 func (x *CheckpointPiece) Reset() {
 	*x = CheckpointPiece{}
-	mi := &file_stickyd_proto_msgTypes[33]
+	mi := &file_stickyd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3048,7 +3333,7 @@ func (x *CheckpointPiece) String() string {
 func (*CheckpointPiece) ProtoMessage() {}
 
 func (x *CheckpointPiece) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[33]
+	mi := &file_stickyd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3061,7 +3346,7 @@ func (x *CheckpointPiece) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointPiece.ProtoReflect.Descriptor instead.
 func (*CheckpointPiece) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{33}
+	return file_stickyd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CheckpointPiece) GetUser() string {
@@ -3110,7 +3395,7 @@ type CheckpointKey struct {
 
 func (x *CheckpointKey) Reset() {
 	*x = CheckpointKey{}
-	mi := &file_stickyd_proto_msgTypes[34]
+	mi := &file_stickyd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3122,7 +3407,7 @@ func (x *CheckpointKey) String() string {
 func (*CheckpointKey) ProtoMessage() {}
 
 func (x *CheckpointKey) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[34]
+	mi := &file_stickyd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3135,7 +3420,7 @@ func (x *CheckpointKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointKey.ProtoReflect.Descriptor instead.
 func (*CheckpointKey) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{34}
+	return file_stickyd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CheckpointKey) GetUser() string {
@@ -3169,7 +3454,7 @@ type Evict struct {
 
 func (x *Evict) Reset() {
 	*x = Evict{}
-	mi := &file_stickyd_proto_msgTypes[35]
+	mi := &file_stickyd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3181,7 +3466,7 @@ func (x *Evict) String() string {
 func (*Evict) ProtoMessage() {}
 
 func (x *Evict) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[35]
+	mi := &file_stickyd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3194,7 +3479,7 @@ func (x *Evict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evict.ProtoReflect.Descriptor instead.
 func (*Evict) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{35}
+	return file_stickyd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Evict) GetUser() string {
@@ -3207,20 +3492,27 @@ func (x *Evict) GetUser() string {
 // UserPackage is everything of one person in a worker: the unit that is
 // frozen, parked and woken.
 type UserPackage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Format        uint32                 `protobuf:"varint,1,opt,name=format,proto3" json:"format,omitempty"`
-	User          string                 `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	App           string                 `protobuf:"bytes,4,opt,name=app,proto3" json:"app,omitempty"`
-	AppVersion    string                 `protobuf:"bytes,5,opt,name=app_version,json=appVersion,proto3" json:"app_version,omitempty"`
-	Conns         []*ConnPackage         `protobuf:"bytes,6,rep,name=conns,proto3" json:"conns,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Format     uint32                 `protobuf:"varint,1,opt,name=format,proto3" json:"format,omitempty"`
+	User       string                 `protobuf:"bytes,2,opt,name=user,proto3" json:"user,omitempty"`
+	Epoch      uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	App        string                 `protobuf:"bytes,4,opt,name=app,proto3" json:"app,omitempty"`
+	AppVersion string                 `protobuf:"bytes,5,opt,name=app_version,json=appVersion,proto3" json:"app_version,omitempty"`
+	Conns      []*ConnPackage         `protobuf:"bytes,6,rep,name=conns,proto3" json:"conns,omitempty"`
+	// base_digest, when set, names the package (a precopy) that this one
+	// continues: its pages with from_base set are that package's page with
+	// their journal applied. Waking it needs both.
+	BaseDigest string `protobuf:"bytes,7,opt,name=base_digest,json=baseDigest,proto3" json:"base_digest,omitempty"`
+	// precopy is set on a precopy's package: the freeze's base. It keeps a
+	// precopy's digest apart from any package a freeze writes.
+	Precopy       uint64 `protobuf:"varint,8,opt,name=precopy,proto3" json:"precopy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UserPackage) Reset() {
 	*x = UserPackage{}
-	mi := &file_stickyd_proto_msgTypes[36]
+	mi := &file_stickyd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3232,7 +3524,7 @@ func (x *UserPackage) String() string {
 func (*UserPackage) ProtoMessage() {}
 
 func (x *UserPackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[36]
+	mi := &file_stickyd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3245,7 +3537,7 @@ func (x *UserPackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserPackage.ProtoReflect.Descriptor instead.
 func (*UserPackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{36}
+	return file_stickyd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *UserPackage) GetFormat() uint32 {
@@ -3290,6 +3582,20 @@ func (x *UserPackage) GetConns() []*ConnPackage {
 	return nil
 }
 
+func (x *UserPackage) GetBaseDigest() string {
+	if x != nil {
+		return x.BaseDigest
+	}
+	return ""
+}
+
+func (x *UserPackage) GetPrecopy() uint64 {
+	if x != nil {
+		return x.Precopy
+	}
+	return 0
+}
+
 type ConnPackage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -3303,7 +3609,7 @@ type ConnPackage struct {
 
 func (x *ConnPackage) Reset() {
 	*x = ConnPackage{}
-	mi := &file_stickyd_proto_msgTypes[37]
+	mi := &file_stickyd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3315,7 +3621,7 @@ func (x *ConnPackage) String() string {
 func (*ConnPackage) ProtoMessage() {}
 
 func (x *ConnPackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[37]
+	mi := &file_stickyd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3328,7 +3634,7 @@ func (x *ConnPackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnPackage.ProtoReflect.Descriptor instead.
 func (*ConnPackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{37}
+	return file_stickyd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ConnPackage) GetName() string {
@@ -3374,14 +3680,23 @@ type PagePackage struct {
 	// with the page.
 	Tables []string `protobuf:"bytes,8,rep,name=tables,proto3" json:"tables,omitempty"`
 	// marks maps each cached value's tree path to the tables it came from.
-	Marks         map[string]*TableList `protobuf:"bytes,9,rep,name=marks,proto3" json:"marks,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Marks map[string]*TableList `protobuf:"bytes,9,rep,name=marks,proto3" json:"marks,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// from_base says the tree is not here: it is the base package's page of
+	// the same connection and id, with journal (its writes since, in order)
+	// applied.
+	FromBase bool     `protobuf:"varint,10,opt,name=from_base,json=fromBase,proto3" json:"from_base,omitempty"`
+	Journal  []*Delta `protobuf:"bytes,11,rep,name=journal,proto3" json:"journal,omitempty"`
+	// base_pending names, by sequence, the pending deltas of a from_base page
+	// that are the base page's own (sent there): pending holds only the
+	// others, and the page's deltas are both, in sequence order.
+	BasePending   []uint64 `protobuf:"varint,12,rep,packed,name=base_pending,json=basePending,proto3" json:"base_pending,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PagePackage) Reset() {
 	*x = PagePackage{}
-	mi := &file_stickyd_proto_msgTypes[38]
+	mi := &file_stickyd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3393,7 +3708,7 @@ func (x *PagePackage) String() string {
 func (*PagePackage) ProtoMessage() {}
 
 func (x *PagePackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[38]
+	mi := &file_stickyd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3406,7 +3721,7 @@ func (x *PagePackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PagePackage.ProtoReflect.Descriptor instead.
 func (*PagePackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{38}
+	return file_stickyd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PagePackage) GetId() string {
@@ -3472,6 +3787,27 @@ func (x *PagePackage) GetMarks() map[string]*TableList {
 	return nil
 }
 
+func (x *PagePackage) GetFromBase() bool {
+	if x != nil {
+		return x.FromBase
+	}
+	return false
+}
+
+func (x *PagePackage) GetJournal() []*Delta {
+	if x != nil {
+		return x.Journal
+	}
+	return nil
+}
+
+func (x *PagePackage) GetBasePending() []uint64 {
+	if x != nil {
+		return x.BasePending
+	}
+	return nil
+}
+
 type TableList struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tables        []string               `protobuf:"bytes,1,rep,name=tables,proto3" json:"tables,omitempty"`
@@ -3481,7 +3817,7 @@ type TableList struct {
 
 func (x *TableList) Reset() {
 	*x = TableList{}
-	mi := &file_stickyd_proto_msgTypes[39]
+	mi := &file_stickyd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3493,7 +3829,7 @@ func (x *TableList) String() string {
 func (*TableList) ProtoMessage() {}
 
 func (x *TableList) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[39]
+	mi := &file_stickyd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3506,7 +3842,7 @@ func (x *TableList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableList.ProtoReflect.Descriptor instead.
 func (*TableList) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{39}
+	return file_stickyd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TableList) GetTables() []string {
@@ -3528,7 +3864,7 @@ type Tables struct {
 
 func (x *Tables) Reset() {
 	*x = Tables{}
-	mi := &file_stickyd_proto_msgTypes[40]
+	mi := &file_stickyd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3540,7 +3876,7 @@ func (x *Tables) String() string {
 func (*Tables) ProtoMessage() {}
 
 func (x *Tables) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[40]
+	mi := &file_stickyd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3553,7 +3889,7 @@ func (x *Tables) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tables.ProtoReflect.Descriptor instead.
 func (*Tables) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{40}
+	return file_stickyd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Tables) GetTables() []string {
@@ -3579,7 +3915,7 @@ type Publish struct {
 
 func (x *Publish) Reset() {
 	*x = Publish{}
-	mi := &file_stickyd_proto_msgTypes[41]
+	mi := &file_stickyd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3591,7 +3927,7 @@ func (x *Publish) String() string {
 func (*Publish) ProtoMessage() {}
 
 func (x *Publish) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[41]
+	mi := &file_stickyd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3604,7 +3940,7 @@ func (x *Publish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Publish.ProtoReflect.Descriptor instead.
 func (*Publish) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{41}
+	return file_stickyd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Publish) GetTable() string {
@@ -3634,7 +3970,7 @@ type TableChange struct {
 
 func (x *TableChange) Reset() {
 	*x = TableChange{}
-	mi := &file_stickyd_proto_msgTypes[42]
+	mi := &file_stickyd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3646,7 +3982,7 @@ func (x *TableChange) String() string {
 func (*TableChange) ProtoMessage() {}
 
 func (x *TableChange) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[42]
+	mi := &file_stickyd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3659,7 +3995,7 @@ func (x *TableChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableChange.ProtoReflect.Descriptor instead.
 func (*TableChange) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{42}
+	return file_stickyd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TableChange) GetTable() string {
@@ -3694,7 +4030,7 @@ type StoreGet struct {
 
 func (x *StoreGet) Reset() {
 	*x = StoreGet{}
-	mi := &file_stickyd_proto_msgTypes[43]
+	mi := &file_stickyd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3706,7 +4042,7 @@ func (x *StoreGet) String() string {
 func (*StoreGet) ProtoMessage() {}
 
 func (x *StoreGet) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[43]
+	mi := &file_stickyd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3719,7 +4055,7 @@ func (x *StoreGet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreGet.ProtoReflect.Descriptor instead.
 func (*StoreGet) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{43}
+	return file_stickyd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *StoreGet) GetPaths() []string {
@@ -3739,7 +4075,7 @@ type StoreValues struct {
 
 func (x *StoreValues) Reset() {
 	*x = StoreValues{}
-	mi := &file_stickyd_proto_msgTypes[44]
+	mi := &file_stickyd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3751,7 +4087,7 @@ func (x *StoreValues) String() string {
 func (*StoreValues) ProtoMessage() {}
 
 func (x *StoreValues) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[44]
+	mi := &file_stickyd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3764,7 +4100,7 @@ func (x *StoreValues) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreValues.ProtoReflect.Descriptor instead.
 func (*StoreValues) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{44}
+	return file_stickyd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StoreValues) GetValues() map[string][]byte {
@@ -3791,7 +4127,7 @@ type GrantAcquire struct {
 
 func (x *GrantAcquire) Reset() {
 	*x = GrantAcquire{}
-	mi := &file_stickyd_proto_msgTypes[45]
+	mi := &file_stickyd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3803,7 +4139,7 @@ func (x *GrantAcquire) String() string {
 func (*GrantAcquire) ProtoMessage() {}
 
 func (x *GrantAcquire) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[45]
+	mi := &file_stickyd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3816,7 +4152,7 @@ func (x *GrantAcquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantAcquire.ProtoReflect.Descriptor instead.
 func (*GrantAcquire) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{45}
+	return file_stickyd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GrantAcquire) GetPaths() []string {
@@ -3861,7 +4197,7 @@ type GrantReply struct {
 
 func (x *GrantReply) Reset() {
 	*x = GrantReply{}
-	mi := &file_stickyd_proto_msgTypes[46]
+	mi := &file_stickyd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3873,7 +4209,7 @@ func (x *GrantReply) String() string {
 func (*GrantReply) ProtoMessage() {}
 
 func (x *GrantReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[46]
+	mi := &file_stickyd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3886,7 +4222,7 @@ func (x *GrantReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantReply.ProtoReflect.Descriptor instead.
 func (*GrantReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{46}
+	return file_stickyd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GrantReply) GetId() uint64 {
@@ -3931,7 +4267,7 @@ type GrantCommit struct {
 
 func (x *GrantCommit) Reset() {
 	*x = GrantCommit{}
-	mi := &file_stickyd_proto_msgTypes[47]
+	mi := &file_stickyd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3943,7 +4279,7 @@ func (x *GrantCommit) String() string {
 func (*GrantCommit) ProtoMessage() {}
 
 func (x *GrantCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[47]
+	mi := &file_stickyd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3956,7 +4292,7 @@ func (x *GrantCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantCommit.ProtoReflect.Descriptor instead.
 func (*GrantCommit) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{47}
+	return file_stickyd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GrantCommit) GetId() uint64 {
@@ -3998,7 +4334,7 @@ type GrantRelease struct {
 
 func (x *GrantRelease) Reset() {
 	*x = GrantRelease{}
-	mi := &file_stickyd_proto_msgTypes[48]
+	mi := &file_stickyd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4010,7 +4346,7 @@ func (x *GrantRelease) String() string {
 func (*GrantRelease) ProtoMessage() {}
 
 func (x *GrantRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[48]
+	mi := &file_stickyd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4023,7 +4359,7 @@ func (x *GrantRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRelease.ProtoReflect.Descriptor instead.
 func (*GrantRelease) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{48}
+	return file_stickyd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GrantRelease) GetId() uint64 {
@@ -4053,7 +4389,7 @@ type GatewayCall struct {
 
 func (x *GatewayCall) Reset() {
 	*x = GatewayCall{}
-	mi := &file_stickyd_proto_msgTypes[49]
+	mi := &file_stickyd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4065,7 +4401,7 @@ func (x *GatewayCall) String() string {
 func (*GatewayCall) ProtoMessage() {}
 
 func (x *GatewayCall) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[49]
+	mi := &file_stickyd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4078,7 +4414,7 @@ func (x *GatewayCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayCall.ProtoReflect.Descriptor instead.
 func (*GatewayCall) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{49}
+	return file_stickyd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GatewayCall) GetSession() string {
@@ -4113,7 +4449,7 @@ type GatewayReply struct {
 
 func (x *GatewayReply) Reset() {
 	*x = GatewayReply{}
-	mi := &file_stickyd_proto_msgTypes[50]
+	mi := &file_stickyd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4125,7 +4461,7 @@ func (x *GatewayReply) String() string {
 func (*GatewayReply) ProtoMessage() {}
 
 func (x *GatewayReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[50]
+	mi := &file_stickyd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4138,7 +4474,7 @@ func (x *GatewayReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayReply.ProtoReflect.Descriptor instead.
 func (*GatewayReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{50}
+	return file_stickyd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GatewayReply) GetResponse() []byte {
@@ -4169,7 +4505,7 @@ type GatewayChunk struct {
 
 func (x *GatewayChunk) Reset() {
 	*x = GatewayChunk{}
-	mi := &file_stickyd_proto_msgTypes[51]
+	mi := &file_stickyd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4181,7 +4517,7 @@ func (x *GatewayChunk) String() string {
 func (*GatewayChunk) ProtoMessage() {}
 
 func (x *GatewayChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[51]
+	mi := &file_stickyd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4194,7 +4530,7 @@ func (x *GatewayChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayChunk.ProtoReflect.Descriptor instead.
 func (*GatewayChunk) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{51}
+	return file_stickyd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GatewayChunk) GetCallId() uint64 {
@@ -4236,7 +4572,7 @@ var File_stickyd_proto protoreflect.FileDescriptor
 
 const file_stickyd_proto_rawDesc = "" +
 	"\n" +
-	"\rstickyd.proto\x12\x12stickyd.channel.v1\"\x90\x0f\n" +
+	"\rstickyd.proto\x12\x12stickyd.channel.v1\"\xbb\x10\n" +
 	"\bEnvelope\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\bR\x05reply\x12\x16\n" +
@@ -4276,7 +4612,10 @@ const file_stickyd_proto_rawDesc = "" +
 	"checkpoint\x18% \x01(\v2\x1e.stickyd.channel.v1.CheckpointH\x00R\n" +
 	"checkpoint\x12F\n" +
 	"\fcheckpointed\x18& \x01(\v2 .stickyd.channel.v1.CheckpointedH\x00R\fcheckpointed\x12G\n" +
-	"\rpackage_chunk\x18' \x01(\v2 .stickyd.channel.v1.PackageChunkH\x00R\fpackageChunkB\x06\n" +
+	"\rpackage_chunk\x18' \x01(\v2 .stickyd.channel.v1.PackageChunkH\x00R\fpackageChunk\x127\n" +
+	"\aprecopy\x18( \x01(\v2\x1b.stickyd.channel.v1.PrecopyH\x00R\aprecopy\x12=\n" +
+	"\tprecopied\x18) \x01(\v2\x1d.stickyd.channel.v1.PrecopiedH\x00R\tprecopied\x121\n" +
+	"\x05stage\x18* \x01(\v2\x19.stickyd.channel.v1.StageH\x00R\x05stageB\x06\n" +
 	"\x04body\"h\n" +
 	"\fPackageChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
@@ -4439,19 +4778,35 @@ const file_stickyd_proto_rawDesc = "" +
 	"\vUNAVAILABLE\x10\x05\x12\x0f\n" +
 	"\vSTALE_GRANT\x10\x06\x12\x0f\n" +
 	"\vMAINTENANCE\x10\a\x12\r\n" +
-	"\tEXHAUSTED\x10\b\"2\n" +
+	"\tEXHAUSTED\x10\b\"g\n" +
 	"\x06Freeze\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"~\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x12\n" +
+	"\x04base\x18\x03 \x01(\x04R\x04base\x12\x1f\n" +
+	"\vbase_digest\x18\x04 \x01(\tR\n" +
+	"baseDigest\"\x1d\n" +
+	"\aPrecopy\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\"}\n" +
+	"\tPrecopied\x12\x18\n" +
+	"\apackage\x18\x01 \x01(\fR\apackage\x12\x12\n" +
+	"\x04base\x18\x02 \x01(\x04R\x04base\x12\x14\n" +
+	"\x05small\x18\x03 \x01(\bR\x05small\x12\x14\n" +
+	"\x05pages\x18\x04 \x01(\rR\x05pages\x12\x16\n" +
+	"\x06sha256\x18\x05 \x01(\fR\x06sha256\"M\n" +
+	"\x05Stage\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x18\n" +
+	"\apackage\x18\x03 \x01(\fR\apackage\"\x9b\x01\n" +
 	"\x06Frozen\x12\x18\n" +
 	"\apackage\x18\x01 \x01(\fR\apackage\x12\x14\n" +
 	"\x05conns\x18\x02 \x01(\rR\x05conns\x12\x14\n" +
 	"\x05pages\x18\x03 \x01(\rR\x05pages\x12\x16\n" +
 	"\x06absent\x18\x04 \x01(\bR\x06absent\x12\x16\n" +
-	"\x06sha256\x18\x05 \x01(\fR\x06sha256\"0\n" +
+	"\x06sha256\x18\x05 \x01(\fR\x06sha256\x12\x1b\n" +
+	"\tfrom_base\x18\x06 \x01(\rR\bfromBase\"0\n" +
 	"\x04Thaw\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\x8a\x01\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\xad\x01\n" +
 	"\x04Wake\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x18\n" +
@@ -4461,7 +4816,8 @@ const file_stickyd_proto_rawDesc = "" +
 	"checkpoint\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x05 \x01(\rR\n" +
-	"generation\">\n" +
+	"generation\x12!\n" +
+	"\fbase_package\x18\x06 \x01(\fR\vbasePackage\">\n" +
 	"\x05Woken\x12\x14\n" +
 	"\x05pages\x18\x01 \x01(\rR\x05pages\x12\x1f\n" +
 	"\vreset_pages\x18\x02 \x01(\rR\n" +
@@ -4484,7 +4840,7 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x04conn\x18\x02 \x01(\tR\x04conn\x12\x12\n" +
 	"\x04page\x18\x03 \x01(\tR\x04page\"\x1b\n" +
 	"\x05Evict\x12\x12\n" +
-	"\x04user\x18\x01 \x01(\tR\x04user\"\xb9\x01\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\"\xf4\x01\n" +
 	"\vUserPackage\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x14\n" +
@@ -4492,12 +4848,15 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x03app\x18\x04 \x01(\tR\x03app\x12\x1f\n" +
 	"\vapp_version\x18\x05 \x01(\tR\n" +
 	"appVersion\x125\n" +
-	"\x05conns\x18\x06 \x03(\v2\x1f.stickyd.channel.v1.ConnPackageR\x05conns\"\x84\x01\n" +
+	"\x05conns\x18\x06 \x03(\v2\x1f.stickyd.channel.v1.ConnPackageR\x05conns\x12\x1f\n" +
+	"\vbase_digest\x18\a \x01(\tR\n" +
+	"baseDigest\x12\x18\n" +
+	"\aprecopy\x18\b \x01(\x04R\aprecopy\"\x84\x01\n" +
 	"\vConnPackage\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x16\n" +
 	"\x06values\x18\x03 \x01(\fR\x06values\x125\n" +
-	"\x05pages\x18\x04 \x03(\v2\x1f.stickyd.channel.v1.PagePackageR\x05pages\"\xed\x02\n" +
+	"\x05pages\x18\x04 \x03(\v2\x1f.stickyd.channel.v1.PagePackageR\x05pages\"\xe2\x03\n" +
 	"\vPagePackage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
@@ -4507,7 +4866,11 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x05floor\x18\x06 \x01(\x04R\x05floor\x123\n" +
 	"\apending\x18\a \x03(\v2\x19.stickyd.channel.v1.DeltaR\apending\x12\x16\n" +
 	"\x06tables\x18\b \x03(\tR\x06tables\x12@\n" +
-	"\x05marks\x18\t \x03(\v2*.stickyd.channel.v1.PagePackage.MarksEntryR\x05marks\x1aW\n" +
+	"\x05marks\x18\t \x03(\v2*.stickyd.channel.v1.PagePackage.MarksEntryR\x05marks\x12\x1b\n" +
+	"\tfrom_base\x18\n" +
+	" \x01(\bR\bfromBase\x123\n" +
+	"\ajournal\x18\v \x03(\v2\x19.stickyd.channel.v1.DeltaR\ajournal\x12!\n" +
+	"\fbase_pending\x18\f \x03(\x04R\vbasePending\x1aW\n" +
 	"\n" +
 	"MarksEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
@@ -4583,7 +4946,7 @@ func file_stickyd_proto_rawDescGZIP() []byte {
 }
 
 var file_stickyd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_stickyd_proto_goTypes = []any{
 	(Delta_Op)(0),              // 0: stickyd.channel.v1.Delta.Op
 	(Error_Code)(0),            // 1: stickyd.channel.v1.Error.Code
@@ -4614,38 +4977,41 @@ var file_stickyd_proto_goTypes = []any{
 	(*Shutdown)(nil),           // 26: stickyd.channel.v1.Shutdown
 	(*Error)(nil),              // 27: stickyd.channel.v1.Error
 	(*Freeze)(nil),             // 28: stickyd.channel.v1.Freeze
-	(*Frozen)(nil),             // 29: stickyd.channel.v1.Frozen
-	(*Thaw)(nil),               // 30: stickyd.channel.v1.Thaw
-	(*Wake)(nil),               // 31: stickyd.channel.v1.Wake
-	(*Woken)(nil),              // 32: stickyd.channel.v1.Woken
-	(*Checkpoint)(nil),         // 33: stickyd.channel.v1.Checkpoint
-	(*Checkpointed)(nil),       // 34: stickyd.channel.v1.Checkpointed
-	(*CheckpointPiece)(nil),    // 35: stickyd.channel.v1.CheckpointPiece
-	(*CheckpointKey)(nil),      // 36: stickyd.channel.v1.CheckpointKey
-	(*Evict)(nil),              // 37: stickyd.channel.v1.Evict
-	(*UserPackage)(nil),        // 38: stickyd.channel.v1.UserPackage
-	(*ConnPackage)(nil),        // 39: stickyd.channel.v1.ConnPackage
-	(*PagePackage)(nil),        // 40: stickyd.channel.v1.PagePackage
-	(*TableList)(nil),          // 41: stickyd.channel.v1.TableList
-	(*Tables)(nil),             // 42: stickyd.channel.v1.Tables
-	(*Publish)(nil),            // 43: stickyd.channel.v1.Publish
-	(*TableChange)(nil),        // 44: stickyd.channel.v1.TableChange
-	(*StoreGet)(nil),           // 45: stickyd.channel.v1.StoreGet
-	(*StoreValues)(nil),        // 46: stickyd.channel.v1.StoreValues
-	(*GrantAcquire)(nil),       // 47: stickyd.channel.v1.GrantAcquire
-	(*GrantReply)(nil),         // 48: stickyd.channel.v1.GrantReply
-	(*GrantCommit)(nil),        // 49: stickyd.channel.v1.GrantCommit
-	(*GrantRelease)(nil),       // 50: stickyd.channel.v1.GrantRelease
-	(*GatewayCall)(nil),        // 51: stickyd.channel.v1.GatewayCall
-	(*GatewayReply)(nil),       // 52: stickyd.channel.v1.GatewayReply
-	(*GatewayChunk)(nil),       // 53: stickyd.channel.v1.GatewayChunk
-	nil,                        // 54: stickyd.channel.v1.Identity.AttributesEntry
-	nil,                        // 55: stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
-	nil,                        // 56: stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
-	nil,                        // 57: stickyd.channel.v1.PagePackage.MarksEntry
-	nil,                        // 58: stickyd.channel.v1.StoreValues.ValuesEntry
-	nil,                        // 59: stickyd.channel.v1.GrantReply.ValuesEntry
-	nil,                        // 60: stickyd.channel.v1.GrantCommit.SetEntry
+	(*Precopy)(nil),            // 29: stickyd.channel.v1.Precopy
+	(*Precopied)(nil),          // 30: stickyd.channel.v1.Precopied
+	(*Stage)(nil),              // 31: stickyd.channel.v1.Stage
+	(*Frozen)(nil),             // 32: stickyd.channel.v1.Frozen
+	(*Thaw)(nil),               // 33: stickyd.channel.v1.Thaw
+	(*Wake)(nil),               // 34: stickyd.channel.v1.Wake
+	(*Woken)(nil),              // 35: stickyd.channel.v1.Woken
+	(*Checkpoint)(nil),         // 36: stickyd.channel.v1.Checkpoint
+	(*Checkpointed)(nil),       // 37: stickyd.channel.v1.Checkpointed
+	(*CheckpointPiece)(nil),    // 38: stickyd.channel.v1.CheckpointPiece
+	(*CheckpointKey)(nil),      // 39: stickyd.channel.v1.CheckpointKey
+	(*Evict)(nil),              // 40: stickyd.channel.v1.Evict
+	(*UserPackage)(nil),        // 41: stickyd.channel.v1.UserPackage
+	(*ConnPackage)(nil),        // 42: stickyd.channel.v1.ConnPackage
+	(*PagePackage)(nil),        // 43: stickyd.channel.v1.PagePackage
+	(*TableList)(nil),          // 44: stickyd.channel.v1.TableList
+	(*Tables)(nil),             // 45: stickyd.channel.v1.Tables
+	(*Publish)(nil),            // 46: stickyd.channel.v1.Publish
+	(*TableChange)(nil),        // 47: stickyd.channel.v1.TableChange
+	(*StoreGet)(nil),           // 48: stickyd.channel.v1.StoreGet
+	(*StoreValues)(nil),        // 49: stickyd.channel.v1.StoreValues
+	(*GrantAcquire)(nil),       // 50: stickyd.channel.v1.GrantAcquire
+	(*GrantReply)(nil),         // 51: stickyd.channel.v1.GrantReply
+	(*GrantCommit)(nil),        // 52: stickyd.channel.v1.GrantCommit
+	(*GrantRelease)(nil),       // 53: stickyd.channel.v1.GrantRelease
+	(*GatewayCall)(nil),        // 54: stickyd.channel.v1.GatewayCall
+	(*GatewayReply)(nil),       // 55: stickyd.channel.v1.GatewayReply
+	(*GatewayChunk)(nil),       // 56: stickyd.channel.v1.GatewayChunk
+	nil,                        // 57: stickyd.channel.v1.Identity.AttributesEntry
+	nil,                        // 58: stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
+	nil,                        // 59: stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
+	nil,                        // 60: stickyd.channel.v1.PagePackage.MarksEntry
+	nil,                        // 61: stickyd.channel.v1.StoreValues.ValuesEntry
+	nil,                        // 62: stickyd.channel.v1.GrantReply.ValuesEntry
+	nil,                        // 63: stickyd.channel.v1.GrantCommit.SetEntry
 }
 var file_stickyd_proto_depIdxs = []int32{
 	6,  // 0: stickyd.channel.v1.Envelope.hello:type_name -> stickyd.channel.v1.Hello
@@ -4657,65 +5023,69 @@ var file_stickyd_proto_depIdxs = []int32{
 	26, // 6: stickyd.channel.v1.Envelope.shutdown:type_name -> stickyd.channel.v1.Shutdown
 	27, // 7: stickyd.channel.v1.Envelope.error:type_name -> stickyd.channel.v1.Error
 	28, // 8: stickyd.channel.v1.Envelope.freeze:type_name -> stickyd.channel.v1.Freeze
-	29, // 9: stickyd.channel.v1.Envelope.frozen:type_name -> stickyd.channel.v1.Frozen
-	30, // 10: stickyd.channel.v1.Envelope.thaw:type_name -> stickyd.channel.v1.Thaw
-	31, // 11: stickyd.channel.v1.Envelope.wake:type_name -> stickyd.channel.v1.Wake
-	32, // 12: stickyd.channel.v1.Envelope.woken:type_name -> stickyd.channel.v1.Woken
-	37, // 13: stickyd.channel.v1.Envelope.evict:type_name -> stickyd.channel.v1.Evict
-	42, // 14: stickyd.channel.v1.Envelope.tables:type_name -> stickyd.channel.v1.Tables
-	43, // 15: stickyd.channel.v1.Envelope.publish:type_name -> stickyd.channel.v1.Publish
-	44, // 16: stickyd.channel.v1.Envelope.table_change:type_name -> stickyd.channel.v1.TableChange
-	45, // 17: stickyd.channel.v1.Envelope.store_get:type_name -> stickyd.channel.v1.StoreGet
-	46, // 18: stickyd.channel.v1.Envelope.store_values:type_name -> stickyd.channel.v1.StoreValues
-	47, // 19: stickyd.channel.v1.Envelope.grant_acquire:type_name -> stickyd.channel.v1.GrantAcquire
-	48, // 20: stickyd.channel.v1.Envelope.grant_reply:type_name -> stickyd.channel.v1.GrantReply
-	49, // 21: stickyd.channel.v1.Envelope.grant_commit:type_name -> stickyd.channel.v1.GrantCommit
-	50, // 22: stickyd.channel.v1.Envelope.grant_release:type_name -> stickyd.channel.v1.GrantRelease
+	32, // 9: stickyd.channel.v1.Envelope.frozen:type_name -> stickyd.channel.v1.Frozen
+	33, // 10: stickyd.channel.v1.Envelope.thaw:type_name -> stickyd.channel.v1.Thaw
+	34, // 11: stickyd.channel.v1.Envelope.wake:type_name -> stickyd.channel.v1.Wake
+	35, // 12: stickyd.channel.v1.Envelope.woken:type_name -> stickyd.channel.v1.Woken
+	40, // 13: stickyd.channel.v1.Envelope.evict:type_name -> stickyd.channel.v1.Evict
+	45, // 14: stickyd.channel.v1.Envelope.tables:type_name -> stickyd.channel.v1.Tables
+	46, // 15: stickyd.channel.v1.Envelope.publish:type_name -> stickyd.channel.v1.Publish
+	47, // 16: stickyd.channel.v1.Envelope.table_change:type_name -> stickyd.channel.v1.TableChange
+	48, // 17: stickyd.channel.v1.Envelope.store_get:type_name -> stickyd.channel.v1.StoreGet
+	49, // 18: stickyd.channel.v1.Envelope.store_values:type_name -> stickyd.channel.v1.StoreValues
+	50, // 19: stickyd.channel.v1.Envelope.grant_acquire:type_name -> stickyd.channel.v1.GrantAcquire
+	51, // 20: stickyd.channel.v1.Envelope.grant_reply:type_name -> stickyd.channel.v1.GrantReply
+	52, // 21: stickyd.channel.v1.Envelope.grant_commit:type_name -> stickyd.channel.v1.GrantCommit
+	53, // 22: stickyd.channel.v1.Envelope.grant_release:type_name -> stickyd.channel.v1.GrantRelease
 	4,  // 23: stickyd.channel.v1.Envelope.maintenance:type_name -> stickyd.channel.v1.Maintenance
-	51, // 24: stickyd.channel.v1.Envelope.gateway_call:type_name -> stickyd.channel.v1.GatewayCall
-	52, // 25: stickyd.channel.v1.Envelope.gateway_reply:type_name -> stickyd.channel.v1.GatewayReply
-	53, // 26: stickyd.channel.v1.Envelope.gateway_chunk:type_name -> stickyd.channel.v1.GatewayChunk
-	33, // 27: stickyd.channel.v1.Envelope.checkpoint:type_name -> stickyd.channel.v1.Checkpoint
-	34, // 28: stickyd.channel.v1.Envelope.checkpointed:type_name -> stickyd.channel.v1.Checkpointed
+	54, // 24: stickyd.channel.v1.Envelope.gateway_call:type_name -> stickyd.channel.v1.GatewayCall
+	55, // 25: stickyd.channel.v1.Envelope.gateway_reply:type_name -> stickyd.channel.v1.GatewayReply
+	56, // 26: stickyd.channel.v1.Envelope.gateway_chunk:type_name -> stickyd.channel.v1.GatewayChunk
+	36, // 27: stickyd.channel.v1.Envelope.checkpoint:type_name -> stickyd.channel.v1.Checkpoint
+	37, // 28: stickyd.channel.v1.Envelope.checkpointed:type_name -> stickyd.channel.v1.Checkpointed
 	3,  // 29: stickyd.channel.v1.Envelope.package_chunk:type_name -> stickyd.channel.v1.PackageChunk
-	5,  // 30: stickyd.channel.v1.Maintenance.backends:type_name -> stickyd.channel.v1.MaintenanceBackend
-	10, // 31: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
-	12, // 32: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
-	13, // 33: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
-	14, // 34: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
-	15, // 35: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
-	16, // 36: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
-	9,  // 37: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
-	9,  // 38: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
-	0,  // 39: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
-	17, // 40: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
-	54, // 41: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
-	11, // 42: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
-	18, // 43: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
-	20, // 44: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
-	19, // 45: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
-	21, // 46: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
-	25, // 47: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
-	55, // 48: stickyd.channel.v1.ProbeReply.maintenance_waiting:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
-	56, // 49: stickyd.channel.v1.ProbeReply.maintenance_timed_out:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
-	1,  // 50: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
-	35, // 51: stickyd.channel.v1.Checkpointed.pieces:type_name -> stickyd.channel.v1.CheckpointPiece
-	36, // 52: stickyd.channel.v1.Checkpointed.gone:type_name -> stickyd.channel.v1.CheckpointKey
-	39, // 53: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
-	40, // 54: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
-	17, // 55: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
-	57, // 56: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
-	58, // 57: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
-	59, // 58: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
-	60, // 59: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
-	41, // 60: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
-	2,  // 61: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
-	2,  // 62: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
-	62, // [62:63] is the sub-list for method output_type
-	61, // [61:62] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	29, // 30: stickyd.channel.v1.Envelope.precopy:type_name -> stickyd.channel.v1.Precopy
+	30, // 31: stickyd.channel.v1.Envelope.precopied:type_name -> stickyd.channel.v1.Precopied
+	31, // 32: stickyd.channel.v1.Envelope.stage:type_name -> stickyd.channel.v1.Stage
+	5,  // 33: stickyd.channel.v1.Maintenance.backends:type_name -> stickyd.channel.v1.MaintenanceBackend
+	10, // 34: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
+	12, // 35: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
+	13, // 36: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
+	14, // 37: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
+	15, // 38: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
+	16, // 39: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
+	9,  // 40: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
+	9,  // 41: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
+	0,  // 42: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
+	17, // 43: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
+	57, // 44: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
+	11, // 45: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
+	18, // 46: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
+	20, // 47: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
+	19, // 48: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
+	21, // 49: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
+	25, // 50: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
+	58, // 51: stickyd.channel.v1.ProbeReply.maintenance_waiting:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
+	59, // 52: stickyd.channel.v1.ProbeReply.maintenance_timed_out:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
+	1,  // 53: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
+	38, // 54: stickyd.channel.v1.Checkpointed.pieces:type_name -> stickyd.channel.v1.CheckpointPiece
+	39, // 55: stickyd.channel.v1.Checkpointed.gone:type_name -> stickyd.channel.v1.CheckpointKey
+	42, // 56: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
+	43, // 57: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
+	17, // 58: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
+	60, // 59: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
+	17, // 60: stickyd.channel.v1.PagePackage.journal:type_name -> stickyd.channel.v1.Delta
+	61, // 61: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
+	62, // 62: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
+	63, // 63: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
+	44, // 64: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
+	2,  // 65: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
+	2,  // 66: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
+	66, // [66:67] is the sub-list for method output_type
+	65, // [65:66] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_stickyd_proto_init() }
@@ -4754,6 +5124,9 @@ func file_stickyd_proto_init() {
 		(*Envelope_Checkpoint)(nil),
 		(*Envelope_Checkpointed)(nil),
 		(*Envelope_PackageChunk)(nil),
+		(*Envelope_Precopy)(nil),
+		(*Envelope_Precopied)(nil),
+		(*Envelope_Stage)(nil),
 	}
 	file_stickyd_proto_msgTypes[6].OneofWrappers = []any{
 		(*Frame_Http)(nil),
@@ -4775,7 +5148,7 @@ func file_stickyd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stickyd_proto_rawDesc), len(file_stickyd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   59,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -16,6 +16,8 @@ type account struct {
 	frames     atomic.Uint64
 	stateBytes atomic.Uint64 // bytes written into the user's trees
 	pages      atomic.Int64  // the user's open pages here
+	// held is the size of the user's state here, roughly (sizeHint).
+	held atomic.Int64
 	dirty      atomic.Bool
 }
 
@@ -50,6 +52,7 @@ func (rt *runtime) charge(key string, began time.Time) {
 func (s *Session) wrote(n int) {
 	if a := s.acct; a != nil {
 		a.stateBytes.Add(uint64(n))
+		a.held.Add(int64(n))
 		a.dirty.Store(true)
 	}
 }

@@ -1,8 +1,10 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/stickyd/stickyd/internal/protocol"
 )
@@ -81,6 +83,10 @@ func (rt *runtime) freeze(fr *protocol.Freeze) (*protocol.Frozen, error) {
 	rt.mu.Unlock()
 	pkg := &protocol.UserPackage{Format: packageFormat, User: fr.User, Epoch: fr.Epoch, App: rt.opts.Name, AppVersion: rt.opts.Version}
 	out := &protocol.Frozen{Absent: len(sessions) == 0}
+	base := fr.Base
+	if fr.BaseDigest == "" {
+		base = 0
+	}
 	conns := make([]connOut, 0, len(sessions))
 	for _, s := range sessions {
 		c := connOut{cp: &protocol.ConnPackage{Name: s.name, User: s.user}, values: s.values.root}
@@ -93,8 +99,15 @@ func (rt *runtime) freeze(fr *protocol.Freeze) (*protocol.Frozen, error) {
 			// A pull waiting here is answered now (with nothing); the page
 			// pulls again and finds the person at their new home.
 			p.coll.cancel()
-			c.pages = append(c.pages, pageOut{pp: pp, tree: p.tree.root})
 			out.Pages++
+			if p.fromBase(pp, base) {
+				// The destination holds the tree as the precopy saw it.
+				pkg.BaseDigest = fr.BaseDigest
+				out.FromBase++
+				c.pages = append(c.pages, pageOut{pp: pp})
+				continue
+			}
+			c.pages = append(c.pages, pageOut{pp: pp, tree: p.tree.root})
 		}
 		conns = append(conns, c)
 		out.Conns++
@@ -104,6 +117,9 @@ func (rt *runtime) freeze(fr *protocol.Freeze) (*protocol.Frozen, error) {
 		return nil, fmt.Errorf("encoding package of %q: %w", fr.User, err)
 	}
 	out.Package = b
+	if out.FromBase == 0 {
+		rt.setSizeHint(fr.User, len(b))
+	}
 	return out, nil
 }
 
@@ -152,6 +168,15 @@ func (rt *runtime) wake(w *protocol.Wake) (*protocol.Woken, error) {
 			return nil, fmt.Errorf("package of %q has format %d; this SDK reads %d", w.User, pkg.Format, packageFormat)
 		}
 	}
+	var base *stagedCopy
+	if pkg.BaseDigest != "" {
+		// Read before anything changes: a wake answered errNotStaged is
+		// sent again with its base.
+		var err error
+		if base, err = rt.base(w, pkg.BaseDigest); err != nil {
+			return nil, err
+		}
+	}
 	rt.mu.Lock()
 	known := rt.epochs[w.User]
 	if known > w.Epoch || (known == w.Epoch && rt.frozen[w.User]) {
@@ -185,7 +210,7 @@ func (rt *runtime) wake(w *protocol.Wake) (*protocol.Woken, error) {
 			s.pages[p.id] = p
 			out.Pages++
 			if rt.recognises(pp) {
-				if err := decodeTree(p.tree, pp.Tree); err != nil {
+				if err := loadTree(p.tree, cp.Name, pp, base); err != nil {
 					return nil, fmt.Errorf("loading page %q: %w", pp.Id, err)
 				}
 				p.coll.seq, p.coll.floor, p.coll.pending = pp.Seq, pp.Floor, pp.Pending
@@ -218,6 +243,11 @@ func (rt *runtime) wake(w *protocol.Wake) (*protocol.Woken, error) {
 		rt.mu.Unlock()
 		rt.countPages(s, int64(len(s.pages)))
 	}
+	size := len(w.Package)
+	if base != nil {
+		size += base.size
+	}
+	rt.setSizeHint(w.User, size)
 	// Everything here is new to this worker: the next checkpoint round
 	// sends it all.
 	rt.changedUser(w.User)
@@ -254,4 +284,37 @@ func (rt *runtime) recognises(pp *protocol.PagePackage) bool {
 	}
 	version, oldest, known := sc.Schema(pp.Kind)
 	return known && pp.Schema >= oldest && pp.Schema <= version
+}
+
+// loadTree fills a woken page's tree: from its package, or from the
+// precopy it continues with its journal replayed.
+func loadTree(t *Tree, conn string, pp *protocol.PagePackage, base *stagedCopy) error {
+	if !pp.FromBase {
+		return decodeTree(t, pp.Tree)
+	}
+	if base == nil {
+		return fmt.Errorf("the page continues a precopy the package does not name")
+	}
+	key := [2]string{conn, pp.Id}
+	sp, ok := base.pages[key]
+	if !ok {
+		return fmt.Errorf("the page is not in the precopy it continues")
+	}
+	delete(base.pages, key) // a copy serves one page
+	if len(pp.BasePending) > 0 {
+		// The page's deltas: the base's it names and its own, in order.
+		all := make([]*protocol.Delta, 0, len(pp.BasePending)+len(pp.Pending))
+		for _, seq := range pp.BasePending {
+			d := sp.pending[seq]
+			if d == nil {
+				return fmt.Errorf("the precopy it continues has no pending delta %d", seq)
+			}
+			all = append(all, d)
+		}
+		all = append(all, pp.Pending...)
+		slices.SortStableFunc(all, func(a, b *protocol.Delta) int { return cmp.Compare(a.Seq, b.Seq) })
+		pp.Pending = all
+	}
+	t.root = sp.root
+	return applyJournal(t, pp.Journal)
 }

@@ -25,6 +25,9 @@ type Page struct {
 	ck         ckMark
 	ckDirty    atomic.Bool
 	restoredAt uint64
+	// journal is the page's writes since a precopy, while a move is on its
+	// way (precopy.go).
+	journal *journal
 }
 
 func newPage(s *Session, id, kind string) *Page {
@@ -40,6 +43,9 @@ func newPage(s *Session, id, kind string) *Page {
 		p.session.wrote(len(path) + len(v))
 		p.changed()
 		p.coll.add(o, path, v)
+		if p.journal != nil {
+			p.note(o, path, v)
+		}
 	})
 	p.coll.fold = func() []byte {
 		b, _ := p.tree.snapshot()

@@ -71,6 +71,8 @@ type runtime struct {
 
 	// ck is what changed since the last checkpoint (checkpoint.go).
 	ck checkpoints
+	// staged holds the precopies of people on their way here (precopy.go).
+	staged staging
 
 	frames atomic.Uint64
 	pages  atomic.Int64
@@ -126,6 +128,22 @@ func (rt *runtime) handle(env *protocol.Envelope) {
 		rt.enqueue(b.Thaw.User, env)
 	case *protocol.Envelope_Wake:
 		rt.enqueue(b.Wake.User, env)
+	case *protocol.Envelope_Precopy:
+		if rt.sizeHint(b.Precopy.User) < precopyMin {
+			_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Precopied{Precopied: &protocol.Precopied{Small: true}}})
+			return
+		}
+		rt.enqueue(b.Precopy.User, env)
+	case *protocol.Envelope_Stage:
+		rt.wg.Add(1)
+		go func() {
+			defer rt.wg.Done()
+			if err := rt.stage(b.Stage); err != nil {
+				_ = rt.peer.ReplyError(env.Id, protocol.Error_BAD_REQUEST, err.Error())
+				return
+			}
+			_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Stage{Stage: &protocol.Stage{}}})
+		}()
 	case *protocol.Envelope_Evict:
 		rt.evict(b.Evict)
 		_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Evict{Evict: &protocol.Evict{}}})
@@ -227,6 +245,8 @@ func (rt *runtime) runEnvelope(user string, env *protocol.Envelope) {
 			return
 		}
 		_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Frozen{Frozen: fz}})
+	case *protocol.Envelope_Precopy:
+		rt.precopy(env.Id, b.Precopy)
 	case *protocol.Envelope_Thaw:
 		rt.thaw(b.Thaw)
 		_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Thaw{Thaw: &protocol.Thaw{}}})
@@ -236,6 +256,9 @@ func (rt *runtime) runEnvelope(user string, env *protocol.Envelope) {
 			code := protocol.Error_BAD_REQUEST
 			if _, ok := err.(*movedError); ok {
 				code = protocol.Error_MOVED
+			}
+			if errors.Is(err, errNotStaged) {
+				code = protocol.Error_NOT_FOUND
 			}
 			_ = rt.peer.ReplyError(env.Id, code, err.Error())
 			return

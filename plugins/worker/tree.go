@@ -4,9 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"unsafe"
 )
 
 // Tree is a page's data: JSON-like values only (nil, bool, float64, string,
@@ -25,6 +29,12 @@ type Tree struct {
 	// touch, if set, is told of every write (a connection's values, which
 	// have no deltas, note their changes for the next checkpoint).
 	touch func()
+	// readers counts the views of the tree being read outside its mailbox
+	// (a precopy being encoded). While there is one, a write copies each
+	// map and array on its path before changing it, once per view: own
+	// holds those copied (or made) since the last view was taken.
+	readers atomic.Int32
+	own     map[unsafe.Pointer]struct{}
 }
 
 type deltaOp int
@@ -143,9 +153,67 @@ func splitLast(path string) (string, string) {
 	return "", path
 }
 
+// view returns the tree as it is now, which stays so while the tree goes
+// on being written, and release, to be called once it has been read. It is
+// taken from the tree's mailbox; the view may be read from anywhere.
+func (t *Tree) view() (root map[string]any, release func()) {
+	t.readers.Add(1)
+	t.own = nil // everything is shared with the new view
+	var done atomic.Bool
+	return t.root, func() {
+		if done.CompareAndSwap(false, true) {
+			t.readers.Add(-1)
+		}
+	}
+}
+
+// owned returns x (a value of the tree) ready to be changed in place: while
+// a view is being read, a map or an array the view may hold is copied
+// first (its values stay shared until they are written in turn).
+func (t *Tree) owned(x any) any {
+	var key unsafe.Pointer
+	switch c := x.(type) {
+	case map[string]any:
+		key = reflect.ValueOf(c).UnsafePointer()
+	case []any:
+		key = unsafe.Pointer(unsafe.SliceData(c))
+	default:
+		return x
+	}
+	if _, ok := t.own[key]; ok {
+		return x
+	}
+	switch c := x.(type) {
+	case map[string]any:
+		m := maps.Clone(c)
+		if m == nil {
+			m = map[string]any{}
+		}
+		x, key = m, reflect.ValueOf(m).UnsafePointer()
+	case []any:
+		s := slices.Clone(c)
+		x, key = s, unsafe.Pointer(unsafe.SliceData(s))
+	}
+	t.mark(key)
+	return x
+}
+
+func (t *Tree) mark(key unsafe.Pointer) {
+	if t.own == nil {
+		t.own = map[unsafe.Pointer]struct{}{}
+	}
+	t.own[key] = struct{}{}
+}
+
 // place writes v (or deletes) at path.
 func (t *Tree) place(path string, v any, del bool) error {
 	segs := strings.Split(path, "/")
+	cow := t.readers.Load() > 0
+	if cow {
+		t.root = t.owned(t.root).(map[string]any)
+	} else {
+		t.own = nil // no view left: what it held goes with it
+	}
 	var cur any = t.root
 	for i, seg := range segs {
 		last := i == len(segs)-1
@@ -164,7 +232,14 @@ func (t *Tree) place(path string, v any, del bool) error {
 				if del {
 					return nil
 				}
-				next = map[string]any{}
+				m := map[string]any{}
+				if cow {
+					t.mark(reflect.ValueOf(m).UnsafePointer())
+				}
+				next = m
+				c[seg] = next
+			} else if cow {
+				next = t.owned(next)
 				c[seg] = next
 			}
 			cur = next
@@ -179,6 +254,9 @@ func (t *Tree) place(path string, v any, del bool) error {
 				}
 				c[idx] = v
 				return nil
+			}
+			if cow {
+				c[idx] = t.owned(c[idx])
 			}
 			cur = c[idx]
 		default:

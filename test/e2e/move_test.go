@@ -289,3 +289,96 @@ func countingPerson(t *testing.T, a *agent.Agent, user string) (*browser, *tab, 
 	tb.drainUntil("count", 1)
 	return b, tb, home
 }
+
+// A large person moves by a precopy: the destination reads a copy of their
+// state while they keep writing, the freeze hands over only what they wrote
+// meanwhile, and the page ends whole, every note once and in order. When
+// the destination's worker dies before the person's first frame there, its
+// replacement has no staged copy: the host sends it with the wake, and the
+// person is served with everything.
+func TestMoveWithPrecopy(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			a := startAgentWith(t, mode, 3, withDataDir(t))
+			b := newBrowser(t, a)
+			b.do("POST", "/login?user=pia")
+			tb := b.openTab("notes")
+			sendRetrying(t, tb, map[string]any{"op": "fill", "bytes": 1 << 20})
+			tb.pull(0)
+			workers := a.Pool().Ready()
+			notes := 0
+			note := func() error {
+				ans, err := tb.tryOp(map[string]any{"op": "msg", "data": map[string]any{"op": "note", "text": fmt.Sprintf("n%d", notes)}})
+				if err != nil {
+					return err
+				}
+				if ans.Error != "" {
+					return fmt.Errorf("note %d: %s", notes, ans.Error)
+				}
+				notes++
+				return nil
+			}
+			for i := range 6 {
+				home := b.whoami().Worker
+				to := workers[(indexOf(workers, home)+1)%len(workers)]
+				// The last move's destination dies before the person's first
+				// frame there: nobody types during that one.
+				kill := i == 5 && mode == "subprocess"
+				stop, typed := make(chan struct{}), make(chan error, 1)
+				go func() {
+					for !kill {
+						select {
+						case <-stop:
+							typed <- nil
+							return
+						default:
+						}
+						if err := note(); err != nil {
+							typed <- err
+							return
+						}
+					}
+					<-stop
+					typed <- nil
+				}()
+				time.Sleep(20 * time.Millisecond)
+				res, err := a.Supervisor().Move(t.Context(), "pia", to, "test")
+				close(stop)
+				if terr := <-typed; terr != nil {
+					t.Fatalf("typing during move %d: %v", i, terr)
+				}
+				if err != nil {
+					t.Fatalf("move %d: %v", i, err)
+				}
+				if res.Outcome != move.Moved || res.Precopied < 1<<20 || res.FromBase != 1 || res.Bytes > 256<<10 {
+					t.Fatalf("move %d: %+v, want moved by a precopy of the 1 MiB page and a small freeze", i, res)
+				}
+				if kill {
+					killWorker(t, a, to)
+				}
+				// The first frame at the new home wakes the person there.
+				ans := sendRetrying(t, tb, map[string]any{"op": "note", "text": fmt.Sprintf("n%d", notes)})
+				if ans.Worker != to {
+					t.Fatalf("after move %d pia is served by %s, want %s", i, ans.Worker, to)
+				}
+				notes++
+				tb.pull(0)
+			}
+			tb.drainUntil("notes", float64(notes))
+			for i := range notes {
+				if got := tb.tree[fmt.Sprintf("note/%d", i)]; got != fmt.Sprintf("n%d", i) {
+					t.Fatalf("note %d = %v after the moves", i, got)
+				}
+			}
+			if blob, _ := tb.tree["blob"].(string); len(blob) != 1<<20 {
+				t.Fatalf("the 1 MiB page holds %d bytes after the moves", len(blob))
+			}
+			for i := 1; i < len(tb.seqs); i++ {
+				if tb.seqs[i] != tb.seqs[i-1]+1 {
+					t.Fatalf("sequence gap or duplicate across moves: %v", tb.seqs)
+				}
+			}
+			t.Logf("%d notes written through 6 precopied moves, all there in order", notes)
+		})
+	}
+}

@@ -37,7 +37,9 @@ type sample struct {
 	move   time.Duration // move.Result.Duration: barrier up → reassigned
 	freeze time.Duration // move.Result.Freeze: the freeze request to the package in hand
 	wake   time.Duration // reassigned (or sent, if later) → the new worker's first reply
-	bytes  int           // the package
+	call   time.Duration // the whole Move call: precopy, barrier, freeze, reassign
+	bytes  int           // the package the freeze handed over
+	copied int           // the precopy sent ahead of the barrier (0: none)
 	// lateWatch is set when the watcher saw the reassignment only after
 	// the reply it released had arrived; wake is then counted as zero.
 	lateWatch bool
@@ -51,6 +53,7 @@ type result struct {
 	loadOps  int64         // the other users' round trips meanwhile
 	window   time.Duration // from the first measured move to the last one's settling
 	pkgBytes []int         // sorted
+	copied   []int         // sorted: the precopies
 	late     int           // samples with lateWatch
 	cold     time.Duration // the slowest pause of the warm-up round
 }
@@ -146,18 +149,20 @@ func measureSize(ctx context.Context, a *agent.Agent, l *load, s benchkit.Size, 
 			res.samples = append(res.samples, smp)
 			res.trips += n
 			res.pkgBytes = append(res.pkgBytes, smp.bytes)
+			res.copied = append(res.copied, smp.copied)
 			if smp.lateWatch {
 				res.late++
 			}
 		}
 		if os.Getenv("STICKYD_BENCH_SAMPLES") != "" {
-			fmt.Fprintf(stderr, "\n    %s pause %s move %s freeze %s wake %s", time.Now().Format("15:04:05.000"), fmtDur(smp.pause), fmtDur(smp.move), fmtDur(smp.freeze), fmtDur(smp.wake))
+			fmt.Fprintf(stderr, "\n    %s pause %s call %s move %s freeze %s wake %s", time.Now().Format("15:04:05.000"), fmtDur(smp.pause), fmtDur(smp.call), fmtDur(smp.move), fmtDur(smp.freeze), fmtDur(smp.wake))
 		}
 		fmt.Fprint(stderr, ".")
 	}
 	res.window = time.Since(began)
 	res.loadOps = l.frames.Load() - load0
 	slices.Sort(res.pkgBytes)
+	slices.Sort(res.copied)
 	fmt.Fprintf(stderr, " pause p50 %s, move p50 %s\n",
 		fmtDur(benchkit.Percentile(res.durations(func(s sample) time.Duration { return s.pause }), 0.5)),
 		fmtDur(benchkit.Percentile(res.durations(func(s sample) time.Duration { return s.move }), 0.5)))
@@ -189,7 +194,7 @@ func moveOnce(ctx context.Context, sup *supervisor.Supervisor, t *typist, user s
 	if err != nil {
 		return sample{}, 0, fmt.Errorf("moving %q from %s to %s: outcome %s: %w", user, from, to, res.Outcome, err)
 	}
-	if res.Outcome != move.Moved || res.Pages != 1 || res.Conns != 1 || res.Bytes < s.Bytes {
+	if res.Outcome != move.Moved || res.Pages != 1 || res.Conns != 1 || res.Bytes+res.Precopied < s.Bytes {
 		return sample{}, 0, fmt.Errorf("moving %q from %s to %s: result %+v, want moved with 1 connection, 1 page and at least %d bytes", user, from, to, res, s.Bytes)
 	}
 
@@ -226,7 +231,7 @@ func moveOnce(ctx context.Context, sup *supervisor.Supervisor, t *typist, user s
 	if e := trips[firstNew].end; e.After(closeAt) {
 		closeAt = e
 	}
-	smp := sample{move: res.Duration, freeze: res.Freeze, bytes: res.Bytes}
+	smp := sample{move: res.Duration, freeze: res.Freeze, call: t1.Sub(t0), bytes: res.Bytes, copied: res.Precopied}
 	for i, tr := range trips {
 		if tr.start.Before(closeAt) && tr.end.After(t0) {
 			smp.pause = max(smp.pause, tr.end.Sub(tr.start))
