@@ -117,11 +117,11 @@ type Result struct {
 	Bytes   int    `json:"bytes"`
 	// Precopied is the size of the copy sent ahead of the freeze, and
 	// FromBase the pages the freeze then sent as their changes alone.
-	Precopied int `json:"precopied_bytes,omitempty"`
-	FromBase  int `json:"from_base_pages,omitempty"`
-	Conns   int    `json:"conns"`
-	Pages   int    `json:"pages"`
-	Package string `json:"package,omitempty"`
+	Precopied int    `json:"precopied_bytes,omitempty"`
+	FromBase  int    `json:"from_base_pages,omitempty"`
+	Conns     int    `json:"conns"`
+	Pages     int    `json:"pages"`
+	Package   string `json:"package,omitempty"`
 	// Freeze is how long the old worker took to hand the person over.
 	Freeze time.Duration `json:"freeze_ns"`
 	// Duration runs from barrier up to reassignment. The wake, on the

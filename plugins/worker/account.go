@@ -17,8 +17,8 @@ type account struct {
 	stateBytes atomic.Uint64 // bytes written into the user's trees
 	pages      atomic.Int64  // the user's open pages here
 	// held is the size of the user's state here, roughly (sizeHint).
-	held atomic.Int64
-	dirty      atomic.Bool
+	held  atomic.Int64
+	dirty atomic.Bool
 }
 
 // accountLocked returns the user's account, creating it. rt.mu is held.
