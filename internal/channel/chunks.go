@@ -37,12 +37,19 @@ type assembly struct {
 	total    uint64
 	envelope bool      // the pieces are an envelope's encoding, not a package
 	sum      hash.Hash // nil unless the peer digests packages
+	// parts holds the pieces of a bulk package (a precopy's) instead of
+	// buf: its buffer is allocated and filled off the read loop, whose
+	// allocating 100 MB at once (and the collector's work it is charged
+	// for) would hold up the replies behind it.
+	parts [][]byte
+	bulk  bool
+	size  uint64
 }
 
-// DigestPackages makes the peer hash each Frozen (and Precopied) package
-// as its chunks arrive, while the sender is still sending, and give its
-// SHA-256 in Frozen.sha256 (Precopied.sha256). One that arrives whole has
-// that field cleared: it is only ever this side's own reading. Call it before Listen.
+// DigestPackages makes the peer hash each Frozen package as its chunks
+// arrive, while the sender is still sending, and give its SHA-256 in
+// Frozen.sha256. A Frozen that arrives whole has that field cleared: it is
+// only ever this side's own reading. Call it before Listen.
 func (p *Peer) DigestPackages() { p.digests = true }
 
 // EnableChunks says the other side reads packages sent in chunks: from now
@@ -50,6 +57,15 @@ func (p *Peer) DigestPackages() { p.digests = true }
 // above it as the pieces of its encoding. Call it after the handshake,
 // before the first such envelope.
 func (p *Peer) EnableChunks() { p.chunks.Store(true) }
+
+// undigested reports whether the reply to the request id is not to be
+// hashed as it arrives.
+func (p *Peer) undigested(id uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.pending[id]
+	return c != nil && c.undigested
+}
 
 // packageFields are the packages an envelope carries, numbered by part.
 func packageFields(env *protocol.Envelope) []*[]byte {
@@ -184,17 +200,28 @@ func (p *Peer) gatherPiece(env *protocol.Envelope, pc *protocol.PackageChunk) ([
 		if p.assembling == nil {
 			p.assembling = make(map[chunkKey]*assembly)
 		}
-		a = &assembly{buf: make([]byte, 0, max(pc.Total, uint64(len(pc.Data)))), total: pc.Total, envelope: pc.Envelope}
-		if p.digests && env.Reply && !pc.Envelope {
-			a.sum = sha256.New()
+		a = &assembly{total: pc.Total, envelope: pc.Envelope}
+		switch {
+		case env.Reply && !pc.Envelope && p.undigested(env.Id):
+			a.bulk = true
+		default:
+			a.buf = make([]byte, 0, max(pc.Total, uint64(len(pc.Data))))
+			if p.digests && env.Reply && !pc.Envelope {
+				a.sum = sha256.New()
+			}
 		}
 		p.assembling[key] = a
 	}
 	if pc.Envelope != (pc.Part == envelopePart) {
 		return nil, fmt.Errorf("a chunk of part %d says envelope=%v", pc.Part, pc.Envelope)
 	}
-	if len(a.buf)+len(pc.Data) > MaxEnvelopeBytes {
+	if a.size+uint64(len(pc.Data)) > MaxEnvelopeBytes {
 		return nil, fmt.Errorf("a package arriving in chunks passed %d bytes", MaxEnvelopeBytes)
+	}
+	a.size += uint64(len(pc.Data))
+	if a.bulk {
+		a.parts = append(a.parts, pc.Data)
+		return nil, nil
 	}
 	a.buf = append(a.buf, pc.Data...)
 	if a.sum != nil {
@@ -214,21 +241,23 @@ func (p *Peer) gatherPiece(env *protocol.Envelope, pc *protocol.PackageChunk) ([
 }
 
 // assemble gives env the packages their chunks carried, if any arrived.
-// It runs in the read loop.
-func (p *Peer) assemble(env *protocol.Envelope) error {
-	// A digest is only ever this side's own reading.
+// It runs in the read loop. A bulk package is left to later, which joins
+// its pieces and must run (off the read loop) before env is used.
+func (p *Peer) assemble(env *protocol.Envelope) (later func(), err error) {
+	// A digest is only ever this side's own reading. A precopy is not
+	// hashed here: the person it copies is still working, and their replies
+	// would wait in this loop behind the hashing; whoever stores it does.
 	var sum *[]byte
 	if fz := env.GetFrozen(); fz != nil {
 		sum = &fz.Sha256
-	} else if pc := env.GetPrecopied(); pc != nil {
-		sum = &pc.Sha256
 	}
 	if sum != nil {
 		*sum = nil
 	}
 	if len(p.assembling) == 0 {
-		return nil
+		return nil, nil
 	}
+	var joins []func()
 	for part, pkg := range packageFields(env) {
 		key := chunkKey{env.Id, env.Reply, uint32(part)}
 		a, ok := p.assembling[key]
@@ -236,6 +265,10 @@ func (p *Peer) assemble(env *protocol.Envelope) error {
 			continue
 		}
 		delete(p.assembling, key)
+		if a.bulk {
+			joins = append(joins, func() { *pkg = join(a.parts, *pkg) })
+			continue
+		}
 		if a.sum != nil && sum != nil {
 			a.sum.Write(*pkg)
 			*sum = a.sum.Sum(nil)
@@ -245,8 +278,28 @@ func (p *Peer) assemble(env *protocol.Envelope) error {
 	// Chunks left for this envelope belong to no package it carries.
 	for key, a := range p.assembling {
 		if key.id == env.Id && key.reply == env.Reply && !a.envelope {
-			return fmt.Errorf("package chunks arrived for a %T envelope, which carries no package %d", env.Body, key.part)
+			return nil, fmt.Errorf("package chunks arrived for a %T envelope, which carries no package %d", env.Body, key.part)
 		}
 	}
-	return nil
+	if len(joins) == 0 {
+		return nil, nil
+	}
+	return func() {
+		for _, j := range joins {
+			j()
+		}
+	}, nil
+}
+
+// join is parts followed by tail, in one buffer.
+func join(parts [][]byte, tail []byte) []byte {
+	n := len(tail)
+	for _, b := range parts {
+		n += len(b)
+	}
+	out := make([]byte, 0, n)
+	for _, b := range parts {
+		out = append(out, b...)
+	}
+	return append(out, tail...)
 }

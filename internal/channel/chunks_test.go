@@ -166,3 +166,50 @@ func TestPeerSendsLargeEnvelopesInPieces(t *testing.T) {
 		t.Fatalf("the notice went in %d pieces, want at least 4", ca.chunks.Load())
 	}
 }
+
+// A precopy's package (a bulk reply) arrives whole in chunks, joined off
+// the read loop, and a Stage request
+// carrying one arrives whole too.
+func TestPrecopyTravelsInChunks(t *testing.T) {
+	a, b := Pipe()
+	cb := &countingConn{Conn: b}
+	pkg := bigPackage(5*ChunkBytes + 17)
+	var server *Peer
+	staged := make(chan []byte, 1)
+	server = NewIdlePeer(cb, func(env *protocol.Envelope) {
+		switch body := env.Body.(type) {
+		case *protocol.Envelope_Precopy:
+			go func() {
+				_ = server.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Precopied{Precopied: &protocol.Precopied{Package: pkg, Base: 9}}})
+			}()
+		case *protocol.Envelope_Stage:
+			staged <- body.Stage.Package
+			go func() { _ = server.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Stage{Stage: &protocol.Stage{}}}) }()
+		}
+	})
+	client := NewIdlePeer(a, nil)
+	client.DigestPackages()
+	server.EnableChunks()
+	client.EnableChunks()
+	server.Listen()
+	client.Listen()
+	rep, err := client.Call(t.Context(), &protocol.Envelope{Body: &protocol.Envelope_Precopy{Precopy: &protocol.Precopy{User: "ann"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc := rep.GetPrecopied(); !bytes.Equal(pc.GetPackage(), pkg) || pc.GetBase() != 9 {
+		t.Fatalf("the precopy arrived changed (%d bytes of %d)", len(pc.GetPackage()), len(pkg))
+	}
+	if n := cb.chunks.Load(); n != 6 {
+		t.Fatalf("the precopy went in %d chunks, want 6", n)
+	}
+	if _, err := client.Call(t.Context(), &protocol.Envelope{Body: &protocol.Envelope_Stage{Stage: &protocol.Stage{User: "ann", Package: pkg}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-staged; !bytes.Equal(got, pkg) {
+		t.Fatalf("the staged package arrived changed")
+	}
+	if len(client.assembling) != 0 {
+		t.Fatalf("%d assemblies left", len(client.assembling))
+	}
+}

@@ -63,12 +63,15 @@ type Call struct {
 	id    uint64
 	p     *Peer
 	reply chan *protocol.Envelope // buffered 1
+	// undigested says the reply's package is not hashed as it arrives
+	// (DigestPackages): a precopy's.
+	undigested bool
 }
 
 // Start sends env as a request and returns at once; envelopes started from one
 // goroutine reach the other side in the order they were started.
 func (p *Peer) Start(env *protocol.Envelope) (*Call, error) {
-	c := &Call{id: p.nextID.Add(1), p: p, reply: make(chan *protocol.Envelope, 1)}
+	c := &Call{id: p.nextID.Add(1), p: p, reply: make(chan *protocol.Envelope, 1), undigested: env.GetPrecopy() != nil}
 	env.Id, env.Reply = c.id, false
 	p.mu.Lock()
 	if p.err != nil {
@@ -188,7 +191,8 @@ func (p *Peer) readLoop() {
 			}
 			env = whole
 		}
-		if err := p.assemble(env); err != nil {
+		later, err := p.assemble(env)
+		if err != nil {
 			p.stop(err)
 			return
 		}
@@ -202,7 +206,13 @@ func (p *Peer) readLoop() {
 		c := p.pending[env.Id]
 		delete(p.pending, env.Id)
 		p.mu.Unlock()
-		if c != nil {
+		switch {
+		case c != nil && later != nil:
+			go func() {
+				later()
+				c.reply <- env
+			}()
+		case c != nil:
 			c.reply <- env
 		}
 	}

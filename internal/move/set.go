@@ -421,7 +421,7 @@ func (m *Mover) precopy(ctx context.Context, pre Precopier, t *traveller, opt Op
 	if pc.Small || len(pc.Package) == 0 {
 		return
 	}
-	digest, err := m.keep(pc.Package, park.DigestOfSum(pc.Sha256), false)
+	digest, err := m.keep(pc.Package, "", false)
 	if err != nil {
 		return
 	}

@@ -2748,13 +2748,11 @@ func (x *Precopy) GetUser() string {
 // is too small for a precopy to be worth its cost: a full freeze is as
 // quick, and package and base are empty.
 type Precopied struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Package []byte                 `protobuf:"bytes,1,opt,name=package,proto3" json:"package,omitempty"`
-	Base    uint64                 `protobuf:"varint,2,opt,name=base,proto3" json:"base,omitempty"`
-	Small   bool                   `protobuf:"varint,3,opt,name=small,proto3" json:"small,omitempty"`
-	Pages   uint32                 `protobuf:"varint,4,opt,name=pages,proto3" json:"pages,omitempty"`
-	// sha256 is the package's SHA-256, as for Frozen.sha256.
-	Sha256        []byte `protobuf:"bytes,5,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Package       []byte                 `protobuf:"bytes,1,opt,name=package,proto3" json:"package,omitempty"`
+	Base          uint64                 `protobuf:"varint,2,opt,name=base,proto3" json:"base,omitempty"`
+	Small         bool                   `protobuf:"varint,3,opt,name=small,proto3" json:"small,omitempty"`
+	Pages         uint32                 `protobuf:"varint,4,opt,name=pages,proto3" json:"pages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2815,13 +2813,6 @@ func (x *Precopied) GetPages() uint32 {
 		return x.Pages
 	}
 	return 0
-}
-
-func (x *Precopied) GetSha256() []byte {
-	if x != nil {
-		return x.Sha256
-	}
-	return nil
 }
 
 // Stage (host → worker) gives a move's destination the precopy of a person
@@ -4786,13 +4777,12 @@ const file_stickyd_proto_rawDesc = "" +
 	"\vbase_digest\x18\x04 \x01(\tR\n" +
 	"baseDigest\"\x1d\n" +
 	"\aPrecopy\x12\x12\n" +
-	"\x04user\x18\x01 \x01(\tR\x04user\"}\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\"k\n" +
 	"\tPrecopied\x12\x18\n" +
 	"\apackage\x18\x01 \x01(\fR\apackage\x12\x12\n" +
 	"\x04base\x18\x02 \x01(\x04R\x04base\x12\x14\n" +
 	"\x05small\x18\x03 \x01(\bR\x05small\x12\x14\n" +
-	"\x05pages\x18\x04 \x01(\rR\x05pages\x12\x16\n" +
-	"\x06sha256\x18\x05 \x01(\fR\x06sha256\"M\n" +
+	"\x05pages\x18\x04 \x01(\rR\x05pagesJ\x04\b\x05\x10\x06\"M\n" +
 	"\x05Stage\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x18\n" +
