@@ -184,7 +184,9 @@ func TestPrecopyTravelsInChunks(t *testing.T) {
 			}()
 		case *protocol.Envelope_Stage:
 			staged <- body.Stage.Package
-			go func() { _ = server.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Stage{Stage: &protocol.Stage{}}}) }()
+			go func() {
+				_ = server.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Stage{Stage: &protocol.Stage{}}})
+			}()
 		}
 	})
 	client := NewIdlePeer(a, nil)
