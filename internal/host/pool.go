@@ -158,6 +158,9 @@ type WorkerInfo struct {
 	Mailbox    int64     `json:"mailbox_depth"`
 	Goroutines int64     `json:"goroutines"`
 	Frames     uint64    `json:"frames"`
+	// StateRefused counts the writes refused past a page's or a person's
+	// state bound.
+	StateRefused uint64 `json:"state_refused"`
 	// ProbeFailures counts the probes the slot's workers left unanswered.
 	ProbeFailures int64 `json:"probe_failures"`
 	// MaintenanceWaiting counts, per backend, the requests waiting on a
@@ -727,6 +730,7 @@ func (s *slot) probe(ctx context.Context, peer *channel.Peer, timeout time.Durat
 	s.info.LastProbe = time.Now()
 	s.info.Users, s.info.Conns, s.info.Pages = r.Users, r.Conns, r.Pages
 	s.info.HeapBytes, s.info.Goroutines, s.info.Frames = r.HeapBytes, r.Goroutines, r.Frames
+	s.info.StateRefused = r.StateRefused
 	s.info.RSSBytes, s.info.CPUSeconds, s.info.Mailbox = r.RssBytes, r.CpuSeconds, r.MailboxDepth
 	s.info.MaintenanceWaiting, s.info.MaintenanceTimedOut = r.MaintenanceWaiting, r.MaintenanceTimedOut
 	for _, u := range r.PerUser {

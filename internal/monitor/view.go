@@ -86,6 +86,8 @@ type Worker struct {
 	Goroutines int64     `json:"goroutines"`
 	Mailbox    int64     `json:"mailbox_depth"`
 	Frames     uint64    `json:"frames"`
+	// StateRefused counts the writes refused past a state bound.
+	StateRefused uint64 `json:"state_refused"`
 	// ProbeFailures counts the probes the worker's slot left unanswered.
 	ProbeFailures int64 `json:"probe_failures"`
 	// MaintenanceWaiting counts, per backend, the requests held on a

@@ -102,13 +102,37 @@ type Options struct {
 	// DefaultMaxPagesPerPerson; negative is no bound.
 	MaxPagesPerConn   int
 	MaxPagesPerPerson int
+	// MaxPageBytes and MaxPersonBytes bound a page's state and the sum of
+	// a person's pages here, in bytes as the tree codec writes them: a
+	// write that would go past either fails with ErrStateTooLarge (the
+	// handler's error is what the page sees), and the worker counts it
+	// (stickyd_worker_state_refused_total). Defaults DefaultMaxPageBytes
+	// and DefaultMaxPersonBytes; negative is no bound.
+	MaxPageBytes   int64
+	MaxPersonBytes int64
 }
 
 // The default page bounds.
 const (
 	DefaultMaxPagesPerConn   = 100
 	DefaultMaxPagesPerPerson = 500
+	DefaultMaxPageBytes      = 256 << 20
+	DefaultMaxPersonBytes    = 1 << 30
 )
+
+// stateBounds are o's state bounds, 0 for none.
+func (o Options) stateBounds() (perPage, perPerson int64) {
+	bound := func(v, def int64) int64 {
+		switch {
+		case v < 0:
+			return 0
+		case v == 0:
+			return def
+		}
+		return v
+	}
+	return bound(o.MaxPageBytes, DefaultMaxPageBytes), bound(o.MaxPersonBytes, DefaultMaxPersonBytes)
+}
 
 // pageBounds are o's page bounds, 0 for none.
 func (o Options) pageBounds() (perConn, perPerson int) {

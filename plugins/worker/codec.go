@@ -141,7 +141,7 @@ func encodeTree(t *Tree) ([]byte, error) { return appendValue(nil, t.root) }
 // decodeTree replaces t's content with an encoded root, without deltas.
 func decodeTree(t *Tree, b []byte) error {
 	if len(b) == 0 {
-		t.root = map[string]any{}
+		t.root, t.size = map[string]any{}, 2
 		return nil
 	}
 	v, rest, err := decodeValue(b, 0)
@@ -155,7 +155,7 @@ func decodeTree(t *Tree, b []byte) error {
 	if !ok {
 		return fmt.Errorf("%w: the root is not a map", errTreeCodec)
 	}
-	t.root = m
+	t.root, t.size = m, int64(len(b))
 	return nil
 }
 

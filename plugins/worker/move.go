@@ -315,6 +315,6 @@ func loadTree(t *Tree, conn string, pp *protocol.PagePackage, base *stagedCopy) 
 		slices.SortStableFunc(all, func(a, b *protocol.Delta) int { return cmp.Compare(a.Seq, b.Seq) })
 		pp.Pending = all
 	}
-	t.root = sp.root
+	t.root, t.size = sp.root, sp.size
 	return applyJournal(t, pp.Journal)
 }

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"fmt"
 	"sync/atomic"
 
 	"github.com/stickyd/stickyd/internal/protocol"
@@ -47,6 +48,7 @@ func newPage(s *Session, id, kind string) *Page {
 			p.note(o, path, v)
 		}
 	})
+	p.tree.room = p.room
 	p.coll.fold = func() []byte {
 		b, _ := p.tree.snapshot()
 		return b
@@ -70,3 +72,36 @@ func (p *Page) Session() *Session { return p.session }
 // a cache, never the truth: it does not travel when the person moves, so an
 // App must be able to rebuild it from the tree.
 func (p *Page) Local() map[string]any { return p.local }
+
+// room refuses a write that would take the page's state, or its person's,
+// past its bound. It runs in the person's mailbox, so the person's other
+// pages are still.
+func (p *Page) room(delta int64) error {
+	rt := p.session.rt
+	perPage, perPerson := rt.opts.stateBounds()
+	if perPage > 0 && p.tree.size+delta > perPage {
+		rt.stateRefused.Add(1)
+		return fmt.Errorf("%w: the page's state would be %d bytes; at most %d are allowed per page", ErrStateTooLarge, p.tree.size+delta, perPage)
+	}
+	if perPerson <= 0 {
+		return nil
+	}
+	rt.mu.Lock()
+	total := delta
+	for s := range rt.byUser[p.session.userKey()] {
+		for _, other := range s.pages {
+			total += other.tree.size
+		}
+	}
+	if _, ok := rt.byUser[p.session.userKey()][p.session]; !ok {
+		for _, other := range p.session.pages {
+			total += other.tree.size
+		}
+	}
+	rt.mu.Unlock()
+	if total > perPerson {
+		rt.stateRefused.Add(1)
+		return fmt.Errorf("%w: this person's pages would hold %d bytes; at most %d are allowed per person", ErrStateTooLarge, total, perPerson)
+	}
+	return nil
+}

@@ -202,6 +202,7 @@ type stagedCopy struct {
 
 type stagedPage struct {
 	root    map[string]any
+	size    int64
 	pending map[uint64]*protocol.Delta
 }
 
@@ -262,7 +263,7 @@ func readBase(pkg *protocol.UserPackage) (*stagedCopy, error) {
 			if err := decodeTree(t, pp.Tree); err != nil {
 				return nil, fmt.Errorf("reading page %q: %w", pp.Id, err)
 			}
-			sp := stagedPage{root: t.root}
+			sp := stagedPage{root: t.root, size: t.size}
 			if len(pp.Pending) > 0 {
 				sp.pending = make(map[uint64]*protocol.Delta, len(pp.Pending))
 				for _, d := range pp.Pending {
@@ -311,21 +312,26 @@ func applyJournal(t *Tree, deltas []*protocol.Delta) error {
 			if err := json.Unmarshal(d.Value, &v); err != nil {
 				return fmt.Errorf("replaying %q: %w", d.Path, err)
 			}
+			delta := t.growth(d.Path, v, false)
 			if d.Path == "" {
 				m, ok := v.(map[string]any)
 				if !ok {
 					return fmt.Errorf("replaying the root: %w: not a map", ErrBadPath)
 				}
 				t.root = m
+				t.size += delta
 				continue
 			}
 			if err := t.place(d.Path, v, false); err != nil {
 				return fmt.Errorf("replaying %q: %w", d.Path, err)
 			}
+			t.size += delta
 		case protocol.Delta_DELETE:
+			delta := t.growth(d.Path, nil, true)
 			if err := t.place(d.Path, nil, true); err != nil {
 				return fmt.Errorf("replaying the delete of %q: %w", d.Path, err)
 			}
+			t.size += delta
 		default:
 			return fmt.Errorf("replaying %q: a journal holds no %v", d.Path, d.Op)
 		}

@@ -262,3 +262,84 @@ func TestPrecopyOfASmallPerson(t *testing.T) {
 		t.Fatalf("package: %v, base %q", err, pkg.BaseDigest)
 	}
 }
+
+// A tree knows its size as the codec writes it, write by write.
+func TestTreeKnowsItsSize(t *testing.T) {
+	tr := newTree(nil)
+	check := func(what string) {
+		t.Helper()
+		if want := int64(sizeValue(tr.root)); tr.size != want {
+			t.Fatalf("after %s: size %d, the codec writes %d", what, tr.size, want)
+		}
+	}
+	check("nothing")
+	steps := []struct {
+		what string
+		do   func() error
+	}{
+		{"a new key", func() error { return tr.Set("a", "hello") }},
+		{"a deep new path", func() error { return tr.Set("x/y/z", 1) }},
+		{"a replaced value", func() error { return tr.Set("a", strings.Repeat("w", 300)) }},
+		{"an array", func() error { return tr.Set("list", []any{1, "two", map[string]any{"k": true}}) }},
+		{"an array element", func() error { return tr.Set("list/1", "three hundred") }},
+		{"a delete", func() error { tr.Delete("x/y"); return nil }},
+		{"a delete of nothing", func() error { tr.Delete("nope/nope"); return nil }},
+		{"the root", func() error { return tr.Set("", map[string]any{"only": "this"}) }},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			t.Fatal(err)
+		}
+		check(s.what)
+	}
+	b, err := encodeTree(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := newTree(nil)
+	if err := decodeTree(back, b); err != nil || back.size != tr.size {
+		t.Fatalf("decoded: %v, size %d, want %d", err, back.size, tr.size)
+	}
+}
+
+// A write past a page's or a person's state bound is refused with a message
+// the page sees and counted; shrinking or deleting makes room again.
+func TestStateIsBounded(t *testing.T) {
+	h := startAppWith(t, pathApp{}, "w1", Options{Name: "test", MaxPageBytes: 64 << 10, MaxPersonBytes: 90 << 10})
+	conn := h.get("", "", "/").Identity.Conn
+	p := pager{h: h, user: "~" + conn, conn: conn}
+	set := func(page, path string, n int) error {
+		_, err := p.send(page, fmt.Sprintf(`{"set":%q,"v":%q}`, path, strings.Repeat("x", n)), 0)
+		return err
+	}
+	p.open("p1", 0)
+	p.open("p2", 0)
+	if err := set("p1", "a", 40<<10); err != nil {
+		t.Fatal(err)
+	}
+	err := set("p1", "b", 30<<10)
+	if err == nil || !strings.Contains(err.Error(), "at most 65536 are allowed per page") {
+		t.Fatalf("a page past its bound: %v", err)
+	}
+	if err := set("p1", "a", 10<<10); err != nil {
+		t.Fatalf("shrinking: %v", err)
+	}
+	if err := set("p1", "b", 30<<10); err != nil {
+		t.Fatalf("after shrinking: %v", err)
+	}
+	if err := set("p2", "c", 40<<10); err != nil {
+		t.Fatal(err)
+	}
+	err = set("p2", "d", 15<<10)
+	if err == nil || !strings.Contains(err.Error(), "allowed per person") {
+		t.Fatalf("a person past their bound: %v", err)
+	}
+	p.must("p1", `{"del":"b"}`, 0)
+	if err := set("p2", "d", 15<<10); err != nil {
+		t.Fatalf("after a delete: %v", err)
+	}
+	r, err := h.probe(5 * time.Second)
+	if err != nil || r.StateRefused != 2 {
+		t.Fatalf("probe: %v, %d refused, want 2", err, r.GetStateRefused())
+	}
+}

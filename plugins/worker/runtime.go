@@ -76,7 +76,9 @@ type runtime struct {
 
 	frames atomic.Uint64
 	pages  atomic.Int64
-	wg     sync.WaitGroup // running mailboxes, new-connection frames, checkpoint rounds
+	// stateRefused counts the writes refused past a state bound.
+	stateRefused atomic.Uint64
+	wg           sync.WaitGroup // running mailboxes, new-connection frames, checkpoint rounds
 }
 
 // user is one person in this worker, with a mailbox that runs their frames
@@ -742,6 +744,7 @@ func (rt *runtime) probe() *protocol.ProbeReply {
 		Goroutines:   int64(goruntime.NumGoroutine()),
 		HeapBytes:    liveHeap(),
 		Frames:       rt.frames.Load(),
+		StateRefused: rt.stateRefused.Load(),
 		Pages:        rt.pages.Load(),
 	}
 	rt.maint.report(r)

@@ -67,12 +67,17 @@ func startWorker(t *testing.T) *host {
 // startApp serves app as the worker named id; the test's end stops it.
 func startApp(t *testing.T, app App, id string) *host {
 	t.Helper()
+	return startAppWith(t, app, id, Options{Name: "test"})
+}
+
+func startAppWith(t *testing.T, app App, id string, opts Options) *host {
+	t.Helper()
 	h, w := channel.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = ServeConn(ctx, app, Options{Name: "test"}, w)
+		_ = ServeConn(ctx, app, opts, w)
 	}()
 	if _, err := channel.Accept(t.Context(), h, &protocol.HelloAck{WorkerId: id}); err != nil {
 		t.Fatal(err)

@@ -35,6 +35,53 @@ type Tree struct {
 	// holds those copied (or made) since the last view was taken.
 	readers atomic.Int32
 	own     map[unsafe.Pointer]struct{}
+	// size is the tree's size as the tree codec writes it, kept as it is
+	// written (exact for Set and Delete, close after a journal replay);
+	// room, if set, is asked before a write that grows it by delta, and
+	// its error refuses the write (Options.MaxPageBytes).
+	size int64
+	room func(delta int64) error
+}
+
+// ErrStateTooLarge is returned by a write that would take a page's state,
+// or a person's, past its bound (Options.MaxPageBytes, MaxPersonBytes).
+var ErrStateTooLarge = errors.New("state too large")
+
+// growth is what writing nv at path adds to the tree's size.
+func (t *Tree) growth(path string, nv any, del bool) int64 {
+	if path == "" {
+		return int64(sizeValue(nv)) - t.size
+	}
+	old := t.Get(path)
+	parent, last := splitLast(path)
+	entry := int64(uvarintLen(len(last)) + len(last))
+	var d int64
+	if !del && parent != "" && t.Get(parent) == nil {
+		// place makes the missing maps on the way: an entry and an empty
+		// map each.
+		var cur any = t.root
+		for _, seg := range strings.Split(parent, "/") {
+			m, ok := cur.(map[string]any)
+			if ok && m[seg] != nil {
+				cur = m[seg]
+				continue
+			}
+			cur = nil
+			d += int64(uvarintLen(len(seg))+len(seg)) + 2
+		}
+	}
+	if old != nil || t.has(path) {
+		d -= int64(sizeValue(old))
+	} else if !del {
+		d += entry
+	}
+	if del {
+		if old != nil || t.has(path) {
+			d -= entry
+		}
+		return d
+	}
+	return d + int64(sizeValue(nv))
 }
 
 type deltaOp int
@@ -48,7 +95,7 @@ const (
 var ErrBadPath = errors.New("bad tree path")
 
 func newTree(emit func(deltaOp, string, []byte)) *Tree {
-	return &Tree{root: map[string]any{}, emit: emit}
+	return &Tree{root: map[string]any{}, emit: emit, size: 2}
 }
 
 // Get returns the value at path, or nil when there is none.
@@ -94,6 +141,12 @@ func (t *Tree) Set(path string, v any) error {
 	if err != nil {
 		return fmt.Errorf("setting %q: %w", path, err)
 	}
+	delta := t.growth(path, nv, false)
+	if delta > 0 && t.room != nil {
+		if err := t.room(delta); err != nil {
+			return fmt.Errorf("setting %q: %w", path, err)
+		}
+	}
 	if path == "" {
 		m, ok := nv.(map[string]any)
 		if !ok {
@@ -103,6 +156,7 @@ func (t *Tree) Set(path string, v any) error {
 	} else if err := t.place(path, nv, false); err != nil {
 		return err
 	}
+	t.size += delta
 	if t.touch != nil {
 		t.touch()
 	}
@@ -125,9 +179,11 @@ func (t *Tree) Delete(path string) {
 	if t.Get(path) == nil && !t.has(path) {
 		return
 	}
+	delta := t.growth(path, nil, true)
 	if err := t.place(path, nil, true); err != nil {
 		return
 	}
+	t.size += delta
 	if t.touch != nil {
 		t.touch()
 	}
