@@ -122,30 +122,23 @@ const (
 
 // stateBounds are o's state bounds, 0 for none.
 func (o Options) stateBounds() (perPage, perPerson int64) {
-	bound := func(v, def int64) int64 {
-		switch {
-		case v < 0:
-			return 0
-		case v == 0:
-			return def
-		}
-		return v
-	}
 	return bound(o.MaxPageBytes, DefaultMaxPageBytes), bound(o.MaxPersonBytes, DefaultMaxPersonBytes)
 }
 
 // pageBounds are o's page bounds, 0 for none.
 func (o Options) pageBounds() (perConn, perPerson int) {
-	bound := func(v, def int) int {
-		switch {
-		case v < 0:
-			return 0
-		case v == 0:
-			return def
-		}
-		return v
-	}
 	return bound(o.MaxPagesPerConn, DefaultMaxPagesPerConn), bound(o.MaxPagesPerPerson, DefaultMaxPagesPerPerson)
+}
+
+// bound reads an Options bound: zero is the default, negative none (0).
+func bound[T int | int64](v, def T) T {
+	switch {
+	case v < 0:
+		return 0
+	case v == 0:
+		return def
+	}
+	return v
 }
 
 func (o Options) logger() hclog.Logger {
