@@ -523,6 +523,9 @@ func (a *Agent) FSM() *fsm.FSM { return a.fsm }
 // Supervisor is the agent's supervisor.
 func (a *Agent) Supervisor() *supervisor.Supervisor { return a.sup }
 
+// Park is the agent's store of parked packages.
+func (a *Agent) Park() park.Store { return a.park }
+
 // extraRoutes adds the gateway's and the operator's routes to the API.
 func (a *Agent) extraRoutes(mux *http.ServeMux, wrap func(func(http.ResponseWriter, *http.Request) error) http.HandlerFunc) {
 	a.gatewayRoutes(mux, wrap)

@@ -34,6 +34,7 @@ type Supervisor interface {
 	Move(ctx context.Context, user, to, reason string) (move.Result, error)
 	MoveToGroup(ctx context.Context, user, group, reason string) (move.Result, error)
 	Drain(ctx context.Context, worker string, parallel int, progress func(move.Result, error)) (supervisor.DrainResult, error)
+	ForgetUser(ctx context.Context, user string) (move.Forgotten, error)
 }
 
 // Config configures the API.
@@ -92,6 +93,7 @@ func Handler(cfg Config) http.Handler {
 	mux.HandleFunc("GET /v1/users", a.handle(a.listUsers))
 	mux.HandleFunc("GET /v1/users/{user}", a.handle(a.getUser))
 	mux.HandleFunc("POST /v1/users/{user}/move", a.handle(a.moveUser))
+	mux.HandleFunc("POST /v1/users/{user}/forget", a.handle(a.forgetUser))
 	mux.HandleFunc("GET /v1/workers", a.handle(a.listWorkers))
 	mux.HandleFunc("POST /v1/workers/{worker}/drain", a.handle(a.drain))
 	if cfg.Events != nil {
@@ -254,6 +256,17 @@ func (a *server) moveUser(w http.ResponseWriter, r *http.Request) error {
 	} else {
 		res, err = a.cfg.Supervisor.MoveToGroup(r.Context(), user, req.Group, "admin")
 	}
+	if err != nil {
+		return moveErr(err)
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+// forgetUser forgets a person at once: 404 for one the maps do not hold,
+// 409 for one who is moving (try again when the move has settled).
+func (a *server) forgetUser(w http.ResponseWriter, r *http.Request) error {
+	res, err := a.cfg.Supervisor.ForgetUser(r.Context(), r.PathValue("user"))
 	if err != nil {
 		return moveErr(err)
 	}

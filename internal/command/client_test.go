@@ -143,7 +143,7 @@ func TestHelp(t *testing.T) {
 			run(t, parent.name, "-help").expect(t, 0, want, nil)
 		})
 	}
-	run(t, "-help").expect(t, 0, []string{"user", "Look at and move users", "worker", "Look at and drain workers"}, nil)
+	run(t, "-help").expect(t, 0, []string{"user", "Look at, move and forget users", "worker", "Look at and drain workers"}, nil)
 }
 
 func TestInterspersed(t *testing.T) {

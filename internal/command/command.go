@@ -58,6 +58,7 @@ func RunWith(args []string, ui cli.Ui, builtins map[string]agent.Builtin) int {
 			"user list":    func() (cli.Command, error) { return &UserListCommand{Meta: meta}, nil },
 			"user show":    func() (cli.Command, error) { return &UserShowCommand{Meta: meta}, nil },
 			"user move":    func() (cli.Command, error) { return &UserMoveCommand{Meta: meta}, nil },
+			"user forget":  func() (cli.Command, error) { return &UserForgetCommand{Meta: meta}, nil },
 			"worker":       func() (cli.Command, error) { return &WorkerCommand{Meta: meta}, nil },
 			"worker list":  func() (cli.Command, error) { return &WorkerListCommand{Meta: meta}, nil },
 			"worker drain": func() (cli.Command, error) { return &WorkerDrainCommand{Meta: meta}, nil },

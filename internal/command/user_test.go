@@ -165,3 +165,18 @@ func TestUserUsageErrors(t *testing.T) {
 		t.Fatalf("usage errors called the API: %+v", calls)
 	}
 }
+
+func TestUserForget(t *testing.T) {
+	res := move.Forgotten{User: "alice", Worker: "web-1", Conns: 2, Package: "sha256:abc"}
+	f := newFakeAPI(t, map[string]http.HandlerFunc{"POST /v1/users/{user}/forget": answer(200, res)})
+	run(t, f.args("user", "forget", "alice")...).expect(t, 0, []string{"forgot alice", "Worker  = web-1", "Conns   = 2", "Package = sha256:abc"}, nil)
+	if c := f.only(t); c.Method != "POST" || c.Path != "/v1/users/alice/forget" {
+		t.Fatalf("called %s %s", c.Method, c.Path)
+	}
+	f = newFakeAPI(t, map[string]http.HandlerFunc{
+		"POST /v1/users/{user}/forget": func(w http.ResponseWriter, r *http.Request) { writeError(w, 409, "alice is moving") },
+	})
+	r := run(t, f.args("user", "forget", "alice")...)
+	r.expect(t, 1, nil, []string{`forgetting user "alice": alice is moving`})
+	run(t, f.args("user", "forget")...).expect(t, 1, nil, nil)
+}

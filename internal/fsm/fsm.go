@@ -299,6 +299,8 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return f.applyMoveCommit(buf)
 	case MoveAbortRequestType:
 		return f.applyMoveAbort(buf)
+	case ForgetUsersRequestType:
+		return f.applyForgetUsers(buf)
 	case MoveBatchRequestType:
 		return f.applyMoveBatch(buf)
 	case WokenRequestType:

@@ -122,6 +122,8 @@ func DecodeResult(t MessageType, b []byte) (any, error) {
 		v = new(StoreResult)
 	case MoveBatchRequestType:
 		v = new(MoveBatchResult)
+	case ForgetUsersRequestType:
+		v = new(ForgetUsersResult)
 	case GatewayJobRequestType:
 		v = new(string)
 	default:
@@ -140,6 +142,8 @@ func DecodeResult(t MessageType, b []byte) (any, error) {
 	case *StoreResult:
 		return *x, nil
 	case *MoveBatchResult:
+		return *x, nil
+	case *ForgetUsersResult:
 		return *x, nil
 	case *string:
 		return *x, nil

@@ -36,6 +36,7 @@ type Workers interface {
 type Mover interface {
 	Move(ctx context.Context, user, to, reason string) (move.Result, error)
 	MoveSet(ctx context.Context, reqs []move.Request, opt move.Options, done func(move.Result, error))
+	Forget(ctx context.Context, users []string, done func(move.Forgotten, error))
 }
 
 // Log is the replicated log the maps are written through.
@@ -289,6 +290,18 @@ func (s *Supervisor) Login(ctx context.Context, conn, user string, attrs map[str
 	lr := res.(fsm.LoginResult)
 	s.assign(user)
 	return lr.Route, lr.Previous, nil
+}
+
+// ForgetUser forgets a person at once (an operator's `user forget`): their
+// connections and their place in the maps, what their worker holds of them
+// and their parked package.
+func (s *Supervisor) ForgetUser(ctx context.Context, user string) (move.Forgotten, error) {
+	var (
+		out move.Forgotten
+		err error
+	)
+	s.mover.Forget(ctx, []string{user}, func(f move.Forgotten, e error) { out, err = f, e })
+	return out, err
 }
 
 // Forget removes a connection.

@@ -1,0 +1,73 @@
+package fsm
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/stickyd/stickyd/internal/placement"
+)
+
+// ForgetUsersRequestType forgets people: their connections and their place
+// in the maps, many in one entry.
+const ForgetUsersRequestType MessageType = 21
+
+// ForgetUsersRequest forgets each of Users, at the epoch it names (a person
+// who moved since, or is moving, is refused and kept).
+type ForgetUsersRequest struct {
+	Users []ForgetUser `json:"users"`
+	// Now is the writer's clock (unix nanoseconds), for the grants the
+	// people held.
+	Now int64 `json:"now,omitempty"`
+}
+
+// ForgetUser is one person of a ForgetUsersRequest.
+type ForgetUser struct {
+	User  string `json:"user"`
+	Epoch uint64 `json:"epoch"`
+}
+
+// ForgetUsersResult is each person's outcome, in the request's order: their
+// placement as it was (its Package is theirs to delete), or the refusal.
+type ForgetUsersResult struct {
+	Users []PartResult `json:"users"`
+}
+
+func (f *FSM) applyForgetUsers(buf []byte) interface{} {
+	var req ForgetUsersRequest
+	if err := json.Unmarshal(buf, &req); err != nil {
+		return fmt.Errorf("decoding forget users: %w", err)
+	}
+	out := ForgetUsersResult{Users: make([]PartResult, len(req.Users))}
+	gone := map[string]bool{}
+	for i, fu := range req.Users {
+		h := f.state.Users[fu.User]
+		switch {
+		case h == nil:
+			out.Users[i] = part(placement.UserInfo{}, fmt.Errorf("%w: %q", ErrNoUser, fu.User))
+			continue
+		case h.State == placement.StateMoving:
+			out.Users[i] = part(placement.UserInfo{}, fmt.Errorf("%w: %q is moving", ErrBusy, fu.User))
+			continue
+		case h.Epoch != fu.Epoch:
+			out.Users[i] = part(placement.UserInfo{}, fmt.Errorf("%w: %q is at epoch %d, not %d", ErrBusy, fu.User, h.Epoch, fu.Epoch))
+			continue
+		}
+		out.Users[i] = part(info(fu.User, h), nil)
+		gone[fu.User] = true
+		delete(f.state.Users, fu.User)
+		if f.load[h.Worker]--; f.load[h.Worker] <= 0 {
+			delete(f.load, h.Worker)
+		}
+		f.releaseMovedLocked(fu.User, h.Worker, req.Now)
+		f.touchLocked(fu.User)
+	}
+	if len(gone) > 0 {
+		// One pass over the connections for the whole entry.
+		for conn, u := range f.state.Conns {
+			if gone[u] {
+				delete(f.state.Conns, conn)
+			}
+		}
+	}
+	return out
+}
