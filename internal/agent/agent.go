@@ -523,6 +523,25 @@ func (a *Agent) FSM() *fsm.FSM { return a.fsm }
 // Supervisor is the agent's supervisor.
 func (a *Agent) Supervisor() *supervisor.Supervisor { return a.sup }
 
+// forgetFromWorker forgets a person the site asked to forget (a logout).
+func (a *Agent) forgetFromWorker(worker, user string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		_, err := a.sup.ForgetUser(ctx, user)
+		if errors.Is(err, fsm.ErrBusy) && ctx.Err() == nil {
+			time.Sleep(250 * time.Millisecond) // moving: forgotten once settled
+			continue
+		}
+		if err != nil {
+			a.log.Warn("forgetting a person the site logged out", "user", user, "worker", worker, "error", err)
+			return
+		}
+		break
+	}
+	a.log.Debug("forgot a person the site logged out", "user", user, "worker", worker)
+}
+
 // Park is the agent's store of parked packages.
 func (a *Agent) Park() park.Store { return a.park }
 

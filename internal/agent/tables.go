@@ -159,6 +159,8 @@ func (a *Agent) fromWorker(worker string, incarnation int, env *protocol.Envelop
 		go a.storeCall(worker, incarnation, env, r)
 	case *protocol.Envelope_GatewayCall:
 		go a.gatewayFromWorker(worker, env, r)
+	case *protocol.Envelope_Forget:
+		go a.forgetFromWorker(worker, b.Forget.User)
 	default:
 		if env.Id != 0 {
 			_ = r.ReplyError(env.Id, protocol.Error_BAD_REQUEST, fmt.Sprintf("the host does not handle %T", env.Body))

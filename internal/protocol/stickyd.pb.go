@@ -194,6 +194,7 @@ type Envelope struct {
 	//	*Envelope_Precopy
 	//	*Envelope_Precopied
 	//	*Envelope_Stage
+	//	*Envelope_Forget
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -554,6 +555,15 @@ func (x *Envelope) GetStage() *Stage {
 	return nil
 }
 
+func (x *Envelope) GetForget() *Forget {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_Forget); ok {
+			return x.Forget
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -690,6 +700,10 @@ type Envelope_Stage struct {
 	Stage *Stage `protobuf:"bytes,42,opt,name=stage,proto3,oneof"`
 }
 
+type Envelope_Forget struct {
+	Forget *Forget `protobuf:"bytes,43,opt,name=forget,proto3,oneof"`
+}
+
 func (*Envelope_Hello) isEnvelope_Body() {}
 
 func (*Envelope_HelloAck) isEnvelope_Body() {}
@@ -755,6 +769,8 @@ func (*Envelope_Precopy) isEnvelope_Body() {}
 func (*Envelope_Precopied) isEnvelope_Body() {}
 
 func (*Envelope_Stage) isEnvelope_Body() {}
+
+func (*Envelope_Forget) isEnvelope_Body() {}
 
 // PackageChunk carries a piece of a large package ahead of the envelope it
 // belongs to: the Frozen reply, the Wake request or the Checkpointed reply
@@ -2704,6 +2720,53 @@ func (x *Freeze) GetBaseDigest() string {
 	return ""
 }
 
+// Forget (worker → host, a notice) asks the host to forget a person at
+// once, as `stickyd user forget` does: the site called Session.Forget (a
+// logout). It is sent after the answer to the frame that asked.
+type Forget struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Forget) Reset() {
+	*x = Forget{}
+	mi := &file_stickyd_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Forget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Forget) ProtoMessage() {}
+
+func (x *Forget) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Forget.ProtoReflect.Descriptor instead.
+func (*Forget) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Forget) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
 // Precopy (host → worker) asks for a copy of a person's state ahead of a
 // move, without freezing them: the worker takes a consistent view in the
 // person's mailbox between two of their frames, encodes it outside it (the
@@ -2718,7 +2781,7 @@ type Precopy struct {
 
 func (x *Precopy) Reset() {
 	*x = Precopy{}
-	mi := &file_stickyd_proto_msgTypes[27]
+	mi := &file_stickyd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +2793,7 @@ func (x *Precopy) String() string {
 func (*Precopy) ProtoMessage() {}
 
 func (x *Precopy) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[27]
+	mi := &file_stickyd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2806,7 @@ func (x *Precopy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Precopy.ProtoReflect.Descriptor instead.
 func (*Precopy) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{27}
+	return file_stickyd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Precopy) GetUser() string {
@@ -2769,7 +2832,7 @@ type Precopied struct {
 
 func (x *Precopied) Reset() {
 	*x = Precopied{}
-	mi := &file_stickyd_proto_msgTypes[28]
+	mi := &file_stickyd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2781,7 +2844,7 @@ func (x *Precopied) String() string {
 func (*Precopied) ProtoMessage() {}
 
 func (x *Precopied) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[28]
+	mi := &file_stickyd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2794,7 +2857,7 @@ func (x *Precopied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Precopied.ProtoReflect.Descriptor instead.
 func (*Precopied) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{28}
+	return file_stickyd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Precopied) GetPackage() []byte {
@@ -2842,7 +2905,7 @@ type Stage struct {
 
 func (x *Stage) Reset() {
 	*x = Stage{}
-	mi := &file_stickyd_proto_msgTypes[29]
+	mi := &file_stickyd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2854,7 +2917,7 @@ func (x *Stage) String() string {
 func (*Stage) ProtoMessage() {}
 
 func (x *Stage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[29]
+	mi := &file_stickyd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2867,7 +2930,7 @@ func (x *Stage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stage.ProtoReflect.Descriptor instead.
 func (*Stage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{29}
+	return file_stickyd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Stage) GetUser() string {
@@ -2914,7 +2977,7 @@ type Frozen struct {
 
 func (x *Frozen) Reset() {
 	*x = Frozen{}
-	mi := &file_stickyd_proto_msgTypes[30]
+	mi := &file_stickyd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2926,7 +2989,7 @@ func (x *Frozen) String() string {
 func (*Frozen) ProtoMessage() {}
 
 func (x *Frozen) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[30]
+	mi := &file_stickyd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2939,7 +3002,7 @@ func (x *Frozen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Frozen.ProtoReflect.Descriptor instead.
 func (*Frozen) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{30}
+	return file_stickyd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Frozen) GetPackage() []byte {
@@ -2995,7 +3058,7 @@ type Thaw struct {
 
 func (x *Thaw) Reset() {
 	*x = Thaw{}
-	mi := &file_stickyd_proto_msgTypes[31]
+	mi := &file_stickyd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3007,7 +3070,7 @@ func (x *Thaw) String() string {
 func (*Thaw) ProtoMessage() {}
 
 func (x *Thaw) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[31]
+	mi := &file_stickyd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3020,7 +3083,7 @@ func (x *Thaw) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thaw.ProtoReflect.Descriptor instead.
 func (*Thaw) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{31}
+	return file_stickyd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Thaw) GetUser() string {
@@ -3063,7 +3126,7 @@ type Wake struct {
 
 func (x *Wake) Reset() {
 	*x = Wake{}
-	mi := &file_stickyd_proto_msgTypes[32]
+	mi := &file_stickyd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3075,7 +3138,7 @@ func (x *Wake) String() string {
 func (*Wake) ProtoMessage() {}
 
 func (x *Wake) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[32]
+	mi := &file_stickyd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3088,7 +3151,7 @@ func (x *Wake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Wake.ProtoReflect.Descriptor instead.
 func (*Wake) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{32}
+	return file_stickyd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Wake) GetUser() string {
@@ -3145,7 +3208,7 @@ type Woken struct {
 
 func (x *Woken) Reset() {
 	*x = Woken{}
-	mi := &file_stickyd_proto_msgTypes[33]
+	mi := &file_stickyd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3157,7 +3220,7 @@ func (x *Woken) String() string {
 func (*Woken) ProtoMessage() {}
 
 func (x *Woken) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[33]
+	mi := &file_stickyd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3170,7 +3233,7 @@ func (x *Woken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Woken.ProtoReflect.Descriptor instead.
 func (*Woken) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{33}
+	return file_stickyd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Woken) GetPages() uint32 {
@@ -3203,7 +3266,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_stickyd_proto_msgTypes[34]
+	mi := &file_stickyd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3215,7 +3278,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[34]
+	mi := &file_stickyd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3228,7 +3291,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{34}
+	return file_stickyd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Checkpoint) GetMaxBytes() uint64 {
@@ -3253,7 +3316,7 @@ type Checkpointed struct {
 
 func (x *Checkpointed) Reset() {
 	*x = Checkpointed{}
-	mi := &file_stickyd_proto_msgTypes[35]
+	mi := &file_stickyd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3265,7 +3328,7 @@ func (x *Checkpointed) String() string {
 func (*Checkpointed) ProtoMessage() {}
 
 func (x *Checkpointed) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[35]
+	mi := &file_stickyd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3278,7 +3341,7 @@ func (x *Checkpointed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpointed.ProtoReflect.Descriptor instead.
 func (*Checkpointed) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{35}
+	return file_stickyd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Checkpointed) GetPieces() []*CheckpointPiece {
@@ -3322,7 +3385,7 @@ type CheckpointPiece struct {
 
 func (x *CheckpointPiece) Reset() {
 	*x = CheckpointPiece{}
-	mi := &file_stickyd_proto_msgTypes[36]
+	mi := &file_stickyd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3334,7 +3397,7 @@ func (x *CheckpointPiece) String() string {
 func (*CheckpointPiece) ProtoMessage() {}
 
 func (x *CheckpointPiece) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[36]
+	mi := &file_stickyd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3347,7 +3410,7 @@ func (x *CheckpointPiece) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointPiece.ProtoReflect.Descriptor instead.
 func (*CheckpointPiece) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{36}
+	return file_stickyd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CheckpointPiece) GetUser() string {
@@ -3396,7 +3459,7 @@ type CheckpointKey struct {
 
 func (x *CheckpointKey) Reset() {
 	*x = CheckpointKey{}
-	mi := &file_stickyd_proto_msgTypes[37]
+	mi := &file_stickyd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3408,7 +3471,7 @@ func (x *CheckpointKey) String() string {
 func (*CheckpointKey) ProtoMessage() {}
 
 func (x *CheckpointKey) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[37]
+	mi := &file_stickyd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3421,7 +3484,7 @@ func (x *CheckpointKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointKey.ProtoReflect.Descriptor instead.
 func (*CheckpointKey) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{37}
+	return file_stickyd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CheckpointKey) GetUser() string {
@@ -3455,7 +3518,7 @@ type Evict struct {
 
 func (x *Evict) Reset() {
 	*x = Evict{}
-	mi := &file_stickyd_proto_msgTypes[38]
+	mi := &file_stickyd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3467,7 +3530,7 @@ func (x *Evict) String() string {
 func (*Evict) ProtoMessage() {}
 
 func (x *Evict) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[38]
+	mi := &file_stickyd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3480,7 +3543,7 @@ func (x *Evict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evict.ProtoReflect.Descriptor instead.
 func (*Evict) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{38}
+	return file_stickyd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Evict) GetUser() string {
@@ -3513,7 +3576,7 @@ type UserPackage struct {
 
 func (x *UserPackage) Reset() {
 	*x = UserPackage{}
-	mi := &file_stickyd_proto_msgTypes[39]
+	mi := &file_stickyd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3525,7 +3588,7 @@ func (x *UserPackage) String() string {
 func (*UserPackage) ProtoMessage() {}
 
 func (x *UserPackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[39]
+	mi := &file_stickyd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3538,7 +3601,7 @@ func (x *UserPackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserPackage.ProtoReflect.Descriptor instead.
 func (*UserPackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{39}
+	return file_stickyd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *UserPackage) GetFormat() uint32 {
@@ -3610,7 +3673,7 @@ type ConnPackage struct {
 
 func (x *ConnPackage) Reset() {
 	*x = ConnPackage{}
-	mi := &file_stickyd_proto_msgTypes[40]
+	mi := &file_stickyd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3622,7 +3685,7 @@ func (x *ConnPackage) String() string {
 func (*ConnPackage) ProtoMessage() {}
 
 func (x *ConnPackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[40]
+	mi := &file_stickyd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3635,7 +3698,7 @@ func (x *ConnPackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnPackage.ProtoReflect.Descriptor instead.
 func (*ConnPackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{40}
+	return file_stickyd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ConnPackage) GetName() string {
@@ -3697,7 +3760,7 @@ type PagePackage struct {
 
 func (x *PagePackage) Reset() {
 	*x = PagePackage{}
-	mi := &file_stickyd_proto_msgTypes[41]
+	mi := &file_stickyd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3709,7 +3772,7 @@ func (x *PagePackage) String() string {
 func (*PagePackage) ProtoMessage() {}
 
 func (x *PagePackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[41]
+	mi := &file_stickyd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3722,7 +3785,7 @@ func (x *PagePackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PagePackage.ProtoReflect.Descriptor instead.
 func (*PagePackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{41}
+	return file_stickyd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PagePackage) GetId() string {
@@ -3818,7 +3881,7 @@ type TableList struct {
 
 func (x *TableList) Reset() {
 	*x = TableList{}
-	mi := &file_stickyd_proto_msgTypes[42]
+	mi := &file_stickyd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3830,7 +3893,7 @@ func (x *TableList) String() string {
 func (*TableList) ProtoMessage() {}
 
 func (x *TableList) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[42]
+	mi := &file_stickyd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3843,7 +3906,7 @@ func (x *TableList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableList.ProtoReflect.Descriptor instead.
 func (*TableList) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{42}
+	return file_stickyd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TableList) GetTables() []string {
@@ -3865,7 +3928,7 @@ type Tables struct {
 
 func (x *Tables) Reset() {
 	*x = Tables{}
-	mi := &file_stickyd_proto_msgTypes[43]
+	mi := &file_stickyd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3877,7 +3940,7 @@ func (x *Tables) String() string {
 func (*Tables) ProtoMessage() {}
 
 func (x *Tables) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[43]
+	mi := &file_stickyd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3890,7 +3953,7 @@ func (x *Tables) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tables.ProtoReflect.Descriptor instead.
 func (*Tables) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{43}
+	return file_stickyd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Tables) GetTables() []string {
@@ -3916,7 +3979,7 @@ type Publish struct {
 
 func (x *Publish) Reset() {
 	*x = Publish{}
-	mi := &file_stickyd_proto_msgTypes[44]
+	mi := &file_stickyd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3928,7 +3991,7 @@ func (x *Publish) String() string {
 func (*Publish) ProtoMessage() {}
 
 func (x *Publish) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[44]
+	mi := &file_stickyd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3941,7 +4004,7 @@ func (x *Publish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Publish.ProtoReflect.Descriptor instead.
 func (*Publish) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{44}
+	return file_stickyd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Publish) GetTable() string {
@@ -3971,7 +4034,7 @@ type TableChange struct {
 
 func (x *TableChange) Reset() {
 	*x = TableChange{}
-	mi := &file_stickyd_proto_msgTypes[45]
+	mi := &file_stickyd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3983,7 +4046,7 @@ func (x *TableChange) String() string {
 func (*TableChange) ProtoMessage() {}
 
 func (x *TableChange) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[45]
+	mi := &file_stickyd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3996,7 +4059,7 @@ func (x *TableChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableChange.ProtoReflect.Descriptor instead.
 func (*TableChange) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{45}
+	return file_stickyd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TableChange) GetTable() string {
@@ -4031,7 +4094,7 @@ type StoreGet struct {
 
 func (x *StoreGet) Reset() {
 	*x = StoreGet{}
-	mi := &file_stickyd_proto_msgTypes[46]
+	mi := &file_stickyd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4043,7 +4106,7 @@ func (x *StoreGet) String() string {
 func (*StoreGet) ProtoMessage() {}
 
 func (x *StoreGet) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[46]
+	mi := &file_stickyd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4056,7 +4119,7 @@ func (x *StoreGet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreGet.ProtoReflect.Descriptor instead.
 func (*StoreGet) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{46}
+	return file_stickyd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StoreGet) GetPaths() []string {
@@ -4076,7 +4139,7 @@ type StoreValues struct {
 
 func (x *StoreValues) Reset() {
 	*x = StoreValues{}
-	mi := &file_stickyd_proto_msgTypes[47]
+	mi := &file_stickyd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4088,7 +4151,7 @@ func (x *StoreValues) String() string {
 func (*StoreValues) ProtoMessage() {}
 
 func (x *StoreValues) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[47]
+	mi := &file_stickyd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4101,7 +4164,7 @@ func (x *StoreValues) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreValues.ProtoReflect.Descriptor instead.
 func (*StoreValues) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{47}
+	return file_stickyd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StoreValues) GetValues() map[string][]byte {
@@ -4128,7 +4191,7 @@ type GrantAcquire struct {
 
 func (x *GrantAcquire) Reset() {
 	*x = GrantAcquire{}
-	mi := &file_stickyd_proto_msgTypes[48]
+	mi := &file_stickyd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4140,7 +4203,7 @@ func (x *GrantAcquire) String() string {
 func (*GrantAcquire) ProtoMessage() {}
 
 func (x *GrantAcquire) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[48]
+	mi := &file_stickyd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4153,7 +4216,7 @@ func (x *GrantAcquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantAcquire.ProtoReflect.Descriptor instead.
 func (*GrantAcquire) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{48}
+	return file_stickyd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GrantAcquire) GetPaths() []string {
@@ -4198,7 +4261,7 @@ type GrantReply struct {
 
 func (x *GrantReply) Reset() {
 	*x = GrantReply{}
-	mi := &file_stickyd_proto_msgTypes[49]
+	mi := &file_stickyd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4210,7 +4273,7 @@ func (x *GrantReply) String() string {
 func (*GrantReply) ProtoMessage() {}
 
 func (x *GrantReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[49]
+	mi := &file_stickyd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4223,7 +4286,7 @@ func (x *GrantReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantReply.ProtoReflect.Descriptor instead.
 func (*GrantReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{49}
+	return file_stickyd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GrantReply) GetId() uint64 {
@@ -4268,7 +4331,7 @@ type GrantCommit struct {
 
 func (x *GrantCommit) Reset() {
 	*x = GrantCommit{}
-	mi := &file_stickyd_proto_msgTypes[50]
+	mi := &file_stickyd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4280,7 +4343,7 @@ func (x *GrantCommit) String() string {
 func (*GrantCommit) ProtoMessage() {}
 
 func (x *GrantCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[50]
+	mi := &file_stickyd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4293,7 +4356,7 @@ func (x *GrantCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantCommit.ProtoReflect.Descriptor instead.
 func (*GrantCommit) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{50}
+	return file_stickyd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GrantCommit) GetId() uint64 {
@@ -4335,7 +4398,7 @@ type GrantRelease struct {
 
 func (x *GrantRelease) Reset() {
 	*x = GrantRelease{}
-	mi := &file_stickyd_proto_msgTypes[51]
+	mi := &file_stickyd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4347,7 +4410,7 @@ func (x *GrantRelease) String() string {
 func (*GrantRelease) ProtoMessage() {}
 
 func (x *GrantRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[51]
+	mi := &file_stickyd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4360,7 +4423,7 @@ func (x *GrantRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRelease.ProtoReflect.Descriptor instead.
 func (*GrantRelease) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{51}
+	return file_stickyd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GrantRelease) GetId() uint64 {
@@ -4390,7 +4453,7 @@ type GatewayCall struct {
 
 func (x *GatewayCall) Reset() {
 	*x = GatewayCall{}
-	mi := &file_stickyd_proto_msgTypes[52]
+	mi := &file_stickyd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4402,7 +4465,7 @@ func (x *GatewayCall) String() string {
 func (*GatewayCall) ProtoMessage() {}
 
 func (x *GatewayCall) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[52]
+	mi := &file_stickyd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4415,7 +4478,7 @@ func (x *GatewayCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayCall.ProtoReflect.Descriptor instead.
 func (*GatewayCall) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{52}
+	return file_stickyd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GatewayCall) GetSession() string {
@@ -4450,7 +4513,7 @@ type GatewayReply struct {
 
 func (x *GatewayReply) Reset() {
 	*x = GatewayReply{}
-	mi := &file_stickyd_proto_msgTypes[53]
+	mi := &file_stickyd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4462,7 +4525,7 @@ func (x *GatewayReply) String() string {
 func (*GatewayReply) ProtoMessage() {}
 
 func (x *GatewayReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[53]
+	mi := &file_stickyd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4475,7 +4538,7 @@ func (x *GatewayReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayReply.ProtoReflect.Descriptor instead.
 func (*GatewayReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{53}
+	return file_stickyd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GatewayReply) GetResponse() []byte {
@@ -4506,7 +4569,7 @@ type GatewayChunk struct {
 
 func (x *GatewayChunk) Reset() {
 	*x = GatewayChunk{}
-	mi := &file_stickyd_proto_msgTypes[54]
+	mi := &file_stickyd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4518,7 +4581,7 @@ func (x *GatewayChunk) String() string {
 func (*GatewayChunk) ProtoMessage() {}
 
 func (x *GatewayChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[54]
+	mi := &file_stickyd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4531,7 +4594,7 @@ func (x *GatewayChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayChunk.ProtoReflect.Descriptor instead.
 func (*GatewayChunk) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{54}
+	return file_stickyd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GatewayChunk) GetCallId() uint64 {
@@ -4573,7 +4636,7 @@ var File_stickyd_proto protoreflect.FileDescriptor
 
 const file_stickyd_proto_rawDesc = "" +
 	"\n" +
-	"\rstickyd.proto\x12\x12stickyd.channel.v1\"\xbb\x10\n" +
+	"\rstickyd.proto\x12\x12stickyd.channel.v1\"\xf1\x10\n" +
 	"\bEnvelope\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\bR\x05reply\x12\x16\n" +
@@ -4616,7 +4679,8 @@ const file_stickyd_proto_rawDesc = "" +
 	"\rpackage_chunk\x18' \x01(\v2 .stickyd.channel.v1.PackageChunkH\x00R\fpackageChunk\x127\n" +
 	"\aprecopy\x18( \x01(\v2\x1b.stickyd.channel.v1.PrecopyH\x00R\aprecopy\x12=\n" +
 	"\tprecopied\x18) \x01(\v2\x1d.stickyd.channel.v1.PrecopiedH\x00R\tprecopied\x121\n" +
-	"\x05stage\x18* \x01(\v2\x19.stickyd.channel.v1.StageH\x00R\x05stageB\x06\n" +
+	"\x05stage\x18* \x01(\v2\x19.stickyd.channel.v1.StageH\x00R\x05stage\x124\n" +
+	"\x06forget\x18+ \x01(\v2\x1a.stickyd.channel.v1.ForgetH\x00R\x06forgetB\x06\n" +
 	"\x04body\"h\n" +
 	"\fPackageChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
@@ -4786,7 +4850,9 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04base\x18\x03 \x01(\x04R\x04base\x12\x1f\n" +
 	"\vbase_digest\x18\x04 \x01(\tR\n" +
-	"baseDigest\"\x1d\n" +
+	"baseDigest\"\x1c\n" +
+	"\x06Forget\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\"\x1d\n" +
 	"\aPrecopy\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\"k\n" +
 	"\tPrecopied\x12\x18\n" +
@@ -4947,7 +5013,7 @@ func file_stickyd_proto_rawDescGZIP() []byte {
 }
 
 var file_stickyd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_stickyd_proto_goTypes = []any{
 	(Delta_Op)(0),              // 0: stickyd.channel.v1.Delta.Op
 	(Error_Code)(0),            // 1: stickyd.channel.v1.Error.Code
@@ -4978,41 +5044,42 @@ var file_stickyd_proto_goTypes = []any{
 	(*Shutdown)(nil),           // 26: stickyd.channel.v1.Shutdown
 	(*Error)(nil),              // 27: stickyd.channel.v1.Error
 	(*Freeze)(nil),             // 28: stickyd.channel.v1.Freeze
-	(*Precopy)(nil),            // 29: stickyd.channel.v1.Precopy
-	(*Precopied)(nil),          // 30: stickyd.channel.v1.Precopied
-	(*Stage)(nil),              // 31: stickyd.channel.v1.Stage
-	(*Frozen)(nil),             // 32: stickyd.channel.v1.Frozen
-	(*Thaw)(nil),               // 33: stickyd.channel.v1.Thaw
-	(*Wake)(nil),               // 34: stickyd.channel.v1.Wake
-	(*Woken)(nil),              // 35: stickyd.channel.v1.Woken
-	(*Checkpoint)(nil),         // 36: stickyd.channel.v1.Checkpoint
-	(*Checkpointed)(nil),       // 37: stickyd.channel.v1.Checkpointed
-	(*CheckpointPiece)(nil),    // 38: stickyd.channel.v1.CheckpointPiece
-	(*CheckpointKey)(nil),      // 39: stickyd.channel.v1.CheckpointKey
-	(*Evict)(nil),              // 40: stickyd.channel.v1.Evict
-	(*UserPackage)(nil),        // 41: stickyd.channel.v1.UserPackage
-	(*ConnPackage)(nil),        // 42: stickyd.channel.v1.ConnPackage
-	(*PagePackage)(nil),        // 43: stickyd.channel.v1.PagePackage
-	(*TableList)(nil),          // 44: stickyd.channel.v1.TableList
-	(*Tables)(nil),             // 45: stickyd.channel.v1.Tables
-	(*Publish)(nil),            // 46: stickyd.channel.v1.Publish
-	(*TableChange)(nil),        // 47: stickyd.channel.v1.TableChange
-	(*StoreGet)(nil),           // 48: stickyd.channel.v1.StoreGet
-	(*StoreValues)(nil),        // 49: stickyd.channel.v1.StoreValues
-	(*GrantAcquire)(nil),       // 50: stickyd.channel.v1.GrantAcquire
-	(*GrantReply)(nil),         // 51: stickyd.channel.v1.GrantReply
-	(*GrantCommit)(nil),        // 52: stickyd.channel.v1.GrantCommit
-	(*GrantRelease)(nil),       // 53: stickyd.channel.v1.GrantRelease
-	(*GatewayCall)(nil),        // 54: stickyd.channel.v1.GatewayCall
-	(*GatewayReply)(nil),       // 55: stickyd.channel.v1.GatewayReply
-	(*GatewayChunk)(nil),       // 56: stickyd.channel.v1.GatewayChunk
-	nil,                        // 57: stickyd.channel.v1.Identity.AttributesEntry
-	nil,                        // 58: stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
-	nil,                        // 59: stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
-	nil,                        // 60: stickyd.channel.v1.PagePackage.MarksEntry
-	nil,                        // 61: stickyd.channel.v1.StoreValues.ValuesEntry
-	nil,                        // 62: stickyd.channel.v1.GrantReply.ValuesEntry
-	nil,                        // 63: stickyd.channel.v1.GrantCommit.SetEntry
+	(*Forget)(nil),             // 29: stickyd.channel.v1.Forget
+	(*Precopy)(nil),            // 30: stickyd.channel.v1.Precopy
+	(*Precopied)(nil),          // 31: stickyd.channel.v1.Precopied
+	(*Stage)(nil),              // 32: stickyd.channel.v1.Stage
+	(*Frozen)(nil),             // 33: stickyd.channel.v1.Frozen
+	(*Thaw)(nil),               // 34: stickyd.channel.v1.Thaw
+	(*Wake)(nil),               // 35: stickyd.channel.v1.Wake
+	(*Woken)(nil),              // 36: stickyd.channel.v1.Woken
+	(*Checkpoint)(nil),         // 37: stickyd.channel.v1.Checkpoint
+	(*Checkpointed)(nil),       // 38: stickyd.channel.v1.Checkpointed
+	(*CheckpointPiece)(nil),    // 39: stickyd.channel.v1.CheckpointPiece
+	(*CheckpointKey)(nil),      // 40: stickyd.channel.v1.CheckpointKey
+	(*Evict)(nil),              // 41: stickyd.channel.v1.Evict
+	(*UserPackage)(nil),        // 42: stickyd.channel.v1.UserPackage
+	(*ConnPackage)(nil),        // 43: stickyd.channel.v1.ConnPackage
+	(*PagePackage)(nil),        // 44: stickyd.channel.v1.PagePackage
+	(*TableList)(nil),          // 45: stickyd.channel.v1.TableList
+	(*Tables)(nil),             // 46: stickyd.channel.v1.Tables
+	(*Publish)(nil),            // 47: stickyd.channel.v1.Publish
+	(*TableChange)(nil),        // 48: stickyd.channel.v1.TableChange
+	(*StoreGet)(nil),           // 49: stickyd.channel.v1.StoreGet
+	(*StoreValues)(nil),        // 50: stickyd.channel.v1.StoreValues
+	(*GrantAcquire)(nil),       // 51: stickyd.channel.v1.GrantAcquire
+	(*GrantReply)(nil),         // 52: stickyd.channel.v1.GrantReply
+	(*GrantCommit)(nil),        // 53: stickyd.channel.v1.GrantCommit
+	(*GrantRelease)(nil),       // 54: stickyd.channel.v1.GrantRelease
+	(*GatewayCall)(nil),        // 55: stickyd.channel.v1.GatewayCall
+	(*GatewayReply)(nil),       // 56: stickyd.channel.v1.GatewayReply
+	(*GatewayChunk)(nil),       // 57: stickyd.channel.v1.GatewayChunk
+	nil,                        // 58: stickyd.channel.v1.Identity.AttributesEntry
+	nil,                        // 59: stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
+	nil,                        // 60: stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
+	nil,                        // 61: stickyd.channel.v1.PagePackage.MarksEntry
+	nil,                        // 62: stickyd.channel.v1.StoreValues.ValuesEntry
+	nil,                        // 63: stickyd.channel.v1.GrantReply.ValuesEntry
+	nil,                        // 64: stickyd.channel.v1.GrantCommit.SetEntry
 }
 var file_stickyd_proto_depIdxs = []int32{
 	6,  // 0: stickyd.channel.v1.Envelope.hello:type_name -> stickyd.channel.v1.Hello
@@ -5024,69 +5091,70 @@ var file_stickyd_proto_depIdxs = []int32{
 	26, // 6: stickyd.channel.v1.Envelope.shutdown:type_name -> stickyd.channel.v1.Shutdown
 	27, // 7: stickyd.channel.v1.Envelope.error:type_name -> stickyd.channel.v1.Error
 	28, // 8: stickyd.channel.v1.Envelope.freeze:type_name -> stickyd.channel.v1.Freeze
-	32, // 9: stickyd.channel.v1.Envelope.frozen:type_name -> stickyd.channel.v1.Frozen
-	33, // 10: stickyd.channel.v1.Envelope.thaw:type_name -> stickyd.channel.v1.Thaw
-	34, // 11: stickyd.channel.v1.Envelope.wake:type_name -> stickyd.channel.v1.Wake
-	35, // 12: stickyd.channel.v1.Envelope.woken:type_name -> stickyd.channel.v1.Woken
-	40, // 13: stickyd.channel.v1.Envelope.evict:type_name -> stickyd.channel.v1.Evict
-	45, // 14: stickyd.channel.v1.Envelope.tables:type_name -> stickyd.channel.v1.Tables
-	46, // 15: stickyd.channel.v1.Envelope.publish:type_name -> stickyd.channel.v1.Publish
-	47, // 16: stickyd.channel.v1.Envelope.table_change:type_name -> stickyd.channel.v1.TableChange
-	48, // 17: stickyd.channel.v1.Envelope.store_get:type_name -> stickyd.channel.v1.StoreGet
-	49, // 18: stickyd.channel.v1.Envelope.store_values:type_name -> stickyd.channel.v1.StoreValues
-	50, // 19: stickyd.channel.v1.Envelope.grant_acquire:type_name -> stickyd.channel.v1.GrantAcquire
-	51, // 20: stickyd.channel.v1.Envelope.grant_reply:type_name -> stickyd.channel.v1.GrantReply
-	52, // 21: stickyd.channel.v1.Envelope.grant_commit:type_name -> stickyd.channel.v1.GrantCommit
-	53, // 22: stickyd.channel.v1.Envelope.grant_release:type_name -> stickyd.channel.v1.GrantRelease
+	33, // 9: stickyd.channel.v1.Envelope.frozen:type_name -> stickyd.channel.v1.Frozen
+	34, // 10: stickyd.channel.v1.Envelope.thaw:type_name -> stickyd.channel.v1.Thaw
+	35, // 11: stickyd.channel.v1.Envelope.wake:type_name -> stickyd.channel.v1.Wake
+	36, // 12: stickyd.channel.v1.Envelope.woken:type_name -> stickyd.channel.v1.Woken
+	41, // 13: stickyd.channel.v1.Envelope.evict:type_name -> stickyd.channel.v1.Evict
+	46, // 14: stickyd.channel.v1.Envelope.tables:type_name -> stickyd.channel.v1.Tables
+	47, // 15: stickyd.channel.v1.Envelope.publish:type_name -> stickyd.channel.v1.Publish
+	48, // 16: stickyd.channel.v1.Envelope.table_change:type_name -> stickyd.channel.v1.TableChange
+	49, // 17: stickyd.channel.v1.Envelope.store_get:type_name -> stickyd.channel.v1.StoreGet
+	50, // 18: stickyd.channel.v1.Envelope.store_values:type_name -> stickyd.channel.v1.StoreValues
+	51, // 19: stickyd.channel.v1.Envelope.grant_acquire:type_name -> stickyd.channel.v1.GrantAcquire
+	52, // 20: stickyd.channel.v1.Envelope.grant_reply:type_name -> stickyd.channel.v1.GrantReply
+	53, // 21: stickyd.channel.v1.Envelope.grant_commit:type_name -> stickyd.channel.v1.GrantCommit
+	54, // 22: stickyd.channel.v1.Envelope.grant_release:type_name -> stickyd.channel.v1.GrantRelease
 	4,  // 23: stickyd.channel.v1.Envelope.maintenance:type_name -> stickyd.channel.v1.Maintenance
-	54, // 24: stickyd.channel.v1.Envelope.gateway_call:type_name -> stickyd.channel.v1.GatewayCall
-	55, // 25: stickyd.channel.v1.Envelope.gateway_reply:type_name -> stickyd.channel.v1.GatewayReply
-	56, // 26: stickyd.channel.v1.Envelope.gateway_chunk:type_name -> stickyd.channel.v1.GatewayChunk
-	36, // 27: stickyd.channel.v1.Envelope.checkpoint:type_name -> stickyd.channel.v1.Checkpoint
-	37, // 28: stickyd.channel.v1.Envelope.checkpointed:type_name -> stickyd.channel.v1.Checkpointed
+	55, // 24: stickyd.channel.v1.Envelope.gateway_call:type_name -> stickyd.channel.v1.GatewayCall
+	56, // 25: stickyd.channel.v1.Envelope.gateway_reply:type_name -> stickyd.channel.v1.GatewayReply
+	57, // 26: stickyd.channel.v1.Envelope.gateway_chunk:type_name -> stickyd.channel.v1.GatewayChunk
+	37, // 27: stickyd.channel.v1.Envelope.checkpoint:type_name -> stickyd.channel.v1.Checkpoint
+	38, // 28: stickyd.channel.v1.Envelope.checkpointed:type_name -> stickyd.channel.v1.Checkpointed
 	3,  // 29: stickyd.channel.v1.Envelope.package_chunk:type_name -> stickyd.channel.v1.PackageChunk
-	29, // 30: stickyd.channel.v1.Envelope.precopy:type_name -> stickyd.channel.v1.Precopy
-	30, // 31: stickyd.channel.v1.Envelope.precopied:type_name -> stickyd.channel.v1.Precopied
-	31, // 32: stickyd.channel.v1.Envelope.stage:type_name -> stickyd.channel.v1.Stage
-	5,  // 33: stickyd.channel.v1.Maintenance.backends:type_name -> stickyd.channel.v1.MaintenanceBackend
-	10, // 34: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
-	12, // 35: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
-	13, // 36: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
-	14, // 37: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
-	15, // 38: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
-	16, // 39: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
-	9,  // 40: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
-	9,  // 41: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
-	0,  // 42: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
-	17, // 43: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
-	57, // 44: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
-	11, // 45: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
-	18, // 46: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
-	20, // 47: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
-	19, // 48: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
-	21, // 49: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
-	25, // 50: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
-	58, // 51: stickyd.channel.v1.ProbeReply.maintenance_waiting:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
-	59, // 52: stickyd.channel.v1.ProbeReply.maintenance_timed_out:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
-	1,  // 53: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
-	38, // 54: stickyd.channel.v1.Checkpointed.pieces:type_name -> stickyd.channel.v1.CheckpointPiece
-	39, // 55: stickyd.channel.v1.Checkpointed.gone:type_name -> stickyd.channel.v1.CheckpointKey
-	42, // 56: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
-	43, // 57: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
-	17, // 58: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
-	60, // 59: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
-	17, // 60: stickyd.channel.v1.PagePackage.journal:type_name -> stickyd.channel.v1.Delta
-	61, // 61: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
-	62, // 62: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
-	63, // 63: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
-	44, // 64: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
-	2,  // 65: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
-	2,  // 66: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
-	66, // [66:67] is the sub-list for method output_type
-	65, // [65:66] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	30, // 30: stickyd.channel.v1.Envelope.precopy:type_name -> stickyd.channel.v1.Precopy
+	31, // 31: stickyd.channel.v1.Envelope.precopied:type_name -> stickyd.channel.v1.Precopied
+	32, // 32: stickyd.channel.v1.Envelope.stage:type_name -> stickyd.channel.v1.Stage
+	29, // 33: stickyd.channel.v1.Envelope.forget:type_name -> stickyd.channel.v1.Forget
+	5,  // 34: stickyd.channel.v1.Maintenance.backends:type_name -> stickyd.channel.v1.MaintenanceBackend
+	10, // 35: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
+	12, // 36: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
+	13, // 37: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
+	14, // 38: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
+	15, // 39: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
+	16, // 40: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
+	9,  // 41: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
+	9,  // 42: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
+	0,  // 43: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
+	17, // 44: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
+	58, // 45: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
+	11, // 46: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
+	18, // 47: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
+	20, // 48: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
+	19, // 49: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
+	21, // 50: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
+	25, // 51: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
+	59, // 52: stickyd.channel.v1.ProbeReply.maintenance_waiting:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
+	60, // 53: stickyd.channel.v1.ProbeReply.maintenance_timed_out:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
+	1,  // 54: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
+	39, // 55: stickyd.channel.v1.Checkpointed.pieces:type_name -> stickyd.channel.v1.CheckpointPiece
+	40, // 56: stickyd.channel.v1.Checkpointed.gone:type_name -> stickyd.channel.v1.CheckpointKey
+	43, // 57: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
+	44, // 58: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
+	17, // 59: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
+	61, // 60: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
+	17, // 61: stickyd.channel.v1.PagePackage.journal:type_name -> stickyd.channel.v1.Delta
+	62, // 62: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
+	63, // 63: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
+	64, // 64: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
+	45, // 65: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
+	2,  // 66: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
+	2,  // 67: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
+	67, // [67:68] is the sub-list for method output_type
+	66, // [66:67] is the sub-list for method input_type
+	66, // [66:66] is the sub-list for extension type_name
+	66, // [66:66] is the sub-list for extension extendee
+	0,  // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_stickyd_proto_init() }
@@ -5128,6 +5196,7 @@ func file_stickyd_proto_init() {
 		(*Envelope_Precopy)(nil),
 		(*Envelope_Precopied)(nil),
 		(*Envelope_Stage)(nil),
+		(*Envelope_Forget)(nil),
 	}
 	file_stickyd_proto_msgTypes[6].OneofWrappers = []any{
 		(*Frame_Http)(nil),
@@ -5149,7 +5218,7 @@ func file_stickyd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stickyd_proto_rawDesc), len(file_stickyd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   62,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -296,6 +296,25 @@ func (rt *runtime) runFrame(env *protocol.Envelope) {
 	}
 	if reply != nil {
 		rt.send(env.Id, reply)
+		rt.forgetIfAsked(reply.Identity)
+	}
+}
+
+// forgetIfAsked tells the host to forget the person whose frame just
+// answered, if the site called Session.Forget during it.
+func (rt *runtime) forgetIfAsked(id *protocol.Identity) {
+	if id == nil {
+		return
+	}
+	rt.mu.Lock()
+	s := rt.conns[id.Conn]
+	rt.mu.Unlock()
+	if s == nil || !s.forget {
+		return
+	}
+	s.forget = false
+	if err := rt.peer.Notify(&protocol.Envelope{Body: &protocol.Envelope_Forget{Forget: &protocol.Forget{User: s.userKey()}}}); err != nil {
+		rt.log.Warn("asking the host to forget a person", "user", s.userKey(), "error", err)
 	}
 }
 

@@ -25,6 +25,7 @@ type Session struct {
 	attrs  map[string]string
 	isNew  bool
 	keep   bool // the first request touched the session: see Keep
+	forget bool // Forget was called during the current frame
 	values *Tree
 	pages  map[string]*Page
 	// acct is the account of the user the current frame belongs to.
@@ -130,6 +131,13 @@ func (s *Session) LoginWith(user string, attrs map[string]string) error {
 	s.attrs = attrs
 	return nil
 }
+
+// Forget forgets the person this connection belongs to, everywhere, once
+// the current request is answered: all their connections, their pages'
+// state, their parked package and their place in the maps (as `stickyd user
+// forget` does). Call it at logout. The browser's next request is a
+// newcomer's, with a new connection.
+func (s *Session) Forget() { s.forget = true }
 
 func (s *Session) userKey() string {
 	if s.user != "" {

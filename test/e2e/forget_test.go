@@ -94,3 +94,36 @@ func TestForgetUser(t *testing.T) {
 		})
 	}
 }
+
+// A site's logout (Session.Forget) forgets the person once its answer is
+// sent: the answer arrives, then the person leaves the maps and their
+// worker, and their browser is a newcomer again.
+func TestLogoutForgets(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			a := startAgentWith(t, mode, 1)
+			b, _, _ := countingPerson(t, a, "hal")
+			if code, body := b.do("POST", "/logout"); code != 200 || !strings.Contains(body, "logged out") {
+				t.Fatalf("logout: %d %s", code, body)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				_, inMaps := a.Supervisor().User("hal")
+				r, err := a.Pool().Probe(t.Context(), a.Pool().Ready()[0])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !inMaps && r.Pages == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("after the logout: hal in the maps %v, %d pages in the worker", inMaps, r.Pages)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if w := b.whoami(); w.User == "hal" {
+				t.Fatalf("the browser is still served as hal: %+v", w)
+			}
+		})
+	}
+}

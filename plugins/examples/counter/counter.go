@@ -73,6 +73,10 @@ func (App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]string{"user": s.User(), "worker": s.WorkerID()})
+	case r.URL.Path == "/logout" && r.Method == http.MethodPost:
+		// A logout forgets the person everywhere, once this is answered.
+		s.Forget()
+		fmt.Fprintln(w, "logged out")
 	case r.URL.Path == "/name" && s.IsNew():
 		// Lets a test name its connection the way a site would.
 		if err := s.NameConnection(r.URL.Query().Get("conn")); err != nil {
