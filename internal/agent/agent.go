@@ -90,6 +90,9 @@ type Agent struct {
 	router     *router
 	govern     *governance
 	stopGovern chan struct{}
+	// idle parks idle people (lifecycle.idle_park); nil when off.
+	idle     *idleParker
+	stopIdle chan struct{}
 	builtins   map[string]Builtin
 	tables     *tables
 	stopTables chan struct{}
@@ -285,6 +288,11 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	if a.govern != nil {
 		a.stopGovern = make(chan struct{})
 		go a.govern.run(duration(a.cfg.Probe.Interval), a.stopGovern)
+	}
+	if d := a.cfg.Lifecycle.Idle(); d > 0 && a.pool != nil {
+		a.idle, a.stopIdle = newIdleParker(a, d), make(chan struct{})
+		a.idle.wg.Add(1)
+		go a.idle.run(a.stopIdle)
 	}
 	a.api.Store(api.Handler(api.Config{Token: a.token, Supervisor: a.sup, Gatherer: a.registry, Logger: a.log.Named("api"),
 		Workers: a.workersView, Status: a.status,
@@ -679,6 +687,10 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 		if a.stopGovern != nil {
 			close(a.stopGovern) // no governance move may race the parking
 			a.govern.wait()
+		}
+		if a.stopIdle != nil {
+			close(a.stopIdle)
+			a.idle.wait()
 		}
 		if a.front != nil {
 			a.front.Close()

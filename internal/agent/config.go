@@ -38,6 +38,8 @@ type Config struct {
 	Admin  *AdminConfig  `hcl:"admin,block"`
 	Move   *MoveConfig   `hcl:"move,block"`
 	Probe  *ProbeConfig  `hcl:"probe,block"`
+	// Lifecycle bounds how long idle people stay in a worker's memory.
+	Lifecycle *LifecycleConfig `hcl:"lifecycle,block"`
 	// Bundles is where groups' application bundles come from.
 	Bundles *BundlesConfig `hcl:"bundles,block"`
 	Groups  []*GroupConfig `hcl:"group,block"`
@@ -173,6 +175,29 @@ type ProbeConfig struct {
 }
 
 // MoveConfig tunes the road people take between workers.
+// LifecycleConfig is the life of a session (docs/operations.md).
+type LifecycleConfig struct {
+	// IdlePark parks a person who sent no frame for that long (by the one
+	// road, to their own worker, which frees their memory); their next
+	// frame wakes them. Default "15m"; "off" turns it off.
+	IdlePark string `hcl:"idle_park,optional"`
+}
+
+// DefaultIdlePark is lifecycle.idle_park unless set.
+const DefaultIdlePark = 15 * time.Minute
+
+// Idle is lifecycle.idle_park with its default, 0 when off.
+func (l *LifecycleConfig) Idle() time.Duration {
+	switch {
+	case l == nil || l.IdlePark == "":
+		return DefaultIdlePark
+	case l.IdlePark == "off":
+		return 0
+	}
+	d, _ := time.ParseDuration(l.IdlePark)
+	return d
+}
+
 type MoveConfig struct {
 	// FreezeTimeout bounds the freeze; past it the move rolls back ("5s").
 	FreezeTimeout string `hcl:"freeze_timeout,optional"`
@@ -507,6 +532,11 @@ func (c *Config) Finish() error {
 	}
 	if c.Probe.Misses < 0 {
 		return fmt.Errorf("probe: misses must be positive")
+	}
+	if l := c.Lifecycle; l != nil && l.IdlePark != "" && l.IdlePark != "off" {
+		if d, err := time.ParseDuration(l.IdlePark); err != nil || d < time.Second {
+			return fmt.Errorf("lifecycle: idle_park %q: want a duration of at least 1s like \"15m\", or \"off\"", l.IdlePark)
+		}
 	}
 	if c.Move.Held() < 0 {
 		return fmt.Errorf("move: held_bytes %d: want a size in bytes, 0 or more", c.Move.Held())

@@ -27,6 +27,10 @@ type Options struct {
 	// Park makes each person's own worker their destination: they end
 	// parked where they live (a stop), and nothing is delivered or evicted.
 	Park bool
+	// Evict, with Park, has the worker let each parked person go (idle
+	// parking: the worker stays up, and frees their memory); they wake
+	// there from their package at their next frame.
+	Evict bool
 	// Freeze bounds each person's freeze; zero means FreezeTimeout.
 	Freeze time.Duration
 	// Parallel bounds how many people are between barrier and reassignment
@@ -475,7 +479,7 @@ func (m *Mover) arrived(ctx context.Context, t *traveller, opt Options) {
 	if old := t.before.Package; old != "" && old != t.res.Package {
 		_ = m.store.Delete(old) // superseded: it was woken, then frozen again
 	}
-	if opt.Park || t.lost != nil {
+	if opt.Park && !opt.Evict || t.lost != nil {
 		return // the worker goes down with the agent, or is gone
 	}
 	user, from := t.res.User, t.before.Worker

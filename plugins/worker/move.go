@@ -179,7 +179,10 @@ func (rt *runtime) wake(w *protocol.Wake) (*protocol.Woken, error) {
 	}
 	rt.mu.Lock()
 	known := rt.epochs[w.User]
-	if known > w.Epoch || (known == w.Epoch && rt.frozen[w.User]) {
+	// Frozen at this very epoch and let go, the person was parked where
+	// they live (idle parking): the wake brings them back here.
+	parkedHere := known == w.Epoch && rt.frozen[w.User] && len(rt.byUser[w.User]) == 0
+	if known > w.Epoch || (known == w.Epoch && rt.frozen[w.User] && !parkedHere) {
 		// A late wake: the person has moved on since this package.
 		rt.mu.Unlock()
 		return nil, &movedError{user: w.User, epoch: known}

@@ -295,27 +295,31 @@ func (rt *runtime) runFrame(env *protocol.Envelope) {
 		return
 	}
 	if reply != nil {
+		// Read before the answer leaves: the connection's next frame may
+		// run as soon as it has.
+		forget := rt.askedToForget(reply.Identity)
 		rt.send(env.Id, reply)
-		rt.forgetIfAsked(reply.Identity)
+		if forget != "" {
+			if err := rt.peer.Notify(&protocol.Envelope{Body: &protocol.Envelope_Forget{Forget: &protocol.Forget{User: forget}}}); err != nil {
+				rt.log.Warn("asking the host to forget a person", "user", forget, "error", err)
+			}
+		}
 	}
 }
 
-// forgetIfAsked tells the host to forget the person whose frame just
-// answered, if the site called Session.Forget during it.
-func (rt *runtime) forgetIfAsked(id *protocol.Identity) {
+// askedToForget returns the person to forget once the frame's answer is
+// sent, if the site called Session.Forget during it ("" if not).
+func (rt *runtime) askedToForget(id *protocol.Identity) string {
 	if id == nil {
-		return
+		return ""
 	}
 	rt.mu.Lock()
 	s := rt.conns[id.Conn]
 	rt.mu.Unlock()
-	if s == nil || !s.forget {
-		return
+	if s == nil || !s.forget.Swap(false) {
+		return ""
 	}
-	s.forget = false
-	if err := rt.peer.Notify(&protocol.Envelope{Body: &protocol.Envelope_Forget{Forget: &protocol.Forget{User: s.userKey()}}}); err != nil {
-		rt.log.Warn("asking the host to forget a person", "user", s.userKey(), "error", err)
-	}
+	return s.userKey()
 }
 
 func (rt *runtime) send(id uint64, r *protocol.FrameReply) {

@@ -24,8 +24,8 @@ type Session struct {
 	login  string // declared during the current frame
 	attrs  map[string]string
 	isNew  bool
-	keep   bool // the first request touched the session: see Keep
-	forget bool // Forget was called during the current frame
+	keep   bool        // the first request touched the session: see Keep
+	forget atomic.Bool // Forget was called during the current frame
 	values *Tree
 	pages  map[string]*Page
 	// acct is the account of the user the current frame belongs to.
@@ -137,7 +137,7 @@ func (s *Session) LoginWith(user string, attrs map[string]string) error {
 // state, their parked package and their place in the maps (as `stickyd user
 // forget` does). Call it at logout. The browser's next request is a
 // newcomer's, with a new connection.
-func (s *Session) Forget() { s.forget = true }
+func (s *Session) Forget() { s.forget.Store(true) }
 
 func (s *Session) userKey() string {
 	if s.user != "" {
