@@ -91,8 +91,8 @@ type Agent struct {
 	govern     *governance
 	stopGovern chan struct{}
 	// idle parks idle people (lifecycle.idle_park); nil when off.
-	idle     *idleParker
-	stopIdle chan struct{}
+	idle       *idleParker
+	stopIdle   chan struct{}
 	builtins   map[string]Builtin
 	tables     *tables
 	stopTables chan struct{}
