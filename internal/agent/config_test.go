@@ -69,6 +69,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"negative ceiling", "group \"g\" {\n builtin = \"demo\"\n memory_max_mb = -5\n}", "memory_max_mb"},
 		{"negative freeze", "move { freeze_timeout = \"-1s\" }\ngroup \"g\" { builtin = \"demo\" }", "freeze_timeout"},
 		{"negative held bytes", "move { held_bytes = -1 }\ngroup \"g\" { builtin = \"demo\" }", "held_bytes"},
+		{"bad idle_park", "lifecycle { idle_park = \"soon\" }\ngroup \"g\" { builtin = \"demo\" }", "idle_park"},
+		{"idle_park too short", "lifecycle { idle_park = \"10ms\" }\ngroup \"g\" { builtin = \"demo\" }", "at least 1s"},
 		{"cluster without data", "server { bootstrap_expect = 3 }\ngroup \"g\" { builtin = \"demo\" }", "needs a data_dir"},
 		{"cluster without peers", "data_dir = \"/x\"\nserver { bootstrap_expect = 3 }\ngroup \"g\" { builtin = \"demo\" }", "retry_join"},
 	}
