@@ -137,31 +137,44 @@ func TestBloatedWorkerIsReplaced(t *testing.T) {
 		t.Fatalf("heap peaked at %d MiB, not under the %d MiB limit", peak>>20, limitMB)
 	}
 
-	// The decisions, with their reasons.
-	var events []struct{ Kind, Worker, User, To, Reason string }
-	code, body := adminCall(t, a, "GET", "/v1/events", testToken, "")
-	if code != 200 {
-		t.Fatalf("events: %d %s", code, body)
-	}
-	if err := json.Unmarshal([]byte(body), &events); err != nil {
-		t.Fatal(err)
-	}
-	var fresh string
-	moved := map[string]bool{}
-	retiredOK := false
-	for _, e := range events {
-		switch {
-		case e.Kind == "replace" && e.Worker == bloated:
-			if !strings.Contains(e.Reason, "memory") {
-				t.Errorf("replacement without its reason: %+v", e)
-			}
-		case e.Kind == "completed" && e.Worker == bloated && e.To != "" && e.User == "":
-			fresh = e.To
-		case e.Kind == "move" && e.Worker == bloated:
-			moved[e.User] = true
-		case e.Kind == "completed" && e.Worker == bloated && e.User == "" && e.To == "":
-			retiredOK = true
+	// The decisions, with their reasons. The retire's completion is
+	// recorded just after the worker leaves the pool: read until it is.
+	var (
+		fresh     string
+		moved     map[string]bool
+		retiredOK bool
+		body      string
+	)
+	evDeadline := time.Now().Add(10 * time.Second)
+	for {
+		var events []struct{ Kind, Worker, User, To, Reason string }
+		var code int
+		code, body = adminCall(t, a, "GET", "/v1/events", testToken, "")
+		if code != 200 {
+			t.Fatalf("events: %d %s", code, body)
 		}
+		if err := json.Unmarshal([]byte(body), &events); err != nil {
+			t.Fatal(err)
+		}
+		fresh, moved, retiredOK = "", map[string]bool{}, false
+		for _, e := range events {
+			switch {
+			case e.Kind == "replace" && e.Worker == bloated:
+				if !strings.Contains(e.Reason, "memory") {
+					t.Errorf("replacement without its reason: %+v", e)
+				}
+			case e.Kind == "completed" && e.Worker == bloated && e.To != "" && e.User == "":
+				fresh = e.To
+			case e.Kind == "move" && e.Worker == bloated:
+				moved[e.User] = true
+			case e.Kind == "completed" && e.Worker == bloated && e.User == "" && e.To == "":
+				retiredOK = true
+			}
+		}
+		if retiredOK || time.Now().After(evDeadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	if fresh == "" || !moved["leaker"] || !moved["bystander"] || !retiredOK {
 		t.Fatalf("want replace → start → moves of both → retire of %s; events:\n%s", bloated, body)
@@ -173,7 +186,7 @@ func TestBloatedWorkerIsReplaced(t *testing.T) {
 	}
 
 	// The old worker's end is recorded; none was killed for memory.
-	code, body = adminCall(t, a, "GET", "/v1/workers", testToken, "")
+	code, body := adminCall(t, a, "GET", "/v1/workers", testToken, "")
 	var workers []host.WorkerInfo
 	if err := json.Unmarshal([]byte(body), &workers); code != 200 || err != nil {
 		t.Fatalf("workers: %d %v", code, err)
