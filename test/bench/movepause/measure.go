@@ -40,6 +40,8 @@ type sample struct {
 	call   time.Duration // the whole Move call: precopy, barrier, freeze, reassign
 	bytes  int           // the package the freeze handed over
 	copied int           // the precopy sent ahead of the barrier (0: none)
+	// slowAt is when the longest round trip began, from the Move call.
+	slowAt time.Duration
 	// lateWatch is set when the watcher saw the reassignment only after
 	// the reply it released had arrived; wake is then counted as zero.
 	lateWatch bool
@@ -155,7 +157,7 @@ func measureSize(ctx context.Context, a *agent.Agent, l *load, s benchkit.Size, 
 			}
 		}
 		if os.Getenv("STICKYD_BENCH_SAMPLES") != "" {
-			fmt.Fprintf(stderr, "\n    %s pause %s call %s move %s freeze %s wake %s", time.Now().Format("15:04:05.000"), fmtDur(smp.pause), fmtDur(smp.call), fmtDur(smp.move), fmtDur(smp.freeze), fmtDur(smp.wake))
+			fmt.Fprintf(stderr, "\n    %s pause %s (from %s into the call) call %s move %s freeze %s wake %s", time.Now().Format("15:04:05.000"), fmtDur(smp.pause), fmtDur(smp.slowAt), fmtDur(smp.call), fmtDur(smp.move), fmtDur(smp.freeze), fmtDur(smp.wake))
 		}
 		fmt.Fprint(stderr, ".")
 	}
@@ -233,8 +235,8 @@ func moveOnce(ctx context.Context, sup *supervisor.Supervisor, t *typist, user s
 	}
 	smp := sample{move: res.Duration, freeze: res.Freeze, call: t1.Sub(t0), bytes: res.Bytes, copied: res.Precopied}
 	for i, tr := range trips {
-		if tr.start.Before(closeAt) && tr.end.After(t0) {
-			smp.pause = max(smp.pause, tr.end.Sub(tr.start))
+		if tr.start.Before(closeAt) && tr.end.After(t0) && tr.end.Sub(tr.start) > smp.pause {
+			smp.pause, smp.slowAt = tr.end.Sub(tr.start), tr.start.Sub(t0)
 		}
 		if i > firstNew && tr.worker != to {
 			return sample{}, 0, fmt.Errorf("after %s served %q, %s answered again", to, user, tr.worker)
