@@ -91,8 +91,13 @@ type Agent struct {
 	govern     *governance
 	stopGovern chan struct{}
 	// idle parks idle people (lifecycle.idle_park); nil when off.
-	idle       *idleParker
-	stopIdle   chan struct{}
+	idle     *idleParker
+	stopIdle chan struct{}
+	// forget stamps who the front saw and forgets who nobody saw
+	// (lifecycle.forget_after); activity is the front's record of it.
+	forget     *forgetter
+	stopForget chan struct{}
+	activity   *front.Activity
 	builtins   map[string]Builtin
 	tables     *tables
 	stopTables chan struct{}
@@ -281,6 +286,18 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	a.served = make(chan error, 1)
 	if a.cfg.FrontEnabled() {
+		a.activity = front.NewActivity()
+	}
+	if a.activity != nil || (a.pool != nil && a.cfg.Lifecycle.Forget() > 0) {
+		f, err := newForgetter(a, a.cfg.Lifecycle.Forget(), a.activity, a.registry)
+		if err != nil {
+			return fmt.Errorf("lifecycle metrics: %w", err)
+		}
+		a.forget, a.stopForget = f, make(chan struct{})
+		f.wg.Add(1)
+		go f.run(a.stopForget)
+	}
+	if a.cfg.FrontEnabled() {
 		if err := a.startFront(); err != nil {
 			return err
 		}
@@ -317,6 +334,7 @@ func (a *Agent) startFront() error {
 	a.front, err = front.New(front.Config{
 		Directory:       a.sup,
 		Dispatcher:      a.router,
+		Activity:        a.activity,
 		CookieKeys:      keys,
 		SecureCookie:    a.cfg.Front.SecureCookie,
 		CookieTTL:       duration(a.cfg.Front.CookieTTL),
@@ -691,6 +709,10 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 		if a.stopIdle != nil {
 			close(a.stopIdle)
 			a.idle.wait()
+		}
+		if a.stopForget != nil {
+			close(a.stopForget)
+			a.forget.wait()
 		}
 		if a.front != nil {
 			a.front.Close()

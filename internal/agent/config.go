@@ -181,6 +181,27 @@ type LifecycleConfig struct {
 	// road, to their own worker, which frees their memory); their next
 	// frame wakes them. Default "15m"; "off" turns it off.
 	IdlePark string `hcl:"idle_park,optional"`
+	// ForgetAfter forgets a person no front saw for that long (no
+	// request, no WebSocket open): their connections and place in the
+	// maps, what their worker holds and their parked package. Default
+	// "24h" (the cookie's life: their cookie is dead by then); "off"
+	// keeps everyone.
+	ForgetAfter string `hcl:"forget_after,optional"`
+}
+
+// DefaultForgetAfter is lifecycle.forget_after unless set.
+const DefaultForgetAfter = 24 * time.Hour
+
+// Forget is lifecycle.forget_after with its default, 0 when off.
+func (l *LifecycleConfig) Forget() time.Duration {
+	switch {
+	case l == nil || l.ForgetAfter == "":
+		return DefaultForgetAfter
+	case l.ForgetAfter == "off":
+		return 0
+	}
+	d, _ := time.ParseDuration(l.ForgetAfter)
+	return d
 }
 
 // DefaultIdlePark is lifecycle.idle_park unless set.
@@ -536,6 +557,11 @@ func (c *Config) Finish() error {
 	if l := c.Lifecycle; l != nil && l.IdlePark != "" && l.IdlePark != "off" {
 		if d, err := time.ParseDuration(l.IdlePark); err != nil || d < time.Second {
 			return fmt.Errorf("lifecycle: idle_park %q: want a duration of at least 1s like \"15m\", or \"off\"", l.IdlePark)
+		}
+	}
+	if l := c.Lifecycle; l != nil && l.ForgetAfter != "" && l.ForgetAfter != "off" {
+		if d, err := time.ParseDuration(l.ForgetAfter); err != nil || d < time.Second {
+			return fmt.Errorf("lifecycle: forget_after %q: want a duration of at least 1s like \"24h\", or \"off\"", l.ForgetAfter)
 		}
 	}
 	if c.Move.Held() < 0 {

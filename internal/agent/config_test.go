@@ -4,6 +4,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -71,6 +72,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"negative held bytes", "move { held_bytes = -1 }\ngroup \"g\" { builtin = \"demo\" }", "held_bytes"},
 		{"bad idle_park", "lifecycle { idle_park = \"soon\" }\ngroup \"g\" { builtin = \"demo\" }", "idle_park"},
 		{"idle_park too short", "lifecycle { idle_park = \"10ms\" }\ngroup \"g\" { builtin = \"demo\" }", "at least 1s"},
+		{"bad forget_after", "lifecycle { forget_after = \"never\" }\ngroup \"g\" { builtin = \"demo\" }", "forget_after"},
+		{"forget_after too short", "lifecycle { forget_after = \"1ms\" }\ngroup \"g\" { builtin = \"demo\" }", "at least 1s"},
 		{"cluster without data", "server { bootstrap_expect = 3 }\ngroup \"g\" { builtin = \"demo\" }", "needs a data_dir"},
 		{"cluster without peers", "data_dir = \"/x\"\nserver { bootstrap_expect = 3 }\ngroup \"g\" { builtin = \"demo\" }", "retry_join"},
 	}
@@ -137,5 +140,20 @@ func TestReadmeConfigParses(t *testing.T) {
 	src := s[:strings.Index(s, "```")]
 	if _, err := ParseConfig("README.hcl", []byte(src)); err != nil {
 		t.Fatalf("the README's configuration does not parse: %v", err)
+	}
+}
+
+func TestLifecycleDefaults(t *testing.T) {
+	var none *LifecycleConfig
+	if none.Idle() != DefaultIdlePark || none.Forget() != DefaultForgetAfter {
+		t.Fatalf("defaults: idle_park %v, forget_after %v", none.Idle(), none.Forget())
+	}
+	off := &LifecycleConfig{IdlePark: "off", ForgetAfter: "off"}
+	if off.Idle() != 0 || off.Forget() != 0 {
+		t.Fatalf("off: idle_park %v, forget_after %v", off.Idle(), off.Forget())
+	}
+	set := &LifecycleConfig{IdlePark: "2s", ForgetAfter: "10s"}
+	if set.Idle() != 2*time.Second || set.Forget() != 10*time.Second {
+		t.Fatalf("set: idle_park %v, forget_after %v", set.Idle(), set.Forget())
 	}
 }

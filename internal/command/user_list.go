@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/stickyd/stickyd/internal/placement"
 )
@@ -19,8 +20,9 @@ func (c *UserListCommand) Help() string {
 Usage: stickyd user list [options]
 
   Lists the users the agent knows, sorted by name: the worker each lives
-  on, their state (live, moving, parked), their epoch and their open
-  connections.
+  on, their state (live, moving, parked), their epoch, their open
+  connections and when a front last saw them (to within a tenth of
+  lifecycle.forget_after; "-" before the first record).
 
 Options:
 
@@ -57,11 +59,24 @@ func (c *UserListCommand) Run(args []string) int {
 		sort.Slice(users, func(i, j int) bool { return users[i].User < users[j].User })
 		rows := make([][]string, len(users))
 		for i, u := range users {
-			rows[i] = []string{u.User, orDash(u.Worker), userState(u), strconv.FormatUint(u.Epoch, 10), strconv.Itoa(u.Conns)}
+			rows[i] = []string{u.User, orDash(u.Worker), userState(u), strconv.FormatUint(u.Epoch, 10), strconv.Itoa(u.Conns), seenAgo(u.Seen, time.Now())}
 		}
-		c.UI.Output(formatTable([]string{"USER", "WORKER", "STATE", "EPOCH", "CONNS"}, rows))
+		c.UI.Output(formatTable([]string{"USER", "WORKER", "STATE", "EPOCH", "CONNS", "SEEN"}, rows))
 		return 0
 	})
+}
+
+// seenAgo says how long ago a person was last seen (unix seconds; 0: not
+// recorded yet).
+func seenAgo(seen int64, now time.Time) string {
+	if seen == 0 {
+		return "-"
+	}
+	d := now.Sub(time.Unix(seen, 0))
+	if d < time.Second {
+		return "just now"
+	}
+	return d.Truncate(time.Second).String() + " ago"
 }
 
 // userState is a user's state, with the destination while they move.

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/stickyd/stickyd/internal/placement"
 )
@@ -60,7 +61,7 @@ func (c *UserShowCommand) Run(args []string) int {
 		if u.MovingTo != "" {
 			kv = append(kv, [2]string{"Moving to", u.MovingTo})
 		}
-		kv = append(kv, [2]string{"Epoch", strconv.FormatUint(u.Epoch, 10)}, [2]string{"Conns", strconv.Itoa(u.Conns)})
+		kv = append(kv, [2]string{"Epoch", strconv.FormatUint(u.Epoch, 10)}, [2]string{"Conns", strconv.Itoa(u.Conns)}, [2]string{"Seen", seenAgo(u.Seen, time.Now())})
 		if u.Package != "" {
 			kv = append(kv, [2]string{"Package", u.Package})
 		}

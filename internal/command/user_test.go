@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,9 +22,11 @@ var testUsers = []placement.UserInfo{
 }
 
 func TestUserList(t *testing.T) {
-	f := newFakeAPI(t, map[string]http.HandlerFunc{"GET /v1/users": answer(200, testUsers)})
+	users := slices.Clone(testUsers)
+	users[1].Seen = time.Now().Unix() - 90
+	f := newFakeAPI(t, map[string]http.HandlerFunc{"GET /v1/users": answer(200, users)})
 	r := run(t, f.args("user", "list")...)
-	r.expect(t, 0, []string{"USER", "WORKER", "STATE", "EPOCH", "CONNS"}, nil)
+	r.expect(t, 0, []string{"USER", "WORKER", "STATE", "EPOCH", "CONNS", "SEEN"}, nil)
 	if c := f.only(t); c.Method != "GET" || c.Path != "/v1/users" {
 		t.Fatalf("called %s %s", c.Method, c.Path)
 	}
@@ -32,13 +35,17 @@ func TestUserList(t *testing.T) {
 		t.Fatalf("want a header and 3 rows:\n%s", r.stdout)
 	}
 	want := [][]string{
-		{"USER", "WORKER", "STATE", "EPOCH", "CONNS"},
-		{"alice", "web-1", "live", "7", "2"},
-		{"bob", "web-1", "moving", "→", "web-3", "12", "1"},
-		{"carol", "web-2", "parked", "3", "0"},
+		{"USER", "WORKER", "STATE", "EPOCH", "CONNS", "SEEN"},
+		{"alice", "web-1", "live", "7", "2", "1m30s", "ago"},
+		{"bob", "web-1", "moving", "→", "web-3", "12", "1", "-"},
+		{"carol", "web-2", "parked", "3", "0", "-"},
 	}
 	for i, l := range lines {
-		if got := strings.Fields(l); !reflect.DeepEqual(got, want[i]) {
+		got := strings.Fields(l)
+		if i == 1 && len(got) == 7 && got[5] == "1m31s" {
+			got[5] = "1m30s" // a second went by since the time was set
+		}
+		if !reflect.DeepEqual(got, want[i]) {
 			t.Errorf("row %d = %q, want %q", i, got, want[i])
 		}
 	}

@@ -59,6 +59,9 @@ type Dispatcher interface {
 type Config struct {
 	Directory  Directory
 	Dispatcher Dispatcher
+	// Activity, if set, records the connections seen here (their
+	// requests and open WebSockets) for lifecycle.forget_after.
+	Activity *Activity
 	// CookieKeys is the key ring of connection cookies, each key at least
 	// MinCookieKeyBytes long and no two the same: the first signs new
 	// cookies, every one verifies. A rotation puts a new key first and
@@ -372,6 +375,7 @@ func (f *Front) boundConn(r *http.Request) (string, time.Time, bool, error) {
 	if _, ok := f.cfg.Directory.Lookup(conn); !ok {
 		return "", time.Time{}, false, errNoConnection
 	}
+	f.cfg.Activity.saw(conn)
 	return conn, issued, renew, nil
 }
 
@@ -401,6 +405,9 @@ func (f *Front) route(w http.ResponseWriter, r *http.Request) (placement.Route, 
 		return placement.Route{}, false
 	}
 	rt, ok := f.cfg.Directory.Lookup(conn)
+	if ok {
+		f.cfg.Activity.saw(conn)
+	}
 	if ok && renew {
 		f.renewCookie(w, conn)
 	}

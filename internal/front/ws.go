@@ -78,6 +78,7 @@ func (f *Front) serveWS(w http.ResponseWriter, r *http.Request) error {
 		in: make(chan *op, f.cfg.SendQueue), out: make(chan []byte, f.cfg.SendQueue),
 		flights: map[uint64]*flight{}, changed: make(chan struct{}, 1)}
 	ws.SetReadLimit(f.cfg.MaxMessageBytes)
+	defer f.cfg.Activity.opened(conn)()
 	c.wg.Add(2)
 	go c.writeLoop()
 	go c.sendLoop()

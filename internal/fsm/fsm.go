@@ -102,6 +102,9 @@ type User struct {
 	// Attrs are what the site declared about the person at their last
 	// login; assignment rules match them.
 	Attrs map[string]string `json:"attrs,omitempty"`
+	// Seen is when a front last saw the person (unix seconds; 0: not
+	// recorded yet), to within lifecycle.forget_after's stamp interval.
+	Seen int64 `json:"seen,omitempty"`
 }
 
 // Route is where frames of a connection go.
@@ -168,12 +171,25 @@ func (f *FSM) UsersOf(worker string) []string {
 	return out
 }
 
+// UsersHomedOn lists the people whose home is one of workers, in one pass.
+func (f *FSM) UsersHomedOn(workers map[string]bool) []placement.UserInfo {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var out []placement.UserInfo
+	for u, h := range f.state.Users {
+		if workers[h.Worker] {
+			out = append(out, info(u, h))
+		}
+	}
+	return out
+}
+
 func info(user string, h *User) placement.UserInfo {
 	st := h.State
 	if st == "" {
 		st = placement.StateLive
 	}
-	return placement.UserInfo{User: user, Worker: h.Worker, Epoch: h.Epoch, State: st, MovingTo: h.MovingTo, Package: h.Package, Conns: h.Conns}
+	return placement.UserInfo{User: user, Worker: h.Worker, Epoch: h.Epoch, State: st, MovingTo: h.MovingTo, Package: h.Package, Conns: h.Conns, Seen: h.Seen}
 }
 
 func newState() *State {
@@ -299,6 +315,8 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return f.applyMoveCommit(buf)
 	case MoveAbortRequestType:
 		return f.applyMoveAbort(buf)
+	case SeenUsersRequestType:
+		return f.applySeenUsers(buf)
 	case ForgetUsersRequestType:
 		return f.applyForgetUsers(buf)
 	case MoveBatchRequestType:

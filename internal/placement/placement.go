@@ -36,4 +36,7 @@ type UserInfo struct {
 	MovingTo string `json:"moving_to,omitempty"`
 	Package  string `json:"package,omitempty"`
 	Conns    int    `json:"conns"`
+	// Seen is when a front last saw the person (unix seconds; 0: not
+	// recorded yet).
+	Seen int64 `json:"seen,omitempty"`
 }

@@ -83,6 +83,11 @@ func (s *Supervisor) Users() []placement.UserInfo {
 // User returns one person.
 func (s *Supervisor) User(user string) (placement.UserInfo, bool) { return s.fsm.User(user) }
 
+// UsersHomedOn lists the people whose home is one of workers.
+func (s *Supervisor) UsersHomedOn(workers map[string]bool) []placement.UserInfo {
+	return s.fsm.UsersHomedOn(workers)
+}
+
 // Woken records that a person woke from their package; the package is then
 // deleted from the park store by the caller.
 func (s *Supervisor) Woken(ctx context.Context, user, digest string) error {
@@ -302,6 +307,21 @@ func (s *Supervisor) ForgetUser(ctx context.Context, user string) (move.Forgotte
 	)
 	s.mover.Forget(ctx, []string{user}, func(f move.Forgotten, e error) { out, err = f, e })
 	return out, err
+}
+
+// maxSeen bounds the people of one SeenUsers entry.
+const maxSeen = 10000
+
+// Seen records that users were seen at at, many people to an entry.
+func (s *Supervisor) Seen(ctx context.Context, at time.Time, users []string) error {
+	for len(users) > 0 {
+		n := min(len(users), maxSeen)
+		if _, err := s.apply(ctx, fsm.SeenUsersRequestType, fsm.SeenUsersRequest{At: at.Unix(), Users: users[:n]}); err != nil {
+			return fmt.Errorf("recording %d people as seen: %w", n, err)
+		}
+		users = users[n:]
+	}
+	return nil
 }
 
 // Forget removes a connection.

@@ -1,0 +1,178 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stickyd/stickyd/internal/front"
+	"github.com/stickyd/stickyd/internal/move"
+	"github.com/stickyd/stickyd/internal/placement"
+)
+
+// Forgetting by time (lifecycle.forget_after). Two halves, joined by the
+// maps:
+//   - every front records who it saw (a request, or a WebSocket open at
+//     any moment of the interval) and writes them into the maps as seen
+//     now, many people to an entry, each person at most once an interval;
+//   - every host looks over the people homed on its workers, and forgets,
+//     by the one batched road (move.Mover.Forget), those the maps last saw
+//     forget_after ago or more: their connections, their place in the
+//     maps, what their worker holds and their parked package.
+//
+// A person is seen by whichever front they use, and forgotten by the host
+// holding them; the time in the maps is at most two intervals old for
+// anyone still active, and the interval is a tenth of forget_after, so an
+// active person is never taken for gone.
+type forgetter struct {
+	a     *Agent
+	after time.Duration // 0: this agent forgets nobody (it still stamps)
+	// activity is this agent's front's; nil without a front.
+	activity *front.Activity
+	// stamped is when each person was last written as seen by this
+	// front, so that a person seen all day costs one entry an interval.
+	stamped map[string]time.Time
+	wg      sync.WaitGroup
+
+	stampedTotal   prometheus.Counter
+	forgottenTotal prometheus.Counter
+	refusedTotal   prometheus.Counter
+}
+
+func newForgetter(a *Agent, after time.Duration, activity *front.Activity, reg prometheus.Registerer) (*forgetter, error) {
+	f := &forgetter{a: a, after: after, activity: activity, stamped: map[string]time.Time{},
+		stampedTotal: prometheus.NewCounter(prometheus.CounterOpts{Name: "stickyd_lifecycle_seen_stamped_total",
+			Help: "People this agent's front wrote into the maps as seen (lifecycle.forget_after)."}),
+		forgottenTotal: prometheus.NewCounter(prometheus.CounterOpts{Name: "stickyd_lifecycle_forgotten_total",
+			Help: "People this agent forgot because no front saw them for lifecycle.forget_after."}),
+		refusedTotal: prometheus.NewCounter(prometheus.CounterOpts{Name: "stickyd_lifecycle_forget_refused_total",
+			Help: "People due to be forgotten whom the maps kept (moving, or moved meanwhile); tried again at the next look."}),
+	}
+	for _, c := range []prometheus.Collector{f.stampedTotal, f.forgottenTotal, f.refusedTotal} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// every is how often the forgetter stamps and looks: a tenth of
+// forget_after, within 250 ms and 10 minutes (10 minutes when off: the
+// front still says who it saw, for agents that do forget).
+func (f *forgetter) every() time.Duration {
+	if f.after <= 0 {
+		return 10 * time.Minute
+	}
+	return min(max(f.after/10, 250*time.Millisecond), 10*time.Minute)
+}
+
+// run stamps and looks until stop closes; the caller has added it to f.wg.
+func (f *forgetter) run(stop <-chan struct{}) {
+	defer f.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-stop
+		cancel()
+	}()
+	t := time.NewTicker(f.every())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		f.stamp(ctx, time.Now())
+		if f.after > 0 && f.a.pool != nil {
+			f.sweep(ctx, time.Now())
+		}
+	}
+}
+
+func (f *forgetter) wait() { f.wg.Wait() }
+
+// stamp writes the people this front saw since the last stamp as seen at
+// now, skipping those written less than an interval ago.
+func (f *forgetter) stamp(ctx context.Context, now time.Time) {
+	if f.activity == nil {
+		return
+	}
+	conns := f.activity.Take()
+	var users []string
+	for _, c := range conns {
+		rt, ok := f.a.sup.Lookup(c)
+		if !ok || rt.User == "" {
+			continue
+		}
+		if at, ok := f.stamped[rt.User]; ok && now.Sub(at) < f.every() {
+			continue
+		}
+		f.stamped[rt.User] = now
+		users = append(users, rt.User)
+	}
+	// The record of what was written is bounded by those seen in the
+	// last two intervals.
+	for u, at := range f.stamped {
+		if now.Sub(at) >= 2*f.every() {
+			delete(f.stamped, u)
+		}
+	}
+	if len(users) == 0 {
+		return
+	}
+	if err := f.a.sup.Seen(ctx, now, users); err != nil {
+		// Not written: tried again at the next interval.
+		for _, u := range users {
+			delete(f.stamped, u)
+		}
+		f.a.log.Warn("recording who was seen", "people", len(users), "error", err)
+		return
+	}
+	f.stampedTotal.Add(float64(len(users)))
+}
+
+// sweep forgets the people of this agent's workers not seen for
+// forget_after; a person the maps hold no time for (they came before the
+// maps kept one, or their first stamp is on its way) is stamped now
+// instead.
+func (f *forgetter) sweep(ctx context.Context, now time.Time) {
+	mine := map[string]bool{}
+	for _, w := range f.a.pool.Workers() {
+		mine[w.ID] = true
+	}
+	if len(mine) == 0 {
+		return
+	}
+	var unstamped, gone []string
+	for _, u := range f.a.sup.UsersHomedOn(mine) {
+		switch {
+		case u.State == placement.StateMoving:
+		case u.Seen == 0:
+			unstamped = append(unstamped, u.User)
+		case now.Sub(time.Unix(u.Seen, 0)) >= f.after:
+			gone = append(gone, u.User)
+		}
+	}
+	if len(unstamped) > 0 {
+		if err := f.a.sup.Seen(ctx, now, unstamped); err != nil {
+			f.a.log.Warn("recording people with no time as seen now", "people", len(unstamped), "error", err)
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	forgotten := 0
+	f.a.mover.Forget(ctx, gone, func(r move.Forgotten, err error) {
+		if err != nil {
+			f.refusedTotal.Inc()
+			f.a.log.Debug("forgetting a person not seen", "user", r.User, "error", err)
+			return
+		}
+		forgotten++
+	})
+	f.forgottenTotal.Add(float64(forgotten))
+	f.a.log.Info("forgot people no front saw", "forgotten", forgotten, "of", len(gone), "forget_after", f.after)
+}

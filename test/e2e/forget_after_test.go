@@ -1,0 +1,175 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/agent"
+	"github.com/stickyd/stickyd/internal/placement"
+)
+
+func withLifecycle(idle, forget string) option {
+	return func(c *agent.Config) {
+		c.Lifecycle = &agent.LifecycleConfig{IdlePark: idle, ForgetAfter: forget}
+	}
+}
+
+// lifecycle.forget_after: a person who left (tab closed, no request since)
+// is idle-parked (idle_park 1s), then forgotten (forget_after 6s): gone from the maps, their package gone
+// from the park, nothing of them in the worker. A person whose tab stays
+// open without a word is not forgotten (an open WebSocket is seen), nor is
+// one who types; the silent one's next message finds her page whole.
+func TestForgottenAfterTheyLeave(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			a := startAgentWith(t, mode, 1, withDataDir(t), withLifecycle("1s", "6s"))
+			_, ivyTab, home := countingPerson(t, a, "ivy")
+			_, salTab, _ := countingPerson(t, a, "sal")
+			_, tedTab, _ := countingPerson(t, a, "ted")
+			ivyTab.ws.Close() // ivy leaves for good
+
+			var ivyPkg string
+			typed := 1
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				tedTab.send(map[string]any{"op": "inc"})
+				typed++
+				u, ok := a.Supervisor().User("ivy")
+				if !ok {
+					break
+				}
+				if u.Package != "" {
+					ivyPkg = u.Package
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("ivy was never forgotten: %+v", u)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if ivyPkg == "" {
+				t.Fatal("ivy was forgotten without being parked first; the test wants her package to see it deleted")
+			}
+			if a.Park().Has(ivyPkg) {
+				t.Fatalf("ivy's package %s is still in the park", ivyPkg)
+			}
+			// Past forget_after again: sal (silent, tab open) and ted
+			// (typing) stay.
+			until := time.Now().Add(8 * time.Second)
+			for time.Now().Before(until) {
+				tedTab.send(map[string]any{"op": "inc"})
+				typed++
+				for _, who := range []string{"sal", "ted"} {
+					u, ok := a.Supervisor().User(who)
+					if !ok {
+						t.Fatalf("%s was forgotten though connected", who)
+					}
+					if u.Seen == 0 || time.Since(time.Unix(u.Seen, 0)) > 4*time.Second {
+						t.Fatalf("%s last seen %d (%v ago)", who, u.Seen, time.Since(time.Unix(u.Seen, 0)))
+					}
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if s, _ := a.Supervisor().User("sal"); s.State != placement.StateParked && s.State != placement.StateLive {
+				t.Fatalf("sal: %+v", s)
+			}
+			ans := sendRetrying(t, salTab, map[string]any{"op": "inc"})
+			if !strings.Contains(string(ans.Data), `"count":2`) {
+				t.Fatalf("sal's message after her silence: %s, want count 2", ans.Data)
+			}
+			ans = tedTab.send(map[string]any{"op": "inc"})
+			if !strings.Contains(string(ans.Data), `"count":`) {
+				t.Fatalf("ted: %s", ans.Data)
+			}
+			// The worker holds sal's page and ted's, not ivy's.
+			waitFor(t, 10*time.Second, "the worker to hold two pages", func() bool {
+				r, err := a.Pool().Probe(t.Context(), home)
+				return err == nil && r.Pages == 2
+			})
+		})
+	}
+}
+
+// A person parked by a stop, who never comes back after the restart, is
+// forgotten by the restarted agent once forget_after has passed: gone from
+// the maps and from the park folder. One who comes back is not.
+func TestParkedAcrossARestartThenForgotten(t *testing.T) {
+	p := newProcSpec(t, procSpec{workers: 1, name: "solo", expect: 1,
+		extra: []string{"lifecycle {\n  idle_park = \"off\"\n  forget_after = \"5s\"\n}\n"}})
+	p.start()
+	people := map[string]*tab{}
+	for _, who := range []string{"gone", "back"} {
+		b := procBrowser(t, p)
+		if code, body := b.do("POST", "/login?user="+who); code != 200 {
+			t.Fatalf("login: %d %s", code, body)
+		}
+		tb := b.openTab("p")
+		tb.send(map[string]any{"op": "inc"})
+		tb.drainUntil("count", 1)
+		people[who] = tb
+	}
+	if err := p.stop(syscall.SIGTERM); err != nil {
+		t.Fatalf("agent exit: %v\n%s", err, p.out)
+	}
+	for _, tb := range people {
+		tb.ws.Close()
+	}
+	p.start()
+	if h := p.health(); h.Restart.Parked != 2 {
+		t.Fatalf("restart report %+v", h.Restart)
+	}
+	parkDir := filepath.Join(p.dir, "data")
+	users := func() map[string]placement.UserInfo {
+		code, body := adminCallAt(t, p.admin, "GET", "/v1/users", testToken)
+		if code != 200 {
+			t.Fatalf("users: %d %s", code, body)
+		}
+		var list []placement.UserInfo
+		if err := json.Unmarshal([]byte(body), &list); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]placement.UserInfo{}
+		for _, u := range list {
+			out[u.User] = u
+		}
+		return out
+	}
+	gonePkg := users()["gone"].Package
+	if gonePkg == "" {
+		t.Fatalf("gone is not parked after the restart: %+v", users()["gone"])
+	}
+	// "back" returns and keeps typing; "gone" never does.
+	back := people["back"]
+	back.connect()
+	ans := sendRetrying(t, back, map[string]any{"op": "inc"})
+	if !strings.Contains(string(ans.Data), `"count":2`) {
+		t.Fatalf("back after the restart: %s", ans.Data)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		back.send(map[string]any{"op": "inc"})
+		m := users()
+		if _, ok := m["back"]; !ok {
+			t.Fatal("back was forgotten while typing")
+		}
+		if _, ok := m["gone"]; !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gone was never forgotten: %+v\n%s", m["gone"], p.out)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	// Nothing of gone's package is left in the data dir.
+	hex := strings.TrimPrefix(gonePkg, "sha256:")
+	_ = filepath.Walk(parkDir, func(path string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() && strings.Contains(info.Name(), hex) {
+			t.Errorf("gone's package is still on disk: %s", path)
+		}
+		return nil
+	})
+}
