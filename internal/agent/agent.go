@@ -345,6 +345,7 @@ func (a *Agent) startFront() error {
 		FrameBurst:      a.cfg.Front.FrameBurst,
 		MaxMessageBytes: a.cfg.Front.MaxMessageBytes,
 		MaxBodyBytes:    a.cfg.Front.MaxBodyBytes,
+		BodyBudget:      a.cfg.Front.BodyBudgetBytes,
 		FrameTimeout:    a.cfg.Front.frameTimeout(),
 		BarrierWait:     duration(a.cfg.Front.BarrierWait),
 		MaxHeldPerUser:  a.cfg.Front.MaxHeldPerUser,

@@ -301,6 +301,10 @@ type FrontConfig struct {
 	FrameBurst      int     `hcl:"frame_burst,optional"`
 	MaxMessageBytes int64   `hcl:"max_message_bytes,optional"`
 	MaxBodyBytes    int64   `hcl:"max_body_bytes,optional"`
+	// BodyBudgetBytes bounds the request bodies the front holds at once,
+	// all requests together (default 256 MiB, at least max_body_bytes);
+	// past it a request waits up to 2 s, then gets 503 with Retry-After.
+	BodyBudgetBytes int64 `hcl:"body_budget_bytes,optional"`
 	// FrameTimeout bounds how long a request waits for its worker ("30s").
 	FrameTimeout string `hcl:"frame_timeout,optional"`
 	// BarrierWait bounds how long a request waits for a moving person ("5s").
@@ -797,6 +801,12 @@ func (f *FrontConfig) finish() error {
 	}
 	if f.MaxConnections < 0 {
 		return fmt.Errorf("front: max_connections = %d: want a number of connections (0 derives it from the file limit)", f.MaxConnections)
+	}
+	if f.MaxBodyBytes < 0 || f.MaxMessageBytes < 0 || f.BodyBudgetBytes < 0 {
+		return fmt.Errorf("front: max_body_bytes, max_message_bytes and body_budget_bytes must not be negative (0 for the defaults: 10 MiB, 1 MiB and 256 MiB)")
+	}
+	if b := f.BodyBudgetBytes; b > 0 && (b < f.MaxBodyBytes || b < f.MaxMessageBytes) {
+		return fmt.Errorf("front: body_budget_bytes = %d is less than one request may send (max_body_bytes %d, max_message_bytes %d)", b, f.MaxBodyBytes, f.MaxMessageBytes)
 	}
 	if f.CookieTTL != "" {
 		if d, err := time.ParseDuration(f.CookieTTL); err != nil || d < time.Minute {

@@ -15,7 +15,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"io"
+	"bytes"
 	"net/http"
 	"os"
 	"time"
@@ -124,6 +124,10 @@ type Config struct {
 	// Zero (the default) is no limit; FrameBurst zero is twice FrameRate.
 	FrameRate  float64
 	FrameBurst int
+	// BodyBudget bounds the bytes of request bodies held at once, all
+	// requests together (default DefaultBodyBudget, and at least
+	// MaxBodyBytes); past it a request waits briefly, then gets 503.
+	BodyBudget int64
 	// Registry receives the front's metrics; nil means none.
 	Registry prometheus.Registerer
 	// Monitor, if set, serves the monitor web page under
@@ -146,6 +150,7 @@ type Front struct {
 	barrier   *barrier
 	limiter   *frameLimiter    // nil: no rate limit
 	newcomers *newcomerLimiter // nil: no newcomer limit
+	bodies    *bodyBudget
 	// cookieChecks counts cookie verifications by result (current_key,
 	// older_key, invalid).
 	cookieChecks   *prometheus.CounterVec
@@ -193,6 +198,12 @@ func New(cfg Config) (*Front, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 10 << 20
 	}
+	if cfg.BodyBudget <= 0 {
+		cfg.BodyBudget = max(DefaultBodyBudget, cfg.MaxBodyBytes)
+	}
+	if cfg.BodyBudget < cfg.MaxBodyBytes || cfg.BodyBudget < cfg.MaxMessageBytes {
+		return nil, fmt.Errorf("front: body_budget_bytes (%d) must be at least max_body_bytes (%d) and max_message_bytes (%d)", cfg.BodyBudget, cfg.MaxBodyBytes, cfg.MaxMessageBytes)
+	}
 	// A frame must fit in one channel envelope, with room for its headers.
 	const ceiling = channel.MaxEnvelopeBytes - 1<<20
 	if cfg.MaxBodyBytes > ceiling || cfg.MaxMessageBytes > ceiling {
@@ -226,6 +237,7 @@ func New(cfg Config) (*Front, error) {
 	f.barrier = newBarrier(cfg.Directory, cfg, cfg.Registry)
 	f.limiter = newFrameLimiter(cfg, cfg.Registry)
 	f.newcomers = newNewcomerLimiter(cfg, cfg.Registry)
+	f.bodies = newBodyBudget(cfg.BodyBudget, cfg.Registry)
 	f.cookieChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stickyd_front_cookie_checks_total",
 		Help: "Connection cookies checked, by result: current_key (signed by the ring's first key), older_key (by a key behind it), invalid (no key of the ring), expired (past front.cookie_ttl).",
@@ -282,11 +294,36 @@ func (f *Front) clientJS(w http.ResponseWriter, r *http.Request) {
 }
 
 // readBody reads r's body, at most limit bytes within the body timeout:
-// past the size 413, past the time 408, a broken body 400.
-func (f *Front) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+// past the size 413, past the time 408, a broken body 400, no room in the
+// body budget 503. The body's bytes stay counted in the budget until the
+// caller calls release (always non-nil), once the body is no longer held.
+func (f *Front) readBody(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, release func(), err error) {
+	want := limit
+	if r.ContentLength >= 0 {
+		want = min(r.ContentLength, limit+1) // one more, to see it is too large
+	}
+	if r.ContentLength > limit {
+		return nil, func() {}, &HTTPError{Status: http.StatusRequestEntityTooLarge, Message: "request body too large"}
+	}
+	shrink, release, err := f.bodies.reserve(r.Context(), want)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	body, err = f.readBodyReserved(w, r, limit)
+	if err != nil {
+		release()
+		return nil, func() {}, err
+	}
+	shrink(int64(len(body)))
+	return body, release, nil
+}
+
+func (f *Front) readBodyReserved(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(f.cfg.BodyTimeout))
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	buf := bytes.NewBuffer(make([]byte, 0, max(0, min(r.ContentLength, limit))))
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	body := buf.Bytes()
 	if err != nil {
 		// The deadline stays: the server, which reads what is left of a
 		// body before it answers, gives up at once and closes the

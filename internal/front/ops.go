@@ -154,7 +154,8 @@ func (f *Front) serveOp(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return errNoConnection
 	}
-	body, err := f.readBody(w, r, f.cfg.MaxMessageBytes)
+	body, release, err := f.readBody(w, r, f.cfg.MaxMessageBytes)
+	defer release()
 	if err != nil {
 		return err
 	}

@@ -24,7 +24,8 @@ func (f *Front) serveSite(w http.ResponseWriter, r *http.Request) error {
 	if !known && !f.newcomers.allow(r.RemoteAddr) {
 		return errTooManyNewcomers
 	}
-	body, err := f.readBody(w, r, f.cfg.MaxBodyBytes)
+	body, release, err := f.readBody(w, r, f.cfg.MaxBodyBytes)
+	defer release()
 	if err != nil {
 		return err
 	}
