@@ -11,11 +11,11 @@
 package front
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
 	"errors"
 	"fmt"
-	"bytes"
 	"net/http"
 	"os"
 	"time"
