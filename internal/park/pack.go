@@ -86,7 +86,7 @@ func (p *pack) append(d string, b []byte) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.open {
-		return errors.New("appending to a closed pack")
+		return errPackClosed
 	}
 	if _, err := p.f.Write(buf); err != nil {
 		return fmt.Errorf("writing a parked package: %w", err)
@@ -212,8 +212,19 @@ func (p *pack) drop(d string) (held, empty bool) {
 		return false, false
 	}
 	delete(p.entries, d)
-	return true, len(p.entries) == 0 && !p.open
+	if len(p.entries) > 0 {
+		return true, false
+	}
+	// The open pack too goes with its last entry, so that nothing of a
+	// deleted package stays on disk; an append racing this one finds it
+	// closed and opens another.
+	p.open = false
+	return true, true
 }
+
+// errPackClosed is an append to a pack closed meanwhile (rotated, or
+// emptied and removed): the caller appends to a new one.
+var errPackClosed = errors.New("appending to a closed pack")
 
 func (p *pack) remove() error {
 	_ = p.f.Close()

@@ -135,7 +135,10 @@ func (s *Tiered) appendPkg(d string, b []byte) error {
 		s.packs = append(s.packs, cur)
 	}
 	s.mu.Unlock()
-	return cur.append(d, b)
+	if err := cur.append(d, b); !errors.Is(err, errPackClosed) {
+		return err
+	}
+	return s.appendPkg(d, b) // closed meanwhile: s.cur is another, or none
 }
 
 // NewTiered returns files with a memory tier of at most maxBytes, each
@@ -264,6 +267,9 @@ func (s *Tiered) dropFromPacks(digest string) (bool, error) {
 		}
 		if empty {
 			s.packs = append(s.packs[:i], s.packs[i+1:]...)
+			if s.cur == p {
+				s.cur = nil
+			}
 			return true, p.remove()
 		}
 		return true, nil

@@ -212,3 +212,45 @@ func TestTieredRotatesPacks(t *testing.T) {
 		t.Fatalf("%d files left after every package was deleted", n)
 	}
 }
+
+// The open pack goes with its last entry too (nothing of a forgotten
+// person stays on disk), and the next append opens another.
+func TestTieredRemovesAnEmptiedOpenPack(t *testing.T) {
+	dir := t.TempDir()
+	fs, _ := NewFileStore(dir)
+	s, err := NewTiered(fs, 1<<20, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a, err := s.Append([]byte("ann's package"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Append([]byte("bob's package"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(a); err != nil {
+		t.Fatal(err)
+	}
+	if n := files(t, dir); n != 1 {
+		t.Fatalf("%d files with bob's package left in the open pack, want 1", n)
+	}
+	if err := s.Delete(b); err != nil {
+		t.Fatal(err)
+	}
+	if n := files(t, dir); n != 0 {
+		t.Fatalf("%d files left after the open pack's last package was deleted", n)
+	}
+	c, err := s.Append([]byte("cy's package"), "")
+	if err != nil {
+		t.Fatalf("appending after the open pack went: %v", err)
+	}
+	if got, err := s.Get(c); err != nil || string(got) != "cy's package" {
+		t.Fatalf("cy's package: %q %v", got, err)
+	}
+	if n := files(t, dir); n != 1 {
+		t.Fatalf("%d files with cy's package, want 1", n)
+	}
+}
