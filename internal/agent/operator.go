@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"strconv"
 
 	"github.com/hashicorp/raft"
 
@@ -42,6 +44,21 @@ func (a *Agent) operatorRoutes(mux *http.ServeMux, wrap func(func(http.ResponseW
 		return nil
 	}))
 	mux.HandleFunc("POST /v1/operator/teardown", wrap(a.teardownHandler))
+	// The maps as a raft snapshot, as this server holds them (Nomad's
+	// operator snapshot save): a backup, and the size of the maps.
+	mux.HandleFunc("GET /v1/operator/snapshot", wrap(func(w http.ResponseWriter, r *http.Request) error {
+		meta, rc, err := a.raft.Snapshot()
+		if err != nil {
+			return &api.Error{Status: http.StatusServiceUnavailable, Message: err.Error()}
+		}
+		defer rc.Close()
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", strconv.FormatInt(meta.Size, 10))
+		w.Header().Set("X-Stickyd-Snapshot-Index", strconv.FormatUint(meta.Index, 10))
+		w.Header().Set("X-Stickyd-Snapshot-Term", strconv.FormatUint(meta.Term, 10))
+		_, _ = io.Copy(w, rc)
+		return nil
+	}))
 	mux.HandleFunc("POST /v1/operator/raft/transfer-leader", wrap(func(w http.ResponseWriter, r *http.Request) error {
 		if !a.raft.IsLeader() {
 			admin := a.leaderAdmin(r.Context())

@@ -98,6 +98,8 @@ func RunWith(args []string, ui cli.Ui, builtins map[string]agent.Builtin) int {
 			"operator raft":             func() (cli.Command, error) { return &OperatorRaftCommand{Meta: meta}, nil },
 			"operator raft list-peers":  func() (cli.Command, error) { return &OperatorRaftListPeersCommand{Meta: meta}, nil },
 			"operator teardown":         func() (cli.Command, error) { return &OperatorTeardownCommand{Meta: meta}, nil },
+			"operator snapshot":         func() (cli.Command, error) { return &OperatorSnapshotCommand{Meta: meta}, nil },
+			"operator snapshot save":    func() (cli.Command, error) { return &OperatorSnapshotSaveCommand{Meta: meta}, nil },
 			"operator raft remove-peer": func() (cli.Command, error) { return &OperatorRaftRemovePeerCommand{Meta: meta}, nil },
 			"operator raft transfer-leader": func() (cli.Command, error) {
 				return &OperatorRaftTransferLeaderCommand{Meta: meta}, nil

@@ -22,6 +22,10 @@ Usage: stickyd operator <subcommand> [options] [args]
 
       $ stickyd operator raft list-peers
 
+  Save the maps as a raft snapshot (a backup; its size is the maps'):
+
+      $ stickyd operator snapshot save backup.snap
+
   Take a Nomad deployment apart (group jobs, Consul keys, the servers):
 
       $ stickyd operator teardown -yes

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -190,6 +191,24 @@ func (n *Node) Leader() (addr, id string) {
 // HasState reports whether the member has a log or snapshot already: a
 // member that has is part of a cluster and must not bootstrap again.
 func (n *Node) HasState() (bool, error) { return raft.HasExistingState(n.logs, n.stable, n.snaps) }
+
+// Snapshot takes a snapshot of the maps now and opens it (the latest one
+// taken, if nothing was written since). The caller closes the reader.
+func (n *Node) Snapshot() (*raft.SnapshotMeta, io.ReadCloser, error) {
+	f := n.Raft.Snapshot()
+	err := f.Error()
+	if err == nil {
+		return f.Open()
+	}
+	if !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+		return nil, nil, fmt.Errorf("taking a snapshot: %w", err)
+	}
+	metas, err := n.snaps.List()
+	if err != nil || len(metas) == 0 {
+		return nil, nil, fmt.Errorf("no snapshot to open (%v)", err)
+	}
+	return n.snaps.Open(metas[0].ID)
+}
 
 // Bootstrap starts a new cluster of the given members (id → raft address).
 // Every member may call it with the same set; raft keeps the first.
