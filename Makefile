@@ -82,6 +82,14 @@ chaos:
 soak-stop:
 	STICKYD_SOAK_STOP=1 $(GO) test -count=1 -timeout 30m -v -run '^TestStopParksLargePages$$' ./test/e2e/
 
+## soak-lifecycle: the life of sessions at the issue's sizes: 100,000
+## cookieless requests and 5,000 visitors who type and leave, against an
+## agent with idle_park 2s and forget_after 10s; at the end only the people
+## still connected are left (`make test` runs a 30-second form).
+.PHONY: soak-lifecycle
+soak-lifecycle:
+	STICKYD_SOAK=full $(GO) test -count=1 -timeout 30m -v -run '^TestLifecycleSoak$$' ./test/e2e/
+
 lint:
 	@out="$$(gofmt -l cmd internal plugins test)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...

@@ -1,0 +1,289 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/stickyd/stickyd/internal/host"
+	"github.com/stickyd/stickyd/internal/placement"
+	"github.com/stickyd/stickyd/internal/protocol"
+)
+
+// soakSizes are the lifecycle soak's figures: the 30 s form in make test,
+// the (100,000 cookieless requests, 5,000 visitors) with
+// STICKYD_SOAK=full (make soak).
+func soakSizes() (cookieless, visitors int) {
+	if os.Getenv("STICKYD_SOAK") == "full" {
+		return 100_000, 5_000
+	}
+	return 10_000, 300
+}
+
+// The life of sessions, soaked (docs/operations.md): against a real agent
+// with idle_park 2s and forget_after 10s, cookieless requests (assets,
+// crawlers' page views) and visitors who open a page, type and leave, while
+// a few people stay connected and type throughout. At the end the maps hold
+// only those still connected, the workers' live heap and RSS are back near
+// their baseline, the park folder holds no package, the maps' snapshot is
+// back to its baseline size, and nobody still connected lost a delta.
+func TestLifecycleSoak(t *testing.T) {
+	cookieless, visitors := soakSizes()
+	const stayers = 8
+	p := newProcSpec(t, procSpec{workers: 2, name: "solo", expect: 1,
+		front: "  newcomer_rate = 0\n",
+		extra: []string{"lifecycle {\n  idle_park = \"2s\"\n  forget_after = \"10s\"\n}\n"}})
+	p.start()
+
+	// The people who stay, typing an inc every 200 ms throughout.
+	tabs := make([]*tab, stayers)
+	for i := range tabs {
+		b := procBrowser(t, p)
+		if code, body := b.do("POST", "/login?user=stay"+strconv.Itoa(i)); code != 200 {
+			t.Fatalf("login: %d %s", code, body)
+		}
+		tabs[i] = b.openTab("typing")
+		tabs[i].pull(0)
+	}
+	typed := make([]int, stayers)
+	stopTyping := make(chan struct{})
+	typingDone := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stopTyping:
+				typingDone <- nil
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			for i, tb := range tabs {
+				a, err := tb.tryOp(map[string]any{"op": "msg", "data": map[string]any{"op": "inc"}})
+				if err != nil || a.Error != "" {
+					typingDone <- fmt.Errorf("stayer %d: %+v %v", i, a, err)
+					return
+				}
+				typed[i]++
+			}
+		}
+	}()
+	defer func() {
+		select {
+		case <-stopTyping:
+		default:
+			close(stopTyping)
+		}
+	}()
+
+	users := func() map[string]placement.UserInfo {
+		code, body := adminCallAt(t, p.admin, "GET", "/v1/users", testToken)
+		if code != 200 {
+			t.Fatalf("users: %d %s", code, body)
+		}
+		var list []placement.UserInfo
+		if err := json.Unmarshal([]byte(body), &list); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]placement.UserInfo{}
+		for _, u := range list {
+			out[u.User] = u
+		}
+		return out
+	}
+	workers := func() (heap, rss uint64) {
+		code, body := adminCallAt(t, p.admin, "GET", "/v1/workers?local=true", testToken)
+		if code != 200 {
+			t.Fatalf("workers: %d %s", code, body)
+		}
+		var ws []host.WorkerInfo
+		if err := json.Unmarshal([]byte(body), &ws); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range ws {
+			heap += w.HeapBytes
+			rss += w.RSSBytes
+		}
+		return heap, rss
+	}
+	snapshot := func() int {
+		req, _ := http.NewRequest("GET", "http://"+p.admin+"/v1/operator/snapshot", nil)
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("snapshot: %d %s", resp.StatusCode, b)
+		}
+		return len(b)
+	}
+	// The baseline: the stayers typing, stamped as seen, probed.
+	time.Sleep(5 * time.Second)
+	baseHeap, baseRSS := workers()
+	baseSnap := snapshot()
+	if n := len(users()); n != stayers {
+		t.Fatalf("%d people in the maps before the churn, want the %d stayers", n, stayers)
+	}
+
+	// The churn: cookieless requests from 32 clients, one in four a page
+	// view (a crawler: a person made, never seen again), the rest assets
+	// and HEADs that leave no trace; and visitors, 16 at a time.
+	began := time.Now()
+	var (
+		wg      sync.WaitGroup
+		next    atomic.Int64
+		failed  atomic.Int64
+		visited atomic.Int64
+	)
+	paths := []struct{ method, path string }{{"GET", "/"}, {"GET", "/assets/app.css"}, {"HEAD", "/"}, {"GET", "/robots.txt"}}
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &http.Client{Timeout: 30 * time.Second}
+			for {
+				i := next.Add(1)
+				if i > int64(cookieless) {
+					return
+				}
+				pp := paths[i%int64(len(paths))]
+				req, _ := http.NewRequest(pp.method, "http://"+p.front+pp.path, nil)
+				resp, err := c.Do(req)
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode >= 500 {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	var nextVisitor atomic.Int64
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for nextVisitor.Add(1) <= int64(visitors) {
+				b := procBrowser(t, p)
+				if code, _ := b.do("GET", "/"); code != 200 {
+					failed.Add(1)
+					continue
+				}
+				tb := b.openTab("visit")
+				for range 3 {
+					tb.send(map[string]any{"op": "inc"})
+				}
+				tb.ws.Close()
+				visited.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	churn := time.Since(began)
+	peak := len(users())
+	t.Logf("churn: %d cookieless requests and %d visitors in %v (%d failed); %d people in the maps at its end",
+		cookieless, visited.Load(), churn.Round(time.Millisecond), failed.Load(), peak)
+	if failed.Load() > 0 {
+		t.Fatalf("%d requests of the churn failed", failed.Load())
+	}
+
+	// Everyone who left is forgotten: the maps hold the stayers alone.
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		m := users()
+		if len(m) == stayers {
+			for i := range stayers {
+				if _, ok := m["stay"+strconv.Itoa(i)]; !ok {
+					t.Fatalf("stayer %d was forgotten", i)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d people still in the maps %v after the churn, want the %d stayers", len(m), time.Since(began), stayers)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	forgotten := time.Since(began)
+	// Give the workers a probe and a memory release (at most one a 10 s).
+	time.Sleep(12 * time.Second)
+	heap, rss := workers()
+	snap := snapshot()
+	t.Logf("forgotten within %v of the churn's start; workers' live heap %d → %d KiB, RSS %d → %d KiB; snapshot %d → %d bytes",
+		forgotten.Round(time.Millisecond), baseHeap>>10, heap>>10, baseRSS>>10, rss>>10, baseSnap, snap)
+	// Within 10 % of the baseline, and a couple of MiB for the runtime's
+	// own (a worker's baseline here is a few MiB).
+	if limit := baseHeap + baseHeap/10 + 2<<20; heap > limit {
+		t.Errorf("the workers' live heap is %d KiB, baseline %d KiB (limit %d KiB)", heap>>10, baseHeap>>10, limit>>10)
+	}
+	if limit := baseRSS + baseRSS/10 + 8<<20; rss > limit {
+		t.Errorf("the workers' RSS is %d KiB, baseline %d KiB (limit %d KiB)", rss>>10, baseRSS>>10, limit>>10)
+	}
+	if limit := baseSnap + baseSnap/10; snap > limit {
+		t.Errorf("the maps' snapshot is %d bytes, baseline %d (limit %d)", snap, baseSnap, limit)
+	}
+	// The park holds nothing of anyone gone: the stayers, typing, were
+	// never parked, so what is left is their pages' crash checkpoints,
+	// each a package naming its person.
+	entries, _ := os.ReadDir(filepath.Join(p.dir, "data", "park"))
+	checkpoints := 0
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(p.dir, "data", "park", e.Name()))
+		user := packageUser(b)
+		if err != nil || !strings.HasPrefix(user, "stay") {
+			t.Errorf("the park folder holds %s (%d bytes, person %q, %v): not a stayer's checkpoint", e.Name(), len(b), user, err)
+			continue
+		}
+		checkpoints++
+	}
+	t.Logf("the park folder holds %d checkpoints of the %d stayers and nothing else", checkpoints, stayers)
+
+	close(stopTyping)
+	if err := <-typingDone; err != nil {
+		t.Fatal(err)
+	}
+	for i, tb := range tabs {
+		tb.drainUntil("count", typed[i])
+	}
+}
+
+// packageUser is the person a parked package names (its user field, read
+// off the wire: the trees inside are the worker's own encoding), or "".
+func packageUser(b []byte) string {
+	want := (&protocol.UserPackage{}).ProtoReflect().Descriptor().Fields().ByName("user").Number()
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		if num == want && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return ""
+			}
+			return string(v)
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+	}
+	return ""
+}
