@@ -165,6 +165,12 @@ func (r *router) Evict(ctx context.Context, worker, user string) error {
 	return err
 }
 
+// Drop implements move.Dropper: an eviction that leaves no fence.
+func (r *router) Drop(ctx context.Context, worker, user string) error {
+	_, err := r.call(ctx, worker, &protocol.Envelope{Body: &protocol.Envelope_Evict{Evict: &protocol.Evict{User: user, Forget: true}}})
+	return err
+}
+
 // Ready lists this agent's ready workers and every worker other agents
 // registered (their own hosts restart them; a frame waits if one is down).
 func (r *router) Ready() []string {

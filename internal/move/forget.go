@@ -74,6 +74,13 @@ func (m *Mover) forgetBatch(ctx context.Context, users []string, done func(Forgo
 	}
 }
 
+// Dropper is the optional ability of Workers to evict a person who is
+// forgotten: their worker keeps nothing of them, not even the fence of
+// their epoch, so a new person of that name starts afresh.
+type Dropper interface {
+	Drop(ctx context.Context, worker, user string) error
+}
+
 // letGo has a forgotten person's worker drop them and deletes their parked
 // package. A worker that is gone has nothing of them left to drop.
 func (m *Mover) letGo(ctx context.Context, u placement.UserInfo) {
@@ -82,7 +89,11 @@ func (m *Mover) letGo(ctx context.Context, u placement.UserInfo) {
 	if _, err := m.workers.Freeze(wctx, u.Worker, u.User, u.Epoch+1); err != nil {
 		m.cfg.Logger.Debug("fencing a forgotten user", "user", u.User, "worker", u.Worker, "error", err)
 	}
-	if err := m.workers.Evict(wctx, u.Worker, u.User); err != nil {
+	evict := m.workers.Evict
+	if d, ok := m.workers.(Dropper); ok {
+		evict = d.Drop
+	}
+	if err := evict(wctx, u.Worker, u.User); err != nil {
 		m.cfg.Logger.Debug("dropping a forgotten user", "user", u.User, "worker", u.Worker, "error", err)
 	}
 	if u.Package == "" {

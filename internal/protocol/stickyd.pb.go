@@ -3508,10 +3508,15 @@ func (x *CheckpointKey) GetPage() string {
 	return ""
 }
 
-// Evict drops a frozen user whose move committed elsewhere.
+// Evict drops a frozen user whose move committed elsewhere (or who was
+// parked here, or forgotten). The worker keeps the user's epoch a while as
+// a fence against frames still on their way, then lets it go too.
 type Evict struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	User          string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	User  string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	// forget: the person was forgotten; nothing of them is kept, not even
+	// the fence (a new person of that name starts again at epoch 1).
+	Forget        bool `protobuf:"varint,2,opt,name=forget,proto3" json:"forget,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3551,6 +3556,13 @@ func (x *Evict) GetUser() string {
 		return x.User
 	}
 	return ""
+}
+
+func (x *Evict) GetForget() bool {
+	if x != nil {
+		return x.Forget
+	}
+	return false
 }
 
 // UserPackage is everything of one person in a worker: the unit that is
@@ -4905,9 +4917,10 @@ const file_stickyd_proto_rawDesc = "" +
 	"\rCheckpointKey\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x12\n" +
 	"\x04conn\x18\x02 \x01(\tR\x04conn\x12\x12\n" +
-	"\x04page\x18\x03 \x01(\tR\x04page\"\x1b\n" +
+	"\x04page\x18\x03 \x01(\tR\x04page\"3\n" +
 	"\x05Evict\x12\x12\n" +
-	"\x04user\x18\x01 \x01(\tR\x04user\"\xf4\x01\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12\x16\n" +
+	"\x06forget\x18\x02 \x01(\bR\x06forget\"\xf4\x01\n" +
 	"\vUserPackage\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x14\n" +

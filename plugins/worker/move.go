@@ -148,6 +148,7 @@ func (rt *runtime) evict(e *protocol.Evict) {
 		rt.dropConnLocked(s)
 	}
 	rt.dropAccountLocked(e.User)
+	rt.leftLocked(e.User, e.Forget)
 	rt.mu.Unlock()
 	rt.syncTables()
 	for _, s := range sessions {

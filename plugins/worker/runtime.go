@@ -52,6 +52,11 @@ type runtime struct {
 	// since the previous probe (account.go).
 	accounts map[string]*account
 	left     []string
+	// evicted is when each person evicted here left: their fence
+	// (epochs, frozen) goes tombstoneTTL later (tombstones.go); marks are
+	// the maps' high-water marks.
+	evicted map[string]time.Time
+	marks   mapMarks
 	// subs indexes the pages subscribed to each table; sentTables is the
 	// set last told to the host (tables.go).
 	subs       map[string]map[*Page]struct{}
@@ -754,6 +759,7 @@ func (rt *runtime) probe() *protocol.ProbeReply {
 		// A site request waiting for the pool is a frame waiting too.
 		depth += int64(rt.site.waiting())
 	}
+	rt.tidyLocked(time.Now())
 	cpu, rss := usage()
 	perUser, left := rt.usageLocked()
 	r := &protocol.ProbeReply{

@@ -124,6 +124,17 @@ func TestLogoutForgets(t *testing.T) {
 			if w := b.whoami(); w.User == "hal" {
 				t.Fatalf("the browser is still served as hal: %+v", w)
 			}
+			// Hal logs in again, on the same worker: a new person of the
+			// same name, served from a clean page (the worker kept no
+			// fence of the one forgotten).
+			if code, body := b.do("POST", "/login?user=hal"); code != 200 {
+				t.Fatalf("logging in again: %d %s", code, body)
+			}
+			tb := b.openTab("p")
+			ans := tb.send(map[string]any{"op": "inc"})
+			if !strings.Contains(string(ans.Data), `"count":1`) {
+				t.Fatalf("hal's first message after logging in again: %s, want count 1", ans.Data)
+			}
 		})
 	}
 }

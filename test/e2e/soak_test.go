@@ -220,8 +220,14 @@ func TestLifecycleSoak(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	forgotten := time.Since(began)
-	// Give the workers a probe and a memory release (at most one a 10 s).
-	time.Sleep(12 * time.Second)
+	// Give the workers a probe and a memory release (at most one a 10 s);
+	// the full form waits out the fences of the people who left too
+	// (2 minutes), after which the workers' maps are rebuilt to size.
+	settle := 12 * time.Second
+	if os.Getenv("STICKYD_SOAK") == "full" {
+		settle = 150 * time.Second
+	}
+	time.Sleep(settle)
 	heap, rss := workers()
 	snap := snapshot()
 	t.Logf("forgotten within %v of the churn's start; workers' live heap %d → %d KiB, RSS %d → %d KiB; snapshot %d → %d bytes",

@@ -1,0 +1,87 @@
+package worker
+
+import "time"
+
+// What a worker keeps of the people who left it (docs/moves.md). A person
+// evicted (moved away, parked here, forgotten) leaves their epoch behind:
+// a fence that answers MOVED to a frame still on its way at an older
+// epoch. The fence is needed for as long as such a frame can be in
+// flight, not forever: past tombstoneTTL it goes, with the person's other
+// marks; a forgotten person's goes at once (a new person of that name
+// starts again at epoch 1). And a map emptied by many people leaving is
+// rebuilt to its size: Go never shrinks a map, so a worker that held
+// 30,000 people once would keep their buckets for good.
+
+// tombstoneTTL is how long an evicted person's fence stays; far longer
+// than any frame waits (frame_timeout, 30 s by default).
+const tombstoneTTL = 2 * time.Minute
+
+// leftLocked records that user left this worker now; forget drops their
+// fence at once.
+func (rt *runtime) leftLocked(user string, forget bool) {
+	if forget {
+		rt.dropMarksLocked(user)
+		return
+	}
+	if rt.evicted == nil {
+		rt.evicted = map[string]time.Time{}
+	}
+	rt.evicted[user] = time.Now()
+}
+
+// dropMarksLocked forgets everything the worker kept of a person gone.
+func (rt *runtime) dropMarksLocked(user string) {
+	delete(rt.epochs, user)
+	delete(rt.frozen, user)
+	delete(rt.yields, user)
+	delete(rt.evicted, user)
+}
+
+// tidyLocked lets the fences past their time go (those of people who came
+// back are theirs again) and rebuilds the maps that shrank to a quarter
+// of their high-water mark. It runs at each probe.
+func (rt *runtime) tidyLocked(now time.Time) {
+	for user, at := range rt.evicted {
+		switch {
+		case len(rt.byUser[user]) > 0 || rt.users[user] != nil:
+			delete(rt.evicted, user) // back here: the marks are live
+		case now.Sub(at) >= tombstoneTTL:
+			rt.dropMarksLocked(user)
+		}
+	}
+	m := &rt.marks
+	rt.users = shrunk(rt.users, &m.users)
+	rt.conns = shrunk(rt.conns, &m.conns)
+	rt.byUser = shrunk(rt.byUser, &m.byUser)
+	rt.epochs = shrunk(rt.epochs, &m.epochs)
+	rt.frozen = shrunk(rt.frozen, &m.frozen)
+	rt.accounts = shrunk(rt.accounts, &m.accounts)
+	rt.evicted = shrunk(rt.evicted, &m.evicted)
+}
+
+// mapMarks are the high-water marks of the runtime's maps.
+type mapMarks struct {
+	users, conns, byUser, epochs, frozen, accounts, evicted int
+}
+
+// shrinkFloor is the size below which a map is never rebuilt.
+const shrinkFloor = 1024
+
+// shrunk returns m, or a copy of it sized to its length once it has
+// fallen to a quarter of its high-water mark (kept in high).
+func shrunk[K comparable, V any](m map[K]V, high *int) map[K]V {
+	n := len(m)
+	if n > *high {
+		*high = n
+		return m
+	}
+	if *high < shrinkFloor || n > *high/4 {
+		return m
+	}
+	out := make(map[K]V, n)
+	for k, v := range m {
+		out[k] = v
+	}
+	*high = n
+	return out
+}
