@@ -154,7 +154,7 @@ func New(cfg *Config, builtins map[string]Builtin, log hclog.Logger) (*Agent, er
 		if err != nil {
 			return nil, fmt.Errorf("group %q: %w", g.Name, err)
 		}
-		groups = append(groups, a.groupSpec(g.Name, g.Workers, g.MemoryMaxMB, launcher))
+		groups = append(groups, a.groupSpec(g.Name, g.Workers, g.MemoryMaxMB, g.limits(), launcher))
 	}
 	a.pool = host.New(log.Named("host"), groups)
 	return a, nil

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsimple"
 
 	"github.com/stickyd/stickyd/internal/bundle"
+	"github.com/stickyd/stickyd/internal/fsm"
 )
 
 // Config is the agent's configuration file (HCL).
@@ -402,8 +403,26 @@ type GroupConfig struct {
 	// its people from them (docs/checkpoints.md): "5s" (the default),
 	// "off" or "0s" for never, at least "100ms".
 	CheckpointInterval string `hcl:"checkpoint_interval,optional"`
+	// MaxPageBytes and MaxPersonBytes bound a page's state and the sum of
+	// a person's pages in a worker of the group; MaxPagesPerConn and
+	// MaxPagesPerPerson the pages open at once. Past them a write or an
+	// open is refused with a message the page sees. 0 leaves the SDK's
+	// defaults (256 MiB, 1 GiB, 100, 500) or the application's options.
+	MaxPageBytes      int64 `hcl:"max_page_bytes,optional"`
+	MaxPersonBytes    int64 `hcl:"max_person_bytes,optional"`
+	MaxPagesPerConn   int32 `hcl:"max_pages_per_conn,optional"`
+	MaxPagesPerPerson int32 `hcl:"max_pages_per_person,optional"`
 	// Governance balances, replaces and compacts the group's workers.
 	Governance *GovernanceConfig `hcl:"governance,block"`
+}
+
+// limits is the group's page bounds for its workers, nil if none is set.
+func (g *GroupConfig) limits() *fsm.GroupLimits {
+	if g.MaxPageBytes == 0 && g.MaxPersonBytes == 0 && g.MaxPagesPerConn == 0 && g.MaxPagesPerPerson == 0 {
+		return nil
+	}
+	return &fsm.GroupLimits{MaxPageBytes: g.MaxPageBytes, MaxPersonBytes: g.MaxPersonBytes,
+		MaxPagesPerConn: g.MaxPagesPerConn, MaxPagesPerPerson: g.MaxPagesPerPerson}
 }
 
 // GovernanceConfig turns on the governance of a group (docs/governance.md).
@@ -638,6 +657,12 @@ func (c *Config) Finish() error {
 		}
 		if g.MemoryMaxMB < 0 {
 			return fmt.Errorf("group %q: memory_max_mb must not be negative", g.Name)
+		}
+		if g.MaxPageBytes < 0 || g.MaxPersonBytes < 0 || g.MaxPagesPerConn < 0 || g.MaxPagesPerPerson < 0 {
+			return fmt.Errorf("group %q: max_page_bytes, max_person_bytes, max_pages_per_conn and max_pages_per_person must not be negative (0 for the defaults)", g.Name)
+		}
+		if g.MaxPageBytes > 0 && g.MaxPersonBytes > 0 && g.MaxPersonBytes < g.MaxPageBytes {
+			return fmt.Errorf("group %q: max_person_bytes (%d) is less than max_page_bytes (%d): one page could never reach its bound", g.Name, g.MaxPersonBytes, g.MaxPageBytes)
 		}
 		if _, err := parseCheckpointInterval(g.CheckpointInterval); err != nil {
 			return fmt.Errorf("group %q: %w", g.Name, err)

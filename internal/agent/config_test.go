@@ -74,6 +74,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"idle_park too short", "lifecycle { idle_park = \"10ms\" }\ngroup \"g\" { builtin = \"demo\" }", "at least 1s"},
 		{"negative max_message_bytes", "front { max_message_bytes = -1 }\ngroup \"g\" { builtin = \"demo\" }", "must not be negative"},
 		{"body budget under one body", "front {\n max_body_bytes = 1000000\n body_budget_bytes = 1000\n}\ngroup \"g\" { builtin = \"demo\" }", "less than one request may send"},
+		{"negative page bound", "group \"g\" {\n builtin = \"demo\"\n max_pages_per_conn = -1\n}", "must not be negative"},
+		{"person bound under page bound", "group \"g\" {\n builtin = \"demo\"\n max_page_bytes = 2000\n max_person_bytes = 1000\n}", "less than max_page_bytes"},
 		{"bad forget_after", "lifecycle { forget_after = \"never\" }\ngroup \"g\" { builtin = \"demo\" }", "forget_after"},
 		{"forget_after too short", "lifecycle { forget_after = \"1ms\" }\ngroup \"g\" { builtin = \"demo\" }", "at least 1s"},
 		{"cluster without data", "server { bootstrap_expect = 3 }\ngroup \"g\" { builtin = \"demo\" }", "needs a data_dir"},

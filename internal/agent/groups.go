@@ -15,6 +15,7 @@ import (
 	"github.com/stickyd/stickyd/internal/bundle"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/host"
+	"github.com/stickyd/stickyd/internal/protocol"
 )
 
 // templateDirEnv names a group's template directory in its workers'
@@ -76,9 +77,13 @@ func (a *Agent) workerEnv(r recipe) []string {
 }
 
 // groupSpec is a group as this agent's host runs it.
-func (a *Agent) groupSpec(name string, workers, memoryMaxMB int, l host.Launcher) host.GroupSpec {
+func (a *Agent) groupSpec(name string, workers, memoryMaxMB int, limits *fsm.GroupLimits, l host.Launcher) host.GroupSpec {
 	spec := host.GroupSpec{Name: name, Workers: workers, MemoryMax: uint64(memoryMaxMB) << 20, Launcher: l,
 		CheckpointInterval: a.checkpointInterval(name)}
+	if limits != nil {
+		spec.Limits = &protocol.WorkerLimits{MaxPageBytes: limits.MaxPageBytes, MaxPersonBytes: limits.MaxPersonBytes,
+			MaxPagesPerConn: limits.MaxPagesPerConn, MaxPagesPerPerson: limits.MaxPagesPerPerson}
+	}
 	if a.cfg.clustered() {
 		spec.Prefix = a.cfg.Name + "."
 	}
@@ -165,7 +170,7 @@ func (a *Agent) startGroup(ctx context.Context, g *fsm.GroupEntry) error {
 		}
 	}
 	a.log.Info("starting a group of the catalog", "group", g.Name, "workers", g.Workers, "runtime", g.Runtime)
-	if err := a.pool.AddGroup(ctx, a.groupSpec(g.Name, g.Workers, g.MemoryMaxMB, l)); err != nil {
+	if err := a.pool.AddGroup(ctx, a.groupSpec(g.Name, g.Workers, g.MemoryMaxMB, g.Limits, l)); err != nil {
 		return err
 	}
 	if gov != nil && gov.Enabled && a.govern != nil {
@@ -259,7 +264,7 @@ func (a *Agent) groupsView() api.GroupsView {
 			Users: a.sup.GroupUsers(e.Name), Default: e.Name == v.Default, Previous: e.Name == cat.Previous})
 	}
 	for _, g := range a.cfg.Groups {
-		e := fsm.GroupEntry{Name: g.Name, Workers: g.Workers, Builtin: g.Builtin, Runtime: RuntimeBuiltin, MemoryMaxMB: g.MemoryMaxMB, Bundle: g.Bundle}
+		e := fsm.GroupEntry{Name: g.Name, Workers: g.Workers, Builtin: g.Builtin, Runtime: RuntimeBuiltin, MemoryMaxMB: g.MemoryMaxMB, Bundle: g.Bundle, Limits: g.limits()}
 		switch {
 		case g.Plugin != nil:
 			e.Runtime, e.Command, e.Args = cmp.Or(g.Plugin.Runtime, RuntimeGoPlugin), g.Plugin.Command, g.Plugin.Args

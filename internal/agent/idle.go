@@ -119,3 +119,11 @@ func (p *idleParker) park(ctx context.Context, reqs []move.Request) {
 	}
 	p.a.log.Debug("parked idle people", "parked", parked, "of", len(reqs), "idle_park", p.idle)
 }
+
+// lastFrame is when the probes last saw user's frame count change (or
+// first saw it), if they did. Read it once the parker has stopped (the
+// stop reads it for its order).
+func (p *idleParker) lastFrame(user string) (time.Time, bool) {
+	m, ok := p.seen[user]
+	return m.since, ok
+}

@@ -198,6 +198,8 @@ type GroupRequest struct {
 	Workers     int               `json:"workers,omitempty"`
 	MemoryMaxMB int               `json:"memory_max_mb,omitempty"`
 	Governance  map[string]any    `json:"governance,omitempty"`
+	// Limits bound the group's people's pages (0s: the SDK's defaults).
+	Limits *fsm.GroupLimits `json:"limits,omitempty"`
 }
 
 func (a *server) putGroup(w http.ResponseWriter, r *http.Request) error {
@@ -235,6 +237,14 @@ func (a *server) putGroup(w http.ResponseWriter, r *http.Request) error {
 	if req.Workers < 1 || req.Workers > 64 || req.MemoryMaxMB < 0 {
 		return &Error{Status: http.StatusBadRequest, Message: "workers must be 1..64 and memory_max_mb not negative"}
 	}
+	if l := req.Limits; l != nil {
+		if l.MaxPageBytes < 0 || l.MaxPersonBytes < 0 || l.MaxPagesPerConn < 0 || l.MaxPagesPerPerson < 0 {
+			return &Error{Status: http.StatusBadRequest, Message: "limits must not be negative (0 for the SDK's defaults)"}
+		}
+		if *l == (fsm.GroupLimits{}) {
+			req.Limits = nil
+		}
+	}
 	for _, g := range a.cfg.GroupsView().Groups {
 		if g.Name == name {
 			return &Error{Status: http.StatusConflict, Message: fmt.Sprintf("group %q exists (%s); retire it first", name, g.Source)}
@@ -246,7 +256,7 @@ func (a *server) putGroup(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	e := fsm.GroupEntry{Name: name, Runtime: req.Runtime, Bundle: req.Bundle, Command: req.Command, Args: req.Args,
-		Env: req.Env, Builtin: req.Builtin, Workers: req.Workers, MemoryMaxMB: req.MemoryMaxMB}
+		Env: req.Env, Builtin: req.Builtin, Workers: req.Workers, MemoryMaxMB: req.MemoryMaxMB, Limits: req.Limits}
 	if req.Governance != nil {
 		b, err := jsonMarshal(req.Governance)
 		if err != nil {

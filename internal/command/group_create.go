@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/stickyd/stickyd/internal/api"
+	"github.com/stickyd/stickyd/internal/fsm"
 )
 
 // GroupCreateCommand records a group's recipe; every agent starts its
@@ -39,6 +40,11 @@ Options:
                      -env to where it lives; see docs/python.md).
   -workers=N         Workers per agent, 1 to 64. Default 1.
   -memory-max-mb=N   A worker's hard memory ceiling (0: none).
+  -max-page-bytes=N, -max-person-bytes=N
+                     Bound a page's state and a person's pages in a worker
+                     (0: the SDK's defaults, 256 MiB and 1 GiB).
+  -max-pages-per-conn=N, -max-pages-per-person=N
+                     Bound the pages open at once (0: 100 and 500).
   -governance=FILE   The group's governance block, as JSON with the HCL
                      names (see docs/governance.md).
 ` + apiOptionsHelp)
@@ -59,12 +65,22 @@ func (c *GroupCreateCommand) Run(args []string) int {
 	fs.StringVar(&req.Runtime, "runtime", "", "")
 	fs.IntVar(&req.Workers, "workers", 1, "")
 	fs.IntVar(&req.MemoryMaxMB, "memory-max-mb", 0, "")
+	var limits fsm.GroupLimits
+	fs.Int64Var(&limits.MaxPageBytes, "max-page-bytes", 0, "")
+	fs.Int64Var(&limits.MaxPersonBytes, "max-person-bytes", 0, "")
+	var perConn, perPerson int
+	fs.IntVar(&perConn, "max-pages-per-conn", 0, "")
+	fs.IntVar(&perPerson, "max-pages-per-person", 0, "")
 	fs.StringVar(&govFile, "governance", "", "")
 	pos, ok := c.parseArgs(fs, args, 1, c.Help)
 	if !ok {
 		return 1
 	}
 	req.Args = argList
+	limits.MaxPagesPerConn, limits.MaxPagesPerPerson = int32(min(perConn, 1<<30)), int32(min(perPerson, 1<<30))
+	if limits != (fsm.GroupLimits{}) {
+		req.Limits = &limits
+	}
 	var err error
 	if req.Env, err = keyValues("-env", env); err != nil {
 		c.UI.Error(err.Error())

@@ -31,11 +31,22 @@ type GroupEntry struct {
 	Workers int `json:"workers"`
 	// MemoryMaxMB is a worker's hard memory ceiling (0: none).
 	MemoryMaxMB int `json:"memory_max_mb,omitempty"`
+	// Limits bound its people's pages (nil: the SDK's defaults).
+	Limits *GroupLimits `json:"limits,omitempty"`
 	// Governance is the group's governance block, as the agent's HCL
 	// configuration spells it, in JSON (the agent decodes it).
 	Governance json.RawMessage `json:"governance,omitempty"`
 	// Created is the log index that created the group.
 	Created uint64 `json:"created"`
+}
+
+// GroupLimits bound a group's people's pages in its workers; 0 leaves the
+// SDK's default.
+type GroupLimits struct {
+	MaxPageBytes      int64 `json:"max_page_bytes,omitempty"`
+	MaxPersonBytes    int64 `json:"max_person_bytes,omitempty"`
+	MaxPagesPerConn   int32 `json:"max_pages_per_conn,omitempty"`
+	MaxPagesPerPerson int32 `json:"max_pages_per_person,omitempty"`
 }
 
 // Rule sends people to a group: a person named User, or everyone whose login

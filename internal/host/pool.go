@@ -39,6 +39,9 @@ type GroupSpec struct {
 	// changed since its last crash checkpoint (checkpoint.go). Zero means
 	// never; so does a worker that does not declare the ability.
 	CheckpointInterval time.Duration
+	// Limits bound the pages of the group's people, told to each worker
+	// in its handshake (nil: the SDK's defaults).
+	Limits *protocol.WorkerLimits
 }
 
 // Parcels is where the host reads parked packages to wake people from.
@@ -529,7 +532,7 @@ func (s *slot) start(ctx context.Context) error {
 		s.setState(StateDead, "launch failed: "+err.Error())
 		return err
 	}
-	hello, err := channel.Accept(sctx, conn, &protocol.HelloAck{WorkerId: s.id, Group: s.group, PackageChunks: true})
+	hello, err := channel.Accept(sctx, conn, &protocol.HelloAck{WorkerId: s.id, Group: s.group, PackageChunks: true, Limits: s.spec.Limits})
 	if err != nil {
 		proc.Kill()
 		state := StateDead

@@ -73,7 +73,7 @@ func (x Delta_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Delta_Op.Descriptor instead.
 func (Delta_Op) EnumDescriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{15, 0}
+	return file_stickyd_proto_rawDescGZIP(), []int{16, 0}
 }
 
 type Error_Code int32
@@ -147,7 +147,7 @@ func (x Error_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Error_Code.Descriptor instead.
 func (Error_Code) EnumDescriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{25, 0}
+	return file_stickyd_proto_rawDescGZIP(), []int{26, 0}
 }
 
 // Envelope is the one message on the channel. A request carries a fresh id;
@@ -1073,6 +1073,9 @@ type HelloAck struct {
 	// package_chunks says the host reads packages sent as PackageChunk
 	// envelopes (and the worker then sends Frozen packages that way).
 	PackageChunks bool `protobuf:"varint,4,opt,name=package_chunks,json=packageChunks,proto3" json:"package_chunks,omitempty"`
+	// limits are the group's bounds on its people's pages (the operator's
+	// group settings); each one set overrides the SDK's own.
+	Limits        *WorkerLimits `protobuf:"bytes,5,opt,name=limits,proto3" json:"limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1135,6 +1138,83 @@ func (x *HelloAck) GetPackageChunks() bool {
 	return false
 }
 
+func (x *HelloAck) GetLimits() *WorkerLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// WorkerLimits bound what a worker's people may hold; 0 leaves the SDK's
+// default (or the application's option).
+type WorkerLimits struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	MaxPageBytes      int64                  `protobuf:"varint,1,opt,name=max_page_bytes,json=maxPageBytes,proto3" json:"max_page_bytes,omitempty"`
+	MaxPersonBytes    int64                  `protobuf:"varint,2,opt,name=max_person_bytes,json=maxPersonBytes,proto3" json:"max_person_bytes,omitempty"`
+	MaxPagesPerConn   int32                  `protobuf:"varint,3,opt,name=max_pages_per_conn,json=maxPagesPerConn,proto3" json:"max_pages_per_conn,omitempty"`
+	MaxPagesPerPerson int32                  `protobuf:"varint,4,opt,name=max_pages_per_person,json=maxPagesPerPerson,proto3" json:"max_pages_per_person,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *WorkerLimits) Reset() {
+	*x = WorkerLimits{}
+	mi := &file_stickyd_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerLimits) ProtoMessage() {}
+
+func (x *WorkerLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerLimits.ProtoReflect.Descriptor instead.
+func (*WorkerLimits) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *WorkerLimits) GetMaxPageBytes() int64 {
+	if x != nil {
+		return x.MaxPageBytes
+	}
+	return 0
+}
+
+func (x *WorkerLimits) GetMaxPersonBytes() int64 {
+	if x != nil {
+		return x.MaxPersonBytes
+	}
+	return 0
+}
+
+func (x *WorkerLimits) GetMaxPagesPerConn() int32 {
+	if x != nil {
+		return x.MaxPagesPerConn
+	}
+	return 0
+}
+
+func (x *WorkerLimits) GetMaxPagesPerPerson() int32 {
+	if x != nil {
+		return x.MaxPagesPerPerson
+	}
+	return 0
+}
+
 // Frame is one unit of work for one user, delivered to the user's mailbox in
 // the order it was sent.
 type Frame struct {
@@ -1163,7 +1243,7 @@ type Frame struct {
 
 func (x *Frame) Reset() {
 	*x = Frame{}
-	mi := &file_stickyd_proto_msgTypes[6]
+	mi := &file_stickyd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1255,7 @@ func (x *Frame) String() string {
 func (*Frame) ProtoMessage() {}
 
 func (x *Frame) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[6]
+	mi := &file_stickyd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1268,7 @@ func (x *Frame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Frame.ProtoReflect.Descriptor instead.
 func (*Frame) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{6}
+	return file_stickyd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Frame) GetUser() string {
@@ -1330,7 +1410,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_stickyd_proto_msgTypes[7]
+	mi := &file_stickyd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1422,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[7]
+	mi := &file_stickyd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1435,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{7}
+	return file_stickyd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Header) GetName() string {
@@ -1386,7 +1466,7 @@ type HTTPRequest struct {
 
 func (x *HTTPRequest) Reset() {
 	*x = HTTPRequest{}
-	mi := &file_stickyd_proto_msgTypes[8]
+	mi := &file_stickyd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +1478,7 @@ func (x *HTTPRequest) String() string {
 func (*HTTPRequest) ProtoMessage() {}
 
 func (x *HTTPRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[8]
+	mi := &file_stickyd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +1491,7 @@ func (x *HTTPRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPRequest.ProtoReflect.Descriptor instead.
 func (*HTTPRequest) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{8}
+	return file_stickyd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HTTPRequest) GetMethod() string {
@@ -1467,7 +1547,7 @@ type HTTPResponse struct {
 
 func (x *HTTPResponse) Reset() {
 	*x = HTTPResponse{}
-	mi := &file_stickyd_proto_msgTypes[9]
+	mi := &file_stickyd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1559,7 @@ func (x *HTTPResponse) String() string {
 func (*HTTPResponse) ProtoMessage() {}
 
 func (x *HTTPResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[9]
+	mi := &file_stickyd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1572,7 @@ func (x *HTTPResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPResponse.ProtoReflect.Descriptor instead.
 func (*HTTPResponse) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{9}
+	return file_stickyd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HTTPResponse) GetStatus() int32 {
@@ -1529,7 +1609,7 @@ type PageOpen struct {
 
 func (x *PageOpen) Reset() {
 	*x = PageOpen{}
-	mi := &file_stickyd_proto_msgTypes[10]
+	mi := &file_stickyd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +1621,7 @@ func (x *PageOpen) String() string {
 func (*PageOpen) ProtoMessage() {}
 
 func (x *PageOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[10]
+	mi := &file_stickyd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +1634,7 @@ func (x *PageOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PageOpen.ProtoReflect.Descriptor instead.
 func (*PageOpen) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{10}
+	return file_stickyd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PageOpen) GetPage() string {
@@ -1589,7 +1669,7 @@ type PageMessage struct {
 
 func (x *PageMessage) Reset() {
 	*x = PageMessage{}
-	mi := &file_stickyd_proto_msgTypes[11]
+	mi := &file_stickyd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1681,7 @@ func (x *PageMessage) String() string {
 func (*PageMessage) ProtoMessage() {}
 
 func (x *PageMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[11]
+	mi := &file_stickyd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +1694,7 @@ func (x *PageMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PageMessage.ProtoReflect.Descriptor instead.
 func (*PageMessage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{11}
+	return file_stickyd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PageMessage) GetPage() string {
@@ -1644,7 +1724,7 @@ type PagePull struct {
 
 func (x *PagePull) Reset() {
 	*x = PagePull{}
-	mi := &file_stickyd_proto_msgTypes[12]
+	mi := &file_stickyd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1736,7 @@ func (x *PagePull) String() string {
 func (*PagePull) ProtoMessage() {}
 
 func (x *PagePull) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[12]
+	mi := &file_stickyd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1749,7 @@ func (x *PagePull) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PagePull.ProtoReflect.Descriptor instead.
 func (*PagePull) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{12}
+	return file_stickyd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PagePull) GetPage() string {
@@ -1702,7 +1782,7 @@ type PageClose struct {
 
 func (x *PageClose) Reset() {
 	*x = PageClose{}
-	mi := &file_stickyd_proto_msgTypes[13]
+	mi := &file_stickyd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1714,7 +1794,7 @@ func (x *PageClose) String() string {
 func (*PageClose) ProtoMessage() {}
 
 func (x *PageClose) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[13]
+	mi := &file_stickyd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1727,7 +1807,7 @@ func (x *PageClose) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PageClose.ProtoReflect.Descriptor instead.
 func (*PageClose) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{13}
+	return file_stickyd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PageClose) GetPage() string {
@@ -1747,7 +1827,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_stickyd_proto_msgTypes[14]
+	mi := &file_stickyd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +1839,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[14]
+	mi := &file_stickyd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +1852,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{14}
+	return file_stickyd_proto_rawDescGZIP(), []int{15}
 }
 
 type Delta struct {
@@ -1790,7 +1870,7 @@ type Delta struct {
 
 func (x *Delta) Reset() {
 	*x = Delta{}
-	mi := &file_stickyd_proto_msgTypes[15]
+	mi := &file_stickyd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1802,7 +1882,7 @@ func (x *Delta) String() string {
 func (*Delta) ProtoMessage() {}
 
 func (x *Delta) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[15]
+	mi := &file_stickyd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1815,7 +1895,7 @@ func (x *Delta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delta.ProtoReflect.Descriptor instead.
 func (*Delta) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{15}
+	return file_stickyd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Delta) GetSeq() uint64 {
@@ -1872,7 +1952,7 @@ type PageState struct {
 
 func (x *PageState) Reset() {
 	*x = PageState{}
-	mi := &file_stickyd_proto_msgTypes[16]
+	mi := &file_stickyd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1884,7 +1964,7 @@ func (x *PageState) String() string {
 func (*PageState) ProtoMessage() {}
 
 func (x *PageState) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[16]
+	mi := &file_stickyd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1897,7 +1977,7 @@ func (x *PageState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PageState.ProtoReflect.Descriptor instead.
 func (*PageState) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{16}
+	return file_stickyd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PageState) GetPage() string {
@@ -1953,7 +2033,7 @@ type Deltas struct {
 
 func (x *Deltas) Reset() {
 	*x = Deltas{}
-	mi := &file_stickyd_proto_msgTypes[17]
+	mi := &file_stickyd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1965,7 +2045,7 @@ func (x *Deltas) String() string {
 func (*Deltas) ProtoMessage() {}
 
 func (x *Deltas) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[17]
+	mi := &file_stickyd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1978,7 +2058,7 @@ func (x *Deltas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deltas.ProtoReflect.Descriptor instead.
 func (*Deltas) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{17}
+	return file_stickyd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Deltas) GetPage() string {
@@ -2014,7 +2094,7 @@ type MessageResult struct {
 
 func (x *MessageResult) Reset() {
 	*x = MessageResult{}
-	mi := &file_stickyd_proto_msgTypes[18]
+	mi := &file_stickyd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2026,7 +2106,7 @@ func (x *MessageResult) String() string {
 func (*MessageResult) ProtoMessage() {}
 
 func (x *MessageResult) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[18]
+	mi := &file_stickyd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2039,7 +2119,7 @@ func (x *MessageResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageResult.ProtoReflect.Descriptor instead.
 func (*MessageResult) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{18}
+	return file_stickyd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MessageResult) GetData() []byte {
@@ -2072,7 +2152,7 @@ type Identity struct {
 
 func (x *Identity) Reset() {
 	*x = Identity{}
-	mi := &file_stickyd_proto_msgTypes[19]
+	mi := &file_stickyd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2164,7 @@ func (x *Identity) String() string {
 func (*Identity) ProtoMessage() {}
 
 func (x *Identity) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[19]
+	mi := &file_stickyd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2177,7 @@ func (x *Identity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Identity.ProtoReflect.Descriptor instead.
 func (*Identity) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{19}
+	return file_stickyd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Identity) GetConn() string {
@@ -2138,7 +2218,7 @@ type FrameReply struct {
 
 func (x *FrameReply) Reset() {
 	*x = FrameReply{}
-	mi := &file_stickyd_proto_msgTypes[20]
+	mi := &file_stickyd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2150,7 +2230,7 @@ func (x *FrameReply) String() string {
 func (*FrameReply) ProtoMessage() {}
 
 func (x *FrameReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[20]
+	mi := &file_stickyd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2163,7 +2243,7 @@ func (x *FrameReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FrameReply.ProtoReflect.Descriptor instead.
 func (*FrameReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{20}
+	return file_stickyd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FrameReply) GetKind() isFrameReply_Kind {
@@ -2259,7 +2339,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_stickyd_proto_msgTypes[21]
+	mi := &file_stickyd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2271,7 +2351,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[21]
+	mi := &file_stickyd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2284,7 +2364,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{21}
+	return file_stickyd_proto_rawDescGZIP(), []int{22}
 }
 
 type ProbeReply struct {
@@ -2320,7 +2400,7 @@ type ProbeReply struct {
 
 func (x *ProbeReply) Reset() {
 	*x = ProbeReply{}
-	mi := &file_stickyd_proto_msgTypes[22]
+	mi := &file_stickyd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2332,7 +2412,7 @@ func (x *ProbeReply) String() string {
 func (*ProbeReply) ProtoMessage() {}
 
 func (x *ProbeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[22]
+	mi := &file_stickyd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2345,7 +2425,7 @@ func (x *ProbeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeReply.ProtoReflect.Descriptor instead.
 func (*ProbeReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{22}
+	return file_stickyd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ProbeReply) GetUsers() int64 {
@@ -2466,7 +2546,7 @@ type UserUsage struct {
 
 func (x *UserUsage) Reset() {
 	*x = UserUsage{}
-	mi := &file_stickyd_proto_msgTypes[23]
+	mi := &file_stickyd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2478,7 +2558,7 @@ func (x *UserUsage) String() string {
 func (*UserUsage) ProtoMessage() {}
 
 func (x *UserUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[23]
+	mi := &file_stickyd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2491,7 +2571,7 @@ func (x *UserUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserUsage.ProtoReflect.Descriptor instead.
 func (*UserUsage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{23}
+	return file_stickyd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UserUsage) GetUser() string {
@@ -2546,7 +2626,7 @@ type Shutdown struct {
 
 func (x *Shutdown) Reset() {
 	*x = Shutdown{}
-	mi := &file_stickyd_proto_msgTypes[24]
+	mi := &file_stickyd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2558,7 +2638,7 @@ func (x *Shutdown) String() string {
 func (*Shutdown) ProtoMessage() {}
 
 func (x *Shutdown) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[24]
+	mi := &file_stickyd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2571,7 +2651,7 @@ func (x *Shutdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
 func (*Shutdown) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{24}
+	return file_stickyd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Shutdown) GetReason() string {
@@ -2594,7 +2674,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_stickyd_proto_msgTypes[25]
+	mi := &file_stickyd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2606,7 +2686,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[25]
+	mi := &file_stickyd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2619,7 +2699,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{25}
+	return file_stickyd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Error) GetCode() Error_Code {
@@ -2664,7 +2744,7 @@ type Freeze struct {
 
 func (x *Freeze) Reset() {
 	*x = Freeze{}
-	mi := &file_stickyd_proto_msgTypes[26]
+	mi := &file_stickyd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2676,7 +2756,7 @@ func (x *Freeze) String() string {
 func (*Freeze) ProtoMessage() {}
 
 func (x *Freeze) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[26]
+	mi := &file_stickyd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2689,7 +2769,7 @@ func (x *Freeze) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Freeze.ProtoReflect.Descriptor instead.
 func (*Freeze) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{26}
+	return file_stickyd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Freeze) GetUser() string {
@@ -2732,7 +2812,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_stickyd_proto_msgTypes[27]
+	mi := &file_stickyd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2744,7 +2824,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[27]
+	mi := &file_stickyd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2757,7 +2837,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{27}
+	return file_stickyd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Forget) GetUser() string {
@@ -2781,7 +2861,7 @@ type Precopy struct {
 
 func (x *Precopy) Reset() {
 	*x = Precopy{}
-	mi := &file_stickyd_proto_msgTypes[28]
+	mi := &file_stickyd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2793,7 +2873,7 @@ func (x *Precopy) String() string {
 func (*Precopy) ProtoMessage() {}
 
 func (x *Precopy) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[28]
+	mi := &file_stickyd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2806,7 +2886,7 @@ func (x *Precopy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Precopy.ProtoReflect.Descriptor instead.
 func (*Precopy) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{28}
+	return file_stickyd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Precopy) GetUser() string {
@@ -2832,7 +2912,7 @@ type Precopied struct {
 
 func (x *Precopied) Reset() {
 	*x = Precopied{}
-	mi := &file_stickyd_proto_msgTypes[29]
+	mi := &file_stickyd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2844,7 +2924,7 @@ func (x *Precopied) String() string {
 func (*Precopied) ProtoMessage() {}
 
 func (x *Precopied) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[29]
+	mi := &file_stickyd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2857,7 +2937,7 @@ func (x *Precopied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Precopied.ProtoReflect.Descriptor instead.
 func (*Precopied) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{29}
+	return file_stickyd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Precopied) GetPackage() []byte {
@@ -2905,7 +2985,7 @@ type Stage struct {
 
 func (x *Stage) Reset() {
 	*x = Stage{}
-	mi := &file_stickyd_proto_msgTypes[30]
+	mi := &file_stickyd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2917,7 +2997,7 @@ func (x *Stage) String() string {
 func (*Stage) ProtoMessage() {}
 
 func (x *Stage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[30]
+	mi := &file_stickyd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2930,7 +3010,7 @@ func (x *Stage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stage.ProtoReflect.Descriptor instead.
 func (*Stage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{30}
+	return file_stickyd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Stage) GetUser() string {
@@ -2977,7 +3057,7 @@ type Frozen struct {
 
 func (x *Frozen) Reset() {
 	*x = Frozen{}
-	mi := &file_stickyd_proto_msgTypes[31]
+	mi := &file_stickyd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2989,7 +3069,7 @@ func (x *Frozen) String() string {
 func (*Frozen) ProtoMessage() {}
 
 func (x *Frozen) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[31]
+	mi := &file_stickyd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3002,7 +3082,7 @@ func (x *Frozen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Frozen.ProtoReflect.Descriptor instead.
 func (*Frozen) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{31}
+	return file_stickyd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Frozen) GetPackage() []byte {
@@ -3058,7 +3138,7 @@ type Thaw struct {
 
 func (x *Thaw) Reset() {
 	*x = Thaw{}
-	mi := &file_stickyd_proto_msgTypes[32]
+	mi := &file_stickyd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3070,7 +3150,7 @@ func (x *Thaw) String() string {
 func (*Thaw) ProtoMessage() {}
 
 func (x *Thaw) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[32]
+	mi := &file_stickyd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3083,7 +3163,7 @@ func (x *Thaw) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thaw.ProtoReflect.Descriptor instead.
 func (*Thaw) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{32}
+	return file_stickyd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Thaw) GetUser() string {
@@ -3126,7 +3206,7 @@ type Wake struct {
 
 func (x *Wake) Reset() {
 	*x = Wake{}
-	mi := &file_stickyd_proto_msgTypes[33]
+	mi := &file_stickyd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3138,7 +3218,7 @@ func (x *Wake) String() string {
 func (*Wake) ProtoMessage() {}
 
 func (x *Wake) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[33]
+	mi := &file_stickyd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3151,7 +3231,7 @@ func (x *Wake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Wake.ProtoReflect.Descriptor instead.
 func (*Wake) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{33}
+	return file_stickyd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Wake) GetUser() string {
@@ -3208,7 +3288,7 @@ type Woken struct {
 
 func (x *Woken) Reset() {
 	*x = Woken{}
-	mi := &file_stickyd_proto_msgTypes[34]
+	mi := &file_stickyd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3220,7 +3300,7 @@ func (x *Woken) String() string {
 func (*Woken) ProtoMessage() {}
 
 func (x *Woken) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[34]
+	mi := &file_stickyd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3233,7 +3313,7 @@ func (x *Woken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Woken.ProtoReflect.Descriptor instead.
 func (*Woken) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{34}
+	return file_stickyd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Woken) GetPages() uint32 {
@@ -3266,7 +3346,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_stickyd_proto_msgTypes[35]
+	mi := &file_stickyd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3278,7 +3358,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[35]
+	mi := &file_stickyd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3291,7 +3371,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{35}
+	return file_stickyd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Checkpoint) GetMaxBytes() uint64 {
@@ -3316,7 +3396,7 @@ type Checkpointed struct {
 
 func (x *Checkpointed) Reset() {
 	*x = Checkpointed{}
-	mi := &file_stickyd_proto_msgTypes[36]
+	mi := &file_stickyd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3328,7 +3408,7 @@ func (x *Checkpointed) String() string {
 func (*Checkpointed) ProtoMessage() {}
 
 func (x *Checkpointed) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[36]
+	mi := &file_stickyd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3341,7 +3421,7 @@ func (x *Checkpointed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpointed.ProtoReflect.Descriptor instead.
 func (*Checkpointed) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{36}
+	return file_stickyd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Checkpointed) GetPieces() []*CheckpointPiece {
@@ -3385,7 +3465,7 @@ type CheckpointPiece struct {
 
 func (x *CheckpointPiece) Reset() {
 	*x = CheckpointPiece{}
-	mi := &file_stickyd_proto_msgTypes[37]
+	mi := &file_stickyd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3397,7 +3477,7 @@ func (x *CheckpointPiece) String() string {
 func (*CheckpointPiece) ProtoMessage() {}
 
 func (x *CheckpointPiece) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[37]
+	mi := &file_stickyd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3410,7 +3490,7 @@ func (x *CheckpointPiece) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointPiece.ProtoReflect.Descriptor instead.
 func (*CheckpointPiece) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{37}
+	return file_stickyd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CheckpointPiece) GetUser() string {
@@ -3459,7 +3539,7 @@ type CheckpointKey struct {
 
 func (x *CheckpointKey) Reset() {
 	*x = CheckpointKey{}
-	mi := &file_stickyd_proto_msgTypes[38]
+	mi := &file_stickyd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3471,7 +3551,7 @@ func (x *CheckpointKey) String() string {
 func (*CheckpointKey) ProtoMessage() {}
 
 func (x *CheckpointKey) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[38]
+	mi := &file_stickyd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3484,7 +3564,7 @@ func (x *CheckpointKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointKey.ProtoReflect.Descriptor instead.
 func (*CheckpointKey) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{38}
+	return file_stickyd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CheckpointKey) GetUser() string {
@@ -3523,7 +3603,7 @@ type Evict struct {
 
 func (x *Evict) Reset() {
 	*x = Evict{}
-	mi := &file_stickyd_proto_msgTypes[39]
+	mi := &file_stickyd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3535,7 +3615,7 @@ func (x *Evict) String() string {
 func (*Evict) ProtoMessage() {}
 
 func (x *Evict) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[39]
+	mi := &file_stickyd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3548,7 +3628,7 @@ func (x *Evict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evict.ProtoReflect.Descriptor instead.
 func (*Evict) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{39}
+	return file_stickyd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Evict) GetUser() string {
@@ -3588,7 +3668,7 @@ type UserPackage struct {
 
 func (x *UserPackage) Reset() {
 	*x = UserPackage{}
-	mi := &file_stickyd_proto_msgTypes[40]
+	mi := &file_stickyd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3600,7 +3680,7 @@ func (x *UserPackage) String() string {
 func (*UserPackage) ProtoMessage() {}
 
 func (x *UserPackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[40]
+	mi := &file_stickyd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3613,7 +3693,7 @@ func (x *UserPackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserPackage.ProtoReflect.Descriptor instead.
 func (*UserPackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{40}
+	return file_stickyd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *UserPackage) GetFormat() uint32 {
@@ -3685,7 +3765,7 @@ type ConnPackage struct {
 
 func (x *ConnPackage) Reset() {
 	*x = ConnPackage{}
-	mi := &file_stickyd_proto_msgTypes[41]
+	mi := &file_stickyd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3697,7 +3777,7 @@ func (x *ConnPackage) String() string {
 func (*ConnPackage) ProtoMessage() {}
 
 func (x *ConnPackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[41]
+	mi := &file_stickyd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3710,7 +3790,7 @@ func (x *ConnPackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnPackage.ProtoReflect.Descriptor instead.
 func (*ConnPackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{41}
+	return file_stickyd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ConnPackage) GetName() string {
@@ -3772,7 +3852,7 @@ type PagePackage struct {
 
 func (x *PagePackage) Reset() {
 	*x = PagePackage{}
-	mi := &file_stickyd_proto_msgTypes[42]
+	mi := &file_stickyd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3784,7 +3864,7 @@ func (x *PagePackage) String() string {
 func (*PagePackage) ProtoMessage() {}
 
 func (x *PagePackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[42]
+	mi := &file_stickyd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3797,7 +3877,7 @@ func (x *PagePackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PagePackage.ProtoReflect.Descriptor instead.
 func (*PagePackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{42}
+	return file_stickyd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PagePackage) GetId() string {
@@ -3893,7 +3973,7 @@ type TableList struct {
 
 func (x *TableList) Reset() {
 	*x = TableList{}
-	mi := &file_stickyd_proto_msgTypes[43]
+	mi := &file_stickyd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3905,7 +3985,7 @@ func (x *TableList) String() string {
 func (*TableList) ProtoMessage() {}
 
 func (x *TableList) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[43]
+	mi := &file_stickyd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3918,7 +3998,7 @@ func (x *TableList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableList.ProtoReflect.Descriptor instead.
 func (*TableList) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{43}
+	return file_stickyd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TableList) GetTables() []string {
@@ -3940,7 +4020,7 @@ type Tables struct {
 
 func (x *Tables) Reset() {
 	*x = Tables{}
-	mi := &file_stickyd_proto_msgTypes[44]
+	mi := &file_stickyd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3952,7 +4032,7 @@ func (x *Tables) String() string {
 func (*Tables) ProtoMessage() {}
 
 func (x *Tables) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[44]
+	mi := &file_stickyd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3965,7 +4045,7 @@ func (x *Tables) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tables.ProtoReflect.Descriptor instead.
 func (*Tables) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{44}
+	return file_stickyd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Tables) GetTables() []string {
@@ -3991,7 +4071,7 @@ type Publish struct {
 
 func (x *Publish) Reset() {
 	*x = Publish{}
-	mi := &file_stickyd_proto_msgTypes[45]
+	mi := &file_stickyd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4003,7 +4083,7 @@ func (x *Publish) String() string {
 func (*Publish) ProtoMessage() {}
 
 func (x *Publish) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[45]
+	mi := &file_stickyd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4016,7 +4096,7 @@ func (x *Publish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Publish.ProtoReflect.Descriptor instead.
 func (*Publish) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{45}
+	return file_stickyd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Publish) GetTable() string {
@@ -4046,7 +4126,7 @@ type TableChange struct {
 
 func (x *TableChange) Reset() {
 	*x = TableChange{}
-	mi := &file_stickyd_proto_msgTypes[46]
+	mi := &file_stickyd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4058,7 +4138,7 @@ func (x *TableChange) String() string {
 func (*TableChange) ProtoMessage() {}
 
 func (x *TableChange) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[46]
+	mi := &file_stickyd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4071,7 +4151,7 @@ func (x *TableChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableChange.ProtoReflect.Descriptor instead.
 func (*TableChange) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{46}
+	return file_stickyd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TableChange) GetTable() string {
@@ -4106,7 +4186,7 @@ type StoreGet struct {
 
 func (x *StoreGet) Reset() {
 	*x = StoreGet{}
-	mi := &file_stickyd_proto_msgTypes[47]
+	mi := &file_stickyd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4118,7 +4198,7 @@ func (x *StoreGet) String() string {
 func (*StoreGet) ProtoMessage() {}
 
 func (x *StoreGet) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[47]
+	mi := &file_stickyd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4131,7 +4211,7 @@ func (x *StoreGet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreGet.ProtoReflect.Descriptor instead.
 func (*StoreGet) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{47}
+	return file_stickyd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StoreGet) GetPaths() []string {
@@ -4151,7 +4231,7 @@ type StoreValues struct {
 
 func (x *StoreValues) Reset() {
 	*x = StoreValues{}
-	mi := &file_stickyd_proto_msgTypes[48]
+	mi := &file_stickyd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4163,7 +4243,7 @@ func (x *StoreValues) String() string {
 func (*StoreValues) ProtoMessage() {}
 
 func (x *StoreValues) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[48]
+	mi := &file_stickyd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4176,7 +4256,7 @@ func (x *StoreValues) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreValues.ProtoReflect.Descriptor instead.
 func (*StoreValues) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{48}
+	return file_stickyd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StoreValues) GetValues() map[string][]byte {
@@ -4203,7 +4283,7 @@ type GrantAcquire struct {
 
 func (x *GrantAcquire) Reset() {
 	*x = GrantAcquire{}
-	mi := &file_stickyd_proto_msgTypes[49]
+	mi := &file_stickyd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4215,7 +4295,7 @@ func (x *GrantAcquire) String() string {
 func (*GrantAcquire) ProtoMessage() {}
 
 func (x *GrantAcquire) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[49]
+	mi := &file_stickyd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4228,7 +4308,7 @@ func (x *GrantAcquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantAcquire.ProtoReflect.Descriptor instead.
 func (*GrantAcquire) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{49}
+	return file_stickyd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GrantAcquire) GetPaths() []string {
@@ -4273,7 +4353,7 @@ type GrantReply struct {
 
 func (x *GrantReply) Reset() {
 	*x = GrantReply{}
-	mi := &file_stickyd_proto_msgTypes[50]
+	mi := &file_stickyd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4285,7 +4365,7 @@ func (x *GrantReply) String() string {
 func (*GrantReply) ProtoMessage() {}
 
 func (x *GrantReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[50]
+	mi := &file_stickyd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4298,7 +4378,7 @@ func (x *GrantReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantReply.ProtoReflect.Descriptor instead.
 func (*GrantReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{50}
+	return file_stickyd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GrantReply) GetId() uint64 {
@@ -4343,7 +4423,7 @@ type GrantCommit struct {
 
 func (x *GrantCommit) Reset() {
 	*x = GrantCommit{}
-	mi := &file_stickyd_proto_msgTypes[51]
+	mi := &file_stickyd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4355,7 +4435,7 @@ func (x *GrantCommit) String() string {
 func (*GrantCommit) ProtoMessage() {}
 
 func (x *GrantCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[51]
+	mi := &file_stickyd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4368,7 +4448,7 @@ func (x *GrantCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantCommit.ProtoReflect.Descriptor instead.
 func (*GrantCommit) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{51}
+	return file_stickyd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GrantCommit) GetId() uint64 {
@@ -4410,7 +4490,7 @@ type GrantRelease struct {
 
 func (x *GrantRelease) Reset() {
 	*x = GrantRelease{}
-	mi := &file_stickyd_proto_msgTypes[52]
+	mi := &file_stickyd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4422,7 +4502,7 @@ func (x *GrantRelease) String() string {
 func (*GrantRelease) ProtoMessage() {}
 
 func (x *GrantRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[52]
+	mi := &file_stickyd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4435,7 +4515,7 @@ func (x *GrantRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRelease.ProtoReflect.Descriptor instead.
 func (*GrantRelease) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{52}
+	return file_stickyd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GrantRelease) GetId() uint64 {
@@ -4465,7 +4545,7 @@ type GatewayCall struct {
 
 func (x *GatewayCall) Reset() {
 	*x = GatewayCall{}
-	mi := &file_stickyd_proto_msgTypes[53]
+	mi := &file_stickyd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4477,7 +4557,7 @@ func (x *GatewayCall) String() string {
 func (*GatewayCall) ProtoMessage() {}
 
 func (x *GatewayCall) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[53]
+	mi := &file_stickyd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4490,7 +4570,7 @@ func (x *GatewayCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayCall.ProtoReflect.Descriptor instead.
 func (*GatewayCall) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{53}
+	return file_stickyd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GatewayCall) GetSession() string {
@@ -4525,7 +4605,7 @@ type GatewayReply struct {
 
 func (x *GatewayReply) Reset() {
 	*x = GatewayReply{}
-	mi := &file_stickyd_proto_msgTypes[54]
+	mi := &file_stickyd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4537,7 +4617,7 @@ func (x *GatewayReply) String() string {
 func (*GatewayReply) ProtoMessage() {}
 
 func (x *GatewayReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[54]
+	mi := &file_stickyd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4550,7 +4630,7 @@ func (x *GatewayReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayReply.ProtoReflect.Descriptor instead.
 func (*GatewayReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{54}
+	return file_stickyd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GatewayReply) GetResponse() []byte {
@@ -4581,7 +4661,7 @@ type GatewayChunk struct {
 
 func (x *GatewayChunk) Reset() {
 	*x = GatewayChunk{}
-	mi := &file_stickyd_proto_msgTypes[55]
+	mi := &file_stickyd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4593,7 +4673,7 @@ func (x *GatewayChunk) String() string {
 func (*GatewayChunk) ProtoMessage() {}
 
 func (x *GatewayChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[55]
+	mi := &file_stickyd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4606,7 +4686,7 @@ func (x *GatewayChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayChunk.ProtoReflect.Descriptor instead.
 func (*GatewayChunk) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{55}
+	return file_stickyd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GatewayChunk) GetCallId() uint64 {
@@ -4713,12 +4793,18 @@ const file_stickyd_proto_rawDesc = "" +
 	"appVersion\x12\x10\n" +
 	"\x03pid\x18\x04 \x01(\x03R\x03pid\x12 \n" +
 	"\vcheckpoints\x18\x05 \x01(\bR\vcheckpoints\x12%\n" +
-	"\x0epackage_chunks\x18\x06 \x01(\bR\rpackageChunks\"\x8f\x01\n" +
+	"\x0epackage_chunks\x18\x06 \x01(\bR\rpackageChunks\"\xc9\x01\n" +
 	"\bHelloAck\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x14\n" +
 	"\x05group\x18\x03 \x01(\tR\x05group\x12%\n" +
-	"\x0epackage_chunks\x18\x04 \x01(\bR\rpackageChunks\"\xbc\x03\n" +
+	"\x0epackage_chunks\x18\x04 \x01(\bR\rpackageChunks\x128\n" +
+	"\x06limits\x18\x05 \x01(\v2 .stickyd.channel.v1.WorkerLimitsR\x06limits\"\xbc\x01\n" +
+	"\fWorkerLimits\x12$\n" +
+	"\x0emax_page_bytes\x18\x01 \x01(\x03R\fmaxPageBytes\x12(\n" +
+	"\x10max_person_bytes\x18\x02 \x01(\x03R\x0emaxPersonBytes\x12+\n" +
+	"\x12max_pages_per_conn\x18\x03 \x01(\x05R\x0fmaxPagesPerConn\x12/\n" +
+	"\x14max_pages_per_person\x18\x04 \x01(\x05R\x11maxPagesPerPerson\"\xbc\x03\n" +
 	"\x05Frame\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x12\n" +
 	"\x04conn\x18\x02 \x01(\tR\x04conn\x12\x14\n" +
@@ -5026,7 +5112,7 @@ func file_stickyd_proto_rawDescGZIP() []byte {
 }
 
 var file_stickyd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_stickyd_proto_goTypes = []any{
 	(Delta_Op)(0),              // 0: stickyd.channel.v1.Delta.Op
 	(Error_Code)(0),            // 1: stickyd.channel.v1.Error.Code
@@ -5036,138 +5122,140 @@ var file_stickyd_proto_goTypes = []any{
 	(*MaintenanceBackend)(nil), // 5: stickyd.channel.v1.MaintenanceBackend
 	(*Hello)(nil),              // 6: stickyd.channel.v1.Hello
 	(*HelloAck)(nil),           // 7: stickyd.channel.v1.HelloAck
-	(*Frame)(nil),              // 8: stickyd.channel.v1.Frame
-	(*Header)(nil),             // 9: stickyd.channel.v1.Header
-	(*HTTPRequest)(nil),        // 10: stickyd.channel.v1.HTTPRequest
-	(*HTTPResponse)(nil),       // 11: stickyd.channel.v1.HTTPResponse
-	(*PageOpen)(nil),           // 12: stickyd.channel.v1.PageOpen
-	(*PageMessage)(nil),        // 13: stickyd.channel.v1.PageMessage
-	(*PagePull)(nil),           // 14: stickyd.channel.v1.PagePull
-	(*PageClose)(nil),          // 15: stickyd.channel.v1.PageClose
-	(*Release)(nil),            // 16: stickyd.channel.v1.Release
-	(*Delta)(nil),              // 17: stickyd.channel.v1.Delta
-	(*PageState)(nil),          // 18: stickyd.channel.v1.PageState
-	(*Deltas)(nil),             // 19: stickyd.channel.v1.Deltas
-	(*MessageResult)(nil),      // 20: stickyd.channel.v1.MessageResult
-	(*Identity)(nil),           // 21: stickyd.channel.v1.Identity
-	(*FrameReply)(nil),         // 22: stickyd.channel.v1.FrameReply
-	(*Probe)(nil),              // 23: stickyd.channel.v1.Probe
-	(*ProbeReply)(nil),         // 24: stickyd.channel.v1.ProbeReply
-	(*UserUsage)(nil),          // 25: stickyd.channel.v1.UserUsage
-	(*Shutdown)(nil),           // 26: stickyd.channel.v1.Shutdown
-	(*Error)(nil),              // 27: stickyd.channel.v1.Error
-	(*Freeze)(nil),             // 28: stickyd.channel.v1.Freeze
-	(*Forget)(nil),             // 29: stickyd.channel.v1.Forget
-	(*Precopy)(nil),            // 30: stickyd.channel.v1.Precopy
-	(*Precopied)(nil),          // 31: stickyd.channel.v1.Precopied
-	(*Stage)(nil),              // 32: stickyd.channel.v1.Stage
-	(*Frozen)(nil),             // 33: stickyd.channel.v1.Frozen
-	(*Thaw)(nil),               // 34: stickyd.channel.v1.Thaw
-	(*Wake)(nil),               // 35: stickyd.channel.v1.Wake
-	(*Woken)(nil),              // 36: stickyd.channel.v1.Woken
-	(*Checkpoint)(nil),         // 37: stickyd.channel.v1.Checkpoint
-	(*Checkpointed)(nil),       // 38: stickyd.channel.v1.Checkpointed
-	(*CheckpointPiece)(nil),    // 39: stickyd.channel.v1.CheckpointPiece
-	(*CheckpointKey)(nil),      // 40: stickyd.channel.v1.CheckpointKey
-	(*Evict)(nil),              // 41: stickyd.channel.v1.Evict
-	(*UserPackage)(nil),        // 42: stickyd.channel.v1.UserPackage
-	(*ConnPackage)(nil),        // 43: stickyd.channel.v1.ConnPackage
-	(*PagePackage)(nil),        // 44: stickyd.channel.v1.PagePackage
-	(*TableList)(nil),          // 45: stickyd.channel.v1.TableList
-	(*Tables)(nil),             // 46: stickyd.channel.v1.Tables
-	(*Publish)(nil),            // 47: stickyd.channel.v1.Publish
-	(*TableChange)(nil),        // 48: stickyd.channel.v1.TableChange
-	(*StoreGet)(nil),           // 49: stickyd.channel.v1.StoreGet
-	(*StoreValues)(nil),        // 50: stickyd.channel.v1.StoreValues
-	(*GrantAcquire)(nil),       // 51: stickyd.channel.v1.GrantAcquire
-	(*GrantReply)(nil),         // 52: stickyd.channel.v1.GrantReply
-	(*GrantCommit)(nil),        // 53: stickyd.channel.v1.GrantCommit
-	(*GrantRelease)(nil),       // 54: stickyd.channel.v1.GrantRelease
-	(*GatewayCall)(nil),        // 55: stickyd.channel.v1.GatewayCall
-	(*GatewayReply)(nil),       // 56: stickyd.channel.v1.GatewayReply
-	(*GatewayChunk)(nil),       // 57: stickyd.channel.v1.GatewayChunk
-	nil,                        // 58: stickyd.channel.v1.Identity.AttributesEntry
-	nil,                        // 59: stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
-	nil,                        // 60: stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
-	nil,                        // 61: stickyd.channel.v1.PagePackage.MarksEntry
-	nil,                        // 62: stickyd.channel.v1.StoreValues.ValuesEntry
-	nil,                        // 63: stickyd.channel.v1.GrantReply.ValuesEntry
-	nil,                        // 64: stickyd.channel.v1.GrantCommit.SetEntry
+	(*WorkerLimits)(nil),       // 8: stickyd.channel.v1.WorkerLimits
+	(*Frame)(nil),              // 9: stickyd.channel.v1.Frame
+	(*Header)(nil),             // 10: stickyd.channel.v1.Header
+	(*HTTPRequest)(nil),        // 11: stickyd.channel.v1.HTTPRequest
+	(*HTTPResponse)(nil),       // 12: stickyd.channel.v1.HTTPResponse
+	(*PageOpen)(nil),           // 13: stickyd.channel.v1.PageOpen
+	(*PageMessage)(nil),        // 14: stickyd.channel.v1.PageMessage
+	(*PagePull)(nil),           // 15: stickyd.channel.v1.PagePull
+	(*PageClose)(nil),          // 16: stickyd.channel.v1.PageClose
+	(*Release)(nil),            // 17: stickyd.channel.v1.Release
+	(*Delta)(nil),              // 18: stickyd.channel.v1.Delta
+	(*PageState)(nil),          // 19: stickyd.channel.v1.PageState
+	(*Deltas)(nil),             // 20: stickyd.channel.v1.Deltas
+	(*MessageResult)(nil),      // 21: stickyd.channel.v1.MessageResult
+	(*Identity)(nil),           // 22: stickyd.channel.v1.Identity
+	(*FrameReply)(nil),         // 23: stickyd.channel.v1.FrameReply
+	(*Probe)(nil),              // 24: stickyd.channel.v1.Probe
+	(*ProbeReply)(nil),         // 25: stickyd.channel.v1.ProbeReply
+	(*UserUsage)(nil),          // 26: stickyd.channel.v1.UserUsage
+	(*Shutdown)(nil),           // 27: stickyd.channel.v1.Shutdown
+	(*Error)(nil),              // 28: stickyd.channel.v1.Error
+	(*Freeze)(nil),             // 29: stickyd.channel.v1.Freeze
+	(*Forget)(nil),             // 30: stickyd.channel.v1.Forget
+	(*Precopy)(nil),            // 31: stickyd.channel.v1.Precopy
+	(*Precopied)(nil),          // 32: stickyd.channel.v1.Precopied
+	(*Stage)(nil),              // 33: stickyd.channel.v1.Stage
+	(*Frozen)(nil),             // 34: stickyd.channel.v1.Frozen
+	(*Thaw)(nil),               // 35: stickyd.channel.v1.Thaw
+	(*Wake)(nil),               // 36: stickyd.channel.v1.Wake
+	(*Woken)(nil),              // 37: stickyd.channel.v1.Woken
+	(*Checkpoint)(nil),         // 38: stickyd.channel.v1.Checkpoint
+	(*Checkpointed)(nil),       // 39: stickyd.channel.v1.Checkpointed
+	(*CheckpointPiece)(nil),    // 40: stickyd.channel.v1.CheckpointPiece
+	(*CheckpointKey)(nil),      // 41: stickyd.channel.v1.CheckpointKey
+	(*Evict)(nil),              // 42: stickyd.channel.v1.Evict
+	(*UserPackage)(nil),        // 43: stickyd.channel.v1.UserPackage
+	(*ConnPackage)(nil),        // 44: stickyd.channel.v1.ConnPackage
+	(*PagePackage)(nil),        // 45: stickyd.channel.v1.PagePackage
+	(*TableList)(nil),          // 46: stickyd.channel.v1.TableList
+	(*Tables)(nil),             // 47: stickyd.channel.v1.Tables
+	(*Publish)(nil),            // 48: stickyd.channel.v1.Publish
+	(*TableChange)(nil),        // 49: stickyd.channel.v1.TableChange
+	(*StoreGet)(nil),           // 50: stickyd.channel.v1.StoreGet
+	(*StoreValues)(nil),        // 51: stickyd.channel.v1.StoreValues
+	(*GrantAcquire)(nil),       // 52: stickyd.channel.v1.GrantAcquire
+	(*GrantReply)(nil),         // 53: stickyd.channel.v1.GrantReply
+	(*GrantCommit)(nil),        // 54: stickyd.channel.v1.GrantCommit
+	(*GrantRelease)(nil),       // 55: stickyd.channel.v1.GrantRelease
+	(*GatewayCall)(nil),        // 56: stickyd.channel.v1.GatewayCall
+	(*GatewayReply)(nil),       // 57: stickyd.channel.v1.GatewayReply
+	(*GatewayChunk)(nil),       // 58: stickyd.channel.v1.GatewayChunk
+	nil,                        // 59: stickyd.channel.v1.Identity.AttributesEntry
+	nil,                        // 60: stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
+	nil,                        // 61: stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
+	nil,                        // 62: stickyd.channel.v1.PagePackage.MarksEntry
+	nil,                        // 63: stickyd.channel.v1.StoreValues.ValuesEntry
+	nil,                        // 64: stickyd.channel.v1.GrantReply.ValuesEntry
+	nil,                        // 65: stickyd.channel.v1.GrantCommit.SetEntry
 }
 var file_stickyd_proto_depIdxs = []int32{
 	6,  // 0: stickyd.channel.v1.Envelope.hello:type_name -> stickyd.channel.v1.Hello
 	7,  // 1: stickyd.channel.v1.Envelope.hello_ack:type_name -> stickyd.channel.v1.HelloAck
-	8,  // 2: stickyd.channel.v1.Envelope.frame:type_name -> stickyd.channel.v1.Frame
-	22, // 3: stickyd.channel.v1.Envelope.frame_reply:type_name -> stickyd.channel.v1.FrameReply
-	23, // 4: stickyd.channel.v1.Envelope.probe:type_name -> stickyd.channel.v1.Probe
-	24, // 5: stickyd.channel.v1.Envelope.probe_reply:type_name -> stickyd.channel.v1.ProbeReply
-	26, // 6: stickyd.channel.v1.Envelope.shutdown:type_name -> stickyd.channel.v1.Shutdown
-	27, // 7: stickyd.channel.v1.Envelope.error:type_name -> stickyd.channel.v1.Error
-	28, // 8: stickyd.channel.v1.Envelope.freeze:type_name -> stickyd.channel.v1.Freeze
-	33, // 9: stickyd.channel.v1.Envelope.frozen:type_name -> stickyd.channel.v1.Frozen
-	34, // 10: stickyd.channel.v1.Envelope.thaw:type_name -> stickyd.channel.v1.Thaw
-	35, // 11: stickyd.channel.v1.Envelope.wake:type_name -> stickyd.channel.v1.Wake
-	36, // 12: stickyd.channel.v1.Envelope.woken:type_name -> stickyd.channel.v1.Woken
-	41, // 13: stickyd.channel.v1.Envelope.evict:type_name -> stickyd.channel.v1.Evict
-	46, // 14: stickyd.channel.v1.Envelope.tables:type_name -> stickyd.channel.v1.Tables
-	47, // 15: stickyd.channel.v1.Envelope.publish:type_name -> stickyd.channel.v1.Publish
-	48, // 16: stickyd.channel.v1.Envelope.table_change:type_name -> stickyd.channel.v1.TableChange
-	49, // 17: stickyd.channel.v1.Envelope.store_get:type_name -> stickyd.channel.v1.StoreGet
-	50, // 18: stickyd.channel.v1.Envelope.store_values:type_name -> stickyd.channel.v1.StoreValues
-	51, // 19: stickyd.channel.v1.Envelope.grant_acquire:type_name -> stickyd.channel.v1.GrantAcquire
-	52, // 20: stickyd.channel.v1.Envelope.grant_reply:type_name -> stickyd.channel.v1.GrantReply
-	53, // 21: stickyd.channel.v1.Envelope.grant_commit:type_name -> stickyd.channel.v1.GrantCommit
-	54, // 22: stickyd.channel.v1.Envelope.grant_release:type_name -> stickyd.channel.v1.GrantRelease
+	9,  // 2: stickyd.channel.v1.Envelope.frame:type_name -> stickyd.channel.v1.Frame
+	23, // 3: stickyd.channel.v1.Envelope.frame_reply:type_name -> stickyd.channel.v1.FrameReply
+	24, // 4: stickyd.channel.v1.Envelope.probe:type_name -> stickyd.channel.v1.Probe
+	25, // 5: stickyd.channel.v1.Envelope.probe_reply:type_name -> stickyd.channel.v1.ProbeReply
+	27, // 6: stickyd.channel.v1.Envelope.shutdown:type_name -> stickyd.channel.v1.Shutdown
+	28, // 7: stickyd.channel.v1.Envelope.error:type_name -> stickyd.channel.v1.Error
+	29, // 8: stickyd.channel.v1.Envelope.freeze:type_name -> stickyd.channel.v1.Freeze
+	34, // 9: stickyd.channel.v1.Envelope.frozen:type_name -> stickyd.channel.v1.Frozen
+	35, // 10: stickyd.channel.v1.Envelope.thaw:type_name -> stickyd.channel.v1.Thaw
+	36, // 11: stickyd.channel.v1.Envelope.wake:type_name -> stickyd.channel.v1.Wake
+	37, // 12: stickyd.channel.v1.Envelope.woken:type_name -> stickyd.channel.v1.Woken
+	42, // 13: stickyd.channel.v1.Envelope.evict:type_name -> stickyd.channel.v1.Evict
+	47, // 14: stickyd.channel.v1.Envelope.tables:type_name -> stickyd.channel.v1.Tables
+	48, // 15: stickyd.channel.v1.Envelope.publish:type_name -> stickyd.channel.v1.Publish
+	49, // 16: stickyd.channel.v1.Envelope.table_change:type_name -> stickyd.channel.v1.TableChange
+	50, // 17: stickyd.channel.v1.Envelope.store_get:type_name -> stickyd.channel.v1.StoreGet
+	51, // 18: stickyd.channel.v1.Envelope.store_values:type_name -> stickyd.channel.v1.StoreValues
+	52, // 19: stickyd.channel.v1.Envelope.grant_acquire:type_name -> stickyd.channel.v1.GrantAcquire
+	53, // 20: stickyd.channel.v1.Envelope.grant_reply:type_name -> stickyd.channel.v1.GrantReply
+	54, // 21: stickyd.channel.v1.Envelope.grant_commit:type_name -> stickyd.channel.v1.GrantCommit
+	55, // 22: stickyd.channel.v1.Envelope.grant_release:type_name -> stickyd.channel.v1.GrantRelease
 	4,  // 23: stickyd.channel.v1.Envelope.maintenance:type_name -> stickyd.channel.v1.Maintenance
-	55, // 24: stickyd.channel.v1.Envelope.gateway_call:type_name -> stickyd.channel.v1.GatewayCall
-	56, // 25: stickyd.channel.v1.Envelope.gateway_reply:type_name -> stickyd.channel.v1.GatewayReply
-	57, // 26: stickyd.channel.v1.Envelope.gateway_chunk:type_name -> stickyd.channel.v1.GatewayChunk
-	37, // 27: stickyd.channel.v1.Envelope.checkpoint:type_name -> stickyd.channel.v1.Checkpoint
-	38, // 28: stickyd.channel.v1.Envelope.checkpointed:type_name -> stickyd.channel.v1.Checkpointed
+	56, // 24: stickyd.channel.v1.Envelope.gateway_call:type_name -> stickyd.channel.v1.GatewayCall
+	57, // 25: stickyd.channel.v1.Envelope.gateway_reply:type_name -> stickyd.channel.v1.GatewayReply
+	58, // 26: stickyd.channel.v1.Envelope.gateway_chunk:type_name -> stickyd.channel.v1.GatewayChunk
+	38, // 27: stickyd.channel.v1.Envelope.checkpoint:type_name -> stickyd.channel.v1.Checkpoint
+	39, // 28: stickyd.channel.v1.Envelope.checkpointed:type_name -> stickyd.channel.v1.Checkpointed
 	3,  // 29: stickyd.channel.v1.Envelope.package_chunk:type_name -> stickyd.channel.v1.PackageChunk
-	30, // 30: stickyd.channel.v1.Envelope.precopy:type_name -> stickyd.channel.v1.Precopy
-	31, // 31: stickyd.channel.v1.Envelope.precopied:type_name -> stickyd.channel.v1.Precopied
-	32, // 32: stickyd.channel.v1.Envelope.stage:type_name -> stickyd.channel.v1.Stage
-	29, // 33: stickyd.channel.v1.Envelope.forget:type_name -> stickyd.channel.v1.Forget
+	31, // 30: stickyd.channel.v1.Envelope.precopy:type_name -> stickyd.channel.v1.Precopy
+	32, // 31: stickyd.channel.v1.Envelope.precopied:type_name -> stickyd.channel.v1.Precopied
+	33, // 32: stickyd.channel.v1.Envelope.stage:type_name -> stickyd.channel.v1.Stage
+	30, // 33: stickyd.channel.v1.Envelope.forget:type_name -> stickyd.channel.v1.Forget
 	5,  // 34: stickyd.channel.v1.Maintenance.backends:type_name -> stickyd.channel.v1.MaintenanceBackend
-	10, // 35: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
-	12, // 36: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
-	13, // 37: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
-	14, // 38: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
-	15, // 39: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
-	16, // 40: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
-	9,  // 41: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
-	9,  // 42: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
-	0,  // 43: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
-	17, // 44: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
-	58, // 45: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
-	11, // 46: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
-	18, // 47: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
-	20, // 48: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
-	19, // 49: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
-	21, // 50: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
-	25, // 51: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
-	59, // 52: stickyd.channel.v1.ProbeReply.maintenance_waiting:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
-	60, // 53: stickyd.channel.v1.ProbeReply.maintenance_timed_out:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
-	1,  // 54: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
-	39, // 55: stickyd.channel.v1.Checkpointed.pieces:type_name -> stickyd.channel.v1.CheckpointPiece
-	40, // 56: stickyd.channel.v1.Checkpointed.gone:type_name -> stickyd.channel.v1.CheckpointKey
-	43, // 57: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
-	44, // 58: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
-	17, // 59: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
-	61, // 60: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
-	17, // 61: stickyd.channel.v1.PagePackage.journal:type_name -> stickyd.channel.v1.Delta
-	62, // 62: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
-	63, // 63: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
-	64, // 64: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
-	45, // 65: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
-	2,  // 66: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
-	2,  // 67: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
-	67, // [67:68] is the sub-list for method output_type
-	66, // [66:67] is the sub-list for method input_type
-	66, // [66:66] is the sub-list for extension type_name
-	66, // [66:66] is the sub-list for extension extendee
-	0,  // [0:66] is the sub-list for field type_name
+	8,  // 35: stickyd.channel.v1.HelloAck.limits:type_name -> stickyd.channel.v1.WorkerLimits
+	11, // 36: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
+	13, // 37: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
+	14, // 38: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
+	15, // 39: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
+	16, // 40: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
+	17, // 41: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
+	10, // 42: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
+	10, // 43: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
+	0,  // 44: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
+	18, // 45: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
+	59, // 46: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
+	12, // 47: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
+	19, // 48: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
+	21, // 49: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
+	20, // 50: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
+	22, // 51: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
+	26, // 52: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
+	60, // 53: stickyd.channel.v1.ProbeReply.maintenance_waiting:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
+	61, // 54: stickyd.channel.v1.ProbeReply.maintenance_timed_out:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
+	1,  // 55: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
+	40, // 56: stickyd.channel.v1.Checkpointed.pieces:type_name -> stickyd.channel.v1.CheckpointPiece
+	41, // 57: stickyd.channel.v1.Checkpointed.gone:type_name -> stickyd.channel.v1.CheckpointKey
+	44, // 58: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
+	45, // 59: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
+	18, // 60: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
+	62, // 61: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
+	18, // 62: stickyd.channel.v1.PagePackage.journal:type_name -> stickyd.channel.v1.Delta
+	63, // 63: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
+	64, // 64: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
+	65, // 65: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
+	46, // 66: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
+	2,  // 67: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
+	2,  // 68: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
+	68, // [68:69] is the sub-list for method output_type
+	67, // [67:68] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_stickyd_proto_init() }
@@ -5211,7 +5299,7 @@ func file_stickyd_proto_init() {
 		(*Envelope_Stage)(nil),
 		(*Envelope_Forget)(nil),
 	}
-	file_stickyd_proto_msgTypes[6].OneofWrappers = []any{
+	file_stickyd_proto_msgTypes[7].OneofWrappers = []any{
 		(*Frame_Http)(nil),
 		(*Frame_Open)(nil),
 		(*Frame_Message)(nil),
@@ -5219,7 +5307,7 @@ func file_stickyd_proto_init() {
 		(*Frame_Close)(nil),
 		(*Frame_Release)(nil),
 	}
-	file_stickyd_proto_msgTypes[20].OneofWrappers = []any{
+	file_stickyd_proto_msgTypes[21].OneofWrappers = []any{
 		(*FrameReply_Http)(nil),
 		(*FrameReply_Opened)(nil),
 		(*FrameReply_Message)(nil),
@@ -5231,7 +5319,7 @@ func file_stickyd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stickyd_proto_rawDesc), len(file_stickyd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   63,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

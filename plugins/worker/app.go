@@ -14,6 +14,8 @@
 package worker
 
 import (
+	"github.com/stickyd/stickyd/internal/protocol"
+
 	"context"
 	"encoding/json"
 	"net/http"
@@ -119,6 +121,27 @@ const (
 	DefaultMaxPageBytes      = 256 << 20
 	DefaultMaxPersonBytes    = 1 << 30
 )
+
+// withLimits is o with the group's limits (the operator's) over the
+// application's own where they are set.
+func (o Options) withLimits(l *protocol.WorkerLimits) Options {
+	if l == nil {
+		return o
+	}
+	if l.MaxPageBytes != 0 {
+		o.MaxPageBytes = l.MaxPageBytes
+	}
+	if l.MaxPersonBytes != 0 {
+		o.MaxPersonBytes = l.MaxPersonBytes
+	}
+	if l.MaxPagesPerConn != 0 {
+		o.MaxPagesPerConn = int(l.MaxPagesPerConn)
+	}
+	if l.MaxPagesPerPerson != 0 {
+		o.MaxPagesPerPerson = int(l.MaxPagesPerPerson)
+	}
+	return o
+}
 
 // stateBounds are o's state bounds, 0 for none.
 func (o Options) stateBounds() (perPage, perPerson int64) {

@@ -68,6 +68,7 @@ func serveConn(ctx context.Context, app App, opts Options, c channel.Conn, hello
 		c.Close()
 		return fmt.Errorf("greeting the host: %w", err)
 	}
+	opts = opts.withLimits(ack.GetLimits())
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	rt := &runtime{
