@@ -175,6 +175,7 @@ type monitorRow struct {
 	Group  string `json:"group"`
 	State  string `json:"state"`
 	Conns  string `json:"conns"`
+	Seen   string `json:"seen"`
 }
 
 func (r monitorRow) String() string { return r.User + "@" + r.Worker }
@@ -205,7 +206,7 @@ const monitorJS = `(() => {
   });
   const people = Array.from(document.querySelectorAll("#people-table tbody tr")).map((tr) => {
     const cell = (k) => text(tr, 'td[data-key="' + k + '"]');
-    return { user: cell("user"), worker: cell("worker"), group: cell("group"), state: cell("state"), conns: cell("conns") };
+    return { user: cell("user"), worker: cell("worker"), group: cell("group"), state: cell("state"), conns: cell("conns"), seen: cell("seen") };
   });
   const sorted = document.querySelector("#people-table th[aria-sort]");
   const events = Array.from(document.querySelectorAll("#events tbody tr"));

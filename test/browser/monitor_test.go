@@ -241,6 +241,9 @@ func TestMonitorPage(t *testing.T) {
 	if got := users(v.People[:3]); !slices.Equal(got, []string{"ana", "bo", "cy"}) {
 		t.Errorf("first people by user: %v", got)
 	}
+	if bo := v.People[1]; !strings.HasPrefix(bo.Seen, "3m") || !strings.HasSuffix(bo.Seen, "ago") || v.People[0].Seen != "–" {
+		t.Errorf("last seen: bo %q (want 3m… ago), ana %q (want –, never recorded)", bo.Seen, v.People[0].Seen)
+	}
 	op.do("sorting by connections", chromedp.Click(`#people-table th[data-key="conns"]`))
 	v = op.waitMonitor("the people sorted by connections, most first", settle, func(v monitorView) bool { return v.Sort == "conns descending" })
 	if got := users(v.People[:2]); !slices.Equal(got, []string{"ana", "cy"}) {
@@ -322,7 +325,8 @@ type scriptedView struct {
 func newScriptedView() *scriptedView {
 	s := &scriptedView{people: []monitor.Person{
 		{User: "ana", Worker: "web-1", Group: "web", State: "live", Conns: 9, Pages: 4, BusySeconds: 1.5, Frames: 120, StateBytes: 64 << 10},
-		{User: "bo", Worker: "web-2", Group: "web", State: "live", Conns: 1, Pages: 1, BusySeconds: 0.2, Frames: 10, StateBytes: 2 << 10},
+		{User: "bo", Worker: "web-2", Group: "web", State: "live", Conns: 1, Pages: 1, BusySeconds: 0.2, Frames: 10, StateBytes: 2 << 10,
+			Seen: time.Now().Add(-3 * time.Minute).Unix()},
 		{User: "cy", Worker: "web-1", Group: "web", State: "parked", Conns: 5},
 	}}
 	for i := range 200 {

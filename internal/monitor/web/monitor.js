@@ -17,7 +17,7 @@
   const MAX_EVENTS = 100;   // the events table shows the newest this many
   const RESOURCES = ["cpu", "memory", "goroutines", "mailbox"];
   const DECISIONS = new Set(["move", "start", "replace", "drain", "retire"]);
-  const NUMERIC = new Set(["conns", "pages", "busy_seconds", "frames", "state_bytes"]);
+  const NUMERIC = new Set(["conns", "seen", "pages", "busy_seconds", "frames", "state_bytes"]);
   const SVGNS = "http://www.w3.org/2000/svg";
   const STORE = "stickyd.monitor.people";
 
@@ -597,6 +597,7 @@
     ["group", (p) => p.group || "–"],
     ["state", (p) => p.state || "–"],
     ["conns", (p) => fmtInt(p.conns)],
+    ["seen", (p) => (p.seen ? fmtAgo(new Date(p.seen * 1000), new Date()) : "–")],
     ["pages", (p) => fmtInt(p.pages)],
     ["busy_seconds", (p) => fmtSeconds(p.busy_seconds)],
     ["frames", (p) => fmtInt(p.frames)],
