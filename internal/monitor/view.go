@@ -122,8 +122,8 @@ type Person struct {
 	Conns  int    `json:"conns"`
 	// Seen is when a front last saw the person (unix seconds; 0: not
 	// recorded yet), to within a tenth of lifecycle.forget_after.
-	Seen int64 `json:"seen,omitempty"`
-	Pages  int64  `json:"pages"`
+	Seen  int64 `json:"seen,omitempty"`
+	Pages int64 `json:"pages"`
 	// Cumulative consumption on their current worker (since they arrived).
 	BusySeconds float64 `json:"busy_seconds"`
 	Frames      uint64  `json:"frames"`
