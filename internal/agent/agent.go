@@ -306,10 +306,24 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		a.stopGovern = make(chan struct{})
 		go a.govern.run(duration(a.cfg.Probe.Interval), a.stopGovern)
 	}
-	if d := a.cfg.Lifecycle.Idle(); d > 0 && a.pool != nil {
-		a.idle, a.stopIdle = newIdleParker(a, d), make(chan struct{})
-		a.idle.wg.Add(1)
-		go a.idle.run(a.stopIdle)
+	if p := newIdleParker(a, a.cfg.Lifecycle.Idle()); a.pool != nil {
+		for _, g := range a.cfg.Groups {
+			if g.IdlePark != "" {
+				if p.groups == nil {
+					p.groups = map[string]time.Duration{}
+				}
+				p.groups[g.Name] = (&LifecycleConfig{IdlePark: g.IdlePark}).Idle()
+			}
+		}
+		on := p.idle > 0
+		for _, d := range p.groups {
+			on = on || d > 0
+		}
+		if on {
+			a.idle, a.stopIdle = p, make(chan struct{})
+			a.idle.wg.Add(1)
+			go a.idle.run(a.stopIdle)
+		}
 	}
 	a.api.Store(api.Handler(api.Config{Token: a.token, Supervisor: a.sup, Gatherer: a.registry, Logger: a.log.Named("api"),
 		Workers: a.workersView, Status: a.status,

@@ -408,10 +408,13 @@ type GroupConfig struct {
 	// MaxPagesPerPerson the pages open at once. Past them a write or an
 	// open is refused with a message the page sees. 0 leaves the SDK's
 	// defaults (256 MiB, 1 GiB, 100, 500) or the application's options.
-	MaxPageBytes      int64 `hcl:"max_page_bytes,optional"`
-	MaxPersonBytes    int64 `hcl:"max_person_bytes,optional"`
-	MaxPagesPerConn   int32 `hcl:"max_pages_per_conn,optional"`
-	MaxPagesPerPerson int32 `hcl:"max_pages_per_person,optional"`
+	// IdlePark overrides lifecycle.idle_park for the group's people
+	// ("off" parks none of them).
+	IdlePark          string `hcl:"idle_park,optional"`
+	MaxPageBytes      int64  `hcl:"max_page_bytes,optional"`
+	MaxPersonBytes    int64  `hcl:"max_person_bytes,optional"`
+	MaxPagesPerConn   int32  `hcl:"max_pages_per_conn,optional"`
+	MaxPagesPerPerson int32  `hcl:"max_pages_per_person,optional"`
 	// Governance balances, replaces and compacts the group's workers.
 	Governance *GovernanceConfig `hcl:"governance,block"`
 }
@@ -657,6 +660,11 @@ func (c *Config) Finish() error {
 		}
 		if g.MemoryMaxMB < 0 {
 			return fmt.Errorf("group %q: memory_max_mb must not be negative", g.Name)
+		}
+		if g.IdlePark != "" && g.IdlePark != "off" {
+			if d, err := time.ParseDuration(g.IdlePark); err != nil || d < time.Second {
+				return fmt.Errorf("group %q: idle_park %q: want a duration of at least 1s like \"15m\", or \"off\"", g.Name, g.IdlePark)
+			}
 		}
 		if g.MaxPageBytes < 0 || g.MaxPersonBytes < 0 || g.MaxPagesPerConn < 0 || g.MaxPagesPerPerson < 0 {
 			return fmt.Errorf("group %q: max_page_bytes, max_person_bytes, max_pages_per_conn and max_pages_per_person must not be negative (0 for the defaults)", g.Name)

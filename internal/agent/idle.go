@@ -19,6 +19,9 @@ import (
 type idleParker struct {
 	a    *Agent
 	idle time.Duration
+	// groups overrides idle for the groups that set their own idle_park
+	// (0: off for that group).
+	groups map[string]time.Duration
 	// seen is each person's frame count as last seen, and since when.
 	seen map[string]idleMark
 	wg   sync.WaitGroup
@@ -34,10 +37,24 @@ func newIdleParker(a *Agent, idle time.Duration) *idleParker {
 	return &idleParker{a: a, idle: idle, seen: map[string]idleMark{}}
 }
 
-// every is how often the parker looks: a quarter of idle_park, within
-// 250 ms and a minute.
+// idleOf is the idle_park of a worker of group (0: off).
+func (p *idleParker) idleOf(group string) time.Duration {
+	if d, ok := p.groups[group]; ok {
+		return d
+	}
+	return p.idle
+}
+
+// every is how often the parker looks: a quarter of the shortest
+// idle_park, within 250 ms and a minute.
 func (p *idleParker) every() time.Duration {
-	return min(max(p.idle/4, 250*time.Millisecond), time.Minute)
+	shortest := p.idle
+	for _, d := range p.groups {
+		if d > 0 && (shortest == 0 || d < shortest) {
+			shortest = d
+		}
+	}
+	return min(max(shortest/4, 250*time.Millisecond), time.Minute)
 }
 
 // run looks until stop closes; the caller has added it to p.wg.
@@ -70,13 +87,18 @@ func (p *idleParker) due() []move.Request {
 	var reqs []move.Request
 	here := map[string]bool{}
 	probed := map[string]time.Time{}
+	groupOf := map[string]string{}
 	for _, w := range p.a.pool.Workers() {
-		probed[w.ID] = w.LastProbe
+		probed[w.ID], groupOf[w.ID] = w.LastProbe, w.Group
 	}
 	for _, w := range p.a.pool.Ready() {
 		at := probed[w]
 		if at.IsZero() {
 			continue // not probed yet: nothing is known of anyone's frames
+		}
+		idle := p.idleOf(groupOf[w])
+		if idle <= 0 {
+			continue // this group parks nobody
 		}
 		for user, u := range p.a.pool.Usage(w) {
 			here[user] = true
@@ -85,7 +107,7 @@ func (p *idleParker) due() []move.Request {
 				p.seen[user] = idleMark{worker: w, frames: u.Frames, since: at}
 				continue
 			}
-			if at.Sub(m.since) < p.idle {
+			if at.Sub(m.since) < idle {
 				continue
 			}
 			if info, ok := p.a.sup.User(user); !ok || info.Worker != w || info.State != placement.StateLive {

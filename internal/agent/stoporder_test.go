@@ -35,3 +35,14 @@ func TestStopOrder(t *testing.T) {
 		t.Fatalf("with bea's frame just seen: %v, want %v", got, want)
 	}
 }
+
+func TestIdleParkOfAGroup(t *testing.T) {
+	p := newIdleParker(&Agent{}, 15*time.Minute)
+	p.groups = map[string]time.Duration{"batch": 0, "fast": 2 * time.Second}
+	if p.idleOf("web") != 15*time.Minute || p.idleOf("batch") != 0 || p.idleOf("fast") != 2*time.Second {
+		t.Fatalf("idle of web %v, batch %v, fast %v", p.idleOf("web"), p.idleOf("batch"), p.idleOf("fast"))
+	}
+	if p.every() != 500*time.Millisecond {
+		t.Fatalf("looks every %v, want a quarter of the shortest (500ms)", p.every())
+	}
+}

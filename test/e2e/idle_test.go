@@ -64,3 +64,22 @@ func TestIdlePersonIsParked(t *testing.T) {
 		})
 	}
 }
+
+// A group's own idle_park holds over lifecycle's: with idle parking off
+// for the agent and on ("1s") for the group, an idle person of the group
+// is parked.
+func TestIdleParkPerGroup(t *testing.T) {
+	a := startAgentWith(t, "inprocess", 1, withDataDir(t), func(c *agent.Config) {
+		c.Lifecycle = &agent.LifecycleConfig{IdlePark: "off"}
+		c.Groups[0].IdlePark = "1s"
+	})
+	_, tb, home := countingPerson(t, a, "gil")
+	waitFor(t, 20*time.Second, "gil, idle, to be parked by her group's idle_park", func() bool {
+		u, _ := a.Supervisor().User("gil")
+		return u.State == placement.StateParked && u.Worker == home
+	})
+	ans := sendRetrying(t, tb, map[string]any{"op": "inc"})
+	if !strings.Contains(string(ans.Data), `"count":2`) {
+		t.Fatalf("gil after parking: %s, want count 2", ans.Data)
+	}
+}
