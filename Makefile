@@ -110,6 +110,7 @@ bench:
 	$(GO) run ./test/bench/livedata
 	$(GO) run ./test/bench/maintenance
 	$(GO) run ./test/bench/gateway
+	$(GO) run ./test/bench/lifecycle
 
 ## bench-peers: stickyd beside what people would pick instead (page state
 ## in Redis, nginx as the WebSocket proxy, memory per idle WebSocket); see

@@ -74,7 +74,7 @@ func (a *Agent) rehome(ctx context.Context, users []string) (left []string) {
 		}
 		moved++
 	})
-	sort.Strings(left)
+	keepOrder(left, users)
 	a.log.Info("moved people to the groups' other hosts before stopping", "moved", moved, "left", len(left), "took", time.Since(start).Round(time.Millisecond))
 	return left
 }

@@ -145,7 +145,7 @@ func (a *Agent) parkAll(ctx context.Context) error {
 			}
 			break
 		}
-		sort.Strings(retry)
+		keepOrder(retry, users)
 		a.log.Warn("some people could not be parked yet; parking them again with a longer bound", "users", len(retry), "round", round+1, "freeze_timeout", freeze)
 		left = retry
 	}
@@ -333,4 +333,14 @@ func (a *Agent) stopOrder(people []placement.UserInfo) []string {
 		out[i] = r.user
 	}
 	return out
+}
+
+// keepOrder sorts some (a subset of order) in order's order: the people a
+// round could not park go again in the stop's order, never by name.
+func keepOrder(some, order []string) {
+	at := make(map[string]int, len(order))
+	for i, u := range order {
+		at[u] = i
+	}
+	sort.SliceStable(some, func(i, j int) bool { return at[some[i]] < at[some[j]] })
 }

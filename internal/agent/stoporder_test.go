@@ -46,3 +46,11 @@ func TestIdleParkOfAGroup(t *testing.T) {
 		t.Fatalf("looks every %v, want a quarter of the shortest (500ms)", p.every())
 	}
 }
+
+func TestKeepOrder(t *testing.T) {
+	some := []string{"zed", "amy", "kim"}
+	keepOrder(some, []string{"kim", "bob", "zed", "amy"})
+	if want := []string{"kim", "zed", "amy"}; !slices.Equal(some, want) {
+		t.Fatalf("kept %v, want %v", some, want)
+	}
+}
