@@ -97,6 +97,9 @@ type Agent struct {
 	// (lifecycle.forget_after); activity is the front's record of it.
 	forget     *forgetter
 	stopForget chan struct{}
+	// disk watches the data directory's free space (nil without one).
+	disk     *diskGuard
+	stopDisk chan struct{}
 	activity   *front.Activity
 	builtins   map[string]Builtin
 	tables     *tables
@@ -285,6 +288,16 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("registering this agent's workers: %w", err)
 	}
 	a.served = make(chan error, 1)
+	if a.cfg.DataDir != "" {
+		g, err := newDiskGuard(a, a.cfg.DataDir, a.registry)
+		if err != nil {
+			return fmt.Errorf("disk metrics: %w", err)
+		}
+		g.check()
+		a.disk, a.stopDisk = g, make(chan struct{})
+		a.sup.SetAdmission(g.admit)
+		go g.run(a.stopDisk)
+	}
 	if a.cfg.FrontEnabled() {
 		a.activity = front.NewActivity()
 	}
@@ -606,7 +619,7 @@ func (a *Agent) Served() <-chan error { return a.served }
 func (a *Agent) health() map[string]any {
 	conns, users := a.fsm.Counts()
 	return map[string]any{"workers": a.pool.Workers(), "ready": a.pool.Ready(), "connections": conns, "users": users,
-		"restart": a.Restart()}
+		"restart": a.Restart(), "disk_full": a.disk != nil && a.disk.full.Load()}
 }
 
 // Restart reports what the agent found of its last stop.
@@ -629,13 +642,15 @@ type Status struct {
 	Users   int               `json:"users"`
 	Conns   int               `json:"connections"`
 	Index   uint64            `json:"applied_index"`
+	// Term is raft's current term: it grows at every election.
+	Term uint64 `json:"term"`
 }
 
 func (a *Agent) status() any {
 	peers, _ := a.raft.Peers()
 	_, leader := a.raft.Leader()
 	conns, users := a.fsm.Counts()
-	return Status{Name: a.cfg.Name, Leader: leader, Members: peers, Workers: a.pool.Workers(), Users: users, Conns: conns, Index: a.fsm.Index()}
+	return Status{Name: a.cfg.Name, Leader: leader, Members: peers, Workers: a.pool.Workers(), Users: users, Conns: conns, Index: a.fsm.Index(), Term: a.raft.Raft.CurrentTerm()}
 }
 
 // cookieKeys loads the cookie key ring. With cookie_key_files every file
@@ -728,6 +743,10 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 		if a.stopForget != nil {
 			close(a.stopForget)
 			a.forget.wait()
+		}
+		if a.disk != nil {
+			a.disk.stop()
+			defer close(a.stopDisk)
 		}
 		if a.front != nil {
 			a.front.Close()

@@ -100,6 +100,11 @@ func (f *forgetter) stamp(ctx context.Context, now time.Time) {
 	if f.activity == nil {
 		return
 	}
+	if f.a.disk != nil && f.a.disk.full.Load() {
+		// The stamps can wait for room: the reserve is raft's for the
+		// writes that cannot (those seen meanwhile stay in Activity).
+		return
+	}
 	conns := f.activity.Take()
 	var users []string
 	for _, c := range conns {

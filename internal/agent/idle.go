@@ -74,6 +74,9 @@ func (p *idleParker) run(stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
+		if p.a.disk != nil && p.a.disk.full.Load() {
+			continue // a parked package needs the disk
+		}
 		if reqs := p.due(); len(reqs) > 0 {
 			p.park(ctx, reqs)
 		}

@@ -1,10 +1,12 @@
 package front
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"unicode/utf8"
 
+	"github.com/stickyd/stickyd/internal/placement"
 	"github.com/stickyd/stickyd/internal/protocol"
 )
 
@@ -56,6 +58,9 @@ func (f *Front) serveSite(w http.ResponseWriter, r *http.Request) error {
 		rep, rt, err = f.deliver(r.Context(), rt.Conn, fr, f.cfg.FrameTimeout)
 	} else {
 		worker, perr := f.cfg.Directory.Place(r.Context())
+		if errors.Is(perr, placement.ErrDiskFull) {
+			return &HTTPError{Status: http.StatusServiceUnavailable, Message: "this server's disk is full: no new session can start until it has room again; retry later", Retry: true, RetryAfter: 30, Err: perr}
+		}
 		if perr != nil {
 			return &HTTPError{Status: http.StatusServiceUnavailable, Message: "no worker can take a new session now; retry shortly", Retry: true, Err: perr}
 		}

@@ -1157,6 +1157,10 @@ func (p *Pool) PauseProbes() { p.probesOff.Store(true) }
 // the workers' time is theirs.
 func (p *Pool) PauseCheckpoints() { p.checkpointsOff.Store(true) }
 
+// ResumeCheckpoints undoes PauseCheckpoints (the data directory has room
+// again).
+func (p *Pool) ResumeCheckpoints() { p.checkpointsOff.Store(false) }
+
 // Busy reports whether a worker has requests in flight.
 func (p *Pool) Busy(workerID string) bool {
 	s, err := p.slot(workerID)

@@ -4,6 +4,12 @@
 // they are replicated.
 package placement
 
+import "errors"
+
+// ErrDiskFull is a new session refused because the server's data
+// directory is full: the maps cannot take its entry safely.
+var ErrDiskFull = errors.New("this server's data directory is full")
+
 // Route is where the frames of one connection go.
 type Route struct {
 	Conn   string

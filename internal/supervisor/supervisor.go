@@ -51,7 +51,9 @@ type Supervisor struct {
 	workers Workers
 	mover   Mover
 	rr      atomic.Uint64
-	log     hclog.Logger
+	// admit, if set, is asked before a new session is placed (SetAdmission).
+	admit atomic.Pointer[func() error]
+	log   hclog.Logger
 
 	mu              sync.Mutex // guards fallbackDefault
 	fallbackDefault string
@@ -232,6 +234,11 @@ func (s *Supervisor) Lookup(conn string) (placement.Route, bool) {
 // ready worker, any ready worker takes the newcomer: a connection is never
 // refused for want of its group.
 func (s *Supervisor) Place(ctx context.Context) (string, error) {
+	if admit := s.admit.Load(); admit != nil {
+		if err := (*admit)(); err != nil {
+			return "", err
+		}
+	}
 	ready := s.placeable()
 	if len(ready) == 0 {
 		return "", ErrNoWorkers
@@ -308,6 +315,10 @@ func (s *Supervisor) ForgetUser(ctx context.Context, user string) (move.Forgotte
 	s.mover.Forget(ctx, []string{user}, func(f move.Forgotten, e error) { out, err = f, e })
 	return out, err
 }
+
+// SetAdmission makes Place ask admit first: an error refuses the new
+// session (placement.ErrDiskFull while the data directory is full).
+func (s *Supervisor) SetAdmission(admit func() error) { s.admit.Store(&admit) }
 
 // maxSeen bounds the people of one SeenUsers entry.
 const maxSeen = 10000
