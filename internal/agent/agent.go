@@ -98,8 +98,8 @@ type Agent struct {
 	forget     *forgetter
 	stopForget chan struct{}
 	// disk watches the data directory's free space (nil without one).
-	disk     *diskGuard
-	stopDisk chan struct{}
+	disk       *diskGuard
+	stopDisk   chan struct{}
 	activity   *front.Activity
 	builtins   map[string]Builtin
 	tables     *tables
