@@ -90,6 +90,13 @@ soak-stop:
 soak-lifecycle:
 	STICKYD_SOAK=full $(GO) test -count=1 -timeout 30m -v -run '^TestLifecycleSoak$$' ./test/e2e/
 
+## soak-front: 25,000 idle keep-alive connections at an agent limited to
+## 20,000 files (needs root to raise this process's own limit); the health
+## checks and the admin API answer within a second throughout.
+.PHONY: soak-front
+soak-front:
+	STICKYD_SOAK=full $(GO) test -count=1 -timeout 30m -v -run '^TestFrontAtItsFileLimit$$' ./test/e2e/
+
 lint:
 	@out="$$(gofmt -l cmd internal plugins test)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...

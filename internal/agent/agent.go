@@ -60,6 +60,8 @@ type Agent struct {
 	mover        *move.Mover
 	sup          *supervisor.Supervisor
 	restart      RestartReport
+	// offline are the people the last stop parked with no quorum.
+	offline offlineParks
 	front        *front.Front
 	server       *http.Server
 	listener     net.Listener
@@ -253,6 +255,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	a.pool.Parcels = clusterParcels{a}
 	a.pool.ProbeInterval, a.pool.ProbeMisses = duration(a.cfg.Probe.Interval), a.cfg.Probe.Misses
 	a.pool.Woken = a.woken
+	a.pool.Offline = &a.offline
 	if a.tables, err = newTables(a, a.registry); err != nil {
 		return err
 	}

@@ -38,8 +38,12 @@ type parkManifest struct {
 	// Elsewhere lists people this agent thought it held whom the leader
 	// had already moved to another agent's worker: not parked here, not
 	// lost.
-	Elsewhere []string             `json:"elsewhere,omitempty"`
-	Maps      []placement.UserInfo `json:"maps"`
+	Elsewhere []string `json:"elsewhere,omitempty"`
+	// Offline lists the people parked with no quorum (offline.go): the
+	// maps still place them live at Epoch; the restart wakes them from
+	// their Package.
+	Offline []offlinePark        `json:"offline,omitempty"`
+	Maps    []placement.UserInfo `json:"maps"`
 	Workers   map[string]int       `json:"workers"`
 }
 
@@ -101,19 +105,23 @@ func (a *Agent) parkAll(ctx context.Context) error {
 	// Nobody waits on these barriers (the front is closed): many people on
 	// the road at once, sharing their entries.
 	left, parallel := users, 256
+	// With no leader for a while (every server stopping at once), the
+	// rounds give up and whoever is left is parked offline, below.
+	lctx, lcancel := a.withLeader(ctx)
+	defer lcancel()
 	for round := 1; ; round++ {
 		var retry, busy []string
-		a.parkSet(ctx, left, parallel, freeze, func(u string, res move.Result, err error) {
+		a.parkSet(lctx, left, parallel, freeze, func(u string, res move.Result, err error) {
 			switch {
 			case err == nil:
 				info, _ := a.sup.User(u)
 				m.Parked = append(m.Parked, info)
 				m.Workers[res.To]++
-			case errors.Is(err, fsm.ErrBusy) && ctx.Err() == nil:
+			case errors.Is(err, fsm.ErrBusy) && lctx.Err() == nil:
 				// The maps this agent read are behind the leader's: the
 				// person was moved (a drain, a promotion) or is moving.
 				busy = append(busy, u)
-			case errors.Is(err, move.ErrRolledBack) && ctx.Err() == nil:
+			case errors.Is(err, move.ErrRolledBack) && lctx.Err() == nil:
 				retry = append(retry, u)
 			default:
 				m.Lost = append(m.Lost, parkFailure{User: u, Error: err.Error()})
@@ -149,6 +157,16 @@ func (a *Agent) parkAll(ctx context.Context) error {
 		a.log.Warn("some people could not be parked yet; parking them again with a longer bound", "users", len(retry), "round", round+1, "freeze_timeout", freeze)
 		left = retry
 	}
+	if len(m.Lost) > 0 && (context.Cause(lctx) == errNoQuorum || !a.hasLeader()) {
+		names := make([]string, len(m.Lost))
+		for i, l := range m.Lost {
+			names[i] = l.User
+		}
+		a.log.Warn("no raft leader: the other servers are gone; parking the people left without the maps", "users", len(names))
+		var lost []parkFailure
+		m.Offline, lost = a.parkOffline(ctx, names, max(freeze, time.Second))
+		m.Lost = lost
+	}
 	if err := a.park.Sync(); err != nil {
 		return err
 	}
@@ -171,7 +189,7 @@ func (a *Agent) parkAll(ctx context.Context) error {
 	if err := park.SyncDir(a.restartDir()); err != nil {
 		return err
 	}
-	a.log.Info("parked everyone", "parked", len(m.Parked), "elsewhere", len(m.Elsewhere), "lost", len(m.Lost), "folder", final)
+	a.log.Info("parked everyone", "parked", len(m.Parked), "offline", len(m.Offline), "elsewhere", len(m.Elsewhere), "lost", len(m.Lost), "folder", final)
 	if len(m.Lost) > 0 {
 		return fmt.Errorf("%d of %d people could not be parked (see %s)", len(m.Lost), len(users), final)
 	}
@@ -215,6 +233,9 @@ type RestartReport struct {
 	// of their packages are not in the park store (or fail their checksum).
 	Parked  int `json:"parked"`
 	Missing int `json:"missing"`
+	// Offline is how many it parked with no quorum (the maps still place
+	// them live; their first frame wakes them from their package).
+	Offline int `json:"offline,omitempty"`
 	// Incomplete lists park folders that never got their final name: the
 	// agent died while parking. They are ignored.
 	Incomplete []string `json:"incomplete,omitempty"`
@@ -268,6 +289,7 @@ func (a *Agent) recover(ctx context.Context) (RestartReport, error) {
 				User    string `json:"user"`
 				Package string `json:"package"`
 			} `json:"parked"`
+			Offline []offlinePark `json:"offline"`
 		}
 		if err == nil {
 			err = json.Unmarshal(b, &m)
@@ -283,6 +305,15 @@ func (a *Agent) recover(ctx context.Context) (RestartReport, error) {
 				rep.Missing++
 				a.log.Warn("a parked package is missing; the person's pages will restart clean", "user", u.User, "package", u.Package)
 			}
+		}
+		for _, o := range m.Offline {
+			rep.Offline++
+			if !a.park.Has(o.Package) {
+				rep.Missing++
+				a.log.Warn("a package parked with no quorum is missing; the person wakes from their checkpoint", "user", o.User, "package", o.Package)
+				continue
+			}
+			a.offline.add(o)
 		}
 	}
 	a.log.Info("restart", "park_folder", rep.Folder, "parked", rep.Parked, "missing", rep.Missing,

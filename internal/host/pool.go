@@ -44,6 +44,16 @@ type GroupSpec struct {
 	Limits *protocol.WorkerLimits
 }
 
+// OfflineParks are the people a stop parked with no quorum: the maps still
+// place them live on their worker, and their package is the truth, ahead of
+// any checkpoint.
+type OfflineParks interface {
+	// List names the people parked offline from worker.
+	List(worker string) []string
+	// Take returns user's package (once), and whether it is for epoch.
+	Take(worker, user string, epoch uint64) (digest string, ok bool)
+}
+
 // Parcels is where the host reads parked packages to wake people from.
 type Parcels interface {
 	Get(digest string) ([]byte, error)
@@ -57,6 +67,9 @@ type Pool struct {
 	// the precopy it continued, if any (no longer needed by anyone).
 	Parcels Parcels
 	Woken   func(user, digest, base string)
+	// Offline, if set, names the people the last stop parked with no quorum
+	// (set before Start).
+	Offline OfflineParks
 	// ProbeInterval is how often each worker is probed; its answer is both
 	// its numbers and its proof of life. Zero means no probing.
 	ProbeInterval time.Duration
@@ -591,11 +604,13 @@ func (s *slot) start(ctx context.Context) error {
 	go func() {
 		defer close(listed)
 		defer s.listing.Store(false)
-		ck := s.pool.Checkpoints
-		if ck == nil {
-			return
+		var list []string
+		if o := s.pool.Offline; o != nil {
+			list = o.List(s.id)
 		}
-		list := ck.Restorable(s.id, incarnation)
+		if ck := s.pool.Checkpoints; ck != nil {
+			list = append(list, ck.Restorable(s.id, incarnation)...)
+		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.peer != peer {
@@ -1026,7 +1041,17 @@ func (p *Pool) wakeFromBase(s *slot, peer *channel.Peer, wake *protocol.Wake, ba
 // (pieces of the epoch they still live at). With none, nothing is sent:
 // their pages restart clean when the page asks, as without checkpoints.
 func (p *Pool) restore(s *slot, peer *channel.Peer, user string, epoch uint64) {
+	if p.Offline != nil {
+		if digest, ok := p.Offline.Take(s.id, user, epoch); ok {
+			// Parked with no quorum: their package, not a checkpoint.
+			p.wake(s, peer, user, epoch, digest)
+			return
+		}
+	}
 	ck := p.Checkpoints
+	if ck == nil {
+		return
+	}
 	pkg, gen, err := ck.Restore(s.id, user, epoch)
 	if err != nil {
 		s.log.Warn("reading a crash checkpoint: some of the person's pages restart clean", "user", user, "error", err)

@@ -50,6 +50,11 @@ type Deliverer interface {
 	Deliver(ctx context.Context, worker, digest string, pkg []byte) error
 }
 
+// ErrLogGone, as the cause a caller cancels a MoveSet's context with, says
+// the log cannot take entries any more (no quorum): the set gives up at
+// once, barriers that are up included, instead of waiting to settle them.
+var ErrLogGone = errors.New("the log takes no entries: no quorum")
+
 // Precopier is the optional ability of Workers to copy a person ahead of
 // their move (docs/moves.md): the old worker hands over a copy of their
 // state while they go on (Precopy), the destination reads it in advance

@@ -229,6 +229,14 @@ func (m *Mover) write(ctx context.Context, e written, done chan<- written) {
 	actx, cancel := ctx, context.CancelFunc(func() {})
 	if len(e.settle) > 0 {
 		actx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		// Unless the caller ended ctx because the log is gone: then
+		// nobody can drop them, and waiting only spends the caller's time.
+		stop := context.AfterFunc(ctx, func() {
+			if errors.Is(context.Cause(ctx), ErrLogGone) {
+				cancel()
+			}
+		})
+		defer stop()
 	}
 	e.out, e.err = m.applyBatch(actx, req)
 	cancel()

@@ -203,6 +203,7 @@ type restartHealth struct {
 		Folder       string   `json:"folder"`
 		Parked       int      `json:"parked"`
 		Missing      int      `json:"missing"`
+		Offline      int      `json:"offline"`
 		Incomplete   []string `json:"incomplete"`
 		AbortedMoves []string `json:"aborted_moves"`
 	} `json:"restart"`
