@@ -61,13 +61,13 @@ type Agent struct {
 	sup          *supervisor.Supervisor
 	restart      RestartReport
 	// offline are the people the last stop parked with no quorum.
-	offline offlineParks
-	front        *front.Front
-	server       *http.Server
-	listener     net.Listener
-	served       chan error
-	admin        *http.Server
-	adminLn      net.Listener
+	offline  offlineParks
+	front    *front.Front
+	server   *http.Server
+	listener net.Listener
+	served   chan error
+	admin    *http.Server
+	adminLn  net.Listener
 	// shutdownOnce guards parking on the way down.
 	shutdownOnce sync.Once
 	// started is set once Start succeeded (Start's and Shutdown's

@@ -44,7 +44,7 @@ type parkManifest struct {
 	// their Package.
 	Offline []offlinePark        `json:"offline,omitempty"`
 	Maps    []placement.UserInfo `json:"maps"`
-	Workers   map[string]int       `json:"workers"`
+	Workers map[string]int       `json:"workers"`
 }
 
 type parkFailure struct {
