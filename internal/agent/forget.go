@@ -71,13 +71,24 @@ func (f *forgetter) every() time.Duration {
 // run stamps and looks until stop closes; the caller has added it to f.wg.
 func (f *forgetter) run(stop <-chan struct{}) {
 	defer f.wg.Done()
+	ticking(stop, f.every(), func(ctx context.Context) {
+		f.stamp(ctx, time.Now())
+		if f.after > 0 && f.a.pool != nil {
+			f.sweep(ctx, time.Now())
+		}
+	})
+}
+
+// ticking calls f every interval until stop closes, with a context that
+// ends when it does.
+func ticking(stop <-chan struct{}, every time.Duration, f func(ctx context.Context)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
 		<-stop
 		cancel()
 	}()
-	t := time.NewTicker(f.every())
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -85,10 +96,7 @@ func (f *forgetter) run(stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		f.stamp(ctx, time.Now())
-		if f.after > 0 && f.a.pool != nil {
-			f.sweep(ctx, time.Now())
-		}
+		f(ctx)
 	}
 }
 

@@ -60,27 +60,14 @@ func (p *idleParker) every() time.Duration {
 // run looks until stop closes; the caller has added it to p.wg.
 func (p *idleParker) run(stop <-chan struct{}) {
 	defer p.wg.Done()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-stop
-		cancel()
-	}()
-	t := time.NewTicker(p.every())
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	ticking(stop, p.every(), func(ctx context.Context) {
 		if p.a.disk != nil && p.a.disk.full.Load() {
-			continue // a parked package needs the disk
+			return // a parked package needs the disk
 		}
 		if reqs := p.due(); len(reqs) > 0 {
 			p.park(ctx, reqs)
 		}
-	}
+	})
 }
 
 func (p *idleParker) wait() { p.wg.Wait() }

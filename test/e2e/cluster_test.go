@@ -33,12 +33,12 @@ func status(t *testing.T, p *proc) (clusterStatus, bool) {
 	return s, true
 }
 
-// Three real agents form a raft cluster over TCP; people use all three
-// fronts; the leader is SIGKILLed: a new leader is elected within seconds,
-// no acknowledged write is lost, the people on the surviving servers keep
-// working, and a new session (a write, forwarded to the leader) waits out the
-// election and succeeds.
-func TestClusterSurvivesLeaderLoss(t *testing.T) {
+// startThreeServers starts three real agents (s1, s2, s3, one worker
+// each) that form a raft cluster over TCP, each joining the others, extra
+// added to each one's configuration; it returns once all three answer
+// their health check.
+func startThreeServers(t *testing.T, extra ...string) []*proc {
+	t.Helper()
 	admins := []string{freePort(t), freePort(t), freePort(t)}
 	var ps []*proc
 	for i := range admins {
@@ -48,7 +48,7 @@ func TestClusterSurvivesLeaderLoss(t *testing.T) {
 				join = append(join, a)
 			}
 		}
-		ps = append(ps, newProcWith(t, 1, "s"+strconv.Itoa(i+1), 3, join, admins[i]))
+		ps = append(ps, newProcWith(t, 1, "s"+strconv.Itoa(i+1), 3, join, admins[i], extra...))
 	}
 	for _, p := range ps {
 		p.launch()
@@ -56,6 +56,16 @@ func TestClusterSurvivesLeaderLoss(t *testing.T) {
 	for _, p := range ps {
 		p.waitHealthy()
 	}
+	return ps
+}
+
+// Three real agents form a raft cluster over TCP; people use all three
+// fronts; the leader is SIGKILLed: a new leader is elected within seconds,
+// no acknowledged write is lost, the people on the surviving servers keep
+// working, and a new session (a write, forwarded to the leader) waits out the
+// election and succeeds.
+func TestClusterSurvivesLeaderLoss(t *testing.T) {
+	ps := startThreeServers(t)
 	var leader string
 	waitFor(t, 30*time.Second, "a leader", func() bool {
 		s, ok := status(t, ps[0])

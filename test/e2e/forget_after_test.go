@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -123,21 +122,7 @@ func TestParkedAcrossARestartThenForgotten(t *testing.T) {
 		t.Fatalf("restart report %+v", h.Restart)
 	}
 	parkDir := filepath.Join(p.dir, "data")
-	users := func() map[string]placement.UserInfo {
-		code, body := adminCallAt(t, p.admin, "GET", "/v1/users", testToken)
-		if code != 200 {
-			t.Fatalf("users: %d %s", code, body)
-		}
-		var list []placement.UserInfo
-		if err := json.Unmarshal([]byte(body), &list); err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]placement.UserInfo{}
-		for _, u := range list {
-			out[u.User] = u
-		}
-		return out
-	}
+	users := p.users
 	gonePkg := users()["gone"].Package
 	if gonePkg == "" {
 		t.Fatalf("gone is not parked after the restart: %+v", users()["gone"])

@@ -85,21 +85,7 @@ func TestLifecycleSoak(t *testing.T) {
 		}
 	}()
 
-	users := func() map[string]placement.UserInfo {
-		code, body := adminCallAt(t, p.admin, "GET", "/v1/users", testToken)
-		if code != 200 {
-			t.Fatalf("users: %d %s", code, body)
-		}
-		var list []placement.UserInfo
-		if err := json.Unmarshal([]byte(body), &list); err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]placement.UserInfo{}
-		for _, u := range list {
-			out[u.User] = u
-		}
-		return out
-	}
+	users := p.users
 	workers := func() (heap, rss uint64) {
 		code, body := adminCallAt(t, p.admin, "GET", "/v1/workers?local=true", testToken)
 		if code != 200 {
@@ -292,4 +278,22 @@ func packageUser(b []byte) string {
 		b = b[n:]
 	}
 	return ""
+}
+
+// users are the people in the agent's maps (GET /v1/users), by name.
+func (p *proc) users() map[string]placement.UserInfo {
+	p.t.Helper()
+	code, body := adminCallAt(p.t, p.admin, "GET", "/v1/users", testToken)
+	if code != 200 {
+		p.t.Fatalf("users: %d %s", code, body)
+	}
+	var list []placement.UserInfo
+	if err := json.Unmarshal([]byte(body), &list); err != nil {
+		p.t.Fatal(err)
+	}
+	out := map[string]placement.UserInfo{}
+	for _, u := range list {
+		out[u.User] = u
+	}
+	return out
 }

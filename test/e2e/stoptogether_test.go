@@ -18,23 +18,7 @@ import (
 // and their page whole, without a notice.
 func TestServersStoppedTogether(t *testing.T) {
 	const perServer = 200
-	admins := []string{freePort(t), freePort(t), freePort(t)}
-	var ps []*proc
-	for i := range admins {
-		var join []string
-		for j, a := range admins {
-			if j != i {
-				join = append(join, a)
-			}
-		}
-		ps = append(ps, newProcWith(t, 1, "s"+strconv.Itoa(i+1), 3, join, admins[i], "shutdown_timeout = \"20s\"\n"))
-	}
-	for _, p := range ps {
-		p.launch()
-	}
-	for _, p := range ps {
-		p.waitHealthy()
-	}
+	ps := startThreeServers(t, "shutdown_timeout = \"20s\"\n")
 	waitFor(t, 30*time.Second, "a leader", func() bool {
 		s, ok := status(t, ps[0])
 		return ok && s.Leader != "" && len(s.Members) == 3
