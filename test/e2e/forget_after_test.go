@@ -158,3 +158,48 @@ func TestParkedAcrossARestartThenForgotten(t *testing.T) {
 		return nil
 	})
 }
+
+// An idle person parked by idle_park on one server's worker, then moved
+// while parked to a worker of another server (a drain would do the same),
+// wakes there at their next frame, sent through the first server's front,
+// with their page whole.
+func TestIdleParkedWakeOnAnotherHost(t *testing.T) {
+	ps := startThreeServers(t, "lifecycle {\n  idle_park = \"1s\"\n}\n")
+	waitFor(t, 30*time.Second, "a leader", func() bool {
+		s, ok := status(t, ps[0])
+		return ok && s.Leader != "" && len(s.Members) == 3
+	})
+	b := procBrowser(t, ps[0])
+	if code, body := b.do("POST", "/login?user=ivo"); code != 200 {
+		t.Fatalf("login: %d %s", code, body)
+	}
+	tb := b.openTab("p")
+	for range 3 {
+		tb.send(map[string]any{"op": "inc"})
+	}
+	home := b.whoami().Worker
+	var parked placement.UserInfo
+	waitFor(t, 30*time.Second, "ivo, idle, to be parked on "+home, func() bool {
+		parked = ps[0].users()["ivo"]
+		return parked.State == placement.StateParked && parked.Worker == home
+	})
+	// Parked, moved to a worker of another server.
+	var to string
+	for _, w := range []string{"s1.web-1", "s2.web-1", "s3.web-1"} {
+		if w != home && !strings.HasPrefix(home, strings.SplitN(w, ".", 2)[0]+".") {
+			to = w
+			break
+		}
+	}
+	code, body := adminDoAs(t, ps[0].admin, "POST", "/v1/users/ivo/move", testToken, `{"to":"`+to+`"}`)
+	if code != 200 {
+		t.Fatalf("moving parked ivo to %s: %d %s", to, code, body)
+	}
+	ans := sendRetrying(t, tb, map[string]any{"op": "inc"})
+	if !strings.Contains(string(ans.Data), `"count":4`) || ans.Worker != to {
+		t.Fatalf("ivo's first message after the move: %s from %s, want count 4 from %s", ans.Data, ans.Worker, to)
+	}
+	if u := ps[0].users()["ivo"]; u.Worker != to {
+		t.Fatalf("ivo after the wake: %+v, want on %s", u, to)
+	}
+}
