@@ -180,21 +180,13 @@ func (rt *runtime) wake(w *protocol.Wake) (*protocol.Woken, error) {
 	}
 	rt.mu.Lock()
 	known := rt.epochs[w.User]
-	if known > w.Epoch {
+	// Frozen at this very epoch and let go, the person was parked where
+	// they live (idle parking): the wake brings them back here.
+	parkedHere := known == w.Epoch && rt.frozen[w.User] && len(rt.byUser[w.User]) == 0
+	if known > w.Epoch || (known == w.Epoch && rt.frozen[w.User] && !parkedHere) {
 		// A late wake: the person has moved on since this package.
 		rt.mu.Unlock()
 		return nil, &movedError{user: w.User, epoch: known}
-	}
-	if known == w.Epoch && rt.frozen[w.User] && len(rt.byUser[w.User]) > 0 {
-		// Frozen at this very epoch and not let go yet: the move that
-		// froze them parked them where they live (idle parking), and
-		// their next frame came before the eviction. What is here is
-		// what the package holds: they thaw in place, and the eviction,
-		// which drops only the frozen, finds nobody to drop.
-		delete(rt.frozen, w.User)
-		delete(rt.evicted, w.User)
-		rt.mu.Unlock()
-		return &protocol.Woken{}, nil
 	}
 	if known == w.Epoch && len(rt.byUser[w.User]) > 0 {
 		rt.mu.Unlock()

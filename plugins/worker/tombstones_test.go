@@ -4,8 +4,6 @@ import (
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/stickyd/stickyd/internal/protocol"
 )
 
 // An evicted person's fence stays tombstoneTTL, then goes; a forgotten
@@ -72,39 +70,5 @@ func TestShrunkRebuildsEmptiedMaps(t *testing.T) {
 	delete(small, "b")
 	if shrunk(small, &h)["a"] != 1 {
 		t.Fatal("a small map changed")
-	}
-}
-
-// A person parked where they live whose next frame comes before the
-// eviction (the wake at the freeze's own epoch finds them still here,
-// frozen) thaws in place with everything they had, and the late eviction
-// drops nobody.
-func TestWakeBeforeTheEvictionOfAParkHere(t *testing.T) {
-	h := startWorker(t)
-	conn := h.get("", "", "/").Identity.Conn
-	u := "~" + conn
-	if _, err := h.frame(&protocol.Frame{User: u, Conn: conn, Epoch: 1, Kind: &protocol.Frame_Open{Open: &protocol.PageOpen{Page: "p", Kind: "k"}}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.frame(&protocol.Frame{User: u, Conn: conn, Epoch: 1, Kind: &protocol.Frame_Message{Message: &protocol.PageMessage{Page: "p", Data: []byte(`{}`)}}}); err != nil {
-		t.Fatal(err)
-	}
-	fz, err := h.peer.Call(t.Context(), &protocol.Envelope{Body: &protocol.Envelope_Freeze{Freeze: &protocol.Freeze{User: u, Epoch: 2}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The wake, with the package, before the eviction.
-	if _, err := h.peer.Call(t.Context(), &protocol.Envelope{Body: &protocol.Envelope_Wake{Wake: &protocol.Wake{User: u, Epoch: 2, Package: fz.GetFrozen().Package}}}); err != nil {
-		t.Fatalf("a wake at the freeze's epoch before the eviction: %v", err)
-	}
-	if err := h.peer.Notify(&protocol.Envelope{Body: &protocol.Envelope_Evict{Evict: &protocol.Evict{User: u}}}); err != nil {
-		t.Fatal(err)
-	}
-	r, err := h.frame(&protocol.Frame{User: u, Conn: conn, Epoch: 2, Kind: &protocol.Frame_Message{Message: &protocol.PageMessage{Page: "p", Data: []byte(`{}`)}}})
-	if err != nil {
-		t.Fatalf("the person's next message after the late eviction: %v", err)
-	}
-	if got := string(r.GetMessage().GetData()); got != "2" {
-		t.Fatalf("the count after thawing in place: %q, want 2", got)
 	}
 }
