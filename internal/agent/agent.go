@@ -538,6 +538,7 @@ func randomToken() string {
 
 // woken records a wake in the maps and drops the package it came from.
 func (a *Agent) woken(user, digest, base string) {
+	a.offline.drop(user) // woken from a newer package than the one parked offline
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := a.sup.Woken(ctx, user, digest); err != nil {

@@ -51,6 +51,12 @@ func (o *offlineParks) add(p offlinePark) {
 	o.m[p.User] = p
 }
 
+func (o *offlineParks) drop(user string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.m, user)
+}
+
 // List implements host.OfflineParks.
 func (o *offlineParks) List(worker string) []string {
 	o.mu.Lock()

@@ -157,7 +157,7 @@ func (a *Agent) parkAll(ctx context.Context) error {
 		a.log.Warn("some people could not be parked yet; parking them again with a longer bound", "users", len(retry), "round", round+1, "freeze_timeout", freeze)
 		left = retry
 	}
-	if len(m.Lost) > 0 && (context.Cause(lctx) == errNoQuorum || !a.hasLeader()) {
+	if len(m.Lost) > 0 && context.Cause(lctx) == errNoQuorum && !a.hasLeader() {
 		names := make([]string, len(m.Lost))
 		for i, l := range m.Lost {
 			names[i] = l.User
