@@ -7,22 +7,28 @@ import "google.golang.org/protobuf/encoding/protowire"
 // package complete in itself, or bytes that are not a package). It reads
 // only the message's top-level fields, skipping the connections whole, so
 // it costs next to nothing whatever the package's size.
-func PackageBase(b []byte) string {
-	const field = 7 // UserPackage.base_digest
+func PackageBase(b []byte) string { return packageField(b, 7) } // UserPackage.base_digest
+
+// PackageUser returns the person an encoded UserPackage belongs to (its
+// user field), read the same way: "" for bytes that are not a package.
+func PackageUser(b []byte) string { return packageField(b, 2) } // UserPackage.user
+
+// packageField is the top-level bytes field num of an encoded message.
+func packageField(b []byte, num protowire.Number) string {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
+		n, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
 			return ""
 		}
-		b = b[n:]
-		if num == field && typ == protowire.BytesType {
+		b = b[l:]
+		if n == num && typ == protowire.BytesType {
 			v, m := protowire.ConsumeBytes(b)
 			if m < 0 {
 				return ""
 			}
 			return string(v)
 		}
-		m := protowire.ConsumeFieldValue(num, typ, b)
+		m := protowire.ConsumeFieldValue(n, typ, b)
 		if m < 0 {
 			return ""
 		}

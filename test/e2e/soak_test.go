@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protowire"
-
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/placement"
 	"github.com/stickyd/stickyd/internal/protocol"
@@ -238,7 +236,7 @@ func TestLifecycleSoak(t *testing.T) {
 	checkpoints := 0
 	for _, e := range entries {
 		b, err := os.ReadFile(filepath.Join(p.dir, "data", "park", e.Name()))
-		user := packageUser(b)
+		user := protocol.PackageUser(b)
 		if err != nil || !strings.HasPrefix(user, "stay") {
 			t.Errorf("the park folder holds %s (%d bytes, person %q, %v): not a stayer's checkpoint", e.Name(), len(b), user, err)
 			continue
@@ -254,32 +252,6 @@ func TestLifecycleSoak(t *testing.T) {
 	for i, tb := range tabs {
 		tb.drainUntil("count", typed[i])
 	}
-}
-
-// packageUser is the person a parked package names (its user field, read
-// off the wire: the trees inside are the worker's own encoding), or "".
-func packageUser(b []byte) string {
-	want := (&protocol.UserPackage{}).ProtoReflect().Descriptor().Fields().ByName("user").Number()
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return ""
-		}
-		b = b[n:]
-		if num == want && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return ""
-			}
-			return string(v)
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return ""
-		}
-		b = b[n:]
-	}
-	return ""
 }
 
 // users are the people in the agent's maps (GET /v1/users), by name.
