@@ -736,6 +736,9 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	var errs []error
 	a.shutdownOnce.Do(func() {
 		a.up.Store(false) // health checks fail from now on
+		if a.pool != nil {
+			a.pool.Stopping() // nobody parked wakes on workers about to stop
+		}
 		if a.stopGovern != nil {
 			close(a.stopGovern) // no governance move may race the parking
 			a.govern.wait()

@@ -80,6 +80,8 @@ type Pool struct {
 	probesOff atomic.Bool
 	// checkpointsOff stops the checkpoint rounds (PauseCheckpoints).
 	checkpointsOff atomic.Bool
+	// stopping refuses the wakes of parked people (Stopping).
+	stopping atomic.Bool
 	// FromWorker, if set, receives what a worker sends unasked: notices
 	// (id 0) and requests, which it answers through r. It is called in
 	// arrival order from the worker's channel and must not block. Set it
@@ -897,6 +899,9 @@ func (p *Pool) Send(ctx context.Context, workerID string, f *protocol.Frame) (*c
 // another goroutine is sending the person is waited for (bounded by ctx),
 // so nothing of theirs overtakes it.
 func (p *Pool) beforeUser(ctx context.Context, s *slot, peer *channel.Peer, user string, epoch uint64, digest string) error {
+	if digest != "" && p.stopping.Load() {
+		return ErrNoWakeStopping
+	}
 	if digest == "" && s.listing.Load() {
 		// The people to restore are being listed: this one may be of them.
 		s.mu.Lock()
@@ -962,6 +967,19 @@ func (p *Pool) beforeUser(ctx context.Context, s *slot, peer *channel.Peer, user
 	}
 	return nil
 }
+
+// ErrNoWakeStopping refuses a parked person's wake on a host that is
+// stopping: its workers go down with it, and what the person did there
+// would go with them. Their package waits for wherever they go next; the
+// front retries.
+var ErrNoWakeStopping = errors.New("this host is stopping; the session wakes where it goes next: retry")
+
+// Stopping refuses, from now on, to wake parked people on this host's
+// workers (ErrNoWakeStopping): the stop is parking everyone, and a person woken
+// here meanwhile (an idle park, or one the stop already parked, whose next
+// frame came through another server) would lose what they did before the
+// workers stop. People already awake are served until their park.
+func (p *Pool) Stopping() { p.stopping.Store(true) }
 
 // wake sends the user's package. A package that cannot be read is reported
 // and the user wakes with no state (their pages restart clean with a

@@ -232,3 +232,31 @@ func TestAddAndRemoveGroup(t *testing.T) {
 		t.Fatalf("removing a group twice: %v", err)
 	}
 }
+
+// A stopping host wakes no parked person (their package waits for the next
+// host to run), and still serves the people awake on it until their park.
+func TestStoppingHostWakesNobody(t *testing.T) {
+	p := New(nil, []GroupSpec{{Name: "web", Workers: 1, Launcher: &fakeLauncher{version: protocol.Version}}})
+	defer p.Close()
+	if err := p.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	send := func(f *protocol.Frame) error {
+		c, err := p.Send(t.Context(), "web-1", f)
+		if err != nil {
+			return err
+		}
+		_, err = c.Wait(t.Context())
+		return err
+	}
+	if err := send(&protocol.Frame{User: "ann", Epoch: 2, WakePackage: "d1"}); err != nil {
+		t.Fatalf("a parked person's frame before the stop: %v", err)
+	}
+	p.Stopping()
+	if err := send(&protocol.Frame{User: "bob", Epoch: 2, WakePackage: "d2"}); !errors.Is(err, ErrNoWakeStopping) {
+		t.Fatalf("a parked person's frame on a stopping host: %v, want ErrNoWakeStopping", err)
+	}
+	if err := send(&protocol.Frame{User: "ann", Epoch: 2}); err != nil {
+		t.Fatalf("an awake person's frame on a stopping host: %v", err)
+	}
+}

@@ -30,6 +30,7 @@ func (rt *runtime) accountLocked(key string) *account {
 			rt.accounts = map[string]*account{}
 		}
 		rt.accounts[key] = a
+		rt.grewLocked()
 	}
 	return a
 }

@@ -44,6 +44,7 @@ func (rt *runtime) fence(f *protocol.Frame) error {
 	}
 	if f.Epoch > known {
 		rt.epochs[f.User] = f.Epoch
+		rt.grewLocked()
 	}
 	rt.mu.Unlock()
 	if len(stale) > 0 {
@@ -75,6 +76,7 @@ func (rt *runtime) sessionsOfLocked(user string) []*Session {
 func (rt *runtime) freeze(fr *protocol.Freeze) (*protocol.Frozen, error) {
 	rt.mu.Lock()
 	rt.frozen[fr.User] = true
+	rt.grewLocked()
 	delete(rt.yields, fr.User)
 	if fr.Epoch > rt.epochs[fr.User] {
 		rt.epochs[fr.User] = fr.Epoch
@@ -180,20 +182,23 @@ func (rt *runtime) wake(w *protocol.Wake) (*protocol.Woken, error) {
 	}
 	rt.mu.Lock()
 	known := rt.epochs[w.User]
-	// Frozen at this very epoch and let go, the person was parked where
-	// they live (idle parking): the wake brings them back here.
-	parkedHere := known == w.Epoch && rt.frozen[w.User] && len(rt.byUser[w.User]) == 0
-	if known > w.Epoch || (known == w.Epoch && rt.frozen[w.User] && !parkedHere) {
+	if known > w.Epoch {
 		// A late wake: the person has moved on since this package.
 		rt.mu.Unlock()
 		return nil, &movedError{user: w.User, epoch: known}
 	}
-	if known == w.Epoch && len(rt.byUser[w.User]) > 0 {
+	if known == w.Epoch && !rt.frozen[w.User] && len(rt.byUser[w.User]) > 0 {
 		rt.mu.Unlock()
 		return &protocol.Woken{}, nil // already awake here
 	}
+	// Frozen at this very epoch, the person was parked where they live
+	// (idle parking): let go already, or their next frame came before the
+	// eviction. Either way the package is what the freeze left, and they
+	// wake from it as if the eviction had come first (the late eviction
+	// finds nobody frozen and does nothing).
 	for _, s := range rt.sessionsOfLocked(w.User) {
-		// A stale copy from an earlier stay: the package is the truth.
+		// A stale copy from an earlier stay, or the frozen one the
+		// eviction has not dropped yet: the package is the truth.
 		rt.dropConnLocked(s)
 		rt.countPages(s, -int64(len(s.pages)))
 	}

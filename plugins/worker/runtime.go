@@ -102,6 +102,7 @@ func (rt *runtime) userLocked(key string) *user {
 	if u == nil {
 		u = &user{key: key, rt: rt}
 		rt.users[key] = u
+		rt.grewLocked()
 	}
 	return u
 }
@@ -382,6 +383,7 @@ func (rt *runtime) addConnLocked(s *Session) {
 		rt.byUser[k] = map[*Session]struct{}{}
 	}
 	rt.byUser[k][s] = struct{}{}
+	rt.grewLocked()
 }
 
 // dropConnLocked forgets a connection (and its pages' subscriptions).
@@ -832,6 +834,7 @@ func (rt *runtime) yieldingLocked(user string) *yielding {
 		}
 		y = &yielding{ch: make(chan struct{})}
 		rt.yields[user] = y
+		rt.grewLocked()
 	}
 	return y
 }

@@ -27,6 +27,21 @@ func (rt *runtime) leftLocked(user string, forget bool) {
 		rt.evicted = map[string]time.Time{}
 	}
 	rt.evicted[user] = time.Now()
+	rt.grewLocked()
+}
+
+// grewLocked raises the maps' high-water marks to their sizes now: a map
+// that grew and emptied between two probes is rebuilt at the next one.
+func (rt *runtime) grewLocked() {
+	m := &rt.marks
+	m.users = max(m.users, len(rt.users))
+	m.conns = max(m.conns, len(rt.conns))
+	m.byUser = max(m.byUser, len(rt.byUser))
+	m.epochs = max(m.epochs, len(rt.epochs))
+	m.frozen = max(m.frozen, len(rt.frozen))
+	m.yields = max(m.yields, len(rt.yields))
+	m.accounts = max(m.accounts, len(rt.accounts))
+	m.evicted = max(m.evicted, len(rt.evicted))
 }
 
 // dropMarksLocked forgets everything the worker kept of a person gone.
@@ -55,13 +70,14 @@ func (rt *runtime) tidyLocked(now time.Time) {
 	rt.byUser = shrunk(rt.byUser, &m.byUser)
 	rt.epochs = shrunk(rt.epochs, &m.epochs)
 	rt.frozen = shrunk(rt.frozen, &m.frozen)
+	rt.yields = shrunk(rt.yields, &m.yields)
 	rt.accounts = shrunk(rt.accounts, &m.accounts)
 	rt.evicted = shrunk(rt.evicted, &m.evicted)
 }
 
 // mapMarks are the high-water marks of the runtime's maps.
 type mapMarks struct {
-	users, conns, byUser, epochs, frozen, accounts, evicted int
+	users, conns, byUser, epochs, frozen, yields, accounts, evicted int
 }
 
 // shrinkFloor is the size below which a map is never rebuilt.

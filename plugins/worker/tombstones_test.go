@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/stickyd/stickyd/internal/protocol"
 )
 
 // An evicted person's fence stays tombstoneTTL, then goes; a forgotten
@@ -70,5 +72,60 @@ func TestShrunkRebuildsEmptiedMaps(t *testing.T) {
 	delete(small, "b")
 	if shrunk(small, &h)["a"] != 1 {
 		t.Fatal("a small map changed")
+	}
+}
+
+// A map that grew and emptied between two probes (people who came and
+// went within one probe.interval) is rebuilt at the next: its high-water
+// mark is raised as it grows, not only when a probe looks.
+func TestMapsEmptiedBetweenProbesAreRebuilt(t *testing.T) {
+	rt := &runtime{users: map[string]*user{}, conns: map[string]*Session{}, byUser: map[string]map[*Session]struct{}{},
+		epochs: map[string]uint64{}, frozen: map[string]bool{}, yields: map[string]*yielding{}}
+	rt.tidyLocked(time.Now()) // a probe, with nobody here
+	for i := range 4096 {
+		rt.userLocked("u" + strconv.Itoa(i))
+	}
+	before := rt.users
+	for i := range 4096 {
+		delete(rt.users, "u"+strconv.Itoa(i))
+	}
+	rt.tidyLocked(time.Now())
+	rt.users["marker"] = nil
+	if _, same := before["marker"]; same {
+		t.Fatal("the users map that grew to 4,096 and emptied between probes was kept with its buckets")
+	}
+}
+
+// A person parked where they live whose next frame comes before the
+// eviction (the wake at the freeze's own epoch finds them still here,
+// frozen) wakes from the package as if the eviction had come first, and
+// the late eviction drops nobody.
+func TestWakeBeforeTheEvictionOfAParkHere(t *testing.T) {
+	h := startWorker(t)
+	conn := h.get("", "", "/").Identity.Conn
+	u := "~" + conn
+	if _, err := h.frame(&protocol.Frame{User: u, Conn: conn, Epoch: 1, Kind: &protocol.Frame_Open{Open: &protocol.PageOpen{Page: "p", Kind: "k"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.frame(&protocol.Frame{User: u, Conn: conn, Epoch: 1, Kind: &protocol.Frame_Message{Message: &protocol.PageMessage{Page: "p", Data: []byte(`{}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	fz, err := h.peer.Call(t.Context(), &protocol.Envelope{Body: &protocol.Envelope_Freeze{Freeze: &protocol.Freeze{User: u, Epoch: 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The wake, with the package, before the eviction.
+	if _, err := h.peer.Call(t.Context(), &protocol.Envelope{Body: &protocol.Envelope_Wake{Wake: &protocol.Wake{User: u, Epoch: 2, Package: fz.GetFrozen().Package}}}); err != nil {
+		t.Fatalf("a wake at the freeze's epoch before the eviction: %v", err)
+	}
+	if err := h.peer.Notify(&protocol.Envelope{Body: &protocol.Envelope_Evict{Evict: &protocol.Evict{User: u}}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := h.frame(&protocol.Frame{User: u, Conn: conn, Epoch: 2, Kind: &protocol.Frame_Message{Message: &protocol.PageMessage{Page: "p", Data: []byte(`{}`)}}})
+	if err != nil {
+		t.Fatalf("the person's next message after the late eviction: %v", err)
+	}
+	if got := string(r.GetMessage().GetData()); got != "2" {
+		t.Fatalf("the count after the wake: %q, want 2", got)
 	}
 }

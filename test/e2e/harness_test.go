@@ -26,6 +26,7 @@ import (
 	"github.com/stickyd/stickyd/plugins/examples/counter"
 	"github.com/stickyd/stickyd/plugins/examples/demo"
 	"github.com/stickyd/stickyd/plugins/worker"
+	"github.com/stickyd/stickyd/test/internal/benchkit"
 )
 
 const (
@@ -35,6 +36,11 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	// A worker subprocess writes a heap profile at each SIGUSR1 when asked
+	// (how the lifecycle soak's memory was read).
+	if prefix := os.Getenv("STICKYD_BENCH_WORKER_HEAPPROFILE"); prefix != "" {
+		benchkit.HeapProfileOnSignal(prefix)
+	}
 	switch os.Getenv(workerEnv) {
 	case "counter":
 		worker.Serve(counter.New(), worker.Options{Name: "counter", Version: "1"})

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -149,7 +150,16 @@ func (p *proc) launch() {
 		p.cmd = exec.Command("prlimit", append([]string{lim, exe}, p.cmd.Args[1:]...)...)
 	}
 	p.cmd.Env = append(os.Environ(), agentEnv+"=1")
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	var out io.Writer = p.out
+	if dir := os.Getenv("STICKYD_E2E_LOGS"); dir != "" {
+		// Every agent's output is kept there too, across its restarts.
+		name := filepath.Join(dir, strings.ReplaceAll(p.t.Name(), "/", "_")+"."+filepath.Base(p.dir)+".log")
+		if f, err := os.OpenFile(name, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
+			p.t.Cleanup(func() { f.Close() })
+			out = io.MultiWriter(p.out, f)
+		}
+	}
+	p.cmd.Stdout, p.cmd.Stderr = out, out
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func TestLifecycleSoak(t *testing.T) {
 	stopTyping := make(chan struct{})
 	typingDone := make(chan error, 1)
 	go func() {
-		for {
+		for round := 1; ; round++ {
 			select {
 			case <-stopTyping:
 				typingDone <- nil
@@ -72,6 +72,15 @@ func TestLifecycleSoak(t *testing.T) {
 					return
 				}
 				typed[i]++
+				// A page pulls what changed, which acknowledges it, as
+				// client.js does (unacknowledged deltas stay on the
+				// worker, up to the page's bound).
+				if round%5 == 0 {
+					if _, err := tb.tryPull(0); err != nil {
+						typingDone <- fmt.Errorf("stayer %d pulling: %v", i, err)
+						return
+					}
+				}
 			}
 		}
 	}()

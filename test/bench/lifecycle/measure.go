@@ -69,7 +69,7 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (*report, error)
 			defer p.Close()
 			t := time.NewTicker(time.Second)
 			defer t.Stop()
-			for {
+			for n := 0; ; {
 				select {
 				case <-ctx.Done():
 					return
@@ -78,6 +78,15 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (*report, error)
 				if _, err := p.Inc(); err != nil && ctx.Err() == nil {
 					fail(fmt.Errorf("stayer %d: %w", i, err))
 					return
+				}
+				// Pulling what changed acknowledges it, as client.js does:
+				// a page that never pulls keeps up to 4,096 deltas on its
+				// worker, which would read here as a slow growth.
+				if n++; n%5 == 0 {
+					if _, err := p.Ack(); err != nil && ctx.Err() == nil {
+						fail(fmt.Errorf("stayer %d acknowledging: %w", i, err))
+						return
+					}
 				}
 			}
 		}()

@@ -52,6 +52,11 @@ func ServeWorkerIfAsked() bool {
 			})
 		}
 	}
+	// STICKYD_BENCH_WORKER_HEAPPROFILE=PREFIX writes a heap profile of the
+	// worker subprocess to PREFIX.PID.N at each SIGUSR1 (after a collection).
+	if prefix := os.Getenv("STICKYD_BENCH_WORKER_HEAPPROFILE"); prefix != "" {
+		HeapProfileOnSignal(prefix)
+	}
 	worker.Serve(counter.New(), counterOptions)
 	return true
 }

@@ -1,0 +1,6 @@
+//go:build !unix
+
+package benchkit
+
+// HeapProfileOnSignal is for unix systems only.
+func HeapProfileOnSignal(string) {}
