@@ -103,7 +103,7 @@ func (a *Agent) localMonitor() LocalMonitor {
 		mw := monitor.Worker{ID: w.ID, Agent: a.cfg.Name, Group: w.Group, Runtime: a.groupRuntime(w.Group), State: w.State, Cordoned: w.Cordoned, Pid: w.Pid,
 			Incarnation: w.Incarnation, Born: w.Born, DiedAt: w.DiedAt, HowDied: w.HowDied, AppVersion: w.AppVersion,
 			LastProbe: w.LastProbe, Users: w.Users, Conns: w.Conns, Pages: w.Pages, HeapBytes: w.HeapBytes, RSSBytes: w.RSSBytes,
-			CPUSeconds: w.CPUSeconds, Goroutines: w.Goroutines, Mailbox: w.Mailbox, Frames: w.Frames, StateRefused: w.StateRefused, ProbeFailures: w.ProbeFailures,
+			CPUSeconds: w.CPUSeconds, Goroutines: w.Goroutines, Mailbox: w.Mailbox, Frames: w.Frames, StateRefused: w.StateRefused, PagesRefused: w.PagesRefused, ProbeFailures: w.ProbeFailures,
 			Memory: a.history.of(w.ID), MaintenanceWaiting: w.MaintenanceWaiting, MaintenanceTimedOut: w.MaintenanceTimedOut}
 		if w.State == host.StateReady && stale > 0 {
 			seen := w.LastProbe

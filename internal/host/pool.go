@@ -179,6 +179,9 @@ type WorkerInfo struct {
 	// StateRefused counts the writes refused past a page's or a person's
 	// state bound.
 	StateRefused uint64 `json:"state_refused"`
+	// PagesRefused counts the page opens refused past a connection's or a
+	// person's page-count bound.
+	PagesRefused uint64 `json:"pages_refused"`
 	// ProbeFailures counts the probes the slot's workers left unanswered.
 	ProbeFailures int64 `json:"probe_failures"`
 	// MaintenanceWaiting counts, per backend, the requests waiting on a
@@ -750,7 +753,7 @@ func (s *slot) probe(ctx context.Context, peer *channel.Peer, timeout time.Durat
 	s.info.LastProbe = time.Now()
 	s.info.Users, s.info.Conns, s.info.Pages = r.Users, r.Conns, r.Pages
 	s.info.HeapBytes, s.info.Goroutines, s.info.Frames = r.HeapBytes, r.Goroutines, r.Frames
-	s.info.StateRefused = r.StateRefused
+	s.info.StateRefused, s.info.PagesRefused = r.StateRefused, r.PagesRefused
 	s.info.RSSBytes, s.info.CPUSeconds, s.info.Mailbox = r.RssBytes, r.CpuSeconds, r.MailboxDepth
 	s.info.MaintenanceWaiting, s.info.MaintenanceTimedOut = r.MaintenanceWaiting, r.MaintenanceTimedOut
 	for _, u := range r.PerUser {

@@ -40,6 +40,7 @@ var workerMetrics = []struct {
 	{"stickyd_worker_frames_total", "Frames the worker's current process handled.", true, func(w Worker) float64 { return float64(w.Frames) }},
 	{"stickyd_worker_incarnation", "How many times the worker's slot was launched.", false, func(w Worker) float64 { return float64(w.Incarnation) }},
 	{"stickyd_worker_probe_failures_total", "Probes the worker left unanswered.", true, func(w Worker) float64 { return float64(w.ProbeFailures) }},
+	{"stickyd_worker_pages_refused_total", "Page opens refused because the connection or the person had as many pages open as they may.", true, func(w Worker) float64 { return float64(w.PagesRefused) }},
 	{"stickyd_worker_state_refused_total", "Tree writes refused because they would take a page's or a person's state past its bound.", true, func(w Worker) float64 { return float64(w.StateRefused) }},
 }
 

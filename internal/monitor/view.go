@@ -88,6 +88,8 @@ type Worker struct {
 	Frames     uint64    `json:"frames"`
 	// StateRefused counts the writes refused past a state bound.
 	StateRefused uint64 `json:"state_refused"`
+	// PagesRefused counts the page opens refused past a page-count bound.
+	PagesRefused uint64 `json:"pages_refused"`
 	// ProbeFailures counts the probes the worker's slot left unanswered.
 	ProbeFailures int64 `json:"probe_failures"`
 	// MaintenanceWaiting counts, per backend, the requests held on a

@@ -2393,7 +2393,10 @@ type ProbeReply struct {
 	MaintenanceTimedOut map[string]uint64 `protobuf:"bytes,13,rep,name=maintenance_timed_out,json=maintenanceTimedOut,proto3" json:"maintenance_timed_out,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// state_refused counts the tree writes refused since the worker began
 	// because they would take a page's or a person's state past its bound.
-	StateRefused  uint64 `protobuf:"varint,14,opt,name=state_refused,json=stateRefused,proto3" json:"state_refused,omitempty"`
+	StateRefused uint64 `protobuf:"varint,14,opt,name=state_refused,json=stateRefused,proto3" json:"state_refused,omitempty"`
+	// pages_refused counts the page opens refused since the worker began
+	// because the connection or the person had as many pages as they may.
+	PagesRefused  uint64 `protobuf:"varint,15,opt,name=pages_refused,json=pagesRefused,proto3" json:"pages_refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2522,6 +2525,13 @@ func (x *ProbeReply) GetMaintenanceTimedOut() map[string]uint64 {
 func (x *ProbeReply) GetStateRefused() uint64 {
 	if x != nil {
 		return x.StateRefused
+	}
+	return 0
+}
+
+func (x *ProbeReply) GetPagesRefused() uint64 {
+	if x != nil {
+		return x.PagesRefused
 	}
 	return 0
 }
@@ -4891,7 +4901,7 @@ const file_stickyd_proto_rawDesc = "" +
 	"\bidentity\x18\x14 \x01(\v2\x1c.stickyd.channel.v1.IdentityR\bidentity\x12\x1b\n" +
 	"\tworker_id\x18\x15 \x01(\tR\bworkerIdB\x06\n" +
 	"\x04kind\"\a\n" +
-	"\x05Probe\"\xe0\x05\n" +
+	"\x05Probe\"\x85\x06\n" +
 	"\n" +
 	"ProbeReply\x12\x14\n" +
 	"\x05users\x18\x01 \x01(\x03R\x05users\x12\x14\n" +
@@ -4912,7 +4922,8 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x04left\x18\v \x03(\tR\x04left\x12g\n" +
 	"\x13maintenance_waiting\x18\f \x03(\v26.stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntryR\x12maintenanceWaiting\x12k\n" +
 	"\x15maintenance_timed_out\x18\r \x03(\v27.stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntryR\x13maintenanceTimedOut\x12#\n" +
-	"\rstate_refused\x18\x0e \x01(\x04R\fstateRefused\x1aE\n" +
+	"\rstate_refused\x18\x0e \x01(\x04R\fstateRefused\x12#\n" +
+	"\rpages_refused\x18\x0f \x01(\x04R\fpagesRefused\x1aE\n" +
 	"\x17MaintenanceWaitingEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1aF\n" +

@@ -83,6 +83,8 @@ type runtime struct {
 	pages  atomic.Int64
 	// stateRefused counts the writes refused past a state bound.
 	stateRefused atomic.Uint64
+	// pagesRefused counts the page opens refused past a page-count bound.
+	pagesRefused atomic.Uint64
 	wg           sync.WaitGroup // running mailboxes, new-connection frames, checkpoint rounds
 }
 
@@ -624,6 +626,7 @@ func (rt *runtime) open(ctx context.Context, s *Session, o *protocol.PageOpen) (
 func (rt *runtime) roomForPage(s *Session) error {
 	perConn, perPerson := rt.opts.pageBounds()
 	if perConn > 0 && len(s.pages) >= perConn {
+		rt.pagesRefused.Add(1)
 		return badf("opening a page: this connection has %d pages open, the most it may; close one first", len(s.pages))
 	}
 	if perPerson <= 0 {
@@ -638,6 +641,7 @@ func (rt *runtime) roomForPage(s *Session) error {
 	}
 	rt.mu.Unlock()
 	if n += len(s.pages); n >= perPerson {
+		rt.pagesRefused.Add(1)
 		return badf("opening a page: this person has %d pages open, the most they may; close one first", n)
 	}
 	return nil
@@ -776,6 +780,7 @@ func (rt *runtime) probe() *protocol.ProbeReply {
 		HeapBytes:    liveHeap(),
 		Frames:       rt.frames.Load(),
 		StateRefused: rt.stateRefused.Load(),
+		PagesRefused: rt.pagesRefused.Load(),
 		Pages:        rt.pages.Load(),
 	}
 	rt.maint.report(r)

@@ -279,6 +279,13 @@ func TestPageCountIsBounded(t *testing.T) {
 	if !errors.As(err, &re) || re.Code != protocol.Error_BAD_REQUEST || !strings.Contains(re.Message, "close one first") {
 		t.Fatalf("page %d: %v, want a refusal that says why", DefaultMaxPagesPerConn+1, err)
 	}
+	env, err := h.peer.Call(t.Context(), &protocol.Envelope{Body: &protocol.Envelope_Probe{Probe: &protocol.Probe{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := env.GetProbeReply(); p.PagesRefused != 1 || p.Pages != DefaultMaxPagesPerConn {
+		t.Fatalf("probe: %d pages, %d opens refused; want %d and 1", p.Pages, p.PagesRefused, DefaultMaxPagesPerConn)
+	}
 	if err := open("p7"); err != nil {
 		t.Fatalf("reopening an open page at the bound: %v", err)
 	}
