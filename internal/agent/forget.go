@@ -7,9 +7,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/front"
 	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/placement"
+	"github.com/stickyd/stickyd/internal/protocol"
 )
 
 // Forgetting by time (lifecycle.forget_after). Two halves, joined by the
@@ -32,25 +34,29 @@ type forgetter struct {
 	// activity is this agent's front's; nil without a front.
 	activity *front.Activity
 	// stamped is when each person was last written as seen by this
-	// front, so that a person seen all day costs one entry an interval.
-	stamped map[string]time.Time
-	wg      sync.WaitGroup
+	// front, so that a person seen all day costs one entry an interval;
+	// stampedConns the same for their connections.
+	stamped, stampedConns map[string]time.Time
+	wg                    sync.WaitGroup
 
-	stampedTotal   prometheus.Counter
-	forgottenTotal prometheus.Counter
-	refusedTotal   prometheus.Counter
+	stampedTotal        prometheus.Counter
+	forgottenTotal      prometheus.Counter
+	refusedTotal        prometheus.Counter
+	connsForgottenTotal prometheus.Counter
 }
 
 func newForgetter(a *Agent, after time.Duration, activity *front.Activity, reg prometheus.Registerer) (*forgetter, error) {
-	f := &forgetter{a: a, after: after, activity: activity, stamped: map[string]time.Time{},
+	f := &forgetter{a: a, after: after, activity: activity, stamped: map[string]time.Time{}, stampedConns: map[string]time.Time{},
 		stampedTotal: prometheus.NewCounter(prometheus.CounterOpts{Name: "stickyd_lifecycle_seen_stamped_total",
 			Help: "People this agent's front wrote into the maps as seen (lifecycle.forget_after)."}),
 		forgottenTotal: prometheus.NewCounter(prometheus.CounterOpts{Name: "stickyd_lifecycle_forgotten_total",
 			Help: "People this agent forgot because no front saw them for lifecycle.forget_after."}),
 		refusedTotal: prometheus.NewCounter(prometheus.CounterOpts{Name: "stickyd_lifecycle_forget_refused_total",
 			Help: "People due to be forgotten whom the maps kept (moving, or moved meanwhile); tried again at the next look."}),
+		connsForgottenTotal: prometheus.NewCounter(prometheus.CounterOpts{Name: "stickyd_lifecycle_connections_forgotten_total",
+			Help: "Connections this agent forgot because no front saw them for lifecycle.forget_after while their person was seen on another."}),
 	}
-	for _, c := range []prometheus.Collector{f.stampedTotal, f.forgottenTotal, f.refusedTotal} {
+	for _, c := range []prometheus.Collector{f.stampedTotal, f.forgottenTotal, f.refusedTotal, f.connsForgottenTotal} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -113,12 +119,15 @@ func (f *forgetter) stamp(ctx context.Context, now time.Time) {
 		// writes that cannot (those seen meanwhile stay in Activity).
 		return
 	}
-	conns := f.activity.Take()
-	var users []string
-	for _, c := range conns {
+	var users, conns []string
+	for _, c := range f.activity.Take() {
 		rt, ok := f.a.sup.Lookup(c)
 		if !ok || rt.User == "" {
 			continue
+		}
+		if at, ok := f.stampedConns[c]; !ok || now.Sub(at) >= f.every() {
+			f.stampedConns[c] = now
+			conns = append(conns, c)
 		}
 		if at, ok := f.stamped[rt.User]; ok && now.Sub(at) < f.every() {
 			continue
@@ -128,20 +137,25 @@ func (f *forgetter) stamp(ctx context.Context, now time.Time) {
 	}
 	// The record of what was written is bounded by those seen in the
 	// last two intervals.
-	for u, at := range f.stamped {
-		if now.Sub(at) >= 2*f.every() {
-			delete(f.stamped, u)
+	for _, m := range []map[string]time.Time{f.stamped, f.stampedConns} {
+		for k, at := range m {
+			if now.Sub(at) >= 2*f.every() {
+				delete(m, k)
+			}
 		}
 	}
-	if len(users) == 0 {
+	if len(users) == 0 && len(conns) == 0 {
 		return
 	}
-	if err := f.a.sup.Seen(ctx, now, users); err != nil {
+	if err := f.a.sup.Seen(ctx, now, users, conns); err != nil {
 		// Not written: tried again at the next interval.
 		for _, u := range users {
 			delete(f.stamped, u)
 		}
-		f.a.log.Warn("recording who was seen", "people", len(users), "error", err)
+		for _, c := range conns {
+			delete(f.stampedConns, c)
+		}
+		f.a.log.Warn("recording who was seen", "people", len(users), "connections", len(conns), "error", err)
 		return
 	}
 	f.stampedTotal.Add(float64(len(users)))
@@ -170,10 +184,11 @@ func (f *forgetter) sweep(ctx context.Context, now time.Time) {
 		}
 	}
 	if len(unstamped) > 0 {
-		if err := f.a.sup.Seen(ctx, now, unstamped); err != nil {
+		if err := f.a.sup.Seen(ctx, now, unstamped, nil); err != nil {
 			f.a.log.Warn("recording people with no time as seen now", "people", len(unstamped), "error", err)
 		}
 	}
+	f.sweepConns(ctx, now, mine, gone)
 	if len(gone) == 0 {
 		return
 	}
@@ -188,4 +203,59 @@ func (f *forgetter) sweep(ctx context.Context, now time.Time) {
 	})
 	f.forgottenTotal.Add(float64(forgotten))
 	f.a.log.Info("forgot people no front saw", "forgotten", forgotten, "of", len(gone), "forget_after", f.after)
+}
+
+// sweepConns forgets the connections of this agent's people that no front
+// saw for forget_after while the person was seen on another (a browser
+// gone for good, a cookie past its life replaced by a new one): removed
+// from the maps in batched entries, then let go by the person's worker.
+// The people being forgotten whole (gone) are left to that; connections
+// never stamped are stamped now.
+func (f *forgetter) sweepConns(ctx context.Context, now time.Time, mine map[string]bool, gone []string) {
+	stale, unstamped := f.a.sup.StaleConns(mine, now.Add(-f.after))
+	if len(unstamped) > 0 {
+		if err := f.a.sup.Seen(ctx, now, nil, unstamped); err != nil {
+			f.a.log.Warn("recording connections with no time as seen now", "connections", len(unstamped), "error", err)
+		}
+	}
+	if len(gone) > 0 && len(stale) > 0 {
+		whole := make(map[string]bool, len(gone))
+		for _, u := range gone {
+			whole[u] = true
+		}
+		keep := stale[:0]
+		for _, fc := range stale {
+			if !whole[fc.User] {
+				keep = append(keep, fc)
+			}
+		}
+		stale = keep
+	}
+	if len(stale) == 0 {
+		return
+	}
+	forgotten, err := f.a.sup.ForgetConns(ctx, now.Add(-f.after), stale)
+	if err != nil {
+		f.a.log.Warn("forgetting connections no front saw", "connections", len(stale), "error", err)
+	}
+	f.connsForgottenTotal.Add(float64(len(forgotten)))
+	// Their workers let them go, with their pages.
+	var calls []*channel.Call
+	for _, fc := range forgotten {
+		c, err := f.a.pool.Send(ctx, fc.Worker, &protocol.Frame{User: fc.User, Conn: fc.Conn,
+			Kind: &protocol.Frame_Release{Release: &protocol.Release{}}})
+		if err != nil {
+			f.a.log.Debug("releasing a forgotten connection", "conn", fc.Conn, "worker", fc.Worker, "error", err)
+			continue
+		}
+		calls = append(calls, c)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for _, c := range calls {
+		_, _ = c.Wait(wctx)
+	}
+	if len(forgotten) > 0 {
+		f.a.log.Info("forgot connections no front saw", "forgotten", len(forgotten), "of", len(stale), "forget_after", f.after)
+	}
 }

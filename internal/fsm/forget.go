@@ -66,6 +66,7 @@ func (f *FSM) applyForgetUsers(buf []byte) interface{} {
 		for conn, u := range f.state.Conns {
 			if gone[u] {
 				delete(f.state.Conns, conn)
+				delete(f.state.ConnSeen, conn)
 			}
 		}
 	}

@@ -50,6 +50,9 @@ var _ raft.FSM = (*FSM)(nil)
 type State struct {
 	// Conns maps a connection name to its user key.
 	Conns map[string]string `json:"conns"`
+	// ConnSeen is when a front last saw each connection (unix seconds);
+	// a connection not in it has not been stamped yet (seen.go).
+	ConnSeen map[string]int64 `json:"conn_seen,omitempty"`
 	// Users maps a user key to their home.
 	Users map[string]*User `json:"users"`
 	// Agents maps an agent's name to where its workers are reached.
@@ -315,6 +318,8 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return f.applyMoveCommit(buf)
 	case MoveAbortRequestType:
 		return f.applyMoveAbort(buf)
+	case ForgetConnsRequestType:
+		return f.applyForgetConns(buf)
 	case SeenUsersRequestType:
 		return f.applySeenUsers(buf)
 	case ForgetUsersRequestType:
@@ -431,6 +436,7 @@ func (f *FSM) applyForget(buf []byte) interface{} {
 	}
 	if u, ok := f.state.Conns[req.Conn]; ok {
 		delete(f.state.Conns, req.Conn)
+		delete(f.state.ConnSeen, req.Conn)
 		f.unbindLocked(u)
 		f.touchLocked(u)
 	}
@@ -563,6 +569,12 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	s := newState()
 	for k, v := range f.state.Conns {
 		s.Conns[k] = v
+	}
+	if len(f.state.ConnSeen) > 0 {
+		s.ConnSeen = make(map[string]int64, len(f.state.ConnSeen))
+		for k, v := range f.state.ConnSeen {
+			s.ConnSeen[k] = v
+		}
 	}
 	for k, v := range f.state.Users {
 		c := *v

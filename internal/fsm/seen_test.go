@@ -55,3 +55,56 @@ func roundTrip(t *testing.T, f *FSM) *FSM {
 	}
 	return g
 }
+
+// A connection not seen for a while is forgotten from a person still seen
+// on another, in one entry for many; the person's newest connection, the
+// last one, one seen since it was chosen, and those of people not live
+// stay.
+func TestForgetStaleConnections(t *testing.T) {
+	f := New()
+	for i, c := range []ConnectRequest{
+		{Conn: "a-old", User: "ann", Worker: "w1"}, {Conn: "a-older", User: "ann", Worker: "w1"}, {Conn: "a-new", User: "ann", Worker: "w1"},
+		{Conn: "b-only", User: "bob", Worker: "w1"},
+		{Conn: "c-old", User: "cy", Worker: "w2"}, {Conn: "c-new", User: "cy", Worker: "w2"},
+		{Conn: "d-old", User: "dee", Worker: "w1"}, {Conn: "d-unstamped", User: "dee", Worker: "w1"},
+	} {
+		apply(t, f, uint64(1+i), ConnectRequestType, c)
+	}
+	apply(t, f, 20, SeenUsersRequestType, SeenUsersRequest{At: 100, Conns: []string{"a-older", "b-only", "c-old", "d-old"}})
+	apply(t, f, 21, SeenUsersRequestType, SeenUsersRequest{At: 200, Conns: []string{"a-old", "nobody's"}})
+	apply(t, f, 22, SeenUsersRequestType, SeenUsersRequest{At: 900, Users: []string{"ann"}, Conns: []string{"a-new", "c-new"}})
+
+	stale, unstamped := f.StaleConns(map[string]bool{"w1": true}, 500)
+	got := map[string]bool{}
+	for _, fc := range stale {
+		got[fc.Conn] = true
+	}
+	// b-only is bob's last; c-* live on w2; dee's newest stamped (d-old) is
+	// hers to keep.
+	if len(stale) != 2 || !got["a-old"] || !got["a-older"] {
+		t.Fatalf("stale %v, want ann's a-old and a-older", stale)
+	}
+	if len(unstamped) != 1 || unstamped[0] != "d-unstamped" {
+		t.Fatalf("unstamped %v, want d-unstamped", unstamped)
+	}
+	// a-old is seen again before the entry: it stays.
+	apply(t, f, 23, SeenUsersRequestType, SeenUsersRequest{At: 600, Conns: []string{"a-old"}})
+	out := apply(t, f, 24, ForgetConnsRequestType, ForgetConnsRequest{Before: 500, Conns: append(stale, ForgetConn{Conn: "b-only", User: "bob"})}).(ForgetConnsResult)
+	if len(out.Forgotten) != 1 || out.Forgotten[0] != (ForgottenConn{Conn: "a-older", User: "ann", Worker: "w1"}) || out.Kept != 2 {
+		t.Fatalf("forgot %+v (kept %d), want a-older alone", out.Forgotten, out.Kept)
+	}
+	if _, ok := f.Lookup("a-older"); ok {
+		t.Fatal("the forgotten connection still routes")
+	}
+	if u, _ := f.User("ann"); u.Conns != 2 {
+		t.Fatalf("ann has %d connections, want 2", u.Conns)
+	}
+	if _, ok := f.Lookup("b-only"); !ok {
+		t.Fatal("a person's last connection was forgotten on its own")
+	}
+	// The times survive a snapshot and its restore; a forgotten one is gone.
+	g := roundTrip(t, f)
+	if len(g.state.ConnSeen) != 6 || g.state.ConnSeen["a-old"] != 600 {
+		t.Fatalf("after a restore: %v", g.state.ConnSeen)
+	}
+}

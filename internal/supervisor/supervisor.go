@@ -320,19 +320,48 @@ func (s *Supervisor) ForgetUser(ctx context.Context, user string) (move.Forgotte
 // session (placement.ErrDiskFull while the data directory is full).
 func (s *Supervisor) SetAdmission(admit func() error) { s.admit.Store(&admit) }
 
-// maxSeen bounds the people of one SeenUsers entry.
+// maxSeen bounds the people and connections of one SeenUsers or
+// ForgetConns entry.
 const maxSeen = 10000
 
-// Seen records that users were seen at at, many people to an entry.
-func (s *Supervisor) Seen(ctx context.Context, at time.Time, users []string) error {
-	for len(users) > 0 {
+// Seen records that users and conns were seen at at, many to an entry.
+func (s *Supervisor) Seen(ctx context.Context, at time.Time, users, conns []string) error {
+	for len(users) > 0 || len(conns) > 0 {
 		n := min(len(users), maxSeen)
-		if _, err := s.apply(ctx, fsm.SeenUsersRequestType, fsm.SeenUsersRequest{At: at.Unix(), Users: users[:n]}); err != nil {
-			return fmt.Errorf("recording %d people as seen: %w", n, err)
+		m := min(len(conns), maxSeen-n)
+		req := fsm.SeenUsersRequest{At: at.Unix(), Users: users[:n], Conns: conns[:m]}
+		if _, err := s.apply(ctx, fsm.SeenUsersRequestType, req); err != nil {
+			return fmt.Errorf("recording %d people and %d connections as seen: %w", n, m, err)
 		}
-		users = users[n:]
+		users, conns = users[n:], conns[m:]
 	}
 	return nil
+}
+
+// StaleConns returns the connections of live people homed on workers not
+// seen since before, each person's newest kept, and those never stamped.
+func (s *Supervisor) StaleConns(workers map[string]bool, before time.Time) (stale []fsm.ForgetConn, unstamped []string) {
+	return s.fsm.StaleConns(workers, before.Unix())
+}
+
+// ForgetConns removes the connections of conns not seen since before (the
+// maps check again), many to an entry, and returns those removed.
+func (s *Supervisor) ForgetConns(ctx context.Context, before time.Time, conns []fsm.ForgetConn) ([]fsm.ForgottenConn, error) {
+	var out []fsm.ForgottenConn
+	for len(conns) > 0 {
+		n := min(len(conns), maxSeen)
+		res, err := s.apply(ctx, fsm.ForgetConnsRequestType, fsm.ForgetConnsRequest{Before: before.Unix(), Conns: conns[:n]})
+		if err != nil {
+			return out, fmt.Errorf("forgetting %d connections: %w", n, err)
+		}
+		r, ok := res.(fsm.ForgetConnsResult)
+		if !ok {
+			return out, fmt.Errorf("forgetting connections: unexpected answer %T", res)
+		}
+		out = append(out, r.Forgotten...)
+		conns = conns[n:]
+	}
+	return out, nil
 }
 
 // Forget removes a connection.

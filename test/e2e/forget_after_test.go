@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -201,5 +202,56 @@ func TestIdleParkedWakeOnAnotherHost(t *testing.T) {
 	}
 	if u := ps[0].users()["ivo"]; u.Worker != to {
 		t.Fatalf("ivo after the wake: %+v, want on %s", u, to)
+	}
+}
+
+// A connection nobody sees for forget_after is forgotten while its person
+// is seen on another (a browser gone for good): it leaves the maps and its
+// worker, with its page; the person's other connection carries on, whole;
+// the old cookie, back, is a newcomer.
+func TestStaleConnectionForgotten(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			a := startAgentWith(t, mode, 1, withDataDir(t), withLifecycle("off", "6s"))
+			_, typing, home := countingPerson(t, a, "uma")
+			old := newBrowser(t, a)
+			old.do("POST", "/login?user=uma")
+			oldConn := old.whoami().Conn
+			oldTab := old.openTab("q")
+			oldTab.send(map[string]any{"op": "inc"})
+			oldTab.ws.Close() // that browser is never used again
+			if u, _ := a.Supervisor().User("uma"); u.Conns != 2 {
+				t.Fatalf("uma has %d connections, want 2", u.Conns)
+			}
+			count := 1
+			deadline := time.Now().Add(40 * time.Second)
+			for {
+				typing.send(map[string]any{"op": "inc"})
+				count++
+				if _, ok := a.Supervisor().Lookup(oldConn); !ok {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the connection nobody saw was never forgotten")
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			u, ok := a.Supervisor().User("uma")
+			if !ok || u.Conns != 1 {
+				t.Fatalf("uma after her old connection went: %+v (%v)", u, ok)
+			}
+			// Her worker let the connection go, with its page.
+			waitFor(t, 10*time.Second, "the worker to hold one connection and one page", func() bool {
+				r, err := a.Pool().Probe(t.Context(), home)
+				return err == nil && r.Conns == 1 && r.Pages == 1
+			})
+			ans := typing.send(map[string]any{"op": "inc"})
+			if want := fmt.Sprintf(`"count":%d`, count+1); !strings.Contains(string(ans.Data), want) {
+				t.Fatalf("uma's page after: %s, want %s", ans.Data, want)
+			}
+			if w := old.whoami(); w.User == "uma" || w.Conn == oldConn {
+				t.Fatalf("the forgotten cookie came back as %+v", w)
+			}
+		})
 	}
 }
