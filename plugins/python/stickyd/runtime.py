@@ -31,6 +31,8 @@ from .session import ANONYMOUS_PREFIX, Page, Session, _Serving, random_name
 
 PACKAGE_FORMAT = 1  # the UserPackage format this SDK writes and reads
 MAX_PULL_WAIT = 60.0
+# How long an evicted person's fence stays: far longer than any frame waits.
+TOMBSTONE_TTL = 120.0
 
 NOTICE_LOST = "This page restarted clean: the worker that held its state is gone."
 NOTICE_CHANGED = "This page was reset because the application changed."
@@ -119,6 +121,9 @@ class Runtime:
         self._by_user = {}  # user key -> set of Session
         self._epochs = {}  # newest epoch seen per user key
         self._frozen = set()  # users handed over by a Freeze
+        # When each person evicted here left: their fence (epoch, frozen)
+        # goes TOMBSTONE_TTL later; a forgotten person's at once.
+        self._evicted = {}
         self._pages = 0
         self._frames = 0
         # What each person consumed here since they arrived, for the probes
@@ -148,7 +153,7 @@ class Runtime:
         elif body == "wake":
             self._enqueue(env.wake.user, env)
         elif body == "evict":
-            self._evict(env.evict.user)
+            self._evict(env.evict.user, env.evict.forget)
             self._reply(env.id, evict=pb.Evict())
         elif body == "table_change":
             if env.id:  # this SDK's pages subscribe to no table
@@ -523,14 +528,34 @@ class Runtime:
             if t.epoch > self._epochs.get(t.user, 0):
                 self._epochs[t.user] = t.epoch
 
-    def _evict(self, user):
-        """Forgets a frozen person whose move committed; they stay fenced."""
+    def _evict(self, user, forget=False):
+        """Forgets a frozen person whose move committed. They stay fenced
+        for TOMBSTONE_TTL (a frame still on its way is answered MOVED), unless
+        forgotten: then their fence goes at once."""
         with self._mu:
             if user not in self._frozen:
                 return
             for s in list(self._by_user.get(user, ())):
                 self._drop_conn_locked(s)
                 self._count_pages_locked(s, -len(s.pages))
+            if forget:
+                self._drop_marks_locked(user)
+            else:
+                self._evicted[user] = time.monotonic()
+
+    def _drop_marks_locked(self, user):
+        self._epochs.pop(user, None)
+        self._frozen.discard(user)
+        self._evicted.pop(user, None)
+
+    def _tidy_locked(self, now):
+        """Lets the fences past their time go; those of people who came
+        back are theirs again."""
+        for user, at in list(self._evicted.items()):
+            if self._by_user.get(user) or user in self._users:
+                del self._evicted[user]
+            elif now - at >= TOMBSTONE_TTL:
+                self._drop_marks_locked(user)
 
     def _wake(self, w):
         pkg = pb.UserPackage()
@@ -540,12 +565,17 @@ class Runtime:
                 raise ValueError("package has format %d; this SDK reads %d" % (pkg.format, PACKAGE_FORMAT))
         with self._mu:
             known = self._epochs.get(w.user, 0)
-            if known > w.epoch or (known == w.epoch and w.user in self._frozen):
+            if known > w.epoch:
                 raise _Moved(w.user, known)  # a late wake: the person moved on
-            if known == w.epoch and self._by_user.get(w.user):
+            if known == w.epoch and w.user not in self._frozen and self._by_user.get(w.user):
                 return pb.Woken()  # already awake here
+            # Frozen at this very epoch, the person was parked where they
+            # live (idle parking): let go already, or their next frame came
+            # before the eviction. The package is what the freeze left.
+            self._evicted.pop(w.user, None)
             for s in list(self._by_user.get(w.user, ())):
-                # A stale copy from an earlier stay: the package is the truth.
+                # A stale copy from an earlier stay, or the frozen one the
+                # eviction has not dropped yet: the package is the truth.
                 self._drop_conn_locked(s)
                 self._count_pages_locked(s, -len(s.pages))
             self._frozen.discard(w.user)
@@ -583,6 +613,7 @@ class Runtime:
 
     def _probe(self):
         with self._mu:
+            self._tidy_locked(time.monotonic())
             depth = sum(len(u.queue) for u in self._users.values())
             r = pb.ProbeReply(users=len(self._by_user), conns=len(self._conns), pages=self._pages,
                               frames=self._frames, mailbox_depth=depth)

@@ -5,6 +5,7 @@ import json
 import os
 import queue
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -12,6 +13,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import stickyd  # noqa: E402
 from stickyd import stickyd_pb2 as pb  # noqa: E402
 from stickyd.collector import MAX_PENDING, Collector, Scheduler  # noqa: E402
+from stickyd import runtime as runtime_mod  # noqa: E402
 from stickyd.runtime import Hooks, Runtime  # noqa: E402
 from stickyd.tree import Tree, encode_value  # noqa: E402
 
@@ -159,6 +161,41 @@ class RuntimeTest(unittest.TestCase):
         finally:
             a.rt.close()
             b.rt.close()
+
+    def test_fences_and_parked_here(self):
+        a = Worker("py-1")
+        try:
+            def person():
+                conn = a.frame("", "", http=pb.HTTPRequest(method="GET", url="/")).frame_reply.identity.conn
+                user = "~" + conn
+                a.frame(user, conn, 1, open=pb.PageOpen(page="p", kind="counter"))
+                a.frame(user, conn, 1, message=pb.PageMessage(page="p", data=b'{"op":"inc"}'))
+                return user, conn
+            # Parked where she lives, her next frame before the eviction:
+            # the wake at the freeze's epoch wakes her from the package, and
+            # the late eviction drops nobody.
+            ann, ann_conn = person()
+            fz = a.call(freeze=pb.Freeze(user=ann, epoch=2)).frozen
+            self.assertFalse(a.call(wake=pb.Wake(user=ann, epoch=2, package=fz.package)).HasField("error"))
+            a.call(evict=pb.Evict(user=ann))
+            r = a.frame(ann, ann_conn, 2, message=pb.PageMessage(page="p", data=b'{"op":"inc"}'))
+            self.assertFalse(r.HasField("error"), r)
+            # An evicted person stays fenced until TOMBSTONE_TTL; a
+            # forgotten one is let go at once.
+            bob, _ = person()
+            cy, _ = person()
+            for u, forget in ((bob, False), (cy, True)):
+                a.call(freeze=pb.Freeze(user=u, epoch=2))
+                a.call(evict=pb.Evict(user=u, forget=forget))
+            self.assertIn(bob, a.rt._epochs)
+            self.assertNotIn(cy, a.rt._epochs)
+            with a.rt._mu:
+                a.rt._tidy_locked(time.monotonic() + runtime_mod.TOMBSTONE_TTL)
+            self.assertNotIn(bob, a.rt._epochs)
+            self.assertNotIn(bob, a.rt._frozen)
+            self.assertEqual(a.rt._evicted, {})
+        finally:
+            a.rt.close()
 
     def test_version_rule(self):
         a, b = Worker("py-1", {"counter": 1}), Worker("py-2", {"counter": 2})
