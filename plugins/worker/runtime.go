@@ -747,6 +747,11 @@ func (rt *runtime) releaser(ctx context.Context) {
 		case <-rt.freed: // the evictions meanwhile are covered
 		default:
 		}
+		// Two collections: the first moves what the pools kept (the
+		// channel's buffers of the packages that left, sized to them) to
+		// their victim caches, where it still counts as live; the second
+		// frees it, and gives the memory back.
+		goruntime.GC()
 		debug.FreeOSMemory()
 		last = time.Now()
 	}

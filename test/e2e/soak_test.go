@@ -209,27 +209,19 @@ func TestLifecycleSoak(t *testing.T) {
 		return began
 	}
 
-	// The baseline: the stayers typing, stamped as seen, probed (cold);
-	// then a churn of half the size, so that what a worker keeps once in
-	// its life at the high-water mark of its load (the tables of the
-	// messages that park and forget people, its channel's buffers sized to
-	// the largest batch) is in the baseline and not counted as what the
-	// churn left; probed again after the workers' release (warm).
+	// The baseline: the stayers typing, stamped as seen, probed.
 	time.Sleep(5 * time.Second)
-	coldHeap, coldRSS := workers()
+	baseHeap, baseRSS := workers()
+	baseSnap := snapshot()
+	if n := len(users()); n != stayers {
+		t.Fatalf("%d people in the maps before the churn, want the %d stayers", n, stayers)
+	}
 	// Give the workers a probe and a memory release (at most one a 10 s);
 	// the full form waits out the fences of the people who left too
 	// (2 minutes), after which the workers' maps are rebuilt to size.
 	settle := 12 * time.Second
 	if os.Getenv("STICKYD_SOAK") == "full" {
 		settle = 150 * time.Second
-	}
-	churn("warm-up", cookieless/2, visitors/2)
-	time.Sleep(settle)
-	baseHeap, baseRSS := workers()
-	baseSnap := snapshot()
-	if n := len(users()); n != stayers {
-		t.Fatalf("%d people in the maps before the churn, want the %d stayers", n, stayers)
 	}
 	began := churn("churn", cookieless, visitors)
 	forgotten := time.Since(began)
@@ -238,9 +230,7 @@ func TestLifecycleSoak(t *testing.T) {
 	snap := snapshot()
 	t.Logf("forgotten within %v of the churn's start; workers' live heap %d → %d KiB, RSS %d → %d KiB; snapshot %d → %d bytes",
 		forgotten.Round(time.Millisecond), baseHeap>>10, heap>>10, baseRSS>>10, rss>>10, baseSnap, snap)
-	t.Logf("before the warm-up (cold): live heap %d KiB, RSS %d KiB; the end is %+.0f %% and %+.0f %% of it",
-		coldHeap>>10, coldRSS>>10, 100*(float64(heap)/float64(coldHeap)-1), 100*(float64(rss)/float64(coldRSS)-1))
-	t.Logf("against the warm baseline: live heap %+.1f %%, RSS %+.1f %%",
+	t.Logf("against the baseline: live heap %+.1f %%, RSS %+.1f %%",
 		100*(float64(heap)/float64(baseHeap)-1), 100*(float64(rss)/float64(baseRSS)-1))
 	// Within 10 % of the baseline, and half a MiB for the collector's
 	// timing (a worker's baseline here is a few MiB).
