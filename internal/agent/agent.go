@@ -255,6 +255,11 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	a.pool.Parcels = clusterParcels{a}
 	a.pool.ProbeInterval, a.pool.ProbeMisses = duration(a.cfg.Probe.Interval), a.cfg.Probe.Misses
 	a.pool.Woken = a.woken
+	a.offline.discard = func(digest string) {
+		if a.park != nil {
+			_ = a.park.Delete(digest)
+		}
+	}
 	a.pool.Offline = &a.offline
 	if a.tables, err = newTables(a, a.registry); err != nil {
 		return err

@@ -40,6 +40,9 @@ type offlinePark struct {
 type offlineParks struct {
 	mu sync.Mutex
 	m  map[string]offlinePark // by user
+	// discard deletes a package nobody will wake from (set before use;
+	// nil keeps them).
+	discard func(digest string)
 }
 
 func (o *offlineParks) add(p offlinePark) {
@@ -51,10 +54,16 @@ func (o *offlineParks) add(p offlinePark) {
 	o.m[p.User] = p
 }
 
+// drop forgets user's offline park (they woke from a newer package) and
+// deletes its package.
 func (o *offlineParks) drop(user string) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
+	p, ok := o.m[user]
 	delete(o.m, user)
+	o.mu.Unlock()
+	if ok && o.discard != nil {
+		o.discard(p.Package)
+	}
 }
 
 // List implements host.OfflineParks.
@@ -82,8 +91,15 @@ func (o *offlineParks) Take(worker, user string, epoch uint64) (string, bool) {
 	delete(o.m, user)
 	// The maps place them on the same worker, at the epoch of the park or
 	// later (the restart rolled back a move the quorum left open): nothing
-	// newer of them exists than this package.
-	return p.Package, epoch >= p.Epoch
+	// newer of them exists than this package. At an older epoch the package
+	// is not theirs to wake from: it is deleted.
+	if epoch < p.Epoch {
+		if o.discard != nil {
+			go o.discard(p.Package)
+		}
+		return "", false
+	}
+	return p.Package, true
 }
 
 // withLeader is ctx, ended once no leader has been known for leaderGone.
