@@ -97,6 +97,13 @@ soak-lifecycle:
 soak-front:
 	STICKYD_SOAK=full $(GO) test -count=1 -timeout 30m -v -run '^TestFrontAtItsFileLimit$$' ./test/e2e/
 
+## soak-pages: one connection opens 100,000 pages through the front; every
+## open past the page bound is refused with its message, the worker keeps
+## the bound (`make test` runs 2,000).
+.PHONY: soak-pages
+soak-pages:
+	STICKYD_SOAK=full $(GO) test -count=1 -timeout 30m -v -run '^TestPageOpensPastTheBound$$' ./test/e2e/
+
 lint:
 	@out="$$(gofmt -l cmd internal plugins test)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...

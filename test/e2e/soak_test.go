@@ -21,7 +21,7 @@ import (
 
 // soakSizes are the lifecycle soak's figures: the 30 s form in make test,
 // the (100,000 cookieless requests, 5,000 visitors) with
-// STICKYD_SOAK=full (make soak).
+// STICKYD_SOAK=full (make soak-lifecycle).
 func soakSizes() (cookieless, visitors int) {
 	if os.Getenv("STICKYD_SOAK") == "full" {
 		return 100_000, 5_000
