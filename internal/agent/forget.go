@@ -125,7 +125,11 @@ func (f *forgetter) stamp(ctx context.Context, now time.Time) {
 		if !ok || rt.User == "" {
 			continue
 		}
-		if at, ok := f.stampedConns[c]; !ok || now.Sub(at) >= f.every() {
+		// A connection's own time matters only beside another of its
+		// person's: one alone goes with its person, whose time is kept
+		// anyway. So most people cost no connection stamp (a second
+		// connection's arrival has the first stamped at the next sweep).
+		if at, ok := f.stampedConns[c]; (!ok || now.Sub(at) >= f.every()) && f.connsOf(rt.User) > 1 {
 			f.stampedConns[c] = now
 			conns = append(conns, c)
 		}
@@ -159,6 +163,12 @@ func (f *forgetter) stamp(ctx context.Context, now time.Time) {
 		return
 	}
 	f.stampedTotal.Add(float64(len(users)))
+}
+
+// connsOf is how many connections the maps bind to user.
+func (f *forgetter) connsOf(user string) int {
+	u, _ := f.a.sup.User(user)
+	return u.Conns
 }
 
 // sweep forgets the people of this agent's workers not seen for
