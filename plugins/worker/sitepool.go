@@ -108,12 +108,16 @@ func (p *sitePool) submit(j *siteJob) error {
 	return nil
 }
 
-// work serves j, then the waiting requests, until none is left.
+// work serves j, then the waiting requests, until none is left. A job's
+// caller is told it ended only once its goroutine took the next job or left
+// the pool, so a request answered no longer holds a place in it.
 func (p *sitePool) work(j *siteJob) {
 	defer p.wg.Done()
 	for j != nil {
 		j.run()
-		j = p.next()
+		next := p.next()
+		close(j.done)
+		j = next
 	}
 }
 
@@ -144,7 +148,6 @@ func pop(q *[]*siteJob) *siteJob {
 
 func (j *siteJob) run() {
 	j.waited = time.Since(j.since)
-	defer close(j.done)
 	defer func() {
 		if r := recover(); r != nil {
 			j.panicked = &handlerPanic{value: r, stack: debug.Stack()}
