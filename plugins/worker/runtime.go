@@ -770,7 +770,9 @@ func (rt *runtime) probe() *protocol.ProbeReply {
 		// A site request waiting for the pool is a frame waiting too.
 		depth += int64(rt.site.waiting())
 	}
-	rt.tidyLocked(time.Now())
+	if rt.tidyLocked(time.Now()) {
+		rt.released()
+	}
 	cpu, rss := usage()
 	perUser, left := rt.usageLocked()
 	r := &protocol.ProbeReply{

@@ -54,26 +54,36 @@ func (rt *runtime) dropMarksLocked(user string) {
 
 // tidyLocked lets the fences past their time go (those of people who came
 // back are theirs again) and rebuilds the maps that shrank to a quarter
-// of their high-water mark. It runs at each probe.
-func (rt *runtime) tidyLocked(now time.Time) {
+// of their high-water mark. It runs at each probe, and says whether it let
+// many go or rebuilt a map: what they held is then given back (released),
+// as after evictions.
+func (rt *runtime) tidyLocked(now time.Time) (freed bool) {
+	dropped := 0
 	for user, at := range rt.evicted {
 		switch {
 		case len(rt.byUser[user]) > 0 || rt.users[user] != nil:
 			delete(rt.evicted, user) // back here: the marks are live
 		case now.Sub(at) >= tombstoneTTL:
 			rt.dropMarksLocked(user)
+			dropped++
 		}
 	}
 	m := &rt.marks
-	rt.users = shrunk(rt.users, &m.users)
-	rt.conns = shrunk(rt.conns, &m.conns)
-	rt.byUser = shrunk(rt.byUser, &m.byUser)
-	rt.epochs = shrunk(rt.epochs, &m.epochs)
-	rt.frozen = shrunk(rt.frozen, &m.frozen)
-	rt.yields = shrunk(rt.yields, &m.yields)
-	rt.accounts = shrunk(rt.accounts, &m.accounts)
-	rt.evicted = shrunk(rt.evicted, &m.evicted)
+	rebuilt := false
+	rt.users = shrunk(rt.users, &m.users, &rebuilt)
+	rt.conns = shrunk(rt.conns, &m.conns, &rebuilt)
+	rt.byUser = shrunk(rt.byUser, &m.byUser, &rebuilt)
+	rt.epochs = shrunk(rt.epochs, &m.epochs, &rebuilt)
+	rt.frozen = shrunk(rt.frozen, &m.frozen, &rebuilt)
+	rt.yields = shrunk(rt.yields, &m.yields, &rebuilt)
+	rt.accounts = shrunk(rt.accounts, &m.accounts, &rebuilt)
+	rt.evicted = shrunk(rt.evicted, &m.evicted, &rebuilt)
+	return rebuilt || dropped >= releaseTombstones
 }
+
+// releaseTombstones is how many fences let go at one probe are worth a
+// release of the memory they held.
+const releaseTombstones = 256
 
 // mapMarks are the high-water marks of the runtime's maps.
 type mapMarks struct {
@@ -84,8 +94,9 @@ type mapMarks struct {
 const shrinkFloor = 1024
 
 // shrunk returns m, or a copy of it sized to its length once it has
-// fallen to a quarter of its high-water mark (kept in high).
-func shrunk[K comparable, V any](m map[K]V, high *int) map[K]V {
+// fallen to a quarter of its high-water mark (kept in high); it sets
+// *rebuilt when it copied.
+func shrunk[K comparable, V any](m map[K]V, high *int, rebuilt *bool) map[K]V {
 	n := len(m)
 	if n > *high {
 		*high = n
@@ -98,6 +109,6 @@ func shrunk[K comparable, V any](m map[K]V, high *int) map[K]V {
 	for k, v := range m {
 		out[k] = v
 	}
-	*high = n
+	*high, *rebuilt = n, true
 	return out
 }

@@ -52,16 +52,17 @@ func TestShrunkRebuildsEmptiedMaps(t *testing.T) {
 	for i := range 4096 {
 		m[strconv.Itoa(i)] = i
 	}
-	if got := shrunk(m, &high); len(got) != 4096 || high != 4096 {
-		t.Fatalf("growing: len %d, high %d", len(got), high)
+	var rebuilt bool
+	if got := shrunk(m, &high, &rebuilt); len(got) != 4096 || high != 4096 || rebuilt {
+		t.Fatalf("growing: len %d, high %d, rebuilt %v", len(got), high, rebuilt)
 	}
 	for i := 100; i < 4096; i++ {
 		delete(m, strconv.Itoa(i))
 	}
-	got := shrunk(m, &high)
+	got := shrunk(m, &high, &rebuilt)
 	got["marker"] = -1
-	if _, same := m["marker"]; same {
-		t.Fatal("the emptied map was not rebuilt")
+	if _, same := m["marker"]; same || !rebuilt {
+		t.Fatalf("the emptied map was not rebuilt (rebuilt %v)", rebuilt)
 	}
 	if len(got) != 101 || got["99"] != 99 || high != 100 {
 		t.Fatalf("rebuilt: len %d, got[99] %d, high %d", len(got), got["99"], high)
@@ -70,7 +71,8 @@ func TestShrunkRebuildsEmptiedMaps(t *testing.T) {
 	small, h := map[string]int{"a": 1}, 0
 	small["b"] = 2
 	delete(small, "b")
-	if shrunk(small, &h)["a"] != 1 {
+	rebuilt = false
+	if shrunk(small, &h, &rebuilt)["a"] != 1 || rebuilt {
 		t.Fatal("a small map changed")
 	}
 }
@@ -89,7 +91,9 @@ func TestMapsEmptiedBetweenProbesAreRebuilt(t *testing.T) {
 	for i := range 4096 {
 		delete(rt.users, "u"+strconv.Itoa(i))
 	}
-	rt.tidyLocked(time.Now())
+	if !rt.tidyLocked(time.Now()) {
+		t.Fatal("a probe that rebuilt a map did not ask for the memory to be given back")
+	}
 	rt.users["marker"] = nil
 	if _, same := before["marker"]; same {
 		t.Fatal("the users map that grew to 4,096 and emptied between probes was kept with its buckets")

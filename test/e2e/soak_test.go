@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -93,6 +94,10 @@ func TestLifecycleSoak(t *testing.T) {
 	}()
 
 	users := p.users
+	// With STICKYD_BENCH_WORKER_HEAPPROFILE set, each probe of the
+	// workers' memory also signals them to write what they hold (a heap
+	// profile and the runtime's memory classes, benchkit.HeapProfileOnSignal).
+	dumps := os.Getenv("STICKYD_BENCH_WORKER_HEAPPROFILE") != ""
 	workers := func() (heap, rss uint64) {
 		code, body := adminCallAt(t, p.admin, "GET", "/v1/workers?local=true", testToken)
 		if code != 200 {
@@ -105,6 +110,9 @@ func TestLifecycleSoak(t *testing.T) {
 		for _, w := range ws {
 			heap += w.HeapBytes
 			rss += w.RSSBytes
+			if dumps && w.Pid > 0 {
+				_ = syscall.Kill(w.Pid, syscall.SIGUSR1)
+			}
 		}
 		return heap, rss
 	}

@@ -3,30 +3,70 @@
 package benchkit
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/signal"
 	goruntime "runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 )
 
 // HeapProfileOnSignal writes a heap profile to prefix.PID.N at every
-// SIGUSR1 this process receives, after a collection.
+// SIGUSR1 this process receives, after a collection, and beside it
+// prefix.PID.N.mem: the runtime's memory classes and the process's
+// /proc/self/status memory lines, after the memory is given back. With
+// STICKYD_BENCH_MEMONLY=1 it writes the second alone and leaves the
+// sampling rate of profiles as it is (a finer rate costs memory itself).
 func HeapProfileOnSignal(prefix string) {
-	goruntime.MemProfileRate = 16 << 10
+	memOnly := os.Getenv("STICKYD_BENCH_MEMONLY") == "1"
+	if !memOnly {
+		goruntime.MemProfileRate = 16 << 10
+	}
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, syscall.SIGUSR1)
 	go func() {
 		for n := 0; ; n++ {
 			<-ch
 			goruntime.GC()
-			out, err := os.Create(fmt.Sprintf("%s.%d.%d", prefix, os.Getpid(), n))
-			if err != nil {
-				continue
+			name := fmt.Sprintf("%s.%d.%d", prefix, os.Getpid(), n)
+			if !memOnly {
+				if out, err := os.Create(name); err == nil {
+					_ = pprof.Lookup("heap").WriteTo(out, 0)
+					out.Close()
+				}
 			}
-			_ = pprof.Lookup("heap").WriteTo(out, 0)
-			out.Close()
+			debug.FreeOSMemory()
+			_ = os.WriteFile(name+".mem", memClasses(), 0o644)
 		}
 	}()
+}
+
+// memClasses is the runtime's memory classes in bytes, a line each, then
+// the Vm and Rss lines of /proc/self/status.
+func memClasses() []byte {
+	var b bytes.Buffer
+	var samples []metrics.Sample
+	for _, d := range metrics.All() {
+		if strings.HasPrefix(d.Name, "/memory/classes/") || d.Name == "/gc/heap/live:bytes" {
+			samples = append(samples, metrics.Sample{Name: d.Name})
+		}
+	}
+	metrics.Read(samples)
+	for _, s := range samples {
+		if s.Value.Kind() == metrics.KindUint64 {
+			fmt.Fprintf(&b, "%s %d\n", s.Name, s.Value.Uint64())
+		}
+	}
+	if st, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, l := range strings.Split(string(st), "\n") {
+			if strings.HasPrefix(l, "Rss") || strings.HasPrefix(l, "VmRSS") {
+				b.WriteString(l + "\n")
+			}
+		}
+	}
+	return b.Bytes()
 }
