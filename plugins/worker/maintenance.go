@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stickyd/stickyd/internal/protocol"
@@ -99,6 +100,9 @@ type maintenance struct {
 	changed  chan struct{} // closed and replaced on every change
 	waiting  map[string]int64
 	timedOut map[string]uint64
+	// open counts the backends in maintenance: a message is looked into
+	// for what it needs only while some window is open.
+	open atomic.Int32
 }
 
 func newMaintenance() *maintenance {
@@ -118,6 +122,7 @@ func (m *maintenance) set(n *protocol.Maintenance) {
 	for _, b := range n.Backends {
 		m.active[b.Name] = b
 	}
+	m.open.Store(int32(len(m.active)))
 	close(m.changed)
 	m.changed = make(chan struct{})
 }

@@ -85,7 +85,10 @@ type runtime struct {
 	stateRefused atomic.Uint64
 	// pagesRefused counts the page opens refused past a page-count bound.
 	pagesRefused atomic.Uint64
-	wg           sync.WaitGroup // running mailboxes, new-connection frames, checkpoint rounds
+	wg           sync.WaitGroup // mailbox runners, new-connection frames, checkpoint rounds
+	// runq hands a mailbox to an idle runner (runMailbox); unbuffered, so
+	// a mailbox is only ever handed to a runner waiting for one.
+	runq chan *user
 }
 
 // user is one person in this worker, with a mailbox that runs their frames
@@ -205,15 +208,61 @@ func (u *user) enqueue(env *protocol.Envelope) {
 	u.running = true
 	u.mu.Unlock()
 	if start {
-		u.rt.wg.Add(1)
-		go u.run()
+		u.rt.runMailbox(u)
 	}
 }
 
-// run drains the mailbox; it exits when the mailbox is empty, so an idle
-// person costs no goroutine and no map entry (their sessions stay in conns).
+// runnerIdle is how long a mailbox runner with nothing to run waits for
+// the next mailbox before it exits.
+const runnerIdle = 5 * time.Second
+
+// runMailbox hands u to an idle runner, or starts one. Runners outlive the
+// mailboxes they drain by runnerIdle: a busy worker keeps a few goroutines
+// whose stacks have grown to what frames need, instead of a new goroutine
+// (and its stack's growth) for each frame of a person who waits between
+// frames; an idle worker keeps none.
+func (rt *runtime) runMailbox(u *user) {
+	select {
+	case rt.runq <- u:
+		return
+	default:
+	}
+	rt.wg.Add(1)
+	go rt.runner(u)
+}
+
+// runner drains mailboxes, one at a time, until none comes for runnerIdle
+// or the worker stops.
+func (rt *runtime) runner(u *user) {
+	defer rt.wg.Done()
+	idle := time.NewTimer(runnerIdle)
+	defer idle.Stop()
+	var stop <-chan struct{}
+	if rt.ctx != nil {
+		stop = rt.ctx.Done()
+	}
+	for {
+		u.run()
+		idle.Reset(runnerIdle)
+		select {
+		case u = <-rt.runq:
+		case <-idle.C:
+			return
+		case <-stop:
+			// A mailbox handed over before the stop still runs.
+			select {
+			case u = <-rt.runq:
+				continue
+			default:
+			}
+			return
+		}
+	}
+}
+
+// run drains the mailbox; it returns when the mailbox is empty, so an idle
+// person holds no runner and no map entry (their sessions stay in conns).
 func (u *user) run() {
-	defer u.rt.wg.Done()
 	for {
 		u.rt.mu.Lock()
 		u.mu.Lock()
@@ -460,8 +509,13 @@ func (rt *runtime) frame(f *protocol.Frame, id uint64) (*protocol.FrameReply, er
 	case *protocol.Frame_Open:
 		return rt.open(ctx, s, k.Open)
 	case *protocol.Frame_Message:
-		if err := rt.awaitBackends(ctx, f.User, rt.needs.ForMessage(k.Message.GetData())); err != nil {
-			return nil, err
+		// A message is looked into for what it needs only while a window
+		// is open: a message that arrives before the window's notice is not
+		// held either way.
+		if rt.maint != nil && rt.maint.open.Load() > 0 {
+			if err := rt.awaitBackends(ctx, f.User, rt.needs.ForMessage(k.Message.GetData())); err != nil {
+				return nil, err
+			}
 		}
 		return rt.message(ctx, s, k.Message)
 	case *protocol.Frame_Pull:

@@ -86,6 +86,7 @@ func serveConn(ctx context.Context, app App, opts Options, c channel.Conn, hello
 		maint:    newMaintenance(),
 		freed:    make(chan struct{}, 1),
 		maxBody:  maxSiteBody,
+		runq:     make(chan *user),
 	}
 	if d, ok := app.(Dependent); ok {
 		rt.needs = d.Needs()

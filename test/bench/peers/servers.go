@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -64,6 +65,16 @@ func serveRole(role string, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// STICKYD_PEERS_CPUPROFILE=PREFIX writes a CPU profile of each server
+	// process, from its start to its stop, to PREFIX.ROLE.PID (the worker
+	// subprocesses take STICKYD_BENCH_WORKER_CPUPROFILE).
+	if prefix := os.Getenv("STICKYD_PEERS_CPUPROFILE"); prefix != "" {
+		out, err := os.Create(fmt.Sprintf("%s.%s.%d", prefix, role, os.Getpid()))
+		if err == nil && pprof.StartCPUProfile(out) == nil {
+			defer out.Close()
+			defer pprof.StopCPUProfile()
+		}
+	}
 	err := runRole(ctx, stdout, func(ctx context.Context) (string, func(), error) {
 		switch role {
 		case roleStickyd:
