@@ -210,3 +210,101 @@ func TestPeerCorrelatesAndFailsPending(t *testing.T) {
 		t.Fatal("Start on a stopped peer succeeded")
 	}
 }
+
+// Then hands a call's reply to a function, whether the reply came before
+// Then or after it, and the peer's end too; an abandoned call's function
+// is never called, even when its reply comes.
+func TestCallThenAndAbandon(t *testing.T) {
+	a, b := Pipe()
+	hold := make(chan uint64, 8)
+	var server *Peer
+	server = NewIdlePeer(b, func(env *protocol.Envelope) {
+		if env.GetProbe() != nil {
+			hold <- env.Id // the test says when to answer
+		}
+	})
+	server.Listen()
+	client := NewPeer(a, nil)
+	answer := func(id uint64) {
+		if err := server.Reply(id, &protocol.Envelope{Body: &protocol.Envelope_ProbeReply{ProbeReply: &protocol.ProbeReply{Frames: id}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probe := func() *Call {
+		c, err := client.Start(&protocol.Envelope{Body: &protocol.Envelope_Probe{Probe: &protocol.Probe{}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	type got struct {
+		env *protocol.Envelope
+		err error
+	}
+	then := func(c *Call) chan got {
+		ch := make(chan got, 2)
+		c.Then(func(env *protocol.Envelope, err error) { ch <- got{env, err} })
+		return ch
+	}
+	wait := func(ch chan got, id uint64) {
+		t.Helper()
+		select {
+		case g := <-ch:
+			if g.err != nil || g.env.GetProbeReply().GetFrames() != id {
+				t.Fatalf("call %d: %+v %v", id, g.env, g.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("call %d: Then's function never called", id)
+		}
+	}
+
+	// The reply after Then.
+	c1 := probe()
+	ch1 := then(c1)
+	answer(<-hold)
+	wait(ch1, c1.id)
+
+	// The reply before Then: it waits in the call for Then.
+	c2 := probe()
+	answer(<-hold)
+	for client.Pending() > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	wait(then(c2), c2.id)
+
+	// Abandoned while waiting: the late reply is dropped.
+	c3 := probe()
+	ch3 := then(c3)
+	id3 := <-hold
+	if !c3.Abandon() {
+		t.Fatal("Abandon of a waiting call reported it settled")
+	}
+	answer(id3)
+	// A call after it, answered, proves the read loop passed the late reply.
+	c4 := probe()
+	ch4 := then(c4)
+	answer(<-hold)
+	wait(ch4, c4.id)
+	select {
+	case g := <-ch3:
+		t.Fatalf("an abandoned call's function was called: %+v", g)
+	default:
+	}
+	if c4.Abandon() {
+		t.Fatal("Abandon of a settled call reported it waiting")
+	}
+
+	// The peer's end fails a waiting call through Then.
+	c5 := probe()
+	ch5 := then(c5)
+	<-hold
+	server.Close()
+	select {
+	case g := <-ch5:
+		if g.err == nil {
+			t.Fatalf("a call outlived its peer: %+v", g.env)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the peer's end never reached Then's function")
+	}
+}

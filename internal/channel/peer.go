@@ -66,6 +66,81 @@ type Call struct {
 	// undigested says the reply's package is not hashed as it arrives
 	// (DigestPackages): a precopy's.
 	undigested bool
+
+	mu sync.Mutex // guards settled, then and abandoned
+	// settled is set once the reply (or the peer's end) has been handed
+	// on, to reply or to then.
+	settled   bool
+	then      func(*protocol.Envelope, error)
+	abandoned bool
+}
+
+// settle hands on the call's reply (ok false: the peer stopped), once:
+// to the function given to Then if there is one, else to Wait.
+func (c *Call) settle(env *protocol.Envelope, ok bool) {
+	c.mu.Lock()
+	if c.settled {
+		c.mu.Unlock()
+		return
+	}
+	c.settled = true
+	fn := c.then
+	if fn == nil {
+		if ok {
+			c.reply <- env // buffered: never blocks
+		} else {
+			close(c.reply)
+		}
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	fn(c.result(env, ok))
+}
+
+func (c *Call) result(env *protocol.Envelope, ok bool) (*protocol.Envelope, error) {
+	if !ok {
+		return nil, c.p.Err()
+	}
+	if e := env.GetError(); e != nil {
+		return nil, &RemoteError{Code: e.Code, Message: e.Message, Kind: e.Kind}
+	}
+	return env, nil
+}
+
+// Then has fn called with the reply instead of waiting for it: at once if
+// it is here already, else from the Peer's read loop when it arrives (or
+// when the peer stops), so fn must not block. Use Then or Wait, not both;
+// Abandon gives the call up.
+func (c *Call) Then(fn func(*protocol.Envelope, error)) {
+	c.mu.Lock()
+	if c.abandoned {
+		c.mu.Unlock()
+		return
+	}
+	if c.settled {
+		c.mu.Unlock()
+		env, ok := <-c.reply // here or closed: never blocks
+		fn(c.result(env, ok))
+		return
+	}
+	c.then = fn
+	c.mu.Unlock()
+}
+
+// Abandon gives the call up: a late reply is dropped. It reports whether
+// the call was still waiting, in which case the function given to Then is
+// never called.
+func (c *Call) Abandon() bool {
+	c.p.forget(c.id)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.abandoned = true
+	if c.settled {
+		return false
+	}
+	c.settled = true
+	return true
 }
 
 // Start sends env as a request and returns at once; envelopes started from one
@@ -94,13 +169,7 @@ func (p *Peer) Start(env *protocol.Envelope) (*Call, error) {
 func (c *Call) Wait(ctx context.Context) (*protocol.Envelope, error) {
 	select {
 	case env, ok := <-c.reply:
-		if !ok {
-			return nil, c.p.Err()
-		}
-		if e := env.GetError(); e != nil {
-			return nil, &RemoteError{Code: e.Code, Message: e.Message, Kind: e.Kind}
-		}
-		return env, nil
+		return c.result(env, ok)
 	case <-ctx.Done():
 		c.p.forget(c.id)
 		return nil, ctx.Err()
@@ -210,10 +279,10 @@ func (p *Peer) readLoop() {
 		case c != nil && later != nil:
 			go func() {
 				later()
-				c.reply <- env
+				c.settle(env, true)
 			}()
 		case c != nil:
-			c.reply <- env
+			c.settle(env, true)
 		}
 	}
 }
@@ -226,7 +295,7 @@ func (p *Peer) stop(err error) {
 		p.pending = nil
 		p.mu.Unlock()
 		for _, c := range pending {
-			close(c.reply)
+			c.settle(nil, false)
 		}
 		p.conn.Close()
 		close(p.done)

@@ -12,19 +12,21 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/stickyd/stickyd/internal/placement"
+	"github.com/stickyd/stickyd/internal/protocol"
 )
 
 // wsConn is one browser WebSocket. Three goroutines own it: the reader
-// (reads ops, hands them to the sender in order), the sender (routes each op,
-// holding it on the barrier while its person moves, and resends in order
-// what a worker refused with MOVED) and the writer (writes answers, pings).
-// Each frame in flight has a small goroutine that waits for its answer.
+// (reads ops, hands them to the sender in order), the sender (routes each
+// op, holding it on the barrier while its person moves, and resends in order
+// what a worker refused with MOVED) and the writer (encodes and writes
+// answers, pings). A frame in flight costs no goroutine: its answer is queued for
+// the writer from the channel's read loop (channel.Call.Then), and the
+// writer encodes it.
 type wsConn struct {
 	f    *Front
 	ws   *websocket.Conn
 	conn string
-	in   chan *op    // reader → sender, in socket order
-	out  chan []byte // answers → writer
+	in   chan *op // reader → sender, in socket order
 	ctx  context.Context
 	stop context.CancelFunc
 	// cookieIssued is when the page's cookie was issued, as far as this
@@ -35,12 +37,26 @@ type wsConn struct {
 	wg       sync.WaitGroup
 	once     sync.Once
 
+	outMu sync.Mutex // guards outq
+	// outq holds the answers waiting for the writer, at most
+	// Config.SendQueue; an idle socket holds none.
+	outq []outbound
+	wake chan struct{} // a token when outq gets something
+
 	mu      sync.Mutex // guards flights and nextSeq
 	flights map[uint64]*flight
 	nextSeq uint64
 	// changed gets a token whenever a flight ends or is refused with MOVED.
 	changed chan struct{}
 	epoch   uint64 // the epoch the sender last sent at; sender only
+}
+
+// outbound is an answer waiting for the writer: an answer made here, or a
+// worker's reply to encode.
+type outbound struct {
+	a   *answer
+	id  uint64
+	rep *protocol.FrameReply
 }
 
 // flight is a frame in flight, in socket order.
@@ -75,7 +91,7 @@ func (f *Front) serveWS(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := context.WithCancel(f.root)
 	c := &wsConn{f: f, ws: ws, conn: conn, ctx: ctx, stop: cancel, cookieIssued: issued,
-		in: make(chan *op, f.cfg.SendQueue), out: make(chan []byte, f.cfg.SendQueue),
+		in: make(chan *op, f.cfg.SendQueue), wake: make(chan struct{}, 1),
 		flights: map[uint64]*flight{}, changed: make(chan struct{}, 1)}
 	ws.SetReadLimit(f.cfg.MaxMessageBytes)
 	defer f.cfg.Activity.opened(conn)()
@@ -271,8 +287,8 @@ func (c *wsConn) resendMoved() {
 	}
 }
 
-// launch sends a flight's frame to rt and waits for its answer in the
-// background.
+// launch sends a flight's frame to rt; its answer comes back through
+// settled, from the channel's read loop, or when the frame's time is up.
 func (c *wsConn) launch(fl *flight, rt placement.Route) {
 	fr, extra, _ := fl.o.frame()
 	stamp(fr, rt)
@@ -287,32 +303,42 @@ func (c *wsConn) launch(fl *flight, rt placement.Route) {
 	c.mu.Lock()
 	c.flights[fl.seq] = fl
 	c.mu.Unlock()
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		defer cancel()
-		env, err := call.Wait(ctx)
-		c.mu.Lock()
-		if isMoved(err) {
-			fl.moved = true
-		} else {
-			delete(c.flights, fl.seq)
+	// The frame's deadline, or the socket's end, gives the call up.
+	stop := context.AfterFunc(ctx, func() {
+		if call.Abandon() {
+			c.settled(fl, nil, ctx.Err())
 		}
-		c.mu.Unlock()
-		c.signal()
-		switch {
-		case isMoved(err):
-			return // the sender resends it
-		case err != nil:
-			if c.ctx.Err() == nil {
-				c.send(errAnswer(fl.o.ID, frameErr(err)))
-			}
-		case env.GetFrameReply() == nil:
-			c.send(errAnswer(fl.o.ID, errors.New("worker answered with an unexpected envelope")))
-		default:
-			c.send(toAnswer(fl.o.ID, env.GetFrameReply()))
+	})
+	call.Then(func(env *protocol.Envelope, err error) {
+		stop()
+		cancel()
+		c.settled(fl, env, err)
+	})
+}
+
+// settled ends a flight with its worker's answer. It runs on the channel's
+// read loop: it only takes locks held briefly and queues for the writer.
+func (c *wsConn) settled(fl *flight, env *protocol.Envelope, err error) {
+	c.mu.Lock()
+	if isMoved(err) {
+		fl.moved = true
+	} else {
+		delete(c.flights, fl.seq)
+	}
+	c.mu.Unlock()
+	c.signal()
+	switch {
+	case isMoved(err):
+		// The sender resends it.
+	case err != nil:
+		if c.ctx.Err() == nil {
+			c.send(errAnswer(fl.o.ID, frameErr(err)))
 		}
-	}()
+	case env.GetFrameReply() == nil:
+		c.send(errAnswer(fl.o.ID, errors.New("worker answered with an unexpected envelope")))
+	default:
+		c.queue(outbound{id: fl.o.ID, rep: env.GetFrameReply()})
+	}
 }
 
 func (c *wsConn) signal() {
@@ -322,22 +348,19 @@ func (c *wsConn) signal() {
 	}
 }
 
-// send queues an answer for the writer. A client too slow to take its
+// send queues an answer for the writer.
+func (c *wsConn) send(a *answer) { c.queue(outbound{a: a}) }
+
+// queue hands an answer to the writer. A client too slow to take its
 // answers is closed (1013) rather than allowed to hold memory or block
 // anyone else.
-func (c *wsConn) send(a *answer) {
-	b, err := json.Marshal(a)
-	if err != nil {
-		c.f.log.Error("encoding answer", "error", err)
-		return
-	}
+func (c *wsConn) queue(o outbound) {
 	if c.ctx.Err() != nil {
 		return // closed: the answers still arriving have nowhere to go
 	}
-	select {
-	case c.out <- b:
-	case <-c.ctx.Done():
-	default:
+	c.outMu.Lock()
+	if len(c.outq) >= c.f.cfg.SendQueue {
+		c.outMu.Unlock()
 		// Once: answers racing to this point find the socket closing.
 		c.slowOnce.Do(func() {
 			c.f.log.Warn("closing a WebSocket too slow to read its answers", "conn", c.conn)
@@ -347,7 +370,42 @@ func (c *wsConn) send(a *answer) {
 				time.Now().Add(time.Second))
 			_ = c.ws.Close()
 		})
+		return
 	}
+	c.outq = append(c.outq, o)
+	c.outMu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take swaps the queued answers for the writer's emptied batch.
+func (c *wsConn) take(batch []outbound) []outbound {
+	clear(batch)
+	c.outMu.Lock()
+	q := c.outq
+	if cap(batch) > 64 {
+		batch = nil // a burst's backing array goes with the burst
+	}
+	c.outq = batch[:0]
+	c.outMu.Unlock()
+	return q
+}
+
+// write encodes and writes one answer.
+func (c *wsConn) write(o outbound) error {
+	a := o.a
+	if a == nil {
+		a = toAnswer(o.id, o.rep)
+	}
+	b, err := json.Marshal(a)
+	if err != nil {
+		c.f.log.Error("encoding answer", "error", err)
+		return nil
+	}
+	_ = c.ws.SetWriteDeadline(time.Now().Add(c.f.cfg.WriteTimeout))
+	return c.ws.WriteMessage(websocket.TextMessage, b)
 }
 
 // renewNotice tells a page its cookie is due for renewal.
@@ -358,13 +416,16 @@ func (c *wsConn) writeLoop() {
 	ping := time.NewTicker(c.f.cfg.PingInterval)
 	defer ping.Stop()
 	defer c.ws.Close()
+	var batch []outbound
 	for {
 		select {
-		case b := <-c.out:
-			_ = c.ws.SetWriteDeadline(time.Now().Add(c.f.cfg.WriteTimeout))
-			if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
-				c.close()
-				return
+		case <-c.wake:
+			batch = c.take(batch)
+			for _, o := range batch {
+				if err := c.write(o); err != nil {
+					c.close()
+					return
+				}
 			}
 		case <-ping.C:
 			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.f.cfg.WriteTimeout)); err != nil {
