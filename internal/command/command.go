@@ -30,7 +30,14 @@ func Run(args []string, builtins map[string]agent.Builtin) int {
 
 // RunWith runs the command line with the given UI (tests pass a mock).
 func RunWith(args []string, ui cli.Ui, builtins map[string]agent.Builtin) int {
-	meta := Meta{UI: ui, Builtins: builtins}
+	return RunApp(args, ui, builtins, "")
+}
+
+// RunApp runs the command line of a binary built around one application:
+// app, one of builtins, is what stickyd dev runs unless told otherwise
+// ("" for the demo).
+func RunApp(args []string, ui cli.Ui, builtins map[string]agent.Builtin, app string) int {
+	meta := Meta{UI: ui, Builtins: builtins, DevApp: app}
 	// Help and usage errors are gathered and handed to the UI once the
 	// command returns, so they go where every other message goes (and a
 	// test's MockUi sees them). cli renders help in several writes, so
@@ -120,6 +127,8 @@ func RunWith(args []string, ui cli.Ui, builtins map[string]agent.Builtin) int {
 type Meta struct {
 	UI       cli.Ui
 	Builtins map[string]agent.Builtin
+	// DevApp is the builtin stickyd dev runs by default ("" for demo).
+	DevApp string
 }
 
 // flagSet returns a FlagSet whose errors and usage go to the UI.

@@ -28,7 +28,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"dev", "-workers", "0"}, 1, "", "want 1 to 256"},
 		{[]string{"dev", "-log-level", "loud"}, 1, "", "unknown log level"},
 		{[]string{"dev", "stray"}, 1, "", "unexpected arguments"},
-		{[]string{"dev"}, 1, "", "no builtin demo"},
+		{[]string{"dev"}, 1, "", "no application compiled in"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

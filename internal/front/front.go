@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -253,7 +254,10 @@ func New(cfg Config) (*Front, error) {
 		cfg.Registry.MustRegister(f.cookieChecks, f.cookieRenewals)
 	}
 	f.root, f.shutdown = context.WithCancel(context.Background())
-	f.upgrader = websocket.Upgrader{ReadBufferSize: 4096, WriteBufferSize: 4096}
+	// An idle WebSocket holds a small read buffer and no write buffer: a
+	// write takes one from the pool for its length (a page's ops are small;
+	// a larger message is read through the buffer, not into it).
+	f.upgrader = websocket.Upgrader{ReadBufferSize: wsReadBuffer, WriteBufferSize: wsWriteBuffer, WriteBufferPool: &sync.Pool{}}
 	f.mux = http.NewServeMux()
 	f.mux.HandleFunc("GET "+Prefix+"health", f.handle(f.health))
 	f.mux.HandleFunc("GET "+Prefix+"client.js", f.clientJS)
@@ -477,6 +481,13 @@ func (f *Front) call(ctx context.Context, worker string, fr *protocol.Frame, tim
 // maintenanceRetryAfter is the Retry-After (seconds) of a request refused
 // after waiting past a maintenance window's max wait.
 const maintenanceRetryAfter = 5
+
+// The WebSocket's buffers: read, held for the socket's life, and write,
+// taken from a pool for each message.
+const (
+	wsReadBuffer  = 1024
+	wsWriteBuffer = 4096
+)
 
 // frameErr turns a dispatch error into what the client is told.
 func frameErr(err error) error {

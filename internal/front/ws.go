@@ -7,48 +7,55 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
 
+	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/placement"
 	"github.com/stickyd/stickyd/internal/protocol"
 )
 
-// wsConn is one browser WebSocket. Three goroutines own it: the reader
-// (reads ops, hands them to the sender in order), the sender (routes each
-// op, holding it on the barrier while its person moves, and resends in order
-// what a worker refused with MOVED) and the writer (encodes and writes
-// answers, pings). A frame in flight costs no goroutine: its answer is queued for
-// the writer from the channel's read loop (channel.Call.Then), and the
-// writer encodes it.
+// wsConn is one browser WebSocket. An idle one holds one goroutine, its
+// reader, parked in a read. The reader reads ops and routes each one in
+// socket order, holding it on the barrier while its person moves. A frame in
+// flight costs no goroutine: its answer is queued from the channel's read
+// loop (channel.Call.Then). A writer goroutine runs while answers or a ping
+// wait to be written, and a resender while frames a worker refused with
+// MOVED wait to be sent again.
 type wsConn struct {
 	f    *Front
 	ws   *websocket.Conn
 	conn string
-	in   chan *op // reader → sender, in socket order
 	ctx  context.Context
 	stop context.CancelFunc
-	// cookieIssued is when the page's cookie was issued, as far as this
-	// socket knows; writer only.
-	cookieIssued time.Time
 	// slowOnce closes a client too slow to read its answers, once.
 	slowOnce sync.Once
-	wg       sync.WaitGroup
 	once     sync.Once
+	// sendMu is held by whoever routes and sends frames, the reader or
+	// the resender, so frames leave in socket order.
+	sendMu    sync.Mutex
+	resending atomic.Bool
+	ping      *time.Timer
 
-	outMu sync.Mutex // guards outq
+	outMu sync.Mutex // guards outq, pingDue, writing, closed, cookieIssued
 	// outq holds the answers waiting for the writer, at most
 	// Config.SendQueue; an idle socket holds none.
-	outq []outbound
-	wake chan struct{} // a token when outq gets something
+	outq    []outbound
+	pingDue bool
+	writing bool // a writer goroutine runs
+	closed  bool
+	// cookieIssued is when the page's cookie was issued, as far as this
+	// socket knows.
+	cookieIssued time.Time
 
 	mu      sync.Mutex // guards flights and nextSeq
 	flights map[uint64]*flight
 	nextSeq uint64
 	// changed gets a token whenever a flight ends or is refused with MOVED.
 	changed chan struct{}
-	epoch   uint64 // the epoch the sender last sent at; sender only
+	epoch   uint64 // the epoch frames were last sent at; under sendMu
 }
 
 // outbound is an answer waiting for the writer: an answer made here, or a
@@ -65,6 +72,8 @@ type flight struct {
 	o     *op
 	epoch uint64
 	moved bool
+	call  *channel.Call // set once sent; under wsConn.mu
+	timer *time.Timer   // its deadline
 }
 
 func (f *Front) serveWS(w http.ResponseWriter, r *http.Request) error {
@@ -91,41 +100,73 @@ func (f *Front) serveWS(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := context.WithCancel(f.root)
 	c := &wsConn{f: f, ws: ws, conn: conn, ctx: ctx, stop: cancel, cookieIssued: issued,
-		in: make(chan *op, f.cfg.SendQueue), wake: make(chan struct{}, 1),
 		flights: map[uint64]*flight{}, changed: make(chan struct{}, 1)}
 	ws.SetReadLimit(f.cfg.MaxMessageBytes)
-	defer f.cfg.Activity.opened(conn)()
-	c.wg.Add(2)
-	go c.writeLoop()
-	go c.sendLoop()
-	c.readLoop()
-	c.close()
-	c.wg.Wait()
+	c.ping = time.AfterFunc(f.cfg.PingInterval, c.pingTime)
+	// The socket lives on in a goroutine of its own, and the handler
+	// returns: net/http then lets go of the request and of its connection's
+	// buffers, which a hijacked connection no longer uses, and the reader
+	// starts on a small stack.
+	go c.serve(f.cfg.Activity.opened(conn))
 	return nil
 }
 
+// serve reads the socket until it ends; closed says the socket is gone to
+// the activity record.
+func (c *wsConn) serve(closed func()) {
+	defer closed()
+	// The socket's end, whoever calls it (a read or write error, a slow
+	// client, the front's shutdown), closes it.
+	stopClosing := context.AfterFunc(c.ctx, c.closeSocket)
+	defer stopClosing()
+	c.readLoop()
+	c.close()
+	c.closeSocket()
+}
+
+// close ends the socket's context: its calls are given up and it closes.
 func (c *wsConn) close() {
 	c.once.Do(func() {
 		c.stop()
 	})
 }
 
-// readLoop reads ops and hands them to the sender in order. When the sender
-// falls behind (a person moving, a slow worker), the reader blocks and TCP
-// pushes back on this client only.
+// closeSocket says goodbye and closes the socket; no writer starts after.
+func (c *wsConn) closeSocket() {
+	c.outMu.Lock()
+	already := c.closed
+	c.closed = true
+	c.outq = nil
+	c.outMu.Unlock()
+	if already {
+		return
+	}
+	if c.ping != nil {
+		c.ping.Stop()
+	}
+	c.abandonFlights()
+	_ = c.ws.WriteControl(websocket.CloseMessage,
+		websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	_ = c.ws.Close()
+}
+
+// readLoop reads ops and routes them in order. While an op waits (a person
+// moving, a slow worker) the reader does not read, and TCP pushes back on
+// this client only.
 func (c *wsConn) readLoop() {
 	pongWait := 2*c.f.cfg.PingInterval + c.f.cfg.WriteTimeout
-	_ = c.ws.SetReadDeadline(time.Now().Add(pongWait))
 	c.ws.SetPongHandler(func(string) error {
 		return c.ws.SetReadDeadline(time.Now().Add(pongWait))
 	})
 	for {
+		// Set before each read: an op that waited on a move must not
+		// leave the next read with a deadline gone by.
+		_ = c.ws.SetReadDeadline(time.Now().Add(pongWait))
 		kind, msg, err := c.ws.ReadMessage()
 		if err != nil {
 			// gorilla has already sent 1009 for an oversize message.
 			return
 		}
-		_ = c.ws.SetReadDeadline(time.Now().Add(pongWait))
 		if kind != websocket.TextMessage {
 			c.send(errAnswer(0, &HTTPError{Status: http.StatusBadRequest, Message: "ops are JSON text messages"}))
 			continue
@@ -141,30 +182,37 @@ func (c *wsConn) readLoop() {
 			c.send(errAnswer(o.ID, errRateLimited))
 			continue
 		}
-		select {
-		case c.in <- &o:
-		case <-c.ctx.Done():
+		// Before anything new goes out, frames refused with MOVED are
+		// resent, oldest first, so a page's ops reach its person's new
+		// home in the order the page sent them.
+		c.sendMu.Lock()
+		c.resendMoved()
+		c.dispatch(&o)
+		c.sendMu.Unlock()
+		if c.ctx.Err() != nil {
 			return
 		}
 	}
 }
 
-// sendLoop routes ops in socket order. Before anything new goes out, frames
-// refused with MOVED are resent, oldest first, so a page's ops reach its
-// person's new home in the order the page sent them.
-func (c *wsConn) sendLoop() {
-	defer c.wg.Done()
-	for {
-		select {
-		case o := <-c.in:
-			c.resendMoved()
-			c.dispatch(o)
-		case <-c.changed:
-			c.resendMoved()
-		case <-c.ctx.Done():
-			return
-		}
+// resendSoon starts a resender unless one runs: frames refused with MOVED
+// go out again without waiting for the page's next op.
+func (c *wsConn) resendSoon() {
+	if !c.resending.CompareAndSwap(false, true) {
+		return
 	}
+	go func() {
+		for {
+			c.sendMu.Lock()
+			c.resendMoved()
+			c.sendMu.Unlock()
+			c.resending.Store(false)
+			// A refusal between the resend and the flag is ours to send.
+			if !c.hasMoved() || c.ctx.Err() != nil || !c.resending.CompareAndSwap(false, true) {
+				return
+			}
+		}
+	}()
 }
 
 // dispatch checks an op, waits out a move, and sends it.
@@ -197,6 +245,11 @@ func (c *wsConn) dispatch(o *op) {
 // sent at an older epoch to be answered or refused: nothing new may overtake
 // a frame that might still have to be resent.
 func (c *wsConn) routeAfterOlder(minEpoch uint64) (placement.Route, error) {
+	// The common case, with nothing to wait for: the person stays where
+	// the last frame went.
+	if rt, ok := c.f.cfg.Directory.Lookup(c.conn); ok && !rt.Moving && rt.Epoch >= minEpoch && rt.Epoch == c.epoch {
+		return rt, nil
+	}
 	ctx, cancel := context.WithTimeout(c.ctx, c.f.cfg.FrameTimeout)
 	defer cancel()
 	for {
@@ -293,27 +346,48 @@ func (c *wsConn) launch(fl *flight, rt placement.Route) {
 	fr, extra, _ := fl.o.frame()
 	stamp(fr, rt)
 	fl.epoch = rt.Epoch
-	ctx, cancel := context.WithTimeout(c.ctx, c.f.cfg.FrameTimeout+extra)
+	timeout := c.f.cfg.FrameTimeout + extra
+	// The context bounds the send alone (a worker being replaced is
+	// waited for); the answer's wait costs a timer, no context.
+	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	call, err := c.f.cfg.Dispatcher.Send(ctx, rt.Worker, fr)
+	cancel()
 	if err != nil {
-		cancel()
 		c.send(errAnswer(fl.o.ID, frameErr(err)))
 		return
 	}
 	c.mu.Lock()
-	c.flights[fl.seq] = fl
-	c.mu.Unlock()
-	// The frame's deadline, or the socket's end, gives the call up.
-	stop := context.AfterFunc(ctx, func() {
+	if c.ctx.Err() != nil {
+		// The socket ended while the frame went out: nobody waits for it.
+		c.mu.Unlock()
+		call.Abandon()
+		return
+	}
+	fl.call = call
+	// The frame's deadline gives the call up.
+	fl.timer = time.AfterFunc(timeout, func() {
 		if call.Abandon() {
-			c.settled(fl, nil, ctx.Err())
+			c.settled(fl, nil, context.DeadlineExceeded)
 		}
 	})
+	c.flights[fl.seq] = fl
+	c.mu.Unlock()
 	call.Then(func(env *protocol.Envelope, err error) {
-		stop()
-		cancel()
+		fl.timer.Stop()
 		c.settled(fl, env, err)
 	})
+}
+
+// abandonFlights gives up the calls of a socket that ended.
+func (c *wsConn) abandonFlights() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for seq, fl := range c.flights {
+		if fl.call != nil && fl.call.Abandon() {
+			fl.timer.Stop()
+		}
+		delete(c.flights, seq)
+	}
 }
 
 // settled ends a flight with its worker's answer. It runs on the channel's
@@ -329,7 +403,7 @@ func (c *wsConn) settled(fl *flight, env *protocol.Envelope, err error) {
 	c.signal()
 	switch {
 	case isMoved(err):
-		// The sender resends it.
+		c.resendSoon()
 	case err != nil:
 		if c.ctx.Err() == nil {
 			c.send(errAnswer(fl.o.ID, frameErr(err)))
@@ -359,38 +433,98 @@ func (c *wsConn) queue(o outbound) {
 		return // closed: the answers still arriving have nowhere to go
 	}
 	c.outMu.Lock()
+	if c.closed {
+		c.outMu.Unlock()
+		return
+	}
 	if len(c.outq) >= c.f.cfg.SendQueue {
 		c.outMu.Unlock()
 		// Once: answers racing to this point find the socket closing.
 		c.slowOnce.Do(func() {
 			c.f.log.Warn("closing a WebSocket too slow to read its answers", "conn", c.conn)
-			c.close()
 			_ = c.ws.WriteControl(websocket.CloseMessage,
 				websocket.FormatCloseMessage(websocket.CloseTryAgainLater, "client too slow"),
 				time.Now().Add(time.Second))
-			_ = c.ws.Close()
+			c.close()
 		})
 		return
 	}
 	c.outq = append(c.outq, o)
+	c.startWriterLocked()
 	c.outMu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
+}
+
+// pingTime is the ping timer's: the writer pings the page.
+func (c *wsConn) pingTime() {
+	c.outMu.Lock()
+	c.pingDue = true
+	c.startWriterLocked()
+	c.outMu.Unlock()
+}
+
+// startWriterLocked starts the writer unless it runs or the socket closed.
+func (c *wsConn) startWriterLocked() {
+	if c.writing || c.closed {
+		return
+	}
+	c.writing = true
+	go c.writeOut()
+}
+
+// writeOut writes what waits, until nothing does.
+func (c *wsConn) writeOut() {
+	var batch []outbound
+	for {
+		clear(batch)
+		if cap(batch) > 64 {
+			batch = nil // a burst's backing array goes with the burst
+		}
+		c.outMu.Lock()
+		if c.closed || (len(c.outq) == 0 && !c.pingDue) {
+			c.writing = false
+			c.outMu.Unlock()
+			return
+		}
+		batch, c.outq = c.outq, batch[:0]
+		ping := c.pingDue
+		c.pingDue = false
+		renew := ping && c.f.cfg.Now().Sub(c.cookieIssued) >= c.f.cfg.CookieTTL/2
+		if renew {
+			c.cookieIssued = c.f.cfg.Now()
+		}
+		c.outMu.Unlock()
+		for _, o := range batch {
+			if err := c.write(o); err != nil {
+				c.writeFailed()
+				return
+			}
+		}
+		if !ping {
+			continue
+		}
+		if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.f.cfg.WriteTimeout)); err != nil {
+			c.writeFailed()
+			return
+		}
+		if renew {
+			// The page's cookie is past half its life: the page fetches
+			// a new one (POST /_stickyd/renew).
+			_ = c.ws.SetWriteDeadline(time.Now().Add(c.f.cfg.WriteTimeout))
+			if err := c.ws.WriteMessage(websocket.TextMessage, renewNotice); err != nil {
+				c.writeFailed()
+				return
+			}
+		}
+		c.ping.Reset(c.f.cfg.PingInterval)
 	}
 }
 
-// take swaps the queued answers for the writer's emptied batch.
-func (c *wsConn) take(batch []outbound) []outbound {
-	clear(batch)
+// writeFailed ends the socket after a write failed; no writer starts again.
+func (c *wsConn) writeFailed() {
 	c.outMu.Lock()
-	q := c.outq
-	if cap(batch) > 64 {
-		batch = nil // a burst's backing array goes with the burst
-	}
-	c.outq = batch[:0]
+	c.writing = false
 	c.outMu.Unlock()
-	return q
+	c.close()
 }
 
 // write encodes and writes one answer.
@@ -410,42 +544,3 @@ func (c *wsConn) write(o outbound) error {
 
 // renewNotice tells a page its cookie is due for renewal.
 var renewNotice = []byte(`{"op":"renew"}`)
-
-func (c *wsConn) writeLoop() {
-	defer c.wg.Done()
-	ping := time.NewTicker(c.f.cfg.PingInterval)
-	defer ping.Stop()
-	defer c.ws.Close()
-	var batch []outbound
-	for {
-		select {
-		case <-c.wake:
-			batch = c.take(batch)
-			for _, o := range batch {
-				if err := c.write(o); err != nil {
-					c.close()
-					return
-				}
-			}
-		case <-ping.C:
-			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.f.cfg.WriteTimeout)); err != nil {
-				c.close()
-				return
-			}
-			if c.f.cfg.Now().Sub(c.cookieIssued) >= c.f.cfg.CookieTTL/2 {
-				// The page's cookie is past half its life: the page fetches
-				// a new one (POST /_stickyd/renew).
-				c.cookieIssued = c.f.cfg.Now()
-				_ = c.ws.SetWriteDeadline(time.Now().Add(c.f.cfg.WriteTimeout))
-				if err := c.ws.WriteMessage(websocket.TextMessage, renewNotice); err != nil {
-					c.close()
-					return
-				}
-			}
-		case <-c.ctx.Done():
-			_ = c.ws.WriteControl(websocket.CloseMessage,
-				websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
-			return
-		}
-	}
-}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -50,9 +51,19 @@ type idleResult struct {
 	// skipped says why the cell was not measured; "" if it was.
 	skipped string
 	// base: before any browser; loaded: after conns page loads (stickyd
-	// then knows conns connections); open: with conns WebSockets open.
-	base, loaded, open memSample
-	isGo               bool
+	// then knows conns connections); open: with conns WebSockets open;
+	// tabs (stickyd): each WebSocket with a page open and a pull waiting.
+	base, loaded, open, tabs memSample
+	isGo                     bool
+	hasTabs                  bool
+}
+
+// perTab is what one idle tab adds to an idle WebSocket: a page open and a
+// pull waiting for its next change, in bytes, of the server's resident
+// memory and of what is behind it.
+func (r idleResult) perTab() (rss, backend float64) {
+	n := float64(r.conns)
+	return float64(r.tabs.rss-r.open.rss) / n, float64(r.tabs.backend-r.open.backend) / n
 }
 
 // perSocket is what one open WebSocket adds, in bytes: of the server's
@@ -87,6 +98,9 @@ type idleTarget struct {
 type idleServer struct {
 	key, label, backend string
 	isGo                bool
+	// tabs says the server speaks the page protocol: an idle tab (a page
+	// open, a pull waiting) is measured on top of each idle WebSocket.
+	tabs bool
 	// files is how many open files the server's busiest process needs
 	// for conns connections.
 	files func(conns int) int
@@ -100,7 +114,7 @@ func measureIdle(ctx context.Context, e *runEnv) ([]idleResult, error) {
 	o := e.o
 	servers := []idleServer{
 		{
-			key: idleStickyd, label: "stickyd front (agent process)", isGo: true,
+			key: idleStickyd, label: "stickyd front (agent process)", isGo: true, tabs: true,
 			backend: fmt.Sprintf("%d workers", o.workers),
 			files:   func(n int) int { return n },
 			start: func(ctx context.Context, _ string) (*idleTarget, error) {
@@ -145,7 +159,7 @@ func measureIdle(ctx context.Context, e *runEnv) ([]idleResult, error) {
 			if err := ctx.Err(); err != nil {
 				return rs, fmt.Errorf("interrupted: %w", err)
 			}
-			r := idleResult{key: s.key, label: s.label, conns: n, backend: s.backend, isGo: s.isGo}
+			r := idleResult{key: s.key, label: s.label, conns: n, backend: s.backend, isGo: s.isGo, hasTabs: s.tabs}
 			if need := max(s.files(n), n) + fileHeadroom; need > limit {
 				r.skipped = fmt.Sprintf("needs about %d open files in one process, over this machine's limit of %d "+
 					"(the hard RLIMIT_NOFILE; raising it takes CAP_SYS_RESOURCE, or a higher limit given to the benchmark's shell)", need, limit)
@@ -329,6 +343,25 @@ func runIdleCell(ctx context.Context, s idleServer, dir string, settle time.Dura
 	if lost := idle.lost.Load(); lost > 0 {
 		return fmt.Errorf("%d of %d idle WebSockets were closed before the memory was read", lost, n)
 	}
+	if !s.tabs {
+		return nil
+	}
+	// Each socket opens a page and pulls its next change, as an open tab
+	// does; a pull answered at the end of its wait is sent again, so one
+	// waits at every moment.
+	err = benchkit.ForEach(n, 64, func(i int) error { return idle.openTab(i) })
+	if err != nil {
+		return err
+	}
+	if err := idle.waitOpened(ctx, n); err != nil {
+		return err
+	}
+	if r.tabs, err = read(); err != nil {
+		return err
+	}
+	if lost := idle.lost.Load(); lost > 0 {
+		return fmt.Errorf("%d of %d idle tabs were closed before the memory was read", lost, n)
+	}
 	return nil
 }
 
@@ -350,6 +383,43 @@ type idleSockets struct {
 	wg      sync.WaitGroup
 	closing atomic.Bool
 	lost    atomic.Int64
+	// opened counts the tabs whose page open was answered.
+	opened atomic.Int64
+}
+
+// The ops of an idle tab: its page open, then pulls that wait.
+var (
+	tabOpen = []byte(`{"op":"open","id":1,"page":"tab","kind":"counter"}`)
+	tabPull = []byte(`{"op":"pull","id":2,"page":"tab","after":1,"wait":25000}`)
+)
+
+// openTab opens socket i's page and its first waiting pull; the socket's
+// reader sends the next pull when one is answered.
+func (s *idleSockets) openTab(i int) error {
+	ws := s.socks[i]
+	if err := ws.WriteMessage(websocket.TextMessage, tabOpen); err != nil {
+		return fmt.Errorf("tab %d: %w", i, err)
+	}
+	if err := ws.WriteMessage(websocket.TextMessage, tabPull); err != nil {
+		return fmt.Errorf("tab %d: %w", i, err)
+	}
+	return nil
+}
+
+// waitOpened waits until n tabs' pages are open.
+func (s *idleSockets) waitOpened(ctx context.Context, n int) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for s.opened.Load() < int64(n) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d tabs' pages opened in 2 minutes", s.opened.Load(), n)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 func newIdleSockets(n int) *idleSockets { return &idleSockets{socks: make([]*websocket.Conn, n)} }
@@ -361,11 +431,26 @@ func (s *idleSockets) hold(i int, ws *websocket.Conn) {
 	go func() {
 		defer s.wg.Done()
 		for {
-			if _, _, err := ws.NextReader(); err != nil {
+			_, msg, err := ws.ReadMessage()
+			if err != nil {
 				if !s.closing.Load() {
 					s.lost.Add(1)
 				}
 				return
+			}
+			var a struct {
+				Op string `json:"op"`
+				ID uint64 `json:"id"`
+			}
+			if json.Unmarshal(msg, &a) != nil {
+				continue
+			}
+			switch {
+			case a.ID == 1 && a.Op == "reply":
+				s.opened.Add(1)
+			case a.ID == 2:
+				// Only this reader writes once the tab is open.
+				_ = ws.WriteMessage(websocket.TextMessage, tabPull)
 			}
 		}
 	}()

@@ -23,8 +23,10 @@ const (
 	// be, at redisFactorSize.
 	redisFactor     = 300.0
 	redisFactorSize = 1 << 20
-	// idleGoal: bytes per idle WebSocket in stickyd's front.
-	idleGoal = 10 << 10
+	// idleGoal: bytes per idle WebSocket in stickyd (front and workers);
+	// tabGoal: bytes per idle tab (a WebSocket, a page, a waiting pull).
+	idleGoal = 12 << 10
+	tabGoal  = 20 << 10
 )
 
 func printReport(w io.Writer, o *options, r *report) {
@@ -297,8 +299,9 @@ func printIdle(w io.Writer, o *options, rs []idleResult) {
 		if r.key != idleStickyd || r.skipped != "" {
 			continue
 		}
-		rss, _ := r.perSocket()
-		line := fmt.Sprintf("- target: at most %s per idle WebSocket in stickyd's front: %s at %s: %s", formatBytes(idleGoal), formatBytes(rss), formatCount(r.conns), met(rss <= idleGoal))
+		rss, behind := r.perSocket()
+		rss += behind
+		line := fmt.Sprintf("- target: at most %s per idle WebSocket in stickyd (front and workers): %s at %s: %s", formatBytes(idleGoal), formatBytes(rss), formatCount(r.conns), met(rss <= idleGoal))
 		for _, peer := range rs {
 			if peer.conns == r.conns && peer.key != idleStickyd && peer.skipped == "" {
 				p, _ := peer.perSocket()
@@ -306,6 +309,12 @@ func printIdle(w io.Writer, o *options, rs []idleResult) {
 			}
 		}
 		fmt.Fprintln(w, line)
+		if r.hasTabs {
+			tab, tabBehind := r.perTab()
+			total := rss + tab + tabBehind
+			fmt.Fprintf(w, "- an idle tab (its WebSocket, a page open, a pull waiting): front %s + workers %s on top of its WebSocket, %s in all at %s; target at most %s: %s\n",
+				formatBytes(tab), formatBytes(tabBehind), formatBytes(total), formatCount(r.conns), formatBytes(tabGoal), met(total <= tabGoal))
+		}
 	}
 }
 

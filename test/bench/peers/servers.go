@@ -18,6 +18,7 @@ import (
 	"runtime/pprof"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -50,6 +51,13 @@ const (
 	tailLines = 30
 )
 
+// servedRole is the role this process serves, and statsReadings counts
+// its memory readings (serveStats).
+var (
+	servedRole    string
+	statsReadings atomic.Int64
+)
+
 // serveRole runs this process as the server role until SIGTERM, with the
 // role's flags in args, and returns the exit code.
 func serveRole(role string, args []string, stdout, stderr io.Writer) int {
@@ -63,6 +71,7 @@ func serveRole(role string, args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	servedRole = role
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// STICKYD_PEERS_CPUPROFILE=PREFIX writes a CPU profile of each server
@@ -168,7 +177,19 @@ type memStats struct {
 
 // serveStats answers with the server's memStats.
 func serveStats(w http.ResponseWriter, r *http.Request) {
+	// Two collections: the first moves what sync.Pools hold to their
+	// victim caches, the second frees it (a burst's pooled buffers are not
+	// what a connection holds).
+	runtime.GC()
 	debug.FreeOSMemory() // runs a GC first
+	// STICKYD_PEERS_HEAPPROFILE=PREFIX writes a heap profile of the server
+	// at each reading, to PREFIX.ROLE.PID.N.
+	if prefix := os.Getenv("STICKYD_PEERS_HEAPPROFILE"); prefix != "" {
+		if out, err := os.Create(fmt.Sprintf("%s.%s.%d.%d", prefix, servedRole, os.Getpid(), statsReadings.Add(1))); err == nil {
+			_ = pprof.WriteHeapProfile(out)
+			out.Close()
+		}
+	}
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	w.Header().Set("Content-Type", "application/json")
