@@ -137,12 +137,12 @@ func (c *wsConn) closeSocket() {
 	already := c.closed
 	c.closed = true
 	c.outq = nil
+	if !already && c.ping != nil {
+		c.ping.Stop()
+	}
 	c.outMu.Unlock()
 	if already {
 		return
-	}
-	if c.ping != nil {
-		c.ping.Stop()
 	}
 	c.abandonFlights()
 	_ = c.ws.WriteControl(websocket.CloseMessage,
@@ -515,7 +515,12 @@ func (c *wsConn) writeOut() {
 				return
 			}
 		}
-		c.ping.Reset(c.f.cfg.PingInterval)
+		c.outMu.Lock()
+		if !c.closed {
+			// A closed socket's timer stays stopped.
+			c.ping.Reset(c.f.cfg.PingInterval)
+		}
+		c.outMu.Unlock()
 	}
 }
 
