@@ -41,6 +41,9 @@ type Checkpoints interface {
 	// ones are dropped: the person moved since). generation counts the
 	// person's checkpoint wakes on the worker, this one included.
 	Restore(worker, user string, epoch uint64) (pkg []byte, generation uint32, err error)
+	// Resend returns, once, the pieces of worker to ask for whole at its
+	// next round (Checkpoint.full).
+	Resend(worker string) []*protocol.CheckpointKey
 	// Restored is told how a checkpoint wake went.
 	Restored(worker, user string, err error)
 	// Forget drops user's pieces on worker older than epoch, or all of them
@@ -101,6 +104,9 @@ type CheckpointIndex struct {
 	// to delete once the journal no longer names them, and the timer of
 	// that write (forgetSoon).
 	soon map[string]*ckSoon
+	// full holds, per worker, the pieces to ask for whole at its next
+	// round (an increment the index could not keep).
+	full map[string][]*protocol.CheckpointKey
 
 	rounds   *prometheus.CounterVec
 	duration prometheus.Histogram
@@ -126,9 +132,35 @@ type ckPiece struct {
 	Page   string `json:"page,omitempty"`
 	Digest string `json:"digest"`
 	Size   int    `json:"size"`
+	// Chain is the chain the piece starts (CheckpointPiece.chain), Incs
+	// the increments parked on it since, in order.
+	Chain uint64  `json:"chain,omitempty"`
+	Incs  []ckInc `json:"incs,omitempty"`
 	// Incarnation took it; 0 for pieces loaded from the journal (taken
 	// before this agent started).
 	Incarnation int `json:"-"`
+}
+
+// ckInc is one increment of a page's piece.
+type ckInc struct {
+	Digest string `json:"digest"`
+	Size   int    `json:"size"`
+}
+
+// digests calls fn with the digest and size of the piece and of each of
+// its increments.
+func (pc *ckPiece) digests(fn func(digest string, size int)) {
+	fn(pc.Digest, pc.Size)
+	for _, in := range pc.Incs {
+		fn(in.Digest, in.Size)
+	}
+}
+
+// size is what the piece and its increments hold.
+func (pc *ckPiece) size() int {
+	n := 0
+	pc.digests(func(_ string, size int) { n += size })
+	return n
 }
 
 func pieceKey(conn, page string) string { return conn + "\x00" + page }
@@ -144,7 +176,7 @@ func NewCheckpointIndex(cfg CheckpointConfig) *CheckpointIndex {
 		log = hclog.NewNullLogger()
 	}
 	x := &CheckpointIndex{cfg: cfg, log: log, workers: map[string]map[string]*ckPerson{}, refs: map[string]int{},
-		commits: map[string]*ckCommit{}, soon: map[string]*ckSoon{}}
+		commits: map[string]*ckCommit{}, soon: map[string]*ckSoon{}, full: map[string][]*protocol.CheckpointKey{}}
 	x.rounds = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stickyd_checkpoint_rounds_total",
 		Help: "Checkpoint rounds of this host's workers, by outcome (ok, failed).",
@@ -230,14 +262,16 @@ func (x *CheckpointIndex) load() (people int, err error) {
 			}
 			if x.cfg.Keep != nil && !x.cfg.Keep(worker, user, u.Epoch) {
 				for _, pc := range u.Pieces {
-					drop = append(drop, pc.Digest)
+					pc.digests(func(d string, _ int) { drop = append(drop, d) })
 				}
 				delete(users, user)
 				continue
 			}
 			for _, pc := range u.Pieces {
-				x.refs[pc.Digest]++
-				x.stored.Add(float64(pc.Size))
+				pc.digests(func(d string, size int) {
+					x.refs[d]++
+					x.stored.Add(float64(size))
+				})
 			}
 			people++
 		}
@@ -299,6 +333,9 @@ func (x *CheckpointIndex) Record(worker string, incarnation int, c *protocol.Che
 	for i, pc := range c.Pieces {
 		d := digests[i]
 		if d == "" {
+			// Not parked: whatever the worker sends next of this page
+			// would build on what the index does not hold.
+			x.askFullLocked(worker, pc)
 			continue
 		}
 		u := users[pc.User]
@@ -321,8 +358,22 @@ func (x *CheckpointIndex) Record(worker string, incarnation int, c *protocol.Che
 			u.Epoch = pc.Epoch
 		}
 		k := pieceKey(pc.Conn, pc.Page)
+		if pc.Link > 0 {
+			// An increment: kept only on the piece it follows.
+			old := u.Pieces[k]
+			if old == nil || old.Chain == 0 || old.Chain != pc.Chain || len(old.Incs)+1 != int(pc.Link) {
+				drop = append(drop, d)
+				x.askFullLocked(worker, pc)
+				continue
+			}
+			old.Incs = append(old.Incs, ckInc{Digest: d, Size: len(pc.Package)})
+			old.Incarnation = incarnation
+			x.refs[d]++
+			x.stored.Add(float64(len(pc.Package)))
+			continue
+		}
 		drop = x.dropPieceLocked(u, k, drop)
-		u.Pieces[k] = &ckPiece{Conn: pc.Conn, Page: pc.Page, Digest: d, Size: len(pc.Package), Incarnation: incarnation}
+		u.Pieces[k] = &ckPiece{Conn: pc.Conn, Page: pc.Page, Digest: d, Size: len(pc.Package), Chain: pc.Chain, Incarnation: incarnation}
 		x.refs[d]++
 		x.stored.Add(float64(len(pc.Package)))
 	}
@@ -346,9 +397,27 @@ func (x *CheckpointIndex) dropPieceLocked(u *ckPerson, key string, drop []string
 		return drop
 	}
 	delete(u.Pieces, key)
-	x.refs[old.Digest]--
-	x.stored.Sub(float64(old.Size))
-	return append(drop, old.Digest)
+	old.digests(func(d string, size int) {
+		x.refs[d]--
+		x.stored.Sub(float64(size))
+		drop = append(drop, d)
+	})
+	return drop
+}
+
+// askFullLocked notes that pc's page is to be asked for whole.
+func (x *CheckpointIndex) askFullLocked(worker string, pc *protocol.CheckpointPiece) {
+	x.full[worker] = append(x.full[worker], &protocol.CheckpointKey{User: pc.User, Conn: pc.Conn, Page: pc.Page})
+}
+
+// Resend implements Checkpoints.
+func (x *CheckpointIndex) Resend(worker string) []*protocol.CheckpointKey {
+	x.waitLoaded()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	keys := x.full[worker]
+	delete(x.full, worker)
+	return keys
 }
 
 // unreferencedLocked keeps, of digests, those no piece names any more.
@@ -517,6 +586,10 @@ func (x *CheckpointIndex) Restore(worker, user string, epoch uint64) ([]byte, ui
 		if err == nil {
 			var cp protocol.ConnPackage
 			if err = proto.Unmarshal(b, &cp); err == nil {
+				if ierr := x.applyIncs(&cp, pc.Incs); ierr != nil {
+					// The page wakes as its last increment that reads.
+					errs = append(errs, fmt.Errorf("the checkpoint of page %q of %q: %w", pc.Page, user, ierr))
+				}
 				c := conns[cp.Name]
 				if c == nil {
 					c = &protocol.ConnPackage{Name: cp.Name, User: cp.User}
@@ -538,6 +611,38 @@ func (x *CheckpointIndex) Restore(worker, user string, epoch uint64) ([]byte, ui
 		return nil, 0, fmt.Errorf("assembling the checkpoint of %q: %w", user, err)
 	}
 	return b, gen, errors.Join(errs...)
+}
+
+// applyIncs appends the writes of a page's increments, in order, to the
+// journal of its page in cp (replayed on its tree at the wake), and takes
+// the page's other fields from the last. It stops at the first increment
+// that cannot be read: the page is then as it was at the one before.
+func (x *CheckpointIndex) applyIncs(cp *protocol.ConnPackage, incs []ckInc) error {
+	if len(incs) == 0 {
+		return nil
+	}
+	if len(cp.Pages) != 1 {
+		return fmt.Errorf("a piece with increments holds %d pages", len(cp.Pages))
+	}
+	page := cp.Pages[0]
+	for i, in := range incs {
+		b, err := x.cfg.Store.Get(in.Digest)
+		var ic protocol.ConnPackage
+		if err == nil {
+			err = proto.Unmarshal(b, &ic)
+		}
+		if err == nil && (len(ic.Pages) != 1 || ic.Pages[0].Id != page.Id || len(ic.Pages[0].Tree) > 0) {
+			err = errors.New("not an increment of the page")
+		}
+		if err != nil {
+			return fmt.Errorf("reading increment %d of %d: %w", i+1, len(incs), err)
+		}
+		ip := ic.Pages[0]
+		page.Journal = append(page.Journal, ip.Journal...)
+		page.Kind, page.Schema, page.Seq, page.Floor = ip.Kind, ip.Schema, ip.Seq, ip.Floor
+		page.Tables, page.Marks = ip.Tables, ip.Marks
+	}
+	return nil
 }
 
 // Restored implements Checkpoints.
@@ -646,6 +751,7 @@ func (x *CheckpointIndex) ForgetWorker(worker string) {
 	}
 	had := x.workers[worker] != nil
 	delete(x.workers, worker)
+	delete(x.full, worker)
 	drop = x.unreferencedLocked(drop)
 	x.mu.Unlock()
 	if had {
@@ -660,7 +766,10 @@ type CheckpointedPage struct {
 	Page   string `json:"page,omitempty"`
 	Epoch  uint64 `json:"epoch"`
 	Digest string `json:"digest"`
-	Size   int    `json:"size"`
+	// Size counts the piece and its increments; Increments how many of
+	// those follow the piece.
+	Size       int `json:"size"`
+	Increments int `json:"increments,omitempty"`
 }
 
 // Pages lists user's latest pieces on worker (a connection's own with an
@@ -675,7 +784,7 @@ func (x *CheckpointIndex) Pages(worker, user string) []CheckpointedPage {
 	}
 	out := make([]CheckpointedPage, 0, len(u.Pieces))
 	for _, pc := range u.Pieces {
-		out = append(out, CheckpointedPage{Conn: pc.Conn, Page: pc.Page, Epoch: u.Epoch, Digest: pc.Digest, Size: pc.Size})
+		out = append(out, CheckpointedPage{Conn: pc.Conn, Page: pc.Page, Epoch: u.Epoch, Digest: pc.Digest, Size: pc.size(), Increments: len(pc.Incs)})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Conn != out[j].Conn {
@@ -735,7 +844,7 @@ func (s *slot) checkpointRound(ctx context.Context, peer *channel.Peer, incarnat
 	var recordErr error
 	for ask := 1; ; ask++ {
 		actx, cancel := context.WithTimeout(ctx, checkpointAskTimeout)
-		env, err := peer.Call(actx, &protocol.Envelope{Body: &protocol.Envelope_Checkpoint{Checkpoint: &protocol.Checkpoint{MaxBytes: checkpointMaxBytes}}})
+		env, err := peer.Call(actx, &protocol.Envelope{Body: &protocol.Envelope_Checkpoint{Checkpoint: &protocol.Checkpoint{MaxBytes: checkpointMaxBytes, Full: ck.Resend(s.id)}}})
 		cancel()
 		var re *channel.RemoteError
 		switch {

@@ -285,3 +285,174 @@ func TestReplacementWakesFromCheckpoint(t *testing.T) {
 		t.Fatalf("index after the eviction: %s", got)
 	}
 }
+
+// incPiece builds an increment of page of conn: link of chain, holding one
+// write of path to value.
+func incPiece(t *testing.T, user, conn, page string, chain uint64, link uint32, seq uint64, path, value string) *protocol.CheckpointPiece {
+	t.Helper()
+	cp := &protocol.ConnPackage{Name: conn, User: user, Pages: []*protocol.PagePackage{{Id: page, Kind: "k", Seq: seq,
+		Journal: []*protocol.Delta{{Op: protocol.Delta_SET, Path: path, Value: []byte(value)}}}}}
+	b, err := proto.Marshal(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &protocol.CheckpointPiece{User: user, Epoch: 1, Conn: conn, Page: page, Package: b, Chain: chain, Link: link}
+}
+
+// An increment is kept only on the piece it follows (same chain, next
+// link); one that does not is dropped and its page asked for whole. A
+// restore hands the page over with every increment's writes, in order.
+func TestCheckpointIndexIncrements(t *testing.T) {
+	store := park.NewMemStore()
+	x := NewCheckpointIndex(CheckpointConfig{Store: store, Journal: &MemCheckpointJournal{}})
+	record := func(pcs ...*protocol.CheckpointPiece) {
+		t.Helper()
+		if err := x.Record("w1", 1, &protocol.Checkpointed{Pieces: pcs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := piece(t, "ann", 1, "c1", "p", "base")
+	base.Chain = 5
+	record(base)
+	if keys := x.Resend("w1"); len(keys) != 0 {
+		t.Fatalf("asked for %v after a whole piece", keys)
+	}
+	record(incPiece(t, "ann", "c1", "p", 5, 1, 10, "n", "1"))
+	record(incPiece(t, "ann", "c1", "p", 5, 3, 12, "n", "3"))   // link 2 is missing
+	record(incPiece(t, "ann", "c1", "p", 7, 2, 12, "n", "3"))   // another chain
+	record(incPiece(t, "ann", "c1", "q", 5, 1, 12, "n", "3"))   // no piece of q
+	record(incPiece(t, "ann", "c1", "p", 5, 2, 11, "m", `"x"`)) // follows link 1
+	keys := x.Resend("w1")
+	var got []string
+	for _, k := range keys {
+		got = append(got, k.Conn+"/"+k.Page)
+	}
+	if strings.Join(got, ",") != "c1/p,c1/p,c1/q" {
+		t.Fatalf("asked for whole: %v, want c1/p twice and c1/q", got)
+	}
+	if again := x.Resend("w1"); len(again) != 0 {
+		t.Fatalf("asked twice: %v", again)
+	}
+	pages := x.Pages("w1", "ann")
+	if len(pages) != 1 || pages[0].Increments != 2 {
+		t.Fatalf("pages after the increments: %+v", pages)
+	}
+	if n := store.Len(); n != 3 {
+		t.Fatalf("the store holds %d packages, want the piece and its 2 increments", n)
+	}
+	b, _, err := x.Restore("w1", "ann", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pkg protocol.UserPackage
+	if err := proto.Unmarshal(b, &pkg); err != nil {
+		t.Fatal(err)
+	}
+	pp := pkg.Conns[0].Pages[0]
+	if string(pp.Tree) != "base" || len(pp.Journal) != 2 || pp.Journal[0].Path != "n" || pp.Journal[1].Path != "m" || pp.Seq != 11 {
+		t.Fatalf("restored page: tree %q, journal %v, seq %d", pp.Tree, pp.Journal, pp.Seq)
+	}
+	// A whole piece starts over: the old chain's packages are deleted.
+	record(piece(t, "ann", 1, "c1", "p", "again"))
+	if n := store.Len(); n != 1 {
+		t.Fatalf("the store holds %d packages after a whole piece, want 1", n)
+	}
+	// The journal keeps the chain across an agent restart.
+	again := piece(t, "ann", 1, "c1", "p", "base2")
+	again.Chain = 9
+	record(again, incPiece(t, "ann", "c1", "p", 9, 1, 20, "n", "2"))
+	y := NewCheckpointIndex(CheckpointConfig{Store: store, Journal: x.cfg.Journal})
+	if _, err := y.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if pages := y.Pages("w1", "ann"); len(pages) != 1 || pages[0].Increments != 1 {
+		t.Fatalf("pages after a reload: %+v", pages)
+	}
+	y.Forget("w1", "ann", 0)
+	y.Flush()
+	if n := store.Len(); n != 0 {
+		t.Fatalf("the store holds %d packages after the person was forgotten", n)
+	}
+}
+
+// A large page is checkpointed whole once, then by its writes only; a
+// worker that dies wakes it on its replacement with every increment
+// replayed on the whole piece.
+func TestReplacementWakesFromIncrements(t *testing.T) {
+	l := &InprocLauncher{Serve: worker.InProcess(counter.New(), worker.Options{Name: "counter"})}
+	p := New(nil, []GroupSpec{{Name: "web", Workers: 1, Launcher: l, CheckpointInterval: time.Hour}})
+	x := NewCheckpointIndex(CheckpointConfig{Store: park.NewMemStore()})
+	p.Checkpoints = x
+	defer p.Close()
+	if err := p.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	r, err := frameOf(t, p, &protocol.Frame{Kind: &protocol.Frame_Http{Http: &protocol.HTTPRequest{Method: "GET", Url: "/"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := r.Identity.Conn
+	user := protocol.AnonymousUser(conn)
+	msg := func(data string) {
+		t.Helper()
+		if _, err := frameOf(t, p, &protocol.Frame{User: user, Conn: conn, Kind: &protocol.Frame_Message{Message: &protocol.PageMessage{Page: "p", Data: []byte(data)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := frameOf(t, p, &protocol.Frame{User: user, Conn: conn, Kind: &protocol.Frame_Open{Open: &protocol.PageOpen{Page: "p", Kind: "counter"}}}); err != nil {
+		t.Fatal(err)
+	}
+	const blob = 512 << 10
+	msg(`{"op":"fill","bytes":524288}`)
+	page := func() CheckpointedPage {
+		t.Helper()
+		if err := p.Checkpoint(t.Context(), "web-1"); err != nil {
+			t.Fatal(err)
+		}
+		for _, pc := range x.Pages("web-1", user) {
+			if pc.Page == "p" {
+				return pc
+			}
+		}
+		t.Fatal("no piece of page p")
+		return CheckpointedPage{}
+	}
+	whole := page()
+	if whole.Increments != 0 || whole.Size < blob {
+		t.Fatalf("first piece: %+v, want the whole page", whole)
+	}
+	for round := 1; round <= 3; round++ {
+		for range 2 {
+			if _, err := incOf(t, p, user, conn, "p"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pc := page()
+		if pc.Increments != round || pc.Size-whole.Size > round*1024 {
+			t.Fatalf("round %d: %+v (whole piece %d bytes): want %d increments of a few bytes", round, pc, whole.Size, round)
+		}
+	}
+	// Written after the last round: lost with the worker.
+	if _, err := incOf(t, p, user, conn, "p"); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := p.slot("web-1")
+	s.mu.Lock()
+	proc := s.proc
+	s.mu.Unlock()
+	proc.Kill()
+	deadline := time.Now().Add(10 * time.Second)
+	for w := p.Workers()[0]; w.State != StateReady || w.Incarnation != 2; w = p.Workers()[0] {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker not relaunched: %+v", w)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n, err := incOf(t, p, user, conn, "p"); err != nil || n != 7 {
+		t.Fatalf("first inc after the crash: %v %v, want 7 (6 checkpointed + 1)", n, err)
+	}
+	// The new incarnation sends the page whole, blob and all.
+	if pc := page(); pc.Increments != 0 || pc.Size < blob {
+		t.Fatalf("first piece after the wake: %+v", pc)
+	}
+}

@@ -282,6 +282,13 @@ func (s *MemStore) Has(digest string) bool {
 
 func (s *MemStore) Sync() error { return nil }
 
+// Len is how many packages the store holds.
+func (s *MemStore) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
 func (s *MemStore) Delete(digest string) error {
 	s.mu.Lock()
 	delete(s.m, digest)

@@ -3349,7 +3349,11 @@ type Checkpoint struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// max_bytes bounds one answer's pieces (at least one person's are
 	// sent); the people left over stay changed and more is set.
-	MaxBytes      uint64 `protobuf:"varint,1,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	MaxBytes uint64 `protobuf:"varint,1,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// full names the pieces the host could not extend with an increment (it
+	// holds no piece of that chain, or parking failed): the worker sends
+	// each whole in this answer.
+	Full          []*CheckpointKey `protobuf:"bytes,2,rep,name=full,proto3" json:"full,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3389,6 +3393,13 @@ func (x *Checkpoint) GetMaxBytes() uint64 {
 		return x.MaxBytes
 	}
 	return 0
+}
+
+func (x *Checkpoint) GetFull() []*CheckpointKey {
+	if x != nil {
+		return x.Full
+	}
+	return nil
 }
 
 type Checkpointed struct {
@@ -3468,7 +3479,17 @@ type CheckpointPiece struct {
 	// package is an encoded ConnPackage: the connection (name, user and,
 	// in its own piece, values) with no page, or with exactly this page
 	// (its pending deltas left out: a checkpoint wake starts with a RESET).
-	Package       []byte `protobuf:"bytes,5,opt,name=package,proto3" json:"package,omitempty"`
+	Package []byte `protobuf:"bytes,5,opt,name=package,proto3" json:"package,omitempty"`
+	// chain and link make a page's pieces incremental: link 0 is a whole
+	// page starting chain; link n > 0 holds only the page's writes since
+	// link n-1 of the same chain (its page has no tree, from_base unset, and
+	// its journal holds the writes in order). The host keeps a chain's
+	// pieces together and replays them at a restore; an increment that does
+	// not follow the last piece it holds is not kept, and the page is asked
+	// for whole (Checkpoint.full). chain 0 is a whole piece no increment
+	// follows.
+	Chain         uint64 `protobuf:"varint,6,opt,name=chain,proto3" json:"chain,omitempty"`
+	Link          uint32 `protobuf:"varint,7,opt,name=link,proto3" json:"link,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3536,6 +3557,20 @@ func (x *CheckpointPiece) GetPackage() []byte {
 		return x.Package
 	}
 	return nil
+}
+
+func (x *CheckpointPiece) GetChain() uint64 {
+	if x != nil {
+		return x.Chain
+	}
+	return 0
+}
+
+func (x *CheckpointPiece) GetLink() uint32 {
+	if x != nil {
+		return x.Link
+	}
+	return 0
 }
 
 type CheckpointKey struct {
@@ -4997,20 +5032,23 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x05Woken\x12\x14\n" +
 	"\x05pages\x18\x01 \x01(\rR\x05pages\x12\x1f\n" +
 	"\vreset_pages\x18\x02 \x01(\rR\n" +
-	"resetPages\")\n" +
+	"resetPages\"`\n" +
 	"\n" +
 	"Checkpoint\x12\x1b\n" +
-	"\tmax_bytes\x18\x01 \x01(\x04R\bmaxBytes\"\x96\x01\n" +
+	"\tmax_bytes\x18\x01 \x01(\x04R\bmaxBytes\x125\n" +
+	"\x04full\x18\x02 \x03(\v2!.stickyd.channel.v1.CheckpointKeyR\x04full\"\x96\x01\n" +
 	"\fCheckpointed\x12;\n" +
 	"\x06pieces\x18\x01 \x03(\v2#.stickyd.channel.v1.CheckpointPieceR\x06pieces\x125\n" +
 	"\x04gone\x18\x02 \x03(\v2!.stickyd.channel.v1.CheckpointKeyR\x04gone\x12\x12\n" +
-	"\x04more\x18\x03 \x01(\bR\x04more\"}\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\"\xa7\x01\n" +
 	"\x0fCheckpointPiece\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04conn\x18\x03 \x01(\tR\x04conn\x12\x12\n" +
 	"\x04page\x18\x04 \x01(\tR\x04page\x12\x18\n" +
-	"\apackage\x18\x05 \x01(\fR\apackage\"K\n" +
+	"\apackage\x18\x05 \x01(\fR\apackage\x12\x14\n" +
+	"\x05chain\x18\x06 \x01(\x04R\x05chain\x12\x12\n" +
+	"\x04link\x18\a \x01(\rR\x04link\"K\n" +
 	"\rCheckpointKey\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x12\n" +
 	"\x04conn\x18\x02 \x01(\tR\x04conn\x12\x12\n" +
@@ -5249,24 +5287,25 @@ var file_stickyd_proto_depIdxs = []int32{
 	60, // 53: stickyd.channel.v1.ProbeReply.maintenance_waiting:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
 	61, // 54: stickyd.channel.v1.ProbeReply.maintenance_timed_out:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
 	1,  // 55: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
-	40, // 56: stickyd.channel.v1.Checkpointed.pieces:type_name -> stickyd.channel.v1.CheckpointPiece
-	41, // 57: stickyd.channel.v1.Checkpointed.gone:type_name -> stickyd.channel.v1.CheckpointKey
-	44, // 58: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
-	45, // 59: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
-	18, // 60: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
-	62, // 61: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
-	18, // 62: stickyd.channel.v1.PagePackage.journal:type_name -> stickyd.channel.v1.Delta
-	63, // 63: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
-	64, // 64: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
-	65, // 65: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
-	46, // 66: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
-	2,  // 67: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
-	2,  // 68: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
-	68, // [68:69] is the sub-list for method output_type
-	67, // [67:68] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	41, // 56: stickyd.channel.v1.Checkpoint.full:type_name -> stickyd.channel.v1.CheckpointKey
+	40, // 57: stickyd.channel.v1.Checkpointed.pieces:type_name -> stickyd.channel.v1.CheckpointPiece
+	41, // 58: stickyd.channel.v1.Checkpointed.gone:type_name -> stickyd.channel.v1.CheckpointKey
+	44, // 59: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
+	45, // 60: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
+	18, // 61: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
+	62, // 62: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
+	18, // 63: stickyd.channel.v1.PagePackage.journal:type_name -> stickyd.channel.v1.Delta
+	63, // 64: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
+	64, // 65: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
+	65, // 66: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
+	46, // 67: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
+	2,  // 68: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
+	2,  // 69: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
+	69, // [69:70] is the sub-list for method output_type
+	68, // [68:69] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_stickyd_proto_init() }

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"time"
@@ -38,6 +39,72 @@ const (
 	ckRoundTime = 10 * time.Second
 )
 
+// Increments (docs/checkpoints.md): a page of ckChainMin bytes or more is
+// sent whole once, starting a chain, and then, while its writes since stay
+// small beside it, as those writes only: each round parks what the person
+// changed, not what they hold. The host replays a chain at a restore.
+const (
+	// ckChainMin is the smallest page sent by increments: below it, a
+	// whole page costs about what its writes would.
+	ckChainMin = 64 << 10
+	// ckLinksMax bounds a chain's increments (a restore replays them
+	// all, and each is a parked file).
+	ckLinksMax = 32
+	// ckChainShare bounds a chain's increments in bytes, as a share of
+	// the page: past size/ckChainShare, the page goes whole again.
+	ckChainShare = 4
+)
+
+// ckJournal is a page's writes since its last piece.
+type ckJournal struct {
+	deltas []*protocol.Delta
+	bytes  int
+	max    int
+	broken bool // past max: the page goes whole
+}
+
+// note records one write; it runs in the person's mailbox.
+func (j *ckJournal) note(op protocol.Delta_Op, path string, v []byte) {
+	if j.broken {
+		return
+	}
+	j.bytes += len(path) + len(v) + 16
+	if j.bytes > j.max {
+		j.broken, j.deltas = true, nil
+		return
+	}
+	j.deltas = append(j.deltas, &protocol.Delta{Op: op, Path: path, Value: v})
+}
+
+// ckNextIncrement says whether the page's next piece may be an increment,
+// under mark cur.
+func (p *Page) ckNextIncrement(cur ckMark) bool {
+	return p.ck == cur && p.ckChain != 0 && p.ckj != nil && !p.ckj.broken && p.ckLink < ckLinksMax
+}
+
+// ckSent records that the page's piece went: whole (starting a chain if
+// the page is large enough) or as an increment.
+func (p *Page) ckSent(cur ckMark, increment bool) {
+	p.ck = cur
+	if increment {
+		p.ckLink++
+		p.ckChained += p.ckj.bytes
+	} else {
+		p.ckChain, p.ckLink, p.ckChained = 0, 0, 0
+		if p.tree.size >= ckChainMin {
+			p.ckChain = rand.Uint64() | 1
+		}
+	}
+	p.ckj = nil
+	if p.ckChain != 0 {
+		room := int(p.tree.size/ckChainShare) - p.ckChained
+		if room <= 0 {
+			return // the next piece is whole
+		}
+		p.ckj = &ckJournal{max: room}
+	}
+}
+
 // ckMark says under which user key and epoch a page's or a connection's
 // last piece was sent; the zero mark means never.
 type ckMark struct {
@@ -48,11 +115,13 @@ type ckMark struct {
 // checkpoints is a worker's bookkeeping of what changed. Its zero value is
 // ready (a detached test page has one too).
 type checkpoints struct {
-	mu      sync.Mutex // guards changed, gone, rounds and next
+	mu      sync.Mutex // guards changed, full, gone, rounds and next
 	changed map[string]struct{}
-	gone    []*protocol.CheckpointKey
-	rounds  map[uint64]*ckRound
-	next    uint64
+	// full names the pages (user, conn, page) the host asked for whole.
+	full   map[[3]string]struct{}
+	gone   []*protocol.CheckpointKey
+	rounds map[uint64]*ckRound
+	next   uint64
 }
 
 // ckRound is one batch of people packaging for one answer.
@@ -124,6 +193,15 @@ func (rt *runtime) connGone(s *Session) {
 // max_bytes (it may pass it by one batch) or its time is up; the others stay
 // changed (more is set).
 func (rt *runtime) checkpoint(id uint64, c *protocol.Checkpoint) {
+	for _, k := range c.Full {
+		rt.ck.mu.Lock()
+		if rt.ck.full == nil {
+			rt.ck.full = map[[3]string]struct{}{}
+		}
+		rt.ck.full[[3]string{k.User, k.Conn, k.Page}] = struct{}{}
+		rt.ck.mu.Unlock()
+		rt.changedUser(k.User)
+	}
 	rt.ck.mu.Lock()
 	users := make([]string, 0, len(rt.ck.changed))
 	for u := range rt.ck.changed {
@@ -243,12 +321,12 @@ func (rt *runtime) packageUser(user string) (pieces []*protocol.CheckpointPiece,
 	sessions := rt.sessionsOfLocked(user)
 	rt.mu.Unlock()
 	cur := ckMark{user: user, epoch: epoch}
-	piece := func(s *Session, page string, c connOut) error {
+	piece := func(s *Session, page string, c connOut, chain uint64, link uint32) error {
 		b, err := marshalConn(c)
 		if err != nil {
 			return err
 		}
-		pieces = append(pieces, &protocol.CheckpointPiece{User: user, Epoch: epoch, Conn: s.name, Page: page, Package: b})
+		pieces = append(pieces, &protocol.CheckpointPiece{User: user, Epoch: epoch, Conn: s.name, Page: page, Package: b, Chain: chain, Link: link})
 		return nil
 	}
 	for _, s := range sessions {
@@ -257,13 +335,14 @@ func (rt *runtime) packageUser(user string) (pieces []*protocol.CheckpointPiece,
 				gone = append(gone, &protocol.CheckpointKey{User: s.ck.user, Conn: s.name})
 			}
 			s.ckDirty.Store(false)
-			if err := piece(s, "", connOut{cp: &protocol.ConnPackage{Name: s.name, User: s.user}, values: s.values.root}); err != nil {
+			if err := piece(s, "", connOut{cp: &protocol.ConnPackage{Name: s.name, User: s.user}, values: s.values.root}, 0, 0); err != nil {
 				return nil, nil, err
 			}
 			s.ck = cur
 		}
 		for _, p := range s.pages {
-			if p.ck == cur && !p.ckDirty.Load() {
+			whole := rt.ckTakeFull(user, s.name, p.id)
+			if p.ck == cur && !p.ckDirty.Load() && !whole {
 				continue
 			}
 			if p.ck.user != "" && p.ck.user != user {
@@ -274,15 +353,41 @@ func (rt *runtime) packageUser(user string) (pieces []*protocol.CheckpointPiece,
 			pp := &protocol.PagePackage{Id: p.id, Kind: p.kind, Schema: p.schema,
 				Seq: p.coll.seq, Floor: p.coll.seq, Tables: p.Tables(), Marks: packMarks(p.marks)}
 			p.coll.mu.Unlock()
-			// The tree is encoded once, in place (pkgcodec.go).
-			c := connOut{cp: &protocol.ConnPackage{Name: s.name, User: s.user}, pages: []pageOut{{pp: pp, tree: p.tree.root}}}
-			if err := piece(s, p.id, c); err != nil {
+			out := pageOut{pp: pp}
+			inc := !whole && p.ckNextIncrement(cur)
+			chain, link := p.ckChain, p.ckLink+1
+			if inc {
+				pp.Journal = p.ckj.deltas
+			} else {
+				// The tree is encoded once, in place (pkgcodec.go).
+				out.tree = p.tree.root
+				link = 0
+			}
+			c := connOut{cp: &protocol.ConnPackage{Name: s.name, User: s.user}, pages: []pageOut{out}}
+			p.ckSent(cur, inc)
+			if !inc {
+				chain = p.ckChain
+			}
+			if err := piece(s, p.id, c, chain, link); err != nil {
+				p.ck = ckMark{} // whole next time
 				return nil, nil, err
 			}
-			p.ck = cur
 		}
 	}
 	return pieces, gone, nil
+}
+
+// ckTakeFull says whether the host asked for the page whole, and forgets
+// the ask.
+func (rt *runtime) ckTakeFull(user, conn, page string) bool {
+	rt.ck.mu.Lock()
+	defer rt.ck.mu.Unlock()
+	k := [3]string{user, conn, page}
+	_, ok := rt.ck.full[k]
+	if ok {
+		delete(rt.ck.full, k)
+	}
+	return ok
 }
 
 // restoreFromCheckpoint makes a page woken from a crash checkpoint continue

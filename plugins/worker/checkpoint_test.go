@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -271,5 +273,108 @@ func BenchmarkCheckpointPage(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// blobApp's pages hold a blob of blobBytes bytes beside their counter; the
+// message "big" replaces the blob.
+type blobApp struct{ testApp }
+
+const blobBytes = 256 << 10
+
+func (blobApp) OpenPage(ctx context.Context, p *Page) error {
+	if err := p.Tree().Set("blob", strings.Repeat("x", blobBytes)); err != nil {
+		return err
+	}
+	return p.Tree().Set("n", 0)
+}
+
+func (a blobApp) Message(ctx context.Context, p *Page, msg json.RawMessage) (any, error) {
+	if string(msg) == `"big"` {
+		return nil, p.Tree().Set("blob", strings.Repeat("y", blobBytes))
+	}
+	return a.testApp.Message(ctx, p, msg)
+}
+
+// pagePiece returns the one page piece of c, decoded.
+func pagePiece(t *testing.T, c *protocol.Checkpointed) (*protocol.CheckpointPiece, *protocol.PagePackage) {
+	t.Helper()
+	for _, pc := range c.Pieces {
+		if pc.Page == "" {
+			continue
+		}
+		var cp protocol.ConnPackage
+		if err := proto.Unmarshal(pc.Package, &cp); err != nil || len(cp.Pages) != 1 {
+			t.Fatalf("page piece: %v, %d pages", err, len(cp.Pages))
+		}
+		return pc, cp.Pages[0]
+	}
+	t.Fatalf("no page piece in %v", keys(c.Pieces))
+	return nil, nil
+}
+
+// A large page goes whole once, starting a chain, then as its writes
+// since; it goes whole again when the host asks, when its writes grow
+// large beside it, and after ckLinksMax increments. A small page always
+// goes whole.
+func TestCheckpointIncrements(t *testing.T) {
+	h := startApp(t, blobApp{}, "w1")
+	ann := newCkPerson(h)
+	ann.open("p", 0)
+	pc, pp := pagePiece(t, h.checkpoint(0))
+	if pc.Chain == 0 || pc.Link != 0 || len(pp.Tree) < blobBytes {
+		t.Fatalf("first piece: chain %d link %d, tree %d bytes", pc.Chain, pc.Link, len(pp.Tree))
+	}
+	chain := pc.Chain
+	ann.msg("p")
+	ann.msg("p")
+	pc, pp = pagePiece(t, h.checkpoint(0))
+	if pc.Chain != chain || pc.Link != 1 || len(pp.Tree) != 0 || len(pp.Journal) != 2 || len(pc.Package) > 256 {
+		t.Fatalf("after two writes: chain %d link %d, tree %d bytes, journal %v, %d bytes", pc.Chain, pc.Link, len(pp.Tree), pp.Journal, len(pc.Package))
+	}
+	if string(pp.Journal[1].Value) != "2" || pp.Journal[1].Path != "n" || pp.Seq == 0 {
+		t.Fatalf("increment: %+v, seq %d", pp.Journal, pp.Seq)
+	}
+	ann.msg("p")
+	if pc, _ = pagePiece(t, h.checkpoint(0)); pc.Link != 2 || pc.Chain != chain {
+		t.Fatalf("the next increment: chain %d link %d", pc.Chain, pc.Link)
+	}
+
+	// The host asks for it whole (it could not keep an increment).
+	env, err := h.peer.Call(t.Context(), &protocol.Envelope{Body: &protocol.Envelope_Checkpoint{Checkpoint: &protocol.Checkpoint{
+		Full: []*protocol.CheckpointKey{{User: ann.user, Conn: ann.conn, Page: "p"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, pp = pagePiece(t, env.GetCheckpointed())
+	if pc.Link != 0 || pc.Chain == chain || pc.Chain == 0 || len(pp.Tree) < blobBytes {
+		t.Fatalf("asked whole: chain %d (was %d) link %d, tree %d bytes", pc.Chain, chain, pc.Link, len(pp.Tree))
+	}
+	chain = pc.Chain
+
+	// A write as large as the page: whole again.
+	ann.frame(&protocol.Frame{Kind: &protocol.Frame_Message{Message: &protocol.PageMessage{Page: "p", Data: []byte(`"big"`)}}})
+	if pc, pp = pagePiece(t, h.checkpoint(0)); pc.Link != 0 || pc.Chain == chain || len(pp.Tree) < blobBytes {
+		t.Fatalf("after a large write: chain %d link %d, tree %d bytes", pc.Chain, pc.Link, len(pp.Tree))
+	}
+
+	// After ckLinksMax increments, whole again.
+	for i := 1; i <= ckLinksMax+1; i++ {
+		ann.msg("p")
+		pc, _ = pagePiece(t, h.checkpoint(0))
+		if want := uint32(i % (ckLinksMax + 1)); pc.Link != want {
+			t.Fatalf("round %d: link %d, want %d", i, pc.Link, want)
+		}
+	}
+
+	// A small page: whole every time, no chain.
+	small := startWorker(t)
+	bob := newCkPerson(small)
+	bob.open("p", 0)
+	for range 2 {
+		bob.msg("p")
+		if pc, pp = pagePiece(t, small.checkpoint(0)); pc.Chain != 0 || pc.Link != 0 || len(pp.Tree) == 0 {
+			t.Fatalf("small page: chain %d link %d, tree %d bytes", pc.Chain, pc.Link, len(pp.Tree))
+		}
 	}
 }

@@ -299,7 +299,12 @@ func (rt *runtime) recognises(pp *protocol.PagePackage) bool {
 // precopy it continues with its journal replayed.
 func loadTree(t *Tree, conn string, pp *protocol.PagePackage, base *stagedCopy) error {
 	if !pp.FromBase {
-		return decodeTree(t, pp.Tree)
+		if err := decodeTree(t, pp.Tree); err != nil {
+			return err
+		}
+		// A checkpoint's page: its increments' writes since (host
+		// CheckpointIndex.Restore), replayed.
+		return applyJournal(t, pp.Journal)
 	}
 	if base == nil {
 		return fmt.Errorf("the page continues a precopy the package does not name")

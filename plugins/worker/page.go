@@ -26,6 +26,14 @@ type Page struct {
 	ck         ckMark
 	ckDirty    atomic.Bool
 	restoredAt uint64
+	// ckChain and ckLink name the page's last piece in its chain (chain 0:
+	// a whole piece no increment follows), ckChained counts the bytes of
+	// its increments so far, and ckj holds its writes since, for the next
+	// increment (checkpoint.go).
+	ckChain   uint64
+	ckLink    uint32
+	ckChained int
+	ckj       *ckJournal
 	// journal is the page's writes since a precopy, while a move is on its
 	// way (precopy.go).
 	journal *journal
@@ -46,6 +54,9 @@ func newPage(s *Session, id, kind string) *Page {
 		p.coll.add(o, path, v)
 		if p.journal != nil {
 			p.note(o, path, v)
+		}
+		if p.ckj != nil {
+			p.ckj.note(o, path, v)
 		}
 	})
 	p.tree.room = p.room
