@@ -5,7 +5,7 @@ VERSION ?= 0.1.0-dev
 LDFLAGS := -X github.com/stickyd/stickyd/internal/command.Version=$(VERSION)
 ADDR    ?= 127.0.0.1:8080
 
-.PHONY: all build run run-subprocess deps test test-deploy lint unit bench bench-peers proto tools fuzz clean
+.PHONY: all build run run-subprocess deps test test-deploy lint unit bench bench-peers bench-peers-deps bench-profiles proto tools fuzz clean
 
 all: build
 
@@ -132,7 +132,10 @@ bench:
 ## are missing; the benchmark runs its own instances of them, on free
 ## loopback ports, and stops them at the end. Tables on stdout; CSV files
 ## and PNG plots in docs/benchmarks/ (5 to 10 minutes on 2 cores).
-bench-peers:
+bench-peers: bench-peers-deps
+	$(GO) run ./test/bench/peers
+
+bench-peers-deps:
 	@missing=; for p in redis-server nginx; do \
 		command -v $$p >/dev/null || [ -x /usr/sbin/$$p ] || missing="$$missing $$p"; \
 	done; \
@@ -140,7 +143,12 @@ bench-peers:
 		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
 		$$sudo apt-get update && $$sudo apt-get install -y $$missing; \
 	fi
-	$(GO) run ./test/bench/peers
+
+## bench-profiles: CPU and allocation profiles of each path the peers
+## benchmark measures (echo, page state, idle), written as pprof tops to
+## test/bench/peers/profiles/ (installs the peers as bench-peers does; ~4 min).
+bench-profiles: bench-peers-deps
+	bash test/bench/peers/profile.sh
 
 ## proto: regenerate the channel protocol (Go, and Python for the Python
 ## worker) and the gateway's gRPC API (protoc from protobuf-compiler).

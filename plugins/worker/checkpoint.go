@@ -133,8 +133,26 @@ type ckRound struct {
 
 type ckResult struct {
 	pieces []*protocol.CheckpointPiece
+	later  []ckLater
 	gone   []*protocol.CheckpointKey
 	err    error
+}
+
+// ckLater is a whole piece of a large page, encoded outside its person's
+// mailbox from a view of its tree (Tree.view), so a 10 MB page costs its
+// person a view, not an encode.
+type ckLater struct {
+	piece   *protocol.CheckpointPiece // its package unset
+	conn    connOut
+	release func()
+}
+
+// encode fills the piece's package and releases the view.
+func (l *ckLater) encode() error {
+	defer l.release()
+	b, err := marshalConn(l.conn)
+	l.piece.Package = b
+	return err
 }
 
 // changedUser names a person with something to checkpoint.
@@ -194,13 +212,7 @@ func (rt *runtime) connGone(s *Session) {
 // changed (more is set).
 func (rt *runtime) checkpoint(id uint64, c *protocol.Checkpoint) {
 	for _, k := range c.Full {
-		rt.ck.mu.Lock()
-		if rt.ck.full == nil {
-			rt.ck.full = map[[3]string]struct{}{}
-		}
-		rt.ck.full[[3]string{k.User, k.Conn, k.Page}] = struct{}{}
-		rt.ck.mu.Unlock()
-		rt.changedUser(k.User)
+		rt.ckAskFull(k.User, k.Conn, k.Page)
 	}
 	rt.ck.mu.Lock()
 	users := make([]string, 0, len(rt.ck.changed))
@@ -228,6 +240,16 @@ func (rt *runtime) checkpoint(id uint64, c *protocol.Checkpoint) {
 			if r.err != nil {
 				rt.log.Warn("packaging a checkpoint", "error", r.err)
 				continue
+			}
+			for i := range r.later {
+				l := &r.later[i]
+				if err := l.encode(); err != nil {
+					// The page was marked sent: have it sent whole next time.
+					rt.log.Warn("packaging a checkpoint", "user", l.piece.User, "page", l.piece.Page, "error", err)
+					rt.ckAskFull(l.piece.User, l.piece.Conn, l.piece.Page)
+					continue
+				}
+				r.pieces = append(r.pieces, l.piece)
 			}
 			out.Pieces = append(out.Pieces, r.pieces...)
 			out.Gone = append(out.Gone, r.gone...)
@@ -303,20 +325,29 @@ func (rt *runtime) runCheckpoint(user string, round uint64) {
 		}
 		r.results <- res
 	}()
-	res.pieces, res.gone, res.err = rt.packageUser(user)
+	res.pieces, res.later, res.gone, res.err = rt.packageUser(user)
 }
 
 // packageUser returns a piece for each of user's pages and connections that
 // changed since its last piece (or was last sent under another user key or
 // epoch), and marks them sent. It runs in the user's mailbox, so no frame of
 // theirs runs meanwhile. A frozen user is skipped: they are moving, and
-// their package is the truth.
-func (rt *runtime) packageUser(user string) (pieces []*protocol.CheckpointPiece, gone []*protocol.CheckpointKey, err error) {
+// their package is the truth. The whole pieces of pages of ckChainMin bytes
+// or more come back in later, to be encoded outside the mailbox.
+func (rt *runtime) packageUser(user string) (pieces []*protocol.CheckpointPiece, later []ckLater, gone []*protocol.CheckpointKey, err error) {
 	rt.mu.Lock()
 	if rt.frozen[user] {
 		rt.mu.Unlock()
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
+	defer func() {
+		if err != nil {
+			for _, l := range later {
+				l.release()
+			}
+			later = nil
+		}
+	}()
 	epoch := rt.epochs[user]
 	sessions := rt.sessionsOfLocked(user)
 	rt.mu.Unlock()
@@ -336,7 +367,7 @@ func (rt *runtime) packageUser(user string) (pieces []*protocol.CheckpointPiece,
 			}
 			s.ckDirty.Store(false)
 			if err := piece(s, "", connOut{cp: &protocol.ConnPackage{Name: s.name, User: s.user}, values: s.values.root}, 0, 0); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			s.ck = cur
 		}
@@ -356,9 +387,15 @@ func (rt *runtime) packageUser(user string) (pieces []*protocol.CheckpointPiece,
 			out := pageOut{pp: pp}
 			inc := !whole && p.ckNextIncrement(cur)
 			chain, link := p.ckChain, p.ckLink+1
-			if inc {
+			var release func()
+			switch {
+			case inc:
 				pp.Journal = p.ckj.deltas
-			} else {
+			case p.tree.size >= ckChainMin:
+				// Encoded outside the mailbox, from a view.
+				out.tree, release = p.tree.view()
+				link = 0
+			default:
 				// The tree is encoded once, in place (pkgcodec.go).
 				out.tree = p.tree.root
 				link = 0
@@ -368,13 +405,32 @@ func (rt *runtime) packageUser(user string) (pieces []*protocol.CheckpointPiece,
 			if !inc {
 				chain = p.ckChain
 			}
+			if release != nil {
+				later = append(later, ckLater{
+					piece:   &protocol.CheckpointPiece{User: user, Epoch: epoch, Conn: s.name, Page: p.id, Chain: chain, Link: link},
+					conn:    c,
+					release: release,
+				})
+				continue
+			}
 			if err := piece(s, p.id, c, chain, link); err != nil {
 				p.ck = ckMark{} // whole next time
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 		}
 	}
-	return pieces, gone, nil
+	return pieces, later, gone, nil
+}
+
+// ckAskFull has the page's next piece sent whole.
+func (rt *runtime) ckAskFull(user, conn, page string) {
+	rt.ck.mu.Lock()
+	if rt.ck.full == nil {
+		rt.ck.full = map[[3]string]struct{}{}
+	}
+	rt.ck.full[[3]string{user, conn, page}] = struct{}{}
+	rt.ck.mu.Unlock()
+	rt.changedUser(user)
 }
 
 // ckTakeFull says whether the host asked for the page whole, and forgets

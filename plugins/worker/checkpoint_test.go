@@ -250,7 +250,8 @@ func TestWakeFromCheckpoint(t *testing.T) {
 }
 
 // BenchmarkCheckpointPage is what a person's checkpoint turn holds their
-// mailbox for: packaging one changed page of 1 KB or 1 MB.
+// mailbox for: packaging one changed page of 1 KB (encoded in the turn) or
+// 1 MB (a view, encoded outside it).
 func BenchmarkCheckpointPage(b *testing.B) {
 	for _, size := range []int{1 << 10, 1 << 20} {
 		b.Run(fmt.Sprintf("%dKB", size>>10), func(b *testing.B) {
@@ -267,9 +268,12 @@ func BenchmarkCheckpointPage(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				p.ckDirty.Store(true)
-				pieces, _, err := rt.packageUser("ann")
-				if err != nil || len(pieces) == 0 {
+				pieces, later, _, err := rt.packageUser("ann")
+				if err != nil || len(pieces)+len(later) == 0 {
 					b.Fatalf("%d pieces, %v", len(pieces), err)
+				}
+				for _, l := range later {
+					l.release()
 				}
 			}
 		})
@@ -376,5 +380,57 @@ func TestCheckpointIncrements(t *testing.T) {
 		if pc, pp = pagePiece(t, small.checkpoint(0)); pc.Chain != 0 || pc.Link != 0 || len(pp.Tree) == 0 {
 			t.Fatalf("small page: chain %d link %d, tree %d bytes", pc.Chain, pc.Link, len(pp.Tree))
 		}
+	}
+}
+
+// A large page's whole piece is encoded outside its person's mailbox from a
+// view: what the person writes after their turn is not in it, and the tree
+// they go on writing is not changed by the encode.
+func TestCheckpointWholeFromView(t *testing.T) {
+	rt := &runtime{app: testApp{}, epochs: map[string]uint64{}, frozen: map[string]bool{},
+		byUser: map[string]map[*Session]struct{}{}, conns: map[string]*Session{}}
+	s := newSession(rt, "c", "ann")
+	rt.addConnLocked(s)
+	p := newPage(s, "p", "k")
+	s.pages["p"] = p
+	if err := p.Tree().Set("blob", map[string]any{"a": strings.Repeat("x", blobBytes), "b": "old"}); err != nil {
+		t.Fatal(err)
+	}
+	p.ckDirty.Store(true)
+	pieces, later, _, err := rt.packageUser("ann")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pc := range pieces {
+		if pc.Page != "" {
+			t.Fatalf("the large page was encoded in the turn: %+v", pc.Page)
+		}
+	}
+	if len(later) != 1 || later[0].piece.Page != "p" || later[0].piece.Link != 0 || later[0].piece.Chain == 0 {
+		t.Fatalf("later: %+v", later)
+	}
+	// The person goes on, before the piece is encoded.
+	if err := p.Tree().Set("blob/b", "new"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Tree().Set("n", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := later[0].encode(); err != nil {
+		t.Fatal(err)
+	}
+	var cp protocol.ConnPackage
+	if err := proto.Unmarshal(later[0].piece.Package, &cp); err != nil || len(cp.Pages) != 1 {
+		t.Fatalf("piece: %v", err)
+	}
+	tr := &Tree{}
+	if err := decodeTree(tr, cp.Pages[0].Tree); err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.Get("blob/b"); got != "old" || tr.Get("n") != nil {
+		t.Fatalf("the piece holds blob/b %v, n %v: want the tree as of the turn", got, tr.Get("n"))
+	}
+	if got := p.Tree().Get("blob/b"); got != "new" || p.tree.readers.Load() != 0 {
+		t.Fatalf("the live tree: blob/b %v, %d views held", got, p.tree.readers.Load())
 	}
 }

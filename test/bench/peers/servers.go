@@ -75,13 +75,22 @@ func serveRole(role string, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// STICKYD_PEERS_CPUPROFILE=PREFIX writes a CPU profile of each server
-	// process, from its start to its stop, to PREFIX.ROLE.PID (the worker
-	// subprocesses take STICKYD_BENCH_WORKER_CPUPROFILE).
+	// process, from its start to its stop, to PREFIX.ROLE.PID, and at its
+	// stop a heap profile (what it allocated: -sample_index=alloc_space) to
+	// PREFIX.ROLE.PID.heap (the worker subprocesses take
+	// STICKYD_BENCH_WORKER_CPUPROFILE).
 	if prefix := os.Getenv("STICKYD_PEERS_CPUPROFILE"); prefix != "" {
-		out, err := os.Create(fmt.Sprintf("%s.%s.%d", prefix, role, os.Getpid()))
+		name := fmt.Sprintf("%s.%s.%d", prefix, role, os.Getpid())
+		out, err := os.Create(name)
 		if err == nil && pprof.StartCPUProfile(out) == nil {
-			defer out.Close()
-			defer pprof.StopCPUProfile()
+			defer func() {
+				pprof.StopCPUProfile()
+				out.Close()
+				if heap, err := os.Create(name + ".heap"); err == nil {
+					_ = pprof.WriteHeapProfile(heap)
+					heap.Close()
+				}
+			}()
 		}
 	}
 	err := runRole(ctx, stdout, func(ctx context.Context) (string, func(), error) {

@@ -39,16 +39,23 @@ func ServeWorkerIfAsked() bool {
 	}
 	// STICKYD_BENCH_WORKER_CPUPROFILE=PREFIX writes a CPU profile of each
 	// worker subprocess's first STICKYD_BENCH_WORKER_CPUPROFILE_SECONDS
-	// (default 60) to PREFIX.PID.
+	// (default 60) to PREFIX.PID, and at its end a heap profile (what was
+	// allocated since the start: -sample_index=alloc_space) to
+	// PREFIX.PID.heap.
 	if prefix := os.Getenv("STICKYD_BENCH_WORKER_CPUPROFILE"); prefix != "" {
 		secs, err := strconv.Atoi(os.Getenv("STICKYD_BENCH_WORKER_CPUPROFILE_SECONDS"))
 		if err != nil || secs <= 0 {
 			secs = 60
 		}
-		if out, err := os.Create(fmt.Sprintf("%s.%d", prefix, os.Getpid())); err == nil && pprof.StartCPUProfile(out) == nil {
+		name := fmt.Sprintf("%s.%d", prefix, os.Getpid())
+		if out, err := os.Create(name); err == nil && pprof.StartCPUProfile(out) == nil {
 			time.AfterFunc(time.Duration(secs)*time.Second, func() {
 				pprof.StopCPUProfile()
 				out.Close()
+				if heap, err := os.Create(name + ".heap"); err == nil {
+					_ = pprof.WriteHeapProfile(heap)
+					heap.Close()
+				}
 			})
 		}
 	}
