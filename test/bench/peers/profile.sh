@@ -24,6 +24,9 @@ top() { # top NAME PROFILE [pprof flags...]
 	{
 		echo "# $name: go tool pprof -top $* (test/bench/peers/profile.sh, $(date -u +%Y-%m-%d), $(nproc) CPUs, $(go env GOVERSION))"
 		go tool pprof -top -nodecount=30 "$@" "$prof" 2>/dev/null
+		echo
+		echo "# the same, by cumulative share (-cum)"
+		go tool pprof -top -cum -nodecount=40 "$@" "$prof" 2>/dev/null | sed -n '/flat%/,$p'
 	} >"$out/$name.txt"
 }
 
@@ -47,8 +50,8 @@ run() {
 	top "$path-worker-alloc" "$worker.heap" -sample_index=alloc_space
 }
 
-run echo 25 -parts nginx -conns 100,1000 -duration 10s
-run state 40 -parts redis -sizes 1KB,10MB -codecs json -duration 10s
+run echo 55 -parts nginx -conns 100,1000 -duration 10s
+run state 80 -parts redis -sizes 1KB,10MB -codecs json -duration 10s
 
 echo "profiling the idle path ..." >&2
 rm -f "$tmp"/p.*

@@ -1,0 +1,84 @@
+package worker
+
+import (
+	"fmt"
+	goruntime "runtime"
+	"testing"
+	"time"
+)
+
+// gridRows is a page shaped like a back-office grid: rows of a few short
+// strings and numbers and a small array, the shape of the demo app's
+// orders (about 100 bytes a row encoded).
+func gridRows(n int) []any {
+	rows := make([]any, n)
+	for i := range rows {
+		rows[i] = map[string]any{
+			"id":       float64(i),
+			"customer": fmt.Sprintf("customer-%06d", i%5000),
+			"city":     []string{"Lyon", "Paris", "Nantes", "Lille"}[i%4],
+			"qty":      float64(i % 17),
+			"price":    float64(i%1000) + 0.25,
+			"status":   []string{"open", "shipped", "closed"}[i%3],
+			"tags":     []any{"a", fmt.Sprintf("t%d", i%7)},
+		}
+	}
+	return rows
+}
+
+// heapAfterGC is the heap in use after two collections.
+func heapAfterGC() uint64 {
+	goruntime.GC()
+	goruntime.GC()
+	var m goruntime.MemStats
+	goruntime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// BenchmarkPage10MB measures a 10 MB page (a grid of 100,000 rows) in a
+// worker: the live heap it holds beside its encoded size, and the time to
+// open it from a package (decodeTree: a wake after a move or a restart) and
+// to build it with Tree.Set (an app's OpenPage). Run it alone:
+//
+//	go test -run '^$' -bench Page10MB -benchtime 3x ./plugins/worker/
+func BenchmarkPage10MB(b *testing.B) {
+	rows := gridRows(100_000)
+	src := &Tree{root: map[string]any{}}
+	if err := src.Set("rows", rows); err != nil {
+		b.Fatal(err)
+	}
+	enc, err := encodeTree(src)
+	if err != nil {
+		b.Fatal(err)
+	}
+	src, rows = nil, nil
+	b.ReportAllocs()
+	b.ResetTimer()
+	var decode, build time.Duration
+	var heap uint64
+	for b.Loop() {
+		before := heapAfterGC()
+		began := time.Now()
+		t := &Tree{}
+		if err := decodeTree(t, enc); err != nil {
+			b.Fatal(err)
+		}
+		decode += time.Since(began)
+		heap = heapAfterGC() - before
+		goruntime.KeepAlive(t)
+
+		r := gridRows(100_000)
+		began = time.Now()
+		t2 := &Tree{root: map[string]any{}}
+		if err := t2.Set("rows", r); err != nil {
+			b.Fatal(err)
+		}
+		build += time.Since(began)
+		goruntime.KeepAlive(t2)
+	}
+	b.ReportMetric(float64(len(enc))/(1<<20), "encoded-MiB")
+	b.ReportMetric(float64(heap)/(1<<20), "heap-MiB")
+	b.ReportMetric(float64(heap)/float64(len(enc)), "heap/encoded")
+	b.ReportMetric(float64(decode.Milliseconds())/float64(b.N), "open-ms")
+	b.ReportMetric(float64(build.Milliseconds())/float64(b.N), "build-ms")
+}
