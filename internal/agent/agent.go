@@ -36,6 +36,7 @@ import (
 	"github.com/stickyd/stickyd/internal/park"
 	"github.com/stickyd/stickyd/internal/raftnode"
 	"github.com/stickyd/stickyd/internal/supervisor"
+	"github.com/stickyd/stickyd/internal/tlsutil"
 )
 
 // Builtin is an application compiled into stickyd, runnable in-process: it
@@ -80,8 +81,11 @@ type Agent struct {
 	draining atomic.Bool
 	token    string
 	registry *prometheus.Registry
-	http     *http.Client
-	peers    peers
+	// tls is mutual TLS on the raft and peer-link ports; nil without a
+	// tls block.
+	tls   *tlsutil.Manager
+	http  *http.Client
+	peers peers
 	// mu guards restart.
 	mu sync.Mutex
 	// registerMu orders the agent's registrations of its workers.
@@ -192,6 +196,11 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		}
 		a.park = a.held
 	}
+	if a.cfg.TLS != nil {
+		if err := a.startTLS(); err != nil {
+			return err
+		}
+	}
 	// The admin API and the peer links listen first: servers find each
 	// other through them.
 	a.router = &router{a: a}
@@ -205,7 +214,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	alone := a.cfg.IsServer() && a.cfg.Server.BootstrapExpect == 1
 	rcfg := raftnode.Config{ID: a.cfg.Name, Bootstrap: alone, Solo: alone, Logger: a.log,
-		SnapshotThreshold: a.cfg.Server.SnapshotThreshold, TrailingLogs: a.cfg.Server.TrailingLogs}
+		SnapshotThreshold: a.cfg.Server.SnapshotThreshold, TrailingLogs: a.cfg.Server.TrailingLogs, TLS: a.tls}
 	if a.cfg.DataDir != "" {
 		rcfg.DataDir, rcfg.BindAddr, rcfg.Advertise = a.cfg.DataDir, a.cfg.Server.RaftAddr, a.cfg.Server.RaftAdvertise
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stickyd/stickyd/internal/bundle"
 	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/tlsutil"
 )
 
 // Config is the agent's configuration file (HCL).
@@ -51,6 +52,8 @@ type Config struct {
 	Nomad *NomadConfig `hcl:"nomad,block"`
 	// Gateway is the AI model gateway (docs/gateway.md).
 	Gateway *GatewayConfig `hcl:"gateway,block"`
+	// TLS is mutual TLS on the raft and peer-link ports (docs/security.md).
+	TLS *TLSConfig `hcl:"tls,block"`
 	// PythonSDK is the directory holding the stickyd Python package
 	// (plugins/python in a checkout): python3 groups' workers find it on
 	// their PYTHONPATH (docs/python.md). Empty: the package must be
@@ -80,6 +83,34 @@ type HostConfig struct {
 	// nobody. Default true on an agent that is not a server (a group's
 	// Nomad host), false on a server.
 	RehomeOnStop *bool `hcl:"rehome_on_stop,optional"`
+}
+
+// TLSConfig is mutual TLS between stickyd processes, as Consul's and
+// Nomad's tls blocks: the raft port takes only servers of the cluster, the
+// peer-link port servers and hosts, each proven by a certificate of the
+// cluster's CA naming its role (server.<cluster>.stickyd,
+// host.<cluster>.stickyd; `stickyd tls cert create`). The files are read
+// again on SIGHUP.
+type TLSConfig struct {
+	CAFile   string `hcl:"ca_file"`
+	CertFile string `hcl:"cert_file"`
+	KeyFile  string `hcl:"key_file"`
+	// Cluster is the cluster's name in the role names (default "global").
+	Cluster string `hcl:"cluster,optional"`
+	// VerifyIncoming (default true) requires a certificate of the right
+	// role from every peer connecting; VerifyOutgoing (default true)
+	// checks the chain of every peer dialed, VerifyServerHostname (default
+	// true) its role too.
+	VerifyIncoming       *bool `hcl:"verify_incoming,optional"`
+	VerifyOutgoing       *bool `hcl:"verify_outgoing,optional"`
+	VerifyServerHostname *bool `hcl:"verify_server_hostname,optional"`
+}
+
+// tlsutil is the block as tlsutil takes it, defaults applied.
+func (t *TLSConfig) tlsutil() tlsutil.Config {
+	on := func(b *bool) bool { return b == nil || *b }
+	return tlsutil.Config{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, Cluster: t.Cluster,
+		VerifyIncoming: on(t.VerifyIncoming), VerifyOutgoing: on(t.VerifyOutgoing), VerifyServerHostname: on(t.VerifyServerHostname)}
 }
 
 // ConsulConfig connects the agent to Consul.
@@ -615,6 +646,14 @@ func (c *Config) Finish() error {
 	}
 	if c.Bundles != nil && c.Bundles.Archive == "" {
 		return fmt.Errorf("bundles: archive is empty: give a directory or an http(s):// URL")
+	}
+	if c.TLS != nil {
+		if c.TLS.CAFile == "" || c.TLS.CertFile == "" || c.TLS.KeyFile == "" {
+			return fmt.Errorf("tls: ca_file, cert_file and key_file are all required")
+		}
+		if c.TLS.Cluster == "" {
+			c.TLS.Cluster = tlsutil.DefaultCluster
+		}
 	}
 	if err := c.finishConsulNomad(); err != nil {
 		return err

@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/park"
 	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/internal/tlsutil"
 )
 
 // Any front reaches any worker. Workers of this agent are reached through its
@@ -56,7 +58,11 @@ func (r *router) peerFor(ctx context.Context, worker string) (*channel.Peer, err
 			return l.peer, nil
 		}
 	}
-	cc, err := grpc.NewClient(ag.RPCAddr, append(channel.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	creds := insecure.NewCredentials()
+	if r.a.tls != nil {
+		creds = credentials.NewTLS(r.a.tls.ClientTLS(tlsutil.RoleServer, tlsutil.RoleHost))
+	}
+	cc, err := grpc.NewClient(ag.RPCAddr, append(channel.DialOptions(), grpc.WithTransportCredentials(creds))...)
 	if err != nil {
 		return nil, fmt.Errorf("dialing agent %s: %w", ag.Name, err)
 	}
@@ -231,6 +237,11 @@ func (a *Agent) serveLinks() error {
 	ln, err := net.Listen("tcp", a.cfg.Server.RPCAddr)
 	if err != nil {
 		return fmt.Errorf("listening for peer links on %s: %w", a.cfg.Server.RPCAddr, err)
+	}
+	if a.tls != nil {
+		// Servers and hosts open peer links; the TLS is the listener's
+		// (each refusal counted), so gRPC sees plain connections.
+		ln = a.tls.Listener(ln, "rpc", tlsutil.RoleServer, tlsutil.RoleHost)
 	}
 	a.rpcLn = ln
 	s := grpc.NewServer(channel.ServerOptions()...)

@@ -97,13 +97,26 @@ func runAgent(m Meta, cfg *agent.Config, builtins map[string]agent.Builtin, log 
 		// Dev: the token lives only in this process; show it.
 		m.UI.Output(fmt.Sprintf("admin token (dev): export STICKYD_TOKEN=%s", a.Token()))
 	}
+	// SIGHUP reads the TLS certificates again.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	code := 0
-	select {
-	case <-ctx.Done():
-		m.UI.Output("stopping: closing the front, then the workers")
-	case err := <-a.Served():
-		m.UI.Error(fmt.Sprintf("front stopped: %v", err))
-		code = 1
+wait:
+	for {
+		select {
+		case <-hup:
+			if err := a.ReloadTLS(); err != nil {
+				m.UI.Error(fmt.Sprintf("reloading the TLS certificates (the current ones stay): %v", err))
+			}
+		case <-ctx.Done():
+			m.UI.Output("stopping: closing the front, then the workers")
+			break wait
+		case err := <-a.Served():
+			m.UI.Error(fmt.Sprintf("front stopped: %v", err))
+			code = 1
+			break wait
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.StopTimeout())
 	defer cancel()

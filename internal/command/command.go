@@ -61,6 +61,12 @@ func RunApp(args []string, ui cli.Ui, builtins map[string]agent.Builtin, app str
 			"dev":     func() (cli.Command, error) { return &DevCommand{Meta: meta}, nil },
 			"version": func() (cli.Command, error) { return &VersionCommand{Meta: meta}, nil },
 
+			"tls":             func() (cli.Command, error) { return &TLSCommand{Meta: meta}, nil },
+			"tls ca":          func() (cli.Command, error) { return &TLSCACommand{Meta: meta}, nil },
+			"tls ca create":   func() (cli.Command, error) { return &TLSCACreateCommand{Meta: meta}, nil },
+			"tls cert":        func() (cli.Command, error) { return &TLSCertCommand{Meta: meta}, nil },
+			"tls cert create": func() (cli.Command, error) { return &TLSCertCreateCommand{Meta: meta}, nil },
+
 			"user":         func() (cli.Command, error) { return &UserCommand{Meta: meta}, nil },
 			"user list":    func() (cli.Command, error) { return &UserListCommand{Meta: meta}, nil },
 			"user show":    func() (cli.Command, error) { return &UserShowCommand{Meta: meta}, nil },

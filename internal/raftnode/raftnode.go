@@ -18,6 +18,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/stickyd/stickyd/internal/tlsutil"
 )
 
 // Config describes one member.
@@ -45,7 +47,11 @@ type Config struct {
 	// TrailingLogs is how many entries stay in the log after a snapshot,
 	// for followers slightly behind; zero means raft's default (10240).
 	TrailingLogs uint64
-	Logger       hclog.Logger
+	// TLS, if set, makes the transport mutual TLS: it accepts only servers
+	// of the cluster (leaders and candidates are) and dials servers and
+	// hosts (a host is a non-voter the leader replicates to).
+	TLS    *tlsutil.Manager
+	Logger hclog.Logger
 }
 
 // Node is one running member.
@@ -136,7 +142,12 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 			n.close()
 			return nil, fmt.Errorf("resolving raft address %q: %w", adv, err)
 		}
-		t, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, addr, 3, 10*time.Second, log.Named("transport"))
+		var t *raft.NetworkTransport
+		if cfg.TLS != nil {
+			t, err = tlsTransport(cfg.BindAddr, addr, cfg.TLS, log.Named("transport"))
+		} else {
+			t, err = raft.NewTCPTransportWithLogger(cfg.BindAddr, addr, 3, 10*time.Second, log.Named("transport"))
+		}
 		if err != nil {
 			n.close()
 			return nil, fmt.Errorf("starting raft transport on %s: %w", cfg.BindAddr, err)
