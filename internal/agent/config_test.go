@@ -79,6 +79,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad forget_after", "lifecycle { forget_after = \"never\" }\ngroup \"g\" { builtin = \"demo\" }", "forget_after"},
 		{"forget_after too short", "lifecycle { forget_after = \"1ms\" }\ngroup \"g\" { builtin = \"demo\" }", "at least 1s"},
 		{"cluster without data", "server { bootstrap_expect = 3 }\ngroup \"g\" { builtin = \"demo\" }", "needs a data_dir"},
+		{"tls without key_file", "tls {\n ca_file = \"ca.pem\"\n cert_file = \"c.pem\"\n}\ngroup \"g\" { builtin = \"demo\" }", "key_file"},
+		{"tls with an empty file", "tls {\n ca_file = \"\"\n cert_file = \"c.pem\"\n key_file = \"k.pem\"\n}\ngroup \"g\" { builtin = \"demo\" }", "all required"},
 		{"cluster without peers", "data_dir = \"/x\"\nserver { bootstrap_expect = 3 }\ngroup \"g\" { builtin = \"demo\" }", "retry_join"},
 	}
 	for _, tt := range tests {
