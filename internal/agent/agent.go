@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 
 	"github.com/stickyd/stickyd/internal/api"
@@ -179,6 +180,8 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}()
 	a.fsm = fsm.New()
 	a.registry = prometheus.NewRegistry()
+	// What every Go exporter has: the runtime's and the process's own.
+	a.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if a.cfg.DataDir == "" {
 		a.park = park.NewMemStore()
 	} else {

@@ -144,8 +144,11 @@ func scrape(t *testing.T, a *agent.Agent) map[string]map[string]bool {
 			}
 		}
 	}
-	if _, ok := fams["stickyd_raft_leader"]; !ok {
-		t.Fatal("no raft metric")
+	// Beside stickyd's own, what every Go exporter has.
+	for _, name := range []string{"stickyd_raft_leader", "go_goroutines", "go_memstats_heap_inuse_bytes", "process_resident_memory_bytes", "process_open_fds"} {
+		if _, ok := fams[name]; !ok {
+			t.Fatalf("no %s in /metrics", name)
+		}
 	}
 	return out
 }
