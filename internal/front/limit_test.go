@@ -317,3 +317,21 @@ func TestFrontCookieKeyRing(t *testing.T) {
 		t.Fatal("the front signs new cookies with the older key")
 	}
 }
+
+// A text frame that is not UTF-8 fails the WebSocket with 1007 (RFC 6455
+// §8.1), after the frames before it were answered.
+func TestWebSocketInvalidUTF8(t *testing.T) {
+	f, _, srv := testFront(t, Config{})
+	ws := dialAs(t, srv, f.cookie.sign("c1", time.Now()))
+	if a := sendOps(t, ws, 1, 1)[1]; a.Op != "reply" {
+		t.Fatalf("a valid op: %+v", a)
+	}
+	if err := ws.WriteMessage(websocket.TextMessage, []byte("{\"op\":\"msg\",\"id\":2,\"page\":\"p\",\"data\":\"\xff\xfe\"}")); err != nil {
+		t.Fatal(err)
+	}
+	_ = ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, _, err := ws.ReadMessage()
+	if !websocket.IsCloseError(err, websocket.CloseInvalidFramePayloadData) {
+		t.Fatalf("after an invalid UTF-8 text frame: %v, want close 1007", err)
+	}
+}

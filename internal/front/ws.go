@@ -1,6 +1,7 @@
 package front
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 
@@ -170,6 +172,13 @@ func (c *wsConn) readLoop() {
 		if kind != websocket.TextMessage {
 			c.send(errAnswer(0, &HTTPError{Status: http.StatusBadRequest, Message: "ops are JSON text messages"}))
 			continue
+		}
+		if !utf8.Valid(msg) {
+			// RFC 6455 §8.1: a text frame that is not UTF-8 fails the
+			// connection with 1007.
+			_ = c.ws.WriteControl(websocket.CloseMessage,
+				websocket.FormatCloseMessage(websocket.CloseInvalidFramePayloadData, "text frames must be UTF-8"), time.Now().Add(time.Second))
+			return
 		}
 		var o op
 		if err := json.Unmarshal(msg, &o); err != nil {
@@ -542,6 +551,11 @@ func (c *wsConn) write(o outbound) error {
 	if err != nil {
 		c.f.log.Error("encoding answer", "error", err)
 		return nil
+	}
+	if !utf8.Valid(b) {
+		// An app's raw bytes: a text frame must be UTF-8 (the bad bytes
+		// can only be inside JSON strings, which stay strings).
+		b = bytes.ToValidUTF8(b, []byte("\uFFFD"))
 	}
 	_ = c.ws.SetWriteDeadline(time.Now().Add(c.f.cfg.WriteTimeout))
 	return c.ws.WriteMessage(websocket.TextMessage, b)
