@@ -210,15 +210,16 @@ func incOf(t *testing.T, p *Pool, user, conn, page string) (float64, error) {
 	return v.Count, nil
 }
 
-// A worker that dies: its replacement wakes its people from their last
-// checkpoint before their next frame. A page opened after it is not there
-// (it restarts clean when reopened, as without checkpoints).
-func TestReplacementWakesFromCheckpoint(t *testing.T) {
+// checkpointedPool is a pool of one counter worker checkpointing into an
+// index on a memory store (rounds only when a test asks), and one
+// connection on it.
+func checkpointedPool(t *testing.T) (p *Pool, x *CheckpointIndex, conn, user string) {
+	t.Helper()
 	l := &InprocLauncher{Serve: worker.InProcess(counter.New(), worker.Options{Name: "counter"})}
-	p := New(nil, []GroupSpec{{Name: "web", Workers: 1, Launcher: l, CheckpointInterval: time.Hour}})
-	x := NewCheckpointIndex(CheckpointConfig{Store: park.NewMemStore()})
+	p = New(nil, []GroupSpec{{Name: "web", Workers: 1, Launcher: l, CheckpointInterval: time.Hour}})
+	x = NewCheckpointIndex(CheckpointConfig{Store: park.NewMemStore()})
 	p.Checkpoints = x
-	defer p.Close()
+	t.Cleanup(func() { p.Close() })
 	if err := p.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -226,8 +227,15 @@ func TestReplacementWakesFromCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := r.Identity.Conn
-	user := protocol.AnonymousUser(conn)
+	conn = r.Identity.Conn
+	return p, x, conn, protocol.AnonymousUser(conn)
+}
+
+// A worker that dies: its replacement wakes its people from their last
+// checkpoint before their next frame. A page opened after it is not there
+// (it restarts clean when reopened, as without checkpoints).
+func TestReplacementWakesFromCheckpoint(t *testing.T) {
+	p, x, conn, user := checkpointedPool(t)
 	open := func(page string) {
 		t.Helper()
 		if _, err := frameOf(t, p, &protocol.Frame{User: user, Conn: conn, Kind: &protocol.Frame_Open{Open: &protocol.PageOpen{Page: page, Kind: "counter"}}}); err != nil {
@@ -379,20 +387,7 @@ func TestCheckpointIndexIncrements(t *testing.T) {
 // worker that dies wakes it on its replacement with every increment
 // replayed on the whole piece.
 func TestReplacementWakesFromIncrements(t *testing.T) {
-	l := &InprocLauncher{Serve: worker.InProcess(counter.New(), worker.Options{Name: "counter"})}
-	p := New(nil, []GroupSpec{{Name: "web", Workers: 1, Launcher: l, CheckpointInterval: time.Hour}})
-	x := NewCheckpointIndex(CheckpointConfig{Store: park.NewMemStore()})
-	p.Checkpoints = x
-	defer p.Close()
-	if err := p.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	r, err := frameOf(t, p, &protocol.Frame{Kind: &protocol.Frame_Http{Http: &protocol.HTTPRequest{Method: "GET", Url: "/"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := r.Identity.Conn
-	user := protocol.AnonymousUser(conn)
+	p, x, conn, user := checkpointedPool(t)
 	msg := func(data string) {
 		t.Helper()
 		if _, err := frameOf(t, p, &protocol.Frame{User: user, Conn: conn, Kind: &protocol.Frame_Message{Message: &protocol.PageMessage{Page: "p", Data: []byte(data)}}}); err != nil {
