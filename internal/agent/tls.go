@@ -3,8 +3,10 @@ package agent
 import (
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/stickyd/stickyd/internal/tlsutil"
 )
@@ -44,9 +46,15 @@ func (a *Agent) startTLS() error {
 		return err
 	}
 	log := a.log.Named("tls")
+	// Every refusal is counted; the log takes the first ten and then one
+	// a second, so a stranger knocking in a loop cannot flood it.
+	sample := &rate.Sometimes{First: 10, Interval: time.Second}
 	m.OnRefuse = func(listener, reason string, remote net.Addr, err error) {
 		refused.WithLabelValues(listener, reason).Inc()
-		log.Warn("refused a connection", "listener", listener, "remote", remote.String(), "reason", reason, "error", err)
+		sample.Do(func() {
+			log.Warn("refused a connection (sampled; stickyd_tls_refused_total counts them all)",
+				"listener", listener, "remote", remote.String(), "reason", reason, "error", err)
+		})
 	}
 	a.tls = m
 	return nil

@@ -231,6 +231,24 @@ func checkpointedPool(t *testing.T) (p *Pool, x *CheckpointIndex, conn, user str
 	return p, x, conn, protocol.AnonymousUser(conn)
 }
 
+// killAndRelaunch kills the pool's only worker and waits for its second
+// incarnation to be ready.
+func killAndRelaunch(t *testing.T, p *Pool) {
+	t.Helper()
+	s, _ := p.slot("web-1")
+	s.mu.Lock()
+	proc := s.proc
+	s.mu.Unlock()
+	proc.Kill()
+	deadline := time.Now().Add(10 * time.Second)
+	for w := p.Workers()[0]; w.State != StateReady || w.Incarnation != 2; w = p.Workers()[0] {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker not relaunched: %+v", w)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // A worker that dies: its replacement wakes its people from their last
 // checkpoint before their next frame. A page opened after it is not there
 // (it restarts clean when reopened, as without checkpoints).
@@ -260,18 +278,7 @@ func TestReplacementWakesFromCheckpoint(t *testing.T) {
 	}
 	open("q")
 
-	s, _ := p.slot("web-1")
-	s.mu.Lock()
-	proc := s.proc
-	s.mu.Unlock()
-	proc.Kill()
-	deadline := time.Now().Add(10 * time.Second)
-	for w := p.Workers()[0]; w.State != StateReady || w.Incarnation != 2; w = p.Workers()[0] {
-		if time.Now().After(deadline) {
-			t.Fatalf("worker not relaunched: %+v", w)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	killAndRelaunch(t, p)
 	if n, err := incOf(t, p, user, conn, "p"); err != nil || n != 4 {
 		t.Fatalf("first inc after the crash: %v %v, want 4 (3 checkpointed + 1)", n, err)
 	}
@@ -431,18 +438,7 @@ func TestReplacementWakesFromIncrements(t *testing.T) {
 	if _, err := incOf(t, p, user, conn, "p"); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := p.slot("web-1")
-	s.mu.Lock()
-	proc := s.proc
-	s.mu.Unlock()
-	proc.Kill()
-	deadline := time.Now().Add(10 * time.Second)
-	for w := p.Workers()[0]; w.State != StateReady || w.Incarnation != 2; w = p.Workers()[0] {
-		if time.Now().After(deadline) {
-			t.Fatalf("worker not relaunched: %+v", w)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	killAndRelaunch(t, p)
 	if n, err := incOf(t, p, user, conn, "p"); err != nil || n != 7 {
 		t.Fatalf("first inc after the crash: %v %v, want 7 (6 checkpointed + 1)", n, err)
 	}

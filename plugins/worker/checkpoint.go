@@ -55,27 +55,6 @@ const (
 	ckChainShare = 4
 )
 
-// ckJournal is a page's writes since its last piece.
-type ckJournal struct {
-	deltas []*protocol.Delta
-	bytes  int
-	max    int
-	broken bool // past max: the page goes whole
-}
-
-// note records one write; it runs in the person's mailbox.
-func (j *ckJournal) note(op protocol.Delta_Op, path string, v []byte) {
-	if j.broken {
-		return
-	}
-	j.bytes += len(path) + len(v) + 16
-	if j.bytes > j.max {
-		j.broken, j.deltas = true, nil
-		return
-	}
-	j.deltas = append(j.deltas, &protocol.Delta{Op: op, Path: path, Value: v})
-}
-
 // ckNextIncrement says whether the page's next piece may be an increment,
 // under mark cur.
 func (p *Page) ckNextIncrement(cur ckMark) bool {
@@ -101,7 +80,7 @@ func (p *Page) ckSent(cur ckMark, increment bool) {
 		if room <= 0 {
 			return // the next piece is whole
 		}
-		p.ckj = &ckJournal{max: room}
+		p.ckj = &writeLog{max: room}
 	}
 }
 

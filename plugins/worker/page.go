@@ -33,7 +33,7 @@ type Page struct {
 	ckChain   uint64
 	ckLink    uint32
 	ckChained int
-	ckj       *ckJournal
+	ckj       *writeLog
 	// journal is the page's writes since a precopy, while a move is on its
 	// way (precopy.go).
 	journal *journal

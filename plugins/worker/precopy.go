@@ -43,13 +43,35 @@ const (
 	stagedTTL   = 2 * time.Minute
 )
 
-// journal is a page's writes since a precopy.
-type journal struct {
-	base   uint64
-	at     time.Time
+// writeLog is a page's writes since some point, up to max bytes: past
+// them it breaks (and lets its writes go), and the page goes whole. It is
+// written in the person's mailbox. A precopy's journal and a checkpoint
+// chain's next increment are each one.
+type writeLog struct {
 	deltas []*protocol.Delta
 	bytes  int
-	broken bool // past journalMax: the page goes in full
+	max    int
+	broken bool
+}
+
+// note records one write.
+func (l *writeLog) note(op protocol.Delta_Op, path string, v []byte) {
+	if l.broken {
+		return
+	}
+	l.bytes += len(path) + len(v) + 16
+	if l.bytes > l.max {
+		l.broken, l.deltas = true, nil
+		return
+	}
+	l.deltas = append(l.deltas, &protocol.Delta{Op: op, Path: path, Value: v})
+}
+
+// journal is a page's writes since a precopy (at most journalMax bytes).
+type journal struct {
+	writeLog
+	base uint64
+	at   time.Time
 	// pending is the page's pending deltas the precopy holds: those still
 	// pending at the freeze go by their sequence alone.
 	pending map[*protocol.Delta]struct{}
@@ -57,20 +79,11 @@ type journal struct {
 
 // note records one write of the page; it runs in the person's mailbox.
 func (p *Page) note(op protocol.Delta_Op, path string, v []byte) {
-	j := p.journal
-	if j.broken {
-		return
-	}
-	if time.Since(j.at) > precopyTTL {
+	if time.Since(p.journal.at) > precopyTTL {
 		p.journal = nil
 		return
 	}
-	j.bytes += len(path) + len(v) + 16
-	if j.bytes > journalMax {
-		j.broken, j.deltas = true, nil
-		return
-	}
-	j.deltas = append(j.deltas, &protocol.Delta{Op: op, Path: path, Value: v})
+	p.journal.writeLog.note(op, path, v)
 }
 
 // sizeHint is a person's state here, at least roughly: set when a package
@@ -114,7 +127,7 @@ func (rt *runtime) precopy(id uint64, pc *protocol.Precopy) {
 		for _, p := range s.pages {
 			root, release := p.tree.view()
 			releases = append(releases, release)
-			j := &journal{base: base, at: now}
+			j := &journal{writeLog: writeLog{max: journalMax}, base: base, at: now}
 			p.coll.mu.Lock()
 			pending := append([]*protocol.Delta(nil), p.coll.pending...)
 			p.coll.mu.Unlock()
