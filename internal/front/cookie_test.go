@@ -44,8 +44,8 @@ var (
 func TestCookieSignVerify(t *testing.T) {
 	s := mustRing(t, strings.Repeat("k", 32))
 	other := mustRing(t, strings.Repeat("K", 32))
-	v := s.sign("conn-1", issuedAt)
-	if name, at, key, ok := s.verify(v); !ok || name != "conn-1" || key != 0 || !at.Equal(issuedAt) {
+	v := s.sign("conn-1", "", issuedAt)
+	if name, at, key, ok := s.check(v); !ok || name != "conn-1" || key != 0 || !at.Equal(issuedAt) {
 		t.Fatalf("verify(sign) = %q %v %d %v", name, at, key, ok)
 	}
 	mac := v[strings.LastIndexByte(v, '.'):]
@@ -56,7 +56,7 @@ func TestCookieSignVerify(t *testing.T) {
 	for what, bad := range map[string]string{
 		"other spelling": respelled,
 		"line break":     v + "\n",
-		"other key":      other.sign("conn-1", issuedAt),
+		"other key":      other.sign("conn-1", "", issuedAt),
 		"renamed":        "conn-2" + mac,
 		"flipped MAC":    v[:len(v)-1] + string(v[len(v)-1]^1),
 		"no MAC":         "conn-1",
@@ -64,7 +64,7 @@ func TestCookieSignVerify(t *testing.T) {
 		"not base64 MAC": "conn-1.!!!",
 		"empty":          "",
 	} {
-		if name, _, _, ok := s.verify(bad); ok {
+		if name, _, _, ok := s.check(bad); ok {
 			t.Errorf("%s: %q verified as %q", what, bad, name)
 		}
 	}
@@ -75,20 +75,20 @@ func TestCookieSignVerify(t *testing.T) {
 // old key leaves the ring its cookies name nobody.
 func TestCookieKeyRotation(t *testing.T) {
 	before := mustRing(t, keyA)
-	old := before.sign("conn-old", issuedAt)
+	old := before.sign("conn-old", "", issuedAt)
 
 	// Phase 1: the new key is accepted everywhere before anyone signs with it.
 	accepting := mustRing(t, keyA, keyB)
-	if accepting.sign("conn-x", issuedAt) != before.sign("conn-x", issuedAt) {
+	if accepting.sign("conn-x", "", issuedAt) != before.sign("conn-x", "", issuedAt) {
 		t.Fatal("a key added behind the first changed what the ring signs with")
 	}
 	// Phase 2: the new key signs; the old one still verifies.
 	rotated := mustRing(t, keyB, keyA)
-	fresh := rotated.sign("conn-new", issuedAt)
-	if fresh == before.sign("conn-new", issuedAt) {
+	fresh := rotated.sign("conn-new", "", issuedAt)
+	if fresh == before.sign("conn-new", "", issuedAt) {
 		t.Fatal("the rotated ring still signs with the old key")
 	}
-	if _, _, _, ok := before.verify(fresh); ok {
+	if _, _, _, ok := before.check(fresh); ok {
 		t.Fatal("the old ring verified a cookie signed with a key it never had")
 	}
 	for _, tt := range []struct {
@@ -104,7 +104,7 @@ func TestCookieKeyRotation(t *testing.T) {
 		{"new cookie after the rotation", rotated, fresh, "conn-new", 0},
 	} {
 		t.Run(tt.what, func(t *testing.T) {
-			name, _, key, ok := tt.ring.verify(tt.value)
+			name, _, key, ok := tt.ring.check(tt.value)
 			if !ok || name != tt.conn || key != tt.key {
 				t.Fatalf("verify = %q key %d %v, want %q key %d", name, key, ok, tt.conn, tt.key)
 			}
@@ -114,10 +114,10 @@ func TestCookieKeyRotation(t *testing.T) {
 	// Phase 3: the old key is dropped; its cookies name nobody, the new
 	// ones still do.
 	dropped := mustRing(t, keyB, keyC)
-	if name, _, _, ok := dropped.verify(old); ok {
+	if name, _, _, ok := dropped.check(old); ok {
 		t.Fatalf("a cookie signed with a dropped key verified as %q", name)
 	}
-	if name, _, key, ok := dropped.verify(fresh); !ok || name != "conn-new" || key != 0 {
+	if name, _, key, ok := dropped.check(fresh); !ok || name != "conn-new" || key != 0 {
 		t.Fatalf("the current key's cookie: %q %d %v", name, key, ok)
 	}
 }
@@ -146,9 +146,9 @@ func TestCookieKeyRingChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := r.sign("c", issuedAt)
+	v := r.sign("c", "", issuedAt)
 	copy(buf, bytes.Repeat([]byte("z"), len(buf)))
-	if _, _, _, ok := r.verify(v); !ok {
+	if _, _, _, ok := r.check(v); !ok {
 		t.Fatal("the ring shares the caller's key buffer")
 	}
 }
@@ -159,11 +159,11 @@ func TestCookieKeyRingChecks(t *testing.T) {
 // still verifies, with a zero time, so that it is renewed, not refused.
 func TestCookieCarriesItsIssueTime(t *testing.T) {
 	r := mustRing(t, keyA)
-	a, b := r.sign("conn-1", issuedAt), r.sign("conn-1", issuedAt.Add(time.Second))
+	a, b := r.sign("conn-1", "", issuedAt), r.sign("conn-1", "", issuedAt.Add(time.Second))
 	if a == b {
 		t.Fatal("a cookie issued a second later has the same value")
 	}
-	if _, at, _, ok := r.verify(b); !ok || !at.Equal(issuedAt.Add(time.Second)) {
+	if _, at, _, ok := r.check(b); !ok || !at.Equal(issuedAt.Add(time.Second)) {
 		t.Fatalf("verify = %v %v", at, ok)
 	}
 	i := strings.LastIndexByte(a, '.')
@@ -173,18 +173,18 @@ func TestCookieCarriesItsIssueTime(t *testing.T) {
 		"leading zero": a[:j+1] + "0" + a[j+1:],
 		"legacy MAC":   a[:i] + legacySign(r, "conn-1")[len("conn-1"):],
 	} {
-		if name, at, _, ok := r.verify(bad); ok {
+		if name, at, _, ok := r.check(bad); ok {
 			t.Errorf("%s: %q verified as %q issued %v", what, bad, name, at)
 		}
 	}
 	old := legacySign(r, "conn-old")
-	if name, at, key, ok := r.verify(old); !ok || name != "conn-old" || !at.IsZero() || key != 0 {
+	if name, at, key, ok := r.check(old); !ok || name != "conn-old" || !at.IsZero() || key != 0 {
 		t.Fatalf("an older cookie: %q %v %d %v", name, at, key, ok)
 	}
 	// A name with a dot and digits in the older form stays its name: it
 	// is not read as a name and an issue time.
 	dotted := legacySign(r, "conn-1.1800000000")
-	if name, at, _, ok := r.verify(dotted); !ok || name != "conn-1.1800000000" || !at.IsZero() {
+	if name, at, _, ok := r.check(dotted); !ok || name != "conn-1.1800000000" || !at.IsZero() {
 		t.Fatalf("an older cookie of a dotted name: %q %v %v", name, at, ok)
 	}
 }
@@ -226,7 +226,7 @@ func TestCookieLife(t *testing.T) {
 		}
 		return string(body), nil
 	}
-	first := f.cookie.sign("c1", clock())
+	first := f.cookie.sign("c1", f.userOf("c1"), clock())
 	if body, c := get(first); body != "c1" || c != nil {
 		t.Fatalf("a fresh cookie: served as %q, renewed %v", body, c)
 	}
@@ -236,7 +236,7 @@ func TestCookieLife(t *testing.T) {
 	if body != "c1" || renewed == nil {
 		t.Fatalf("past half its life: served as %q, renewed %v", body, renewed)
 	}
-	if name, at, _, ok := f.cookie.verify(renewed.Value); !ok || name != "c1" || !at.Equal(clock().Truncate(time.Second)) || renewed.MaxAge != 3600 {
+	if name, at, _, ok := f.checkAt(renewed.Value); !ok || name != "c1" || !at.Equal(clock().Truncate(time.Second)) || renewed.MaxAge != 3600 {
 		t.Fatalf("the renewed cookie names %q issued %v (max-age %d)", name, at, renewed.MaxAge)
 	}
 
@@ -284,7 +284,7 @@ func TestCookieLife(t *testing.T) {
 	if resp.StatusCode != http.StatusNoContent || len(resp.Cookies()) != 1 {
 		t.Fatalf("POST renew: HTTP %d, %d cookies", resp.StatusCode, len(resp.Cookies()))
 	}
-	if name, at, _, ok := f.cookie.verify(resp.Cookies()[0].Value); !ok || name != "c1" || !at.Equal(clock().Truncate(time.Second)) {
+	if name, at, _, ok := f.checkAt(resp.Cookies()[0].Value); !ok || name != "c1" || !at.Equal(clock().Truncate(time.Second)) {
 		t.Fatalf("POST renew gave a cookie naming %q issued %v", name, at)
 	}
 	resp, err = http.Post(srv.URL+Prefix+"renew", "", nil)
@@ -295,4 +295,17 @@ func TestCookieLife(t *testing.T) {
 	if resp.StatusCode < 400 || resp.StatusCode >= 500 {
 		t.Fatalf("POST renew without a cookie: HTTP %d, want a 4xx", resp.StatusCode)
 	}
+}
+
+// check verifies value as a cookie of an anonymous connection.
+func (r *keyRing) check(value string) (name string, issued time.Time, key int, ok bool) {
+	name, issued, key, _, ok = r.verify(value, func(string) string { return "" })
+	return name, issued, key, ok
+}
+
+// checkAt verifies value as a cookie of f's connections as the maps bind
+// them now.
+func (f *Front) checkAt(value string) (name string, issued time.Time, key int, ok bool) {
+	name, issued, key, _, ok = f.cookie.verify(value, f.userOf)
+	return name, issued, key, ok
 }

@@ -241,13 +241,13 @@ func New(cfg Config) (*Front, error) {
 	f.bodies = newBodyBudget(cfg.BodyBudget, cfg.Registry)
 	f.cookieChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stickyd_front_cookie_checks_total",
-		Help: "Connection cookies checked, by result: current_key (signed by the ring's first key), older_key (by a key behind it), invalid (no key of the ring), expired (past front.cookie_ttl).",
+		Help: "Connection cookies checked, by result: current_key (signed by the ring's first key), older_key (by a key behind it), older_form (issued by an older version, not bound to a person), invalid (no key of the ring, or bound to a person the connection no longer belongs to), expired (past front.cookie_ttl).",
 	}, []string{"result"})
 	f.cookieRenewals = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "stickyd_front_cookie_renewals_total",
 		Help: "Connection cookies issued again to their bearer: past half their life, in the older form, or signed by a key behind the ring's first.",
 	})
-	for _, r := range []string{"current_key", "older_key", "invalid", "expired"} {
+	for _, r := range []string{"current_key", "older_key", "older_form", "invalid", "expired"} {
 		f.cookieChecks.WithLabelValues(r)
 	}
 	if cfg.Registry != nil {
@@ -364,13 +364,15 @@ func (f *Front) connOf(r *http.Request) (conn string, renew bool) {
 }
 
 // cookieOf is connOf with the cookie's issue time (zero for one in the
-// older form).
+// older form). A cookie is bound to the person its connection belonged to
+// when it was issued (keyRing.verify): once the maps say the connection
+// is someone else's, it names nobody.
 func (f *Front) cookieOf(r *http.Request) (conn string, issued time.Time, renew bool) {
 	c, err := r.Cookie(f.cfg.CookieName)
 	if err != nil {
 		return "", time.Time{}, false
 	}
-	conn, issued, key, ok := f.cookie.verify(c.Value)
+	conn, issued, key, legacy, ok := f.cookie.verify(c.Value, f.userOf)
 	if !ok {
 		f.cookieChecks.WithLabelValues("invalid").Inc()
 		return "", time.Time{}, false
@@ -380,19 +382,33 @@ func (f *Front) cookieOf(r *http.Request) (conn string, issued time.Time, renew 
 		f.cookieChecks.WithLabelValues("expired").Inc()
 		return "", time.Time{}, false
 	}
-	if key > 0 {
+	switch {
+	case legacy:
+		f.cookieChecks.WithLabelValues("older_form").Inc()
+	case key > 0:
 		f.cookieChecks.WithLabelValues("older_key").Inc()
-	} else {
+	default:
 		f.cookieChecks.WithLabelValues("current_key").Inc()
 	}
-	return conn, issued, key > 0 || issued.IsZero() || now.Sub(issued) >= f.cfg.CookieTTL/2
+	return conn, issued, legacy || key > 0 || issued.IsZero() || now.Sub(issued) >= f.cfg.CookieTTL/2
 }
 
-// cookie is the cookie naming conn, issued now.
-func (f *Front) cookieFor(conn string) *http.Cookie {
+// userOf is the user key the maps bind conn to ("" for a connection they
+// do not hold, whose cookie can only be a newcomer's).
+func (f *Front) userOf(conn string) string {
+	rt, ok := f.cfg.Directory.Lookup(conn)
+	if !ok {
+		return ""
+	}
+	return rt.User
+}
+
+// cookieFor is the cookie naming conn, bound to user ("" for the
+// connection's anonymous key), issued now.
+func (f *Front) cookieFor(conn, user string) *http.Cookie {
 	return &http.Cookie{
 		Name:     f.cfg.CookieName,
-		Value:    f.cookie.sign(conn, f.cfg.Now()),
+		Value:    f.cookie.sign(conn, user, f.cfg.Now()),
 		Path:     "/",
 		MaxAge:   int(f.cfg.CookieTTL.Seconds()),
 		HttpOnly: true,
@@ -401,8 +417,8 @@ func (f *Front) cookieFor(conn string) *http.Cookie {
 	}
 }
 
-func (f *Front) setCookie(w http.ResponseWriter, conn string) {
-	http.SetCookie(w, f.cookieFor(conn))
+func (f *Front) setCookie(w http.ResponseWriter, conn, user string) {
+	http.SetCookie(w, f.cookieFor(conn, user))
 }
 
 // boundConn is the connection a request's valid cookie names, if the maps
@@ -428,14 +444,14 @@ func (f *Front) serveRenew(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	f.renewCookie(w, conn)
+	f.renewCookie(w, conn, f.userOf(conn))
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
 // renewCookie issues conn's cookie again on w.
-func (f *Front) renewCookie(w http.ResponseWriter, conn string) {
-	f.setCookie(w, conn)
+func (f *Front) renewCookie(w http.ResponseWriter, conn, user string) {
+	f.setCookie(w, conn, user)
 	f.cookieRenewals.Inc()
 }
 
@@ -450,7 +466,7 @@ func (f *Front) route(w http.ResponseWriter, r *http.Request) (placement.Route, 
 		f.cfg.Activity.saw(conn)
 	}
 	if ok && renew {
-		f.renewCookie(w, conn)
+		f.renewCookie(w, conn, rt.User)
 	}
 	return rt, ok
 }
@@ -496,6 +512,9 @@ func frameErr(err error) error {
 	case errors.As(err, &re):
 		switch re.Code {
 		case protocol.Error_BAD_REQUEST, protocol.Error_NOT_FOUND:
+			if re.Kind == protocol.KindConnTaken {
+				return errConnTaken(err)
+			}
 			return &HTTPError{Status: http.StatusBadRequest, Message: re.Message, Err: err}
 		case protocol.Error_MOVED, protocol.Error_UNAVAILABLE:
 			return &HTTPError{Status: http.StatusServiceUnavailable, Message: re.Message, Retry: true, Err: err}
@@ -512,6 +531,13 @@ func frameErr(err error) error {
 	}
 }
 
+// errConnTaken is the answer to a newcomer the site named after an
+// existing connection: no cookie, nobody's person.
+func errConnTaken(err error) error {
+	return &HTTPError{Status: http.StatusConflict, Code: "conn_taken",
+		Message: "the site named this new connection after a connection that already exists; it was not bound", Err: err}
+}
+
 // afterIdentity applies what the site declared while serving a frame: a new
 // connection is bound, a login rebinds. served is the worker that ran the
 // frame; if the person lives elsewhere, that worker forgets the connection.
@@ -524,23 +550,35 @@ func (f *Front) afterIdentity(ctx context.Context, w http.ResponseWriter, rt pla
 	switch {
 	case !known:
 		rt, err = f.cfg.Directory.Connect(ctx, id.Conn, id.User, served)
+		if errors.Is(err, placement.ErrConnTaken) {
+			// Someone else's connection has this name: the newcomer does
+			// not get it, and its worker lets it go.
+			go f.release(served, id.Conn, protocol.AnonymousUser(id.Conn))
+			return rt, errConnTaken(err)
+		}
 		if err != nil {
 			return rt, &HTTPError{Status: http.StatusServiceUnavailable, Message: "could not register the connection; retry", Retry: true, Err: err}
 		}
 		oldUser = protocol.AnonymousUser(id.Conn)
-		if w != nil {
-			f.setCookie(w, id.Conn)
-		}
 		if id.User != "" && len(id.Attributes) > 0 {
 			// Logged in on the first request: record the attributes too.
 			if rt, _, err = f.cfg.Directory.Login(ctx, rt.Conn, id.User, id.Attributes); err != nil {
 				return rt, &HTTPError{Status: http.StatusServiceUnavailable, Message: "could not record the login; retry", Retry: true, Err: err}
 			}
 		}
+		if w != nil {
+			f.setCookie(w, id.Conn, rt.User)
+		}
 	case id.User != "" && (id.User != rt.User || len(id.Attributes) > 0):
 		rt, _, err = f.cfg.Directory.Login(ctx, rt.Conn, id.User, id.Attributes)
 		if err != nil {
 			return rt, &HTTPError{Status: http.StatusServiceUnavailable, Message: "could not record the login; retry", Retry: true, Err: err}
+		}
+		if w != nil && rt.User != oldUser {
+			// The person changed: the cookie is issued again, bound to
+			// them, and every cookie of the connection before names
+			// nobody (a planted one included).
+			f.setCookie(w, id.Conn, rt.User)
 		}
 	default:
 		return rt, nil

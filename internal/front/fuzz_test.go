@@ -14,16 +14,16 @@ func FuzzCookieVerify(f *testing.F) {
 	current := mustRing(f, "0123456789abcdef0123456789abcdef")
 	ring := mustRing(f, "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210")
 	dropped := mustRing(f, "a dropped key, never in the ring, 32+")
-	f.Add(current.sign("conn-1", issuedAt))
-	f.Add(older.sign("conn-1", issuedAt))
-	f.Add(dropped.sign("conn-1", issuedAt))
+	f.Add(current.sign("conn-1", "", issuedAt))
+	f.Add(older.sign("conn-1", "", issuedAt))
+	f.Add(dropped.sign("conn-1", "", issuedAt))
 	f.Add(legacySign(current, "conn-1"))
 	f.Add("conn-1.")
 	f.Add("")
 	f.Add(".....")
 	f.Add(strings.Repeat("a", 300) + "." + strings.Repeat("b", 44))
 	f.Fuzz(func(t *testing.T, value string) {
-		name, at, key, ok := ring.verify(value)
+		name, at, key, ok := ring.check(value)
 		if !ok {
 			return
 		}
@@ -32,7 +32,7 @@ func FuzzCookieVerify(f *testing.F) {
 			if at.IsZero() {
 				return legacySign(r, name)
 			}
-			return r.sign(name, at)
+			return r.sign(name, "", at)
 		}
 		switch key {
 		case 0:

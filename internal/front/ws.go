@@ -30,6 +30,10 @@ type wsConn struct {
 	f    *Front
 	ws   *websocket.Conn
 	conn string
+	// user is the user key the socket's cookie was bound to: once the
+	// maps bind the connection to someone else (a login), the socket is
+	// closed and must reconnect with the cookie the login issued.
+	user string
 	ctx  context.Context
 	stop context.CancelFunc
 	// slowOnce closes a client too slow to read its answers, once.
@@ -90,8 +94,8 @@ func (f *Front) serveWS(w http.ResponseWriter, r *http.Request) error {
 	if renew {
 		// The upgrade's answer renews the cookie: a tab that stays on
 		// its WebSocket all day keeps its session.
-		c := f.cookieFor(conn)
-		c.Value = f.cookie.sign(conn, issued)
+		c := f.cookieFor(conn, f.userOf(conn))
+		c.Value = f.cookie.sign(conn, f.userOf(conn), issued)
 		hdr = http.Header{"Set-Cookie": {c.String()}}
 		f.cookieRenewals.Inc()
 	}
@@ -101,7 +105,7 @@ func (f *Front) serveWS(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(f.root)
-	c := &wsConn{f: f, ws: ws, conn: conn, ctx: ctx, stop: cancel, cookieIssued: issued,
+	c := &wsConn{f: f, ws: ws, conn: conn, user: f.userOf(conn), ctx: ctx, stop: cancel, cookieIssued: issued,
 		flights: map[uint64]*flight{}, changed: make(chan struct{}, 1)}
 	ws.SetReadLimit(f.cfg.MaxMessageBytes)
 	c.ping = time.AfterFunc(f.cfg.PingInterval, c.pingTime)
@@ -242,6 +246,15 @@ func (c *wsConn) dispatch(o *op) {
 		}
 		if err != nil {
 			c.send(errAnswer(o.ID, err))
+			return
+		}
+		if rt.User != c.user {
+			// The connection now belongs to someone else than the cookie
+			// this socket opened with (a login since): whoever holds that
+			// cookie, a planted one included, is not them.
+			_ = c.ws.WriteControl(websocket.CloseMessage,
+				websocket.FormatCloseMessage(websocket.ClosePolicyViolation, "this connection signed in as someone else; reconnect"), time.Now().Add(time.Second))
+			c.close()
 			return
 		}
 		c.launch(fl, rt)

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -376,19 +377,27 @@ func (f *FSM) applyConnect(buf []byte) interface{} {
 	if req.User != "" {
 		user = req.User
 	}
-	defer f.touchLocked(user)
-	if old, ok := f.state.Conns[req.Conn]; ok && old != user {
-		f.unbindLocked(old)
-	}
-	if _, ok := f.state.Conns[req.Conn]; !ok || f.state.Conns[req.Conn] != user {
-		f.state.Conns[req.Conn] = user
-		h := f.state.Users[user]
-		if h == nil {
-			h = &User{Worker: req.Worker, Epoch: 1}
-			f.addUserLocked(user, h)
+	if old, ok := f.state.Conns[req.Conn]; ok {
+		// The same write again (a retry after a lost answer) finds the
+		// connection as it left it; anything else is a second connection
+		// given a name already in use, which would take the first one's
+		// person: refused.
+		h := f.state.Users[old]
+		anonymous := strings.HasPrefix(user, protocol.AnonymousPrefix)
+		if old == user && h != nil && (!anonymous || h.Worker == req.Worker || h.MovingTo == req.Worker) {
+			r, _ := f.routeLocked(req.Conn)
+			return r
 		}
-		h.Conns++
+		return fmt.Errorf("binding connection %q: %w", req.Conn, ErrConnTaken)
 	}
+	defer f.touchLocked(user)
+	f.state.Conns[req.Conn] = user
+	h := f.state.Users[user]
+	if h == nil {
+		h = &User{Worker: req.Worker, Epoch: 1}
+		f.addUserLocked(user, h)
+	}
+	h.Conns++
 	r, _ := f.routeLocked(req.Conn)
 	return r
 }

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"testing"
 
@@ -102,4 +103,43 @@ func TestSnapshotRestore(t *testing.T) {
 	if err := g.Restore(io.NopCloser(bytes.NewReader([]byte("not json")))); err == nil {
 		t.Fatal("restoring garbage succeeded")
 	}
+}
+
+// A connection name already bound is refused to anyone but a retry of the
+// same write: a newcomer named after it does not take its person.
+func TestConnectRefusesATakenName(t *testing.T) {
+	f := New()
+	apply(t, f, 1, ConnectRequestType, ConnectRequest{Conn: "c1", Worker: "w1"})
+	apply(t, f, 2, LoginRequestType, LoginRequest{Conn: "c1", User: "alice"})
+	apply(t, f, 3, ConnectRequestType, ConnectRequest{Conn: "c2", Worker: "w2"})
+	for i, req := range []ConnectRequest{
+		{Conn: "c1", Worker: "w1"},
+		{Conn: "c1", Worker: "w2"},
+		{Conn: "c2", Worker: "w1"}, // anonymous, on another worker
+		{Conn: "c2", User: "bob", Worker: "w2"},
+	} {
+		res := f.Apply(&raft.Log{Index: uint64(10 + i), Data: mustEncode(t, ConnectRequestType, req)})
+		if err, _ := res.(error); !errors.Is(err, ErrConnTaken) {
+			t.Errorf("%+v: %v, want ErrConnTaken", req, res)
+		}
+	}
+	if r, _ := f.Lookup("c1"); r.User != "alice" {
+		t.Fatalf("c1 is now %+v", r)
+	}
+	// The same write again is answered as the first time.
+	if r := apply(t, f, 20, ConnectRequestType, ConnectRequest{Conn: "c2", Worker: "w2"}).(Route); r.Worker != "w2" {
+		t.Fatalf("retry: %+v", r)
+	}
+	if n, _ := f.Counts(); n != 2 {
+		t.Fatalf("%d connections, want 2", n)
+	}
+}
+
+func mustEncode(t *testing.T, typ MessageType, body any) []byte {
+	t.Helper()
+	b, err := Encode(typ, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -30,6 +30,9 @@ var (
 	ErrNoUser = errors.New("no such user")
 	// ErrBusy is returned when a move does not match the user's state.
 	ErrBusy = errors.New("user is not in the state the move expects")
+	// ErrConnTaken refuses to bind a connection name another connection
+	// already holds.
+	ErrConnTaken = placement.ErrConnTaken
 )
 
 // MoveBeginRequest raises the barrier for a move of User from From (at
@@ -160,6 +163,8 @@ func ErrorKind(err error) string {
 		return "busy"
 	case errors.Is(err, ErrGroupInUse):
 		return "group_in_use"
+	case errors.Is(err, ErrConnTaken):
+		return "conn_taken"
 	case errors.Is(err, store.ErrStaleGrant):
 		return "stale_grant"
 	}
@@ -175,6 +180,8 @@ func KindError(kind, msg string) error {
 		return fmt.Errorf("%w (on the leader: %s)", ErrBusy, msg)
 	case "group_in_use":
 		return fmt.Errorf("%w (on the leader: %s)", ErrGroupInUse, msg)
+	case "conn_taken":
+		return fmt.Errorf("%w (on the leader: %s)", ErrConnTaken, msg)
 	case "stale_grant":
 		return fmt.Errorf("%w (on the leader: %s)", store.ErrStaleGrant, msg)
 	}

@@ -8,6 +8,11 @@ import "errors"
 
 // ErrDiskFull is a new session refused because the server's data
 // directory is full: the maps cannot take its entry safely.
+// ErrConnTaken refuses to bind a connection name another connection
+// already holds (a site naming a newcomer after someone else): the
+// newcomer would take that connection's person.
+var ErrConnTaken = errors.New("connection name is already taken")
+
 var ErrDiskFull = errors.New("this server's data directory is full")
 
 // Route is where the frames of one connection go.

@@ -20,3 +20,8 @@ const AnonymousPrefix = "~"
 
 // AnonymousUser returns the user key of a connection before login.
 func AnonymousUser(conn string) string { return AnonymousPrefix + conn }
+
+// KindConnTaken is the kind of the error refusing a new connection the site
+// named after a connection that exists (protocol.Error.kind): the front
+// answers 409 and sets no cookie.
+const KindConnTaken = "conn_taken"

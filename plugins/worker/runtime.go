@@ -348,7 +348,11 @@ func (rt *runtime) runFrame(env *protocol.Envelope) {
 		return rt.frame(f, env.Id)
 	}()
 	if err != nil {
-		_ = rt.peer.ReplyError(env.Id, errCode(err), err.Error())
+		e := &protocol.Error{Code: errCode(err), Message: err.Error()}
+		if errors.Is(err, errConnTaken) {
+			e.Kind = protocol.KindConnTaken
+		}
+		_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Error{Error: e}})
 		return
 	}
 	if reply != nil {
@@ -386,6 +390,8 @@ func (rt *runtime) send(id uint64, r *protocol.FrameReply) {
 
 type badRequest struct{ error }
 
+func (b badRequest) Unwrap() error { return b.error }
+
 // unavailable refuses a frame that did not run and may be sent again soon
 // (the site's pool is full): HTTP 503 with Retry-After at the front.
 type unavailable struct{ error }
@@ -407,6 +413,10 @@ func errCode(err error) protocol.Error_Code {
 }
 
 func badf(format string, args ...any) error { return badRequest{fmt.Errorf(format, args...)} }
+
+// errConnTaken refuses a new connection the site named after one this
+// worker holds: the newcomer would take that connection's person.
+var errConnTaken = errors.New("the site named this new connection after one that exists")
 
 // session finds or creates the connection of a frame.
 func (rt *runtime) session(f *protocol.Frame) *Session {
@@ -558,6 +568,10 @@ func (rt *runtime) newConnection(f *protocol.Frame) (*protocol.FrameReply, error
 		return &protocol.FrameReply{Kind: &protocol.FrameReply_Http{Http: resp}}, nil
 	}
 	rt.mu.Lock()
+	if rt.conns[s.name] != nil {
+		rt.mu.Unlock()
+		return nil, badRequest{fmt.Errorf("connection %q: %w", s.name, errConnTaken)}
+	}
 	rt.addConnLocked(s)
 	rt.mu.Unlock()
 	return rt.httpReply(s, resp), nil
