@@ -399,6 +399,7 @@ func (a *Agent) startFront() error {
 		MaxHeld:         a.cfg.Front.MaxHeld,
 		Registry:        a.registry,
 		Health:          a.health,
+		HealthToken:     a.token,
 		ExtraWait:       a.extraWait,
 		Monitor:         monitor.WebHandler(a.token, a.monitorView),
 		Logger:          a.log.Named("front"),
@@ -639,7 +640,7 @@ func (a *Agent) Served() <-chan error { return a.served }
 
 func (a *Agent) health() map[string]any {
 	conns, users := a.fsm.Counts()
-	return map[string]any{"workers": a.pool.Workers(), "ready": a.pool.Ready(), "connections": conns, "users": users,
+	return map[string]any{"workers": a.pool.Workers(), "ready": a.pool.Ready(), "ready_workers": a.pool.Ready(), "connections": conns, "users": users,
 		"restart": a.Restart(), "disk_full": a.disk != nil && a.disk.full.Load()}
 }
 

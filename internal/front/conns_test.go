@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -110,5 +111,31 @@ func TestBodyTimeout(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusRequestTimeout {
 		t.Fatalf("a stalled body: HTTP %d after %v, want 408", resp.StatusCode, time.Since(began))
+	}
+}
+
+// The public health check says the status and whether a worker is ready;
+// the details (workers, counts, the restart report) only to the token.
+func TestHealthDetailsBehindTheToken(t *testing.T) {
+	f, _, _ := testFront(t, Config{HealthToken: "tok", Health: func() map[string]any {
+		return map[string]any{"ready": 2, "workers": []string{"w-pid-123"}, "users": 7}
+	}})
+	for _, tt := range []struct {
+		auth string
+		want string
+	}{
+		{"", `{"ready":true,"status":"ok"}`},
+		{"Bearer wrong", `{"ready":true,"status":"ok"}`},
+		{"Bearer tok", `{"ready":true,"status":"ok","users":7,"workers":["w-pid-123"]}`},
+	} {
+		req := httptest.NewRequest("GET", Prefix+"health", nil)
+		if tt.auth != "" {
+			req.Header.Set("Authorization", tt.auth)
+		}
+		rec := httptest.NewRecorder()
+		f.ServeHTTP(rec, req)
+		if got := strings.TrimSpace(rec.Body.String()); rec.Code != 200 || got != tt.want {
+			t.Errorf("%q: %d %s, want %s", tt.auth, rec.Code, got, tt.want)
+		}
 	}
 }

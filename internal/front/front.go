@@ -13,11 +13,14 @@ package front
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	_ "embed"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -138,8 +141,13 @@ type Config struct {
 	// ExtraWait, if set, is added to the time a request waits for its
 	// worker: the longest max wait of the maintenance windows open now.
 	ExtraWait func() time.Duration
-	// Health adds fields to /_stickyd/health.
+	// Health adds fields to /_stickyd/health, shown only to a request
+	// carrying HealthToken (Authorization: Bearer): anyone else is told
+	// the status and whether a worker is ready, nothing more.
 	Health func() map[string]any
+	// HealthToken opens the health check's details (the admin token);
+	// empty shows them to nobody.
+	HealthToken string
 	Logger hclog.Logger
 }
 
@@ -284,11 +292,27 @@ func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) { f.mux.ServeH
 func (f *Front) health(w http.ResponseWriter, r *http.Request) error {
 	out := map[string]any{"status": "ok"}
 	if f.cfg.Health != nil {
-		for k, v := range f.cfg.Health() {
-			out[k] = v
+		details := f.cfg.Health()
+		if f.healthDetails(r) {
+			for k, v := range details {
+				out[k] = v
+			}
+		}
+		if n, ok := details["ready"].(int); ok {
+			out["ready"] = n > 0
 		}
 	}
 	return writeJSON(w, http.StatusOK, out)
+}
+
+// healthDetails reports whether r carries the health check's token.
+func (f *Front) healthDetails(r *http.Request) bool {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || f.cfg.HealthToken == "" {
+		return false
+	}
+	a, b := sha256.Sum256([]byte(tok)), sha256.Sum256([]byte(f.cfg.HealthToken))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
 }
 
 func (f *Front) clientJS(w http.ResponseWriter, r *http.Request) {

@@ -2,7 +2,7 @@ package monitor
 
 import (
 	"context"
-	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
@@ -10,9 +10,12 @@ import (
 	"encoding/json"
 	"errors"
 	"html/template"
+	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -28,12 +31,19 @@ var webFS embed.FS
 const SessionCookie = "stickyd_monitor"
 
 const (
-	// sessionLabel is what a session cookie signs with the admin token: the
-	// cookie proves its holder knew the token without carrying it, and
-	// changing the token logs every browser out.
-	sessionLabel = "stickyd monitor session v1"
-	// sessionAge is how long a browser keeps the session cookie.
+	// sessionAge is how long a session lasts from its login.
 	sessionAge = 12 * time.Hour
+	// maxSessions bounds the sessions held at once; a login past it ends
+	// the oldest.
+	maxSessions = 256
+	// loginBackoff is the wait after a client's first wrong token; it
+	// doubles with each further one, up to loginBackoffMax, and a right
+	// token clears it.
+	loginBackoff    = time.Second
+	loginBackoffMax = 5 * time.Minute
+	// maxLoginClients bounds the clients whose wrong tokens are
+	// remembered; past it the oldest are forgotten.
+	maxLoginClients = 4096
 	// maxLoginForm bounds the login form's body.
 	maxLoginForm = 4 << 10
 	// viewTimeout bounds one composition of the view.
@@ -58,19 +68,24 @@ const contentSecurity = "default-src 'none'; script-src 'self'; style-src 'self'
 //	GET  /monitor.js    the page's script and style, served to anyone: they
 //	GET  /monitor.css   hold no data.
 //
-// Anything else is 404 (405 for a known path with another method). The
-// session cookie is HttpOnly and SameSite=Strict, scoped to the mount point
-// so the hosted site never sees it; its value is HMAC-SHA256(token, a fixed
-// label), compared in constant time. An empty token opens no session.
+//	POST /logout        ends the session: 303 to ./.
+//
+// Anything else is 404 (405 for a known path with another method). Each
+// login starts a session of its own: a random value, held (hashed) in
+// memory for 12 hours or until its logout; a restart logs every browser
+// out. The session cookie is HttpOnly and SameSite=Strict, Secure over TLS,
+// scoped to the mount point so the hosted site never sees it. A login or
+// logout from another origin is refused (Sec-Fetch-Site, Origin). Each
+// wrong token makes its client wait before the next try: 1 s, doubling to
+// 5 min (429 with Retry-After meanwhile). An empty token opens no session.
 // view is called once per /api/view request, with a deadline.
 func WebHandler(token string, view func(ctx context.Context) (View, error)) http.Handler {
-	h := &webHandler{token: token, view: view}
-	if token != "" {
-		h.session = sessionMAC(token)
-	}
+	h := &webHandler{token: token, view: view, now: time.Now,
+		sessions: map[string]time.Time{}, failures: map[string]*failure{}}
 	mux := http.NewServeMux()
 	mux.Handle("GET /{$}", h.handle(h.serveIndex))
 	mux.Handle("POST /{$}", h.handle(h.serveLogin))
+	mux.Handle("POST /logout", h.handle(h.serveLogout))
 	mux.Handle("GET /api/view", h.handle(h.serveView))
 	mux.Handle("GET /monitor.js", h.asset("web/monitor.js", "text/javascript; charset=utf-8"))
 	mux.Handle("GET /monitor.css", h.asset("web/monitor.css", "text/css; charset=utf-8"))
@@ -81,11 +96,24 @@ func WebHandler(token string, view func(ctx context.Context) (View, error)) http
 	})
 }
 
-// webHandler is the monitor page's state: all of it fixed at construction.
+// webHandler is the monitor page's state.
 type webHandler struct {
-	token   string
-	session []byte // the session cookie's MAC; nil: no session is valid
-	view    func(ctx context.Context) (View, error)
+	token string
+	view  func(ctx context.Context) (View, error)
+	now   func() time.Time
+
+	mu sync.Mutex
+	// sessions maps the hash of each session's random value to when it
+	// expires.
+	sessions map[string]time.Time
+	// failures holds, by client address, the wrong tokens given.
+	failures map[string]*failure
+}
+
+// failure is a client's run of wrong tokens.
+type failure struct {
+	n     int
+	until time.Time // no token is checked for it before then
 }
 
 // webError is a request the monitor cannot serve: the status, the message
@@ -144,11 +172,7 @@ func (h *webHandler) asset(name, contentType string) http.Handler {
 
 func (h *webHandler) serveIndex(w http.ResponseWriter, r *http.Request) error {
 	if tok, ok := r.URL.Query()["token"]; ok {
-		if !h.tokenOK(strings.Join(tok, "")) {
-			return h.writeLogin(w, http.StatusForbidden, "That is not the admin token.")
-		}
-		h.login(w, r)
-		return nil
+		return h.tryLogin(w, r, strings.Join(tok, ""))
 	}
 	if !h.hasSession(r) {
 		return h.writeLogin(w, http.StatusOK, "")
@@ -165,15 +189,106 @@ func (h *webHandler) serveIndex(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *webHandler) serveLogin(w http.ResponseWriter, r *http.Request) error {
+	if !sameOrigin(r) {
+		return h.writeLogin(w, http.StatusForbidden, "This form may be sent only from the monitor's own page.")
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxLoginForm)
 	if err := r.ParseForm(); err != nil {
 		return h.writeLogin(w, http.StatusBadRequest, "Could not read the form: "+err.Error())
 	}
-	if !h.tokenOK(r.PostForm.Get("token")) {
+	return h.tryLogin(w, r, r.PostForm.Get("token"))
+}
+
+// tryLogin checks a token a client gave: a wrong one makes the client wait
+// before its next try (429 with Retry-After until then), doubling each time.
+func (h *webHandler) tryLogin(w http.ResponseWriter, r *http.Request, token string) error {
+	client := clientOf(r)
+	now := h.now()
+	h.mu.Lock()
+	f := h.failures[client]
+	if f != nil && now.Before(f.until) {
+		wait := f.until.Sub(now)
+		h.mu.Unlock()
+		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+		return h.writeLogin(w, http.StatusTooManyRequests, "Too many wrong tokens: try again in "+wait.Round(time.Second).String()+".")
+	}
+	ok := h.tokenOK(token)
+	if !ok {
+		if f == nil {
+			if len(h.failures) >= maxLoginClients {
+				h.forgetOldestFailureLocked()
+			}
+			f = &failure{}
+			h.failures[client] = f
+		}
+		f.n++
+		wait := min(loginBackoff<<min(f.n-1, 20), loginBackoffMax)
+		f.until = now.Add(wait)
+	} else {
+		delete(h.failures, client)
+	}
+	h.mu.Unlock()
+	if !ok {
 		return h.writeLogin(w, http.StatusForbidden, "That is not the admin token.")
 	}
 	h.login(w, r)
 	return nil
+}
+
+func (h *webHandler) forgetOldestFailureLocked() {
+	var oldest string
+	var at time.Time
+	for k, f := range h.failures {
+		if oldest == "" || f.until.Before(at) {
+			oldest, at = k, f.until
+		}
+	}
+	delete(h.failures, oldest)
+}
+
+// serveLogout ends the browser's session.
+func (h *webHandler) serveLogout(w http.ResponseWriter, r *http.Request) error {
+	if !sameOrigin(r) {
+		return &webError{status: http.StatusForbidden, msg: "a logout may be sent only from the monitor's own page"}
+	}
+	for _, c := range r.CookiesNamed(SessionCookie) {
+		h.mu.Lock()
+		delete(h.sessions, sessionKey(c.Value))
+		h.mu.Unlock()
+	}
+	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: "", Path: mountPath(r), MaxAge: -1,
+		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Location", "./")
+	w.WriteHeader(http.StatusSeeOther)
+	return nil
+}
+
+// sameOrigin reports whether a state-changing request comes from the
+// monitor's own origin, as far as the browser says: Sec-Fetch-Site, else
+// Origin must name this host. A client that sends neither (curl, a script)
+// is not a browser a foreign page could drive. With the session cookie's
+// SameSite=Strict this keeps cross-site forms out.
+func sameOrigin(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return site == "same-origin" || site == "none"
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
+	return err == nil && u.Host == r.Host
+}
+
+// clientOf is the address a login try is counted against: the peer's IP
+// (the monitor is served by the front, not behind a proxy it trusts).
+func clientOf(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 func (h *webHandler) serveView(w http.ResponseWriter, r *http.Request) error {
@@ -190,12 +305,35 @@ func (h *webHandler) serveView(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// login sets the session cookie and sends the browser to the page, with
-// no token left in its address bar or history.
+// login starts a session, sets its cookie and sends the browser to the
+// page, with no token left in its address bar or history. Each login has a
+// value of its own, random, that lives sessionAge or until its logout.
 func (h *webHandler) login(w http.ResponseWriter, r *http.Request) {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	value := base64.RawURLEncoding.EncodeToString(b)
+	now := h.now()
+	h.mu.Lock()
+	for k, exp := range h.sessions {
+		if !now.Before(exp) {
+			delete(h.sessions, k)
+		}
+	}
+	if len(h.sessions) >= maxSessions {
+		var oldest string
+		var at time.Time
+		for k, exp := range h.sessions {
+			if oldest == "" || exp.Before(at) {
+				oldest, at = k, exp
+			}
+		}
+		delete(h.sessions, oldest)
+	}
+	h.sessions[sessionKey(value)] = now.Add(sessionAge)
+	h.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{
 		Name:     SessionCookie,
-		Value:    base64.RawURLEncoding.EncodeToString(h.session),
+		Value:    value,
 		Path:     mountPath(r),
 		MaxAge:   int(sessionAge.Seconds()),
 		HttpOnly: true,
@@ -217,24 +355,28 @@ func (h *webHandler) tokenOK(candidate string) bool {
 	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
 }
 
-// hasSession reports whether r carries a valid session cookie.
+// hasSession reports whether r carries the cookie of a live session.
 func (h *webHandler) hasSession(r *http.Request) bool {
-	if h.session == nil {
-		return false
-	}
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	for _, c := range r.CookiesNamed(SessionCookie) {
-		mac, err := base64.RawURLEncoding.DecodeString(c.Value)
-		if err == nil && hmac.Equal(mac, h.session) {
-			return true
+		k := sessionKey(c.Value)
+		if exp, ok := h.sessions[k]; ok {
+			if now.Before(exp) {
+				return true
+			}
+			delete(h.sessions, k)
 		}
 	}
 	return false
 }
 
-func sessionMAC(token string) []byte {
-	m := hmac.New(sha256.New, []byte(token))
-	m.Write([]byte(sessionLabel))
-	return m.Sum(nil)
+// sessionKey is what the handler keeps of a session's value: its hash, so
+// the map holds nothing a reader of memory could send back.
+func sessionKey(value string) string {
+	sum := sha256.Sum256([]byte(value))
+	return string(sum[:])
 }
 
 // mountPath is the path the handler is mounted at, with a trailing slash:

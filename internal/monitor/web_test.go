@@ -2,9 +2,9 @@ package monitor
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -129,8 +129,11 @@ func TestWebHandler(t *testing.T) {
 		{name: "oversized login form", req: form("/", url.Values{"token": {strings.Repeat("x", 8<<10)}}),
 			status: 400, body: "Could not read the form"},
 	}
-	for _, tt := range tests {
+	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			// Each from an address of its own: a wrong token delays only
+			// its client's next try.
+			tt.req.RemoteAddr = fmt.Sprintf("192.0.2.%d:1234", i+1)
 			if tt.cookie != nil {
 				tt.req.AddCookie(tt.cookie)
 			}
@@ -165,8 +168,8 @@ func TestWebHandler(t *testing.T) {
 				t.Fatalf("session cookie set: %v, want %v", set, tt.setsAuth)
 			}
 			if set != nil {
-				if set.Value != good.Value || !set.HttpOnly || set.SameSite != http.SameSiteStrictMode || set.Path != "/" || set.MaxAge <= 0 {
-					t.Errorf("session cookie %+v: want the session value, HttpOnly, SameSite=Strict, Path=/ and a max age", set)
+				if set.Value == "" || set.Value == good.Value || !set.HttpOnly || set.SameSite != http.SameSiteStrictMode || set.Path != "/" || set.MaxAge <= 0 {
+					t.Errorf("session cookie %+v: want a value of its own, HttpOnly, SameSite=Strict, Path=/ and a max age", set)
 				}
 				if strings.Contains(set.Value, webToken) {
 					t.Errorf("the cookie carries the token: %q", set.Value)
@@ -243,7 +246,7 @@ func TestWebHandlerEmptyToken(t *testing.T) {
 		t.Fatalf("an empty token logged in: %d", rec.Code)
 	}
 	req := httptest.NewRequest("GET", "/api/view", nil)
-	req.AddCookie(&http.Cookie{Name: SessionCookie, Value: sessionCookieValue("")})
+	req.AddCookie(&http.Cookie{Name: SessionCookie, Value: "bm90LWEtc2Vzc2lvbg"})
 	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusUnauthorized {
@@ -251,8 +254,116 @@ func TestWebHandlerEmptyToken(t *testing.T) {
 	}
 }
 
-func sessionCookieValue(token string) string {
-	return base64.RawURLEncoding.EncodeToString(sessionMAC(token))
+// Each wrong token delays its client's next try, doubling; other clients
+// are not delayed, and the right token after the wait logs in and clears it.
+func TestWebHandlerLoginBackoff(t *testing.T) {
+	wh := &webHandler{token: webToken, view: fakeView(nil), sessions: map[string]time.Time{}, failures: map[string]*failure{}}
+	now := time.Unix(1_800_000_000, 0)
+	wh.now = func() time.Time { return now }
+	try := func(addr, token string) *httptest.ResponseRecorder {
+		r := form("/", url.Values{"token": {token}})
+		r.RemoteAddr = addr
+		rec := httptest.NewRecorder()
+		_ = wh.serveLogin(rec, r)
+		return rec
+	}
+	if rec := try("198.51.100.1:1", "guess"); rec.Code != 403 {
+		t.Fatalf("first wrong token: %d", rec.Code)
+	}
+	rec := try("198.51.100.1:2", webToken)
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("a try within the wait: %d (Retry-After %q), want 429", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	if rec := try("198.51.100.2:1", webToken); rec.Code != 303 {
+		t.Fatalf("another client was delayed: %d", rec.Code)
+	}
+	// 1 s after the first wrong token, a second one; then the wait is 2 s.
+	now = now.Add(1100 * time.Millisecond)
+	if rec := try("198.51.100.1:3", "guess2"); rec.Code != 403 {
+		t.Fatalf("second wrong token: %d", rec.Code)
+	}
+	now = now.Add(1500 * time.Millisecond)
+	if rec := try("198.51.100.1:4", webToken); rec.Code != http.StatusTooManyRequests {
+		t.Fatalf("1.5 s after the second wrong token: %d, want 429 (the wait doubled)", rec.Code)
+	}
+	now = now.Add(time.Second)
+	if rec := try("198.51.100.1:5", webToken); rec.Code != 303 {
+		t.Fatalf("the right token after the wait: %d", rec.Code)
+	}
+	if rec := try("198.51.100.1:6", "guess3"); rec.Code != 403 {
+		t.Fatalf("after a login the count starts again: %d", rec.Code)
+	}
+	// 2,000 guesses from one client in a minute are all refused unchecked
+	// but a handful.
+	checked := 0
+	for i := range 2000 {
+		now = now.Add(30 * time.Millisecond)
+		if try("198.51.100.3:1", fmt.Sprint("g", i)).Code == 403 {
+			checked++
+		}
+	}
+	if checked > 8 {
+		t.Fatalf("%d of 2000 guesses in a minute were checked", checked)
+	}
+}
+
+// A login or logout sent from another origin is refused; each login gets a
+// session of its own, which its logout ends, and sessions expire.
+func TestWebHandlerSessions(t *testing.T) {
+	wh := &webHandler{token: webToken, view: fakeView(nil), sessions: map[string]time.Time{}, failures: map[string]*failure{}}
+	now := time.Unix(1_800_000_000, 0)
+	wh.now = func() time.Time { return now }
+	login := func(hdr map[string]string) *httptest.ResponseRecorder {
+		r := form("/", url.Values{"token": {webToken}})
+		for k, v := range hdr {
+			r.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		_ = wh.serveLogin(rec, r)
+		return rec
+	}
+	for what, hdr := range map[string]map[string]string{
+		"cross-site fetch":     {"Sec-Fetch-Site": "cross-site"},
+		"same-site other host": {"Sec-Fetch-Site": "same-site"},
+		"foreign Origin":       {"Origin": "https://evil.example"},
+	} {
+		if rec := login(hdr); rec.Code != http.StatusForbidden || len(rec.Result().Cookies()) != 0 {
+			t.Errorf("%s: %d with cookies %v, want 403 and none", what, rec.Code, rec.Result().Cookies())
+		}
+	}
+	a := login(map[string]string{"Origin": "http://example.com", "Sec-Fetch-Site": "same-origin"})
+	b := login(nil)
+	ca, cb := a.Result().Cookies(), b.Result().Cookies()
+	if a.Code != 303 || b.Code != 303 || len(ca) != 1 || len(cb) != 1 || ca[0].Value == cb[0].Value {
+		t.Fatalf("two logins: %d %d, cookies %v %v: want two sessions of their own", a.Code, b.Code, ca, cb)
+	}
+	has := func(c *http.Cookie) bool {
+		r := httptest.NewRequest("GET", "/api/view", nil)
+		r.AddCookie(c)
+		return wh.hasSession(r)
+	}
+	if !has(ca[0]) || !has(cb[0]) {
+		t.Fatal("a login's cookie opens no session")
+	}
+	out := httptest.NewRequest("POST", "/logout", nil)
+	out.AddCookie(ca[0])
+	out.Header.Set("Sec-Fetch-Site", "cross-site")
+	rec := httptest.NewRecorder()
+	if err := wh.serveLogout(rec, out); err == nil {
+		t.Fatal("a cross-site logout was taken")
+	}
+	out.Header.Del("Sec-Fetch-Site")
+	rec = httptest.NewRecorder()
+	if err := wh.serveLogout(rec, out); err != nil || rec.Code != 303 {
+		t.Fatalf("logout: %v %d", err, rec.Code)
+	}
+	if has(ca[0]) || !has(cb[0]) {
+		t.Fatal("the logout did not end its session alone")
+	}
+	now = now.Add(sessionAge)
+	if has(cb[0]) {
+		t.Fatal("a session outlived its 12 hours")
+	}
 }
 
 // The whole flow as a browser does it, mounted as the front mounts it: the

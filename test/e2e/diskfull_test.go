@@ -116,7 +116,7 @@ func TestFullDataDir(t *testing.T) {
 // diskFull reads the health check's disk_full.
 func (p *proc) diskFull() bool {
 	p.t.Helper()
-	resp, err := http.Get("http://" + p.front + "/_stickyd/health")
+	resp, err := healthDetails(p.front)
 	if err != nil {
 		return false
 	}

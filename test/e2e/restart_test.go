@@ -221,7 +221,7 @@ type restartHealth struct {
 
 func (p *proc) health() restartHealth {
 	p.t.Helper()
-	resp, err := http.Get("http://" + p.front + "/_stickyd/health")
+	resp, err := healthDetails(p.front)
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -425,4 +425,12 @@ func TestKilledWhileParking(t *testing.T) {
 func adminCallAt(t *testing.T, addr, method, path, token string) (int, string) {
 	t.Helper()
 	return adminDoAs(t, addr, method, path, token, "")
+}
+
+// healthDetails is the front's health check with its details (the
+// restart report, disk_full), which only the admin token opens.
+func healthDetails(front string) (*http.Response, error) {
+	req, _ := http.NewRequest("GET", "http://"+front+"/_stickyd/health", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	return http.DefaultClient.Do(req)
 }

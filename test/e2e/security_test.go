@@ -268,7 +268,12 @@ func TestNoSecretsInLogs(t *testing.T) {
 
 	// The monitor: a login by ?token= (right and wrong) and the view.
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	for tok, want := range map[string]int{adminToken: http.StatusSeeOther, "wrong-" + adminToken: http.StatusForbidden} {
+	// In this order: a wrong token delays the client's next try.
+	for _, tt := range []struct {
+		tok  string
+		want int
+	}{{adminToken, http.StatusSeeOther}, {"wrong-" + adminToken, http.StatusForbidden}, {adminToken, http.StatusTooManyRequests}} {
+		tok, want := tt.tok, tt.want
 		resp, err := noRedirect.Get("http://" + a.Addr() + "/_stickyd/monitor/?token=" + tok)
 		if err != nil {
 			t.Fatal(err)

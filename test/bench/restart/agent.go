@@ -286,6 +286,7 @@ func (p *agentProc) restartReport(ctx context.Context) (restartReport, error) {
 	if err != nil {
 		return h.Restart, err
 	}
+	req.Header.Set("Authorization", "Bearer "+adminToken) // the details are the token's
 	resp, err := p.health.Do(req)
 	if err != nil {
 		return h.Restart, fmt.Errorf("reading the restart report: %w", err)
