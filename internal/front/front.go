@@ -148,7 +148,7 @@ type Config struct {
 	// HealthToken opens the health check's details (the admin token);
 	// empty shows them to nobody.
 	HealthToken string
-	Logger hclog.Logger
+	Logger      hclog.Logger
 }
 
 // Front serves HTTP and WebSocket.
