@@ -137,6 +137,9 @@ type Agent struct {
 	maintTold atomic.Uint64
 	// maintMaxWait is the longest max wait of the open windows (ns).
 	maintMaxWait atomic.Int64
+	// ranBefore says the data dir held raft state when the agent started:
+	// a cookie key missing then is refused, not made anew.
+	ranBefore bool
 }
 
 // New checks the configuration and prepares an agent; Start runs it.
@@ -221,6 +224,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	if a.cfg.DataDir != "" {
 		rcfg.DataDir, rcfg.BindAddr, rcfg.Advertise = a.cfg.DataDir, a.cfg.Server.RaftAddr, a.cfg.Server.RaftAdvertise
 	}
+	a.ranBefore = ranBefore(a.cfg.DataDir)
 	a.raft, err = raftnode.New(rcfg, a.fsm)
 	if err != nil {
 		return err
@@ -548,6 +552,15 @@ func readOrCreate(path, what string, make func() []byte) ([]byte, error) {
 	return b, nil
 }
 
+// ranBefore reports whether dataDir holds raft state from an earlier run.
+func ranBefore(dataDir string) bool {
+	if dataDir == "" {
+		return false
+	}
+	entries, err := os.ReadDir(filepath.Join(dataDir, "raft"))
+	return err == nil && len(entries) > 0
+}
+
 func randomToken() string {
 	b := make([]byte, 18)
 	_, _ = rand.Read(b)
@@ -705,6 +718,12 @@ func (a *Agent) cookieKeys() ([][]byte, error) {
 	}
 	if path == "" {
 		return [][]byte{newKey()}, nil
+	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && a.ranBefore {
+		// A new key would silently give every person a new identity.
+		return nil, fmt.Errorf("the cookie key %s is missing, but this server has run before (raft state in %s): "+
+			"a new key would give every person a new identity. Restore the key file (the same key as the other servers'); "+
+			"to start over on purpose, remove %s too", path, filepath.Join(a.cfg.DataDir, "raft"), filepath.Join(a.cfg.DataDir, "raft"))
 	}
 	key, err := readOrCreate(path, "cookie key", newKey)
 	if err != nil {

@@ -36,9 +36,10 @@ const (
 	// maxSessions bounds the sessions held at once; a login past it ends
 	// the oldest.
 	maxSessions = 256
-	// loginBackoff is the wait after a client's first wrong token; it
-	// doubles with each further one, up to loginBackoffMax, and a right
-	// token clears it.
+	// loginFreeTries wrong tokens in a row cost a client nothing (a typo);
+	// the next one makes it wait loginBackoff, each further one twice as
+	// long, up to loginBackoffMax; a right token clears the count.
+	loginFreeTries  = 3
 	loginBackoff    = time.Second
 	loginBackoffMax = 5 * time.Minute
 	// maxLoginClients bounds the clients whose wrong tokens are
@@ -75,8 +76,9 @@ const contentSecurity = "default-src 'none'; script-src 'self'; style-src 'self'
 // memory for 12 hours or until its logout; a restart logs every browser
 // out. The session cookie is HttpOnly and SameSite=Strict, Secure over TLS,
 // scoped to the mount point so the hosted site never sees it. A login or
-// logout from another origin is refused (Sec-Fetch-Site, Origin). Each
-// wrong token makes its client wait before the next try: 1 s, doubling to
+// logout from another origin is refused (Sec-Fetch-Site, Origin). Past
+// three wrong tokens in a row, each makes its client wait before the next
+// try: 1 s, doubling to
 // 5 min (429 with Retry-After meanwhile). An empty token opens no session.
 // view is called once per /api/view request, with a deadline.
 func WebHandler(token string, view func(ctx context.Context) (View, error)) http.Handler {
@@ -222,8 +224,9 @@ func (h *webHandler) tryLogin(w http.ResponseWriter, r *http.Request, token stri
 			h.failures[client] = f
 		}
 		f.n++
-		wait := min(loginBackoff<<min(f.n-1, 20), loginBackoffMax)
-		f.until = now.Add(wait)
+		if f.n > loginFreeTries {
+			f.until = now.Add(min(loginBackoff<<min(f.n-loginFreeTries-1, 20), loginBackoffMax))
+		}
 	} else {
 		delete(h.failures, client)
 	}

@@ -254,7 +254,8 @@ func TestWebHandlerEmptyToken(t *testing.T) {
 	}
 }
 
-// Each wrong token delays its client's next try, doubling; other clients
+// Past the free tries, each wrong token delays its client's next try,
+// doubling; other clients
 // are not delayed, and the right token after the wait logs in and clears it.
 func TestWebHandlerLoginBackoff(t *testing.T) {
 	wh := &webHandler{token: webToken, view: fakeView(nil), sessions: map[string]time.Time{}, failures: map[string]*failure{}}
@@ -267,8 +268,10 @@ func TestWebHandlerLoginBackoff(t *testing.T) {
 		_ = wh.serveLogin(rec, r)
 		return rec
 	}
-	if rec := try("198.51.100.1:1", "guess"); rec.Code != 403 {
-		t.Fatalf("first wrong token: %d", rec.Code)
+	for i := range loginFreeTries + 1 {
+		if rec := try("198.51.100.1:1", fmt.Sprint("typo", i)); rec.Code != 403 {
+			t.Fatalf("wrong token %d: %d, want 403 (no wait within the free tries)", i+1, rec.Code)
+		}
 	}
 	rec := try("198.51.100.1:2", webToken)
 	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" {
@@ -290,8 +293,10 @@ func TestWebHandlerLoginBackoff(t *testing.T) {
 	if rec := try("198.51.100.1:5", webToken); rec.Code != 303 {
 		t.Fatalf("the right token after the wait: %d", rec.Code)
 	}
-	if rec := try("198.51.100.1:6", "guess3"); rec.Code != 403 {
-		t.Fatalf("after a login the count starts again: %d", rec.Code)
+	for i := range loginFreeTries {
+		if rec := try("198.51.100.1:6", fmt.Sprint("again", i)); rec.Code != 403 {
+			t.Fatalf("after a login the count starts again: %d", rec.Code)
+		}
 	}
 	// 2,000 guesses from one client in a minute are all refused unchecked
 	// but a handful.
@@ -302,7 +307,7 @@ func TestWebHandlerLoginBackoff(t *testing.T) {
 			checked++
 		}
 	}
-	if checked > 8 {
+	if checked > loginFreeTries+8 {
 		t.Fatalf("%d of 2000 guesses in a minute were checked", checked)
 	}
 }

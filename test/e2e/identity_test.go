@@ -5,7 +5,12 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // plant gives b the cookie value as its connection cookie, as an attacker
@@ -118,5 +123,39 @@ func TestConnectionNameTakeover(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A server that has run before and finds its cookie key gone does not
+// start with a new one (every person would silently get a new identity):
+// it exits and says which file is missing and what to do.
+func TestDeletedCookieKeyRefusedAtStart(t *testing.T) {
+	p := newProc(t, 1)
+	p.start()
+	b := newBrowserAt(t, "http://"+p.front)
+	if code, body := b.do("POST", "/login?user=ana"); code != 200 {
+		t.Fatalf("login: %d %s", code, body)
+	}
+	if err := p.stop(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(p.dir, "data", "cookie.key")
+	if err := os.Remove(key); err != nil {
+		t.Fatal(err)
+	}
+	p.launch()
+	select {
+	case err := <-p.exited:
+		if err == nil {
+			t.Fatal("the agent exited 0 without its cookie key")
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the agent started without its cookie key:\n%s", p.out)
+	}
+	if out := p.out.String(); !strings.Contains(out, "cookie.key is missing") || !strings.Contains(out, "has run before") {
+		t.Fatalf("the refusal does not say why:\n%s", out)
+	}
+	if _, err := os.Stat(key); !os.IsNotExist(err) {
+		t.Fatal("a new cookie key was written")
 	}
 }

@@ -268,11 +268,15 @@ func TestNoSecretsInLogs(t *testing.T) {
 
 	// The monitor: a login by ?token= (right and wrong) and the view.
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	// In this order: a wrong token delays the client's next try.
+	// In this order: past three wrong tokens, each delays the client's
+	// next try.
+	wrong := "wrong-" + adminToken
 	for _, tt := range []struct {
 		tok  string
 		want int
-	}{{adminToken, http.StatusSeeOther}, {"wrong-" + adminToken, http.StatusForbidden}, {adminToken, http.StatusTooManyRequests}} {
+	}{{adminToken, http.StatusSeeOther}, {wrong, http.StatusForbidden}, {adminToken, http.StatusSeeOther},
+		{wrong, http.StatusForbidden}, {wrong, http.StatusForbidden}, {wrong, http.StatusForbidden}, {wrong, http.StatusForbidden},
+		{adminToken, http.StatusTooManyRequests}} {
 		tok, want := tt.tok, tt.want
 		resp, err := noRedirect.Get("http://" + a.Addr() + "/_stickyd/monitor/?token=" + tok)
 		if err != nil {
