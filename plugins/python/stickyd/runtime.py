@@ -47,6 +47,10 @@ class _Bad(Exception):
     code = pb.Error.BAD_REQUEST
 
 
+class _Taken(_Bad):
+    kind = "conn_taken"  # protocol.KindConnTaken
+
+
 class _Moved(Exception):
     code = pb.Error.MOVED
 
@@ -181,8 +185,8 @@ class Runtime:
     def _reply(self, id, **body):
         self._send(pb.Envelope(id=id, reply=True, **body))
 
-    def _reply_error(self, id, code, message):
-        self._send(pb.Envelope(id=id, reply=True, error=pb.Error(code=code, message=message)))
+    def _reply_error(self, id, code, message, kind=""):
+        self._send(pb.Envelope(id=id, reply=True, error=pb.Error(code=code, message=message, kind=kind)))
 
     def _submit(self, fn, *args):
         try:
@@ -253,7 +257,7 @@ class Runtime:
         try:
             r = self._frame(env.frame, env.id)
         except (_Bad, _Moved) as e:
-            self._reply_error(env.id, e.code, str(e))
+            self._reply_error(env.id, e.code, str(e), getattr(e, "kind", ""))
             return
         except Exception as e:
             self._log.error("app raised", error=repr(e), traceback=traceback.format_exc())
@@ -321,6 +325,10 @@ class Runtime:
         resp = self._serve_http(s, f.http)
         s._is_new = False
         with self._mu:
+            if s.conn in self._conns:
+                # Named after a connection this worker holds: the newcomer
+                # would take its person. The front answers 409.
+                raise _Taken("connection %r: the site named this new connection after one that exists" % s.conn)
             self._add_conn_locked(s)
         return self._http_reply(s, resp)
 

@@ -85,6 +85,8 @@ def app(environ, start_response):
     assert environ["stickyd.session"] is s
     if environ["PATH_INFO"] == "/login":
         s.login(environ["QUERY_STRING"].partition("=")[2])
+    if environ["PATH_INFO"] == "/name":
+        s.name_connection(environ["QUERY_STRING"].partition("=")[2])
     items = list(s.values.get("cart", [])) + [environ["PATH_INFO"]]
     s.values.set("cart", items)
     start_response("200 OK", [("content-type", "application/json")])
@@ -161,6 +163,20 @@ class RuntimeTest(unittest.TestCase):
         finally:
             a.rt.close()
             b.rt.close()
+
+    def test_name_taken(self):
+        """A newcomer named after a connection the worker holds is refused
+        (kind conn_taken) and the holder keeps its state."""
+        a = Worker("py-1")
+        try:
+            r = a.frame("", "", http=pb.HTTPRequest(method="GET", url="/name?conn=victim-1")).frame_reply
+            self.assertEqual(r.identity.conn, "victim-1")
+            e = a.frame("", "", http=pb.HTTPRequest(method="GET", url="/name?conn=victim-1")).error
+            self.assertEqual((e.code, e.kind), (pb.Error.BAD_REQUEST, "conn_taken"))
+            cart = json.loads(a.frame("~victim-1", "victim-1", 1, http=pb.HTTPRequest(method="GET", url="/cart")).frame_reply.http.body)["items"]
+            self.assertEqual(cart, ["/name", "/cart"])
+        finally:
+            a.rt.close()
 
     def test_fences_and_parked_here(self):
         a = Worker("py-1")
