@@ -405,7 +405,7 @@ func (a *Agent) startFront() error {
 		Health:          a.health,
 		HealthToken:     a.token,
 		ExtraWait:       a.extraWait,
-		Monitor:         monitor.WebHandler(a.token, a.monitorView),
+		Monitor:         monitor.WebHandler(a.token, a.monitorView, a.registry),
 		Logger:          a.log.Named("front"),
 	})
 	if err != nil {

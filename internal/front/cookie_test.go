@@ -226,7 +226,7 @@ func TestCookieLife(t *testing.T) {
 		}
 		return string(body), nil
 	}
-	first := f.cookie.sign("c1", f.userOf("c1"), clock())
+	first := f.ring().sign("c1", f.userOf("c1"), clock())
 	if body, c := get(first); body != "c1" || c != nil {
 		t.Fatalf("a fresh cookie: served as %q, renewed %v", body, c)
 	}
@@ -306,6 +306,16 @@ func (r *keyRing) check(value string) (name string, issued time.Time, key int, o
 // checkAt verifies value as a cookie of f's connections as the maps bind
 // them now.
 func (f *Front) checkAt(value string) (name string, issued time.Time, key int, ok bool) {
-	name, issued, key, _, ok = f.cookie.verify(value, f.userOf)
+	name, issued, key, _, ok = f.ring().verify(value, f.userOf)
 	return name, issued, key, ok
+}
+
+// userOf is the user key the maps bind conn to ("" for a connection they
+// do not hold).
+func (f *Front) userOf(conn string) string {
+	rt, ok := f.cfg.Directory.Lookup(conn)
+	if !ok {
+		return ""
+	}
+	return rt.User
 }

@@ -22,6 +22,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -155,7 +156,7 @@ type Config struct {
 type Front struct {
 	cfg       Config
 	log       hclog.Logger
-	cookie    *keyRing
+	cookie    atomic.Pointer[keyRing] // SetCookieKeys swaps it
 	barrier   *barrier
 	limiter   *frameLimiter    // nil: no rate limit
 	newcomers *newcomerLimiter // nil: no newcomer limit
@@ -242,7 +243,8 @@ func New(cfg Config) (*Front, error) {
 	if cfg.MaxHeld <= 0 {
 		cfg.MaxHeld = 10000
 	}
-	f := &Front{cfg: cfg, log: cfg.Logger, cookie: ring}
+	f := &Front{cfg: cfg, log: cfg.Logger}
+	f.cookie.Store(ring)
 	f.barrier = newBarrier(cfg.Directory, cfg, cfg.Registry)
 	f.limiter = newFrameLimiter(cfg, cfg.Registry)
 	f.newcomers = newNewcomerLimiter(cfg, cfg.Registry)
@@ -378,33 +380,46 @@ const DefaultCookieTTL = 24 * time.Hour
 // (another server's clock); beyond, it names nobody.
 const cookieSkew = 5 * time.Minute
 
-// connOf returns the connection named by a valid cookie, or "", and
-// whether its cookie should be issued again (past half its life, in the
-// older form without an issue time, or signed by a key behind the ring's
-// first).
-func (f *Front) connOf(r *http.Request) (conn string, renew bool) {
-	conn, _, renew = f.cookieOf(r)
-	return conn, renew
+// checked is what a request's cookie says: the connection it names (""
+// for none), that connection's route when the maps hold it, when the
+// cookie was issued (zero for one in the older form) and whether it is due
+// to be issued again (past half its life, in the older form, or signed by
+// a key behind the ring's first).
+type checked struct {
+	conn   string
+	route  placement.Route
+	known  bool
+	issued time.Time
+	renew  bool
 }
 
-// cookieOf is connOf with the cookie's issue time (zero for one in the
-// older form). A cookie is bound to the person its connection belonged to
-// when it was issued (keyRing.verify): once the maps say the connection
-// is someone else's, it names nobody.
-func (f *Front) cookieOf(r *http.Request) (conn string, issued time.Time, renew bool) {
+// cookieOf checks a request's cookie, with one lookup in the maps. A
+// cookie is bound to the person its connection belonged to when it was
+// issued (keyRing.verify): once the maps say the connection is someone
+// else's, it names nobody.
+func (f *Front) cookieOf(r *http.Request) checked {
 	c, err := r.Cookie(f.cfg.CookieName)
 	if err != nil {
-		return "", time.Time{}, false
+		return checked{}
 	}
-	conn, issued, key, legacy, ok := f.cookie.verify(c.Value, f.userOf)
+	var ck checked
+	userOf := func(conn string) string {
+		// The value names one connection: verify asks about it once.
+		ck.route, ck.known = f.cfg.Directory.Lookup(conn)
+		if !ck.known {
+			return ""
+		}
+		return ck.route.User
+	}
+	conn, issued, key, legacy, ok := f.ring().verify(c.Value, userOf)
 	if !ok {
 		f.cookieChecks.WithLabelValues("invalid").Inc()
-		return "", time.Time{}, false
+		return checked{}
 	}
 	now := f.cfg.Now()
 	if !issued.IsZero() && (now.Sub(issued) >= f.cfg.CookieTTL || issued.Sub(now) > cookieSkew) {
 		f.cookieChecks.WithLabelValues("expired").Inc()
-		return "", time.Time{}, false
+		return checked{}
 	}
 	switch {
 	case legacy:
@@ -414,17 +429,24 @@ func (f *Front) cookieOf(r *http.Request) (conn string, issued time.Time, renew 
 	default:
 		f.cookieChecks.WithLabelValues("current_key").Inc()
 	}
-	return conn, issued, legacy || key > 0 || issued.IsZero() || now.Sub(issued) >= f.cfg.CookieTTL/2
+	ck.conn, ck.issued = conn, issued
+	ck.renew = legacy || key > 0 || issued.IsZero() || now.Sub(issued) >= f.cfg.CookieTTL/2
+	return ck
 }
 
-// userOf is the user key the maps bind conn to ("" for a connection they
-// do not hold, whose cookie can only be a newcomer's).
-func (f *Front) userOf(conn string) string {
-	rt, ok := f.cfg.Directory.Lookup(conn)
-	if !ok {
-		return ""
+// ring is the cookie key ring in force.
+func (f *Front) ring() *keyRing { return f.cookie.Load() }
+
+// SetCookieKeys replaces the cookie key ring (the cluster's ring changed:
+// a rotation, or the ring the maps hold replacing the one the front
+// started with). Requests under way finish with the ring they began with.
+func (f *Front) SetCookieKeys(keys [][]byte) error {
+	ring, err := newKeyRing(keys)
+	if err != nil {
+		return err
 	}
-	return rt.User
+	f.cookie.Store(ring)
+	return nil
 }
 
 // cookieFor is the cookie naming conn, bound to user ("" for the
@@ -432,7 +454,7 @@ func (f *Front) userOf(conn string) string {
 func (f *Front) cookieFor(conn, user string) *http.Cookie {
 	return &http.Cookie{
 		Name:     f.cfg.CookieName,
-		Value:    f.cookie.sign(conn, user, f.cfg.Now()),
+		Value:    f.ring().sign(conn, user, f.cfg.Now()),
 		Path:     "/",
 		MaxAge:   int(f.cfg.CookieTTL.Seconds()),
 		HttpOnly: true,
@@ -445,30 +467,26 @@ func (f *Front) setCookie(w http.ResponseWriter, conn, user string) {
 	http.SetCookie(w, f.cookieFor(conn, user))
 }
 
-// boundConn is the connection a request's valid cookie names, if the maps
-// know it (errNoConnection otherwise), when its cookie was issued and
-// whether it is due for renewal.
-func (f *Front) boundConn(r *http.Request) (string, time.Time, bool, error) {
-	conn, issued, renew := f.cookieOf(r)
-	if conn == "" {
-		return "", time.Time{}, false, errNoConnection
+// boundConn is what a request's valid cookie names, when the maps know its
+// connection (errNoConnection otherwise).
+func (f *Front) boundConn(r *http.Request) (checked, error) {
+	ck := f.cookieOf(r)
+	if ck.conn == "" || !ck.known {
+		return checked{}, errNoConnection
 	}
-	if _, ok := f.cfg.Directory.Lookup(conn); !ok {
-		return "", time.Time{}, false, errNoConnection
-	}
-	f.cfg.Activity.saw(conn)
-	return conn, issued, renew, nil
+	f.cfg.Activity.saw(ck.conn)
+	return ck, nil
 }
 
 // serveRenew issues the bearer's cookie again: client.js asks when its
 // WebSocket says the cookie is past half its life (a tab that stays on one
 // WebSocket all day sends no other request that could renew it).
 func (f *Front) serveRenew(w http.ResponseWriter, r *http.Request) error {
-	conn, _, _, err := f.boundConn(r)
+	ck, err := f.boundConn(r)
 	if err != nil {
 		return err
 	}
-	f.renewCookie(w, conn, f.userOf(conn))
+	f.renewCookie(w, ck.conn, ck.route.User)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -481,18 +499,15 @@ func (f *Front) renewCookie(w http.ResponseWriter, conn, user string) {
 
 // route returns the connection's route, renewing its cookie on w when due.
 func (f *Front) route(w http.ResponseWriter, r *http.Request) (placement.Route, bool) {
-	conn, renew := f.connOf(r)
-	if conn == "" {
+	ck := f.cookieOf(r)
+	if ck.conn == "" || !ck.known {
 		return placement.Route{}, false
 	}
-	rt, ok := f.cfg.Directory.Lookup(conn)
-	if ok {
-		f.cfg.Activity.saw(conn)
+	f.cfg.Activity.saw(ck.conn)
+	if ck.renew {
+		f.renewCookie(w, ck.conn, ck.route.User)
 	}
-	if ok && renew {
-		f.renewCookie(w, conn, rt.User)
-	}
-	return rt, ok
+	return ck.route, true
 }
 
 // call sends a frame and waits for its answer within timeout.

@@ -180,7 +180,7 @@ func TestFrameRateLimit(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(time.Unix(1000, 0).UnixNano())
 	f.limiter.now = func() time.Time { return time.Unix(0, clock.Load()) }
-	c1, c1b, c2 := f.cookie.sign("c1", f.userOf("c1"), time.Now()), f.cookie.sign("c1b", f.userOf("c1b"), time.Now()), f.cookie.sign("c2", f.userOf("c2"), time.Now())
+	c1, c1b, c2 := f.ring().sign("c1", f.userOf("c1"), time.Now()), f.ring().sign("c1b", f.userOf("c1b"), time.Now()), f.ring().sign("c2", f.userOf("c2"), time.Now())
 
 	// The burst of 3 on the first tab, then refusals, on either tab.
 	got := sendOps(t, dialAs(t, srv, c1), 1, 5)
@@ -248,7 +248,7 @@ func TestFrameRateOffByDefault(t *testing.T) {
 	if f.limiter != nil {
 		t.Fatal("a limiter without a frame_rate")
 	}
-	ws := dialAs(t, srv, f.cookie.sign("c1", f.userOf("c1"), time.Now()))
+	ws := dialAs(t, srv, f.ring().sign("c1", f.userOf("c1"), time.Now()))
 	for round := range 20 {
 		for id, a := range sendOps(t, ws, round*50, 50) {
 			if a.Op != "reply" {
@@ -285,7 +285,7 @@ func TestFrontCookieKeyRing(t *testing.T) {
 	if a := sendOps(t, dialAs(t, srv, older.sign("c1", "u1", time.Now())), 1, 1)[1]; a.Op != "reply" {
 		t.Fatalf("the older key's cookie: %+v", a)
 	}
-	if a := sendOps(t, dialAs(t, srv, f.cookie.sign("c2", f.userOf("c2"), time.Now())), 1, 1)[1]; a.Op != "reply" {
+	if a := sendOps(t, dialAs(t, srv, f.ring().sign("c2", f.userOf("c2"), time.Now())), 1, 1)[1]; a.Op != "reply" {
 		t.Fatalf("the current key's cookie: %+v", a)
 	}
 	good := older.sign("c1", "u1", time.Now())
@@ -313,7 +313,7 @@ func TestFrontCookieKeyRing(t *testing.T) {
 	}
 
 	// New cookies are signed with the first key.
-	if _, _, _, ok := older.check(f.cookie.sign("c9", f.userOf("c9"), time.Now())); ok {
+	if _, _, _, ok := older.check(f.ring().sign("c9", f.userOf("c9"), time.Now())); ok {
 		t.Fatal("the front signs new cookies with the older key")
 	}
 }
@@ -322,7 +322,7 @@ func TestFrontCookieKeyRing(t *testing.T) {
 // §8.1), after the frames before it were answered.
 func TestWebSocketInvalidUTF8(t *testing.T) {
 	f, _, srv := testFront(t, Config{})
-	ws := dialAs(t, srv, f.cookie.sign("c1", f.userOf("c1"), time.Now()))
+	ws := dialAs(t, srv, f.ring().sign("c1", f.userOf("c1"), time.Now()))
 	if a := sendOps(t, ws, 1, 1)[1]; a.Op != "reply" {
 		t.Fatalf("a valid op: %+v", a)
 	}

@@ -49,7 +49,7 @@ func TestNewcomerRate(t *testing.T) {
 	if code := do("[2001:db8:1:2::7]:1", ""); code != http.StatusTooManyRequests {
 		t.Fatalf("the 4th newcomer of one IPv6 /64: HTTP %d, want 429", code)
 	}
-	if code := do("203.0.113.7:4002", f.cookie.sign("c1", f.userOf("c1"), now)); code == http.StatusTooManyRequests {
+	if code := do("203.0.113.7:4002", f.ring().sign("c1", f.userOf("c1"), now)); code == http.StatusTooManyRequests {
 		t.Fatal("a person with a cookie was counted as a newcomer")
 	}
 	for range 10 {

@@ -83,10 +83,14 @@ type flight struct {
 }
 
 func (f *Front) serveWS(w http.ResponseWriter, r *http.Request) error {
-	conn, issued, renew, err := f.boundConn(r)
+	ck, err := f.boundConn(r)
 	if err != nil {
 		return err
 	}
+	conn, issued, renew := ck.conn, ck.issued, ck.renew
+	// The socket is bound to the person the cookie was checked against:
+	// a later login elsewhere (a new person for the connection) closes it.
+	user := ck.route.User
 	if renew {
 		issued = f.cfg.Now() // the upgrade's answer carries a new cookie
 	}
@@ -94,8 +98,8 @@ func (f *Front) serveWS(w http.ResponseWriter, r *http.Request) error {
 	if renew {
 		// The upgrade's answer renews the cookie: a tab that stays on
 		// its WebSocket all day keeps its session.
-		c := f.cookieFor(conn, f.userOf(conn))
-		c.Value = f.cookie.sign(conn, f.userOf(conn), issued)
+		c := f.cookieFor(conn, user)
+		c.Value = f.ring().sign(conn, user, issued)
 		hdr = http.Header{"Set-Cookie": {c.String()}}
 		f.cookieRenewals.Inc()
 	}
@@ -105,7 +109,7 @@ func (f *Front) serveWS(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(f.root)
-	c := &wsConn{f: f, ws: ws, conn: conn, user: f.userOf(conn), ctx: ctx, stop: cancel, cookieIssued: issued,
+	c := &wsConn{f: f, ws: ws, conn: conn, user: user, ctx: ctx, stop: cancel, cookieIssued: issued,
 		flights: map[uint64]*flight{}, changed: make(chan struct{}, 1)}
 	ws.SetReadLimit(f.cfg.MaxMessageBytes)
 	c.ping = time.AfterFunc(f.cfg.PingInterval, c.pingTime)

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // The monitor web page: index.html, monitor.js and monitor.css, embedded so
@@ -80,10 +82,11 @@ const contentSecurity = "default-src 'none'; script-src 'self'; style-src 'self'
 // three wrong tokens in a row, each makes its client wait before the next
 // try: 1 s, doubling to
 // 5 min (429 with Retry-After meanwhile). An empty token opens no session.
-// view is called once per /api/view request, with a deadline.
-func WebHandler(token string, view func(ctx context.Context) (View, error)) http.Handler {
-	h := &webHandler{token: token, view: view, now: time.Now,
-		sessions: map[string]time.Time{}, failures: map[string]*failure{}}
+// view is called once per /api/view request, with a deadline. reg, if
+// set, gets the login counters (stickyd_monitor_logins_total by result)
+// and the sessions held (stickyd_monitor_sessions).
+func WebHandler(token string, view func(ctx context.Context) (View, error), reg prometheus.Registerer) http.Handler {
+	h := newWebHandler(token, view, reg)
 	mux := http.NewServeMux()
 	mux.Handle("GET /{$}", h.handle(h.serveIndex))
 	mux.Handle("POST /{$}", h.handle(h.serveLogin))
@@ -98,6 +101,29 @@ func WebHandler(token string, view func(ctx context.Context) (View, error)) http
 	})
 }
 
+func newWebHandler(token string, view func(ctx context.Context) (View, error), reg prometheus.Registerer) *webHandler {
+	h := &webHandler{token: token, view: view, now: time.Now,
+		sessions: map[string]time.Time{}, failures: map[string]*failure{},
+		logins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stickyd_monitor_logins_total",
+			Help: "Logins to the monitor page by result: ok, wrong_token, backed_off (refused unchecked: the client waits after wrong tokens), cross_origin.",
+		}, []string{"result"})}
+	for _, r := range []string{"ok", "wrong_token", "backed_off", "cross_origin"} {
+		h.logins.WithLabelValues(r)
+	}
+	if reg != nil {
+		reg.MustRegister(h.logins, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "stickyd_monitor_sessions",
+			Help: "Monitor page sessions held (at most 256; each lasts 12 h or until its logout).",
+		}, func() float64 {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return float64(len(h.sessions))
+		}))
+	}
+	return h
+}
+
 // webHandler is the monitor page's state.
 type webHandler struct {
 	token string
@@ -110,6 +136,8 @@ type webHandler struct {
 	sessions map[string]time.Time
 	// failures holds, by client address, the wrong tokens given.
 	failures map[string]*failure
+
+	logins *prometheus.CounterVec
 }
 
 // failure is a client's run of wrong tokens.
@@ -192,6 +220,7 @@ func (h *webHandler) serveIndex(w http.ResponseWriter, r *http.Request) error {
 
 func (h *webHandler) serveLogin(w http.ResponseWriter, r *http.Request) error {
 	if !sameOrigin(r) {
+		h.logins.WithLabelValues("cross_origin").Inc()
 		return h.writeLogin(w, http.StatusForbidden, "This form may be sent only from the monitor's own page.")
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxLoginForm)
@@ -211,6 +240,7 @@ func (h *webHandler) tryLogin(w http.ResponseWriter, r *http.Request, token stri
 	if f != nil && now.Before(f.until) {
 		wait := f.until.Sub(now)
 		h.mu.Unlock()
+		h.logins.WithLabelValues("backed_off").Inc()
 		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
 		return h.writeLogin(w, http.StatusTooManyRequests, "Too many wrong tokens: try again in "+wait.Round(time.Second).String()+".")
 	}
@@ -232,8 +262,10 @@ func (h *webHandler) tryLogin(w http.ResponseWriter, r *http.Request, token stri
 	}
 	h.mu.Unlock()
 	if !ok {
+		h.logins.WithLabelValues("wrong_token").Inc()
 		return h.writeLogin(w, http.StatusForbidden, "That is not the admin token.")
 	}
+	h.logins.WithLabelValues("ok").Inc()
 	h.login(w, r)
 	return nil
 }

@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/stickyd/stickyd/internal/governor"
 )
 
@@ -69,11 +72,11 @@ func form(target string, v url.Values) *http.Request {
 }
 
 func TestWebHandler(t *testing.T) {
-	h := WebHandler(webToken, fakeView(nil))
+	h := WebHandler(webToken, fakeView(nil), nil)
 	good := sessionCookie(t, h, webToken)
 	forged := &http.Cookie{Name: SessionCookie, Value: "bm90LWEtbWFj"}
 	// The MAC of the same label under another token.
-	other := &http.Cookie{Name: SessionCookie, Value: sessionCookie(t, WebHandler("another-token", fakeView(nil)), "another-token").Value}
+	other := &http.Cookie{Name: SessionCookie, Value: sessionCookie(t, WebHandler("another-token", fakeView(nil), nil), "another-token").Value}
 	if other.Value == good.Value {
 		t.Fatal("two tokens give the same session cookie")
 	}
@@ -182,7 +185,7 @@ func TestWebHandler(t *testing.T) {
 // The JSON is the View, field for field.
 func TestWebHandlerViewJSON(t *testing.T) {
 	view := fakeView(nil)
-	h := WebHandler(webToken, view)
+	h := WebHandler(webToken, view, nil)
 	req := httptest.NewRequest("GET", "/api/view", nil)
 	req.AddCookie(sessionCookie(t, h, webToken))
 	rec := httptest.NewRecorder()
@@ -222,7 +225,7 @@ func normalize(t *testing.T, v View) View {
 
 // A failing composition is a 503 with the cause, not a broken page.
 func TestWebHandlerViewError(t *testing.T) {
-	h := WebHandler(webToken, fakeView(errors.New("the maps are not loaded yet")))
+	h := WebHandler(webToken, fakeView(errors.New("the maps are not loaded yet")), nil)
 	req := httptest.NewRequest("GET", "/api/view", nil)
 	req.AddCookie(sessionCookie(t, h, webToken))
 	rec := httptest.NewRecorder()
@@ -239,7 +242,7 @@ func TestWebHandlerViewError(t *testing.T) {
 // An agent without a token opens no session: no login succeeds, and a
 // cookie made from the empty key is refused.
 func TestWebHandlerEmptyToken(t *testing.T) {
-	h := WebHandler("", fakeView(nil))
+	h := WebHandler("", fakeView(nil), nil)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, form("/", url.Values{"token": {""}}))
 	if rec.Code != http.StatusForbidden {
@@ -258,7 +261,8 @@ func TestWebHandlerEmptyToken(t *testing.T) {
 // doubling; other clients
 // are not delayed, and the right token after the wait logs in and clears it.
 func TestWebHandlerLoginBackoff(t *testing.T) {
-	wh := &webHandler{token: webToken, view: fakeView(nil), sessions: map[string]time.Time{}, failures: map[string]*failure{}}
+	reg := prometheus.NewRegistry()
+	wh := newWebHandler(webToken, fakeView(nil), reg)
 	now := time.Unix(1_800_000_000, 0)
 	wh.now = func() time.Time { return now }
 	try := func(addr, token string) *httptest.ResponseRecorder {
@@ -310,12 +314,24 @@ func TestWebHandlerLoginBackoff(t *testing.T) {
 	if checked > loginFreeTries+8 {
 		t.Fatalf("%d of 2000 guesses in a minute were checked", checked)
 	}
+	// Every try is counted by its result: the metrics show an attack.
+	wrong := testutil.ToFloat64(wh.logins.WithLabelValues("wrong_token"))
+	backed := testutil.ToFloat64(wh.logins.WithLabelValues("backed_off"))
+	if int(wrong+backed) != (loginFreeTries+1)+3+loginFreeTries+2000 || backed < 1900 {
+		t.Fatalf("counted %v wrong tokens and %v backed off", wrong, backed)
+	}
+	if got := testutil.ToFloat64(wh.logins.WithLabelValues("ok")); got != 2 {
+		t.Fatalf("counted %v logins, want 2", got)
+	}
+	if n, err := testutil.GatherAndCount(reg, "stickyd_monitor_sessions", "stickyd_monitor_logins_total"); err != nil || n != 5 {
+		t.Fatalf("registered series: %d, %v", n, err)
+	}
 }
 
 // A login or logout sent from another origin is refused; each login gets a
 // session of its own, which its logout ends, and sessions expire.
 func TestWebHandlerSessions(t *testing.T) {
-	wh := &webHandler{token: webToken, view: fakeView(nil), sessions: map[string]time.Time{}, failures: map[string]*failure{}}
+	wh := newWebHandler(webToken, fakeView(nil), nil)
 	now := time.Unix(1_800_000_000, 0)
 	wh.now = func() time.Time { return now }
 	login := func(hdr map[string]string) *httptest.ResponseRecorder {
@@ -377,7 +393,7 @@ func TestWebHandlerSessions(t *testing.T) {
 func TestWebHandlerLoginFlow(t *testing.T) {
 	const mount = "/_stickyd/monitor"
 	mux := http.NewServeMux()
-	mux.Handle(mount+"/", http.StripPrefix(mount, WebHandler(webToken, fakeView(nil))))
+	mux.Handle(mount+"/", http.StripPrefix(mount, WebHandler(webToken, fakeView(nil), nil)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		// The hosted site: it must never see the monitor's cookie.
 		if _, err := r.Cookie(SessionCookie); err == nil {

@@ -16,11 +16,16 @@ import (
 // plant gives b the cookie value as its connection cookie, as an attacker
 // who planted it in a victim's browser (or copied the victim's) would.
 func (b *browser) plant(value string) {
-	u, _ := url.Parse(b.base)
+	b.jar = jarWith(b.base, value)
+	b.http.Jar = b.jar
+}
+
+// jarWith is a cookie jar holding value as the connection cookie for base.
+func jarWith(base, value string) *cookiejar.Jar {
+	u, _ := url.Parse(base)
 	jar, _ := cookiejar.New(nil)
 	jar.SetCookies(u, []*http.Cookie{{Name: "stickyd_conn", Value: value, Path: "/"}})
-	b.jar = jar
-	b.http.Jar = jar
+	return jar
 }
 
 // A cookie planted in a victim's browser before they log in is worth
@@ -66,7 +71,7 @@ func TestSessionFixation(t *testing.T) {
 				t.Fatalf("the attacker's WebSocket still works after the victim's login: %+v", a)
 			}
 			// A WebSocket opened with the planted cookie is refused.
-			if ws, resp, err := (&browser{t: t, base: attacker.base, jar: victimJar(t, attacker.base, planted)}).dial(); err == nil {
+			if ws, resp, err := (&browser{t: t, base: attacker.base, jar: jarWith(attacker.base, planted)}).dial(); err == nil {
 				ws.Close()
 				t.Fatal("a WebSocket opened with the planted cookie after the login")
 			} else if resp == nil || resp.StatusCode != http.StatusUnauthorized {
@@ -82,14 +87,6 @@ func TestSessionFixation(t *testing.T) {
 			}
 		})
 	}
-}
-
-func victimJar(t *testing.T, base, value string) *cookiejar.Jar {
-	t.Helper()
-	u, _ := url.Parse(base)
-	jar, _ := cookiejar.New(nil)
-	jar.SetCookies(u, []*http.Cookie{{Name: "stickyd_conn", Value: value, Path: "/"}})
-	return jar
 }
 
 // A newcomer whose site names its connection after an existing one is
