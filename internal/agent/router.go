@@ -66,12 +66,18 @@ func (r *router) peerFor(ctx context.Context, worker string) (*channel.Peer, err
 	if err != nil {
 		return nil, fmt.Errorf("dialing agent %s: %w", ag.Name, err)
 	}
-	c, err := channel.Dial(context.WithoutCancel(ctx), cc)
+	c, err := channel.DialPeerLink(context.WithoutCancel(ctx), cc)
 	if err != nil {
 		cc.Close()
 		return nil, fmt.Errorf("opening the peer link to %s: %w", ag.Name, err)
 	}
-	l := &link{conn: cc, peer: channel.NewPeer(c, nil)}
+	peer := channel.NewIdlePeer(c, nil)
+	peer.LimitAssembly(channel.PeerLinkAssemblyBytes)
+	if c.Chunks() {
+		peer.EnableChunks()
+	}
+	peer.Listen()
+	l := &link{conn: cc, peer: peer}
 	if r.links == nil {
 		r.links = map[string]*link{}
 	}
@@ -244,7 +250,7 @@ func (a *Agent) serveLinks() error {
 		ln = a.tls.Listener(ln, "rpc", tlsutil.RoleServer, tlsutil.RoleHost)
 	}
 	a.rpcLn = ln
-	s := grpc.NewServer(channel.ServerOptions()...)
+	s := grpc.NewServer(channel.PeerLinkServerOptions()...)
 	channel.RegisterServer(s, a.serveLink)
 	a.rpc = s
 	go func() { _ = s.Serve(ln) }()
@@ -284,6 +290,10 @@ func (a *Agent) serveLink(ctx context.Context, c channel.Conn) error {
 			_ = p.Reply(id, rep)
 		}()
 	})
+	p.LimitAssembly(channel.PeerLinkAssemblyBytes)
+	if gc, ok := c.(*channel.GRPCConn); ok && gc.Chunks() {
+		p.EnableChunks()
+	}
 	p.Listen()
 	select {
 	case <-p.Done():

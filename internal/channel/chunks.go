@@ -52,6 +52,18 @@ type assembly struct {
 // only ever this side's own reading. Call it before Listen.
 func (p *Peer) DigestPackages() { p.digests = true }
 
+// LimitAssembly bounds the packages arriving in chunks at once on this
+// peer to budget bytes in all, and has their buffers grow with the bytes
+// that arrive rather than be allocated at the size the first chunk
+// claims: for a link to another process that is not this one's own worker
+// (a peer link). Past the budget the peer stops, as for any broken
+// stream. Call it before Listen.
+func (p *Peer) LimitAssembly(budget uint64) { p.budget = budget }
+
+// preallocBounded is the most a bounded peer allocates ahead for one
+// assembly.
+const preallocBounded = 4 << 20
+
 // EnableChunks says the other side reads packages sent in chunks: from now
 // on a package above ChunkBytes is sent that way, and any other envelope
 // above it as the pieces of its encoding. Call it after the handshake,
@@ -201,11 +213,15 @@ func (p *Peer) gatherPiece(env *protocol.Envelope, pc *protocol.PackageChunk) ([
 			p.assembling = make(map[chunkKey]*assembly)
 		}
 		a = &assembly{total: pc.Total, envelope: pc.Envelope}
+		ahead := max(pc.Total, uint64(len(pc.Data)))
+		if p.budget > 0 {
+			ahead = min(ahead, preallocBounded)
+		}
 		switch {
 		case env.Reply && !pc.Envelope && p.undigested(env.Id):
 			a.bulk = true
 		default:
-			a.buf = make([]byte, 0, max(pc.Total, uint64(len(pc.Data))))
+			a.buf = make([]byte, 0, ahead)
 			if p.digests && env.Reply && !pc.Envelope {
 				a.sum = sha256.New()
 			}
@@ -217,6 +233,12 @@ func (p *Peer) gatherPiece(env *protocol.Envelope, pc *protocol.PackageChunk) ([
 	}
 	if a.size+uint64(len(pc.Data)) > MaxEnvelopeBytes {
 		return nil, fmt.Errorf("a package arriving in chunks passed %d bytes", MaxEnvelopeBytes)
+	}
+	if p.budget > 0 {
+		if p.assemblingBytes+uint64(len(pc.Data)) > p.budget {
+			return nil, fmt.Errorf("packages arriving in chunks at once passed this link's %d bytes", p.budget)
+		}
+		p.assemblingBytes += uint64(len(pc.Data))
 	}
 	a.size += uint64(len(pc.Data))
 	if a.bulk {
@@ -237,6 +259,7 @@ func (p *Peer) gatherPiece(env *protocol.Envelope, pc *protocol.PackageChunk) ([
 		return nil, nil
 	}
 	delete(p.assembling, key)
+	p.assemblingBytes -= min(p.assemblingBytes, a.size)
 	return a.buf, nil
 }
 
@@ -265,6 +288,7 @@ func (p *Peer) assemble(env *protocol.Envelope) (later func(), err error) {
 			continue
 		}
 		delete(p.assembling, key)
+		p.assemblingBytes -= min(p.assemblingBytes, a.size)
 		if a.bulk {
 			joins = append(joins, func() { *pkg = join(a.parts, *pkg) })
 			continue

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/stickyd/stickyd/internal/protocol"
@@ -21,7 +23,10 @@ type stream interface {
 
 // GRPCConn is a Conn over one Channel RPC stream.
 type GRPCConn struct {
-	s      stream
+	s stream
+	// chunks: the other side of a peer link reads packages in chunks
+	// (DialPeerLink, and the server side of one).
+	chunks bool
 	sendMu sync.Mutex // serialises Send: a gRPC stream allows one sender
 	cancel context.CancelFunc
 	once   sync.Once
@@ -41,6 +46,43 @@ func Dial(ctx context.Context, cc grpc.ClientConnInterface) (*GRPCConn, error) {
 	}
 	return &GRPCConn{s: s, cancel: cancel, done: make(chan struct{})}, nil
 }
+
+// chunksKey is the gRPC metadata by which the two sides of a peer link
+// say they read packages in chunks: the dialer in its request, the server
+// in its header.
+const chunksKey = "stickyd-chunks"
+
+// DialPeerLink opens the Channel RPC on a peer link to another agent,
+// saying this side reads chunks. Chunks() then reports whether the server
+// does: a server of this version answers at once; one that does not
+// answer within headerWait is taken as an older version, which does not.
+func DialPeerLink(ctx context.Context, cc grpc.ClientConnInterface) (*GRPCConn, error) {
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, chunksKey, "1"))
+	s, err := protocol.NewWorkerClient(cc).Channel(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	c := &GRPCConn{s: s, cancel: cancel, done: make(chan struct{})}
+	header := make(chan metadata.MD, 1)
+	go func() {
+		md, _ := s.Header()
+		header <- md
+	}()
+	select {
+	case md := <-header:
+		c.chunks = len(md.Get(chunksKey)) > 0
+	case <-time.After(headerWait):
+	}
+	return c, nil
+}
+
+// headerWait is how long DialPeerLink waits for the server's header.
+const headerWait = 3 * time.Second
+
+// Chunks reports whether the other side of a peer link reads packages in
+// chunks (see Peer.EnableChunks).
+func (c *GRPCConn) Chunks() bool { return c.chunks }
 
 // Send writes env on the stream.
 func (c *GRPCConn) Send(env *protocol.Envelope) error {
@@ -103,6 +145,14 @@ type grpcServer struct {
 
 func (g *grpcServer) Channel(s grpc.BidiStreamingServer[protocol.Envelope, protocol.Envelope]) error {
 	c := &GRPCConn{s: s, done: make(chan struct{})}
+	if md, ok := metadata.FromIncomingContext(s.Context()); ok && len(md.Get(chunksKey)) > 0 {
+		// A peer link's dialer of this version: it reads chunks, and is
+		// told at once that this side does (DialPeerLink).
+		if err := s.SendHeader(metadata.Pairs(chunksKey, "1")); err != nil {
+			return err
+		}
+		c.chunks = true
+	}
 	ctx, cancel := context.WithCancel(s.Context())
 	defer cancel()
 	c.cancel = cancel

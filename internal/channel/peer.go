@@ -32,6 +32,11 @@ type Peer struct {
 	// touches it.
 	assembling map[chunkKey]*assembly
 	digests    bool // set before Listen: see DigestPackages
+	// budget bounds the bytes assembling holds (LimitAssembly; 0: no
+	// bound beyond MaxEnvelopeBytes each); assemblingBytes is what it
+	// holds. Only the read loop touches them after Listen.
+	budget          uint64
+	assemblingBytes uint64
 
 	mu      sync.Mutex // guards pending and err
 	pending map[uint64]*Call

@@ -38,6 +38,23 @@ func ServerOptions() []grpc.ServerOption {
 		grpc.ReadBufferSize(bufferBytes), grpc.WriteBufferSize(bufferBytes)}
 }
 
+// PeerLinkMessageBytes bounds one gRPC message a peer link's server
+// reads. Both sides of a link of this version send every envelope above
+// ChunkBytes in chunks, so no message needs more; a larger one (an older
+// version's whole package, or a hostile sender's) is refused before it is
+// read into memory, where two 300 MB envelopes once took an agent to
+// 1.9 GB.
+const PeerLinkMessageBytes = 4 << 20
+
+// PeerLinkServerOptions are the gRPC server options of the peer-link port.
+func PeerLinkServerOptions() []grpc.ServerOption {
+	return append(ServerOptions(), grpc.MaxRecvMsgSize(PeerLinkMessageBytes))
+}
+
+// PeerLinkAssemblyBytes bounds the bytes of the packages arriving in chunks
+// at once on one peer link (Peer.LimitAssembly).
+const PeerLinkAssemblyBytes = 1 << 30
+
 // DialOptions are the host's gRPC options for a worker's channel.
 func DialOptions() []grpc.DialOption {
 	return []grpc.DialOption{grpc.WithDefaultCallOptions(
