@@ -140,6 +140,12 @@ type Agent struct {
 	// ranBefore says the data dir held raft state when the agent started:
 	// a cookie key missing then is refused, not made anew.
 	ranBefore bool
+	// ringMine is the cookie keys this server brings (configuredRing),
+	// from ringSource; ringKeys and ringRefused its metrics.
+	ringMine    [][]byte
+	ringSource  string
+	ringKeys    prometheus.Gauge
+	ringRefused prometheus.Counter
 }
 
 // New checks the configuration and prepares an agent; Start runs it.
@@ -225,6 +231,11 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		rcfg.DataDir, rcfg.BindAddr, rcfg.Advertise = a.cfg.DataDir, a.cfg.Server.RaftAddr, a.cfg.Server.RaftAdvertise
 	}
 	a.ranBefore = ranBefore(a.cfg.DataDir)
+	// The cookie keys are read before raft opens: a missing key file
+	// stops the start before anything else does.
+	if a.ringMine, a.ringSource, err = a.configuredRing(); err != nil {
+		return err
+	}
 	a.raft, err = raftnode.New(rcfg, a.fsm)
 	if err != nil {
 		return err
@@ -335,7 +346,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		go f.run(a.stopForget)
 	}
 	if a.cfg.FrontEnabled() {
-		if err := a.startFront(); err != nil {
+		if err := a.startFront(ctx); err != nil {
 			return err
 		}
 	}
@@ -377,8 +388,12 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 }
 
 // startFront serves the HTTP and WebSocket front.
-func (a *Agent) startFront() error {
-	keys, err := a.cookieKeys()
+func (a *Agent) startFront(ctx context.Context) error {
+	var err error
+	if a.ringKeys, a.ringRefused, err = newRingMetrics(a.registry); err != nil {
+		return err
+	}
+	keys, err := a.settleCookieRing(ctx)
 	if err != nil {
 		return err
 	}
@@ -411,6 +426,7 @@ func (a *Agent) startFront() error {
 	if err != nil {
 		return err
 	}
+	go a.watchCookieRing(a.stopLeader)
 	a.listener, err = net.Listen("tcp", a.cfg.Front.Address)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", a.cfg.Front.Address, err)
@@ -688,51 +704,65 @@ func (a *Agent) status() any {
 	return Status{Name: a.cfg.Name, Leader: leader, Members: peers, Workers: a.pool.Workers(), Users: users, Conns: conns, Index: a.fsm.Index(), Term: a.raft.Raft.CurrentTerm()}
 }
 
-// cookieKeys loads the cookie key ring. With cookie_key_files every file
-// must exist (a ring is the operator's); otherwise the one key of
-// cookie_key_file or <data_dir>/cookie.key is created on first start.
-// Without either (dev) the key is random per process.
-func (a *Agent) cookieKeys() ([][]byte, error) {
+// The cookie key ring a server brings (configuredRing's sources).
+const (
+	// ringFromFiles: cookie_key_files or cookie_key_file, the operator's.
+	ringFromFiles = "files"
+	// ringFromLegacy: <data_dir>/cookie.key of an older version, which
+	// seeds the cluster's ring (nobody logged out by the upgrade) and is
+	// not read once the maps hold one.
+	ringFromLegacy = "legacy"
+)
+
+// configuredRing reads the cookie keys this server brings: every file of
+// cookie_key_files (each must exist: a ring is the operator's), the one
+// key of cookie_key_file (created on a first start), or the key an older
+// version kept in <data_dir>/cookie.key. None (nil): the cluster's ring,
+// in the maps, is all there is (a leader makes it at the first start).
+func (a *Agent) configuredRing() ([][]byte, string, error) {
 	if files := a.cfg.Front.CookieKeyFiles; len(files) > 0 {
 		keys := make([][]byte, 0, len(files))
 		for _, path := range files {
 			key, err := os.ReadFile(path)
 			if err != nil {
-				return nil, fmt.Errorf("reading the cookie key ring: %w", err)
+				return nil, "", fmt.Errorf("reading the cookie key ring: %w", err)
 			}
 			if len(key) < front.MinCookieKeyBytes {
-				return nil, fmt.Errorf("cookie key %s holds %d bytes; it needs at least %d", path, len(key), front.MinCookieKeyBytes)
+				return nil, "", fmt.Errorf("cookie key %s holds %d bytes; it needs at least %d", path, len(key), front.MinCookieKeyBytes)
 			}
 			keys = append(keys, key)
 		}
-		return keys, nil
+		return keys, ringFromFiles, nil
 	}
-	path := a.cfg.Front.CookieKeyFile
-	if path == "" && a.cfg.DataDir != "" {
-		path = filepath.Join(a.cfg.DataDir, "cookie.key")
+	if path := a.cfg.Front.CookieKeyFile; path != "" {
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && a.ranBefore {
+			// A new key would give every person a new identity.
+			return nil, "", fmt.Errorf("the cookie key %s is missing, but this server has run before (raft state in %s): "+
+				"a new key would give every person a new identity. Restore the key file (the same key as the other servers'); "+
+				"to start over on purpose, remove %s too", path, filepath.Join(a.cfg.DataDir, "raft"), filepath.Join(a.cfg.DataDir, "raft"))
+		}
+		key, err := readOrCreate(path, "cookie key", func() []byte { return newCookieKey() })
+		if err != nil {
+			return nil, "", err
+		}
+		if len(key) < front.MinCookieKeyBytes {
+			return nil, "", fmt.Errorf("cookie key %s holds %d bytes; it needs at least %d", path, len(key), front.MinCookieKeyBytes)
+		}
+		return [][]byte{key}, ringFromFiles, nil
 	}
-	newKey := func() []byte {
-		key := make([]byte, 32)
-		_, _ = rand.Read(key)
-		return key
+	if a.cfg.DataDir != "" {
+		key, err := os.ReadFile(filepath.Join(a.cfg.DataDir, "cookie.key"))
+		if err == nil && len(key) >= front.MinCookieKeyBytes {
+			return [][]byte{key}, ringFromLegacy, nil
+		}
 	}
-	if path == "" {
-		return [][]byte{newKey()}, nil
-	}
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && a.ranBefore {
-		// A new key would silently give every person a new identity.
-		return nil, fmt.Errorf("the cookie key %s is missing, but this server has run before (raft state in %s): "+
-			"a new key would give every person a new identity. Restore the key file (the same key as the other servers'); "+
-			"to start over on purpose, remove %s too", path, filepath.Join(a.cfg.DataDir, "raft"), filepath.Join(a.cfg.DataDir, "raft"))
-	}
-	key, err := readOrCreate(path, "cookie key", newKey)
-	if err != nil {
-		return nil, err
-	}
-	if len(key) < front.MinCookieKeyBytes {
-		return nil, fmt.Errorf("cookie key %s holds %d bytes; it needs at least %d", path, len(key), front.MinCookieKeyBytes)
-	}
-	return [][]byte{key}, nil
+	return nil, "", nil
+}
+
+func newCookieKey() []byte {
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	return key
 }
 
 // snapshotForStart has this member's raft take a snapshot on the way

@@ -387,6 +387,11 @@ func (a *Agent) leaderLoop(stop <-chan struct{}) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			aborted, err := a.abortStuckMoves(ctx)
+			if err == nil {
+				// The barrier of abortStuckMoves is behind: the ring
+				// read is the last leader's.
+				a.seedCookieRing(ctx)
+			}
 			cancel()
 			if err != nil {
 				a.log.Warn("rolling back interrupted moves", "error", err)

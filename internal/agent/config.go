@@ -311,8 +311,11 @@ type FrontConfig struct {
 	// Address is where the front listens; default 127.0.0.1:8080.
 	Address string `hcl:"address,optional"`
 	// CookieKeyFile holds the key signing connection cookies: the file's
-	// bytes as they are, at least 32. Default <data_dir>/cookie.key; either
-	// is created (32 random bytes) when missing.
+	// bytes as they are, at least 32, the same on every server; created
+	// (32 random bytes) on a first start when missing. Default none: the
+	// cluster's ring, in the maps, made by its first leader
+	// (cookiering.go). Either way the ring every front uses is the
+	// cluster's.
 	CookieKeyFile string `hcl:"cookie_key_file,optional"`
 	// CookieKeyFiles is the cookie key ring instead (docs/security.md): the
 	// first file's key signs new cookies, every file's key verifies, so a

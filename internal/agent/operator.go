@@ -59,6 +59,8 @@ func (a *Agent) operatorRoutes(mux *http.ServeMux, wrap func(func(http.ResponseW
 		_, _ = io.Copy(w, rc)
 		return nil
 	}))
+	mux.HandleFunc("GET /v1/operator/keyring", wrap(a.keyringHandler))
+	mux.HandleFunc("POST /v1/operator/keyring/rotate", wrap(a.keyringRotateHandler))
 	mux.HandleFunc("POST /v1/operator/raft/transfer-leader", wrap(func(w http.ResponseWriter, r *http.Request) error {
 		if !a.raft.IsLeader() {
 			admin := a.leaderAdmin(r.Context())

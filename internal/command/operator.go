@@ -26,6 +26,11 @@ Usage: stickyd operator <subcommand> [options] [args]
 
       $ stickyd operator snapshot save backup.snap
 
+  List or rotate the cookie key ring (ids only, never keys):
+
+      $ stickyd operator keyring list
+      $ stickyd operator keyring rotate
+
   Take a Nomad deployment apart (group jobs, Consul keys, the servers):
 
       $ stickyd operator teardown -yes

@@ -43,6 +43,8 @@ type FSM struct {
 	jobWatch  map[string]chan struct{}
 	// grantWatch holds a channel per watched grant (store.go).
 	grantWatch map[uint64]chan struct{}
+	// ringCh is closed at the next change of the cookie key ring.
+	ringCh chan struct{}
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -72,6 +74,8 @@ type State struct {
 	TornDown *time.Time `json:"torn_down,omitempty"`
 	// Jobs holds the operator jobs, running and the last finished ones.
 	Jobs map[string]*JobRecord `json:"jobs,omitempty"`
+	// CookieRing is the cluster's cookie key ring (cookiering.go).
+	CookieRing *CookieRing `json:"cookie_ring,omitempty"`
 }
 
 // AgentEntry is an agent as the cluster reaches it.
@@ -353,6 +357,8 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return f.applyTeardown(buf)
 	case JobRequestType:
 		return f.applyJob(buf)
+	case CookieRingRequestType:
+		return f.applyCookieRing(buf, l.Index)
 	case RegisterAgentRequestType:
 		var req AgentEntry
 		if err := json.Unmarshal(buf, &req); err != nil {
@@ -604,6 +610,15 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		}
 	}
 	s.Gateway = cloneGateway(f.state.Gateway)
+	s.CookieRing = f.state.CookieRing.clone()
+	s.TornDown = f.state.TornDown // replaced, never mutated
+	if len(f.state.Jobs) > 0 {
+		s.Jobs = make(map[string]*JobRecord, len(f.state.Jobs))
+		for id, j := range f.state.Jobs {
+			c := *j
+			s.Jobs[id] = &c
+		}
+	}
 	if len(f.state.Maintenance) > 0 {
 		s.Maintenance = make(map[string]*MaintenanceEntry, len(f.state.Maintenance))
 		for b, e := range f.state.Maintenance {
@@ -643,6 +658,10 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.catalogChangedLocked()
 	f.maintenanceChangedLocked()
 	f.gatewayRestoredLocked()
+	if f.ringCh != nil {
+		close(f.ringCh)
+		f.ringCh = nil
+	}
 	for id, ch := range f.grantWatch {
 		close(ch)
 		delete(f.grantWatch, id)

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/cookiejar"
@@ -123,11 +125,11 @@ func TestConnectionNameTakeover(t *testing.T) {
 	}
 }
 
-// A server that has run before and finds its cookie key gone does not
-// start with a new one (every person would silently get a new identity):
-// it exits and says which file is missing and what to do.
-func TestDeletedCookieKeyRefusedAtStart(t *testing.T) {
-	p := newProc(t, 1)
+// A server's cookie key file deleted or damaged after it ran is a start
+// refused with the reason, never a new identity for everyone.
+func TestCookieKeyFileRefusedAtStart(t *testing.T) {
+	key := filepath.Join(t.TempDir(), "cookie.key")
+	p := newProcSpec(t, procSpec{workers: 1, name: "solo", expect: 1, front: fmt.Sprintf("  cookie_key_file = %q\n", key)})
 	p.start()
 	b := newBrowserAt(t, "http://"+p.front)
 	if code, body := b.do("POST", "/login?user=ana"); code != 200 {
@@ -136,23 +138,134 @@ func TestDeletedCookieKeyRefusedAtStart(t *testing.T) {
 	if err := p.stop(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	key := filepath.Join(p.dir, "data", "cookie.key")
+	good, err := os.ReadFile(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := func(what string, want ...string) {
+		t.Helper()
+		p.out.Reset()
+		p.launch()
+		select {
+		case err := <-p.exited:
+			if err == nil {
+				t.Fatalf("the agent exited 0 with its cookie key %s", what)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatalf("the agent started with its cookie key %s:\n%s", what, p.out)
+		}
+		for _, w := range want {
+			if out := p.out.String(); !strings.Contains(out, w) {
+				t.Fatalf("the refusal of a key %s does not say %q:\n%s", what, w, out)
+			}
+		}
+	}
 	if err := os.Remove(key); err != nil {
 		t.Fatal(err)
 	}
-	p.launch()
-	select {
-	case err := <-p.exited:
-		if err == nil {
-			t.Fatal("the agent exited 0 without its cookie key")
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the agent started without its cookie key:\n%s", p.out)
-	}
-	if out := p.out.String(); !strings.Contains(out, "cookie.key is missing") || !strings.Contains(out, "has run before") {
-		t.Fatalf("the refusal does not say why:\n%s", out)
-	}
+	refused("deleted", "cookie.key is missing", "has run before")
 	if _, err := os.Stat(key); !os.IsNotExist(err) {
 		t.Fatal("a new cookie key was written")
+	}
+	damaged := bytes.Clone(good)
+	damaged[7] ^= 0x20
+	if err := os.WriteFile(key, damaged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	refused("damaged", "share no key with the cluster's ring", "restore the files")
+	// The key restored: ana is ana again.
+	if err := os.WriteFile(key, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.out.Reset()
+	p.start()
+	if got := b.whoami(); got.User != "ana" {
+		t.Fatalf("after the key was restored: %+v", got)
+	}
+}
+
+// A person keeps one identity through every front of a cluster: the
+// cookie key ring is the cluster's, in the maps, made by the first leader
+// (no key files); a restart of every server keeps it; a rotation
+// (stickyd operator keyring rotate) logs nobody out and every front signs
+// with the new key.
+func TestOneCookieRingAcrossServers(t *testing.T) {
+	ps := startThreeServers(t)
+	b := newBrowserAt(t, "http://"+ps[0].front)
+	if code, body := b.do("POST", "/login?user=ana"); code != 200 {
+		t.Fatalf("login: %d %s", code, body)
+	}
+	me := b.whoami()
+	for _, p := range ps {
+		if _, err := os.Stat(filepath.Join(p.dir, "data", "cookie.key")); !os.IsNotExist(err) {
+			t.Fatalf("%s wrote a key of its own", p.admin)
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		for i, p := range ps {
+			b.base = "http://" + p.front // one cookie jar: browsers send a host's cookie to each of its ports
+			if got := b.whoami(); got.User != "ana" || got.Conn != me.Conn {
+				t.Fatalf("%s, through front %d: %+v, want %+v", when, i+1, got, me)
+			}
+		}
+	}
+	check("after the login")
+	ids := func(p *proc) []string {
+		t.Helper()
+		var ring struct {
+			Keys []struct {
+				ID    string `json:"id"`
+				Signs bool   `json:"signs"`
+			} `json:"keys"`
+		}
+		code, body := adminCallAt(t, p.admin, "GET", "/v1/operator/keyring", testToken)
+		if err := json.Unmarshal([]byte(body), &ring); code != 200 || err != nil {
+			t.Fatalf("keyring: %d %s", code, body)
+		}
+		var out []string
+		for _, k := range ring.Keys {
+			out = append(out, k.ID)
+		}
+		return out
+	}
+	before := ids(ps[1])
+	if len(before) != 1 || len(before[0]) != 16 {
+		t.Fatalf("keyring %v", before)
+	}
+	out, code := runCLI(t, ps[2].admin, "operator", "keyring", "rotate")
+	if code != 0 || !strings.Contains(out, "Rotated") {
+		t.Fatalf("rotate: %d %s", code, out)
+	}
+	waitFor(t, 10*time.Second, "every server on the new ring", func() bool {
+		for _, p := range ps {
+			if got := ids(p); len(got) != 2 || got[1] != before[0] {
+				return false
+			}
+		}
+		return true
+	})
+	check("after a rotation")
+	for i, p := range ps {
+		if err := p.stop(syscall.SIGTERM); err != nil {
+			t.Fatalf("stopping %d: %v", i+1, err)
+		}
+	}
+	for _, p := range ps {
+		p.launch()
+	}
+	for _, p := range ps {
+		p.waitHealthy()
+	}
+	check("after every server restarted")
+	// A cookie issued after the rotation verifies under the new key alone:
+	// the new key signs on every front.
+	fresh := newBrowserAt(t, "http://"+ps[1].front)
+	if code, body := fresh.do("POST", "/login?user=bo"); code != 200 {
+		t.Fatalf("login: %d %s", code, body)
+	}
+	out, code = runCLI(t, ps[0].admin, "operator", "keyring", "list")
+	if code != 0 || !strings.Contains(out, before[0]) {
+		t.Fatalf("list: %d %s", code, out)
 	}
 }
