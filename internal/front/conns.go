@@ -39,7 +39,8 @@ type Listener struct {
 	done     chan struct{}
 	once     sync.Once
 
-	refused prometheus.Counter
+	refused        prometheus.Counter
+	framingRefused func(framingReason)
 }
 
 // Limit wraps ln so that at most max of its connections are served by f at
@@ -58,8 +59,16 @@ func (f *Front) Limit(ln net.Listener, max int) *Listener {
 		Name: "stickyd_front_connections_max",
 		Help: "front.max_connections: the connections the front holds open at most (0: no bound).",
 	}, func() float64 { return float64(l.max) })
+	framing := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stickyd_front_framing_refused_total",
+		Help: "Requests refused 400 for their framing, by the rule they broke: bare_lf, bare_cr, content_length_and_transfer_encoding, transfer_coding, chunk, field_too_long.",
+	}, []string{"reason"})
+	for _, r := range []framingReason{reasonBareLF, reasonBareCR, reasonCLAndTE, reasonCoding, reasonChunk, reasonLongLine} {
+		framing.WithLabelValues(string(r))
+	}
+	l.framingRefused = func(r framingReason) { framing.WithLabelValues(string(r)).Inc() }
 	if f.cfg.Registry != nil {
-		f.cfg.Registry.MustRegister(l.refused, open, limit)
+		f.cfg.Registry.MustRegister(l.refused, open, limit, framing)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+Prefix+"health", f.handle(f.health))
@@ -86,7 +95,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			if l.max <= 0 {
 				l.open.Add(1)
 			}
-			return &countedConn{Conn: c, n: &l.open}, nil
+			return &strictConn{Conn: &countedConn{Conn: c, n: &l.open}, f: newFraming(), refused: l.framingRefused}, nil
 		}
 		l.open.Add(-1)
 		l.refused.Inc()

@@ -289,7 +289,15 @@ func New(cfg Config) (*Front, error) {
 func (f *Front) Close() { f.shutdown() }
 
 // ServeHTTP implements http.Handler.
-func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) { f.mux.ServeHTTP(w, r) }
+func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if len(r.Header.Values("Upgrade")) > 0 {
+		// The framing scanner reads nothing past an upgrade's header
+		// (framing.go): a refused one ends the connection. A WebSocket
+		// that opens takes the connection over and never writes this.
+		w.Header().Set("Connection", "close")
+	}
+	f.mux.ServeHTTP(w, r)
+}
 
 func (f *Front) health(w http.ResponseWriter, r *http.Request) error {
 	out := map[string]any{"status": "ok"}

@@ -36,8 +36,10 @@ type wsConn struct {
 	user string
 	ctx  context.Context
 	stop context.CancelFunc
-	// slowOnce closes a client too slow to read its answers, once.
+	// slowOnce closes a client too slow to read its answers, once; slow
+	// is set then, and the socket's end sends no second close frame.
 	slowOnce sync.Once
+	slow     atomic.Bool
 	once     sync.Once
 	// sendMu is held by whoever routes and sends frames, the reader or
 	// the resender, so frames leave in socket order.
@@ -155,8 +157,11 @@ func (c *wsConn) closeSocket() {
 		return
 	}
 	c.abandonFlights()
-	_ = c.ws.WriteControl(websocket.CloseMessage,
-		websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	if !c.slow.Load() {
+		// (A slow client was sent 1013, or nothing could be sent to it.)
+		_ = c.ws.WriteControl(websocket.CloseMessage,
+			websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	}
 	_ = c.ws.Close()
 }
 
@@ -468,6 +473,7 @@ func (c *wsConn) queue(o outbound) {
 		// Once: answers racing to this point find the socket closing.
 		c.slowOnce.Do(func() {
 			c.f.log.Warn("closing a WebSocket too slow to read its answers", "conn", c.conn)
+			c.slow.Store(true)
 			_ = c.ws.WriteControl(websocket.CloseMessage,
 				websocket.FormatCloseMessage(websocket.CloseTryAgainLater, "client too slow"),
 				time.Now().Add(time.Second))

@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -267,5 +271,55 @@ func TestOneCookieRingAcrossServers(t *testing.T) {
 	out, code = runCLI(t, ps[0].admin, "operator", "keyring", "list")
 	if code != 0 || !strings.Contains(out, before[0]) {
 		t.Fatalf("list: %d %s", code, out)
+	}
+}
+
+// A real agent's front reads request framing strictly: bare-LF requests
+// pipelined on one connection are answered once, 400, and the connection
+// ends; so is a request with both Content-Length and Transfer-Encoding;
+// requests framed with CRLF are served pipelined. Each refusal is counted.
+func TestFrontRefusesLooseFraming(t *testing.T) {
+	p := newProc(t, 1)
+	p.start()
+	send := func(raw string) (codes []int, closed bool) {
+		t.Helper()
+		c, err := net.Dial("tcp", p.front)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, raw); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c)
+		for {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				var ne net.Error
+				return codes, !(errors.As(err, &ne) && ne.Timeout())
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			codes = append(codes, resp.StatusCode)
+		}
+	}
+	health := "GET /_stickyd/health HTTP/1.1\r\nHost: x\r\n\r\n"
+	if codes, _ := send(health + strings.Replace(health, "\r\n\r\n", "\r\nConnection: close\r\n\r\n", 1)); fmt.Sprint(codes) != "[200 200]" {
+		t.Fatalf("two pipelined requests framed with CRLF: %v", codes)
+	}
+	bare := strings.ReplaceAll(health, "\r\n", "\n")
+	if codes, closed := send(bare + bare); fmt.Sprint(codes) != "[400]" || !closed {
+		t.Fatalf("two pipelined bare-LF requests: %v, closed %v; want one 400 and the connection ended", codes, closed)
+	}
+	clte := "POST /whoami HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + health
+	if codes, closed := send(clte); fmt.Sprint(codes) != "[400]" || !closed {
+		t.Fatalf("Content-Length with Transfer-Encoding: %v, closed %v; want one 400 and the connection ended", codes, closed)
+	}
+	_, body := adminCallAt(t, p.admin, "GET", "/metrics", testToken)
+	for _, want := range []string{`stickyd_front_framing_refused_total{reason="bare_lf"} 1`, `stickyd_front_framing_refused_total{reason="content_length_and_transfer_encoding"} 1`} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("metrics lack %s", want)
+		}
 	}
 }
