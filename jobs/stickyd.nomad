@@ -4,7 +4,8 @@
 # group's bundle. Servers find each other, and hosts find servers, through
 # Consul; the leader mirrors the placement registry into Consul KV.
 #
-#   nomad var put nomad/jobs/stickyd admin_token=... cookie_key=...
+#   nomad var put nomad/jobs/stickyd admin_token=... cookie_key=... \
+#     [consul_token=...] [nomad_token=...]
 #   nomad job run -var-file=site.vars.hcl jobs/stickyd.nomad
 #
 # The secrets are not variables of this file: the tasks read them from the
@@ -130,20 +131,10 @@ variable "consul_address" {
   default = "127.0.0.1:8500"
 }
 
-variable "consul_token" {
-  type    = string
-  default = ""
-}
-
 variable "nomad_address" {
   type        = string
   default     = "http://127.0.0.1:4646"
   description = "Where the leader registers the groups' jobs."
-}
-
-variable "nomad_token" {
-  type    = string
-  default = ""
 }
 
 variable "log_level" {
@@ -281,6 +272,22 @@ job "stickyd" {
         data        = "{{ with nomadVar \"nomad/jobs/stickyd\" }}{{ .admin_token }}{{ end }}"
       }
 
+      # The Consul and Nomad ACL tokens, if the variable holds them (an
+      # empty file otherwise: no token).
+      template {
+        destination = "secrets/consul.token"
+        perms       = "0600"
+        change_mode = "restart"
+        data        = "{{ with nomadVar \"nomad/jobs/stickyd\" }}{{ .consul_token }}{{ end }}"
+      }
+
+      template {
+        destination = "secrets/nomad.token"
+        perms       = "0600"
+        change_mode = "restart"
+        data        = "{{ with nomadVar \"nomad/jobs/stickyd\" }}{{ .nomad_token }}{{ end }}"
+      }
+
       template {
         destination   = "local/stickyd.hcl"
         perms         = "0600"
@@ -310,15 +317,15 @@ job "stickyd" {
             token_file = "[[ env "NOMAD_SECRETS_DIR" ]]/admin.token"
           }
           consul {
-            address = "${var.consul_address}"
-            token   = "${var.consul_token}"
+            address    = "${var.consul_address}"
+            token_file = "[[ env "NOMAD_SECRETS_DIR" ]]/consul.token"
           }
           bundles {
             archive = "${var.bundle_archive}"
           }
           nomad {
             address     = "${var.nomad_address}"
-            token       = "${var.nomad_token}"
+            token_file  = "[[ env "NOMAD_SECRETS_DIR" ]]/nomad.token"
             datacenters = ${jsonencode(var.datacenters)}
             driver      = "${var.driver}"
             ${local.stickyd_source}

@@ -19,9 +19,23 @@ locals {
   jobspec = var.jobspec != "" ? var.jobspec : "${path.module}/../jobs/stickyd.nomad"
 }
 
+# The servers' secrets, in the job's own Nomad variable: the tasks render
+# them into their secrets directory (0600), so the job Nomad shows holds
+# none. (Terraform's state holds them: keep it as secret as they are.)
+resource "nomad_variable" "stickyd" {
+  path = "nomad/jobs/stickyd"
+  items = merge(
+    { admin_token = var.admin_token, cookie_key = var.cookie_key },
+    var.consul_token != "" ? { consul_token = var.consul_token } : {},
+    var.nomad_token != "" ? { nomad_token = var.nomad_token } : {},
+  )
+}
+
 resource "nomad_job" "stickyd" {
   jobspec          = file(local.jobspec)
   purge_on_destroy = var.purge_on_destroy
+  # The tasks wait for the variable; written first, they need not.
+  depends_on = [nomad_variable.stickyd]
 
   # The jobspec's HCL2 variables, as strings (Nomad parses each by its
   # declared type, so lists and numbers go as HCL); the names are those of
@@ -30,16 +44,12 @@ resource "nomad_job" "stickyd" {
     vars = {
       stickyd_artifact = var.stickyd_artifact
       stickyd_checksum = var.stickyd_checksum
-      admin_token      = var.admin_token
       datacenters      = jsonencode(var.datacenters)
       driver           = var.driver
       servers          = tostring(var.servers)
       bundle_archive   = var.bundle_archive
-      cookie_key       = var.cookie_key
       consul_address   = var.consul_address
-      consul_token     = var.consul_token
       nomad_address    = var.nomad_address
-      nomad_token      = var.nomad_token
       log_level        = var.log_level
     }
   }

@@ -373,7 +373,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 			go a.idle.run(a.stopIdle)
 		}
 	}
-	a.api.Store(api.Handler(api.Config{Token: a.token, Supervisor: a.sup, Gatherer: a.registry, Logger: a.log.Named("api"),
+	a.api.Store(api.Handler(api.Config{Token: a.token, ReadToken: a.cfg.Admin.ReadToken, Supervisor: a.sup, Gatherer: a.registry, Logger: a.log.Named("api"),
 		Workers: a.workersView, Status: a.status,
 		Events: func() any { return a.govern.events() },
 		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: checkGovernance, CheckBundle: a.checkBundle,
@@ -419,8 +419,9 @@ func (a *Agent) startFront(ctx context.Context) error {
 		Registry:        a.registry,
 		Health:          a.health,
 		HealthToken:     a.token,
+		HealthReadToken: a.cfg.Admin.ReadToken,
 		ExtraWait:       a.extraWait,
-		Monitor:         monitor.WebHandler(a.token, a.monitorView, a.registry),
+		Monitor:         monitor.WebHandlerWithReadToken(a.token, a.cfg.Admin.ReadToken, a.monitorView, a.registry),
 		Logger:          a.log.Named("front"),
 	})
 	if err != nil {

@@ -116,9 +116,14 @@ func (t *TLSConfig) tlsutil() tlsutil.Config {
 // ConsulConfig connects the agent to Consul.
 type ConsulConfig struct {
 	// Address of the Consul HTTP API (default $CONSUL_HTTP_ADDR, else
-	// 127.0.0.1:8500) and the ACL token (default $CONSUL_HTTP_TOKEN).
-	Address    string `hcl:"address,optional"`
-	Token      string `hcl:"token,optional"`
+	// 127.0.0.1:8500) and the ACL token (default: the content of
+	// TokenFile, else $CONSUL_HTTP_TOKEN).
+	Address string `hcl:"address,optional"`
+	Token   string `hcl:"token,optional"`
+	// TokenFile holds the token instead (surrounding white space ignored;
+	// empty: none), such as one a Nomad template renders from a Nomad
+	// variable. It must exist.
+	TokenFile  string `hcl:"token_file,optional"`
 	Datacenter string `hcl:"datacenter,optional"`
 	// Prefix of the KV tree the leader publishes (default "stickyd/").
 	Prefix string `hcl:"prefix,optional"`
@@ -134,10 +139,11 @@ type ConsulConfig struct {
 // whose tasks run stickyd in the host role (docs/deploy-nomad.md).
 type NomadConfig struct {
 	// Address (default $NOMAD_ADDR, else http://127.0.0.1:4646), Token
-	// (default $NOMAD_TOKEN), Region, Namespace and Datacenters (["dc1"])
-	// of the jobs.
+	// (default: the content of TokenFile, else $NOMAD_TOKEN), Region,
+	// Namespace and Datacenters (["dc1"]) of the jobs.
 	Address     string   `hcl:"address,optional"`
 	Token       string   `hcl:"token,optional"`
+	TokenFile   string   `hcl:"token_file,optional"`
 	Region      string   `hcl:"region,optional"`
 	Namespace   string   `hcl:"namespace,optional"`
 	Datacenters []string `hcl:"datacenters,optional"`
@@ -195,6 +201,12 @@ type AdminConfig struct {
 	// space ignored), such as one a Nomad template renders from a Nomad
 	// variable into the secrets directory. It must exist.
 	TokenFile string `hcl:"token_file,optional"`
+	// ReadToken (or the content of ReadTokenFile) may only read: the
+	// admin API's GET calls (not a raft snapshot, which holds the cookie
+	// keys), the monitor page and the health check's details. For
+	// dashboards and people who watch but do not act.
+	ReadToken     string `hcl:"read_token,optional"`
+	ReadTokenFile string `hcl:"read_token_file,optional"`
 }
 
 // ProbeConfig is the workers' probe: their numbers and proof of life.
@@ -599,6 +611,12 @@ func (c *Config) Finish() error {
 	if c.Admin.Address == "" {
 		c.Admin.Address = "127.0.0.1:4650"
 	}
+	if err := tokenFrom(&c.Admin.ReadToken, &c.Admin.ReadTokenFile, "admin", "read_token"); err != nil {
+		return err
+	}
+	if c.Admin.ReadToken != "" && c.Admin.ReadToken == c.Admin.Token {
+		return fmt.Errorf("admin: read_token is the admin token; give it a token of its own")
+	}
 	if c.Move == nil {
 		c.Move = &MoveConfig{}
 	}
@@ -788,11 +806,35 @@ func (c *Config) finishHost() error {
 	return nil
 }
 
+// tokenFrom sets *token from *file (white space around it ignored), if
+// a file is given, and clears *file: the configuration is finished once
+// more when the agent starts. block and field ("token", "read_token") name
+// them for the errors.
+func tokenFrom(token, filep *string, block, field string) error {
+	file := *filep
+	if file == "" {
+		return nil
+	}
+	*filep = ""
+	if *token != "" {
+		return fmt.Errorf("%s: set %s or %s_file, not both", block, field, field)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("%s: reading %s_file: %w", block, field, err)
+	}
+	*token = strings.TrimSpace(string(b))
+	return nil
+}
+
 // finishConsulNomad fills the consul and nomad blocks' defaults.
 func (c *Config) finishConsulNomad() error {
 	if k := c.Consul; k != nil {
 		if k.Address == "" {
 			k.Address = cmp.Or(os.Getenv("CONSUL_HTTP_ADDR"), "127.0.0.1:8500")
+		}
+		if err := tokenFrom(&k.Token, &k.TokenFile, "consul", "token"); err != nil {
+			return err
 		}
 		if k.Token == "" {
 			k.Token = os.Getenv("CONSUL_HTTP_TOKEN")
@@ -811,6 +853,9 @@ func (c *Config) finishConsulNomad() error {
 		return fmt.Errorf("nomad: only servers register group jobs")
 	}
 	n.Address = cmp.Or(n.Address, os.Getenv("NOMAD_ADDR"), "http://127.0.0.1:4646")
+	if err := tokenFrom(&n.Token, &n.TokenFile, "nomad", "token"); err != nil {
+		return err
+	}
 	n.Token = cmp.Or(n.Token, os.Getenv("NOMAD_TOKEN"))
 	n.Driver = cmp.Or(n.Driver, "exec")
 	if n.Driver != "exec" && n.Driver != "raw_exec" {

@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -43,6 +45,27 @@ group "beta" {
 	}
 }
 
+// consul and nomad read their tokens from token_file when given (a Nomad
+// template's secrets file): white space around it ignored.
+func TestTokenFiles(t *testing.T) {
+	dir := t.TempDir()
+	consulFile, nomadFile := filepath.Join(dir, "consul.token"), filepath.Join(dir, "nomad.token")
+	if err := os.WriteFile(consulFile, []byte("  c-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(nomadFile, []byte("n-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src := fmt.Sprintf("consul { token_file = %q }\nnomad {\n token_file = %q\n stickyd_command = \"/bin/stickyd\"\n archive = \"http://a/b\"\n}\n", consulFile, nomadFile)
+	c, err := ParseConfig("test.hcl", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Consul.Token != "c-token" || c.Nomad.Token != "n-token" {
+		t.Fatalf("tokens %q %q", c.Consul.Token, c.Nomad.Token)
+	}
+}
+
 func TestParseConfigErrors(t *testing.T) {
 	tests := []struct {
 		name, src, want string
@@ -56,6 +79,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{"nomad without stickyd", "consul {}\nnomad { archive = \"http://a/b\" }", "exactly one of stickyd_artifact"},
 		{"nomad without archive", "consul {}\nnomad { stickyd_command = \"/bin/stickyd\" }", "archive is empty"},
 		{"nomad without consul", "nomad {\n stickyd_command = \"/bin/stickyd\"\n archive = \"http://a/b\"\n}", "add a consul block"},
+		{"consul token and token_file", "consul {\n token = \"a\"\n token_file = \"/b\"\n}\ngroup \"g\" { builtin = \"demo\" }", "not both"},
+		{"consul token_file missing", "consul { token_file = \"/nonexistent/consul.token\" }\ngroup \"g\" { builtin = \"demo\" }", "reading token_file"},
+		{"nomad token_file missing", "consul {}\nnomad {\n token_file = \"/nonexistent/nomad.token\"\n stickyd_command = \"/bin/stickyd\"\n archive = \"http://a/b\"\n}", "nomad: reading token_file"},
 		{"nomad bad driver", "consul {}\nnomad {\n driver = \"docker\"\n stickyd_command = \"/bin/stickyd\"\n}", "driver"},
 		{"both runtimes", "group \"g\" {\n builtin = \"demo\"\n plugin { command = \"x\" }\n}", "exactly one"},
 		{"neither runtime", `group "g" { workers = 2 }`, "exactly one"},

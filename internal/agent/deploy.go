@@ -333,7 +333,7 @@ func (a *Agent) syncNomadJobs(ctx context.Context, client *nomadapi.Client) erro
 			continue
 		}
 		// The secret first: the job's template waits for it.
-		if err := nomad.PutSecrets(ctx, client, name, n.Namespace, n.Region, a.token); err != nil {
+		if err := nomad.PutSecrets(ctx, client, name, n.Namespace, n.Region, nomad.Secrets{AdminToken: a.token, ConsulToken: k.Token}); err != nil {
 			errs = append(errs, fmt.Errorf("group %s: %w", name, err))
 			continue
 		}

@@ -1,6 +1,8 @@
 // Package api is the agent's admin HTTP API (/v1/...), the surface the CLI
 // and operators' tools use. Every call needs the admin token (header
 // X-Stickyd-Token or Authorization: Bearer): missing → 401, wrong → 403.
+// A read token (admin.read_token) opens the calls that only read, except
+// those that hand out secrets (a raft snapshot holds the cookie keys).
 // It holds no logic of its own: it decodes, calls the supervisor, encodes.
 package api
 
@@ -39,7 +41,11 @@ type Supervisor interface {
 
 // Config configures the API.
 type Config struct {
-	Token      string
+	Token string
+	// ReadToken, if set, is a token that may only read (GET and HEAD,
+	// except readTokenRefused): for the monitor, dashboards, list
+	// commands.
+	ReadToken  string
 	Supervisor Supervisor
 	// Workers lists the workers for GET /v1/workers: the whole cluster's,
 	// or (local, ?local=true) this agent's only.
@@ -160,10 +166,22 @@ func (a *server) checkToken(r *http.Request) error {
 	if tok == "" {
 		return &Error{Status: http.StatusUnauthorized, Message: "missing admin token: set STICKYD_TOKEN or pass -token"}
 	}
-	if !tokenEqual(tok, a.cfg.Token) {
-		return &Error{Status: http.StatusForbidden, Message: "wrong admin token"}
+	if tokenEqual(tok, a.cfg.Token) {
+		return nil
 	}
-	return nil
+	if tokenEqual(tok, a.cfg.ReadToken) {
+		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && !readTokenRefused(r.URL.Path) {
+			return nil
+		}
+		return &Error{Status: http.StatusForbidden, Message: fmt.Sprintf("the read token may only read: %s %s needs the admin token", r.Method, r.URL.Path)}
+	}
+	return &Error{Status: http.StatusForbidden, Message: "wrong admin token"}
+}
+
+// readTokenRefused says a path the read token may not GET: what hands out
+// secrets (a raft snapshot holds the cookie key ring) or serves agents.
+func readTokenRefused(path string) bool {
+	return strings.HasPrefix(path, "/v1/operator/snapshot") || strings.HasPrefix(path, "/v1/internal/")
 }
 
 // tokenEqual compares a candidate with the admin token in constant time,

@@ -149,7 +149,9 @@ type Config struct {
 	// HealthToken opens the health check's details (the admin token);
 	// empty shows them to nobody.
 	HealthToken string
-	Logger      hclog.Logger
+	// HealthReadToken opens them too (the read token; "": none).
+	HealthReadToken string
+	Logger          hclog.Logger
 }
 
 // Front serves HTTP and WebSocket.
@@ -321,8 +323,10 @@ func (f *Front) healthDetails(r *http.Request) bool {
 	if !ok || f.cfg.HealthToken == "" {
 		return false
 	}
-	a, b := sha256.Sum256([]byte(tok)), sha256.Sum256([]byte(f.cfg.HealthToken))
-	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+	c := sha256.Sum256([]byte(tok))
+	admin, read := sha256.Sum256([]byte(f.cfg.HealthToken)), sha256.Sum256([]byte(f.cfg.HealthReadToken))
+	ok = subtle.ConstantTimeCompare(c[:], admin[:]) == 1
+	return subtle.ConstantTimeCompare(c[:], read[:]) == 1 && f.cfg.HealthReadToken != "" || ok
 }
 
 func (f *Front) clientJS(w http.ResponseWriter, r *http.Request) {

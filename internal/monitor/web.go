@@ -86,7 +86,14 @@ const contentSecurity = "default-src 'none'; script-src 'self'; style-src 'self'
 // set, gets the login counters (stickyd_monitor_logins_total by result)
 // and the sessions held (stickyd_monitor_sessions).
 func WebHandler(token string, view func(ctx context.Context) (View, error), reg prometheus.Registerer) http.Handler {
+	return WebHandlerWithReadToken(token, "", view, reg)
+}
+
+// WebHandlerWithReadToken is WebHandler whose login takes the read token
+// (admin.read_token) as well as the admin token: the page only reads.
+func WebHandlerWithReadToken(token, readToken string, view func(ctx context.Context) (View, error), reg prometheus.Registerer) http.Handler {
 	h := newWebHandler(token, view, reg)
+	h.readToken = readToken
 	mux := http.NewServeMux()
 	mux.Handle("GET /{$}", h.handle(h.serveIndex))
 	mux.Handle("POST /{$}", h.handle(h.serveLogin))
@@ -126,9 +133,10 @@ func newWebHandler(token string, view func(ctx context.Context) (View, error), r
 
 // webHandler is the monitor page's state.
 type webHandler struct {
-	token string
-	view  func(ctx context.Context) (View, error)
-	now   func() time.Time
+	token     string
+	readToken string // "": none
+	view      func(ctx context.Context) (View, error)
+	now       func() time.Time
 
 	mu sync.Mutex
 	// sessions maps the hash of each session's random value to when it
@@ -386,8 +394,10 @@ func (h *webHandler) tokenOK(candidate string) bool {
 	if h.token == "" {
 		return false
 	}
-	a, b := sha256.Sum256([]byte(candidate)), sha256.Sum256([]byte(h.token))
-	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+	c := sha256.Sum256([]byte(candidate))
+	admin, read := sha256.Sum256([]byte(h.token)), sha256.Sum256([]byte(h.readToken))
+	ok := subtle.ConstantTimeCompare(c[:], admin[:]) == 1
+	return subtle.ConstantTimeCompare(c[:], read[:]) == 1 && h.readToken != "" || ok
 }
 
 // hasSession reports whether r carries the cookie of a live session.

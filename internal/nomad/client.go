@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"sort"
 	"strings"
@@ -149,24 +150,33 @@ func deref[T any](p *T) T {
 	return *p
 }
 
-// PutSecrets writes a group job's Nomad variable (SecretsPath) with the
-// admin token its hosts join with, unless it holds that token already.
-// The job's secrets template reads it; nothing secret is in the job.
-// Namespace and region are the client's unless set.
-func PutSecrets(ctx context.Context, c *api.Client, group, namespace, region, token string) error {
-	if token == "" {
+// Secrets are what a group job's hosts read from its Nomad variable.
+type Secrets struct {
+	AdminToken  string // required
+	ConsulToken string // optional
+}
+
+// PutSecrets writes a group job's Nomad variable (SecretsPath), unless it
+// holds them already: the job's templates render them into the secrets
+// directory (0600), so they never appear in the job itself.
+func PutSecrets(ctx context.Context, c *api.Client, group, namespace, region string, s Secrets) error {
+	if s.AdminToken == "" {
 		return fmt.Errorf("writing the secrets of group %q: the admin token is empty", group)
+	}
+	want := api.VariableItems{SecretItem: s.AdminToken}
+	if s.ConsulToken != "" {
+		want[ConsulTokenItem] = s.ConsulToken
 	}
 	path := SecretsPath(group)
 	q := &api.QueryOptions{Namespace: namespace, Region: region}
 	items, _, err := c.Variables().GetVariableItems(path, q.WithContext(ctx))
 	switch {
-	case err == nil && items[SecretItem] == token:
+	case err == nil && maps.Equal(items, want):
 		return nil
 	case err != nil && !isNotFound(err) && !errors.Is(err, api.ErrVariablePathNotFound):
 		return fmt.Errorf("reading variable %q: %w", path, err)
 	}
-	v := &api.Variable{Namespace: namespace, Path: path, Items: api.VariableItems{SecretItem: token}}
+	v := &api.Variable{Namespace: namespace, Path: path, Items: want}
 	w := &api.WriteOptions{Namespace: namespace, Region: region}
 	if _, _, err := c.Variables().Update(v, w.WithContext(ctx)); err != nil {
 		return fmt.Errorf("writing variable %q: %w", path, err)

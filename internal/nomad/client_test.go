@@ -300,7 +300,7 @@ func TestNomadRendersHostConfig(t *testing.T) {
 	defer srv.Close()
 
 	script := filepath.Join(t.TempDir(), "stickyd")
-	if err := os.WriteFile(script, []byte("#!/bin/sh\ncp \"$NOMAD_SECRETS_DIR/admin.token\" \"$NOMAD_TASK_DIR/token.seen\"\nexec sleep 600\n"), 0o755); err != nil {
+	if err := os.WriteFile(script, []byte("#!/bin/sh\ncp \"$NOMAD_SECRETS_DIR/admin.token\" \"$NOMAD_TASK_DIR/token.seen\"\ncp \"$NOMAD_SECRETS_DIR/consul.token\" \"$NOMAD_TASK_DIR/consul.seen\"\nexec sleep 600\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	g := GroupJob{
@@ -316,10 +316,10 @@ func TestNomadRendersHostConfig(t *testing.T) {
 		Count:          1,
 	}
 	const token = `tok{{ env "HOME" }}"\%{x}`
-	if err := PutSecrets(ctx, c, "web", "", "", token); err != nil {
+	if err := PutSecrets(ctx, c, "web", "", "", Secrets{AdminToken: token, ConsulToken: g.ConsulToken}); err != nil {
 		t.Fatal(err)
 	}
-	if err := PutSecrets(ctx, c, "web", "", "", token); err != nil { // unchanged: no write
+	if err := PutSecrets(ctx, c, "web", "", "", Secrets{AdminToken: token, ConsulToken: g.ConsulToken}); err != nil { // unchanged: no write
 		t.Fatal(err)
 	}
 	if _, err := Register(ctx, c, mustRender(t, g)); err != nil {
@@ -352,7 +352,7 @@ func TestNomadRendersHostConfig(t *testing.T) {
 		"host.raft_addr": {f.Host.RaftAddr, ports["raft"]},
 		"host.rpc_addr":  {f.Host.RPCAddr, ports["rpc"]},
 		"consul.address": {f.Consul.Address, consul.HTTPAddr},
-		"consul.token":   {f.Consul.Token, g.ConsulToken},
+		"consul.token":   {f.Consul.Token, ""},
 		"server_service": {f.Consul.ServerService, DefaultServerService},
 	}
 	for k, v := range want {
@@ -384,12 +384,27 @@ func TestNomadRendersHostConfig(t *testing.T) {
 	if string(seen) != token {
 		t.Errorf("the task's admin token file holds %q, want %q", seen, token)
 	}
+	if !strings.HasSuffix(f.Consul.TokenFile, "/host/secrets/consul.token") {
+		t.Errorf("consul token_file %q", f.Consul.TokenFile)
+	}
+	waitFor(t, time.Minute, func() error {
+		r, err := c.AllocFS().Cat(alloc, "host/local/consul.seen", nil)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		seen, err = io.ReadAll(r)
+		return err
+	})
+	if string(seen) != g.ConsulToken {
+		t.Errorf("the task's consul token file holds %q, want %q", seen, g.ConsulToken)
+	}
 	registered, _, err := c.Jobs().Info(JobID("web"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := json.Marshal(registered); strings.Contains(string(b), "tok{{") {
-		t.Errorf("the registered job holds the admin token:\n%s", b)
+	if b, _ := json.Marshal(registered); strings.Contains(string(b), "tok{{") || strings.Contains(string(b), "{{x}}${NOMAD_TASK_DIR}") {
+		t.Errorf("the registered job holds the admin or the consul token:\n%s", b)
 	}
 	fi, _, err := c.AllocFS().Stat(alloc, "host/local/host.hcl", nil)
 	if err != nil {

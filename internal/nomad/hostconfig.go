@@ -40,11 +40,11 @@ func (s *spec) hostConfig() string {
 	line(`  raft_addr = "{{ env "NOMAD_ADDR_raft" }}"`)
 	line(`  rpc_addr  = "{{ env "NOMAD_ADDR_rpc" }}"`)
 	line(`}`)
+	// The Consul token too, never in the job: an empty file when the
+	// variable holds none (the agent then reads $CONSUL_HTTP_TOKEN).
 	line(`consul {`)
 	line(`  address        = %s`, literal(s.ConsulAddr))
-	if s.ConsulToken != "" {
-		line(`  token          = %s`, literal(s.ConsulToken))
-	}
+	line(`  token_file     = "{{ env "NOMAD_SECRETS_DIR" }}/consul.token"`)
 	line(`  server_service = %s`, literal(s.ServerService))
 	line(`}`)
 	line(`bundles { archive = "{{ env "NOMAD_TASK_DIR" }}/bundles" }`)

@@ -34,6 +34,7 @@ type hostFile struct {
 	Consul struct {
 		Address       string `hcl:"address"`
 		Token         string `hcl:"token,optional"`
+		TokenFile     string `hcl:"token_file,optional"`
 		ServerService string `hcl:"server_service"`
 	} `hcl:"consul,block"`
 	Bundles struct {
@@ -97,17 +98,24 @@ func TestHostConfig(t *testing.T) {
 	want.Admin.Address, want.Admin.TokenFile = "10.0.0.7:25001", "/secrets/admin.token"
 	want.Host.Groups = []string{"web"}
 	want.Host.RaftAddr, want.Host.RPCAddr = "10.0.0.7:25002", "10.0.0.7:25003"
-	want.Consul.Address, want.Consul.ServerService = "consul.local:8500", "stickyd-eu"
+	want.Consul.Address, want.Consul.ServerService, want.Consul.TokenFile = "consul.local:8500", "stickyd-eu", "/secrets/consul.token"
 	want.Bundles.Archive = "/local/bundles"
 	if !reflect.DeepEqual(f, want) {
 		t.Errorf("host.hcl decoded to\n%+v\nwant\n%+v", f, want)
 	}
 }
 
-func TestHostConfigNoConsulToken(t *testing.T) {
-	text, f := renderHost(t, validJob())
-	if strings.Contains(text, "token          =") || f.Consul.Token != "" {
-		t.Errorf("consul token written though empty:\n%s", text)
+// The Consul token is never in the host configuration (the job): the
+// hosts read it from the file the job's Nomad variable renders.
+func TestHostConfigConsulTokenFromTheVariable(t *testing.T) {
+	g := validJob()
+	g.ConsulToken = "consul-secret-token"
+	text, f := renderHost(t, g)
+	if strings.Contains(text, g.ConsulToken) || f.Consul.Token != "" {
+		t.Errorf("the consul token is in host.hcl:\n%s", text)
+	}
+	if !strings.HasSuffix(f.Consul.TokenFile, "/consul.token") {
+		t.Errorf("consul token_file %q", f.Consul.TokenFile)
 	}
 	if f.Consul.Address != DefaultConsulAddr || f.Consul.ServerService != DefaultServerService {
 		t.Errorf("consul block %+v, want the defaults", f.Consul)
@@ -140,12 +148,10 @@ func TestHostConfigEscaping(t *testing.T) {
 	for _, v := range values {
 		t.Run(v, func(t *testing.T) {
 			g := validJob()
-			g.ConsulToken = v
 			g.ConsulAddr = v
 			g.ServerService = v
 			text, f := renderHost(t, g)
 			for _, c := range []struct{ name, got, want string }{
-				{"consul token", f.Consul.Token, v},
 				{"consul address", f.Consul.Address, v},
 				{"server service", f.Consul.ServerService, v},
 			} {

@@ -55,15 +55,18 @@ const (
 	KillTimeout = 30 * time.Second
 
 	// SecretItem is the item of a group job's Nomad variable
-	// (SecretsPath) that holds the admin token the hosts join with.
-	SecretItem = "admin_token"
+	// (SecretsPath) that holds the admin token the hosts join with;
+	// ConsulTokenItem the one that holds their Consul token, if any.
+	SecretItem      = "admin_token"
+	ConsulTokenItem = "consul_token"
 
 	// hostConfigPath is where the template writes the agent's configuration
 	// and bundlesDir where the bundle artifact lands, both in the task
 	// directory.
-	hostConfigPath = "local/host.hcl"
-	hostTokenPath  = "secrets/admin.token"
-	bundlesDir     = "local/bundles"
+	hostConfigPath  = "local/host.hcl"
+	hostTokenPath   = "secrets/admin.token"
+	consulTokenPath = "secrets/consul.token"
+	bundlesDir      = "local/bundles"
 )
 
 // ErrInvalid is wrapped by every error Render returns for a bad GroupJob.
@@ -111,8 +114,10 @@ type GroupJob struct {
 	Stickyd        Artifact
 	StickydCommand string
 	// ConsulAddr (default 127.0.0.1:8500, the clients' local Consul agent)
-	// and ConsulToken are the Consul the hosts find the servers in, under
-	// the service ServerService (default "stickyd-server").
+	// is the Consul the hosts find the servers in, under the service
+	// ServerService (default "stickyd-server"); ConsulToken, their token,
+	// is not rendered into the job: PutSecrets writes it to the job's
+	// Nomad variable, which the hosts read it from.
 	ConsulAddr    string
 	ConsulToken   string
 	ServerService string
@@ -413,6 +418,13 @@ func (s *spec) task() *api.Task {
 			// the variable exists.
 			DestPath:     new(hostTokenPath),
 			EmbeddedTmpl: new(fmt.Sprintf(`{{ with nomadVar %q }}{{ .%s }}{{ end }}`, SecretsPath(s.Group), SecretItem)),
+			ChangeMode:   new("restart"),
+			Perms:        new("0600"),
+		}, {
+			// The Consul token likewise (consul.token_file): empty when
+			// the variable holds none.
+			DestPath:     new(consulTokenPath),
+			EmbeddedTmpl: new(fmt.Sprintf(`{{ with nomadVar %q }}{{ .%s }}{{ end }}`, SecretsPath(s.Group), ConsulTokenItem)),
 			ChangeMode:   new("restart"),
 			Perms:        new("0600"),
 		}},

@@ -207,7 +207,11 @@ func TestRenderDefaults(t *testing.T) {
 	if _, ok := task.Env["STICKYD_TOKEN"]; ok {
 		t.Errorf("STICKYD_TOKEN in the job's env: %q", task.Env["STICKYD_TOKEN"])
 	}
-	if len(task.Templates) != 2 || *task.Templates[1].DestPath != "secrets/admin.token" || *task.Templates[1].Perms != "0600" ||
+	if len(task.Templates) != 3 || *task.Templates[2].DestPath != "secrets/consul.token" || *task.Templates[2].Perms != "0600" ||
+		!strings.Contains(*task.Templates[2].EmbeddedTmpl, `.consul_token`) {
+		t.Errorf("consul token template %+v", task.Templates[2])
+	}
+	if *task.Templates[1].DestPath != "secrets/admin.token" || *task.Templates[1].Perms != "0600" ||
 		!strings.Contains(*task.Templates[1].EmbeddedTmpl, `nomadVar "nomad/jobs/stickyd-group-web"`) {
 		t.Errorf("secrets template %+v", task.Templates[len(task.Templates)-1])
 	}

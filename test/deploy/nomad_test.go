@@ -34,7 +34,11 @@ import (
 const (
 	adminToken = "deploy-test-token-0123456789abcdef"
 	cookieKey  = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-	users      = 24
+	// The agents run without ACLs, which take any token: these prove the
+	// tokens travel through the Nomad variables and never into a job.
+	consulToken = "deploy-test-consul-token-5f0c9a"
+	nomadToken  = "deploy-test-nomad-token-77b1e2"
+	users       = 24
 )
 
 // TestNomadDeployment is the deployment's acceptance: three servers from
@@ -55,6 +59,7 @@ func TestNomadDeployment(t *testing.T) {
 	consul := testagents.StartConsul(t)
 	nomad := testagents.StartNomad(t, testagents.NomadOptions{ConsulAddr: consul.HTTPAddr})
 	cc := consul.Client()
+	dumpLogsOnFailure(t, nomad, "stickyd", "server")
 
 	// The servers: validated, planned and run with the real nomad CLI,
 	// their secrets in the job's Nomad variable.
@@ -79,6 +84,12 @@ func TestNomadDeployment(t *testing.T) {
 	waitJob(t, nomad.Env(), "stickyd-group-v1", time.Minute)
 	checkNoSecrets(t, nomad, "stickyd")
 	checkNoSecrets(t, nomad, "stickyd-group-v1")
+	// The leader handed the group job its tokens through the group's own
+	// variable (the hosts render them from it).
+	items, _, err := nomad.Client().Variables().GetVariableItems("nomad/jobs/stickyd-group-v1", nil)
+	if err != nil || items["admin_token"] != adminToken || items["consul_token"] != consulToken {
+		t.Fatalf("the group job's variable: %v %v", items != nil, err)
+	}
 	waitWorkers(t, admin, "v1", 2, 3*time.Minute)
 	cli("group", "promote", "v1")
 
@@ -134,14 +145,14 @@ log_level        = "debug"
 func putSecrets(t *testing.T, n *testagents.Nomad) {
 	t.Helper()
 	run(t, n.Env(), 0, testagents.Require(t, "nomad"), "var", "put", "nomad/jobs/stickyd",
-		"admin_token="+adminToken, "cookie_key="+cookieKey)
+		"admin_token="+adminToken, "cookie_key="+cookieKey, "consul_token="+consulToken, "nomad_token="+nomadToken)
 }
 
-// checkNoSecrets fails if `nomad job inspect` of job shows a secret.
+// checkNoSecrets fails if `nomad job inspect` of job shows a token or a key.
 func checkNoSecrets(t *testing.T, n *testagents.Nomad, job string) {
 	t.Helper()
 	out := run(t, n.Env(), 0, testagents.Require(t, "nomad"), "job", "inspect", job)
-	for name, secret := range map[string]string{"admin token": adminToken, "cookie key": cookieKey} {
+	for name, secret := range map[string]string{"admin token": adminToken, "cookie key": cookieKey, "consul token": consulToken, "nomad token": nomadToken} {
 		if strings.Contains(out, secret) {
 			t.Fatalf("nomad job inspect %s shows the %s", job, name)
 		}
@@ -527,6 +538,27 @@ func run(t *testing.T, env []string, code int, name string, args ...string) stri
 		t.Fatalf("%s %s: exit %d, want %d\n%s", filepath.Base(name), strings.Join(args, " "), got, code, out)
 	}
 	return string(out)
+}
+
+// dumpLogsOnFailure logs the end of the stderr of every allocation of job's
+// task when the test fails (before the agents stop): what the agents said.
+func dumpLogsOnFailure(t *testing.T, n *testagents.Nomad, job, task string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		allocs, _, err := n.Client().Jobs().Allocations(job, true, nil)
+		if err != nil {
+			t.Logf("allocations of %s: %v", job, err)
+			return
+		}
+		for _, a := range allocs {
+			cmd := exec.Command(testagents.Require(t, "nomad"), "alloc", "logs", "-stderr", "-tail", "-n", "30", a.ID, task)
+			cmd.Env = append(os.Environ(), n.Env()...)
+			out, _ := cmd.CombinedOutput()
+			t.Logf("allocation %s of %s (%s), stderr:\n%s", a.ID[:8], job, a.ClientStatus, out)
+		}
+	})
 }
 
 func writeFile(t *testing.T, path, content string) {

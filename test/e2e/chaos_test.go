@@ -201,8 +201,11 @@ func startChaosCluster(t *testing.T, n, workers int) *chaosCluster {
 		t.Fatal(err)
 	}
 	net := newChaosNet(t)
+	// Mutual TLS on the raft and peer-link ports, certificates from
+	// stickyd tls: the faults are survived with it on.
+	tlsBlock := clusterTLS(t)
 	ps, _ := startClusterSpec(t, n, func(i int) procSpec {
-		sp := procSpec{workers: workers, front: fmt.Sprintf("  cookie_key_file = %q\n", key), group: chaosGroup}
+		sp := procSpec{workers: workers, front: fmt.Sprintf("  cookie_key_file = %q\n", key), group: chaosGroup, extra: []string{tlsBlock}}
 		if net != nil {
 			// The last server runs in its own network namespace, to be
 			// cut off; the others listen on the host's side of its link.

@@ -61,8 +61,9 @@ type procSpec struct {
 	// raftVia, when set, is given the raft bind address and returns the
 	// address the others are to dial instead (raft_advertise).
 	raftVia func(bind string) string
-	// server is added inside the server block.
-	server string
+	// server is added inside the server block, adminExtra inside the
+	// admin block.
+	server, adminExtra string
 	// nofile, when set, is the open-file limit (soft and hard) the agent
 	// runs under.
 	nofile int
@@ -112,7 +113,7 @@ front {
 admin {
   address = %q
   token   = %q
-}
+%s}
 group "web" {
   workers = %d
   plugin {
@@ -120,7 +121,7 @@ group "web" {
     env     = { %s = "counter" }
   }
 %s}
-`, name, filepath.Join(p.dir, "data"), expect, raftBind, onIP(freePort(t), sp.ip), joins, raftExtra, p.front, sp.front, p.admin, testToken, workers, exe, workerEnv, sp.group)
+`, name, filepath.Join(p.dir, "data"), expect, raftBind, onIP(freePort(t), sp.ip), joins, raftExtra, p.front, sp.front, p.admin, testToken, sp.adminExtra, workers, exe, workerEnv, sp.group)
 	cfg += strings.Join(extra, "\n")
 	if err := os.WriteFile(filepath.Join(p.dir, "stickyd.hcl"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

@@ -41,6 +41,17 @@ func tlsCLI(t *testing.T, dir string, args ...string) string {
 	return string(out)
 }
 
+// clusterTLS makes a CA and one server certificate with `stickyd tls`, as
+// an operator does, and returns the agents' tls block naming them.
+func clusterTLS(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	tlsCLI(t, dir, "ca", "create")
+	tlsCLI(t, dir, "cert", "create", "-server")
+	return fmt.Sprintf("tls {\n  ca_file   = %q\n  cert_file = %q\n  key_file  = %q\n}\n",
+		filepath.Join(dir, "stickyd-agent-ca.pem"), filepath.Join(dir, "global-server-stickyd-0.pem"), filepath.Join(dir, "global-server-stickyd-0-key.pem"))
+}
+
 // certPair loads a certificate and key written by stickyd tls.
 func certPair(t *testing.T, dir, base string) tls.Certificate {
 	t.Helper()
