@@ -165,7 +165,7 @@ func TestMonitorPage(t *testing.T) {
 	fake := newScriptedView()
 	const mount = "/_stickyd/monitor"
 	mux := http.NewServeMux()
-	mux.Handle(mount+"/", http.StripPrefix(mount, monitor.WebHandler("page-token", fake.view)))
+	mux.Handle(mount+"/", http.StripPrefix(mount, monitor.WebHandler("page-token", fake.view, nil)))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	url := srv.URL + monitorPath
