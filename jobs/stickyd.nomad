@@ -142,10 +142,27 @@ variable "log_level" {
   default = "info"
 }
 
+variable "tls" {
+  type        = bool
+  default     = false
+  description = "Mutual TLS on the raft and peer-link ports (docs/security.md): the certificates come from the job's Nomad variable (tls_ca, tls_server_cert, tls_server_key, tls_host_cert, tls_host_key; stickyd tls makes them)."
+}
+
 locals {
   stickyd = var.stickyd_artifact != "" ? "local/stickyd" : var.stickyd_command
   # The stickyd binary as the leader tells the group jobs to fetch it.
   stickyd_source = var.stickyd_artifact != "" ? "stickyd_artifact = \"${var.stickyd_artifact}\"\n    stickyd_checksum = \"${var.stickyd_checksum}\"" : "stickyd_command = \"${var.stickyd_command}\""
+  # With tls: the files the templates below render from the variable.
+  tls_files = var.tls ? {
+    "agent-ca.pem"   = "tls_ca"
+    "server.pem"     = "tls_server_cert"
+    "server-key.pem" = "tls_server_key"
+    "host.pem"       = "tls_host_cert"
+    "host-key.pem"   = "tls_host_key"
+  } : {}
+  tls_block = var.tls ? "tls {\n  ca_file   = \"[[ env \"NOMAD_SECRETS_DIR\" ]]/agent-ca.pem\"\n  cert_file = \"[[ env \"NOMAD_SECRETS_DIR\" ]]/server.pem\"\n  key_file  = \"[[ env \"NOMAD_SECRETS_DIR\" ]]/server-key.pem\"\n}" : ""
+  # The group jobs' hosts get the host certificate through the leader.
+  host_tls = var.tls ? "host_cert_file = \"[[ env \"NOMAD_SECRETS_DIR\" ]]/host.pem\"\n            host_key_file  = \"[[ env \"NOMAD_SECRETS_DIR\" ]]/host-key.pem\"" : ""
 }
 
 job "stickyd" {
@@ -288,13 +305,27 @@ job "stickyd" {
         data        = "{{ with nomadVar \"nomad/jobs/stickyd\" }}{{ .nomad_token }}{{ end }}"
       }
 
+      # With tls: the CA, this server's certificate and key, and the
+      # hosts' certificate and key (the leader hands them to the group
+      # jobs), from the variable.
+      dynamic "template" {
+        for_each = local.tls_files
+        content {
+          destination   = "secrets/${template.key}"
+          perms         = "0600"
+          change_mode   = "signal"
+          change_signal = "SIGHUP" # the agent reloads its certificates
+          data          = "{{ with nomadVar \"nomad/jobs/stickyd\" }}{{ .${template.value} }}{{ end }}"
+        }
+      }
+
       template {
-        destination   = "local/stickyd.hcl"
-        perms         = "0600"
-        change_mode   = "restart"
+        destination     = "local/stickyd.hcl"
+        perms           = "0600"
+        change_mode     = "restart"
         left_delimiter  = "[["
         right_delimiter = "]]"
-        data          = <<-HCL
+        data            = <<-HCL
           name      = "stickyd-server-[[ env "NOMAD_ALLOC_INDEX" ]]"
           data_dir  = "[[ env "NOMAD_ALLOC_DIR" ]]/data"
           log_level = "${var.log_level}"
@@ -336,7 +367,9 @@ job "stickyd" {
             disk_mb        = ${var.group_disk_mb}
             node_pool      = "${var.group_node_pool}"
             distinct_hosts = ${var.group_distinct_hosts}
+            ${local.host_tls}
           }
+          ${local.tls_block}
         HCL
       }
 

@@ -28,6 +28,13 @@ resource "nomad_variable" "stickyd" {
     { admin_token = var.admin_token, cookie_key = var.cookie_key },
     var.consul_token != "" ? { consul_token = var.consul_token } : {},
     var.nomad_token != "" ? { nomad_token = var.nomad_token } : {},
+    var.tls == null ? {} : {
+      tls_ca          = var.tls.ca
+      tls_server_cert = var.tls.server_cert
+      tls_server_key  = var.tls.server_key
+      tls_host_cert   = var.tls.host_cert
+      tls_host_key    = var.tls.host_key
+    },
   )
 }
 
@@ -51,6 +58,7 @@ resource "nomad_job" "stickyd" {
       consul_address   = var.consul_address
       nomad_address    = var.nomad_address
       log_level        = var.log_level
+      tls              = tostring(var.tls != null)
     }
   }
 }

@@ -134,3 +134,16 @@ variable "consul_kv" {
     error_message = "placement/ and groups/ belong to the raft leader's Consul mirror; put operators' keys elsewhere."
   }
 }
+
+variable "tls" {
+  type = object({
+    ca          = string
+    server_cert = string
+    server_key  = string
+    host_cert   = string
+    host_key    = string
+  })
+  default     = null
+  sensitive   = true
+  description = "Mutual TLS between the agents: the PEM of the CA, a server and a host certificate with their keys (stickyd tls ca create; stickyd tls cert create -server, -host). Null: off."
+}

@@ -155,6 +155,14 @@ type NomadConfig struct {
 	StickydArtifact string `hcl:"stickyd_artifact,optional"`
 	StickydChecksum string `hcl:"stickyd_checksum,optional"`
 	StickydCommand  string `hcl:"stickyd_command,optional"`
+	// HostCertFile and HostKeyFile are a host certificate of the
+	// cluster's CA (stickyd tls cert create -host) for the group jobs'
+	// hosts, needed with a tls block: the leader writes them, with the
+	// CA, to each group job's Nomad variable, and the hosts render them
+	// into their secrets directory. Read at each registration, so a
+	// renewed certificate reaches the next one.
+	HostCertFile string `hcl:"host_cert_file,optional"`
+	HostKeyFile  string `hcl:"host_key_file,optional"`
 	// Archive is the bundle archive's URL as the Nomad clients reach it
 	// (default the bundles block's archive, when it is an http(s) URL).
 	Archive string `hcl:"archive,optional"`
@@ -872,6 +880,12 @@ func (c *Config) finishConsulNomad() error {
 	}
 	if c.Consul == nil {
 		return fmt.Errorf("nomad: group jobs find the servers through Consul: add a consul block")
+	}
+	if (n.HostCertFile == "") != (n.HostKeyFile == "") {
+		return fmt.Errorf("nomad: set host_cert_file and host_key_file together")
+	}
+	if c.TLS != nil && n.HostCertFile == "" {
+		return fmt.Errorf("nomad: with a tls block the group jobs' hosts need a certificate: set host_cert_file and host_key_file (stickyd tls cert create -host)")
 	}
 	n.Hosts = max(n.Hosts, 1)
 	n.MaxHosts = max(n.MaxHosts, n.Hosts)

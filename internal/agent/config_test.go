@@ -82,6 +82,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"consul token and token_file", "consul {\n token = \"a\"\n token_file = \"/b\"\n}\ngroup \"g\" { builtin = \"demo\" }", "not both"},
 		{"consul token_file missing", "consul { token_file = \"/nonexistent/consul.token\" }\ngroup \"g\" { builtin = \"demo\" }", "reading token_file"},
 		{"nomad token_file missing", "consul {}\nnomad {\n token_file = \"/nonexistent/nomad.token\"\n stickyd_command = \"/bin/stickyd\"\n archive = \"http://a/b\"\n}", "nomad: reading token_file"},
+		{"nomad tls without the hosts' certificate", "tls {\n ca_file = \"/a\"\n cert_file = \"/b\"\n key_file = \"/c\"\n}\nconsul {}\nnomad {\n stickyd_command = \"/bin/stickyd\"\n archive = \"http://a/b\"\n}", "host_cert_file and host_key_file"},
+		{"nomad host cert without key", "consul {}\nnomad {\n host_cert_file = \"/h\"\n stickyd_command = \"/bin/stickyd\"\n archive = \"http://a/b\"\n}", "together"},
 		{"nomad bad driver", "consul {}\nnomad {\n driver = \"docker\"\n stickyd_command = \"/bin/stickyd\"\n}", "driver"},
 		{"both runtimes", "group \"g\" {\n builtin = \"demo\"\n plugin { command = \"x\" }\n}", "exactly one"},
 		{"neither runtime", `group "g" { workers = 2 }`, "exactly one"},

@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/nomad"
 	"github.com/stickyd/stickyd/internal/raftnode"
+	"github.com/stickyd/stickyd/internal/tlsutil"
 )
 
 // The deployment around the agent (docs/deploy-nomad.md): hosts join the
@@ -300,6 +303,22 @@ func (a *Agent) nomadLoop(stop <-chan struct{}) {
 	}
 }
 
+// hostTLS reads what a group job's hosts need for mutual TLS: the
+// cluster's CA (this server's tls.ca_file) and the host certificate and
+// key of the nomad block, each PEM.
+func (a *Agent) hostTLS() (ca, cert, key string, err error) {
+	files := []string{a.cfg.TLS.CAFile, a.cfg.Nomad.HostCertFile, a.cfg.Nomad.HostKeyFile}
+	out := make([]string, len(files))
+	for i, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", "", "", fmt.Errorf("reading the hosts' TLS files: %w", err)
+		}
+		out[i] = string(b)
+	}
+	return out[0], out[1], out[2], nil
+}
+
 // nomadClient is a Nomad API client for the nomad block.
 func (a *Agent) nomadClient() (*nomadapi.Client, error) {
 	n := a.cfg.Nomad
@@ -327,13 +346,22 @@ func (a *Agent) syncNomadJobs(ctx context.Context, client *nomadapi.Client) erro
 		if n.StickydArtifact != "" {
 			spec.Stickyd = nomad.Artifact{Source: n.StickydArtifact, Checksum: n.StickydChecksum}
 		}
+		secrets := nomad.Secrets{AdminToken: a.token, ConsulToken: k.Token}
+		if a.cfg.TLS != nil {
+			var err error
+			if secrets.TLSCA, secrets.TLSCert, secrets.TLSKey, err = a.hostTLS(); err != nil {
+				errs = append(errs, fmt.Errorf("group %s: %w", name, err))
+				continue
+			}
+			spec.TLSCluster = cmp.Or(a.cfg.TLS.Cluster, tlsutil.DefaultCluster)
+		}
 		job, err := nomad.Render(spec)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("group %s: %w", name, err))
 			continue
 		}
 		// The secret first: the job's template waits for it.
-		if err := nomad.PutSecrets(ctx, client, name, n.Namespace, n.Region, nomad.Secrets{AdminToken: a.token, ConsulToken: k.Token}); err != nil {
+		if err := nomad.PutSecrets(ctx, client, name, n.Namespace, n.Region, secrets); err != nil {
 			errs = append(errs, fmt.Errorf("group %s: %w", name, err))
 			continue
 		}

@@ -154,6 +154,9 @@ func deref[T any](p *T) T {
 type Secrets struct {
 	AdminToken  string // required
 	ConsulToken string // optional
+	// TLS, PEM: the cluster's CA and a host certificate with its key,
+	// all three or none (GroupJob.TLSCluster).
+	TLSCA, TLSCert, TLSKey string
 }
 
 // PutSecrets writes a group job's Nomad variable (SecretsPath), unless it
@@ -166,6 +169,12 @@ func PutSecrets(ctx context.Context, c *api.Client, group, namespace, region str
 	want := api.VariableItems{SecretItem: s.AdminToken}
 	if s.ConsulToken != "" {
 		want[ConsulTokenItem] = s.ConsulToken
+	}
+	if (s.TLSCA == "") != (s.TLSCert == "") || (s.TLSCert == "") != (s.TLSKey == "") {
+		return fmt.Errorf("writing the secrets of group %q: give the CA, the certificate and its key together", group)
+	}
+	if s.TLSCA != "" {
+		want[TLSCAItem], want[TLSCertItem], want[TLSKeyItem] = s.TLSCA, s.TLSCert, s.TLSKey
 	}
 	path := SecretsPath(group)
 	q := &api.QueryOptions{Namespace: namespace, Region: region}

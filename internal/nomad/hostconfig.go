@@ -48,6 +48,16 @@ func (s *spec) hostConfig() string {
 	line(`  server_service = %s`, literal(s.ServerService))
 	line(`}`)
 	line(`bundles { archive = "{{ env "NOMAD_TASK_DIR" }}/bundles" }`)
+	if s.TLSCluster != "" {
+		// Mutual TLS with the servers, from files the job's variable
+		// renders (Secrets' TLS).
+		line(`tls {`)
+		line(`  ca_file   = "{{ env "NOMAD_SECRETS_DIR" }}/agent-ca.pem"`)
+		line(`  cert_file = "{{ env "NOMAD_SECRETS_DIR" }}/host.pem"`)
+		line(`  key_file  = "{{ env "NOMAD_SECRETS_DIR" }}/host-key.pem"`)
+		line(`  cluster   = %s`, literal(s.TLSCluster))
+		line(`}`)
+	}
 	return b.String()
 }
 

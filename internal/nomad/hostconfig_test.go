@@ -40,6 +40,12 @@ type hostFile struct {
 	Bundles struct {
 		Archive string `hcl:"archive"`
 	} `hcl:"bundles,block"`
+	TLS *struct {
+		CAFile   string `hcl:"ca_file"`
+		CertFile string `hcl:"cert_file"`
+		KeyFile  string `hcl:"key_file"`
+		Cluster  string `hcl:"cluster"`
+	} `hcl:"tls,block"`
 }
 
 // testEnv is the Nomad runtime environment the template reads.
@@ -119,6 +125,38 @@ func TestHostConfigConsulTokenFromTheVariable(t *testing.T) {
 	}
 	if f.Consul.Address != DefaultConsulAddr || f.Consul.ServerService != DefaultServerService {
 		t.Errorf("consul block %+v, want the defaults", f.Consul)
+	}
+}
+
+// With TLSCluster the hosts get a tls block naming the files the job's
+// variable renders, and the job the templates that render them (0600,
+// SIGHUP on a change: the agent reloads them).
+func TestHostConfigTLS(t *testing.T) {
+	g := validJob()
+	if _, f := renderHost(t, g); f.TLS != nil {
+		t.Fatalf("a tls block without TLSCluster: %+v", f.TLS)
+	}
+	g.TLSCluster = "eu"
+	_, f := renderHost(t, g)
+	if f.TLS == nil || f.TLS.CAFile != "/secrets/agent-ca.pem" || f.TLS.CertFile != "/secrets/host.pem" || f.TLS.KeyFile != "/secrets/host-key.pem" || f.TLS.Cluster != "eu" {
+		t.Fatalf("tls block %+v", f.TLS)
+	}
+	job, err := Render(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpls := job.TaskGroups[0].Tasks[0].Templates
+	found := map[string]bool{}
+	for _, tp := range tmpls {
+		if d := *tp.DestPath; strings.HasSuffix(d, ".pem") {
+			found[d] = *tp.Perms == "0600" && *tp.ChangeMode == "signal" && *tp.ChangeSignal == "SIGHUP" &&
+				strings.Contains(*tp.EmbeddedTmpl, `nomadVar "nomad/jobs/stickyd-group-`)
+		}
+	}
+	for _, d := range []string{"secrets/agent-ca.pem", "secrets/host.pem", "secrets/host-key.pem"} {
+		if !found[d] {
+			t.Errorf("template %s: %v", d, found)
+		}
 	}
 }
 

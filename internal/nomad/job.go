@@ -59,6 +59,10 @@ const (
 	// ConsulTokenItem the one that holds their Consul token, if any.
 	SecretItem      = "admin_token"
 	ConsulTokenItem = "consul_token"
+	// The TLS items, PEM: the CA, the hosts' certificate and its key.
+	TLSCAItem   = "tls_ca"
+	TLSCertItem = "tls_cert"
+	TLSKeyItem  = "tls_key"
 
 	// hostConfigPath is where the template writes the agent's configuration
 	// and bundlesDir where the bundle artifact lands, both in the task
@@ -66,6 +70,9 @@ const (
 	hostConfigPath  = "local/host.hcl"
 	hostTokenPath   = "secrets/admin.token"
 	consulTokenPath = "secrets/consul.token"
+	tlsCAPath       = "secrets/agent-ca.pem"
+	tlsCertPath     = "secrets/host.pem"
+	tlsKeyPath      = "secrets/host-key.pem"
 	bundlesDir      = "local/bundles"
 )
 
@@ -121,6 +128,9 @@ type GroupJob struct {
 	ConsulAddr    string
 	ConsulToken   string
 	ServerService string
+	// TLSCluster, when set, gives the hosts a tls block of that cluster
+	// name, its files rendered from the job's variable (Secrets' TLS).
+	TLSCluster string
 	// CPU (MHz, default 500) and MemoryMB (default 512) are the host task's
 	// resources; DiskMB (default 1024) its ephemeral disk, which holds the
 	// park store.
@@ -444,6 +454,20 @@ func (s *spec) task() *api.Task {
 			a.GetterOptions = map[string]string{"checksum": s.Stickyd.Checksum}
 		}
 		t.Artifacts = append(t.Artifacts, a)
+	}
+	if s.TLSCluster != "" {
+		// The CA and the host's certificate and key, from the job's
+		// variable into the secrets directory (the tls block's files).
+		for _, f := range []struct{ dest, item string }{{tlsCAPath, TLSCAItem}, {tlsCertPath, TLSCertItem}, {tlsKeyPath, TLSKeyItem}} {
+			t.Templates = append(t.Templates, &api.Template{
+				DestPath:     new(f.dest),
+				EmbeddedTmpl: new(fmt.Sprintf(`{{ with nomadVar %q }}{{ .%s }}{{ end }}`, SecretsPath(s.Group), f.item)),
+				// The agent reloads its certificates on SIGHUP.
+				ChangeMode:   new("signal"),
+				ChangeSignal: new("SIGHUP"),
+				Perms:        new("0600"),
+			})
+		}
 	}
 	return t
 }

@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -64,9 +65,11 @@ func TestNomadDeployment(t *testing.T) {
 	// The servers: validated, planned and run with the real nomad CLI,
 	// their secrets in the job's Nomad variable.
 	vars := filepath.Join(root, "site.vars.hcl")
-	writeFile(t, vars, siteVars(dist, consul.HTTPAddr, nomad.Addr, ""))
+	// Mutual TLS between every agent (servers and the group jobs' hosts),
+	// the certificates made with stickyd tls and kept in the variable.
+	writeFile(t, vars, siteVars(dist, consul.HTTPAddr, nomad.Addr, "tls = true\n"))
 	jobfile, _ := filepath.Abs("../../jobs/stickyd.nomad")
-	putSecrets(t, nomad)
+	putSecrets(t, nomad, tlsItems(t, stickyd, filepath.Join(root, "tls"))...)
 	run(t, nomad.Env(), 0, testagents.Require(t, "nomad"), "job", "validate", "-var-file", vars, jobfile)
 	run(t, nomad.Env(), 1, testagents.Require(t, "nomad"), "job", "plan", "-var-file", vars, jobfile) // 1: allocations to create
 	run(t, nomad.Env(), 0, testagents.Require(t, "nomad"), "job", "run", "-detach", "-var-file", vars, jobfile)
@@ -75,6 +78,9 @@ func TestNomadDeployment(t *testing.T) {
 	admin := "http://" + servers[0]
 	waitLeader(t, admin, 3, time.Minute)
 	t.Logf("servers up: %v", servers)
+	if m := fetchMetrics(t, admin); !strings.Contains(m, "stickyd_tls_certificate_expiry_seconds") {
+		t.Fatal("the servers run without TLS")
+	}
 	cli := func(args ...string) string {
 		return run(t, []string{"STICKYD_ADDR=" + admin, "STICKYD_TOKEN=" + adminToken}, 0, stickyd, args...)
 	}
@@ -142,17 +148,52 @@ log_level        = "debug"
 
 // putSecrets writes the servers' secrets as docs/deploy-nomad.md says:
 // nomad var put nomad/jobs/stickyd admin_token=... cookie_key=...
-func putSecrets(t *testing.T, n *testagents.Nomad) {
+func putSecrets(t *testing.T, n *testagents.Nomad, extra ...string) {
 	t.Helper()
-	run(t, n.Env(), 0, testagents.Require(t, "nomad"), "var", "put", "nomad/jobs/stickyd",
-		"admin_token="+adminToken, "cookie_key="+cookieKey, "consul_token="+consulToken, "nomad_token="+nomadToken)
+	run(t, n.Env(), 0, testagents.Require(t, "nomad"), append([]string{"var", "put", "nomad/jobs/stickyd",
+		"admin_token=" + adminToken, "cookie_key=" + cookieKey, "consul_token=" + consulToken, "nomad_token=" + nomadToken}, extra...)...)
 }
+
+// tlsItems makes a CA, a server and a host certificate with stickyd tls in
+// dir, as docs/deploy-nomad.md says, and returns them as the variable's
+// items (nomad var put reads item=@file).
+func tlsItems(t *testing.T, stickyd, dir string) []string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ca, caKey := filepath.Join(dir, "stickyd-agent-ca.pem"), filepath.Join(dir, "stickyd-agent-ca-key.pem")
+	run(t, nil, 0, stickyd, "tls", "ca", "create", "-dir", dir)
+	run(t, nil, 0, stickyd, "tls", "cert", "create", "-server", "-ca", ca, "-key", caKey, "-dir", dir)
+	run(t, nil, 0, stickyd, "tls", "cert", "create", "-host", "-ca", ca, "-key", caKey, "-dir", dir)
+	for _, k := range []string{"global-server-stickyd-0-key.pem", "global-host-stickyd-0-key.pem"} {
+		b, err := os.ReadFile(filepath.Join(dir, k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A line of the key's body: no job may show it.
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		keyLines[k] = lines[len(lines)/2]
+	}
+	f := func(name string) string { return "@" + filepath.Join(dir, name) }
+	return []string{"tls_ca=" + f("stickyd-agent-ca.pem"),
+		"tls_server_cert=" + f("global-server-stickyd-0.pem"), "tls_server_key=" + f("global-server-stickyd-0-key.pem"),
+		"tls_host_cert=" + f("global-host-stickyd-0.pem"), "tls_host_key=" + f("global-host-stickyd-0-key.pem")}
+}
+
+// keyLines holds a line of each TLS key tlsItems made, which
+// checkNoSecrets looks for too.
+var keyLines = map[string]string{}
 
 // checkNoSecrets fails if `nomad job inspect` of job shows a token or a key.
 func checkNoSecrets(t *testing.T, n *testagents.Nomad, job string) {
 	t.Helper()
 	out := run(t, n.Env(), 0, testagents.Require(t, "nomad"), "job", "inspect", job)
-	for name, secret := range map[string]string{"admin token": adminToken, "cookie key": cookieKey, "consul token": consulToken, "nomad token": nomadToken} {
+	secrets := map[string]string{"admin token": adminToken, "cookie key": cookieKey, "consul token": consulToken, "nomad token": nomadToken}
+	for k, line := range keyLines {
+		secrets["TLS key "+k] = line
+	}
+	for name, secret := range secrets {
 		if strings.Contains(out, secret) {
 			t.Fatalf("nomad job inspect %s shows the %s", job, name)
 		}
@@ -559,6 +600,18 @@ func dumpLogsOnFailure(t *testing.T, n *testagents.Nomad, job, task string) {
 			t.Logf("allocation %s of %s (%s), stderr:\n%s", a.ID[:8], job, a.ClientStatus, out)
 		}
 	})
+}
+
+// fetchMetrics reads an agent's /metrics.
+func fetchMetrics(t *testing.T, admin string) string {
+	t.Helper()
+	resp, err := http.Get(admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 func writeFile(t *testing.T, path, content string) {
