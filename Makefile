@@ -23,14 +23,15 @@ run-subprocess: build
 	./$(BIN)/stickyd dev -addr $(ADDR) -plugin ./$(BIN)/demo-worker
 
 ## deps: what the tests need beyond Go (Debian): Chromium for test/browser,
-## and grpcio and protobuf for /usr/bin/python3 (the Python worker's tests).
+## and grpcio, protobuf and cryptography (AutoMTLS) for /usr/bin/python3
+## (the Python worker's tests).
 deps:
 	@command -v chromium >/dev/null || { \
 		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
 		$$sudo apt-get update && $$sudo apt-get install -y chromium; }
-	@/usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null || { \
+	@/usr/bin/python3 -c 'import grpc, google.protobuf, cryptography' 2>/dev/null || { \
 		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
-		$$sudo apt-get update && $$sudo apt-get install -y python3-grpcio python3-protobuf; }
+		$$sudo apt-get update && $$sudo apt-get install -y python3-grpcio python3-protobuf python3-cryptography; }
 
 ## test: set-up (deps, and the real Consul and Nomad agents: tools), format
 ## and vet checks, every test with the race detector (the deployment suite

@@ -168,6 +168,7 @@ func New(cfg *Config, builtins map[string]Builtin, log hclog.Logger) (*Agent, er
 		recipe := recipe{Group: g.Name, Builtin: g.Builtin, Bundle: g.Bundle, Env: g.Env}
 		if g.Plugin != nil {
 			recipe.Runtime, recipe.Command, recipe.Args, recipe.Env = g.Plugin.Runtime, g.Plugin.Command, g.Plugin.Args, g.Plugin.Env
+			recipe.PlainChannel = g.Plugin.PlainChannel
 		}
 		launcher, err := a.launcher(recipe)
 		if err != nil {

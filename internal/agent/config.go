@@ -536,6 +536,11 @@ type PluginConfig struct {
 	Command string            `hcl:"command"`
 	Args    []string          `hcl:"args,optional"`
 	Env     map[string]string `hcl:"env,optional"`
+	// PlainChannel turns off go-plugin's AutoMTLS on the workers'
+	// channels (default false: the host and each worker trade one-time
+	// certificates and no other local process can speak on the channel).
+	// For a worker binary built with a go-plugin older than AutoMTLS.
+	PlainChannel bool `hcl:"plain_channel,optional"`
 }
 
 // LoadConfig reads and checks an HCL configuration file.

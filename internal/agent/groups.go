@@ -33,6 +33,9 @@ type recipe struct {
 	Args    []string
 	Env     map[string]string
 	Bundle  string
+	// PlainChannel turns the worker channel's AutoMTLS off
+	// (plugin.plain_channel).
+	PlainChannel bool
 }
 
 // launcher builds the launcher of a recipe: a builtin application in
@@ -51,7 +54,7 @@ func (a *Agent) launcher(r recipe) (host.Launcher, error) {
 	case r.Bundle != "":
 		return a.bundleLauncher(r)
 	case r.Command != "":
-		return &host.PluginLauncher{Command: r.Command, Args: r.Args, Env: a.workerEnv(r), Logger: a.log.Named("plugin")}, nil
+		return &host.PluginLauncher{Command: r.Command, Args: r.Args, Env: a.workerEnv(r), PlainChannel: r.PlainChannel, Logger: a.log.Named("plugin")}, nil
 	}
 	return nil, fmt.Errorf("no runtime: set a bundle, a command or a builtin")
 }
@@ -202,7 +205,7 @@ func (a *Agent) bundleLauncher(r recipe) (host.Launcher, error) {
 	env := append(a.workerEnv(r), "STICKYD_BUNDLE="+o.Digest)
 	a.log.Info("running a bundle", "bundle", o.Digest, "name", o.Manifest.Name, "version", o.Manifest.Version, "entry", o.EntryPath())
 	return &host.PluginLauncher{Command: o.EntryPath(), Args: append(append([]string(nil), o.Manifest.Args...), r.Args...), Env: env,
-		Logger: a.log.Named("plugin")}, nil
+		PlainChannel: r.PlainChannel, Logger: a.log.Named("plugin")}, nil
 }
 
 // openBundles prepares the bundle cache of the configuration's archive.

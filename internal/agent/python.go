@@ -56,5 +56,5 @@ func (a *Agent) pythonLauncher(r recipe) (host.Launcher, error) {
 		set("PYTHONDONTWRITEBYTECODE", "1")
 	}
 	args := append([]string{"-m", "stickyd.worker", r.Command}, r.Args...)
-	return &host.PluginLauncher{Command: pythonInterpreter, Args: args, Env: env, Logger: a.log.Named("plugin")}, nil
+	return &host.PluginLauncher{Command: pythonInterpreter, Args: args, Env: env, PlainChannel: r.PlainChannel, Logger: a.log.Named("plugin")}, nil
 }

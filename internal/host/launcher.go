@@ -37,8 +37,13 @@ type PluginLauncher struct {
 	Command string
 	Args    []string
 	// Env is added to the agent's environment for the worker.
-	Env    []string
-	Logger hclog.Logger
+	Env []string
+	// PlainChannel turns go-plugin's AutoMTLS off. By default the host
+	// and the worker trade one-time certificates at the start and the
+	// channel is mutual TLS: no other process of the machine can connect
+	// to the worker's socket and speak for anyone.
+	PlainChannel bool
+	Logger       hclog.Logger
 }
 
 var _ Launcher = (*PluginLauncher)(nil)
@@ -61,6 +66,7 @@ func (l *PluginLauncher) Launch(ctx context.Context, id string) (Process, channe
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		Logger:           log.Named(id),
 		GRPCDialOptions:  channel.DialOptions(),
+		AutoMTLS:         !l.PlainChannel,
 		Managed:          false,
 	})
 	rpc, err := client.Client()

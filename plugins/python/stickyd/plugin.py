@@ -9,6 +9,10 @@ process, in Python.
    protocol 1 is go-plugin's; app protocol 1 is the host's
    channel.Handshake.ProtocolVersion (it must be among the versions the host
    offers in PLUGIN_PROTOCOL_VERSIONS).
+   With go-plugin's AutoMTLS (the host's default) the host passes its
+   one-time certificate in PLUGIN_CLIENT_CERT: the worker makes one of its
+   own, serves mutual TLS that takes only the host's, and adds its
+   certificate (DER, base64 without padding) as a sixth field.
 3. The services the host calls: grpc.health.v1.Health/Check ("plugin" is
    SERVING), plugin.GRPCController/Shutdown, and stickyd's
    stickyd.channel.v1.Worker/Channel, the one stream of Envelopes. The
@@ -21,6 +25,7 @@ is not watched: go-plugin gives the worker the host's own stdin (often
 /dev/null), not a pipe it closes.
 """
 
+import base64
 import datetime
 import json
 import os
@@ -166,6 +171,38 @@ def check_host():
         sys.exit(1)
 
 
+def _one_time_cert():
+    """A P-256 key and a self-signed certificate for this process's life,
+    as go-plugin makes for AutoMTLS: named localhost, for both ends of TLS
+    (the host takes it as its only root). Returns the key and certificate in
+    PEM and the certificate in DER."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost"),
+                      x509.NameAttribute(NameOID.ORGANIZATION_NAME, "HashiCorp")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder()
+            .subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(seconds=30))
+            .not_valid_after(now + datetime.timedelta(days=365 * 30))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=True, key_cert_sign=True,
+                                         content_commitment=False, data_encipherment=False, key_agreement=False,
+                                         crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           critical=False)
+            .sign(key, hashes.SHA256()))
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    return key_pem, cert.public_bytes(serialization.Encoding.PEM), cert.public_bytes(serialization.Encoding.DER)
+
+
 def serve(make_runtime, hello, log, handshake):
     """Serves one worker as a go-plugin plugin until its channel ends, then
     exits the process. make_runtime(send, close) builds the runtime once the
@@ -205,9 +242,18 @@ def serve(make_runtime, hello, log, handshake):
     server = grpc.server(ThreadPoolExecutor(max_workers=4, thread_name_prefix="stickyd-grpc"), handlers=handlers,
                          options=[("grpc.max_receive_message_length", MAX_ENVELOPE),
                                   ("grpc.max_send_message_length", MAX_ENVELOPE)])
-    port = server.add_insecure_port("127.0.0.1:0")
+    client_cert = os.environ.get("PLUGIN_CLIENT_CERT", "")
+    cert_field = ""
+    if client_cert:
+        key_pem, cert_pem, cert_der = _one_time_cert()
+        creds = grpc.ssl_server_credentials([(key_pem, cert_pem)], root_certificates=client_cert.encode(),
+                                            require_client_auth=True)
+        port = server.add_secure_port("127.0.0.1:0", creds)
+        cert_field = "|" + base64.b64encode(cert_der).decode().rstrip("=")
+    else:
+        port = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    handshake.write("%d|%d|tcp|127.0.0.1:%d|grpc\n" % (CORE_PROTOCOL, APP_PROTOCOL, port))
+    handshake.write("%d|%d|tcp|127.0.0.1:%d|grpc%s\n" % (CORE_PROTOCOL, APP_PROTOCOL, port, cert_field))
     handshake.flush()
     # Pdeathsig (Linux) kills a worker whose host died; elsewhere, notice
     # that the parent changed.

@@ -83,7 +83,10 @@ func CounterGroup(mode string, n int) (*agent.GroupConfig, error) {
 		if err != nil {
 			return nil, fmt.Errorf("finding this binary to run it as the worker: %w", err)
 		}
-		g.Plugin = &agent.PluginConfig{Command: exe, Env: map[string]string{WorkerEnv: "counter"}}
+		// STICKYD_BENCH_PLAIN_CHANNEL=1 measures the channel without
+		// go-plugin's AutoMTLS (the default has it).
+		g.Plugin = &agent.PluginConfig{Command: exe, Env: map[string]string{WorkerEnv: "counter"},
+			PlainChannel: os.Getenv("STICKYD_BENCH_PLAIN_CHANNEL") == "1"}
 	case ModeInProcess:
 		g.Builtin = "counter"
 	default:
