@@ -176,10 +176,15 @@ def _one_time_cert():
     as go-plugin makes for AutoMTLS: named localhost, for both ends of TLS
     (the host takes it as its only root). Returns the key and certificate in
     PEM and the certificate in DER."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    try:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    except ImportError:
+        sys.stderr.write("the host asks for go-plugin's AutoMTLS, which needs the cryptography module: "
+                         "install python3-cryptography (Debian), or set plain_channel = true in the group's plugin block\n")
+        sys.exit(1)
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost"),
