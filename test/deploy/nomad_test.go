@@ -166,12 +166,12 @@ func tlsItems(t *testing.T, stickyd, dir string) []string {
 	run(t, nil, 0, stickyd, "tls", "ca", "create", "-dir", dir)
 	run(t, nil, 0, stickyd, "tls", "cert", "create", "-server", "-ca", ca, "-key", caKey, "-dir", dir)
 	run(t, nil, 0, stickyd, "tls", "cert", "create", "-host", "-ca", ca, "-key", caKey, "-dir", dir)
-	for _, k := range []string{"global-server-stickyd-0-key.pem", "global-host-stickyd-0-key.pem"} {
+	for _, k := range []string{"global-server-stickyd-0-key.pem", "global-host-stickyd-0-key.pem", "global-server-stickyd-0.pem", "stickyd-agent-ca.pem"} {
 		b, err := os.ReadFile(filepath.Join(dir, k))
 		if err != nil {
 			t.Fatal(err)
 		}
-		// A line of the key's body: no job may show it.
+		// A line of the key's (or certificate's) body: no job may show it.
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 		keyLines[k] = lines[len(lines)/2]
 	}
@@ -181,7 +181,7 @@ func tlsItems(t *testing.T, stickyd, dir string) []string {
 		"tls_host_cert=" + f("global-host-stickyd-0.pem"), "tls_host_key=" + f("global-host-stickyd-0-key.pem")}
 }
 
-// keyLines holds a line of each TLS key tlsItems made, which
+// keyLines holds a line of each TLS key and certificate tlsItems made, which
 // checkNoSecrets looks for too.
 var keyLines = map[string]string{}
 
@@ -191,7 +191,7 @@ func checkNoSecrets(t *testing.T, n *testagents.Nomad, job string) {
 	out := run(t, n.Env(), 0, testagents.Require(t, "nomad"), "job", "inspect", job)
 	secrets := map[string]string{"admin token": adminToken, "cookie key": cookieKey, "consul token": consulToken, "nomad token": nomadToken}
 	for k, line := range keyLines {
-		secrets["TLS key "+k] = line
+		secrets["TLS file "+k] = line
 	}
 	for name, secret := range secrets {
 		if strings.Contains(out, secret) {
