@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -503,11 +504,39 @@ func (a *Agent) startAdmin() error {
 	if err != nil {
 		return fmt.Errorf("listening for the admin API on %s: %w", a.cfg.Admin.Address, err)
 	}
+	if a.adminHTTPS() {
+		a.adminLn = tls.NewListener(a.adminLn, a.tls.HTTPSServerTLS())
+	}
 	srv, ln := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, a.adminLn
 	a.admin = srv
 	go func() { _ = srv.Serve(ln) }()
-	a.log.Info("admin API listening", "address", a.AdminAddr())
+	a.log.Info("admin API listening", "address", a.AdminAddr(), "https", a.adminHTTPS())
 	return nil
+}
+
+// adminHTTPS says the admin APIs speak HTTPS (tls.https).
+func (a *Agent) adminHTTPS() bool { return a.tls != nil && a.cfg.TLS.HTTPS }
+
+// adminURL is the base URL of an agent's admin API at addr ("host:port").
+func (a *Agent) adminURL(addr string) string {
+	if strings.Contains(addr, "://") {
+		return addr
+	}
+	if a.adminHTTPS() {
+		return "https://" + addr
+	}
+	return "http://" + addr
+}
+
+// adminTransport is the transport of the calls to other agents' admin
+// APIs: with tls.https, TLS checking that the other side is an agent of
+// the cluster (a server or a host) as the peer links do.
+func (a *Agent) adminTransport() http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	if a.adminHTTPS() {
+		t.TLSClientConfig = a.tls.ClientTLS(tlsutil.RoleServer, tlsutil.RoleHost)
+	}
+	return t
 }
 
 // adminToken finds the admin token: configured, $STICKYD_TOKEN, the data

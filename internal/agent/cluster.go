@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -89,9 +88,7 @@ func (a *Agent) call(ctx context.Context, method, addr, path string, body []byte
 // fetch calls another agent's admin API and returns the answer's bytes; a
 // refusal is a *remoteErr carrying the agent's message.
 func (a *Agent) fetch(ctx context.Context, method, addr, path string, body []byte) ([]byte, error) {
-	if !strings.Contains(addr, "://") {
-		addr = "http://" + addr
-	}
+	addr = a.adminURL(addr)
 	req, err := http.NewRequestWithContext(ctx, method, addr+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, err

@@ -104,6 +104,12 @@ type TLSConfig struct {
 	VerifyIncoming       *bool `hcl:"verify_incoming,optional"`
 	VerifyOutgoing       *bool `hcl:"verify_outgoing,optional"`
 	VerifyServerHostname *bool `hcl:"verify_server_hostname,optional"`
+	// HTTPS serves the admin API over TLS with this certificate (default
+	// false), and has the agent call the others' over HTTPS, checking
+	// their certificate as on the peer links: the admin token never
+	// crosses the network in clear. Every agent of a cluster sets it
+	// alike. The CLI then takes -ca-file (or $STICKYD_CACERT).
+	HTTPS bool `hcl:"https,optional"`
 }
 
 // tlsutil is the block as tlsutil takes it, defaults applied.

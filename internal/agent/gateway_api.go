@@ -148,7 +148,7 @@ func (g *gatewayNode) forwardStream(ctx context.Context, call gateway.Call) (<-c
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+admin+"/v1/internal/gateway/stream", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.a.adminURL(admin)+"/v1/internal/gateway/stream", bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +197,7 @@ func (g *gatewayNode) forwardStream(ctx context.Context, call gateway.Call) (<-c
 }
 
 // streamClient makes calls that may last as long as an answer streams.
-func (a *Agent) streamClient() *http.Client { return &http.Client{} }
+func (a *Agent) streamClient() *http.Client { return &http.Client{Transport: a.http.Transport} }
 
 func writeJSONTo(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -144,7 +144,7 @@ func (a *Agent) forwardStream(w http.ResponseWriter, r *http.Request, path strin
 	if admin == "" {
 		return &api.Error{Status: http.StatusServiceUnavailable, Message: "no leader known yet; retry"}
 	}
-	req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, "http://"+admin+path, nil)
+	req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, a.adminURL(admin)+path, nil)
 	if err != nil {
 		return err
 	}

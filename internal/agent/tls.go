@@ -57,6 +57,10 @@ func (a *Agent) startTLS() error {
 		})
 	}
 	a.tls = m
+	if a.cfg.TLS.HTTPS {
+		// The calls to the other agents' admin APIs go over HTTPS.
+		a.http.Transport = a.adminTransport()
+	}
 	return nil
 }
 

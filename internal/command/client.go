@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -48,12 +50,23 @@ HTTP API Options:
                      ` + DefaultAddress + `. consul://SERVICE asks Consul
                      ($CONSUL_HTTP_ADDR, $CONSUL_HTTP_TOKEN) for a healthy
                      server of SERVICE (consul:// alone: stickyd-server).
-  -token=TOKEN       The admin token. Default $STICKYD_TOKEN.`
+  -token=TOKEN       The admin token. Default $STICKYD_TOKEN.
+  -ca-file=FILE      The CA an https:// admin API's certificate is checked
+                     against (tls.https; stickyd tls ca create's
+                     stickyd-agent-ca.pem). Default $STICKYD_CACERT; with
+                     it, an address without a scheme (and consul://) is
+                     https.
+  -tls-server-name=NAME
+                     The name to check in that certificate, when the
+                     address is not one it names (server.global.stickyd).
+                     Default $STICKYD_TLS_SERVER_NAME.`
 
 // apiOptions are the flags every admin API command takes.
 type apiOptions struct {
-	address string
-	token   string
+	address    string
+	token      string
+	caFile     string
+	serverName string
 }
 
 // apiFlagSet is a FlagSet with -address and -token, whose defaults are read
@@ -69,6 +82,8 @@ func (m *Meta) apiFlagSet(name string) (*flag.FlagSet, *apiOptions) {
 	}
 	fs.StringVar(&o.address, "address", addr, "")
 	fs.StringVar(&o.token, "token", os.Getenv("STICKYD_TOKEN"), "")
+	fs.StringVar(&o.caFile, "ca-file", os.Getenv("STICKYD_CACERT"), "")
+	fs.StringVar(&o.serverName, "tls-server-name", os.Getenv("STICKYD_TLS_SERVER_NAME"), "")
 	return fs, o
 }
 
@@ -78,16 +93,29 @@ func (o *apiOptions) client() (*apiClient, error) {
 	if o.token == "" {
 		return nil, errNoToken
 	}
+	scheme := "http://"
+	var tlsCfg *tls.Config
+	if o.caFile != "" {
+		pem, err := os.ReadFile(o.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading -ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("-ca-file %s holds no PEM certificate", o.caFile)
+		}
+		scheme, tlsCfg = "https://", &tls.Config{RootCAs: pool, ServerName: o.serverName, MinVersion: tls.VersionTLS12}
+	}
 	raw := strings.TrimSpace(o.address)
 	if service, ok := strings.CutPrefix(raw, "consul://"); ok {
 		addr, err := serverFromConsul(strings.TrimRight(service, "/"))
 		if err != nil {
 			return nil, err
 		}
-		raw = addr
+		raw = scheme + addr
 	}
 	if !strings.Contains(raw, "://") {
-		raw = "http://" + raw
+		raw = scheme + raw
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -101,6 +129,7 @@ func (o *apiOptions) client() (*apiClient, error) {
 		TLSHandshakeTimeout:   dialTimeout,
 		IdleConnTimeout:       30 * time.Second,
 		ExpectContinueTimeout: time.Second,
+		TLSClientConfig:       tlsCfg,
 	}
 	return &apiClient{
 		base:   u,
@@ -111,7 +140,7 @@ func (o *apiOptions) client() (*apiClient, error) {
 	}, nil
 }
 
-// serverFromConsul returns the admin address of a healthy instance of
+// serverFromConsul returns the admin address (host:port) of a healthy instance of
 // service (default stickyd-server) from the Consul agent the environment
 // names (CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, as the consul CLI does).
 func serverFromConsul(service string) (string, error) {
@@ -137,7 +166,7 @@ func serverFromConsul(service string) (string, error) {
 	if host == "" {
 		host = e.Node.Address
 	}
-	return "http://" + net.JoinHostPort(host, strconv.Itoa(e.Service.Port)), nil
+	return net.JoinHostPort(host, strconv.Itoa(e.Service.Port)), nil
 }
 
 // apiClient calls the admin API. Close it when done.

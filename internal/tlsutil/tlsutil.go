@@ -200,6 +200,19 @@ func (m *Manager) ServerTLS(accept ...Role) *tls.Config {
 	return c
 }
 
+// HTTPSServerTLS is the configuration of the admin API's HTTPS listener:
+// this process's certificate, and no client certificate asked for (the
+// API's token is the caller's proof; the CLI has no certificate).
+func (m *Manager) HTTPSServerTLS() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"h2", "http/1.1"},
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return m.cur.Load().cert, nil
+		},
+	}
+}
+
 // ClientTLS is the configuration of a dialer to a peer of one of the given
 // roles.
 func (m *Manager) ClientTLS(expect ...Role) *tls.Config {

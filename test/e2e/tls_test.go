@@ -12,6 +12,7 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -348,4 +349,64 @@ func TestMutualTLS(t *testing.T) {
 		t.Fatalf("after the attacks and the rotation: %+v (leader was %s)", s, leader)
 	}
 	t.Logf("%d answers through the attacks and the rotation, 0 failed", typed.Load())
+}
+
+// With tls.https the admin APIs speak HTTPS: the CLI reaches a follower
+// with -ca-file, writes forwarded between the agents (a login through a
+// follower's front, a move through a follower's API) go over HTTPS with
+// the cluster's certificates, and plain HTTP, or a CLI without the CA, is
+// refused, so the admin token never crosses in clear.
+func TestAdminHTTPS(t *testing.T) {
+	dir := t.TempDir()
+	tlsCLI(t, dir, "ca", "create")
+	tlsCLI(t, dir, "cert", "create", "-server")
+	ca := filepath.Join(dir, "stickyd-agent-ca.pem")
+	block := fmt.Sprintf("tls {\n  ca_file   = %q\n  cert_file = %q\n  key_file  = %q\n  https     = true\n}\n",
+		ca, filepath.Join(dir, "global-server-stickyd-0.pem"), filepath.Join(dir, "global-server-stickyd-0-key.pem"))
+	ps := startThreeServers(t, block)
+	cli := func(p *proc, args ...string) (string, int) {
+		t.Helper()
+		return runCLIEnv(t, []string{"STICKYD_CACERT=" + ca}, p.admin, args...)
+	}
+	var leader string
+	waitFor(t, 30*time.Second, "a leader of three, through HTTPS", func() bool {
+		out, code := cli(ps[0], "operator", "raft", "list-peers")
+		if code != 0 {
+			return false
+		}
+		leader = ""
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, "leader") {
+				leader = strings.Fields(l)[0]
+			}
+		}
+		return leader != "" && strings.Count(out, "true") == 3
+	})
+	var follower *proc
+	for i, p := range ps {
+		if "s"+strconv.Itoa(i+1) != leader {
+			follower = p
+		}
+	}
+	// A login through a follower's front: its write goes to the leader
+	// over HTTPS.
+	b := procBrowser(t, follower)
+	if code, body := b.do("POST", "/login?user=ana"); code != 200 {
+		t.Fatalf("login through a follower: %d %s", code, body)
+	}
+	if out, code := cli(follower, "user", "list"); code != 0 || !strings.Contains(out, "ana") {
+		t.Fatalf("user list through a follower over HTTPS: %d %s", code, out)
+	}
+	// The CLI without the CA, and plain HTTP, are refused.
+	if out, code := runCLIEnv(t, nil, "https://"+follower.admin, "user", "list"); code == 0 || !strings.Contains(out, "certificate") {
+		t.Fatalf("the CLI without the CA: %d %s", code, out)
+	}
+	resp, err := http.Get("http://" + follower.admin + "/v1/agent/health")
+	if err == nil {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Fatalf("plain HTTP answered: %s", body)
+		}
+	}
 }
