@@ -7,9 +7,9 @@ package agent
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
-	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
