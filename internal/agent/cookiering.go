@@ -246,21 +246,7 @@ func (a *Agent) keyringRotateHandler(w http.ResponseWriter, r *http.Request) err
 		}
 	}
 	if !a.raft.IsLeader() {
-		admin := a.leaderAdmin(r.Context())
-		if admin == "" {
-			return &api.Error{Status: http.StatusServiceUnavailable, Message: "no leader known yet; retry"}
-		}
-		b, err := a.fetch(r.Context(), "POST", admin, "/v1/operator/keyring/rotate", body)
-		if err != nil {
-			var re *remoteErr
-			if errors.As(err, &re) {
-				return &api.Error{Status: re.status, Message: re.Error()}
-			}
-			return &api.Error{Status: http.StatusBadGateway, Message: "asking the leader: " + err.Error()}
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(b)
-		return nil
+		return a.forwardToLeader(w, r, body)
 	}
 	ring := a.fsm.CookieRing()
 	switch {

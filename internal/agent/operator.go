@@ -63,21 +63,7 @@ func (a *Agent) operatorRoutes(mux *http.ServeMux, wrap func(func(http.ResponseW
 	mux.HandleFunc("POST /v1/operator/keyring/rotate", wrap(a.keyringRotateHandler))
 	mux.HandleFunc("POST /v1/operator/raft/transfer-leader", wrap(func(w http.ResponseWriter, r *http.Request) error {
 		if !a.raft.IsLeader() {
-			admin := a.leaderAdmin(r.Context())
-			if admin == "" {
-				return &api.Error{Status: http.StatusServiceUnavailable, Message: "no leader known yet; retry"}
-			}
-			b, err := a.fetch(r.Context(), "POST", admin, "/v1/operator/raft/transfer-leader", nil)
-			if err != nil {
-				var re *remoteErr
-				if errors.As(err, &re) {
-					return &api.Error{Status: re.status, Message: re.Error()}
-				}
-				return &api.Error{Status: http.StatusBadGateway, Message: "asking the leader: " + err.Error()}
-			}
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(b)
-			return nil
+			return a.forwardToLeader(w, r, nil)
 		}
 		if err := a.raft.Raft.LeadershipTransfer().Error(); err != nil {
 			if errors.Is(err, raft.ErrNotLeader) {
@@ -89,6 +75,26 @@ func (a *Agent) operatorRoutes(mux *http.ServeMux, wrap func(func(http.ResponseW
 		writeJSONOK(w, map[string]string{"from": a.cfg.Name, "leader": leader})
 		return nil
 	}))
+}
+
+// forwardToLeader passes an operator call a follower got to the leader,
+// with body, and answers with the leader's answer.
+func (a *Agent) forwardToLeader(w http.ResponseWriter, r *http.Request, body []byte) error {
+	admin := a.leaderAdmin(r.Context())
+	if admin == "" {
+		return &api.Error{Status: http.StatusServiceUnavailable, Message: "no leader known yet; retry"}
+	}
+	b, err := a.fetch(r.Context(), r.Method, admin, r.URL.Path, body)
+	if err != nil {
+		var re *remoteErr
+		if errors.As(err, &re) {
+			return &api.Error{Status: re.status, Message: re.Error()}
+		}
+		return &api.Error{Status: http.StatusBadGateway, Message: "asking the leader: " + err.Error()}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+	return nil
 }
 
 func writeJSONOK(w http.ResponseWriter, v any) {
