@@ -128,6 +128,12 @@ type Chunk struct {
 	Usage        *Usage `json:"usage,omitempty"`
 	ID           string `json:"id,omitempty"`
 	Model        string `json:"model,omitempty"`
+	// Provider and Deployment name who serves the stream, on its first
+	// chunk and on its last; CostMicros is the stream's cost, on its last
+	// (as an Answer carries them).
+	Provider   string `json:"provider,omitempty"`
+	Deployment string `json:"deployment,omitempty"`
+	CostMicros int64  `json:"cost_micros,omitempty"`
 	// Err is set on the last chunk of a stream that failed midway.
 	Err error `json:"-"`
 }

@@ -351,6 +351,8 @@ func (r *Router) Stream(ctx context.Context, call Call) (<-chan Chunk, error) {
 func (r *Router) relay(ctx context.Context, call Call, m *model, d *deployment, first Chunk, in <-chan Chunk, out chan<- Chunk, done func()) {
 	defer close(out)
 	defer done()
+	// The first chunk and the last name who serves the stream.
+	first.Provider, first.Deployment = d.Provider, d.Name
 	c, ok := first, true
 	for ok {
 		if c.Done || c.Err != nil {
@@ -379,6 +381,7 @@ func (r *Router) relay(ctx context.Context, call Call, m *model, d *deployment, 
 		if c.Model == "" {
 			c.Model = d.Upstream
 		}
+		c.Provider, c.Deployment, c.CostMicros = d.Provider, d.Name, cost
 		out <- c
 	default:
 		err := c.Err

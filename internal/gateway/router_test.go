@@ -388,3 +388,30 @@ func waitUntil(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A stream names its provider and deployment on its first chunk and its
+// last, and its last carries its cost, as a whole answer does (the one
+// that failed over names the deployment that served it).
+func TestStreamNamesItsServerAndCost(t *testing.T) {
+	a := &fake{name: "a", script: []step{{err: &ProviderError{Kind: KindOverloaded, Status: 529}}}}
+	b := &fake{name: "b", script: []step{{usage: Usage{Input: 1000, Output: 100}, chunks: []string{"x", "y", "z"}}}}
+	price := Price{Input: 2, Output: 10}
+	r := newRouter(t, Config{Models: []Model{{Name: "m", Concurrency: 4, Deployments: []Deployment{
+		{Name: "a", Provider: "anthropic", Adapter: a}, {Name: "b", Provider: "openai", Price: price, Adapter: b}}}}})
+	ch, err := r.Stream(context.Background(), call("m", "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chunks []Chunk
+	for c := range ch {
+		chunks = append(chunks, c)
+	}
+	first, last := chunks[0], chunks[len(chunks)-1]
+	if first.Provider != "openai" || first.Deployment != "b" {
+		t.Fatalf("first chunk %+v: want provider openai, deployment b", first)
+	}
+	want := price.Cost(Usage{Input: 1000, Output: 100})
+	if !last.Done || last.Provider != "openai" || last.Deployment != "b" || last.CostMicros != want || want == 0 {
+		t.Fatalf("last chunk %+v: want openai/b costing %d", last, want)
+	}
+}

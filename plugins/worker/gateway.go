@@ -98,6 +98,11 @@ type GatewayChunk struct {
 	Done         bool         `json:"done,omitempty"`
 	FinishReason string       `json:"finish_reason,omitempty"`
 	Usage        GatewayUsage `json:"usage"`
+	// Provider and Deployment name who serves the stream, on its first
+	// chunk and its last; CostMicros, on the last, is its cost.
+	Provider   string `json:"provider,omitempty"`
+	Deployment string `json:"deployment,omitempty"`
+	CostMicros int64  `json:"cost_micros,omitempty"`
 	// Err ends a stream that failed midway (a *GatewayError, or the
 	// channel's or ctx's error).
 	Err error `json:"-"`

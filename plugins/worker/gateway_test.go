@@ -200,12 +200,12 @@ func TestGatewayWireMatchesTheGateway(t *testing.T) {
 	if want := (GatewayResponse{ID: "i", Model: "m", Content: "c", FinishReason: "stop", Usage: gu, Provider: "p", Deployment: "d", CostMicros: 5}); resp != want {
 		t.Fatalf("response %+v, want %+v", resp, want)
 	}
-	b, _ = json.Marshal(gateway.Chunk{Delta: "x", Done: true, FinishReason: "stop", Usage: &u})
+	b, _ = json.Marshal(gateway.Chunk{Delta: "x", Done: true, FinishReason: "stop", Usage: &u, Provider: "p", Deployment: "d", CostMicros: 6})
 	var c GatewayChunk
 	if err := json.Unmarshal(b, &c); err != nil {
 		t.Fatal(err)
 	}
-	if c.Delta != "x" || !c.Done || c.FinishReason != "stop" || c.Usage != gu {
+	if c.Delta != "x" || !c.Done || c.FinishReason != "stop" || c.Usage != gu || c.Provider != "p" || c.Deployment != "d" || c.CostMicros != 6 {
 		t.Fatalf("chunk %+v", c)
 	}
 }

@@ -153,6 +153,23 @@ func TestGatewayTransports(t *testing.T) {
 	if text != "echo: two" || usage == nil || usage.PromptTokens != 42 {
 		t.Fatalf("SSE answer %q, usage %+v", text, usage)
 	}
+	// The SSE stream names who served it (headers, and its last chunk)
+	// and its cost (that chunk, and a trailer).
+	sreq, _ := http.NewRequest("POST", base+"/v1/chat/completions",
+		strings.NewReader(`{"model":"small","stream":true,"messages":[{"role":"user","content":"three"}]}`))
+	sreq.Header.Set("Authorization", "Bearer key-billing")
+	sreq.Header.Set("Content-Type", "application/json")
+	sresp, err := http.DefaultClient.Do(sreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbody, _ := io.ReadAll(sresp.Body)
+	sresp.Body.Close()
+	if sresp.Header.Get("X-Stickyd-Provider") != "openai" || sresp.Header.Get("X-Stickyd-Deployment") != "local" ||
+		sresp.Trailer.Get("X-Stickyd-Cost-Micros") != "55" ||
+		!strings.Contains(string(sbody), `"stickyd":{"provider":"openai","deployment":"local","cost_micros":55}`) {
+		t.Fatalf("SSE stream: headers %v, trailer %v\n%s", sresp.Header, sresp.Trailer, sbody)
+	}
 	// A wrong key is refused.
 	bad := openai.DefaultConfig("nope")
 	bad.BaseURL = base + "/v1"
@@ -210,6 +227,7 @@ func TestGatewayTransports(t *testing.T) {
 	}
 	text = ""
 	done := false
+	var chunks []*gatewaypb.CompletionChunk
 	for {
 		c, err := st.Recv()
 		if errors.Is(err, io.EOF) {
@@ -218,31 +236,38 @@ func TestGatewayTransports(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		chunks = append(chunks, c)
 		text += c.GetDelta()
 		done = done || c.GetDone()
 	}
 	if text != "echo: five" || !done {
 		t.Fatalf("gRPC stream %q done %v", text, done)
 	}
+	// A stream names who served it, first and last, and its cost last.
+	first, last := chunks[0], chunks[len(chunks)-1]
+	if first.GetProvider() != "openai" || first.GetDeployment() != "local" ||
+		last.GetProvider() != "openai" || last.GetDeployment() != "local" || last.GetCostMicros() != 55 {
+		t.Fatalf("gRPC stream's first chunk %v, last %v: want openai/local, 55 micro-dollars", first, last)
+	}
 
-	// Five calls, each 12 input + 30 cached + 7 output tokens: 12×1 +
+	// Six calls, each 12 input + 30 cached + 7 output tokens: 12×1 +
 	// 30×0.5 + 7×4 = 55 micro-dollars each.
 	var c gateway.Counters
 	waitFor(t, 5*time.Second, "the counters", func() bool {
 		_, body := adminCall(t, a, "GET", "/v1/gateway/usage", testToken, "")
 		_ = json.Unmarshal([]byte(body), &c)
-		return c.Total.Calls == 5
+		return c.Total.Calls == 6
 	})
-	if c.Total.Micros != 5*55 || c.Total.Usage.CachedInput != 150 || c.Total.Usage.Input != 60 || c.Sessions["maria"].Micros != 55 || c.Sessions["billing-team"].Calls != 4 {
+	if c.Total.Micros != 6*55 || c.Total.Usage.CachedInput != 180 || c.Total.Usage.Input != 72 || c.Sessions["maria"].Micros != 55 || c.Sessions["billing-team"].Calls != 5 {
 		t.Fatalf("counters %+v", c)
 	}
 	day := time.Now().UTC().Format(time.DateOnly)
-	if c.Days[day].Micros != 275 {
+	if c.Days[day].Micros != 330 {
 		t.Fatalf("today's counter %+v", c.Days)
 	}
 	_, m := adminCall(t, a, "GET", "/metrics", "", "")
-	for _, want := range []string{"stickyd_gateway_cost_dollars_total 0.000275", "stickyd_gateway_calls_total 5",
-		`stickyd_gateway_tokens_total{kind="cached_input"} 150`, `stickyd_gateway_concurrency_limit{model="small"} 4`} {
+	for _, want := range []string{"stickyd_gateway_cost_dollars_total 0.00033", "stickyd_gateway_calls_total 6",
+		`stickyd_gateway_tokens_total{kind="cached_input"} 180`, `stickyd_gateway_concurrency_limit{model="small"} 4`} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}

@@ -388,8 +388,8 @@ type CompletionChunk struct {
 	Done         bool   `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
 	FinishReason string `protobuf:"bytes,5,opt,name=finish_reason,json=finishReason,proto3" json:"finish_reason,omitempty"`
 	Usage        *Usage `protobuf:"bytes,6,opt,name=usage,proto3" json:"usage,omitempty"`
-	// provider, deployment and cost_micros are set on the last chunk when
-	// the gateway reports them for streams (empty otherwise).
+	// provider and deployment name who serves the stream, on the first
+	// chunk and the last; cost_micros, on the last, is the stream's cost.
 	Provider      string `protobuf:"bytes,7,opt,name=provider,proto3" json:"provider,omitempty"`
 	Deployment    string `protobuf:"bytes,8,opt,name=deployment,proto3" json:"deployment,omitempty"`
 	CostMicros    int64  `protobuf:"varint,9,opt,name=cost_micros,json=costMicros,proto3" json:"cost_micros,omitempty"`

@@ -102,13 +102,19 @@ func (s *grpcServer) Stream(in *gatewaypb.CompletionRequest, stream grpc.ServerS
 			s.log.Warn("gateway stream failed midway", "model", call.Request.Model, "session", call.Session, "error", c.Err)
 			return status.Error(codes.Unavailable, "the stream failed midway: "+toAPIError(c.Err).Message)
 		case c.Done:
-			out := &gatewaypb.CompletionChunk{Id: c.ID, Model: c.Model, Delta: c.Delta, Done: true, FinishReason: c.FinishReason}
+			out := &gatewaypb.CompletionChunk{Id: c.ID, Model: c.Model, Delta: c.Delta, Done: true, FinishReason: c.FinishReason,
+				Provider: c.Provider, Deployment: c.Deployment, CostMicros: c.CostMicros}
 			if c.Usage != nil {
 				out.Usage = pbUsage(*c.Usage)
 			}
 			return stream.Send(out)
-		case c.Delta != "":
-			if err := stream.Send(&gatewaypb.CompletionChunk{Delta: c.Delta}); err != nil {
+		case c.Delta != "" || (!sent && c.Provider != ""):
+			// The first chunk names who serves the stream.
+			out := &gatewaypb.CompletionChunk{Delta: c.Delta}
+			if !sent {
+				out.Provider, out.Deployment = c.Provider, c.Deployment
+			}
+			if err := stream.Send(out); err != nil {
 				return err
 			}
 			sent = true

@@ -130,8 +130,9 @@ func TestGRPCStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []*gatewaypb.CompletionChunk{
-		{Delta: "Hel"}, {Delta: "lo"}, {Delta: " world"},
-		{Done: true, FinishReason: "end_turn", Id: "msg_1", Model: "claude-x", Usage: &gatewaypb.Usage{Input: 10, CachedInput: 4, CacheWrite: 2, Output: 3}},
+		{Delta: "Hel", Provider: "anthropic", Deployment: "anthropic-main"}, {Delta: "lo"}, {Delta: " world"},
+		{Done: true, FinishReason: "end_turn", Id: "msg_1", Model: "claude-x", Usage: &gatewaypb.Usage{Input: 10, CachedInput: 4, CacheWrite: 2, Output: 3},
+			Provider: "anthropic", Deployment: "anthropic-main", CostMicros: 71},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("%d chunks, want %d: %v", len(got), len(want), got)

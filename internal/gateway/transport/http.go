@@ -52,6 +52,9 @@ const (
 	idempotencyKey   = "Idempotency-Key"
 	providerHeader   = "X-Stickyd-Provider"
 	deploymentHeader = "X-Stickyd-Deployment"
+	// costTrailer is a stream's cost in micro-dollars, a trailer of its
+	// answer (a whole answer carries it in its body).
+	costTrailer = "X-Stickyd-Cost-Micros"
 )
 
 // HTTPHandler serves svc over HTTP:

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/stickyd/stickyd/internal/gateway"
 )
@@ -67,6 +68,18 @@ type chatChunk struct {
 	// Usage is absent without stream_options.include_usage; with it, it
 	// is null on every chunk but the last, which has no choices.
 	Usage any `json:"usage,omitempty"`
+	// Stickyd, on the chunk with the finish reason, names who served the
+	// stream and its cost (OpenAI's clients ignore a field they do not
+	// know; the headers name the provider and deployment too, and the
+	// X-Stickyd-Cost-Micros trailer the cost).
+	Stickyd *streamMeta `json:"stickyd,omitempty"`
+}
+
+// streamMeta is the gateway's word on a stream, in its last chunk.
+type streamMeta struct {
+	Provider   string `json:"provider"`
+	Deployment string `json:"deployment"`
+	CostMicros int64  `json:"cost_micros"`
 }
 
 type chunkChoice struct {
@@ -163,6 +176,13 @@ func (h *httpServer) streamChat(w http.ResponseWriter, r *http.Request, call gat
 	hdr.Set("Content-Type", "text/event-stream; charset=utf-8")
 	hdr.Set("Cache-Control", "no-cache")
 	hdr.Set("X-Accel-Buffering", "no") // no proxy buffering of the events
+	if c.Provider != "" {
+		hdr.Set(providerHeader, c.Provider)
+	}
+	if c.Deployment != "" {
+		hdr.Set(deploymentHeader, c.Deployment)
+	}
+	hdr.Set("Trailer", costTrailer)
 	w.WriteHeader(http.StatusOK)
 	sse := sseWriter{w: w, rc: http.NewResponseController(w)}
 	id, created, model := newChatID(), h.opts.Now().Unix(), call.Request.Model
@@ -198,9 +218,12 @@ func (h *httpServer) streamChat(w http.ResponseWriter, r *http.Request, call gat
 			return nil
 		case c.Done:
 			finish := openAIFinish(c.FinishReason)
-			if err := event([]chunkChoice{{Delta: chunkDelta{}, FinishReason: &finish}}, usage); err != nil {
+			meta := &streamMeta{Provider: c.Provider, Deployment: c.Deployment, CostMicros: c.CostMicros}
+			if err := sse.event(chatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model,
+				Choices: []chunkChoice{{Delta: chunkDelta{}, FinishReason: &finish}}, Usage: usage, Stickyd: meta}); err != nil {
 				return gone(err)
 			}
+			hdr.Set(costTrailer, strconv.FormatInt(c.CostMicros, 10))
 			if includeUsage {
 				var u gateway.Usage
 				if c.Usage != nil {

@@ -24,9 +24,10 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 
 // streamed is a stream that ends well, with a provider's own finish word.
 var streamed = []gateway.Chunk{
-	{Delta: "Hel"}, {Delta: "lo"}, {Delta: " world"},
+	{Delta: "Hel", Provider: "anthropic", Deployment: "anthropic-main"}, {Delta: "lo"}, {Delta: " world"},
 	{Done: true, FinishReason: "end_turn", ID: "msg_1", Model: "claude-x",
-		Usage: &gateway.Usage{Input: 10, CachedInput: 4, CacheWrite: 2, Output: 3}},
+		Usage:    &gateway.Usage{Input: 10, CachedInput: 4, CacheWrite: 2, Output: 3},
+		Provider: "anthropic", Deployment: "anthropic-main", CostMicros: 71},
 }
 
 // broken is a stream that fails after its first chunk.
@@ -91,6 +92,11 @@ func TestChatHeaders(t *testing.T) {
 	resp, out = do(t, http.MethodPost, srv.URL+"/v1/chat/completions", map[string]any{"model": "m", "messages": hello, "stream": true}, nil)
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
 		t.Fatalf("Content-Type %q: %s", ct, out)
+	}
+	// A stream names its server in its headers, its cost in a trailer.
+	if resp.Header.Get("X-Stickyd-Provider") != "anthropic" || resp.Header.Get("X-Stickyd-Deployment") != "anthropic-main" ||
+		resp.Trailer.Get("X-Stickyd-Cost-Micros") != "71" {
+		t.Fatalf("a stream's headers %v, trailer %v", resp.Header, resp.Trailer)
 	}
 }
 
