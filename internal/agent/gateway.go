@@ -230,6 +230,12 @@ var _ gateway.Service = (*gatewayNode)(nil)
 
 // Complete runs the call on the leader.
 func (g *gatewayNode) Complete(ctx context.Context, call gateway.Call) (gateway.Response, error) {
+	if call.IdempotencyKey != "" {
+		// A key makes the call a submitted one, whose key the maps
+		// record: the same call sent again (a retry after a lost answer)
+		// gets the first run's answer, and never runs twice.
+		return gateway.CompleteOnce(ctx, g, call)
+	}
 	if g.a.raft.IsLeader() {
 		return g.router.Complete(ctx, call)
 	}
@@ -356,7 +362,7 @@ func (g *gatewayNode) rejectOrphans() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_, err := g.apply(ctx, fsm.GatewayJobRequest{Op: fsm.JobOpFinish, ID: j.ID, Error: gateway.ErrInterrupted.Error(),
-			ErrorKind: "interrupted", At: time.Now().UTC()})
+			ErrorKind: gateway.FailInterrupted, At: time.Now().UTC()})
 		cancel()
 		if err != nil {
 			g.a.log.Warn("rejecting a gateway call a dead leader started", "id", j.ID, "error", err)
@@ -414,7 +420,7 @@ func (g *gatewayNode) run(ctx context.Context, j fsm.GatewayJob) {
 	}
 	req := fsm.GatewayJobRequest{Op: fsm.JobOpFinish, ID: j.ID, At: time.Now().UTC()}
 	if err != nil {
-		req.Error, req.ErrorKind = err.Error(), string(gateway.KindOf(err))
+		req.Error, req.ErrorKind = err.Error(), gateway.FailureKind(err)
 	} else {
 		req.Response = &resp
 	}

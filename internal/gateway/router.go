@@ -580,7 +580,7 @@ func (r *Router) Submit(ctx context.Context, call Call) (string, error) {
 			j.State, j.Response = JobDone, &resp
 		case errors.Is(jctx.Err(), context.Canceled) && j.State == JobCancelled:
 		default:
-			j.State, j.Error, j.ErrorKind = JobFailed, err.Error(), string(KindOf(err))
+			j.State, j.Error, j.ErrorKind = JobFailed, err.Error(), FailureKind(err)
 		}
 		close(j.done)
 	}()

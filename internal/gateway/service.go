@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -92,3 +93,52 @@ var (
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
+
+// Waiter is a Service that can wait for a submitted call to end.
+type Waiter interface {
+	Wait(ctx context.Context, id string) (Job, error)
+}
+
+// CompleteOnce runs a call and returns its whole answer, as Complete does;
+// a call that names an idempotency key runs as a submitted call, which
+// records the key: the same call sent again (a retry after a lost answer)
+// gets the first run's answer, and is never run twice.
+func CompleteOnce(ctx context.Context, svc Service, call Call) (Response, error) {
+	if call.IdempotencyKey == "" {
+		return svc.Complete(ctx, call)
+	}
+	id, err := svc.Submit(ctx, call)
+	if err != nil {
+		return Response{}, err
+	}
+	for {
+		var j Job
+		if w, ok := svc.(Waiter); ok {
+			j, err = w.Wait(ctx, id)
+		} else {
+			j, err = svc.Job(ctx, id)
+		}
+		if err != nil {
+			return Response{}, err
+		}
+		switch j.State {
+		case JobDone:
+			if j.Response == nil {
+				return Response{}, fmt.Errorf("the call %s ended without its answer", id)
+			}
+			return *j.Response, nil
+		case JobFailed, JobCancelled:
+			return Response{}, FailureError(j.ErrorKind, j.Error)
+		}
+		if err := ctx.Err(); err != nil {
+			return Response{}, err
+		}
+		if _, ok := svc.(Waiter); !ok {
+			select {
+			case <-ctx.Done():
+				return Response{}, ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+}

@@ -410,3 +410,65 @@ func totalCalls(p *provider) int {
 	}
 	return n
 }
+
+// A synchronous call that names an idempotency key runs once, whatever
+// the transport: the OpenAI JSON call and gRPC Complete, each sent twice
+// (a retry after a lost answer), reach the provider once each, are
+// charged once, and the retry gets the first run's answer.
+func TestGatewaySyncIdempotency(t *testing.T) {
+	p := newProvider(t, 0)
+	a := startAgentWith(t, "inprocess", 1, func(c *agent.Config) { c.Gateway = gatewayBlock(p, 4) })
+	base := "http://" + a.GatewayAddr()
+	post := func() (int, string) {
+		req, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(`{"model":"small","messages":[{"role":"user","content":"once"}]}`))
+		req.Header.Set("Authorization", "Bearer key-billing")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "k-json-1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code1, body1 := post()
+	code2, body2 := post()
+	if code1 != 200 || code2 != 200 || !strings.Contains(body1, "echo: once") || !strings.Contains(body2, "echo: once") {
+		t.Fatalf("answers %d %s / %d %s", code1, body1, code2, body2)
+	}
+	if n := p.count("once"); n != 1 {
+		t.Fatalf("the provider ran the JSON call %d times, want 1", n)
+	}
+
+	conn, err := grpc.NewClient(a.GatewayGRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(bearer("key-billing")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	gc := gatewaypb.NewGatewayClient(conn)
+	ctx := context.Background()
+	for i := range 2 {
+		cr, err := gc.Complete(ctx, &gatewaypb.CompletionRequest{Model: "small", IdempotencyKey: "k-grpc-1",
+			Messages: []*gatewaypb.Message{{Role: "user", Content: "grpc-once"}}})
+		if err != nil || cr.GetContent() != "echo: grpc-once" || cr.GetProvider() != "openai" {
+			t.Fatalf("gRPC Complete %d: %v %v", i+1, cr, err)
+		}
+	}
+	if n := p.count("grpc-once"); n != 1 {
+		t.Fatalf("the provider ran the gRPC call %d times, want 1", n)
+	}
+	var c gateway.Counters
+	waitFor(t, 5*time.Second, "the counters", func() bool {
+		_, body := adminCall(t, a, "GET", "/v1/gateway/usage", testToken, "")
+		_ = json.Unmarshal([]byte(body), &c)
+		return c.Total.Calls >= 2
+	})
+	time.Sleep(200 * time.Millisecond)
+	_, body := adminCall(t, a, "GET", "/v1/gateway/usage", testToken, "")
+	_ = json.Unmarshal([]byte(body), &c)
+	if c.Total.Calls != 2 || c.Total.Micros != 2*55 {
+		t.Fatalf("charged %d calls, %d micro-dollars; want 2 and 110", c.Total.Calls, c.Total.Micros)
+	}
+}
