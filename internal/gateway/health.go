@@ -145,5 +145,7 @@ func (h *health) state(now time.Time) HealthState {
 // countsAgainst reports whether an error is the deployment's failure: a
 // bad request is the caller's.
 func countsAgainst(err error) bool {
-	return KindOf(err) != KindBadRequest
+	// A rate limit is the provider asking to wait, not ill health.
+	k := KindOf(err)
+	return k != KindBadRequest && k != KindRateLimited
 }

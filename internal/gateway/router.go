@@ -1,13 +1,16 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -110,6 +113,69 @@ type deployment struct {
 	Deployment
 	health *health
 	slots  *Slots // nil without a deployment bound
+	// limitedUntil is when the provider's last 429 on this deployment
+	// lifts (unix nanoseconds; 0: none): a rate limit is not ill health,
+	// the deployment is only skipped while another can answer, and
+	// waited for when none can.
+	limitedUntil atomic.Int64
+}
+
+// noRetryAfter is how long a 429 without a Retry-After holds a deployment.
+const noRetryAfter = time.Second
+
+// limited records a 429 on d, for its Retry-After (or noRetryAfter).
+func (d *deployment) limited(now time.Time, err error) bool {
+	var pe *ProviderError
+	if !errors.As(err, &pe) || pe.Kind != KindRateLimited {
+		return false
+	}
+	wait := pe.RetryAfter
+	if wait <= 0 {
+		wait = noRetryAfter
+	}
+	d.limitedUntil.Store(now.Add(wait).UnixNano())
+	return true
+}
+
+// limitedFor is how long d's rate limit still holds at now.
+func (d *deployment) limitedFor(now time.Time) time.Duration {
+	return max(0, time.Duration(d.limitedUntil.Load()-now.UnixNano()))
+}
+
+// plan is the order to try a model's deployments in: the healthy ones
+// free of a rate limit, then the healthy ones under one (soonest free
+// first), then the degraded ones.
+func (r *Router) plan(m *model) []*deployment {
+	now := r.cfg.Clock()
+	ds := r.attempts(m)
+	free := make([]*deployment, 0, len(ds))
+	var held []*deployment
+	for _, d := range ds {
+		if d.limitedFor(now) > 0 {
+			held = append(held, d)
+		} else {
+			free = append(free, d)
+		}
+	}
+	slices.SortStableFunc(held, func(a, b *deployment) int { return cmp.Compare(a.limitedFor(now), b.limitedFor(now)) })
+	return append(free, held...)
+}
+
+// waitLimit waits out d's rate limit before a try, when it holds and fits
+// what is left of the call's budget for such waits (*left, at first the
+// cap: a call waits out rate limits for at most retry_after_cap in all);
+// it reports false when the call cannot wait it (past the budget, or ctx
+// ended).
+func (r *Router) waitLimit(ctx context.Context, d *deployment, left *time.Duration) bool {
+	wait := d.limitedFor(r.cfg.Clock())
+	if wait == 0 {
+		return true
+	}
+	if wait > *left {
+		return false
+	}
+	*left -= wait
+	return sleep(ctx, wait+jitter(r.cfg.Backoff))
 }
 
 type job struct {
@@ -224,33 +290,75 @@ func (r *Router) Complete(ctx context.Context, call Call) (Response, error) {
 		}
 	}
 	var last error
-	for attempt, d := range r.attempts(m) {
-		if attempt > 0 && !sleep(ctx, jitter(r.cfg.Backoff)) {
-			return Response{}, ctx.Err()
-		}
-		resp, err := r.completeOn(ctx, d, call)
-		if err == nil {
-			resp.Provider, resp.Deployment = d.Provider, d.Name
-			resp.CostMicros = d.Price.Cost(resp.Usage)
-			if err := r.charge(ctx, call, m, d, resp.Usage, resp.CostMicros); err != nil {
-				r.log.Error("recording a call's cost", "model", m.Name, "session", call.Session, "error", err)
+	left := r.cfg.RetryAfterCap
+	for round := 0; ; round++ {
+		limitedAll := true
+		for attempt, d := range r.plan(m) {
+			if (attempt > 0 || round > 0) && d.limitedFor(r.cfg.Clock()) == 0 && !sleep(ctx, jitter(r.cfg.Backoff)) {
+				return Response{}, ctx.Err()
 			}
-			return resp, nil
+			if !r.waitLimit(ctx, d, &left) {
+				if ctx.Err() != nil {
+					return Response{}, ctx.Err()
+				}
+				continue // held past the cap: only another may answer
+			}
+			resp, err := r.completeOn(ctx, d, call)
+			if err == nil {
+				resp.Provider, resp.Deployment = d.Provider, d.Name
+				resp.CostMicros = d.Price.Cost(resp.Usage)
+				if err := r.charge(ctx, call, m, d, resp.Usage, resp.CostMicros); err != nil {
+					r.log.Error("recording a call's cost", "model", m.Name, "session", call.Session, "error", err)
+				}
+				return resp, nil
+			}
+			last = err
+			if d.limited(r.cfg.Clock(), err) {
+				continue // another deployment, or this one once its limit lifts
+			}
+			limitedAll = false
+			if !failOver(err) || ctx.Err() != nil {
+				return Response{}, err
+			}
+			r.log.Info("failing over", "model", m.Name, "deployment", d.Name, "error", err)
 		}
-		last = err
-		if !failOver(err) || ctx.Err() != nil {
-			return Response{}, err
+		// Every deployment refused: only rate limits are waited out (the
+		// next round waits for the first to lift, within the cap and the
+		// call's deadline); anything else ends the call.
+		if !limitedAll || last == nil || !r.anyWithin(m, left) {
+			break
 		}
-		r.log.Info("failing over", "model", m.Name, "deployment", d.Name, "error", err)
 	}
-	if last == nil {
-		return Response{}, ErrNoDeployment
-	}
-	return Response{}, fmt.Errorf("%w: last: %v", ErrNoDeployment, last)
+	return Response{}, gaveUp(last)
 }
 
-// completeOn calls one deployment, honouring its retry-after (up to the
-// cap) once.
+// gaveUp is the error of a call no deployment answered, last the last
+// refusal: a rate limit is told as it is (the caller may wait its
+// Retry-After), anything else as ErrNoDeployment.
+func gaveUp(last error) error {
+	switch {
+	case last == nil:
+		return ErrNoDeployment
+	case KindOf(last) == KindRateLimited:
+		return last
+	}
+	return fmt.Errorf("%w: last: %v", ErrNoDeployment, last)
+}
+
+// anyWithin says some deployment of m is free of a rate limit, or held by
+// one that lifts within left.
+func (r *Router) anyWithin(m *model, left time.Duration) bool {
+	now := r.cfg.Clock()
+	for _, d := range m.deps {
+		if d.limitedFor(now) <= left {
+			return true
+		}
+	}
+	return false
+}
+
+// completeOn calls one deployment once (Complete waits out its rate
+// limits).
 func (r *Router) completeOn(ctx context.Context, d *deployment, call Call) (Response, error) {
 	release, err := d.acquire(ctx)
 	if err != nil {
@@ -259,25 +367,16 @@ func (r *Router) completeOn(ctx context.Context, d *deployment, call Call) (Resp
 	defer release()
 	req := call.Request
 	req.Model = d.Upstream
-	for try := 0; ; try++ {
-		start := r.cfg.Clock()
-		actx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-		resp, err := d.Adapter.Complete(actx, req)
-		cancel()
-		r.record(d, err)
-		if err == nil {
-			resp.Latency = r.cfg.Clock().Sub(start)
-			return resp, nil
-		}
-		var pe *ProviderError
-		if try == 0 && errors.As(err, &pe) && pe.Kind == KindRateLimited && pe.RetryAfter > 0 && pe.RetryAfter <= r.cfg.RetryAfterCap {
-			if !sleep(ctx, pe.RetryAfter+jitter(r.cfg.Backoff)) {
-				return Response{}, ctx.Err()
-			}
-			continue
-		}
+	start := r.cfg.Clock()
+	actx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	resp, err := d.Adapter.Complete(actx, req)
+	cancel()
+	r.record(d, err)
+	if err != nil {
 		return Response{}, err
 	}
+	resp.Latency = r.cfg.Clock().Sub(start)
+	return resp, nil
 }
 
 // Stream runs one call, streaming its answer. Failover happens only before
@@ -295,55 +394,72 @@ func (r *Router) Stream(ctx context.Context, call Call) (<-chan Chunk, error) {
 		}
 	}
 	var last error
-	for attempt, d := range r.attempts(m) {
-		if attempt > 0 && !sleep(ctx, jitter(r.cfg.Backoff)) {
-			release()
-			return nil, ctx.Err()
-		}
-		drelease, err := d.acquire(ctx)
-		if err != nil {
-			release()
-			return nil, err
-		}
-		req := call.Request
-		req.Model = d.Upstream
-		in, err := d.Adapter.Stream(ctx, req)
-		if err != nil {
-			drelease()
-			r.record(d, err)
+	left := r.cfg.RetryAfterCap
+	for round := 0; ; round++ {
+		limitedAll := true
+		for attempt, d := range r.plan(m) {
+			if (attempt > 0 || round > 0) && d.limitedFor(r.cfg.Clock()) == 0 && !sleep(ctx, jitter(r.cfg.Backoff)) {
+				release()
+				return nil, ctx.Err()
+			}
+			if !r.waitLimit(ctx, d, &left) {
+				if ctx.Err() != nil {
+					release()
+					return nil, ctx.Err()
+				}
+				continue
+			}
+			out, err := r.streamOn(ctx, call, m, d, release)
+			if err == nil {
+				return out, nil
+			}
 			last = err
+			if d.limited(r.cfg.Clock(), err) {
+				continue
+			}
+			limitedAll = false
 			if !failOver(err) || ctx.Err() != nil {
 				release()
 				return nil, err
 			}
-			continue
 		}
-		// Wait for the first chunk: a stream that fails before it can
-		// still go elsewhere.
-		first, ok := <-in
-		if !ok || first.Err != nil {
-			drelease()
-			err := first.Err
-			if !ok || err == nil {
-				err = &ProviderError{Kind: KindServer, Message: "the stream ended before its first chunk"}
-			}
-			r.record(d, err)
-			last = err
-			if !failOver(err) || ctx.Err() != nil {
-				release()
-				return nil, err
-			}
-			continue
+		if !limitedAll || last == nil || !r.anyWithin(m, left) {
+			break
 		}
-		out := make(chan Chunk, 16)
-		go r.relay(ctx, call, m, d, first, in, out, func() { drelease(); release() })
-		return out, nil
 	}
 	release()
-	if last == nil {
-		return nil, ErrNoDeployment
+	return nil, gaveUp(last)
+}
+
+// streamOn starts the stream on one deployment and waits for its first
+// chunk (a stream that fails before it can still go elsewhere); then the
+// stream is relayed, and done (the model's slot) released at its end.
+func (r *Router) streamOn(ctx context.Context, call Call, m *model, d *deployment, done func()) (<-chan Chunk, error) {
+	drelease, err := d.acquire(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("%w: last: %v", ErrNoDeployment, last)
+	req := call.Request
+	req.Model = d.Upstream
+	in, err := d.Adapter.Stream(ctx, req)
+	if err != nil {
+		drelease()
+		r.record(d, err)
+		return nil, err
+	}
+	first, ok := <-in
+	if !ok || first.Err != nil {
+		drelease()
+		err := first.Err
+		if !ok || err == nil {
+			err = &ProviderError{Kind: KindServer, Message: "the stream ended before its first chunk"}
+		}
+		r.record(d, err)
+		return nil, err
+	}
+	out := make(chan Chunk, 16)
+	go r.relay(ctx, call, m, d, first, in, out, func() { drelease(); done() })
+	return out, nil
 }
 
 // relay forwards a stream to the caller, records its outcome and charges

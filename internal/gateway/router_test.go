@@ -185,24 +185,47 @@ func TestQueueBoundAndDeadline(t *testing.T) {
 	close(p.hold)
 }
 
-// A 429 with a retry-after under the cap is absorbed: the caller sees a
-// wait, then the answer, from the same deployment.
+// A 429 is absorbed: with another healthy deployment the call goes there
+// at once; with none, it waits out the retry-after (within the cap) and
+// is answered by the same deployment; a 429 never degrades a deployment.
 func TestRateLimitAbsorbed(t *testing.T) {
 	p := &fake{name: "p", script: []step{{err: &ProviderError{Kind: KindRateLimited, Status: 429, RetryAfter: 200 * time.Millisecond}}}}
 	other := &fake{name: "other"}
-	r := newRouter(t, Config{Models: []Model{{Name: "m", Concurrency: 1, Deployments: []Deployment{{Name: "d", Adapter: p}, {Name: "o", Adapter: other}}}}})
-	start := time.Now()
+	r := newRouter(t, Config{Health: HealthConfig{MinRequests: 1, MaxErrorRatio: 0.1},
+		Models: []Model{{Name: "m", Concurrency: 1, Deployments: []Deployment{{Name: "d", Adapter: p}, {Name: "o", Adapter: other}}}}})
 	resp, err := r.Complete(context.Background(), call("m", "x"))
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || resp.Deployment != "o" || p.calls.Load() != 1 || other.calls.Load() != 1 {
+		t.Fatalf("a 429 with another deployment healthy: %+v %v; calls %d and %d", resp, err, p.calls.Load(), other.calls.Load())
 	}
-	if resp.Deployment != "d" || p.calls.Load() != 2 || other.calls.Load() != 0 || time.Since(start) < 200*time.Millisecond {
-		t.Fatalf("served by %s after %s; calls %d and %d", resp.Deployment, time.Since(start), p.calls.Load(), other.calls.Load())
+	// While its limit holds, the limited deployment is tried last.
+	if resp, err := r.Complete(context.Background(), call("m", "x2")); err != nil || resp.Deployment != "o" || p.calls.Load() != 1 {
+		t.Fatalf("during the limit: %+v %v; %d calls to d", resp, err, p.calls.Load())
 	}
-	// Over the cap: failed over at once.
-	p.script = []step{{err: &ProviderError{Kind: KindRateLimited, Status: 429, RetryAfter: time.Hour}}}
-	if resp, err := r.Complete(context.Background(), call("m", "y")); err != nil || resp.Deployment != "o" {
-		t.Fatalf("a retry-after over the cap: %+v %v", resp, err)
+	if r.Health()["m"].Deployments["d"].Degraded {
+		t.Fatal("a 429 degraded the deployment")
+	}
+
+	// Alone, the deployment is waited for: a wait, then its answer.
+	solo := &fake{name: "solo", script: []step{
+		{err: &ProviderError{Kind: KindRateLimited, Status: 429, RetryAfter: 100 * time.Millisecond}},
+		{err: &ProviderError{Kind: KindRateLimited, Status: 429, RetryAfter: 100 * time.Millisecond}},
+		{err: &ProviderError{Kind: KindRateLimited, Status: 429}}, // no Retry-After: a second
+	}}
+	r2 := newRouter(t, Config{RetryAfterCap: 5 * time.Second, Health: HealthConfig{MinRequests: 1, MaxErrorRatio: 0.1},
+		Models: []Model{{Name: "m", Concurrency: 1, Deployments: []Deployment{{Name: "s", Adapter: solo}}}}})
+	start := time.Now()
+	resp, err = r2.Complete(context.Background(), call("m", "y"))
+	if err != nil || resp.Deployment != "s" || solo.calls.Load() != 4 || time.Since(start) < 1200*time.Millisecond {
+		t.Fatalf("alone: %+v %v after %s, %d calls", resp, err, time.Since(start), solo.calls.Load())
+	}
+	if r2.Health()["m"].Deployments["s"].Degraded {
+		t.Fatal("429s degraded the only deployment")
+	}
+	// Over the cap: the caller is told at once.
+	solo.script = []step{{err: &ProviderError{Kind: KindRateLimited, Status: 429, RetryAfter: time.Hour}}}
+	start = time.Now()
+	if _, err := r2.Complete(context.Background(), call("m", "z")); KindOf(err) != KindRateLimited || time.Since(start) > time.Second {
+		t.Fatalf("a retry-after over the cap: %v after %s; want the 429 itself, at once", err, time.Since(start))
 	}
 }
 
@@ -413,5 +436,28 @@ func TestStreamNamesItsServerAndCost(t *testing.T) {
 	want := price.Cost(Usage{Input: 1000, Output: 100})
 	if !last.Done || last.Provider != "openai" || last.Deployment != "b" || last.CostMicros != want || want == 0 {
 		t.Fatalf("last chunk %+v: want openai/b costing %d", last, want)
+	}
+}
+
+// A stream that meets a 429 before its first chunk waits it out too, and
+// is answered; a single 429 does not fail it.
+func TestStreamRateLimitAbsorbed(t *testing.T) {
+	solo := &fake{name: "solo", script: []step{
+		{err: &ProviderError{Kind: KindRateLimited, Status: 429, RetryAfter: 100 * time.Millisecond}},
+		{usage: Usage{Input: 1, Output: 1}},
+	}}
+	r := newRouter(t, Config{Health: HealthConfig{MinRequests: 1, MaxErrorRatio: 0.1},
+		Models: []Model{{Name: "m", Concurrency: 1, Deployments: []Deployment{{Name: "s", Adapter: solo}}}}})
+	start := time.Now()
+	ch, err := r.Stream(context.Background(), call("m", "x"))
+	if err != nil {
+		t.Fatalf("a stream behind a 429: %v", err)
+	}
+	text, last := drain(ch)
+	if text != "abc" || !last.Done || solo.calls.Load() != 2 || time.Since(start) < 100*time.Millisecond {
+		t.Fatalf("stream %q %+v after %s, %d calls", text, last, time.Since(start), solo.calls.Load())
+	}
+	if r.Health()["m"].Deployments["s"].Degraded {
+		t.Fatal("a 429 degraded the deployment")
 	}
 }

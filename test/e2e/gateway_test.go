@@ -35,6 +35,10 @@ type provider struct {
 	running atomic.Int64
 	peak    atomic.Int64
 	srv     *httptest.Server
+	// limitUntil, while in the future (unix nanoseconds), answers every
+	// call 429 with Retry-After: 1; limited counts those answers.
+	limitUntil atomic.Int64
+	limited    atomic.Int64
 }
 
 func newProvider(t *testing.T, delay time.Duration) *provider {
@@ -58,6 +62,14 @@ func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Messages) == 0 {
 		http.Error(w, `{"error":{"message":"bad request","type":"invalid_request_error"}}`, http.StatusBadRequest)
+		return
+	}
+	if time.Now().UnixNano() < p.limitUntil.Load() {
+		p.limited.Add(1)
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = io.WriteString(w, `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`)
 		return
 	}
 	n := p.running.Add(1)
@@ -470,5 +482,87 @@ func TestGatewaySyncIdempotency(t *testing.T) {
 	_ = json.Unmarshal([]byte(body), &c)
 	if c.Total.Calls != 2 || c.Total.Micros != 2*55 {
 		t.Fatalf("charged %d calls, %d micro-dollars; want 2 and 110", c.Total.Calls, c.Total.Micros)
+	}
+}
+
+// A provider's rate limit is absorbed on every transport: during 1.5 s of
+// 429 Retry-After: 1 on the only deployment, JSON, SSE, gRPC Complete and
+// gRPC Stream calls wait and complete, none fails, and the deployment is
+// not degraded.
+func TestGatewayRateLimitAbsorbed(t *testing.T) {
+	p := newProvider(t, 0)
+	a := startAgentWith(t, "inprocess", 1, func(c *agent.Config) { c.Gateway = gatewayBlock(p, 8) })
+	base := "http://" + a.GatewayAddr()
+	conn, err := grpc.NewClient(a.GatewayGRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(bearer("key-billing")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	gc := gatewaypb.NewGatewayClient(conn)
+	httpCall := func(content string, stream bool) error {
+		body := fmt.Sprintf(`{"model":"small","stream":%v,"messages":[{"role":"user","content":%q}]}`, stream, content)
+		req, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer key-billing")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || !strings.Contains(string(b), "echo") && !strings.Contains(string(b), content) || strings.Contains(string(b), `"error"`) {
+			return fmt.Errorf("HTTP %d: %s", resp.StatusCode, b)
+		}
+		return nil
+	}
+	calls := map[string]func(string) error{
+		"json": func(c string) error { return httpCall(c, false) },
+		"sse":  func(c string) error { return httpCall(c, true) },
+		"grpc-complete": func(c string) error {
+			_, err := gc.Complete(context.Background(), &gatewaypb.CompletionRequest{Model: "small", Messages: []*gatewaypb.Message{{Role: "user", Content: c}}})
+			return err
+		},
+		"grpc-stream": func(c string) error {
+			st, err := gc.Stream(context.Background(), &gatewaypb.CompletionRequest{Model: "small", Messages: []*gatewaypb.Message{{Role: "user", Content: c}}})
+			if err != nil {
+				return err
+			}
+			for {
+				ch, err := st.Recv()
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				_ = ch
+			}
+		},
+	}
+	p.limitUntil.Store(time.Now().Add(1500 * time.Millisecond).UnixNano())
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failures []string
+	for name, do := range calls {
+		for i := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := do(fmt.Sprintf("%s-%d", name, i)); err != nil {
+					mu.Lock()
+					failures = append(failures, name+": "+err.Error())
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if len(failures) > 0 || p.limited.Load() == 0 {
+		t.Fatalf("%d of 16 calls failed behind %d 429s: %v", len(failures), p.limited.Load(), failures)
+	}
+	_, body := adminCall(t, a, "GET", "/v1/gateway/health", testToken, "")
+	if strings.Contains(body, `"degraded":true`) {
+		t.Fatalf("the 429s degraded the deployment: %s", body)
 	}
 }
