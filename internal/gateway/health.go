@@ -50,10 +50,25 @@ type health struct {
 	mu       sync.Mutex // guards the rest
 	outcomes []outcome  // within the window, oldest first
 	timeouts int        // consecutive
+	cuts     int        // consecutive streams failed midway
 	degraded bool
 	since    time.Time // when it was degraded
 	reason   string
+	// trial is set from a readmission to the first outcome: a failure
+	// then degrades the deployment again at once (a circuit breaker's
+	// half-open state), a success ends the trial. strikes counts the
+	// trials failed in a row; notBefore is the earliest readmission, the
+	// probe interval doubled at each strike (at most maxProbeBackoff): a
+	// deployment whose health check passes while its calls fail is not
+	// readmitted over and over.
+	trial     bool
+	strikes   int
+	notBefore time.Time
 }
+
+// maxProbeBackoff bounds how long a deployment that keeps failing its
+// trials waits before its next readmission.
+const maxProbeBackoff = 5 * time.Minute
 
 type outcome struct {
 	at     time.Time
@@ -76,6 +91,13 @@ func (h *health) record(now time.Time, err error) bool {
 	if h.degraded {
 		return false
 	}
+	if h.trial && err != nil && (failed || KindOf(err) == KindQuotaExceeded) {
+		h.degradeLocked(now, "failed again after its readmission")
+		return true
+	}
+	if h.trial && err == nil {
+		h.trial, h.strikes = false, 0
+	}
 	var fails int
 	for _, o := range h.outcomes {
 		if o.failed {
@@ -96,7 +118,39 @@ func (h *health) record(now time.Time, err error) bool {
 }
 
 func (h *health) degradeLocked(now time.Time, reason string) {
-	h.degraded, h.since, h.reason = true, now, reason
+	if h.trial {
+		h.strikes++
+	} else {
+		h.strikes = 0
+	}
+	h.degraded, h.since, h.reason, h.trial = true, now, reason, false
+	h.notBefore = now.Add(min(h.cfg.ProbeInterval<<min(h.strikes, 16), maxProbeBackoff))
+}
+
+// recordCut records a stream that failed midway: a failure, and past
+// MaxConsecutiveTimeouts of them in a row the deployment is degraded
+// whatever the window says (a stream that breaks after its first chunk
+// cannot be failed over, so waiting for the error ratio costs callers).
+// It reports whether the deployment just became degraded.
+func (h *health) recordCut(now time.Time, err error) bool {
+	if h.record(now, err) {
+		return true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.cuts++
+	if h.degraded || h.cuts < h.cfg.MaxConsecutiveTimeouts {
+		return false
+	}
+	h.degradeLocked(now, "consecutive streams failed midway")
+	return true
+}
+
+// streamEnded records a stream that ended well (after record).
+func (h *health) streamEnded() {
+	h.mu.Lock()
+	h.cuts = 0
+	h.mu.Unlock()
 }
 
 func (h *health) trimLocked(now time.Time) {
@@ -107,11 +161,23 @@ func (h *health) trimLocked(now time.Time) {
 	h.outcomes = h.outcomes[cut:]
 }
 
-// readmit clears the deployment after a good probe.
-func (h *health) readmit() {
+// readmit clears the deployment after a good probe, on trial, unless its
+// backoff holds (it reports whether it readmitted).
+func (h *health) readmit(now time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.degraded, h.reason, h.outcomes, h.timeouts = false, "", nil, 0
+	if now.Before(h.notBefore) {
+		return false
+	}
+	h.degraded, h.reason, h.outcomes, h.timeouts, h.cuts, h.trial = false, "", nil, 0, 0, true
+	return true
+}
+
+// needsProbe says a degraded deployment may be readmitted at now.
+func (h *health) needsProbe(now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.degraded && !now.Before(h.notBefore)
 }
 
 func (h *health) isDegraded() bool {

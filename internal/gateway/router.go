@@ -485,6 +485,7 @@ func (r *Router) relay(ctx context.Context, call Call, m *model, d *deployment, 
 	switch {
 	case ok && c.Done:
 		r.record(d, nil)
+		d.health.streamEnded()
 		var u Usage
 		if c.Usage != nil {
 			u = *c.Usage
@@ -504,7 +505,9 @@ func (r *Router) relay(ctx context.Context, call Call, m *model, d *deployment, 
 		if !ok || err == nil {
 			err = &ProviderError{Kind: KindServer, Message: "the stream ended without its last chunk"}
 		}
-		r.record(d, err) // a mid-stream failure counts
+		if d.health.recordCut(r.cfg.Clock(), err) { // a mid-stream failure counts, and in a row degrades
+			r.log.Warn("deployment degraded: skipped and probed until it answers", "deployment", d.Name, "reason", d.health.state(r.cfg.Clock()).Reason, "error", err)
+		}
 		out <- Chunk{Err: err}
 	}
 }
@@ -602,15 +605,14 @@ func (r *Router) probe() {
 		}
 		for _, m := range r.models {
 			for _, d := range m.deps {
-				if !d.health.isDegraded() {
+				if !d.health.needsProbe(r.cfg.Clock()) {
 					continue
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				err := d.Adapter.HealthCheck(ctx)
 				cancel()
-				if err == nil {
-					d.health.readmit()
-					r.log.Info("deployment readmitted", "deployment", d.Name)
+				if err == nil && d.health.readmit(r.cfg.Clock()) {
+					r.log.Info("deployment readmitted on trial: its next failure degrades it again", "deployment", d.Name)
 				}
 			}
 		}

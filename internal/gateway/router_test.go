@@ -282,7 +282,7 @@ func TestStreamFailures(t *testing.T) {
 		t.Fatalf("failed-over stream: %q %+v", text, last)
 	}
 	b.script = []step{{err: &ProviderError{Kind: KindServer, Message: "cut"}, failAfter: 2}}
-	r.models["m"].deps[0].health.readmit()
+	r.models["m"].deps[0].health.readmit(time.Now().Add(time.Hour))
 	a.script = []step{{err: &ProviderError{Kind: KindServer, Message: "cut"}, failAfter: 2}}
 	ch, err = r.Stream(context.Background(), call("m", "y"))
 	if err != nil {
