@@ -79,6 +79,10 @@ type GatewayDeployment struct {
 	APIKeyFile  string         `hcl:"api_key_file,optional"`
 	Concurrency int            `hcl:"concurrency,optional"`
 	Price       *gateway.Price `hcl:"price,block"`
+	// StallTimeout is how long a stream may send nothing (not even the
+	// provider's pings) before it fails as a timeout (default "30s"); the
+	// gateway's call_timeout bounds the whole stream.
+	StallTimeout string `hcl:"stall_timeout,optional"`
 }
 
 // finishGateway checks the gateway block and fills its defaults.
@@ -136,6 +140,11 @@ func (c *Config) finishGateway() error {
 			}
 			if d.APIKeyEnv != "" && d.APIKeyFile != "" {
 				return fmt.Errorf("gateway: model %q, deployment %q: set api_key_env or api_key_file, not both", m.Name, d.Name)
+			}
+			if d.StallTimeout != "" {
+				if v, err := time.ParseDuration(d.StallTimeout); err != nil || v <= 0 {
+					return fmt.Errorf("gateway: model %q, deployment %q: stall_timeout %q: want a positive duration like \"30s\"", m.Name, d.Name, d.StallTimeout)
+				}
 			}
 		}
 	}
@@ -204,11 +213,12 @@ func newAdapter(d *GatewayDeployment) (gateway.Adapter, error) {
 		}
 		key = strings.TrimSpace(string(b))
 	}
+	stall := duration(d.StallTimeout)
 	switch d.Provider {
 	case "anthropic":
-		return anthropic.New(anthropic.Config{BaseURL: d.BaseURL, APIKey: key})
+		return anthropic.New(anthropic.Config{BaseURL: d.BaseURL, APIKey: key, StallTimeout: stall})
 	default:
-		return openai.New(openai.Config{BaseURL: d.BaseURL, APIKey: key})
+		return openai.New(openai.Config{BaseURL: d.BaseURL, APIKey: key, StallTimeout: stall})
 	}
 }
 

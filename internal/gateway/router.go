@@ -439,16 +439,20 @@ func (r *Router) streamOn(ctx context.Context, call Call, m *model, d *deploymen
 	if err != nil {
 		return nil, err
 	}
+	// call_timeout bounds the whole stream, as it bounds a whole answer.
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	req := call.Request
 	req.Model = d.Upstream
-	in, err := d.Adapter.Stream(ctx, req)
+	in, err := d.Adapter.Stream(sctx, req)
 	if err != nil {
+		cancel()
 		drelease()
 		r.record(d, err)
 		return nil, err
 	}
 	first, ok := <-in
 	if !ok || first.Err != nil {
+		cancel()
 		drelease()
 		err := first.Err
 		if !ok || err == nil {
@@ -458,13 +462,14 @@ func (r *Router) streamOn(ctx context.Context, call Call, m *model, d *deploymen
 		return nil, err
 	}
 	out := make(chan Chunk, 16)
-	go r.relay(ctx, call, m, d, first, in, out, func() { drelease(); done() })
+	go r.relay(ctx, sctx, call, m, d, first, in, out, func() { cancel(); drelease(); done() })
 	return out, nil
 }
 
 // relay forwards a stream to the caller, records its outcome and charges
-// its usage when it ends well.
-func (r *Router) relay(ctx context.Context, call Call, m *model, d *deployment, first Chunk, in <-chan Chunk, out chan<- Chunk, done func()) {
+// its usage when it ends well; sctx is the stream's own context (bounded
+// by call_timeout).
+func (r *Router) relay(ctx, sctx context.Context, call Call, m *model, d *deployment, first Chunk, in <-chan Chunk, out chan<- Chunk, done func()) {
 	defer close(out)
 	defer done()
 	// The first chunk and the last name who serves the stream.
@@ -504,6 +509,10 @@ func (r *Router) relay(ctx context.Context, call Call, m *model, d *deployment, 
 		err := c.Err
 		if !ok || err == nil {
 			err = &ProviderError{Kind: KindServer, Message: "the stream ended without its last chunk"}
+		}
+		if errors.Is(sctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil && KindOf(err) != KindTimeout {
+			// The stream's own bound (call_timeout) ended it.
+			err = &ProviderError{Kind: KindTimeout, Message: "the stream ran past call_timeout"}
 		}
 		if d.health.recordCut(r.cfg.Clock(), err) { // a mid-stream failure counts, and in a row degrades
 			r.log.Warn("deployment degraded: skipped and probed until it answers", "deployment", d.Name, "reason", d.health.state(r.cfg.Clock()).Reason, "error", err)

@@ -461,3 +461,41 @@ func TestStreamRateLimitAbsorbed(t *testing.T) {
 		t.Fatal("a 429 degraded the deployment")
 	}
 }
+
+// stalling is an adapter whose streams send one chunk, then nothing
+// until their context ends.
+type stalling struct{ fake }
+
+func (s *stalling) Stream(ctx context.Context, req Request) (<-chan Chunk, error) {
+	out := make(chan Chunk)
+	go func() {
+		defer close(out)
+		select {
+		case out <- Chunk{Delta: "a"}:
+		case <-ctx.Done():
+			return
+		}
+		<-ctx.Done()
+		select {
+		case out <- Chunk{Err: ctx.Err()}:
+		case <-time.After(time.Second):
+		}
+	}()
+	return out, nil
+}
+
+// call_timeout bounds a stream as it bounds a whole answer: a stream that
+// stalls midway fails as a timeout at the bound.
+func TestCallTimeoutBoundsStreams(t *testing.T) {
+	r := newRouter(t, Config{CallTimeout: 300 * time.Millisecond,
+		Models: []Model{{Name: "m", Concurrency: 1, Deployments: []Deployment{{Name: "s", Adapter: &stalling{}}}}}})
+	start := time.Now()
+	ch, err := r.Stream(context.Background(), call("m", "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, last := drain(ch)
+	if took := time.Since(start); text != "a" || KindOf(last.Err) != KindTimeout || took > 3*time.Second {
+		t.Fatalf("a stalled stream: %q, last %+v after %s; want a timeout at call_timeout", text, last, took)
+	}
+}
