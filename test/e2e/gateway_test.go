@@ -270,7 +270,7 @@ func TestGatewayTransports(t *testing.T) {
 		_ = json.Unmarshal([]byte(body), &c)
 		return c.Total.Calls == 6
 	})
-	if c.Total.Micros != 6*55 || c.Total.Usage.CachedInput != 180 || c.Total.Usage.Input != 72 || c.Sessions["maria"].Micros != 55 || c.Sessions["billing-team"].Calls != 5 {
+	if c.Total.Micros != 6*55 || c.Total.Usage.CachedInput != 180 || c.Total.Usage.Input != 72 || c.Sessions["billing-team/maria"].Micros != 55 || c.Sessions["billing-team"].Calls != 5 {
 		t.Fatalf("counters %+v", c)
 	}
 	day := time.Now().UTC().Format(time.DateOnly)

@@ -157,7 +157,7 @@ func (s *grpcServer) call(ctx context.Context, in *gatewaypb.CompletionRequest) 
 	}
 	call := gateway.Call{
 		Request:        req,
-		Session:        firstOf(in.GetSession(), fromMD, req.User, caller),
+		Session:        sessionOf(caller, in.GetSession(), fromMD, req.User),
 		IdempotencyKey: in.GetIdempotencyKey(),
 	}
 	if dl, ok := ctx.Deadline(); ok {

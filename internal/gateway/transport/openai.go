@@ -113,7 +113,7 @@ func (h *httpServer) chatCompletions(w http.ResponseWriter, r *http.Request, cal
 	}
 	call := gateway.Call{
 		Request:        req,
-		Session:        firstOf(r.Header.Get(SessionHeader), req.User, caller),
+		Session:        sessionOf(caller, r.Header.Get(SessionHeader), req.User),
 		IdempotencyKey: r.Header.Get(idempotencyKey),
 	}
 	if body.Stream {

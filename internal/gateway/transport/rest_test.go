@@ -48,7 +48,8 @@ func TestSubmit(t *testing.T) {
 }
 
 // TestSession checks who pays: the body's session, the header, the user,
-// then the authenticated caller.
+// then the authenticated caller; a session an API key's caller names is
+// under the key's name, so no key spends another's sessions.
 func TestSession(t *testing.T) {
 	auth := func(r *http.Request) (string, error) {
 		if r.Header.Get("Authorization") != "Bearer sk-team" {
@@ -62,10 +63,12 @@ func TestSession(t *testing.T) {
 		header map[string]string
 		want   string
 	}{
-		{"body", map[string]any{"session": "s-body", "user": "u"}, map[string]string{SessionHeader: "s-header"}, "s-body"},
-		{"header", map[string]any{"user": "u"}, map[string]string{SessionHeader: "s-header"}, "s-header"},
-		{"user", map[string]any{"user": "u"}, nil, "u"},
+		{"body", map[string]any{"session": "s-body", "user": "u"}, map[string]string{SessionHeader: "s-header"}, "team-key/s-body"},
+		{"header", map[string]any{"user": "u"}, map[string]string{SessionHeader: "s-header"}, "team-key/s-header"},
+		{"user", map[string]any{"user": "u"}, nil, "team-key/u"},
 		{"api key", map[string]any{}, nil, "team-key"},
+		{"another key's session", map[string]any{}, map[string]string{SessionHeader: "other-key/maria"}, "team-key/other-key/maria"},
+		{"its own session, named", map[string]any{}, map[string]string{SessionHeader: "team-key/maria"}, "team-key/maria"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,7 +94,7 @@ func TestSession(t *testing.T) {
 			}
 			want := tt.want
 			if tt.name == "body" {
-				want = "s-header"
+				want = "team-key/s-header"
 			}
 			if got := svc.lastCall(t).Session; got != want {
 				t.Fatalf("chat session %q, want %q", got, want)

@@ -12,6 +12,7 @@ package transport
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/stickyd/stickyd/internal/gateway"
 )
@@ -70,4 +71,20 @@ func checkRequest(req gateway.Request) error {
 // finished reports whether a job has ended.
 func finished(s gateway.JobState) bool {
 	return s == gateway.JobDone || s == gateway.JobFailed || s == gateway.JobCancelled
+}
+
+// sessionOf is the session a call pays from: the one it names (the first
+// of named that is set: the body's, the header's, the request's user),
+// else the caller's. A caller that authenticated with an API key pays
+// only from sessions under its own name ("billing-team/maria"): naming a
+// session does not let one key spend another's budget or read as it.
+func sessionOf(caller string, named ...string) string {
+	s := firstOf(named...)
+	switch {
+	case s == "":
+		return caller
+	case caller == "" || s == caller || strings.HasPrefix(s, caller+"/"):
+		return s
+	}
+	return caller + "/" + s
 }
