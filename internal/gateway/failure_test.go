@@ -31,3 +31,15 @@ func TestFailureRoundTrip(t *testing.T) {
 		t.Fatal("the gateway's own failures have their own words")
 	}
 }
+
+// Cache writes are priced at their own rate (Anthropic's 1.25 × input
+// when the deployment names none), not as plain input.
+func TestCacheWritePrice(t *testing.T) {
+	u := Usage{Input: 1_000_000, CacheWrite: 1_000_000, CachedInput: 1_000_000, Output: 1_000_000}
+	if got := (Price{Input: 3, CachedInput: 0.3, Output: 15}).Cost(u); got != 3_000_000+3_750_000+300_000+15_000_000 {
+		t.Fatalf("default cache-write price: %d micro-dollars", got)
+	}
+	if got := (Price{Input: 3, CachedInput: 0.3, CacheWrite: 6, Output: 15}).Cost(u); got != 3_000_000+6_000_000+300_000+15_000_000 {
+		t.Fatalf("a cache-write price of its own: %d micro-dollars", got)
+	}
+}

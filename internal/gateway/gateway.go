@@ -86,16 +86,28 @@ func (u Usage) Add(v Usage) Usage {
 }
 
 // Price is what a deployment charges, in US dollars per million tokens.
+// CacheWrite prices the prompt tokens a provider writes to its cache
+// (Anthropic's cache_creation_input_tokens); zero means 1.25 × Input,
+// Anthropic's rate for its 5-minute cache.
 type Price struct {
 	Input       float64 `json:"input" hcl:"input,optional"`
 	CachedInput float64 `json:"cached_input" hcl:"cached_input,optional"`
+	CacheWrite  float64 `json:"cache_write,omitempty" hcl:"cache_write,optional"`
 	Output      float64 `json:"output" hcl:"output,optional"`
 }
+
+// cacheWriteFactor is a cache write's price against plain input when the
+// deployment names none.
+const cacheWriteFactor = 1.25
 
 // Cost is the price of usage, in micro-dollars (millionths of a US dollar),
 // rounded to the nearest: integers add up exactly across nodes.
 func (p Price) Cost(u Usage) int64 {
-	tokens := float64(u.Input+u.CacheWrite)*p.Input + float64(u.CachedInput)*p.CachedInput + float64(u.Output)*p.Output
+	write := p.CacheWrite
+	if write == 0 {
+		write = cacheWriteFactor * p.Input
+	}
+	tokens := float64(u.Input)*p.Input + float64(u.CacheWrite)*write + float64(u.CachedInput)*p.CachedInput + float64(u.Output)*p.Output
 	// price per million tokens × tokens / 1e6 dollars = price × tokens micro-dollars
 	return int64(tokens + 0.5)
 }
