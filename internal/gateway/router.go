@@ -475,14 +475,21 @@ func (r *Router) relay(ctx, sctx context.Context, call Call, m *model, d *deploy
 	// The first chunk and the last name who serves the stream.
 	first.Provider, first.Deployment = d.Provider, d.Name
 	c, ok := first, true
+	var produced int // bytes of text the provider sent
+	var reported *Usage
 	for ok {
+		if c.Usage != nil {
+			reported = c.Usage
+		}
 		if c.Done || c.Err != nil {
 			break
 		}
+		produced += len(c.Delta)
 		select {
 		case out <- c:
 		case <-ctx.Done():
 			r.record(d, nil) // the caller left: not the deployment's failure
+			r.chargePartial(ctx, call, m, d, reported, produced)
 			return
 		}
 		c, ok = <-in
@@ -505,6 +512,11 @@ func (r *Router) relay(ctx, sctx context.Context, call Call, m *model, d *deploy
 		}
 		c.Provider, c.Deployment, c.CostMicros = d.Provider, d.Name, cost
 		out <- c
+	case ctx.Err() != nil:
+		// The caller left while the provider was still sending: not the
+		// deployment's failure, and charged for what it used.
+		r.record(d, nil)
+		r.chargePartial(ctx, call, m, d, reported, produced)
 	default:
 		err := c.Err
 		if !ok || err == nil {
@@ -517,9 +529,39 @@ func (r *Router) relay(ctx, sctx context.Context, call Call, m *model, d *deploy
 		if d.health.recordCut(r.cfg.Clock(), err) { // a mid-stream failure counts, and in a row degrades
 			r.log.Warn("deployment degraded: skipped and probed until it answers", "deployment", d.Name, "reason", d.health.state(r.cfg.Clock()).Reason, "error", err)
 		}
-		out <- Chunk{Err: err}
+		cost := r.chargePartial(ctx, call, m, d, reported, produced)
+		out <- Chunk{Err: err, Provider: d.Provider, Deployment: d.Name, CostMicros: cost}
 	}
 }
+
+// chargePartial charges a stream that did not end well (its caller left,
+// or it was cut) for what it used: the usage the provider reported, or,
+// failing that, the tokens counted, about four bytes of text each, of the
+// prompt and of the text produced. It returns the cost.
+func (r *Router) chargePartial(ctx context.Context, call Call, m *model, d *deployment, reported *Usage, produced int) int64 {
+	var u Usage
+	if reported != nil {
+		u = *reported
+	} else {
+		prompt := 0
+		for _, msg := range call.Request.Messages {
+			prompt += len(msg.Content)
+		}
+		u = Usage{Input: estimateTokens(prompt), Output: estimateTokens(produced)}
+	}
+	if u == (Usage{}) {
+		return 0
+	}
+	cost := d.Price.Cost(u)
+	if err := r.charge(ctx, call, m, d, u, cost); err != nil {
+		r.log.Error("recording a partial stream's cost", "model", m.Name, "session", call.Session, "error", err)
+	}
+	return cost
+}
+
+// estimateTokens counts the tokens of n bytes of text when the provider
+// did not say: about four bytes each, rounded up.
+func estimateTokens(n int) int64 { return int64((n + 3) / 4) }
 
 // admit checks the model and the budgets and takes a slot of the model,
 // waiting in line; it returns the call's context (with its deadline).

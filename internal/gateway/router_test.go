@@ -499,3 +499,41 @@ func TestCallTimeoutBoundsStreams(t *testing.T) {
 		t.Fatalf("a stalled stream: %q, last %+v after %s; want a timeout at call_timeout", text, last, took)
 	}
 }
+
+// A stream cut by its provider, or left by its caller, is charged for
+// what it used: the tokens counted (about four bytes each, prompt and
+// text produced) when the provider reported none; the cut one's last
+// chunk says the cost.
+func TestPartialStreamsCharged(t *testing.T) {
+	price := Price{Input: 1, Output: 1} // a micro-dollar a token
+	cut := &fake{name: "cut", script: []step{{err: &ProviderError{Kind: KindServer, Message: "cut"}, failAfter: 2, chunks: []string{"abcdefgh", "ijklmnop", "q"}}}}
+	ledger := NewMemLedger()
+	r := newRouter(t, Config{Ledger: ledger, Models: []Model{{Name: "m", Concurrency: 2, Deployments: []Deployment{{Name: "c", Price: price, Adapter: cut}}}}})
+	ch, err := r.Stream(context.Background(), call("m", "twelve bytes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, last := drain(ch)
+	// 12 prompt bytes: 3 tokens; 16 bytes produced: 4 tokens.
+	if text != "abcdefghijklmnop" || last.Err == nil || last.CostMicros != 7 {
+		t.Fatalf("cut stream %q, last %+v: want charged 7", text, last)
+	}
+	waitUntil(t, func() bool { return ledger.Counters().Sessions["s1"].Micros == 7 })
+
+	// The caller leaves after the first chunk, the provider still sending.
+	r2 := newRouter(t, Config{Ledger: NewMemLedger(), Models: []Model{{Name: "m", Concurrency: 2, Deployments: []Deployment{{Name: "l", Price: price, Adapter: &stalling{}}}}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err = r2.Stream(ctx, call("m", "four"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ch
+	cancel()
+	for range ch {
+	}
+	// "four": 1 token; "a": 1 token.
+	waitUntil(t, func() bool { return r2.cfg.Ledger.(*MemLedger).Counters().Sessions["s1"].Micros == 2 })
+	if r2.Health()["m"].Deployments["l"].Failures != 0 {
+		t.Fatal("a caller who left counted against the deployment")
+	}
+}
