@@ -283,6 +283,10 @@ func (g *gatewayNode) Submit(ctx context.Context, call gateway.Call) (string, er
 		Call: call, Key: call.IdempotencyKey}
 	res, err := g.apply(ctx, fsm.GatewayJobRequest{Op: fsm.JobOpSubmit, Job: j})
 	if err != nil {
+		if gateway.FailureKind(err) == string(gateway.KindNetwork) {
+			// Raft's, not the gateway's: a leader change, a write timed out.
+			return "", fmt.Errorf("%w: %v", gateway.ErrUnavailable, err)
+		}
 		return "", err
 	}
 	if s, ok := res.(string); ok && s != "" {

@@ -15,6 +15,7 @@ const (
 	FailBudget       = "budget_exceeded"
 	FailNoDeployment = "no_deployment"
 	FailInterrupted  = "interrupted"
+	FailUnavailable  = "unavailable"
 	FailCancelled    = "cancelled"
 )
 
@@ -26,6 +27,7 @@ var sentinels = map[string]error{
 	FailBudget:       ErrBudget,
 	FailNoDeployment: ErrNoDeployment,
 	FailInterrupted:  ErrInterrupted,
+	FailUnavailable:  ErrUnavailable,
 }
 
 // FailureKind is the word for why a call failed: one of the gateway's own

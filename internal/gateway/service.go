@@ -88,6 +88,10 @@ var (
 	// ErrInterrupted: the node running the call died with it; the call is
 	// not run again, to never run twice (503, the caller decides).
 	ErrInterrupted = errorString("the call was interrupted by a node failure and was not run again")
+	// ErrUnavailable: the gateway could not record a submitted call (its
+	// leader changed meanwhile); retry, with the same idempotency key to
+	// be sure it runs once (503, Retry-After 1).
+	ErrUnavailable = errorString("the gateway could not record the call (its leader changed); retry with the same idempotency key")
 )
 
 type errorString string

@@ -98,6 +98,9 @@ func toAPIError(err error) *apiError {
 	case errors.Is(err, gateway.ErrInterrupted):
 		e.Message = gateway.ErrInterrupted.Error()
 		return set(http.StatusServiceUnavailable, codes.Unavailable, typeServer, "interrupted")
+	case errors.Is(err, gateway.ErrUnavailable):
+		e.Message, e.RetryAfter = gateway.ErrUnavailable.Error(), queueFullRetryAfter
+		return set(http.StatusServiceUnavailable, codes.Unavailable, typeServer, "unavailable")
 	case errors.As(err, &pe):
 		return providerAPIError(e, pe)
 	case errors.Is(err, context.DeadlineExceeded):

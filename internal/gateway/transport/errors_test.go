@@ -39,6 +39,8 @@ var errorCases = []errorCase{
 		status: 503, typ: "server_error", code: "no_deployment", grpc: codes.Unavailable, shown: "no healthy deployment", hidden: "org-secret"},
 	{name: "interrupted", err: gateway.ErrInterrupted,
 		status: 503, typ: "server_error", code: "interrupted", grpc: codes.Unavailable, shown: "node failure"},
+	{name: "unavailable (a leader change while recording)", err: fmt.Errorf("%w: %v", gateway.ErrUnavailable, errors.New("leadership lost while committing log")),
+		status: 503, typ: "server_error", code: "unavailable", retryAfter: "1", grpc: codes.Unavailable, retryDelay: time.Second, shown: "same idempotency key", hidden: "committing log"},
 	{name: "provider bad request", err: &gateway.ProviderError{Kind: gateway.KindBadRequest, Status: 400, Message: "max_tokens is too large"},
 		status: 400, typ: "invalid_request_error", code: "provider_bad_request", grpc: codes.InvalidArgument, shown: "max_tokens is too large"},
 	{name: "provider auth", err: &gateway.ProviderError{Kind: gateway.KindAuth, Status: 401, Message: "Incorrect API key sk-abcd"},
