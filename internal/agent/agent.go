@@ -130,7 +130,7 @@ type Agent struct {
 	deployWG   sync.WaitGroup
 	// gw is the AI gateway, with a gateway block; gwServers its listeners.
 	gw                 *gatewayNode
-	gwServers          []interface{ Close() error }
+	gwServers          []gwServer
 	gwAddr, gwGRPCAddr string
 	gwLedgerDone       chan struct{} // closed once the last charges are sent
 	// maintTold is the version (raft index) of the maintenance windows
@@ -832,8 +832,11 @@ func (a *Agent) hold(b []byte) (string, error) {
 // stop. Idempotent.
 func (a *Agent) Shutdown(ctx context.Context) error {
 	var errs []error
+	var gwDrained <-chan struct{}
 	a.shutdownOnce.Do(func() {
 		a.up.Store(false) // health checks fail from now on
+		// The gateway takes no new call; those running finish meanwhile.
+		gwDrained = a.drainGateway(ctx)
 		if a.pool != nil {
 			a.pool.Stopping() // nobody parked wakes on workers about to stop
 		}
@@ -915,9 +918,16 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 		}
 		<-a.tables.done // no table work may reach raft once it stops
 	}
-	// The gateway stops taking calls before its last charges are sent.
-	for _, s := range a.gwServers {
-		_ = s.Close()
+	// The gateway's running calls end (drained, within its bound) before
+	// its last charges are sent.
+	if gwDrained != nil {
+		select {
+		case <-gwDrained:
+		case <-ctx.Done():
+			for _, s := range a.gwServers {
+				_ = s.close()
+			}
+		}
 	}
 	a.gwServers = nil
 	if a.gw != nil {

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -237,7 +238,7 @@ func (a *Agent) serveGateway() error {
 	}
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
-	a.gwServers = append(a.gwServers, hs)
+	a.gwServers = append(a.gwServers, gwServer{drain: hs.Shutdown, close: hs.Close})
 	a.gwAddr = ln.Addr().String()
 	gln, err := net.Listen("tcp", g.GRPCAddress)
 	if err != nil {
@@ -254,15 +255,69 @@ func (a *Agent) serveGateway() error {
 			return name(auth)
 		}}))
 	go func() { _ = gs.Serve(gln) }()
-	a.gwServers = append(a.gwServers, closer(func() error { gs.Stop(); return nil }))
+	a.gwServers = append(a.gwServers, gwServer{
+		drain: func(ctx context.Context) error {
+			done := make(chan struct{})
+			go func() { gs.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+				return nil
+			case <-ctx.Done():
+				gs.Stop()
+				return ctx.Err()
+			}
+		},
+		close: func() error { gs.Stop(); return nil }})
 	a.gwGRPCAddr = gln.Addr().String()
 	log.Info("gateway listening", "http", a.gwAddr, "grpc", a.gwGRPCAddr, "models", a.gw.router.Models())
 	return nil
 }
 
-type closer func() error
+// gwServer is one of the gateway's listeners: drain stops taking calls
+// and waits (within ctx) for those running to end; close cuts them.
+type gwServer struct {
+	drain func(context.Context) error
+	close func() error
+}
 
-func (c closer) Close() error { return c() }
+// drainGateway stops the gateway's transports from taking calls and lets
+// the running ones finish, for at most call_timeout (and ctx): a graceful
+// stop does not cut an answer under way. The channel is closed when they
+// have, or the bound is reached and the rest are cut.
+func (a *Agent) drainGateway(ctx context.Context) <-chan struct{} {
+	done := make(chan struct{})
+	if len(a.gwServers) == 0 {
+		close(done)
+		return done
+	}
+	bound := duration(a.cfg.Gateway.CallTimeout)
+	if bound <= 0 {
+		bound = gatewayDrainDefault
+	}
+	dctx, cancel := context.WithTimeout(ctx, bound)
+	servers := a.gwServers
+	go func() {
+		defer close(done)
+		defer cancel()
+		var wg sync.WaitGroup
+		for _, s := range servers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := s.drain(dctx); err != nil {
+					a.log.Warn("gateway calls still running at the end of the stop's bound were cut", "error", err)
+					_ = s.close()
+				}
+			}()
+		}
+		wg.Wait()
+	}()
+	return done
+}
+
+// gatewayDrainDefault bounds the drain without a call_timeout (the
+// router's default call timeout).
+const gatewayDrainDefault = 2 * time.Minute
 
 // GatewayAddr and GatewayGRPCAddr are the gateway's listeners ("" without
 // a gateway block).

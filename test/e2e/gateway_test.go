@@ -566,3 +566,61 @@ func TestGatewayRateLimitAbsorbed(t *testing.T) {
 		t.Fatalf("the 429s degraded the deployment: %s", body)
 	}
 }
+
+// A graceful stop drains the gateway: calls under way when the agent is
+// told to stop (JSON, SSE, gRPC) finish with their answers, and a new one
+// is no longer taken.
+func TestGatewayStopDrains(t *testing.T) {
+	p := newProvider(t, 1500*time.Millisecond)
+	a := startAgentWith(t, "inprocess", 1, func(c *agent.Config) { c.Gateway = gatewayBlock(p, 8) })
+	base := "http://" + a.GatewayAddr()
+	conn, err := grpc.NewClient(a.GatewayGRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(bearer("key-billing")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	gc := gatewaypb.NewGatewayClient(conn)
+	httpCall := func(content string, stream bool) error {
+		body := fmt.Sprintf(`{"model":"small","stream":%v,"messages":[{"role":"user","content":%q}]}`, stream, content)
+		req, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer key-billing")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || !strings.Contains(string(b), content) {
+			return fmt.Errorf("HTTP %d: %s", resp.StatusCode, b)
+		}
+		return nil
+	}
+	errs := make(chan error, 3)
+	go func() { errs <- httpCall("drain-json", false) }()
+	go func() { errs <- httpCall("drain-sse", true) }()
+	go func() {
+		cr, err := gc.Complete(context.Background(), &gatewaypb.CompletionRequest{Model: "small", Messages: []*gatewaypb.Message{{Role: "user", Content: "drain-grpc"}}})
+		if err == nil && cr.GetContent() != "echo: drain-grpc" {
+			err = fmt.Errorf("gRPC answer %v", cr)
+		}
+		errs <- err
+	}()
+	waitFor(t, 5*time.Second, "three calls at the provider", func() bool { return p.running.Load() == 3 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- a.Shutdown(ctx) }()
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Errorf("a call under way at the stop: %v", err)
+		}
+	}
+	if err := <-stopped; err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if err := httpCall("after", false); err == nil {
+		t.Fatal("a call was taken after the stop")
+	}
+}
