@@ -159,8 +159,9 @@ func (a *Agent) startGateway() error {
 		return nil
 	}
 	ledger := newRaftLedger(a)
+	lease := &leaderLease{a: a}
 	rc := gateway.Config{QueueTimeout: duration(g.QueueTimeout), CallTimeout: duration(g.CallTimeout),
-		RetryAfterCap: duration(g.RetryAfterCap), Ledger: ledger,
+		RetryAfterCap: duration(g.RetryAfterCap), Ledger: ledger, MayStart: lease.check,
 		SessionBudget: int64(g.SessionBudget * 1e6), DayBudget: int64(g.DayBudget * 1e6), Logger: a.log.Named("gateway")}
 	if g.DayZone != "" {
 		rc.Zone, _ = time.LoadLocation(g.DayZone)
@@ -247,7 +248,12 @@ func (g *gatewayNode) Complete(ctx context.Context, call gateway.Call) (gateway.
 		return gateway.CompleteOnce(ctx, g, call)
 	}
 	if g.a.raft.IsLeader() {
-		return g.router.Complete(ctx, call)
+		resp, err := g.router.Complete(ctx, call)
+		if !errors.Is(err, gateway.ErrNotLeader) {
+			return resp, err
+		}
+		// Deposed while the call waited for its slot: it never started,
+		// and the new leader runs it.
 	}
 	var resp gateway.Response
 	err := g.forward(ctx, "/v1/internal/gateway/complete", call, func(body []byte) error { return json.Unmarshal(body, &resp) })
@@ -257,9 +263,46 @@ func (g *gatewayNode) Complete(ctx context.Context, call gateway.Call) (gateway.
 // Stream runs the call on the leader, streaming its answer.
 func (g *gatewayNode) Stream(ctx context.Context, call gateway.Call) (<-chan gateway.Chunk, error) {
 	if g.a.raft.IsLeader() {
-		return g.router.Stream(ctx, call)
+		ch, err := g.router.Stream(ctx, call)
+		if !errors.Is(err, gateway.ErrNotLeader) {
+			return ch, err
+		}
 	}
 	return g.forwardStream(ctx, call)
+}
+
+// leaderLease says whether this server still leads, for the router's
+// MayStart: the model's limit is the leader's, so a server that lost the
+// lead (a new leader elected while it was stopped or cut off) must start
+// no call, even one already waiting in its queue. Raft's own state may lag
+// (a leader that was SIGSTOPped believes it leads until it hears the new
+// term), so the lead is verified with a quorum (raft's VerifyLeader, one
+// round trip) at most once per leaseFresh: a call starts within leaseFresh
+// of a proof that this server led.
+type leaderLease struct {
+	a        *Agent
+	mu       sync.Mutex // one verification at a time; the others wait for it
+	verified time.Time
+}
+
+// leaseFresh is how long a verification of the lead stands.
+const leaseFresh = 100 * time.Millisecond
+
+func (l *leaderLease) check() error {
+	r := l.a.raftNode()
+	if r == nil || !r.IsLeader() {
+		return gateway.ErrNotLeader
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if time.Since(l.verified) < leaseFresh {
+		return nil
+	}
+	if err := r.Raft.VerifyLeader().Error(); err != nil {
+		return gateway.ErrNotLeader
+	}
+	l.verified = time.Now()
+	return nil
 }
 
 // Submit records the call in the maps; the leader runs it.
@@ -596,18 +639,38 @@ func (g *gatewayNode) forward(ctx context.Context, path string, call gateway.Cal
 	return decode(b)
 }
 
+// leaderAdmin is the leader's admin address. During an election (none
+// known yet, or this server, deposed, still named) it waits for one, for
+// at most electionWait and ctx: a call waits out a leader change rather
+// than failing.
 func (g *gatewayNode) leaderAdmin(ctx context.Context) (string, error) {
-	addr, _ := g.a.raft.Leader()
-	admin := g.a.peers.adminOf(addr)
-	if admin == "" {
-		g.a.refreshPeers(ctx)
-		admin = g.a.peers.adminOf(addr)
+	deadline := time.Now().Add(electionWait)
+	for {
+		addr, id := g.a.raft.Leader()
+		admin := ""
+		if id != g.a.cfg.Name || g.a.raft.IsLeader() {
+			admin = g.a.peers.adminOf(addr)
+			if admin == "" && addr != "" {
+				g.a.refreshPeers(ctx)
+				admin = g.a.peers.adminOf(addr)
+			}
+		}
+		if admin != "" {
+			return admin, nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("%w: no leader known to forward the call to", gateway.ErrNoDeployment)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	if admin == "" {
-		return "", fmt.Errorf("%w: no leader known to forward the call to", gateway.ErrNoDeployment)
-	}
-	return admin, nil
 }
+
+// electionWait bounds how long a call waits for a leader to be known.
+const electionWait = 15 * time.Second
 
 // gatewayError turns a leader's refusal back into the gateway's error.
 func gatewayError(err error) error {

@@ -16,6 +16,7 @@ const (
 	FailNoDeployment = "no_deployment"
 	FailInterrupted  = "interrupted"
 	FailUnavailable  = "unavailable"
+	FailNotLeader    = "not_leader"
 	FailCancelled    = "cancelled"
 )
 
@@ -28,6 +29,7 @@ var sentinels = map[string]error{
 	FailNoDeployment: ErrNoDeployment,
 	FailInterrupted:  ErrInterrupted,
 	FailUnavailable:  ErrUnavailable,
+	FailNotLeader:    ErrNotLeader,
 }
 
 // FailureKind is the word for why a call failed: one of the gateway's own

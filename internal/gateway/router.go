@@ -78,6 +78,12 @@ type Config struct {
 	CallTimeout  time.Duration
 	QueueTimeout time.Duration
 	Ledger       Ledger
+	// MayStart, if set, is asked once a call has its slot, before any
+	// provider is called: an error gives the slot back and ends the call
+	// with it, never started. A cluster's gateway says here whether this
+	// node still leads (ErrNotLeader): a deposed leader starts nothing,
+	// so the model's limit holds across a leader change.
+	MayStart func() error
 	// SessionBudget and DayBudget, in micro-dollars, refuse calls of a
 	// session or a day that has spent them (0: none).
 	SessionBudget, DayBudget int64
@@ -599,6 +605,13 @@ func (r *Router) admit(ctx context.Context, call Call) (*model, context.Context,
 			err = ErrQueueTimeout
 		}
 		return nil, nil, nil, err
+	}
+	if r.cfg.MayStart != nil {
+		if err := r.cfg.MayStart(); err != nil {
+			release()
+			cancel()
+			return nil, nil, nil, err
+		}
 	}
 	return m, qctx, func() { release(); cancel() }, nil
 }

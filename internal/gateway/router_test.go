@@ -537,3 +537,26 @@ func TestPartialStreamsCharged(t *testing.T) {
 		t.Fatal("a caller who left counted against the deployment")
 	}
 }
+
+// A call whose node may not start it (MayStart: a deposed leader) gives
+// its slot back and ends with that error, the provider never called.
+func TestMayStartRefuses(t *testing.T) {
+	p := &fake{name: "p"}
+	var leads atomic.Bool
+	r := newRouter(t, Config{MayStart: func() error {
+		if !leads.Load() {
+			return ErrNotLeader
+		}
+		return nil
+	}, Models: []Model{{Name: "m", Concurrency: 1, Deployments: []Deployment{{Name: "d", Adapter: p}}}}})
+	if _, err := r.Complete(context.Background(), call("m", "x")); !errors.Is(err, ErrNotLeader) || p.calls.Load() != 0 {
+		t.Fatalf("not leading: %v, %d provider calls", err, p.calls.Load())
+	}
+	if _, err := r.Stream(context.Background(), call("m", "x")); !errors.Is(err, ErrNotLeader) || p.calls.Load() != 0 {
+		t.Fatalf("a stream not leading: %v, %d provider calls", err, p.calls.Load())
+	}
+	leads.Store(true)
+	if resp, err := r.Complete(context.Background(), call("m", "y")); err != nil || p.calls.Load() != 1 {
+		t.Fatalf("leading again (the slot was given back): %+v %v", resp, err)
+	}
+}

@@ -88,6 +88,9 @@ var (
 	// ErrInterrupted: the node running the call died with it; the call is
 	// not run again, to never run twice (503, the caller decides).
 	ErrInterrupted = errorString("the call was interrupted by a node failure and was not run again")
+	// ErrNotLeader: this node no longer leads the cluster, so it starts no
+	// call (the cluster's gateway passes the call to the new leader).
+	ErrNotLeader = errorString("this gateway node no longer leads the cluster")
 	// ErrUnavailable: the gateway could not record a submitted call (its
 	// leader changed meanwhile); retry, with the same idempotency key to
 	// be sure it runs once (503, Retry-After 1).

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -623,4 +624,85 @@ func TestGatewayStopDrains(t *testing.T) {
 	if err := httpCall("after", false); err == nil {
 		t.Fatal("a call was taken after the stop")
 	}
+}
+
+// The cluster-wide limit holds across a leader change: calls wait in the
+// leader's queue, the leader is SIGSTOPped long enough for another to be
+// elected, then resumed; the deposed leader starts none of the calls it
+// still held (they go to the new leader), so the provider never sees more
+// than the limit at once, and every call is answered.
+func TestGatewayLimitThroughLeaderStop(t *testing.T) {
+	const calls, limit = 60, 4
+	p := newProvider(t, 150*time.Millisecond)
+	gwAddrs := make([]string, 3)
+	for i := range gwAddrs {
+		gwAddrs[i] = freePort(t)
+	}
+	ps, leader := startClusterWith(t, 3, func(i int) string {
+		return fmt.Sprintf(`
+gateway {
+  address      = %q
+  grpc_address = %q
+  queue_timeout = "2m"
+  model "small" {
+    concurrency = %d
+    queue_max   = 5000
+    deployment "local" {
+      provider = "openai"
+      base_url = %q
+      model    = "small-v1"
+    }
+  }
+}`, gwAddrs[i], freePort(t), limit, p.srv.URL+"/v1")
+	})
+	client := &http.Client{Timeout: 3 * time.Minute}
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	var firstErr atomic.Value
+	for i := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"model":"small","messages":[{"role":"user","content":"stop-%02d"}]}`, i)
+			r, err := client.Post("http://"+gwAddrs[leader]+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			if err == nil {
+				b, _ := io.ReadAll(r.Body)
+				r.Body.Close()
+				if r.StatusCode != 200 {
+					err = fmt.Errorf("HTTP %d: %s", r.StatusCode, b)
+				}
+			}
+			if err != nil {
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, err.Error())
+			}
+		}()
+	}
+	waitFor(t, 10*time.Second, "the leader's calls to run", func() bool { return p.running.Load() == limit })
+	if err := ps[leader].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	other := ps[(leader+1)%3]
+	waitFor(t, 30*time.Second, "another leader", func() bool {
+		s, ok := status(t, other)
+		return ok && s.Leader != "" && s.Leader != "s"+strconv.Itoa(leader+1)
+	})
+	time.Sleep(time.Second)
+	if err := ps[leader].cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if peak := p.peak.Load(); peak > limit {
+		t.Fatalf("the provider saw %d calls at once through the leader change; the limit is %d", peak, limit)
+	}
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d of %d calls failed: %v\n%s", n, calls, firstErr.Load(), lastLines(ps[leader].out.String(), 40))
+	}
+	t.Logf("%d calls through a SIGSTOP of the leader: peak %d at the provider (limit %d), none failed", calls, p.peak.Load(), limit)
+}
+
+// lastLines is the end of a log, n lines at most.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

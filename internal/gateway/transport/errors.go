@@ -98,8 +98,11 @@ func toAPIError(err error) *apiError {
 	case errors.Is(err, gateway.ErrInterrupted):
 		e.Message = gateway.ErrInterrupted.Error()
 		return set(http.StatusServiceUnavailable, codes.Unavailable, typeServer, "interrupted")
-	case errors.Is(err, gateway.ErrUnavailable):
-		e.Message, e.RetryAfter = gateway.ErrUnavailable.Error(), queueFullRetryAfter
+	case errors.Is(err, gateway.ErrUnavailable), errors.Is(err, gateway.ErrNotLeader):
+		e.Message, e.RetryAfter = err.Error(), queueFullRetryAfter
+		if errors.Is(err, gateway.ErrUnavailable) {
+			e.Message = gateway.ErrUnavailable.Error() // the cause, raft's, for the log only
+		}
 		return set(http.StatusServiceUnavailable, codes.Unavailable, typeServer, "unavailable")
 	case errors.As(err, &pe):
 		return providerAPIError(e, pe)
