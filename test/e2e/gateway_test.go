@@ -493,30 +493,7 @@ func TestGatewaySyncIdempotency(t *testing.T) {
 func TestGatewayRateLimitAbsorbed(t *testing.T) {
 	p := newProvider(t, 0)
 	a := startAgentWith(t, "inprocess", 1, func(c *agent.Config) { c.Gateway = gatewayBlock(p, 8) })
-	base := "http://" + a.GatewayAddr()
-	conn, err := grpc.NewClient(a.GatewayGRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(bearer("key-billing")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	gc := gatewaypb.NewGatewayClient(conn)
-	httpCall := func(content string, stream bool) error {
-		body := fmt.Sprintf(`{"model":"small","stream":%v,"messages":[{"role":"user","content":%q}]}`, stream, content)
-		req, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer key-billing")
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 || !strings.Contains(string(b), "echo") && !strings.Contains(string(b), content) || strings.Contains(string(b), `"error"`) {
-			return fmt.Errorf("HTTP %d: %s", resp.StatusCode, b)
-		}
-		return nil
-	}
+	httpCall, gc := gatewayClients(t, a)
 	calls := map[string]func(string) error{
 		"json": func(c string) error { return httpCall(c, false) },
 		"sse":  func(c string) error { return httpCall(c, true) },
@@ -574,30 +551,7 @@ func TestGatewayRateLimitAbsorbed(t *testing.T) {
 func TestGatewayStopDrains(t *testing.T) {
 	p := newProvider(t, 1500*time.Millisecond)
 	a := startAgentWith(t, "inprocess", 1, func(c *agent.Config) { c.Gateway = gatewayBlock(p, 8) })
-	base := "http://" + a.GatewayAddr()
-	conn, err := grpc.NewClient(a.GatewayGRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(bearer("key-billing")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	gc := gatewaypb.NewGatewayClient(conn)
-	httpCall := func(content string, stream bool) error {
-		body := fmt.Sprintf(`{"model":"small","stream":%v,"messages":[{"role":"user","content":%q}]}`, stream, content)
-		req, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer key-billing")
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 || !strings.Contains(string(b), content) {
-			return fmt.Errorf("HTTP %d: %s", resp.StatusCode, b)
-		}
-		return nil
-	}
+	httpCall, gc := gatewayClients(t, a)
 	errs := make(chan error, 3)
 	go func() { errs <- httpCall("drain-json", false) }()
 	go func() { errs <- httpCall("drain-sse", true) }()
@@ -705,4 +659,35 @@ gateway {
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// gatewayClients are a test's ways into an agent's gateway, as the key
+// billing-team: an OpenAI-compatible call (JSON or SSE; an error unless
+// 200 with content in its answer and no error event) and a gRPC client.
+func gatewayClients(t *testing.T, a *agent.Agent) (func(content string, stream bool) error, gatewaypb.GatewayClient) {
+	t.Helper()
+	base := "http://" + a.GatewayAddr()
+	conn, err := grpc.NewClient(a.GatewayGRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(bearer("key-billing")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	httpCall := func(content string, stream bool) error {
+		body := fmt.Sprintf(`{"model":"small","stream":%v,"messages":[{"role":"user","content":%q}]}`, stream, content)
+		req, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer key-billing")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || !strings.Contains(string(b), content) || strings.Contains(string(b), `"error"`) {
+			return fmt.Errorf("HTTP %d: %s", resp.StatusCode, b)
+		}
+		return nil
+	}
+	return httpCall, gatewaypb.NewGatewayClient(conn)
 }
