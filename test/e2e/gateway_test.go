@@ -304,30 +304,7 @@ func (bearer) RequireTransportSecurity() bool { return false }
 func TestGatewayClusterLimitAndDurability(t *testing.T) {
 	const calls, limit = 1000, 3
 	p := newProvider(t, 5*time.Millisecond)
-	gwAddrs := make([]string, 3)
-	for i := range gwAddrs {
-		gwAddrs[i] = freePort(t)
-	}
-	ps, leader := startClusterWith(t, 3, func(i int) string {
-		return fmt.Sprintf(`
-gateway {
-  address      = %q
-  grpc_address = %q
-  model "small" {
-    concurrency = %d
-    queue_max   = 5000
-    deployment "local" {
-      provider = "openai"
-      base_url = %q
-      model    = "small-v1"
-      price {
-        input  = 1
-        output = 4
-      }
-    }
-  }
-}`, gwAddrs[i], freePort(t), limit, p.srv.URL+"/v1")
-	})
+	ps, leader, gwAddrs := startGatewayCluster(t, p, limit, "", "      price {\n        input  = 1\n        output = 4\n      }\n")
 	follower := (leader + 1) % 3
 
 	// A follower forwards a synchronous call to the leader.
@@ -588,27 +565,7 @@ func TestGatewayStopDrains(t *testing.T) {
 func TestGatewayLimitThroughLeaderStop(t *testing.T) {
 	const calls, limit = 60, 4
 	p := newProvider(t, 150*time.Millisecond)
-	gwAddrs := make([]string, 3)
-	for i := range gwAddrs {
-		gwAddrs[i] = freePort(t)
-	}
-	ps, leader := startClusterWith(t, 3, func(i int) string {
-		return fmt.Sprintf(`
-gateway {
-  address      = %q
-  grpc_address = %q
-  queue_timeout = "2m"
-  model "small" {
-    concurrency = %d
-    queue_max   = 5000
-    deployment "local" {
-      provider = "openai"
-      base_url = %q
-      model    = "small-v1"
-    }
-  }
-}`, gwAddrs[i], freePort(t), limit, p.srv.URL+"/v1")
-	})
+	ps, leader, gwAddrs := startGatewayCluster(t, p, limit, "  queue_timeout = \"2m\"\n", "")
 	client := &http.Client{Timeout: 3 * time.Minute}
 	var wg sync.WaitGroup
 	var failed atomic.Int64
@@ -690,4 +647,33 @@ func gatewayClients(t *testing.T, a *agent.Agent) (func(content string, stream b
 		return nil
 	}
 	return httpCall, gatewaypb.NewGatewayClient(conn)
+}
+
+// startGatewayCluster starts three servers whose gateways serve model
+// "small" on p with the cluster-wide limit; gateway and deployment are
+// lines added to those blocks. It returns the servers, the leader's index
+// and each one's gateway address.
+func startGatewayCluster(t *testing.T, p *provider, limit int, gateway, deployment string) ([]*proc, int, []string) {
+	t.Helper()
+	gwAddrs := make([]string, 3)
+	for i := range gwAddrs {
+		gwAddrs[i] = freePort(t)
+	}
+	ps, leader := startClusterWith(t, 3, func(i int) string {
+		return fmt.Sprintf(`
+gateway {
+  address      = %q
+  grpc_address = %q
+%s  model "small" {
+    concurrency = %d
+    queue_max   = 5000
+    deployment "local" {
+      provider = "openai"
+      base_url = %q
+      model    = "small-v1"
+%s    }
+  }
+}`, gwAddrs[i], freePort(t), gateway, limit, p.srv.URL+"/v1", deployment)
+	})
+	return ps, leader, gwAddrs
 }
