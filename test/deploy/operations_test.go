@@ -48,9 +48,11 @@ func TestNomadOperations(t *testing.T) {
 	nc := nomad.Client()
 
 	vars := filepath.Join(root, "site.vars.hcl")
-	writeFile(t, vars, siteVars(dist, consul.HTTPAddr, nomad.Addr, "group_node_pool = \"hosts\"\n"))
+	// Mutual TLS between the agents through every operation, the
+	// certificates from stickyd tls in the job's Nomad variable.
+	writeFile(t, vars, siteVars(dist, consul.HTTPAddr, nomad.Addr, "group_node_pool = \"hosts\"\ntls = true\n"))
 	jobfile, _ := filepath.Abs("../../jobs/stickyd.nomad")
-	putSecrets(t, nomad)
+	putSecrets(t, nomad, tlsItems(t, stickyd, filepath.Join(root, "tls"))...)
 	run(t, nomad.Env(), 0, nomadBin, "job", "run", "-detach", "-var-file", vars, jobfile)
 	waitService(t, cc, "stickyd-server", 3, 3*time.Minute)
 	admin := func() string { return "http://" + waitService(t, cc, "stickyd-server", 1, time.Minute)[0] }
