@@ -223,7 +223,7 @@ func (f *framing) nextRequest() {
 // framing scanner.
 type strictConn struct {
 	net.Conn
-	f       *framing
+	f       *framing // nil past an upgrade
 	refused func(framingReason)
 	// tail is what is left to read after a break: framingRefusal, then
 	// nothing.
@@ -241,7 +241,16 @@ func (c *strictConn) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	n, err := c.Conn.Read(p)
-	if i, reason := c.f.scan(p[:n]); i >= 0 {
+	if c.f == nil {
+		return n, err // past an upgrade: the WebSocket's bytes pass as they are
+	}
+	i, reason := c.f.scan(p[:n])
+	if c.f.state == stPass {
+		// Nothing more is HTTP on this connection: the scanner and its
+		// line buffer go, not kept for the WebSocket's whole life.
+		c.f = nil
+	}
+	if i >= 0 {
 		c.broken, c.tail = true, framingRefusal
 		if c.refused != nil {
 			c.refused(reason)

@@ -431,13 +431,7 @@ func TestGatewaySyncIdempotency(t *testing.T) {
 		t.Fatalf("the provider ran the JSON call %d times, want 1", n)
 	}
 
-	conn, err := grpc.NewClient(a.GatewayGRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(bearer("key-billing")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	gc := gatewaypb.NewGatewayClient(conn)
+	_, gc := gatewayClients(t, a)
 	ctx := context.Background()
 	for i := range 2 {
 		cr, err := gc.Complete(ctx, &gatewaypb.CompletionRequest{Model: "small", IdempotencyKey: "k-grpc-1",
