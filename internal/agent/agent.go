@@ -122,7 +122,9 @@ type Agent struct {
 	catalogGroups map[string]bool
 	stopCatalog   chan struct{}
 	rpc           *grpc.Server
-	rpcLn         net.Listener
+	// frontAddr and rpcAddr are the listeners' addresses, published once
+	// they listen: the admin API answers before the front opens.
+	frontAddr, rpcAddr atomic.Pointer[string]
 	// consul is the client of the consul block, made once.
 	consulOnce sync.Once
 	consul     *consul.Client
@@ -375,7 +377,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 			go a.idle.run(a.stopIdle)
 		}
 	}
-	a.api.Store(api.Handler(api.Config{Token: a.token, ReadToken: a.cfg.Admin.ReadToken, Supervisor: a.sup, Gatherer: a.registry, Logger: a.log.Named("api"),
+	a.api.Store(api.Handler(api.Config{Token: a.token, ReadToken: a.cfg.Admin.ReadToken, Supervisor: people{a}, Gatherer: a.registry, Logger: a.log.Named("api"),
 		Workers: a.workersView, Status: a.status,
 		Events: func() any { return a.govern.events() },
 		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: checkGovernance, CheckBundle: a.checkBundle,
@@ -436,6 +438,8 @@ func (a *Agent) startFront(ctx context.Context) error {
 	}
 	maxConns, files := frontConnections(a.cfg.Front.MaxConnections)
 	a.listener = a.front.Limit(a.listener, maxConns)
+	frontAddr := a.listener.Addr().String()
+	a.frontAddr.Store(&frontAddr)
 	a.log.Info("front bounds", "max_connections", maxConns, "file_limit", files,
 		"idle_timeout", a.cfg.Front.idleTimeout(), "body_timeout", a.cfg.Front.bodyTimeout(), "max_header_bytes", a.cfg.Front.maxHeaderBytes())
 	srv := &http.Server{Handler: a.front, ReadHeaderTimeout: 10 * time.Second,
@@ -644,10 +648,19 @@ func (a *Agent) Token() string { return a.token }
 
 // Addr is the front's listening address.
 func (a *Agent) Addr() string {
-	if a.listener == nil {
-		return ""
+	if p := a.frontAddr.Load(); p != nil {
+		return *p
 	}
-	return a.listener.Addr().String()
+	return ""
+}
+
+// rpcAddress is the address peer links are served on, or "" before they
+// are (or on an agent without them).
+func (a *Agent) rpcAddress() string {
+	if p := a.rpcAddr.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // Pool is the agent's worker pool.

@@ -69,9 +69,7 @@ func (a *Agent) self() Self {
 		_, s.Leader = r.Leader()
 		s.Established = s.Leader != "" && r.Health().Member
 	}
-	if a.rpcLn != nil {
-		s.RPCAddr = a.rpcLn.Addr().String()
-	}
+	s.RPCAddr = a.rpcAddress()
 	return s
 }
 
@@ -254,9 +252,7 @@ func (a *Agent) register(ctx context.Context) error {
 	a.registerMu.Lock()
 	defer a.registerMu.Unlock()
 	e := fsm.AgentEntry{Name: a.cfg.Name, AdminAddr: a.AdminAddr(), Workers: map[string]string{}, Draining: a.draining.Load()}
-	if a.rpcLn != nil {
-		e.RPCAddr = a.rpcLn.Addr().String()
-	}
+	e.RPCAddr = a.rpcAddress()
 	for _, w := range a.pool.Workers() {
 		e.Workers[w.ID] = w.Group
 	}

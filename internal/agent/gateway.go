@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"net/http"
 	"os"
 	"slices"
@@ -48,9 +49,14 @@ type GatewayConfig struct {
 	DayZone string `hcl:"day_zone,optional"`
 	// SessionBudget and DayBudget, in US dollars, refuse the calls of a
 	// session or a day that spent them (0: none).
-	SessionBudget float64         `hcl:"session_budget,optional"`
-	DayBudget     float64         `hcl:"day_budget,optional"`
-	Models        []*GatewayModel `hcl:"model,block"`
+	SessionBudget float64 `hcl:"session_budget,optional"`
+	DayBudget     float64 `hcl:"day_budget,optional"`
+	// KeyBudget, in US dollars, refuses the calls of an API key that spent
+	// it, over its life (0: none); KeyBudgets sets it for a key by name
+	// (a key named there with 0 has none).
+	KeyBudget  float64            `hcl:"key_budget,optional"`
+	KeyBudgets map[string]float64 `hcl:"key_budgets,optional"`
+	Models     []*GatewayModel    `hcl:"model,block"`
 }
 
 // GatewayModel is a model callers ask for by name.
@@ -113,8 +119,16 @@ func (c *Config) finishGateway() error {
 			return fmt.Errorf("gateway: day_zone %q: %w", g.DayZone, err)
 		}
 	}
-	if g.SessionBudget < 0 || g.DayBudget < 0 {
+	if g.SessionBudget < 0 || g.DayBudget < 0 || g.KeyBudget < 0 {
 		return fmt.Errorf("gateway: budgets must not be negative")
+	}
+	for name, b := range g.KeyBudgets {
+		if _, ok := g.APIKeys[name]; !ok {
+			return fmt.Errorf("gateway: key_budgets names %q, which is not in api_keys", name)
+		}
+		if b < 0 {
+			return fmt.Errorf("gateway: key_budgets: %q's budget must not be negative", name)
+		}
 	}
 	if len(g.Models) == 0 {
 		return fmt.Errorf("gateway: configure at least one model block")
@@ -162,7 +176,14 @@ func (a *Agent) startGateway() error {
 	lease := &leaderLease{a: a}
 	rc := gateway.Config{QueueTimeout: duration(g.QueueTimeout), CallTimeout: duration(g.CallTimeout),
 		RetryAfterCap: duration(g.RetryAfterCap), Ledger: ledger, MayStart: lease.check,
-		SessionBudget: int64(g.SessionBudget * 1e6), DayBudget: int64(g.DayBudget * 1e6), Logger: a.log.Named("gateway")}
+		SessionBudget: int64(g.SessionBudget * 1e6), DayBudget: int64(g.DayBudget * 1e6), KeyBudget: int64(g.KeyBudget * 1e6),
+		Logger: a.log.Named("gateway")}
+	if len(g.KeyBudgets) > 0 {
+		rc.KeyBudgets = map[string]int64{}
+		for name, b := range g.KeyBudgets {
+			rc.KeyBudgets[name] = int64(b * 1e6)
+		}
+	}
 	if g.DayZone != "" {
 		rc.Zone, _ = time.LoadLocation(g.DayZone)
 	}
@@ -458,6 +479,7 @@ func (g *gatewayNode) run(ctx context.Context, j fsm.GatewayJob) {
 	// have run, which is rejected, never run again.
 	started := false
 	call := j.Call
+	call.Accepted = true
 	call.OnStart = func(ctx context.Context) error {
 		if !g.a.raft.IsLeader() {
 			return errNotLeading
@@ -547,24 +569,63 @@ func (l *raftLedger) Add(ctx context.Context, c gateway.Charge) error {
 	return nil
 }
 
-// Spent reads the replica and adds what is pending here.
-func (l *raftLedger) Spent(session, day string) (int64, int64) {
-	s, d := l.a.fsm.GatewaySpent(session, day)
+// Spent reads the replica and adds the charges taken here it has not
+// applied yet: every charge counts from the moment it is taken.
+func (l *raftLedger) Spent(session, day, key string) gateway.Spend {
+	// l.mu is held across the replica's read: the batch in flight is
+	// then either applied (the replica's mark says so) or still held.
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	unapplied := l.pending
-	if l.inflight != nil {
-		unapplied = append(slices.Clip(l.inflight.Charges), l.pending...)
+	s, applied := l.a.fsm.GatewaySpent(session, day, key, l.id)
+	return s.Add(session, day, key, l.unappliedLocked(applied)...)
+}
+
+// Counters are the cost counters with every charge taken here counted:
+// the leader's answer is exact at once (every call runs on the leader).
+func (l *raftLedger) Counters() gateway.Counters {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c, applied := l.a.fsm.GatewayCountersOf(l.id)
+	for _, ch := range l.unappliedLocked(applied) {
+		c.Apply(ch)
 	}
-	for _, c := range unapplied {
-		if c.Session == session {
-			s += c.Micros
-		}
-		if c.Day == day {
-			d += c.Micros
+	return c
+}
+
+// Sessions are the named sessions' counters with every charge taken here
+// counted.
+func (l *raftLedger) Sessions(names iter.Seq[string]) map[string]gateway.Tally {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out, applied := l.a.fsm.GatewaySessions(names, l.id)
+	unapplied := map[string]gateway.Tally{} // a batch's worth at most
+	for _, ch := range l.unappliedLocked(applied) {
+		t := unapplied[ch.Session]
+		t.Micros += ch.Micros
+		t.Calls++
+		t.Usage = t.Usage.Add(ch.Usage)
+		unapplied[ch.Session] = t
+	}
+	if len(unapplied) == 0 {
+		return out
+	}
+	for n := range names {
+		if u, ok := unapplied[n]; ok {
+			t := out[n]
+			t.Micros, t.Calls, t.Usage = t.Micros+u.Micros, t.Calls+u.Calls, t.Usage.Add(u.Usage)
+			out[n] = t
 		}
 	}
-	return s, d
+	return out
+}
+
+// unappliedLocked are the charges taken here that the replica has not
+// applied, given the last batch it applied.
+func (l *raftLedger) unappliedLocked(applied uint64) []gateway.Charge {
+	if l.inflight == nil || l.inflight.Batch <= applied {
+		return l.pending
+	}
+	return append(slices.Clip(l.inflight.Charges), l.pending...)
 }
 
 // run sends the pending charges to the log until stop closes, then sends

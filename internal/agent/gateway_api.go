@@ -24,6 +24,9 @@ import (
 	"github.com/stickyd/stickyd/internal/gateway"
 	"github.com/stickyd/stickyd/internal/gateway/gatewaypb"
 	"github.com/stickyd/stickyd/internal/gateway/transport"
+	"github.com/stickyd/stickyd/internal/move"
+	"github.com/stickyd/stickyd/internal/placement"
+	"github.com/stickyd/stickyd/internal/supervisor"
 )
 
 var randRead = rand.Read
@@ -36,12 +39,22 @@ func (a *Agent) gatewayRoutes(mux *http.ServeMux, wrap func(func(http.ResponseWr
 		return
 	}
 	mux.HandleFunc("GET /v1/gateway/usage", wrap(func(w http.ResponseWriter, r *http.Request) error {
-		c := a.fsm.GatewayCounters()
-		if s := r.URL.Query().Get("session"); s != "" {
-			t := c.Sessions[s]
-			c.Sessions = map[string]gateway.Tally{s: t}
+		c, source := a.gatewayUsage(r.Context())
+		q := r.URL.Query()
+		if s := q.Get("session"); s != "" {
+			c.Sessions = map[string]gateway.Tally{s: c.Sessions[s]}
 		}
-		writeJSONTo(w, http.StatusOK, c)
+		if k := q.Get("key"); k != "" {
+			c.Keys = map[string]gateway.Tally{k: c.Keys[k]}
+		}
+		writeJSONTo(w, http.StatusOK, gateway.UsageAnswer{Counters: c, Source: source})
+		return nil
+	}))
+	mux.HandleFunc("GET /v1/internal/gateway/usage", wrap(func(w http.ResponseWriter, r *http.Request) error {
+		if !a.raft.IsLeader() {
+			return &api.Error{Status: http.StatusMisdirectedRequest, Message: "not the leader"}
+		}
+		writeJSONTo(w, http.StatusOK, a.gw.ledger.Counters())
 		return nil
 	}))
 	mux.HandleFunc("GET /v1/gateway/health", wrap(func(w http.ResponseWriter, r *http.Request) error {
@@ -106,6 +119,27 @@ func (a *Agent) gatewayRoutes(mux *http.ServeMux, wrap func(func(http.ResponseWr
 		}
 		return nil
 	}))
+}
+
+// gatewayUsage is the cost counters as the leader's ledger has them, every
+// finished call counted ("leader"); when the leader cannot be asked, this
+// server's replica, which lags the leader by at most the charges' batch
+// ("replica").
+func (a *Agent) gatewayUsage(ctx context.Context) (gateway.Counters, string) {
+	if a.raft.IsLeader() {
+		return a.gw.ledger.Counters(), "leader"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if addr, _ := a.raft.Leader(); addr != "" {
+		if admin := a.peers.adminOf(addr); admin != "" {
+			var c gateway.Counters
+			if err := a.call(ctx, http.MethodGet, admin, "/v1/internal/gateway/usage", nil, &c); err == nil {
+				return c, "leader"
+			}
+		}
+	}
+	return a.fsm.GatewayCounters(), "replica"
 }
 
 // wireChunk is a chunk on the leader-to-follower stream.
@@ -395,4 +429,53 @@ func (a *Agent) gatewayZone() *time.Location {
 		}
 	}
 	return time.UTC
+}
+
+// people is the supervisor as the admin API and the monitor show it: each
+// person with what their calls to the gateway cost (a worker's calls pay
+// from the person's session, named by the user).
+type people struct{ a *Agent }
+
+func (p people) Users() []placement.UserInfo {
+	us := p.a.sup.Users()
+	if p.a.gw == nil {
+		return us
+	}
+	tallies := p.a.gw.ledger.Sessions(func(yield func(string) bool) {
+		for _, u := range us {
+			if !yield(u.User) {
+				return
+			}
+		}
+	})
+	for i := range us {
+		t := tallies[us[i].User]
+		us[i].GatewayMicros, us[i].GatewayCalls = t.Micros, t.Calls
+	}
+	return us
+}
+
+func (p people) User(user string) (placement.UserInfo, bool) {
+	u, ok := p.a.sup.User(user)
+	if ok && p.a.gw != nil {
+		t := p.a.gw.ledger.Sessions(func(yield func(string) bool) { yield(user) })[user]
+		u.GatewayMicros, u.GatewayCalls = t.Micros, t.Calls
+	}
+	return u, ok
+}
+
+func (p people) Move(ctx context.Context, user, to, reason string) (move.Result, error) {
+	return p.a.sup.Move(ctx, user, to, reason)
+}
+
+func (p people) MoveToGroup(ctx context.Context, user, group, reason string) (move.Result, error) {
+	return p.a.sup.MoveToGroup(ctx, user, group, reason)
+}
+
+func (p people) Drain(ctx context.Context, worker string, parallel int, progress func(move.Result, error)) (supervisor.DrainResult, error) {
+	return p.a.sup.Drain(ctx, worker, parallel, progress)
+}
+
+func (p people) ForgetUser(ctx context.Context, user string) (move.Forgotten, error) {
+	return p.a.sup.ForgetUser(ctx, user)
 }

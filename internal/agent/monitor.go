@@ -184,8 +184,9 @@ func (a *Agent) monitorView(ctx context.Context) (monitor.View, error) {
 		}
 		return v.Workers[i].ID < v.Workers[j].ID
 	})
-	for _, u := range a.sup.Users() {
-		p := monitor.Person{User: u.User, Worker: u.Worker, Group: a.router.GroupOf(u.Worker), State: u.State, Conns: u.Conns, Seen: u.Seen}
+	for _, u := range (people{a}).Users() {
+		p := monitor.Person{User: u.User, Worker: u.Worker, Group: a.router.GroupOf(u.Worker), State: u.State, Conns: u.Conns, Seen: u.Seen,
+			GatewayMicros: u.GatewayMicros, GatewayCalls: u.GatewayCalls}
 		if x, ok := usage[u.User]; ok && x.Worker == u.Worker {
 			p.Pages, p.BusySeconds, p.Frames, p.StateBytes = x.Pages, x.BusySeconds, x.Frames, x.StateBytes
 		}

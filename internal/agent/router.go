@@ -249,7 +249,8 @@ func (a *Agent) serveLinks() error {
 		// (each refusal counted), so gRPC sees plain connections.
 		ln = a.tls.Listener(ln, "rpc", tlsutil.RoleServer, tlsutil.RoleHost)
 	}
-	a.rpcLn = ln
+	addr := ln.Addr().String()
+	a.rpcAddr.Store(&addr)
 	s := grpc.NewServer(channel.PeerLinkServerOptions()...)
 	channel.RegisterServer(s, a.serveLink)
 	a.rpc = s

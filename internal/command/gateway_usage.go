@@ -27,9 +27,11 @@ func (c *GatewayUsageCommand) Help() string {
 Usage: stickyd gateway usage [options]
 
   Shows what the AI gateway's calls cost: the total, then per day (newest
-  first, in the calendar of the gateway's day_zone) and per session (the
-  costliest first, the top 20). The counters are this agent's copy of the
-  replicated maps: a follower's may lag the leader's by a moment.
+  first, in the calendar of the gateway's day_zone), per API key and per
+  session (the costliest first, the top 20). The counters are the leader's:
+  every finished call is in them. When the leader cannot be asked, the
+  agent answers from its copy of the replicated maps, which may lag by a
+  moment, and says so.
 
   Costs are in US dollars, to the micro-dollar, from each deployment's
   price block. IN counts the input tokens read uncached (written to the
@@ -86,11 +88,14 @@ func (c *GatewayUsageCommand) Run(args []string) int {
 			c.printJSON(body)
 			return 0
 		}
-		var counters gateway.Counters
-		if err := json.Unmarshal(body, &counters); err != nil {
+		var answer gateway.UsageAnswer
+		if err := json.Unmarshal(body, &answer); err != nil {
 			return c.fail(fmt.Errorf("reading the gateway's usage: decoding the answer: %w", err))
 		}
-		c.UI.Output(usageReport(counters, session, days))
+		c.UI.Output(usageReport(answer.Counters, session, days))
+		if answer.Source == "replica" {
+			c.UI.Warn("The leader could not be asked: these are this agent's replicated counters, which may lag by a moment.")
+		}
 		return 0
 	})
 }
@@ -138,6 +143,15 @@ func usageReport(c gateway.Counters, session string, days int) string {
 	}
 	b.WriteString(formatTable([]string{"DAY", "COST", "CALLS", "IN", "CACHED", "OUT"}, rows))
 
+	if len(c.Keys) > 0 && session == "" {
+		keys := slices.Sorted(maps.Keys(c.Keys))
+		b.WriteString("\n\nAPI keys\n")
+		rows := make([][]string, len(keys))
+		for i, k := range keys {
+			rows[i] = tallyRow(k, c.Keys[k])
+		}
+		b.WriteString(formatTable([]string{"KEY", "COST", "CALLS", "IN", "CACHED", "OUT"}, rows))
+	}
 	if session != "" {
 		t := c.Sessions[session]
 		if t.Calls == 0 {

@@ -21,7 +21,7 @@ Usage: stickyd user show [options] USER
 
   Shows where a user lives: their worker, state, epoch, open connections,
   the worker they are moving to and the parked package they will wake
-  from, if any.
+  from, if any, and what their calls to the AI gateway cost.
 
 Options:
 
@@ -64,6 +64,9 @@ func (c *UserShowCommand) Run(args []string) int {
 		kv = append(kv, [2]string{"Epoch", strconv.FormatUint(u.Epoch, 10)}, [2]string{"Conns", strconv.Itoa(u.Conns)}, [2]string{"Seen", seenAgo(u.Seen, time.Now())})
 		if u.Package != "" {
 			kv = append(kv, [2]string{"Package", u.Package})
+		}
+		if u.GatewayCalls > 0 {
+			kv = append(kv, [2]string{"AI gateway cost", fmt.Sprintf("%s in %d calls", formatMicros(u.GatewayMicros), u.GatewayCalls)})
 		}
 		c.UI.Output(formatKV(kv))
 		return 0

@@ -91,6 +91,12 @@ func TestUserShow(t *testing.T) {
 	f2 := newFakeAPI(t, map[string]http.HandlerFunc{"GET /v1/users/{user}": answer(200, testUsers[0])})
 	r = run(t, append([]string{"user", "show", "carol", "-json"}, f2.args()...)...)
 	r.expect(t, 0, []string{`"package": "pkg-c"`, `"user": "carol"`}, nil)
+
+	// What the person's gateway calls cost, when they made any.
+	dan := placement.UserInfo{User: "dan", Worker: "web-2", State: "live", GatewayMicros: 1_234_567, GatewayCalls: 3}
+	f3 := newFakeAPI(t, map[string]http.HandlerFunc{"GET /v1/users/{user}": answer(200, dan)})
+	r = run(t, f3.args("user", "show", "dan")...)
+	r.expect(t, 0, []string{"AI gateway cost = $1.234567 in 3 calls"}, nil)
 }
 
 func TestUserMove(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"time"
@@ -270,15 +271,28 @@ func (f *FSM) GatewayCounters() gateway.Counters {
 	return f.state.Gateway.Counters.Clone()
 }
 
-// GatewaySpent returns what a session and a day have spent.
-func (f *FSM) GatewaySpent(session, day string) (int64, int64) {
+// GatewaySpent returns what a session, a day and an API key have spent,
+// and the last batch applied of ledger: a ledger adds what it holds past
+// it.
+func (f *FSM) GatewaySpent(session, day, key, ledger string) (gateway.Spend, uint64) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.state.Gateway == nil {
-		return 0, 0
+		return gateway.Spend{}, 0
 	}
-	c := f.state.Gateway.Counters
-	return c.Sessions[session].Micros, c.Days[day].Micros
+	g := f.state.Gateway
+	return g.Counters.Spent(session, day, key), g.Ledgers[ledger].Batch
+}
+
+// GatewayCountersOf returns a copy of the cost counters and the last
+// batch applied of ledger.
+func (f *FSM) GatewayCountersOf(ledger string) (gateway.Counters, uint64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.state.Gateway == nil {
+		return gateway.Counters{}, 0
+	}
+	return f.state.Gateway.Counters.Clone(), f.state.Gateway.Ledgers[ledger].Batch
 }
 
 // GatewayJob returns a submitted call.
@@ -468,4 +482,21 @@ func (f *FSM) GatewayActive(model string) int {
 		return g.perModel[model]
 	}
 	return 0
+}
+
+// GatewaySessions returns the cost counters of the named sessions that have
+// one, read under one lock, and the last batch applied of ledger.
+func (f *FSM) GatewaySessions(names iter.Seq[string], ledger string) (map[string]gateway.Tally, uint64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := map[string]gateway.Tally{}
+	if f.state.Gateway == nil {
+		return out, 0
+	}
+	for n := range names {
+		if t, ok := f.state.Gateway.Counters.Sessions[n]; ok {
+			out[n] = t
+		}
+	}
+	return out, f.state.Gateway.Ledgers[ledger].Batch
 }

@@ -9,8 +9,19 @@ import (
 // total, in micro-dollars, with the tokens behind them.
 type Counters struct {
 	Sessions map[string]Tally `json:"sessions"`
-	Days     map[string]Tally `json:"days"`
-	Total    Tally            `json:"total"`
+	// Keys are the API keys' counters, by the key's name.
+	Keys  map[string]Tally `json:"keys,omitempty"`
+	Days  map[string]Tally `json:"days"`
+	Total Tally            `json:"total"`
+}
+
+// UsageAnswer is the admin API's answer of GET /v1/gateway/usage: the
+// counters and where they come from, "leader" (the leader's ledger, every
+// finished call counted) or "replica" (an agent's copy of the replicated
+// maps, when the leader cannot be asked).
+type UsageAnswer struct {
+	Counters
+	Source string `json:"source"`
 }
 
 // Tally is one counter: its cost, its calls and their tokens.
@@ -36,8 +47,39 @@ func (c *Counters) Apply(ch Charge) {
 		return t
 	}
 	c.Sessions[ch.Session] = add(c.Sessions[ch.Session])
+	if ch.Key != "" {
+		if c.Keys == nil {
+			c.Keys = map[string]Tally{}
+		}
+		c.Keys[ch.Key] = add(c.Keys[ch.Key])
+	}
 	c.Days[ch.Day] = add(c.Days[ch.Day])
 	c.Total = add(c.Total)
+}
+
+// Spent returns what session, day and key have spent.
+func (c *Counters) Spent(session, day, key string) Spend {
+	s := Spend{Session: c.Sessions[session].Micros, Day: c.Days[day].Micros}
+	if key != "" {
+		s.Key = c.Keys[key].Micros
+	}
+	return s
+}
+
+// Add adds the charges to the spend of session, day and key.
+func (s Spend) Add(session, day, key string, charges ...Charge) Spend {
+	for _, c := range charges {
+		if c.Session == session {
+			s.Session += c.Micros
+		}
+		if c.Day == day {
+			s.Day += c.Micros
+		}
+		if key != "" && c.Key == key {
+			s.Key += c.Micros
+		}
+	}
+	return s
 }
 
 // Clone returns a deep copy.
@@ -48,6 +90,12 @@ func (c *Counters) Clone() Counters {
 	}
 	for k, v := range c.Days {
 		out.Days[k] = v
+	}
+	if c.Keys != nil {
+		out.Keys = make(map[string]Tally, len(c.Keys))
+		for k, v := range c.Keys {
+			out.Keys[k] = v
+		}
 	}
 	return out
 }
@@ -75,10 +123,10 @@ func (l *MemLedger) Add(_ context.Context, ch Charge) error {
 }
 
 // Spent implements Ledger.
-func (l *MemLedger) Spent(session, day string) (int64, int64) {
+func (l *MemLedger) Spent(session, day, key string) Spend {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.c.Sessions[session].Micros, l.c.Days[day].Micros
+	return l.c.Spent(session, day, key)
 }
 
 // Counters returns a copy of the counters.

@@ -46,8 +46,11 @@ type Model struct {
 type Charge struct {
 	// Request names the call (its idempotency key): a charge recorded
 	// twice for one request counts once.
-	Request    string `json:"request"`
-	Session    string `json:"session"`
+	Request string `json:"request"`
+	Session string `json:"session"`
+	// Key is the name of the API key the call came with ("" for calls
+	// from workers and from a gateway without keys).
+	Key        string `json:"key,omitempty"`
 	Day        string `json:"day"`
 	Model      string `json:"model"`
 	Deployment string `json:"deployment"`
@@ -59,8 +62,14 @@ type Charge struct {
 // session, its day and the total as the answer returns.
 type Ledger interface {
 	Add(ctx context.Context, c Charge) error
-	// Spent returns what session and day have spent, in micro-dollars.
-	Spent(session, day string) (sessionMicros, dayMicros int64)
+	// Spent returns what session, day and API key have spent, every
+	// charge taken so far counted.
+	Spent(session, day, key string) Spend
+}
+
+// Spend is what a call's payers have spent, in micro-dollars.
+type Spend struct {
+	Session, Day, Key int64
 }
 
 // Config configures a Router.
@@ -87,6 +96,10 @@ type Config struct {
 	// SessionBudget and DayBudget, in micro-dollars, refuse calls of a
 	// session or a day that has spent them (0: none).
 	SessionBudget, DayBudget int64
+	// KeyBudget refuses the calls of an API key that spent it, in
+	// micro-dollars (0: none); KeyBudgets sets it for a key by name.
+	KeyBudget  int64
+	KeyBudgets map[string]int64
 	// Zone is the calendar of the day counters (default UTC); Clock the
 	// time (default time.Now; tests move it).
 	Zone   *time.Location
@@ -113,6 +126,9 @@ type model struct {
 	Model
 	slots *Slots
 	deps  []*deployment
+	// accepted counts the submitted calls not yet finished: the queue
+	// Submit bounds.
+	accepted atomic.Int64
 }
 
 type deployment struct {
@@ -579,26 +595,22 @@ func (r *Router) admit(ctx context.Context, call Call) (*model, context.Context,
 	if len(call.Request.Messages) == 0 {
 		return nil, nil, nil, &ProviderError{Kind: KindBadRequest, Message: "a call needs at least one message"}
 	}
-	if r.cfg.SessionBudget > 0 || r.cfg.DayBudget > 0 {
-		s, d := r.cfg.Ledger.Spent(call.Session, r.day())
-		if r.cfg.SessionBudget > 0 && s >= r.cfg.SessionBudget {
-			return nil, nil, nil, fmt.Errorf("%w: session %q spent %s of %s", ErrBudget, call.Session, Dollars(s), Dollars(r.cfg.SessionBudget))
-		}
-		if r.cfg.DayBudget > 0 && d >= r.cfg.DayBudget {
-			return nil, nil, nil, fmt.Errorf("%w: today spent %s of %s", ErrBudget, Dollars(d), Dollars(r.cfg.DayBudget))
-		}
+	if err := r.withinBudgets(call); err != nil {
+		return nil, nil, nil, err
 	}
 	qctx, cancel := ctx, context.CancelFunc(func() {})
 	if !call.Deadline.IsZero() {
 		qctx, cancel = context.WithDeadline(ctx, call.Deadline)
 	}
-	wait := qctx
-	if _, has := qctx.Deadline(); !has {
+	wait, acquire := qctx, m.slots.Acquire
+	if call.Accepted {
+		acquire = m.slots.AcquireQueued
+	} else if _, has := qctx.Deadline(); !has {
 		var c2 context.CancelFunc
 		wait, c2 = context.WithTimeout(qctx, r.cfg.QueueTimeout)
 		defer c2()
 	}
-	release, _, err := m.slots.Acquire(wait)
+	release, _, err := acquire(wait)
 	if err != nil {
 		cancel()
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
@@ -614,6 +626,31 @@ func (r *Router) admit(ctx context.Context, call Call) (*model, context.Context,
 		}
 	}
 	return m, qctx, func() { release(); cancel() }, nil
+}
+
+// withinBudgets refuses a call whose session, API key or day spent its
+// budget.
+func (r *Router) withinBudgets(call Call) error {
+	keyBudget := r.cfg.KeyBudget
+	if b, ok := r.cfg.KeyBudgets[call.Key]; ok {
+		keyBudget = b
+	}
+	if call.Key == "" {
+		keyBudget = 0
+	}
+	if r.cfg.SessionBudget <= 0 && r.cfg.DayBudget <= 0 && keyBudget <= 0 {
+		return nil
+	}
+	spent := r.cfg.Ledger.Spent(call.Session, r.day(), call.Key)
+	switch {
+	case r.cfg.SessionBudget > 0 && spent.Session >= r.cfg.SessionBudget:
+		return fmt.Errorf("%w: session %q spent %s of %s", ErrBudget, call.Session, Dollars(spent.Session), Dollars(r.cfg.SessionBudget))
+	case keyBudget > 0 && spent.Key >= keyBudget:
+		return fmt.Errorf("%w: API key %q spent %s of %s", ErrBudget, call.Key, Dollars(spent.Key), Dollars(keyBudget))
+	case r.cfg.DayBudget > 0 && spent.Day >= r.cfg.DayBudget:
+		return fmt.Errorf("%w: today spent %s of %s", ErrBudget, Dollars(spent.Day), Dollars(r.cfg.DayBudget))
+	}
+	return nil
 }
 
 // attempts lists the deployments to try in order: the healthy ones, then,
@@ -710,7 +747,7 @@ func (r *Router) charge(ctx context.Context, call Call, m *model, d *deployment,
 	if key == "" {
 		key = newID()
 	}
-	return r.cfg.Ledger.Add(context.WithoutCancel(ctx), Charge{Request: key, Session: call.Session, Day: r.day(), Model: m.Name,
+	return r.cfg.Ledger.Add(context.WithoutCancel(ctx), Charge{Request: key, Session: call.Session, Key: call.Key, Day: r.day(), Model: m.Name,
 		Deployment: d.Name, Usage: u, Micros: micros})
 }
 
@@ -728,9 +765,13 @@ func failOver(err error) bool {
 
 // Submit starts call in the background (async REST).
 func (r *Router) Submit(ctx context.Context, call Call) (string, error) {
-	if _, ok := r.models[call.Request.Model]; !ok {
+	m, ok := r.models[call.Request.Model]
+	if !ok {
 		return "", fmt.Errorf("%w %q", ErrUnknownModel, call.Request.Model)
 	}
+	// The queue's bound is checked here, once: an accepted call then
+	// waits for its slot however long the line (Call.Accepted).
+	call.Accepted = true
 	r.mu.Lock()
 	if call.IdempotencyKey != "" {
 		if id, ok := r.keys[call.IdempotencyKey]; ok {
@@ -738,6 +779,11 @@ func (r *Router) Submit(ctx context.Context, call Call) (string, error) {
 			return id, nil
 		}
 	}
+	if st := m.slots.Stats(); m.accepted.Load() >= int64(st.Capacity+st.QueueMax) {
+		r.mu.Unlock()
+		return "", ErrQueueFull
+	}
+	m.accepted.Add(1)
 	id := newID()
 	if call.IdempotencyKey == "" {
 		call.IdempotencyKey = id
@@ -752,6 +798,7 @@ func (r *Router) Submit(ctx context.Context, call Call) (string, error) {
 	go func() {
 		defer r.wg.Done()
 		defer cancel()
+		defer m.accepted.Add(-1)
 		r.setState(j, JobRunning)
 		resp, err := r.Complete(jctx, call)
 		r.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -558,5 +559,83 @@ func TestMayStartRefuses(t *testing.T) {
 	leads.Store(true)
 	if resp, err := r.Complete(context.Background(), call("m", "y")); err != nil || p.calls.Load() != 1 {
 		t.Fatalf("leading again (the slot was given back): %+v %v", resp, err)
+	}
+}
+
+// An accepted async call never fails for the queue's reasons: with the
+// line full and past queue_timeout, it waits for its slot and runs; a
+// synchronous call in the same place is refused or times out.
+func TestAcceptedCallsWaitTheirTurn(t *testing.T) {
+	p := &fake{name: "p", hold: make(chan struct{})}
+	r := newRouter(t, Config{QueueTimeout: 50 * time.Millisecond,
+		Models: []Model{{Name: "m", Concurrency: 1, QueueMax: 2, Deployments: []Deployment{{Name: "d", Adapter: p}}}}})
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(p.hold) }) }) // before the router's Close
+	var ids []string
+	for i := range 3 {
+		id, err := r.Submit(context.Background(), call("m", fmt.Sprint("async ", i)))
+		if err != nil {
+			t.Fatalf("submit %d: %v", i, err)
+		}
+		ids = append(ids, id)
+	}
+	if _, err := r.Submit(context.Background(), call("m", "over")); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("a submit over the bound: %v", err)
+	}
+	waitUntil(t, func() bool { st := r.models["m"].slots.Stats(); return st.InFlight == 1 && st.Queued == 2 })
+	if _, err := r.Complete(context.Background(), call("m", "sync")); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("a synchronous call behind a full line: %v", err)
+	}
+	time.Sleep(150 * time.Millisecond) // three queue_timeouts
+	release.Do(func() { close(p.hold) })
+	for _, id := range ids {
+		j, err := r.Wait(context.Background(), id)
+		if err != nil || j.State != JobDone {
+			t.Fatalf("job %s: %+v %v", id, j, err)
+		}
+	}
+}
+
+// An API key has a budget of its own, over all its sessions, and its own
+// counter; a key named in KeyBudgets has its own figure.
+func TestKeyBudgets(t *testing.T) {
+	p := &fake{name: "p"}
+	for range 8 {
+		p.script = append(p.script, step{usage: Usage{Input: 1000}})
+	}
+	price := Price{Input: 1} // $1 per million: 1,000 micros a call
+	ledger := NewMemLedger()
+	r := newRouter(t, Config{Ledger: ledger, KeyBudget: 2000, KeyBudgets: map[string]int64{"big": 3000},
+		Models: []Model{{Name: "m", Concurrency: 2, Deployments: []Deployment{{Name: "d", Price: price, Adapter: p}}}}})
+	keyCall := func(key, session string) error {
+		c := call("m", key+session)
+		c.Key, c.Session = key, key+"/"+session
+		_, err := r.Complete(context.Background(), c)
+		return err
+	}
+	for i, s := range []string{"a", "b"} {
+		if err := keyCall("small", s); err != nil {
+			t.Fatalf("small's call %d: %v", i, err)
+		}
+	}
+	err := keyCall("small", "c")
+	if !errors.Is(err, ErrBudget) || !strings.Contains(err.Error(), `API key "small" spent $0.002000 of $0.002000`) {
+		t.Fatalf("small past its budget, in a new session: %v", err)
+	}
+	for i, s := range []string{"a", "b", "c"} {
+		if err := keyCall("big", s); err != nil {
+			t.Fatalf("big's call %d: %v", i, err)
+		}
+	}
+	if err := keyCall("big", "d"); !errors.Is(err, ErrBudget) {
+		t.Fatalf("big past its own budget: %v", err)
+	}
+	c := ledger.Counters()
+	if c.Keys["small"].Micros != 2000 || c.Keys["small"].Calls != 2 || c.Keys["big"].Calls != 3 {
+		t.Fatalf("keys' counters %+v", c.Keys)
+	}
+	// Workers' calls have no key and no key budget.
+	if _, err := r.Complete(context.Background(), call("m", "worker")); err != nil {
+		t.Fatalf("a call without a key: %v", err)
 	}
 }

@@ -13,6 +13,9 @@ type Call struct {
 	// apps, the API key's name (or the X-Stickyd-Session header) for
 	// external callers. Its cost counter grows with every answer.
 	Session string `json:"session"`
+	// Key is the name of the API key the caller authenticated with (""
+	// for workers' calls): its own counter and budget.
+	Key string `json:"key,omitempty"`
 	// IdempotencyKey names the request across retries: a request
 	// submitted twice with the same key runs once (optional; the gateway
 	// makes one up when empty).
@@ -25,6 +28,11 @@ type Call struct {
 	// queue records the start there, so that a call is known to have
 	// maybe run only from then on.
 	OnStart func(ctx context.Context) error `json:"-"`
+	// Accepted marks a call a persisted queue accepted (async REST): the
+	// queue's bound and the gateway's queue_timeout were checked when it
+	// was accepted, so it waits for its slot as long as it takes (or until
+	// its own Deadline), never refused for the line's length.
+	Accepted bool `json:"-"`
 }
 
 // Service is what the transports (REST, gRPC, OpenAI-compatible HTTP)

@@ -28,13 +28,24 @@ func NewSlots(capacity, queueMax int) *Slots {
 // deadline to ErrQueueTimeout) when ctx ends first. queued reports whether
 // the call had to wait.
 func (s *Slots) Acquire(ctx context.Context) (release func(), queued bool, err error) {
+	return s.acquire(ctx, true)
+}
+
+// AcquireQueued takes a slot like Acquire, but for a call already accepted
+// into a persisted queue (bounded where it was accepted): it is never
+// refused for the line's length, and waits until ctx ends.
+func (s *Slots) AcquireQueued(ctx context.Context) (release func(), queued bool, err error) {
+	return s.acquire(ctx, false)
+}
+
+func (s *Slots) acquire(ctx context.Context, bounded bool) (release func(), queued bool, err error) {
 	s.mu.Lock()
 	if s.inFlight < s.capacity && s.waiting.Len() == 0 {
 		s.inFlight++
 		s.mu.Unlock()
 		return s.releaser(), false, nil
 	}
-	if s.waiting.Len() >= s.queueMax {
+	if bounded && s.waiting.Len() >= s.queueMax {
 		s.mu.Unlock()
 		return nil, true, ErrQueueFull
 	}

@@ -130,4 +130,9 @@ type Person struct {
 	BusySeconds float64 `json:"busy_seconds"`
 	Frames      uint64  `json:"frames"`
 	StateBytes  uint64  `json:"state_bytes"`
+	// GatewayMicros is what the person's calls to the AI gateway cost
+	// (micro-dollars, every call since the counters began) in
+	// GatewayCalls calls.
+	GatewayMicros int64 `json:"gateway_micros,omitempty"`
+	GatewayCalls  int64 `json:"gateway_calls,omitempty"`
 }

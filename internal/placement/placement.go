@@ -50,4 +50,8 @@ type UserInfo struct {
 	// Seen is when a front last saw the person (unix seconds; 0: not
 	// recorded yet).
 	Seen int64 `json:"seen,omitempty"`
+	// GatewayMicros is what the person's calls to the AI gateway cost
+	// (micro-dollars) in GatewayCalls calls; both 0 without a gateway.
+	GatewayMicros int64 `json:"gateway_micros,omitempty"`
+	GatewayCalls  int64 `json:"gateway_calls,omitempty"`
 }

@@ -671,3 +671,62 @@ gateway {
 	})
 	return ps, leader, gwAddrs
 }
+
+// The usage API is exact at once on every server: after each answer, a
+// follower that did not take the call already counts it (it asks the
+// leader's ledger), the API key's counter included; an API key with a
+// budget is refused once it has spent it, whatever session it names.
+func TestGatewayUsageExactAndKeyBudget(t *testing.T) {
+	p := newProvider(t, 0)
+	keys := "  api_keys    = { billing = \"key-billing\", small = \"key-small\" }\n  key_budgets = { small = 0.0001 }\n"
+	price := "      price {\n        input        = 1\n        cached_input = 0.5\n        output       = 4\n      }\n"
+	ps, leader, gwAddrs := startGatewayCluster(t, p, 4, keys, price)
+	in, reader := (leader+1)%3, (leader+2)%3
+	call := func(key, session, content string) (int, string) {
+		body := fmt.Sprintf(`{"model":"small","messages":[{"role":"user","content":%q}]}`, content)
+		req, _ := http.NewRequest("POST", "http://"+gwAddrs[in]+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("X-Stickyd-Session", session)
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		return r.StatusCode, string(b)
+	}
+	usage := func() gateway.UsageAnswer {
+		var u gateway.UsageAnswer
+		_, body := adminCallAt(t, ps[reader].admin, "GET", "/v1/gateway/usage", testToken)
+		if err := json.Unmarshal([]byte(body), &u); err != nil {
+			t.Fatalf("usage: %v: %s", err, body)
+		}
+		return u
+	}
+	for i := range 30 {
+		if code, body := call("key-billing", fmt.Sprint("s", i%3), fmt.Sprint("exact-", i)); code != 200 {
+			t.Fatalf("call %d: %d %s", i, code, body)
+		}
+		// 12 input + 30 cached + 7 output tokens: 55 micro-dollars.
+		u := usage()
+		if u.Total.Calls != int64(i+1) || u.Keys["billing"].Micros != int64(55*(i+1)) || u.Source != "leader" {
+			t.Fatalf("after %d answers a follower's usage says %d calls, billing %+v (source %q)", i+1, u.Total.Calls, u.Keys["billing"], u.Source)
+		}
+	}
+	// small may spend $0.0001: two calls (0, then 55 spent before each).
+	for i, session := range []string{"a", "b"} {
+		if code, body := call("key-small", session, fmt.Sprint("small-", i)); code != 200 {
+			t.Fatalf("small's call %d: %d %s", i, code, body)
+		}
+	}
+	code, body := call("key-small", "c", "small-over")
+	if code != http.StatusTooManyRequests && code != http.StatusPaymentRequired || !strings.Contains(body, `API key \"small\" spent $0.000110 of $0.000100`) {
+		t.Fatalf("small past its budget in a new session: %d %s", code, body)
+	}
+	if p.count("small-over") != 0 {
+		t.Fatal("the call over the budget reached the provider")
+	}
+	if u := usage(); u.Keys["small"].Calls != 2 || u.Sessions["small/a"].Calls != 1 {
+		t.Fatalf("small's counters: key %+v, sessions %+v", u.Keys["small"], u.Sessions)
+	}
+}

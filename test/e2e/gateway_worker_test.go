@@ -79,6 +79,31 @@ func TestGatewayFromWorkers(t *testing.T) {
 			if p.count("hello") != 1 || p.count("world") != 1 {
 				t.Fatalf("provider saw hello %d, world %d times", p.count("hello"), p.count("world"))
 			}
+
+			// The person's cost, in user show and in the monitor's people.
+			if out, code := runCLI(t, a.AdminAddr(), "user", "show", "maria"); code != 0 || !strings.Contains(out, "AI gateway cost = $0.000110 in 2 calls") {
+				t.Fatalf("user show maria (exit %d):\n%s", code, out)
+			}
+			var view struct {
+				People []struct {
+					User          string `json:"user"`
+					GatewayMicros int64  `json:"gateway_micros"`
+					GatewayCalls  int64  `json:"gateway_calls"`
+				} `json:"people"`
+			}
+			_, body := adminCall(t, a, "GET", "/v1/monitor", testToken, "")
+			if err := json.Unmarshal([]byte(body), &view); err != nil {
+				t.Fatalf("monitor: %v: %s", err, body)
+			}
+			found := false
+			for _, pp := range view.People {
+				if pp.User == "maria" {
+					found = pp.GatewayMicros == 110 && pp.GatewayCalls == 2
+				}
+			}
+			if !found {
+				t.Fatalf("the monitor's people lack maria's gateway cost: %+v", view.People)
+			}
 		})
 	}
 }

@@ -158,6 +158,7 @@ func (s *grpcServer) call(ctx context.Context, in *gatewaypb.CompletionRequest) 
 	call := gateway.Call{
 		Request:        req,
 		Session:        sessionOf(caller, in.GetSession(), fromMD, req.User),
+		Key:            caller,
 		IdempotencyKey: in.GetIdempotencyKey(),
 	}
 	if dl, ok := ctx.Deadline(); ok {

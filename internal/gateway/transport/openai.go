@@ -114,6 +114,7 @@ func (h *httpServer) chatCompletions(w http.ResponseWriter, r *http.Request, cal
 	call := gateway.Call{
 		Request:        req,
 		Session:        sessionOf(caller, r.Header.Get(SessionHeader), req.User),
+		Key:            caller,
 		IdempotencyKey: r.Header.Get(idempotencyKey),
 	}
 	if body.Stream {

@@ -52,6 +52,7 @@ func (h *httpServer) submit(w http.ResponseWriter, r *http.Request, caller strin
 	call := gateway.Call{
 		Request:        req,
 		Session:        sessionOf(caller, body.Session, r.Header.Get(SessionHeader), req.User),
+		Key:            caller,
 		IdempotencyKey: firstOf(body.IdempotencyKey, r.Header.Get(idempotencyKey)),
 	}
 	id, err := h.svc.Submit(r.Context(), call)

@@ -17,7 +17,7 @@
   const MAX_EVENTS = 100;   // the events table shows the newest this many
   const RESOURCES = ["cpu", "memory", "goroutines", "mailbox"];
   const DECISIONS = new Set(["move", "start", "replace", "drain", "retire"]);
-  const NUMERIC = new Set(["conns", "seen", "pages", "busy_seconds", "frames", "state_bytes"]);
+  const NUMERIC = new Set(["conns", "seen", "pages", "busy_seconds", "frames", "state_bytes", "gateway_micros"]);
   const SVGNS = "http://www.w3.org/2000/svg";
   const STORE = "stickyd.monitor.people";
 
@@ -84,6 +84,13 @@
 
   const intFormat = new Intl.NumberFormat();
   const fmtInt = (n) => (n === undefined || n === null ? "–" : intFormat.format(n));
+
+  // fmtDollars writes micro-dollars as dollars: cents above a dollar,
+  // four places below (a call costs fractions of a cent).
+  function fmtDollars(micros) {
+    const d = (micros || 0) / 1e6;
+    return "$" + (d >= 1 ? d.toFixed(2) : d.toFixed(4));
+  }
 
   function fmtSeconds(s) {
     if (s === undefined || s === null) return "–";
@@ -602,6 +609,7 @@
     ["busy_seconds", (p) => fmtSeconds(p.busy_seconds)],
     ["frames", (p) => fmtInt(p.frames)],
     ["state_bytes", (p) => fmtBytes(p.state_bytes)],
+    ["gateway_micros", (p) => (p.gateway_calls ? fmtDollars(p.gateway_micros) : "–")],
   ];
 
   function renderPeople(people) {
