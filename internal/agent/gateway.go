@@ -18,6 +18,7 @@ import (
 	"github.com/stickyd/stickyd/internal/gateway"
 	"github.com/stickyd/stickyd/internal/gateway/provider/anthropic"
 	"github.com/stickyd/stickyd/internal/gateway/provider/openai"
+	"github.com/stickyd/stickyd/internal/raftnode"
 )
 
 // The AI gateway in the server role (docs/gateway.md). Every server builds
@@ -301,12 +302,17 @@ func (g *gatewayNode) Stream(ctx context.Context, call gateway.Call) (<-chan gat
 // round trip) at most once per leaseFresh: a call starts within leaseFresh
 // of a proof that this server led.
 type leaderLease struct {
-	a        *Agent
-	mu       sync.Mutex // one verification at a time; the others wait for it
-	verified time.Time
+	a  *Agent
+	mu sync.Mutex // one verification at a time; the others wait for it
+	// verified is when the lead was last proved (unix nanoseconds), read
+	// without the lock: a call in a fresh lease takes no lock at all.
+	verified   atomic.Int64
+	refreshing atomic.Bool
 }
 
-// leaseFresh is how long a verification of the lead stands.
+// leaseFresh is how long a verification of the lead stands. Past half of
+// it, a call starts a verification in the background, so that under a
+// steady flow of calls none waits for one.
 const leaseFresh = 100 * time.Millisecond
 
 func (l *leaderLease) check() error {
@@ -314,15 +320,33 @@ func (l *leaderLease) check() error {
 	if r == nil || !r.IsLeader() {
 		return gateway.ErrNotLeader
 	}
+	age := time.Duration(time.Now().UnixNano() - l.verified.Load())
+	if age < leaseFresh {
+		if age > leaseFresh/2 && l.refreshing.CompareAndSwap(false, true) {
+			go func() {
+				defer l.refreshing.Store(false)
+				_ = l.verify(r)
+			}()
+		}
+		return nil
+	}
+	return l.verify(r)
+}
+
+// verify proves the lead with a quorum, unless another verification just
+// did.
+func (l *leaderLease) verify(r *raftnode.Node) error {
+	start := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if time.Since(l.verified) < leaseFresh {
-		return nil
+	if l.verified.Load() >= start.UnixNano() {
+		return nil // proved while this one waited for the lock
 	}
 	if err := r.Raft.VerifyLeader().Error(); err != nil {
 		return gateway.ErrNotLeader
 	}
-	l.verified = time.Now()
+	// The proof stands from before it was asked for.
+	l.verified.Store(start.UnixNano())
 	return nil
 }
 

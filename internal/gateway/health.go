@@ -47,9 +47,13 @@ func (c HealthConfig) withDefaults() HealthConfig {
 type health struct {
 	cfg HealthConfig
 
-	mu       sync.Mutex // guards the rest
-	outcomes []outcome  // within the window, oldest first
-	timeouts int        // consecutive
+	mu sync.Mutex // guards the rest
+	// The outcomes within the window, counted in windowBuckets slices of
+	// it: the cost of an outcome does not grow with the rate (5,000 calls
+	// a second keep 300,000 outcomes in a minute's window).
+	buckets         [windowBuckets]bucket
+	total, failures int // over the live buckets
+	timeouts        int // consecutive
 	cuts     int        // consecutive streams failed midway
 	degraded bool
 	since    time.Time // when it was degraded
@@ -70,9 +74,20 @@ type health struct {
 // trials waits before its next readmission.
 const maxProbeBackoff = 5 * time.Minute
 
-type outcome struct {
-	at     time.Time
-	failed bool
+// windowBuckets is how many slices of the window the outcomes are counted
+// in: an outcome leaves the window within Window/windowBuckets of its
+// age passing Window.
+const windowBuckets = 60
+
+// bucket counts the outcomes of one slice of time (slot numbers the
+// slices since the epoch).
+type bucket struct {
+	slot            int64
+	total, failures int
+}
+
+func (h *health) slot(now time.Time) int64 {
+	return now.UnixNano() / int64(max(h.cfg.Window/windowBuckets, 1))
 }
 
 // record adds one outcome; it reports whether the deployment just became
@@ -81,8 +96,15 @@ func (h *health) record(now time.Time, err error) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	failed := err != nil && countsAgainst(err)
-	h.outcomes = append(h.outcomes, outcome{at: now, failed: failed})
 	h.trimLocked(now)
+	b := &h.buckets[h.slot(now)%windowBuckets]
+	b.slot = h.slot(now)
+	b.total++
+	h.total++
+	if failed {
+		b.failures++
+		h.failures++
+	}
 	if err != nil && KindOf(err) == KindTimeout {
 		h.timeouts++
 	} else if err == nil {
@@ -98,18 +120,12 @@ func (h *health) record(now time.Time, err error) bool {
 	if h.trial && err == nil {
 		h.trial, h.strikes = false, 0
 	}
-	var fails int
-	for _, o := range h.outcomes {
-		if o.failed {
-			fails++
-		}
-	}
 	switch {
 	case err != nil && KindOf(err) == KindQuotaExceeded:
 		h.degradeLocked(now, "its account's spend limit or quota is reached")
 	case h.timeouts >= h.cfg.MaxConsecutiveTimeouts:
 		h.degradeLocked(now, "consecutive timeouts")
-	case len(h.outcomes) >= h.cfg.MinRequests && float64(fails)/float64(len(h.outcomes)) >= h.cfg.MaxErrorRatio:
+	case h.total >= h.cfg.MinRequests && float64(h.failures)/float64(h.total) >= h.cfg.MaxErrorRatio:
 		h.degradeLocked(now, "error ratio over the window")
 	default:
 		return false
@@ -153,12 +169,20 @@ func (h *health) streamEnded() {
 	h.mu.Unlock()
 }
 
+// trimLocked drops the buckets that left the window.
 func (h *health) trimLocked(now time.Time) {
-	cut := 0
-	for cut < len(h.outcomes) && now.Sub(h.outcomes[cut].at) > h.cfg.Window {
-		cut++
+	oldest := h.slot(now) - windowBuckets
+	for i := range h.buckets {
+		if b := &h.buckets[i]; b.total > 0 && b.slot <= oldest {
+			h.total, h.failures = h.total-b.total, h.failures-b.failures
+			*b = bucket{}
+		}
 	}
-	h.outcomes = h.outcomes[cut:]
+}
+
+// clearLocked forgets every outcome.
+func (h *health) clearLocked() {
+	h.buckets, h.total, h.failures = [windowBuckets]bucket{}, 0, 0
 }
 
 // readmit clears the deployment after a good probe, on trial, unless its
@@ -169,7 +193,8 @@ func (h *health) readmit(now time.Time) bool {
 	if now.Before(h.notBefore) {
 		return false
 	}
-	h.degraded, h.reason, h.outcomes, h.timeouts, h.cuts, h.trial = false, "", nil, 0, 0, true
+	h.degraded, h.reason, h.timeouts, h.cuts, h.trial = false, "", 0, 0, true
+	h.clearLocked()
 	return true
 }
 
@@ -199,13 +224,7 @@ func (h *health) state(now time.Time) HealthState {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.trimLocked(now)
-	s := HealthState{Degraded: h.degraded, Since: h.since, Reason: h.reason, Requests: len(h.outcomes)}
-	for _, o := range h.outcomes {
-		if o.failed {
-			s.Failures++
-		}
-	}
-	return s
+	return HealthState{Degraded: h.degraded, Since: h.since, Reason: h.reason, Requests: h.total, Failures: h.failures}
 }
 
 // countsAgainst reports whether an error is the deployment's failure: a

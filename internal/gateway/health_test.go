@@ -60,3 +60,35 @@ func TestStreamCutsDegrade(t *testing.T) {
 		t.Fatalf("three cuts in a row: %+v", h.state(now))
 	}
 }
+
+// The window counts outcomes in slices: they leave it as they age past
+// Window, the error ratio is over what is left, and a success-heavy
+// window is not degraded by a few failures.
+func TestHealthWindow(t *testing.T) {
+	h := &health{cfg: HealthConfig{Window: time.Minute, MinRequests: 10, MaxErrorRatio: 0.5}.withDefaults()}
+	t0 := time.Unix(1_800_000_000, 0)
+	fail := &ProviderError{Kind: KindServer, Status: 500}
+	for i := range 20 {
+		h.record(t0.Add(time.Duration(i)*time.Millisecond), nil)
+	}
+	for i := range 9 {
+		if h.record(t0.Add(time.Second+time.Duration(i)*time.Millisecond), fail) {
+			t.Fatalf("degraded at failure %d of 29 outcomes", i+1)
+		}
+	}
+	if s := h.state(t0.Add(2 * time.Second)); s.Requests != 29 || s.Failures != 9 {
+		t.Fatalf("state %+v, want 29 requests, 9 failures", s)
+	}
+	// A minute on, the successes have left the window, the failures not
+	// yet: the next failure makes 10 of 10.
+	at := t0.Add(time.Minute + 500*time.Millisecond)
+	if s := h.state(at); s.Requests != 9 || s.Failures != 9 {
+		t.Fatalf("a minute on: %+v, want the 9 failures alone", s)
+	}
+	if !h.record(at, fail) {
+		t.Fatal("10 failures of 10 in the window did not degrade it")
+	}
+	if s := h.state(at.Add(2 * time.Minute)); s.Requests != 0 || s.Failures != 0 || !s.Degraded {
+		t.Fatalf("two minutes on: %+v", s)
+	}
+}

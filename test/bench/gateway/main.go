@@ -70,6 +70,7 @@ func main() {
 type options struct {
 	paths    map[string]bool
 	profile  string
+	memprof  string
 	rates    []int
 	duration time.Duration
 	slo      time.Duration
@@ -83,6 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	rates := f.String("rates", "1000,5000", "request rates to measure, per second")
 	paths := f.String("paths", "direct,slot,queue", "the paths to measure: direct, slot, queue")
 	f.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	f.StringVar(&o.memprof, "memprofile", "", "write a profile of the whole run's allocations to this file")
 	f.DurationVar(&o.duration, "duration", 5*time.Second, "how long each rate runs")
 	f.DurationVar(&o.slo, "slo", time.Second, "the p99 a rate must stay under to count as held")
 	f.BoolVar(&o.search, "search", true, "raise the rate until it is not held")
@@ -212,6 +214,15 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (*report, error)
 			return nil, err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if o.memprof != "" {
+		goruntime.MemProfileRate = 64 << 10
+		defer func() {
+			if f, err := os.Create(o.memprof); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
 	}
 	r := &report{o: o, held: map[string]int{}, extra: map[string]string{}}
 	// The fixed rates first, every path at each rate in turn; then, per
