@@ -54,10 +54,10 @@ type health struct {
 	buckets         [windowBuckets]bucket
 	total, failures int // over the live buckets
 	timeouts        int // consecutive
-	cuts     int        // consecutive streams failed midway
-	degraded bool
-	since    time.Time // when it was degraded
-	reason   string
+	cuts            int // consecutive streams failed midway
+	degraded        bool
+	since           time.Time // when it was degraded
+	reason          string
 	// trial is set from a readmission to the first outcome: a failure
 	// then degrades the deployment again at once (a circuit breaker's
 	// half-open state), a success ends the trial. strikes counts the

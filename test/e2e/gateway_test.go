@@ -40,6 +40,18 @@ type provider struct {
 	// call 429 with Retry-After: 1; limited counts those answers.
 	limitUntil atomic.Int64
 	limited    atomic.Int64
+	// Faults: hold adds to delay (nanoseconds); fail500 answers every
+	// completion 500 while the model listing works; cut ends each stream
+	// after its first piece by dropping the connection, having reported
+	// usage on every chunk (as vLLM's continuous_usage_stats does); stall
+	// sends nothing after the first piece for that long (nanoseconds);
+	// trickle sends a piece every 200 ms for 20 s.
+	hold    atomic.Int64
+	fail500 atomic.Bool
+	cut     atomic.Bool
+	stall   atomic.Int64
+	trickle atomic.Bool
+	failed  atomic.Int64 // completions answered 500
 }
 
 func newProvider(t *testing.T, delay time.Duration) *provider {
@@ -84,7 +96,18 @@ func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	p.calls[req.Messages[0].Content]++
 	p.mu.Unlock()
-	time.Sleep(p.delay)
+	if p.fail500.Load() {
+		p.failed.Add(1)
+		http.Error(w, `{"error":{"message":"internal error","type":"server_error"}}`, http.StatusInternalServerError)
+		return
+	}
+	// A call whose caller went away (its connection dropped: the gateway
+	// that made it died) stops counting as running.
+	select {
+	case <-time.After(p.delay + time.Duration(p.hold.Load())):
+	case <-r.Context().Done():
+		return
+	}
 	u := p.usage
 	usage := fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}`,
 		u.Input+u.CachedInput, u.Output, u.Input+u.CachedInput+u.Output, u.CachedInput)
@@ -95,12 +118,45 @@ func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
+	if p.cut.Load() || p.stall.Load() > 0 || p.trickle.Load() {
+		p.faultyStream(w, r, req.Model)
+		return
+	}
 	for _, piece := range []string{"ec", "ho: ", req.Messages[0].Content} {
 		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":null}]}\n\n", req.Model, piece)
 		w.(http.Flusher).Flush()
 	}
 	fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n", req.Model)
 	fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%q,\"choices\":[],\"usage\":%s}\n\ndata: [DONE]\n\n", req.Model, usage)
+}
+
+// faultyStream sends a first piece, then cuts, stalls or trickles.
+func (p *provider) faultyStream(w http.ResponseWriter, r *http.Request, model string) {
+	piece := func(text string, usage string) {
+		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%q,\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":null}]%s}\n\n", model, text, usage)
+		w.(http.Flusher).Flush()
+	}
+	switch {
+	case p.cut.Load():
+		// 42 prompt tokens (30 cached), 2 produced so far.
+		piece("partial", `,"usage":{"prompt_tokens":42,"completion_tokens":2,"total_tokens":44,"prompt_tokens_details":{"cached_tokens":30}}`)
+		panic(http.ErrAbortHandler) // the connection drops mid-stream
+	case p.stall.Load() > 0:
+		piece("then nothing", "")
+		select {
+		case <-time.After(time.Duration(p.stall.Load())):
+		case <-r.Context().Done():
+		}
+	default:
+		for range 100 {
+			piece(".", "")
+			select {
+			case <-time.After(200 * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}
 }
 
 func (p *provider) count(content string) int {
@@ -617,8 +673,15 @@ func lastLines(s string, n int) string {
 // 200 with content in its answer and no error event) and a gRPC client.
 func gatewayClients(t *testing.T, a *agent.Agent) (func(content string, stream bool) error, gatewaypb.GatewayClient) {
 	t.Helper()
-	base := "http://" + a.GatewayAddr()
-	conn, err := grpc.NewClient(a.GatewayGRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+	return gatewayClientsAt(t, a.GatewayAddr(), a.GatewayGRPCAddr())
+}
+
+// gatewayClientsAt are gatewayClients for the gateway listening on addr
+// (HTTP) and grpcAddr.
+func gatewayClientsAt(t *testing.T, addr, grpcAddr string) (func(content string, stream bool) error, gatewaypb.GatewayClient) {
+	t.Helper()
+	base := "http://" + addr
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithPerRPCCredentials(bearer("key-billing")))
 	if err != nil {
 		t.Fatal(err)

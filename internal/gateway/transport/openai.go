@@ -30,6 +30,9 @@ type chatCompletion struct {
 	Model   string       `json:"model"`
 	Choices []chatChoice `json:"choices"`
 	Usage   chatUsage    `json:"usage"`
+	// Stickyd names who served the answer and its cost, as a stream's
+	// last chunk does (OpenAI's clients ignore a field they do not know).
+	Stickyd *streamMeta `json:"stickyd,omitempty"`
 }
 
 type chatChoice struct {
@@ -130,6 +133,7 @@ func (h *httpServer) chatCompletions(w http.ResponseWriter, r *http.Request, cal
 	if resp.Deployment != "" {
 		w.Header().Set(deploymentHeader, resp.Deployment)
 	}
+	w.Header().Set(costTrailer, strconv.FormatInt(resp.CostMicros, 10)) // a header here: the answer is whole
 	writeJSON(w, http.StatusOK, chatCompletion{
 		ID:      firstOf(resp.ID, newChatID()),
 		Object:  "chat.completion",
@@ -139,7 +143,8 @@ func (h *httpServer) chatCompletions(w http.ResponseWriter, r *http.Request, cal
 			Message:      chatMessage{Role: "assistant", Content: resp.Content},
 			FinishReason: openAIFinish(resp.FinishReason),
 		}},
-		Usage: openAIUsage(resp.Usage),
+		Usage:   openAIUsage(resp.Usage),
+		Stickyd: &streamMeta{Provider: resp.Provider, Deployment: resp.Deployment, CostMicros: resp.CostMicros},
 	})
 	return nil
 }

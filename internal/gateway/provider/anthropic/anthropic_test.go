@@ -461,8 +461,14 @@ func TestStreamFailsMidway(t *testing.T) {
 			if !reflect.DeepEqual(deltas, tc.wantDeltas) {
 				t.Errorf("deltas = %q, want %q", deltas, tc.wantDeltas)
 			}
-			if last.Done || last.Usage != nil {
+			// A failed stream's last chunk may carry the usage reported
+			// before the failure (the gateway charges it), never an empty
+			// one.
+			if last.Done || last.Usage != nil && *last.Usage == (gateway.Usage{}) {
 				t.Errorf("failed stream's last chunk says done: %+v", last)
+			}
+			if last.Usage != nil && last.Usage.Input == 0 {
+				t.Errorf("a failed stream reports usage without message_start's input: %+v", *last.Usage)
 			}
 			pe := providerError(t, last.Err)
 			if pe.Kind != tc.wantKind || pe.Type != tc.wantType || !strings.Contains(pe.Message, tc.wantMsg) {

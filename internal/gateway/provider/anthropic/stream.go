@@ -96,7 +96,7 @@ func (a *Adapter) Stream(ctx context.Context, req gateway.Request) (<-chan gatew
 		body := newStallReader(resp.Body, a.stallTimeout, cancel)
 		defer body.stop()
 
-		last := readEvents(ctx, newSSEReader(body, maxEventLineBytes), ch)
+		last, reported := readEvents(ctx, newSSEReader(body, maxEventLineBytes), ch)
 		switch {
 		case last.Err == nil:
 		case ctx.Err() != nil:
@@ -104,6 +104,12 @@ func (a *Adapter) Stream(ctx context.Context, req gateway.Request) (<-chan gatew
 		case body.stalled.Load():
 			last = gateway.Chunk{Err: &gateway.ProviderError{Kind: gateway.KindTimeout,
 				Message: fmt.Sprintf("stream stalled: no byte for %s", a.stallTimeout)}}
+		}
+		if last.Err != nil && reported != (gateway.Usage{}) {
+			// What the provider reported before the stream failed (the
+			// input at message_start, the output so far): the gateway
+			// charges it.
+			last.Usage = &reported
 		}
 		select {
 		case ch <- last:
@@ -114,10 +120,10 @@ func (a *Adapter) Stream(ctx context.Context, req gateway.Request) (<-chan gatew
 }
 
 // readEvents sends the text deltas of the events in r to ch, and returns
-// the stream's last chunk: Done at message_stop, or Err. It returns when
-// ctx is cancelled too (the Err chunk then says nothing: the caller
-// replaces it).
-func readEvents(ctx context.Context, r *sseReader, ch chan<- gateway.Chunk) gateway.Chunk {
+// the stream's last chunk: Done at message_stop, or Err, with the usage
+// the events reported so far. It returns when ctx is cancelled too (the
+// Err chunk then says nothing: the caller replaces it).
+func readEvents(ctx context.Context, r *sseReader, ch chan<- gateway.Chunk) (last gateway.Chunk, reported gateway.Usage) {
 	var (
 		id, model, stopReason string
 		usage                 gateway.Usage
@@ -136,12 +142,12 @@ func readEvents(ctx context.Context, r *sseReader, ch chan<- gateway.Chunk) gate
 	for {
 		raw, err := r.next()
 		if err != nil {
-			return gateway.Chunk{Err: readError(err)}
+			return gateway.Chunk{Err: readError(err)}, usage
 		}
 		var ev streamEvent
 		if err := json.Unmarshal(raw.data, &ev); err != nil {
 			return gateway.Chunk{Err: &gateway.ProviderError{Kind: gateway.KindServer,
-				Message: fmt.Sprintf("malformed %s event: %v", raw.name, err)}}
+				Message: fmt.Sprintf("malformed %s event: %v", raw.name, err)}}, usage
 		}
 		typ := ev.Type
 		if typ == "" {
@@ -153,13 +159,13 @@ func readEvents(ctx context.Context, r *sseReader, ch chan<- gateway.Chunk) gate
 			ev.Message.Usage.mergeInto(&usage)
 		case "content_block_start":
 			if ev.ContentBlock.Type == "text" && !sendText(ev.ContentBlock.Text) {
-				return gateway.Chunk{Err: ctx.Err()}
+				return gateway.Chunk{Err: ctx.Err()}, usage
 			}
 		case "content_block_delta":
 			// Other deltas (input_json_delta, thinking_delta, ...) are
 			// not text the gateway passes on.
 			if ev.Delta.Type == "text_delta" && !sendText(ev.Delta.Text) {
-				return gateway.Chunk{Err: ctx.Err()}
+				return gateway.Chunk{Err: ctx.Err()}, usage
 			}
 		case "message_delta":
 			if ev.Delta.StopReason != "" {
@@ -168,10 +174,10 @@ func readEvents(ctx context.Context, r *sseReader, ch chan<- gateway.Chunk) gate
 			// The counts are cumulative: the latest replaces, never adds.
 			ev.Usage.mergeInto(&usage)
 		case "message_stop":
-			return gateway.Chunk{Done: true, FinishReason: finishReason(stopReason), Usage: &usage, ID: id, Model: model}
+			return gateway.Chunk{Done: true, FinishReason: finishReason(stopReason), Usage: &usage, ID: id, Model: model}, usage
 		case "error":
 			return gateway.Chunk{Err: &gateway.ProviderError{Kind: streamErrorKind(ev.Error.Type),
-				Type: ev.Error.Type, Message: ev.Error.Message}}
+				Type: ev.Error.Type, Message: ev.Error.Message}}, usage
 		default:
 			// ping, content_block_stop, and the event types Anthropic
 			// may add (its versioning policy says clients must ignore

@@ -218,7 +218,10 @@ func (s *stream) fail(err error) {
 		pe = serverError("reading stream: %v", err)
 	}
 	s.log.Warn("stream failed", "id", s.id, "kind", pe.Kind, "error", pe.Message)
-	s.send(gateway.Chunk{Err: pe})
+	// The usage a server reported before failing (one that sends it on
+	// every chunk, as vLLM's continuous_usage_stats does): the gateway
+	// charges it.
+	s.send(gateway.Chunk{Err: pe, Usage: s.usage})
 }
 
 // send hands c to the caller; false when the caller is gone. The stall
