@@ -18,6 +18,10 @@
 //	go run ./test/bench/gateway            # 5 s per rate
 //	go run ./test/bench/gateway -quick     # 2 s per rate, no search
 //
+// The agent runs in its own process, as in production (-in-process runs it
+// in this one, where the load generator's and the provider's garbage
+// collections stop it too).
+//
 // It prints the machine and a Markdown table on stdout, progress on
 // stderr (with BENCH_DEBUG set, also the process's goroutines, heap and GC
 // count after each run). It must stay a program that prints a table, never a timed
@@ -25,6 +29,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,6 +38,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"os/signal"
 	goruntime "runtime"
 	"runtime/pprof"
 	"slices"
@@ -57,6 +64,9 @@ var program = benchkit.Program[*options, *report]{
 }
 
 func main() {
+	if os.Getenv(agentEnv) != "" {
+		os.Exit(serveGatewayAgent(os.Getenv(agentEnv), os.Stdout, os.Stderr))
+	}
 	// Thousands of calls in flight each hold a socket in this process
 	// (client, gateway and provider): take the hard limit of open files.
 	var lim syscall.Rlimit
@@ -68,14 +78,15 @@ func main() {
 }
 
 type options struct {
-	paths    map[string]bool
-	profile  string
-	memprof  string
-	rates    []int
-	duration time.Duration
-	slo      time.Duration
-	search   bool
-	logLevel hclog.Level
+	paths     map[string]bool
+	profile   string
+	memprof   string
+	inProcess bool
+	rates     []int
+	duration  time.Duration
+	slo       time.Duration
+	search    bool
+	logLevel  hclog.Level
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -85,6 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	paths := f.String("paths", "direct,slot,queue", "the paths to measure: direct, slot, queue")
 	f.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	f.StringVar(&o.memprof, "memprofile", "", "write a profile of the whole run's allocations to this file")
+	f.BoolVar(&o.inProcess, "in-process", false, "run the agent in this process (the load's own garbage collections then stop it too) rather than in its own, as in production")
 	f.DurationVar(&o.duration, "duration", 5*time.Second, "how long each rate runs")
 	f.DurationVar(&o.slo, "slo", time.Second, "the p99 a rate must stay under to count as held")
 	f.BoolVar(&o.search, "search", true, "raise the rate until it is not held")
@@ -142,29 +154,23 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (*report, error)
 		return nil, err
 	}
 	defer provider.Close()
-	log := benchkit.NewAgentLogger(o.logLevel, stderr)
-	g, err := benchkit.CounterGroup(benchkit.ModeInProcess, 1)
-	if err != nil {
-		return nil, err
+	providerURL := "http://" + provider.Addr().String() + "/v1"
+	var gwAddr string
+	if o.inProcess {
+		addr, stop, err := startGatewayAgent(ctx, providerURL, benchkit.NewAgentLogger(o.logLevel, stderr))
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+		gwAddr = addr
+	} else {
+		addr, stop, err := spawnGatewayAgent(providerURL, o.logLevel, stderr)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+		gwAddr = addr
 	}
-	cfg := benchkit.AgentConfig(log, g)
-	dir, err := os.MkdirTemp("", "stickyd-bench-gateway-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	// A data dir: raft on disk (BoltDB, fsync), as in production.
-	cfg.DataDir = dir
-	cfg.Server = &agent.ServerConfig{RaftAddr: "127.0.0.1:0"}
-	cfg.Gateway = &agent.GatewayConfig{Address: "127.0.0.1:0", GRPCAddress: "127.0.0.1:0", QueueTimeout: "30s",
-		Models: []*agent.GatewayModel{{Name: "small", Concurrency: 4096, QueueMax: 100000, Deployments: []*agent.GatewayDeployment{{
-			Name: "local", Provider: "openai", BaseURL: "http://" + provider.Addr().String() + "/v1", Model: "small-v1",
-			Price: &gateway.Price{Input: 1, Output: 4}}}}}}
-	a, err := benchkit.StartAgent(ctx, cfg, log)
-	if err != nil {
-		return nil, err
-	}
-	defer benchkit.StopAgent(ctx, a)
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 20000, MaxIdleConnsPerHost: 20000, IdleConnTimeout: time.Minute}, Timeout: 30 * time.Second}
 	body := `{"model":"small","messages":[{"role":"user","content":"hello"}]}`
@@ -177,18 +183,18 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (*report, error)
 			return post(ctx, client, "http://"+provider.Addr().String()+"/v1/chat/completions", body, http.StatusOK, nil)
 		}},
 		{"slot", "gateway, slot path", func(ctx context.Context) error {
-			return post(ctx, client, "http://"+a.GatewayAddr()+"/v1/chat/completions", body, http.StatusOK, nil)
+			return post(ctx, client, "http://"+gwAddr+"/v1/chat/completions", body, http.StatusOK, nil)
 		}},
 		{"queue", "gateway, queue path", func(ctx context.Context) error {
 			var sub struct {
 				ID string `json:"id"`
 			}
-			if err := post(ctx, client, "http://"+a.GatewayAddr()+"/v1/gateway/requests", body, http.StatusAccepted, &sub); err != nil {
+			if err := post(ctx, client, "http://"+gwAddr+"/v1/gateway/requests", body, http.StatusAccepted, &sub); err != nil {
 				return err
 			}
 			var j gateway.Job
 			for j.State != gateway.JobDone {
-				if err := get(ctx, client, "http://"+a.GatewayAddr()+"/v1/gateway/requests/"+sub.ID+"?wait=30s", &j); err != nil {
+				if err := get(ctx, client, "http://"+gwAddr+"/v1/gateway/requests/"+sub.ID+"?wait=30s", &j); err != nil {
 					return err
 				}
 				if j.State == gateway.JobFailed || j.State == gateway.JobCancelled {
@@ -415,4 +421,95 @@ func printReport(w io.Writer, o *options, r *report) {
 			fmt.Fprintf(w, "first error of %s at %d/s: %s\n", x.path, x.rate, x.firstErr)
 		}
 	}
+}
+
+// agentEnv, set to the provider's URL, makes this program the gateway's
+// agent process (spawnGatewayAgent): it prints the gateway's address on
+// its first line of output and stops at SIGTERM.
+const agentEnv = "STICKYD_BENCH_GATEWAY_AGENT"
+
+// startGatewayAgent starts a server agent whose gateway serves model
+// "small" on the provider, and returns its gateway's address.
+func startGatewayAgent(ctx context.Context, providerURL string, log hclog.Logger) (string, func(), error) {
+	g, err := benchkit.CounterGroup(benchkit.ModeInProcess, 1)
+	if err != nil {
+		return "", nil, err
+	}
+	cfg := benchkit.AgentConfig(log, g)
+	dir, err := os.MkdirTemp("", "stickyd-bench-gateway-")
+	if err != nil {
+		return "", nil, err
+	}
+	// A data dir: raft on disk (BoltDB, fsync), as in production.
+	cfg.DataDir = dir
+	cfg.Server = &agent.ServerConfig{RaftAddr: "127.0.0.1:0"}
+	cfg.Gateway = &agent.GatewayConfig{Address: "127.0.0.1:0", GRPCAddress: "127.0.0.1:0", QueueTimeout: "30s",
+		Models: []*agent.GatewayModel{{Name: "small", Concurrency: 4096, QueueMax: 100000, Deployments: []*agent.GatewayDeployment{{
+			Name: "local", Provider: "openai", BaseURL: providerURL, Model: "small-v1",
+			Price: &gateway.Price{Input: 1, Output: 4}}}}}}
+	a, err := benchkit.StartAgent(ctx, cfg, log)
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	return a.GatewayAddr(), func() {
+		_ = benchkit.StopAgent(context.Background(), a)
+		os.RemoveAll(dir)
+	}, nil
+}
+
+// serveGatewayAgent is the agent process: it runs until SIGTERM.
+func serveGatewayAgent(providerURL string, stdout, stderr io.Writer) int {
+	level := hclog.LevelFromString(os.Getenv(agentEnv + "_LOG"))
+	if level == hclog.NoLevel {
+		level = hclog.Warn
+	}
+	addr, stop, err := startGatewayAgent(context.Background(), providerURL, benchkit.NewAgentLogger(level, stderr))
+	if err != nil {
+		fmt.Fprintln(stderr, "gateway agent:", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, addr)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+	stop()
+	return 0
+}
+
+// spawnGatewayAgent runs this program as the gateway's agent process and
+// returns its gateway's address.
+func spawnGatewayAgent(providerURL string, level hclog.Level, stderr io.Writer) (string, func(), error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), agentEnv+"="+providerURL, agentEnv+"_LOG="+level.String())
+	cmd.Stderr = stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("starting the agent process: %w", err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return "", nil, fmt.Errorf("the agent process did not start: %w", err)
+	}
+	return strings.TrimSpace(line), func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}, nil
 }
