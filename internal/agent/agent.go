@@ -32,6 +32,7 @@ import (
 	"github.com/stickyd/stickyd/internal/consul"
 	"github.com/stickyd/stickyd/internal/front"
 	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/gateway/cluster"
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/monitor"
 	"github.com/stickyd/stickyd/internal/move"
@@ -130,11 +131,9 @@ type Agent struct {
 	consul     *consul.Client
 	stopDeploy chan struct{}
 	deployWG   sync.WaitGroup
-	// gw is the AI gateway, with a gateway block; gwServers its listeners.
-	gw                 *gatewayNode
-	gwServers          []gwServer
-	gwAddr, gwGRPCAddr string
-	gwLedgerDone       chan struct{} // closed once the last charges are sent
+	// gw is the AI gateway, with a gateway block (its listeners, and
+	// the ledger's last charges, are its own).
+	gw *cluster.Gateway
 	// maintTold is the version (raft index) of the maintenance windows
 	// this agent's workers were last told.
 	maintTold atomic.Uint64
@@ -849,7 +848,9 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	a.shutdownOnce.Do(func() {
 		a.up.Store(false) // health checks fail from now on
 		// The gateway takes no new call; those running finish meanwhile.
-		gwDrained = a.drainGateway(ctx)
+		if a.gw != nil {
+			gwDrained = a.gw.Drain(ctx)
+		}
 		if a.pool != nil {
 			a.pool.Stopping() // nobody parked wakes on workers about to stop
 		}
@@ -937,22 +938,19 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 		select {
 		case <-gwDrained:
 		case <-ctx.Done():
-			for _, s := range a.gwServers {
-				_ = s.close()
-			}
+			a.gw.Cut()
 		}
 	}
-	a.gwServers = nil
 	if a.gw != nil {
-		a.gw.router.Close()
+		a.gw.Close()
 	}
 	select {
 	case <-a.stopLeader:
 	default:
 		close(a.stopLeader)
 	}
-	if a.gwLedgerDone != nil {
-		<-a.gwLedgerDone // the last charges reach the log before raft stops
+	if a.gw != nil {
+		a.gw.Stop() // the last charges reach the log before raft stops
 	}
 	if a.router != nil {
 		a.router.close()

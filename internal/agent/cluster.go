@@ -14,6 +14,7 @@ import (
 	"github.com/stickyd/stickyd/internal/api"
 	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/gateway/cluster"
 	"github.com/stickyd/stickyd/internal/placement"
 	"github.com/stickyd/stickyd/internal/raftnode"
 )
@@ -121,8 +122,12 @@ type remoteErr struct {
 	err    error
 }
 
-func (e *remoteErr) Error() string { return e.err.Error() }
-func (e *remoteErr) Unwrap() error { return e.err }
+func (e *remoteErr) Error() string   { return e.err.Error() }
+func (e *remoteErr) Unwrap() error   { return e.err }
+func (e *remoteErr) StatusCode() int { return e.status }
+
+// The gateway reads a refusal's status (cluster.Server.Fetch).
+var _ cluster.Refusal = (*remoteErr)(nil)
 
 // join brings a server into its cluster. A cluster that already has a
 // leader (any server found says so) is joined: the leader is asked to make

@@ -1,4 +1,4 @@
-package agent
+package cluster
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/stickyd/stickyd/internal/gateway"
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/protocol"
@@ -14,7 +16,7 @@ import (
 
 // The AI gateway's calls from this agent's workers (GatewayCall on their
 // channel): the worker names the person who pays, its user key, and the
-// call runs through a.gw like any transport's (the leader runs it, with the
+// call runs through the Gateway like any transport's (the leader runs it, with the
 // same limits, failover and accounting), so its cost is the person's. A
 // stream's pieces go back as GatewayChunk notices, in order, before the
 // request is answered.
@@ -36,26 +38,27 @@ type channelEnd interface {
 	Done() <-chan struct{}
 }
 
-// gatewayFromWorker serves one GatewayCall of worker. It runs until the
-// call ends, so fromWorker starts it on its own goroutine: the worker's
-// channel reader never waits for a model.
-func (a *Agent) gatewayFromWorker(worker string, env *protocol.Envelope, r host.Replier) {
+// FromWorker serves one GatewayCall of worker, answering on r. It runs
+// until the call ends, so the agent starts it on its own goroutine: the
+// worker's channel reader never waits for a model. gw is nil while the
+// gateway starts, and configured false without a gateway block; log is
+// the agent's, and stop closes when the agent stops (the call ends then).
+func FromWorker(gw *Gateway, configured bool, log hclog.Logger, stop <-chan struct{}, worker string, env *protocol.Envelope, r host.Replier) {
 	gc := env.GetGatewayCall()
 	if gc == nil {
 		return
 	}
 	if env.Id == 0 {
-		a.log.Warn("a worker sent a gateway call as a notice; nothing to answer it with", "worker", worker)
+		log.Warn("a worker sent a gateway call as a notice; nothing to answer it with", "worker", worker)
 		return
 	}
 	refuse := func(code protocol.Error_Code, kind, msg string) {
 		_ = r.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Error{Error: &protocol.Error{Code: code, Message: msg, Kind: kind}}})
 	}
-	if a.cfg.Gateway == nil {
+	if !configured {
 		refuse(protocol.Error_UNAVAILABLE, "", "this agent has no gateway block")
 		return
 	}
-	gw := a.gw
 	if gw == nil {
 		// The front starts before the gateway: a call may come in between.
 		refuse(protocol.Error_UNAVAILABLE, "starting", "the gateway is starting; retry")
@@ -82,7 +85,7 @@ func (a *Agent) gatewayFromWorker(worker string, env *protocol.Envelope, r host.
 	go func() {
 		select {
 		case <-ended: // the worker is gone: nobody reads the answer
-		case <-a.stopTables: // the agent is stopping
+		case <-stop: // the agent is stopping
 		case <-ctx.Done():
 		}
 		cancel()

@@ -1,0 +1,146 @@
+package cluster
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/gateway"
+)
+
+// Config is the gateway block.
+type Config struct {
+	// Address serves the async REST API and the OpenAI-compatible
+	// /v1/chat/completions (default 127.0.0.1:4660); GRPCAddress the
+	// Gateway gRPC service (default 127.0.0.1:4661).
+	Address     string `hcl:"address,optional"`
+	GRPCAddress string `hcl:"grpc_address,optional"`
+	// APIKeys maps a caller's name to its API key (sent as a bearer
+	// token); the name is the session its costs go to unless the caller
+	// names one. Empty: the gateway listener takes every caller.
+	APIKeys map[string]string `hcl:"api_keys,optional"`
+	// QueueTimeout bounds a call's wait for a slot ("1m"); CallTimeout one
+	// attempt ("2m"); RetryAfterCap the longest retry-after honoured
+	// before failing over ("10s").
+	QueueTimeout  string `hcl:"queue_timeout,optional"`
+	CallTimeout   string `hcl:"call_timeout,optional"`
+	RetryAfterCap string `hcl:"retry_after_cap,optional"`
+	// DayZone is the calendar of the day counters (IANA name, default
+	// UTC).
+	DayZone string `hcl:"day_zone,optional"`
+	// SessionBudget and DayBudget, in US dollars, refuse the calls of a
+	// session or a day that spent them (0: none).
+	SessionBudget float64 `hcl:"session_budget,optional"`
+	DayBudget     float64 `hcl:"day_budget,optional"`
+	// KeyBudget, in US dollars, refuses the calls of an API key that spent
+	// it, over its life (0: none); KeyBudgets sets it for a key by name
+	// (a key named there with 0 has none).
+	KeyBudget  float64            `hcl:"key_budget,optional"`
+	KeyBudgets map[string]float64 `hcl:"key_budgets,optional"`
+	Models     []*Model           `hcl:"model,block"`
+}
+
+// Model is a model callers ask for by name.
+type Model struct {
+	Name string `hcl:"name,label"`
+	// Concurrency is the aggregate limit: calls of this model running at
+	// once, cluster-wide. QueueMax bounds the calls waiting (1000).
+	Concurrency int           `hcl:"concurrency"`
+	QueueMax    int           `hcl:"queue_max,optional"`
+	Deployments []*Deployment `hcl:"deployment,block"`
+}
+
+// Deployment is one provider account serving a model, tried in the order
+// written.
+type Deployment struct {
+	Name string `hcl:"name,label"`
+	// Provider is "openai" (also any OpenAI-compatible server: vLLM,
+	// Ollama, LM Studio) or "anthropic".
+	Provider string `hcl:"provider"`
+	BaseURL  string `hcl:"base_url,optional"`
+	// Model is the provider's name of the model.
+	Model string `hcl:"model"`
+	// APIKeyEnv names the environment variable holding the key, or
+	// APIKeyFile a file holding it. Neither: no key (local servers).
+	APIKeyEnv   string         `hcl:"api_key_env,optional"`
+	APIKeyFile  string         `hcl:"api_key_file,optional"`
+	Concurrency int            `hcl:"concurrency,optional"`
+	Price       *gateway.Price `hcl:"price,block"`
+	// StallTimeout is how long a stream may send nothing (not even the
+	// provider's pings) before it fails as a timeout (default "30s"); the
+	// gateway's call_timeout bounds the whole stream.
+	StallTimeout string `hcl:"stall_timeout,optional"`
+}
+
+// Finish checks the gateway block and fills its defaults. (That only
+// servers run the gateway is the agent's to check: it knows the roles.)
+func (g *Config) Finish() error {
+	if g.Address == "" {
+		g.Address = "127.0.0.1:4660"
+	}
+	if g.GRPCAddress == "" {
+		g.GRPCAddress = "127.0.0.1:4661"
+	}
+	for name, d := range map[string]string{"queue_timeout": g.QueueTimeout, "call_timeout": g.CallTimeout, "retry_after_cap": g.RetryAfterCap} {
+		if d == "" {
+			continue
+		}
+		if v, err := time.ParseDuration(d); err != nil || v <= 0 {
+			return fmt.Errorf("gateway: %s %q: want a positive duration like \"30s\"", name, d)
+		}
+	}
+	if g.DayZone != "" {
+		if _, err := time.LoadLocation(g.DayZone); err != nil {
+			return fmt.Errorf("gateway: day_zone %q: %w", g.DayZone, err)
+		}
+	}
+	if g.SessionBudget < 0 || g.DayBudget < 0 || g.KeyBudget < 0 {
+		return fmt.Errorf("gateway: budgets must not be negative")
+	}
+	for name, b := range g.KeyBudgets {
+		if _, ok := g.APIKeys[name]; !ok {
+			return fmt.Errorf("gateway: key_budgets names %q, which is not in api_keys", name)
+		}
+		if b < 0 {
+			return fmt.Errorf("gateway: key_budgets: %q's budget must not be negative", name)
+		}
+	}
+	if len(g.Models) == 0 {
+		return fmt.Errorf("gateway: configure at least one model block")
+	}
+	seen := map[string]bool{}
+	for _, m := range g.Models {
+		if seen[m.Name] {
+			return fmt.Errorf("gateway: model %q is configured twice", m.Name)
+		}
+		seen[m.Name] = true
+		if m.Concurrency < 1 {
+			return fmt.Errorf("gateway: model %q: concurrency must be at least 1", m.Name)
+		}
+		if len(m.Deployments) == 0 {
+			return fmt.Errorf("gateway: model %q: add a deployment block", m.Name)
+		}
+		for _, d := range m.Deployments {
+			if d.Provider != "openai" && d.Provider != "anthropic" {
+				return fmt.Errorf("gateway: model %q, deployment %q: provider %q: want \"openai\" or \"anthropic\"", m.Name, d.Name, d.Provider)
+			}
+			if d.Model == "" {
+				return fmt.Errorf("gateway: model %q, deployment %q: model (the provider's name of it) is empty", m.Name, d.Name)
+			}
+			if d.APIKeyEnv != "" && d.APIKeyFile != "" {
+				return fmt.Errorf("gateway: model %q, deployment %q: set api_key_env or api_key_file, not both", m.Name, d.Name)
+			}
+			if d.StallTimeout != "" {
+				if v, err := time.ParseDuration(d.StallTimeout); err != nil || v <= 0 {
+					return fmt.Errorf("gateway: model %q, deployment %q: stall_timeout %q: want a positive duration like \"30s\"", m.Name, d.Name, d.StallTimeout)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// duration parses a checked duration ("" is zero: the default).
+func duration(s string) time.Duration {
+	d, _ := time.ParseDuration(s)
+	return d
+}

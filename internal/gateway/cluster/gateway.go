@@ -1,0 +1,528 @@
+// Package cluster is the AI gateway in the server role (docs/gateway.md):
+// the raft-backed half of internal/gateway. Every server builds the same
+// router from the configuration, but only the leader runs calls: a
+// model's limit is then the aggregate of every caller on every node, and
+// its queue one line. A follower's transports forward each call to the
+// leader's admin API. Submitted calls and the cost counters are in the
+// maps (internal/fsm).
+//
+// It owns the gateway block, the queue of submitted calls, the ledger of
+// charges, the leader lease, the forwarding to the leader, the
+// transports' listeners, the gateway's admin routes and metrics, and the
+// workers' gateway calls. It must never import internal/agent: what it
+// needs of the server it runs on is Server, which the agent implements.
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/gateway"
+	"github.com/stickyd/stickyd/internal/gateway/provider/anthropic"
+	"github.com/stickyd/stickyd/internal/gateway/provider/openai"
+	"github.com/stickyd/stickyd/internal/raftnode"
+)
+
+// Server is what the gateway needs of the server it runs on: its raft
+// member, the way to the leader, and calls to the other agents' admin
+// APIs. The agent implements it; every method is safe for concurrent use.
+type Server interface {
+	// Name is this server's name (its raft ID).
+	Name() string
+	// Raft is this server's raft member, nil before it is up (the
+	// gateway starts after it is).
+	Raft() *raftnode.Node
+	// Apply writes a log entry through the leader, from any server: while
+	// there is no leader, or it cannot be reached, it retries until ctx
+	// ends. A leader's refusal of the entry is final.
+	Apply(ctx context.Context, entry []byte) (any, error)
+	// AdminOf is the admin API address of the server at raftAddr as this
+	// server knows it, "" when it does not; RefreshPeers learns the
+	// servers' addresses again (a server that restarts may come back with
+	// a new one).
+	AdminOf(raftAddr string) string
+	RefreshPeers(ctx context.Context)
+	// Fetch calls the admin API of the agent at addr and returns the
+	// answer's bytes; a refusal (an answer other than 200) is a Refusal.
+	Fetch(ctx context.Context, method, addr, path string, body []byte) ([]byte, error)
+	// AdminRequest is a request to the admin API of the agent at addr,
+	// with this agent's credentials. StreamClient sends such requests
+	// with no timeout but their context's: an answer may stream for as
+	// long as its call runs.
+	AdminRequest(ctx context.Context, method, addr, path string, body io.Reader) (*http.Request, error)
+	StreamClient() *http.Client
+}
+
+// Refusal is another agent's refusal of an admin call, as Server.Fetch
+// returns it: the HTTP status it answered with, and its message as the
+// error's.
+type Refusal interface {
+	error
+	StatusCode() int
+}
+
+// Gateway is the gateway on this server: the router (used while this
+// server leads), the submitted calls it runs, and the transports'
+// listeners.
+type Gateway struct {
+	cfg    *Config
+	srv    Server
+	maps   *fsm.FSM
+	log    hclog.Logger
+	router *gateway.Router
+	ledger *raftLedger
+
+	mu      sync.Mutex // guards running
+	running map[string]context.CancelFunc
+	// rescan asks the runner to look at the whole queue again: a call
+	// left it queued (this server lost the lead while it waited).
+	rescan atomic.Bool
+
+	// servers are the transports' listeners, addr and grpcAddr their
+	// addresses (set by Start).
+	servers        []server
+	addr, grpcAddr string
+	ledgerDone     chan struct{} // closed once the last charges are sent
+}
+
+var _ gateway.Service = (*Gateway)(nil)
+
+// New builds the router from c (a block Finish checked) for a gateway on
+// srv, which reads the queue and the counters from the replica maps and
+// logs to log.
+func New(c *Config, srv Server, maps *fsm.FSM, log hclog.Logger) (*Gateway, error) {
+	ledger := newRaftLedger(srv, maps, log)
+	lease := &leaderLease{srv: srv}
+	rc := gateway.Config{QueueTimeout: duration(c.QueueTimeout), CallTimeout: duration(c.CallTimeout),
+		RetryAfterCap: duration(c.RetryAfterCap), Ledger: ledger, MayStart: lease.check,
+		SessionBudget: int64(c.SessionBudget * 1e6), DayBudget: int64(c.DayBudget * 1e6), KeyBudget: int64(c.KeyBudget * 1e6),
+		Logger: log.Named("gateway")}
+	if len(c.KeyBudgets) > 0 {
+		rc.KeyBudgets = map[string]int64{}
+		for name, b := range c.KeyBudgets {
+			rc.KeyBudgets[name] = int64(b * 1e6)
+		}
+	}
+	if c.DayZone != "" {
+		rc.Zone, _ = time.LoadLocation(c.DayZone)
+	}
+	for _, m := range c.Models {
+		gm := gateway.Model{Name: m.Name, Concurrency: m.Concurrency, QueueMax: m.QueueMax}
+		for _, d := range m.Deployments {
+			ad, err := newAdapter(d)
+			if err != nil {
+				return nil, fmt.Errorf("gateway: model %q, deployment %q: %w", m.Name, d.Name, err)
+			}
+			gd := gateway.Deployment{Name: d.Name, Provider: d.Provider, Upstream: d.Model, Concurrency: d.Concurrency, Adapter: ad}
+			if d.Price != nil {
+				gd.Price = *d.Price
+			}
+			gm.Deployments = append(gm.Deployments, gd)
+		}
+		rc.Models = append(rc.Models, gm)
+	}
+	r, err := gateway.New(rc)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	return &Gateway{cfg: c, srv: srv, maps: maps, log: log, router: r, ledger: ledger, running: map[string]context.CancelFunc{}}, nil
+}
+
+// Start registers the gateway's metrics on reg, runs the submitted calls
+// and sends the charges to the log until stop closes (the server's stop
+// of its leader work), and serves the transports. After an error, what
+// started is stopped as after a Start that succeeded: Drain, Close, Stop.
+func (g *Gateway) Start(reg prometheus.Registerer, stop <-chan struct{}) error {
+	if err := reg.Register(newCollector(g)); err != nil {
+		return fmt.Errorf("gateway: registering its metrics: %w", err)
+	}
+	go g.runJobs(stop)
+	g.ledgerDone = make(chan struct{})
+	go func() {
+		defer close(g.ledgerDone)
+		g.ledger.run(stop)
+	}()
+	return g.serve()
+}
+
+// newAdapter builds a deployment's provider adapter.
+func newAdapter(d *Deployment) (gateway.Adapter, error) {
+	key := ""
+	switch {
+	case d.APIKeyEnv != "":
+		key = os.Getenv(d.APIKeyEnv)
+		if key == "" {
+			return nil, fmt.Errorf("the environment variable %s (api_key_env) is empty", d.APIKeyEnv)
+		}
+	case d.APIKeyFile != "":
+		b, err := os.ReadFile(d.APIKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading api_key_file: %w", err)
+		}
+		key = strings.TrimSpace(string(b))
+	}
+	stall := duration(d.StallTimeout)
+	switch d.Provider {
+	case "anthropic":
+		return anthropic.New(anthropic.Config{BaseURL: d.BaseURL, APIKey: key, StallTimeout: stall})
+	default:
+		return openai.New(openai.Config{BaseURL: d.BaseURL, APIKey: key, StallTimeout: stall})
+	}
+}
+
+// Complete runs the call on the leader.
+func (g *Gateway) Complete(ctx context.Context, call gateway.Call) (gateway.Response, error) {
+	if call.IdempotencyKey != "" {
+		// A key makes the call a submitted one, whose key the maps
+		// record: the same call sent again (a retry after a lost answer)
+		// gets the first run's answer, and never runs twice.
+		return gateway.CompleteOnce(ctx, g, call)
+	}
+	if g.srv.Raft().IsLeader() {
+		resp, err := g.router.Complete(ctx, call)
+		if !errors.Is(err, gateway.ErrNotLeader) {
+			return resp, err
+		}
+		// Deposed while the call waited for its slot: it never started,
+		// and the new leader runs it.
+	}
+	var resp gateway.Response
+	err := g.forward(ctx, "/v1/internal/gateway/complete", call, func(body []byte) error { return json.Unmarshal(body, &resp) })
+	return resp, err
+}
+
+// Stream runs the call on the leader, streaming its answer.
+func (g *Gateway) Stream(ctx context.Context, call gateway.Call) (<-chan gateway.Chunk, error) {
+	if g.srv.Raft().IsLeader() {
+		ch, err := g.router.Stream(ctx, call)
+		if !errors.Is(err, gateway.ErrNotLeader) {
+			return ch, err
+		}
+	}
+	return g.forwardStream(ctx, call)
+}
+
+// Submit records the call in the maps; the leader runs it.
+func (g *Gateway) Submit(ctx context.Context, call gateway.Call) (string, error) {
+	slots, ok := g.router.Slots(call.Request.Model)
+	if !ok {
+		return "", fmt.Errorf("%w %q", gateway.ErrUnknownModel, call.Request.Model)
+	}
+	// The persisted queue has the model's bound: running plus waiting.
+	if st := slots.Stats(); g.maps.GatewayActive(call.Request.Model) >= st.Capacity+st.QueueMax {
+		return "", gateway.ErrQueueFull
+	}
+	if len(call.Request.Messages) == 0 {
+		return "", &gateway.ProviderError{Kind: gateway.KindBadRequest, Message: "a call needs at least one message"}
+	}
+	id := newID()
+	if call.IdempotencyKey == "" {
+		call.IdempotencyKey = id
+	}
+	j := &fsm.GatewayJob{Job: gateway.Job{ID: id, Model: call.Request.Model, Session: call.Session, Submitted: time.Now().UTC()},
+		Call: call, Key: call.IdempotencyKey}
+	res, err := g.apply(ctx, fsm.GatewayJobRequest{Op: fsm.JobOpSubmit, Job: j})
+	if err != nil {
+		if gateway.FailureKind(err) == string(gateway.KindNetwork) {
+			// Raft's, not the gateway's: a leader change, a write timed out.
+			return "", fmt.Errorf("%w: %v", gateway.ErrUnavailable, err)
+		}
+		return "", err
+	}
+	if s, ok := res.(string); ok && s != "" {
+		return s, nil
+	}
+	return id, nil
+}
+
+// Job reports a submitted call from the replica.
+func (g *Gateway) Job(ctx context.Context, id string) (gateway.Job, error) {
+	j, ok := g.maps.GatewayJob(id)
+	if !ok {
+		return gateway.Job{}, gateway.ErrNoJob
+	}
+	return j.Job, nil
+}
+
+// Cancel records the cancellation; the leader stops the call if it runs.
+func (g *Gateway) Cancel(ctx context.Context, id string) error {
+	if _, ok := g.maps.GatewayJob(id); !ok {
+		return gateway.ErrNoJob
+	}
+	_, err := g.apply(ctx, fsm.GatewayJobRequest{Op: fsm.JobOpCancel, ID: id, At: time.Now().UTC()})
+	return err
+}
+
+func (g *Gateway) apply(ctx context.Context, req fsm.GatewayJobRequest) (any, error) {
+	entry, err := fsm.Encode(fsm.GatewayJobRequestType, req)
+	if err != nil {
+		return nil, err
+	}
+	return g.srv.Apply(ctx, entry)
+}
+
+// runJobs runs the submitted calls while this server leads: on taking the
+// lead it rejects the calls a dead leader had started (they may have run:
+// they are never run twice), then starts the queued ones in order, each
+// recorded as started before its provider is called.
+func (g *Gateway) runJobs(stop <-chan struct{}) {
+	leading := false
+	// Every queued call up to seq has been started here (each waits in
+	// the router for its slot); cancels is the count last acted on.
+	var seq, cancels uint64
+	for {
+		changed := g.maps.WatchGateway()
+		if g.srv.Raft().IsLeader() {
+			if !leading {
+				leading, seq = true, 0
+				g.rejectOrphans()
+			}
+			if g.rescan.Swap(false) {
+				seq = 0
+			}
+			seq = g.startQueued(seq)
+			if c := g.maps.GatewayCancels(); c != cancels {
+				cancels = c
+				g.stopCancelled()
+			}
+		} else {
+			leading = false
+		}
+		select {
+		case <-stop:
+			return
+		case <-changed:
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// rejectOrphans fails the calls marked running that this node does not
+// run: the leader that started them is gone.
+func (g *Gateway) rejectOrphans() {
+	// A new leader may not have applied every committed start yet.
+	bctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	err := g.srv.Raft().Barrier(bctx)
+	cancel()
+	if err != nil {
+		g.log.Warn("waiting for the log before rejecting orphaned gateway calls", "error", err)
+	}
+	for _, j := range g.maps.GatewayJobs(gateway.JobRunning) {
+		g.mu.Lock()
+		_, mine := g.running[j.ID]
+		g.mu.Unlock()
+		if mine {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := g.apply(ctx, fsm.GatewayJobRequest{Op: fsm.JobOpFinish, ID: j.ID, Error: gateway.ErrInterrupted.Error(),
+			ErrorKind: gateway.FailInterrupted, At: time.Now().UTC()})
+		cancel()
+		if err != nil {
+			g.log.Warn("rejecting a gateway call a dead leader started", "id", j.ID, "error", err)
+		}
+	}
+}
+
+// startQueued starts the calls queued after seq, in order, and returns
+// the last one's place.
+func (g *Gateway) startQueued(seq uint64) uint64 {
+	for _, j := range g.maps.GatewayQueuedAfter(seq) {
+		seq = j.Seq
+		g.mu.Lock()
+		_, mine := g.running[j.ID]
+		if !mine {
+			jctx, jcancel := context.WithCancel(context.Background())
+			g.running[j.ID] = jcancel
+			go g.run(jctx, j)
+		}
+		g.mu.Unlock()
+	}
+	return seq
+}
+
+func (g *Gateway) run(ctx context.Context, j fsm.GatewayJob) {
+	defer func() {
+		g.mu.Lock()
+		if c := g.running[j.ID]; c != nil {
+			c()
+		}
+		delete(g.running, j.ID)
+		g.mu.Unlock()
+	}()
+	// The start is recorded once the call has its slot, before the
+	// provider is called: a leader dying after it leaves a call that may
+	// have run, which is rejected, never run again.
+	started := false
+	call := j.Call
+	call.Accepted = true
+	call.OnStart = func(ctx context.Context) error {
+		if !g.srv.Raft().IsLeader() {
+			return errNotLeading
+		}
+		_, err := g.apply(ctx, fsm.GatewayJobRequest{Op: fsm.JobOpStart, ID: j.ID})
+		started = err == nil
+		return err
+	}
+	resp, err := g.router.Complete(ctx, call)
+	if !started && err != nil {
+		// Never started here: it stays queued for whoever leads (or is
+		// cancelled, which the maps already say).
+		if errors.Is(err, errNotLeading) || !g.srv.Raft().IsLeader() || errors.Is(ctx.Err(), context.Canceled) {
+			g.rescan.Store(true)
+			return
+		}
+	}
+	req := fsm.GatewayJobRequest{Op: fsm.JobOpFinish, ID: j.ID, At: time.Now().UTC()}
+	if err != nil {
+		req.Error, req.ErrorKind = err.Error(), gateway.FailureKind(err)
+	} else {
+		req.Response = &resp
+	}
+	// The outcome must reach the log even as this node loses the lead.
+	fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := g.apply(fctx, req); err != nil {
+		g.log.Error("recording a gateway call's outcome", "id", j.ID, "error", err)
+	}
+}
+
+// stopCancelled cancels the running calls the maps say are cancelled.
+func (g *Gateway) stopCancelled() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for id, cancel := range g.running {
+		if g.maps.GatewayJobState(id) == gateway.JobCancelled {
+			cancel()
+		}
+	}
+}
+
+// errNotLeading stops a queued call on a server that lost the lead.
+var errNotLeading = errors.New("this server no longer leads")
+
+// forward posts a call to the leader's internal gateway endpoint.
+func (g *Gateway) forward(ctx context.Context, path string, call gateway.Call, decode func([]byte) error) error {
+	body, err := json.Marshal(call)
+	if err != nil {
+		return err
+	}
+	admin, err := g.leaderAdmin(ctx)
+	if err != nil {
+		return err
+	}
+	b, err := g.srv.Fetch(ctx, http.MethodPost, admin, path, body)
+	if err != nil {
+		return gatewayError(err)
+	}
+	return decode(b)
+}
+
+// leaderAdmin is the leader's admin address. During an election (none
+// known yet, or this server, deposed, still named) it waits for one, for
+// at most electionWait and ctx: a call waits out a leader change rather
+// than failing.
+func (g *Gateway) leaderAdmin(ctx context.Context) (string, error) {
+	deadline := time.Now().Add(electionWait)
+	for {
+		addr, id := g.srv.Raft().Leader()
+		admin := ""
+		if id != g.srv.Name() || g.srv.Raft().IsLeader() {
+			admin = g.srv.AdminOf(addr)
+			if admin == "" && addr != "" {
+				g.srv.RefreshPeers(ctx)
+				admin = g.srv.AdminOf(addr)
+			}
+		}
+		if admin != "" {
+			return admin, nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("%w: no leader known to forward the call to", gateway.ErrNoDeployment)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// electionWait bounds how long a call waits for a leader to be known.
+const electionWait = 15 * time.Second
+
+// gatewayError turns a leader's refusal back into the gateway's error.
+func gatewayError(err error) error {
+	var re Refusal
+	if !errors.As(err, &re) {
+		return err
+	}
+	return refused(re.StatusCode(), re.Error())
+}
+
+// refused is the gateway's error for a leader's refusal with status and
+// msg.
+func refused(status int, msg string) error {
+	for _, s := range []error{gateway.ErrUnknownModel, gateway.ErrQueueFull, gateway.ErrQueueTimeout, gateway.ErrBudget,
+		gateway.ErrNoDeployment, gateway.ErrInterrupted, gateway.ErrNoJob} {
+		if strings.HasPrefix(msg, s.Error()) {
+			return fmt.Errorf("%w%s", s, strings.TrimPrefix(msg, s.Error()))
+		}
+	}
+	return &gateway.ProviderError{Kind: gateway.ErrorKind(kindFromStatus(status)), Status: status, Message: msg}
+}
+
+func kindFromStatus(status int) string {
+	switch {
+	case status == http.StatusBadRequest:
+		return string(gateway.KindBadRequest)
+	case status == http.StatusTooManyRequests:
+		return string(gateway.KindRateLimited)
+	case status == http.StatusGatewayTimeout:
+		return string(gateway.KindTimeout)
+	}
+	return string(gateway.KindServer)
+}
+
+var randRead = rand.Read
+
+func newID() string {
+	var b [12]byte
+	_, _ = randRead(b[:])
+	return fmt.Sprintf("gw-%x", b)
+}
+
+// Wait waits until a submitted call ends or ctx does, and reports it (the
+// transports' long poll).
+func (g *Gateway) Wait(ctx context.Context, id string) (gateway.Job, error) {
+	for {
+		changed := g.maps.WatchGatewayJob(id)
+		j, ok := g.maps.GatewayJob(id)
+		if !ok {
+			return gateway.Job{}, gateway.ErrNoJob
+		}
+		switch j.State {
+		case gateway.JobDone, gateway.JobFailed, gateway.JobCancelled:
+			return j.Job, nil
+		}
+		select {
+		case <-ctx.Done():
+			return j.Job, nil
+		case <-changed:
+		}
+	}
+}

@@ -1,0 +1,176 @@
+package cluster
+
+import (
+	"context"
+	"iter"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/gateway"
+)
+
+// raftLedger keeps the cost counters in the maps. A charge is taken at
+// once, in the path that returns the answer, into a pending batch that
+// budgets already see; the batch reaches the log within flushEvery, as one
+// entry. A charge is applied once even if its batch is sent twice.
+type raftLedger struct {
+	srv  Server
+	maps *fsm.FSM
+	log  hclog.Logger
+	// id names this ledger in the log (the server and this process's
+	// start), and batch numbers its batches, so a batch sent again after
+	// it was applied is skipped.
+	id    string
+	batch uint64
+
+	mu       sync.Mutex // guards pending and inflight
+	pending  []gateway.Charge
+	inflight *fsm.GatewayChargesRequest // sent, not known applied
+	kick     chan struct{}
+}
+
+var _ gateway.Ledger = (*raftLedger)(nil)
+
+// flushEvery bounds how long a charge waits for the log; maxBatch how
+// many charges one entry carries.
+const (
+	flushEvery = 20 * time.Millisecond
+	maxBatch   = 512
+)
+
+func newRaftLedger(srv Server, maps *fsm.FSM, log hclog.Logger) *raftLedger {
+	return &raftLedger{srv: srv, maps: maps, log: log, id: srv.Name() + "/" + newID(), kick: make(chan struct{}, 1)}
+}
+
+// Add takes a charge.
+func (l *raftLedger) Add(ctx context.Context, c gateway.Charge) error {
+	l.mu.Lock()
+	l.pending = append(l.pending, c)
+	full := len(l.pending) >= maxBatch
+	l.mu.Unlock()
+	if full {
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// Spent reads the replica and adds the charges taken here it has not
+// applied yet: every charge counts from the moment it is taken.
+func (l *raftLedger) Spent(session, day, key string) gateway.Spend {
+	// l.mu is held across the replica's read: the batch in flight is
+	// then either applied (the replica's mark says so) or still held.
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, applied := l.maps.GatewaySpent(session, day, key, l.id)
+	return s.Add(session, day, key, l.unappliedLocked(applied)...)
+}
+
+// Counters are the cost counters with every charge taken here counted:
+// the leader's answer is exact at once (every call runs on the leader).
+func (l *raftLedger) Counters() gateway.Counters {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c, applied := l.maps.GatewayCountersOf(l.id)
+	for _, ch := range l.unappliedLocked(applied) {
+		c.Apply(ch)
+	}
+	return c
+}
+
+// Sessions are the named sessions' counters with every charge taken here
+// counted.
+func (l *raftLedger) Sessions(names iter.Seq[string]) map[string]gateway.Tally {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out, applied := l.maps.GatewaySessions(names, l.id)
+	unapplied := map[string]gateway.Tally{} // a batch's worth at most
+	for _, ch := range l.unappliedLocked(applied) {
+		t := unapplied[ch.Session]
+		t.Micros += ch.Micros
+		t.Calls++
+		t.Usage = t.Usage.Add(ch.Usage)
+		unapplied[ch.Session] = t
+	}
+	if len(unapplied) == 0 {
+		return out
+	}
+	for n := range names {
+		if u, ok := unapplied[n]; ok {
+			t := out[n]
+			t.Micros, t.Calls, t.Usage = t.Micros+u.Micros, t.Calls+u.Calls, t.Usage.Add(u.Usage)
+			out[n] = t
+		}
+	}
+	return out
+}
+
+// unappliedLocked are the charges taken here that the replica has not
+// applied, given the last batch it applied.
+func (l *raftLedger) unappliedLocked(applied uint64) []gateway.Charge {
+	if l.inflight == nil || l.inflight.Batch <= applied {
+		return l.pending
+	}
+	return append(slices.Clip(l.inflight.Charges), l.pending...)
+}
+
+// run sends the pending charges to the log until stop closes, then sends
+// what is left.
+func (l *raftLedger) run(stop <-chan struct{}) {
+	t := time.NewTicker(flushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			for l.flush(ctx) {
+			}
+			cancel()
+			return
+		case <-t.C:
+		case <-l.kick:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		for l.flush(ctx) {
+		}
+		cancel()
+	}
+}
+
+// flush sends one batch; it reports whether it sent a full one (more may
+// wait). A batch that failed is sent again as it was, under its number,
+// before any new one.
+func (l *raftLedger) flush(ctx context.Context) bool {
+	l.mu.Lock()
+	if l.inflight == nil {
+		n := min(len(l.pending), maxBatch)
+		if n == 0 {
+			l.mu.Unlock()
+			return false
+		}
+		l.batch++
+		l.inflight = &fsm.GatewayChargesRequest{Ledger: l.id, Batch: l.batch, At: time.Now().UTC(),
+			Charges: slices.Clone(l.pending[:n])}
+		l.pending = l.pending[n:]
+	}
+	req := l.inflight
+	l.mu.Unlock()
+	entry, err := fsm.Encode(fsm.GatewayChargesRequestType, req)
+	if err == nil {
+		_, err = l.srv.Apply(ctx, entry)
+	}
+	if err != nil {
+		l.log.Warn("recording gateway charges; kept to send again", "charges", len(req.Charges), "error", err)
+		return false
+	}
+	l.mu.Lock()
+	l.inflight = nil
+	l.mu.Unlock()
+	return len(req.Charges) == maxBatch
+}

@@ -1,0 +1,82 @@
+package cluster
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// collector publishes the gateway's replicated counters (the total and
+// today; sessions are on the API, not here: unbounded labels) and, on the
+// leader, each model's slots and each deployment's health.
+type collector struct {
+	g                                            *Gateway
+	cost, calls, tokens, dayCost                 *prometheus.Desc
+	inFlight, queued, capacity, degraded, reqWin *prometheus.Desc
+}
+
+var _ prometheus.Collector = (*collector)(nil)
+
+func newCollector(g *Gateway) *collector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, labels, nil)
+	}
+	return &collector{g: g,
+		cost:     d("stickyd_gateway_cost_dollars_total", "What the gateway's answers cost, all sessions and days."),
+		calls:    d("stickyd_gateway_calls_total", "Answers charged."),
+		tokens:   d("stickyd_gateway_tokens_total", "Tokens charged, by kind (input, cached_input, cache_write, output).", "kind"),
+		dayCost:  d("stickyd_gateway_day_cost_dollars", "What today's answers cost (the gateway's day zone).", "day"),
+		inFlight: d("stickyd_gateway_in_flight", "Calls of a model running now (leader).", "model"),
+		queued:   d("stickyd_gateway_queued", "Calls of a model waiting for a slot (leader).", "model"),
+		capacity: d("stickyd_gateway_concurrency_limit", "A model's aggregate concurrency limit.", "model"),
+		degraded: d("stickyd_gateway_deployment_degraded", "1 while a deployment is degraded (skipped and probed).", "model", "deployment"),
+		reqWin:   d("stickyd_gateway_deployment_failure_ratio", "A deployment's failures over its outcomes in the health window.", "model", "deployment"),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.cost, c.calls, c.tokens, c.dayCost, c.inFlight, c.queued, c.capacity, c.degraded, c.reqWin} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	k := c.g.maps.GatewayCounters()
+	ch <- prometheus.MustNewConstMetric(c.cost, prometheus.CounterValue, float64(k.Total.Micros)/1e6)
+	ch <- prometheus.MustNewConstMetric(c.calls, prometheus.CounterValue, float64(k.Total.Calls))
+	u := k.Total.Usage
+	for kind, n := range map[string]int64{"input": u.Input, "cached_input": u.CachedInput, "cache_write": u.CacheWrite, "output": u.Output} {
+		ch <- prometheus.MustNewConstMetric(c.tokens, prometheus.CounterValue, float64(n), kind)
+	}
+	day := time.Now().In(c.g.zone()).Format(time.DateOnly)
+	ch <- prometheus.MustNewConstMetric(c.dayCost, prometheus.GaugeValue, float64(k.Days[day].Micros)/1e6, day)
+	for model, h := range c.g.router.Health() {
+		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(h.Slots.Capacity), model)
+		if !c.g.srv.Raft().IsLeader() {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(h.Slots.InFlight), model)
+		ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(h.Slots.Queued), model)
+		for dep, s := range h.Deployments {
+			v, ratio := 0.0, 0.0
+			if s.Degraded {
+				v = 1
+			}
+			if s.Requests > 0 {
+				ratio = float64(s.Failures) / float64(s.Requests)
+			}
+			ch <- prometheus.MustNewConstMetric(c.degraded, prometheus.GaugeValue, v, model, dep)
+			ch <- prometheus.MustNewConstMetric(c.reqWin, prometheus.GaugeValue, ratio, model, dep)
+		}
+	}
+}
+
+// zone is the calendar of the day counters.
+func (g *Gateway) zone() *time.Location {
+	if z := g.cfg.DayZone; z != "" {
+		if loc, err := time.LoadLocation(z); err == nil {
+			return loc
+		}
+	}
+	return time.UTC
+}
