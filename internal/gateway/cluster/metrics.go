@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// collector publishes the gateway's replicated counters (the total and
+// collector publishes the gateway's counters (the total and
 // today; sessions are on the API, not here: unbounded labels) and, on the
 // leader, each model's slots and each deployment's health.
 type collector struct {
@@ -41,7 +41,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	k := c.g.maps.GatewayCounters()
+	// The ledger's counters: the replica's, with the charges this server
+	// took that the log has not applied yet (so they never go back).
+	k := c.g.ledger.Counters()
 	ch <- prometheus.MustNewConstMetric(c.cost, prometheus.CounterValue, float64(k.Total.Micros)/1e6)
 	ch <- prometheus.MustNewConstMetric(c.calls, prometheus.CounterValue, float64(k.Total.Calls))
 	u := k.Total.Usage
