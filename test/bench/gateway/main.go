@@ -11,16 +11,16 @@
 //     to the replicated queue, started and finished through raft), then
 //     GET /v1/gateway/requests/{id}?wait until it is done.
 //
-// Each path runs at each rate (default 1000 and 5000 requests/s) for
+// Each path runs at each rate (default 1000, 2000 and 5000 requests/s) for
 // -duration, then the rate is raised step by step to find the highest one
 // held with no error and a p99 under -slo.
 //
 //	go run ./test/bench/gateway            # 5 s per rate
 //	go run ./test/bench/gateway -quick     # 2 s per rate, no search
 //
-// The agent runs in its own process, as in production (-in-process runs it
-// in this one, where the load generator's and the provider's garbage
-// collections stop it too).
+// The load, the provider and the agent run in three processes, as in
+// production (-in-process runs all in this one, where each one's garbage
+// collections stop the others too).
 //
 // It prints the machine and a Markdown table on stdout, progress on
 // stderr (with BENCH_DEBUG set, also the process's goroutines, heap and GC
@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 
 	"github.com/stickyd/stickyd/internal/agent"
 	"github.com/stickyd/stickyd/internal/gateway"
@@ -64,8 +65,8 @@ var program = benchkit.Program[*options, *report]{
 }
 
 func main() {
-	if os.Getenv(agentEnv) != "" {
-		os.Exit(serveGatewayAgent(os.Getenv(agentEnv), os.Stdout, os.Stderr))
+	if role := os.Getenv(roleEnv); role != "" {
+		os.Exit(serveRole(role, os.Stdout, os.Stderr))
 	}
 	// Thousands of calls in flight each hold a socket in this process
 	// (client, gateway and provider): take the hard limit of open files.
@@ -82,6 +83,7 @@ type options struct {
 	profile   string
 	memprof   string
 	inProcess bool
+	pin       bool
 	rates     []int
 	duration  time.Duration
 	slo       time.Duration
@@ -92,11 +94,12 @@ type options struct {
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	f := benchkit.NewFlags("gateway", "2 s per rate and no search for the highest rate", stderr)
 	o := &options{}
-	rates := f.String("rates", "1000,5000", "request rates to measure, per second")
+	rates := f.String("rates", "1000,2000,5000", "request rates to measure, per second")
 	paths := f.String("paths", "direct,slot,queue", "the paths to measure: direct, slot, queue")
 	f.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	f.StringVar(&o.memprof, "memprofile", "", "write a profile of the whole run's allocations to this file")
-	f.BoolVar(&o.inProcess, "in-process", false, "run the agent in this process (the load's own garbage collections then stop it too) rather than in its own, as in production")
+	f.BoolVar(&o.pin, "pin", false, "give the agent process a CPU of its own (the last), the load and the provider sharing the others")
+	f.BoolVar(&o.inProcess, "in-process", false, "run the provider and the agent in this process (each one's garbage collections then stop the others too) rather than in their own, as in production")
 	f.DurationVar(&o.duration, "duration", 5*time.Second, "how long each rate runs")
 	f.DurationVar(&o.slo, "slo", time.Second, "the p99 a rate must stay under to count as held")
 	f.BoolVar(&o.search, "search", true, "raise the rate until it is not held")
@@ -149,22 +152,44 @@ type report struct {
 }
 
 func measure(ctx context.Context, o *options, stderr io.Writer) (*report, error) {
-	provider, err := startProvider()
-	if err != nil {
-		return nil, err
-	}
-	defer provider.Close()
-	providerURL := "http://" + provider.Addr().String() + "/v1"
-	var gwAddr string
+	var providerAddr, gwAddr string
 	if o.inProcess {
-		addr, stop, err := startGatewayAgent(ctx, providerURL, benchkit.NewAgentLogger(o.logLevel, stderr))
+		provider, err := startProvider()
+		if err != nil {
+			return nil, err
+		}
+		defer provider.Close()
+		providerAddr = provider.Addr().String()
+		addr, stop, err := startGatewayAgent(ctx, "http://"+providerAddr+"/v1", benchkit.NewAgentLogger(o.logLevel, stderr))
 		if err != nil {
 			return nil, err
 		}
 		defer stop()
 		gwAddr = addr
 	} else {
-		addr, stop, err := spawnGatewayAgent(providerURL, o.logLevel, stderr)
+		// Three processes, as in production: the load, the provider and
+		// the agent, each with its own heap and collections.
+		var agentEnv []string
+		if o.pin && goruntime.NumCPU() > 1 {
+			last := goruntime.NumCPU() - 1
+			var set unix.CPUSet
+			for i := range last {
+				set.Set(i)
+			}
+			// This process and the provider (started after) on the
+			// others; the agent moves itself to the last.
+			for _, t := range append(threads(), 0) {
+				_ = unix.SchedSetaffinity(t, &set)
+			}
+			agentEnv = append(agentEnv, roleEnv+"_CPU="+fmt.Sprint(last))
+		}
+		addr, stop, err := spawn("provider", stderr)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+		providerAddr = addr
+		addr, stop, err = spawn("agent", stderr, append(agentEnv, providerEnv+"=http://"+providerAddr+"/v1", logEnv+"="+o.logLevel.String())...)
 		if err != nil {
 			return nil, err
 		}
@@ -180,7 +205,7 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (*report, error)
 		do   func(ctx context.Context) error
 	}{
 		{"direct", "direct", func(ctx context.Context) error {
-			return post(ctx, client, "http://"+provider.Addr().String()+"/v1/chat/completions", body, http.StatusOK, nil)
+			return post(ctx, client, "http://"+providerAddr+"/v1/chat/completions", body, http.StatusOK, nil)
 		}},
 		{"slot", "gateway, slot path", func(ctx context.Context) error {
 			return post(ctx, client, "http://"+gwAddr+"/v1/chat/completions", body, http.StatusOK, nil)
@@ -423,10 +448,15 @@ func printReport(w io.Writer, o *options, r *report) {
 	}
 }
 
-// agentEnv, set to the provider's URL, makes this program the gateway's
-// agent process (spawnGatewayAgent): it prints the gateway's address on
-// its first line of output and stops at SIGTERM.
-const agentEnv = "STICKYD_BENCH_GATEWAY_AGENT"
+// roleEnv makes this program one of the benchmark's processes (spawn):
+// "provider" or "agent" (whose provider's URL is in providerEnv, its log
+// level in logEnv). It prints the address it serves on its first line of
+// output and stops at SIGTERM.
+const (
+	roleEnv     = "STICKYD_BENCH_GATEWAY_ROLE"
+	providerEnv = "STICKYD_BENCH_GATEWAY_PROVIDER"
+	logEnv      = "STICKYD_BENCH_GATEWAY_LOG"
+)
 
 // startGatewayAgent starts a server agent whose gateway serves model
 // "small" on the provider, and returns its gateway's address.
@@ -458,16 +488,45 @@ func startGatewayAgent(ctx context.Context, providerURL string, log hclog.Logger
 	}, nil
 }
 
-// serveGatewayAgent is the agent process: it runs until SIGTERM.
-func serveGatewayAgent(providerURL string, stdout, stderr io.Writer) int {
-	level := hclog.LevelFromString(os.Getenv(agentEnv + "_LOG"))
-	if level == hclog.NoLevel {
-		level = hclog.Warn
+// serveRole is one of the benchmark's processes: it runs until SIGTERM.
+func serveRole(role string, stdout, stderr io.Writer) int {
+	var addr string
+	stop := func() {}
+	switch role {
+	case "provider":
+		ln, err := startProvider()
+		if err != nil {
+			fmt.Fprintln(stderr, "provider:", err)
+			return 1
+		}
+		addr, stop = ln.Addr().String(), func() { ln.Close() }
+	case "agent":
+		level := hclog.LevelFromString(os.Getenv(logEnv))
+		if level == hclog.NoLevel {
+			level = hclog.Warn
+		}
+		var err error
+		addr, stop, err = startGatewayAgent(context.Background(), os.Getenv(providerEnv), benchkit.NewAgentLogger(level, stderr))
+		if err != nil {
+			fmt.Fprintln(stderr, "gateway agent:", err)
+			return 1
+		}
+	default:
+		fmt.Fprintf(stderr, "%s=%q: want provider or agent\n", roleEnv, role)
+		return 2
 	}
-	addr, stop, err := startGatewayAgent(context.Background(), providerURL, benchkit.NewAgentLogger(level, stderr))
-	if err != nil {
-		fmt.Fprintln(stderr, "gateway agent:", err)
-		return 1
+	// STICKYD_BENCH_GATEWAY_CPUPROFILE=PREFIX writes a CPU profile of the
+	// process's whole life to PREFIX.ROLE.
+	if prefix := os.Getenv(roleEnv + "_CPUPROFILE"); prefix != "" {
+		if f, err := os.Create(prefix + "." + role); err == nil && pprof.StartCPUProfile(f) == nil {
+			defer f.Close()
+			defer pprof.StopCPUProfile()
+		}
+	}
+	if cpu := os.Getenv(roleEnv + "_CPU"); cpu != "" {
+		var n int
+		fmt.Sscan(cpu, &n)
+		pinTo(n)
 	}
 	fmt.Fprintln(stdout, addr)
 	sig := make(chan os.Signal, 1)
@@ -477,15 +536,15 @@ func serveGatewayAgent(providerURL string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// spawnGatewayAgent runs this program as the gateway's agent process and
-// returns its gateway's address.
-func spawnGatewayAgent(providerURL string, level hclog.Level, stderr io.Writer) (string, func(), error) {
+// spawn runs this program as one of the benchmark's processes, with env
+// added to its environment, and returns the address it serves on.
+func spawn(role string, stderr io.Writer, env ...string) (string, func(), error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", nil, err
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), agentEnv+"="+providerURL, agentEnv+"_LOG="+level.String())
+	cmd.Env = append(append(os.Environ(), roleEnv+"="+role), env...)
 	cmd.Stderr = stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	out, err := cmd.StdoutPipe()
@@ -493,13 +552,13 @@ func spawnGatewayAgent(providerURL string, level hclog.Level, stderr io.Writer) 
 		return "", nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return "", nil, fmt.Errorf("starting the agent process: %w", err)
+		return "", nil, fmt.Errorf("starting the %s process: %w", role, err)
 	}
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		return "", nil, fmt.Errorf("the agent process did not start: %w", err)
+		return "", nil, fmt.Errorf("the %s process did not start: %w", role, err)
 	}
 	return strings.TrimSpace(line), func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
@@ -512,4 +571,27 @@ func spawnGatewayAgent(providerURL string, level hclog.Level, stderr io.Writer) 
 			<-done
 		}
 	}, nil
+}
+
+// pinTo keeps this process's threads on CPU n.
+func pinTo(n int) {
+	var set unix.CPUSet
+	set.Set(n)
+	_ = unix.SchedSetaffinity(0, &set)
+	// Every thread: the ones already started keep their own mask.
+	for _, t := range threads() {
+		_ = unix.SchedSetaffinity(t, &set)
+	}
+}
+
+func threads() []int {
+	ents, _ := os.ReadDir("/proc/self/task")
+	var out []int
+	for _, e := range ents {
+		var t int
+		if _, err := fmt.Sscan(e.Name(), &t); err == nil {
+			out = append(out, t)
+		}
+	}
+	return out
 }
