@@ -121,11 +121,17 @@ func errAnswer(id uint64, err error) *answer {
 	a := &answer{Op: "error", ID: id, Error: err.Error(), Code: "internal"}
 	if he, ok := knownError(err); ok {
 		a.Error, a.Retry = he.Message, he.Retry
-		switch {
-		case he.Status == http.StatusBadRequest:
+		switch he.Status {
+		case http.StatusBadRequest:
 			a.Code = "bad_request"
-		case he.Status == http.StatusServiceUnavailable:
+		case http.StatusServiceUnavailable:
 			a.Code = "unavailable"
+		case http.StatusUnauthorized:
+			a.Code = "no_connection"
+		case http.StatusRequestEntityTooLarge:
+			a.Code = "too_large"
+		case http.StatusRequestTimeout:
+			a.Code = "timeout"
 		}
 		if he.Code != "" {
 			a.Code = he.Code
@@ -148,30 +154,23 @@ func (f *Front) runOp(ctx context.Context, conn string, o *op) *answer {
 }
 
 // serveOp is the long-poll fallback: one op per POST, same JSON as the
-// WebSocket.
+// WebSocket. Every answer, refusals included, is an op answer ("op":
+// "error" with its code, and "retry" for what did not run and may be sent
+// again), with the HTTP status that goes with it.
 func (f *Front) serveOp(w http.ResponseWriter, r *http.Request) error {
-	rt, ok := f.route(w, r)
-	if !ok {
-		return errNoConnection
-	}
-	body, release, err := f.readBody(w, r, f.cfg.MaxMessageBytes)
-	defer release()
-	if err != nil {
-		return err
-	}
 	var o op
-	if err := json.Unmarshal(body, &o); err != nil {
-		return &HTTPError{Status: http.StatusBadRequest, Message: "decoding op: " + err.Error()}
-	}
-	var a *answer
-	if f.allowFrame(rt.Conn, rt.User, viaOp) {
-		a = f.runOp(r.Context(), rt.Conn, &o)
-	} else {
-		a = errAnswer(o.ID, errRateLimited)
-	}
+	a := f.fallbackOp(w, r, &o)
 	status := http.StatusOK
 	if a.Op == "error" {
 		status = http.StatusBadRequest
+		switch a.Code {
+		case "no_connection":
+			status = http.StatusUnauthorized
+		case "too_large":
+			status = http.StatusRequestEntityTooLarge
+		case "timeout":
+			status = http.StatusRequestTimeout
+		}
 		if a.Retry {
 			status = http.StatusServiceUnavailable
 			if a.Code == errRateLimited.Code {
@@ -184,6 +183,26 @@ func (f *Front) serveOp(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	return writeJSON(w, status, a)
+}
+
+// fallbackOp reads and runs one op of the fallback, refusals as answers.
+func (f *Front) fallbackOp(w http.ResponseWriter, r *http.Request, o *op) *answer {
+	rt, ok := f.route(w, r)
+	if !ok {
+		return errAnswer(0, errNoConnection)
+	}
+	body, release, err := f.readBody(w, r, f.cfg.MaxMessageBytes)
+	defer release()
+	if err != nil {
+		return errAnswer(0, err)
+	}
+	if err := json.Unmarshal(body, o); err != nil {
+		return errAnswer(0, &HTTPError{Status: http.StatusBadRequest, Message: "decoding op: " + err.Error()})
+	}
+	if !f.allowFrame(rt.Conn, rt.User, viaOp) {
+		return errAnswer(o.ID, errRateLimited)
+	}
+	return f.runOp(r.Context(), rt.Conn, o)
 }
 
 var errNoConnection = &HTTPError{Status: http.StatusUnauthorized,

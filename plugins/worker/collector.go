@@ -116,6 +116,16 @@ func (c *collector) ackLocked(after uint64) {
 	c.floor = after
 }
 
+// unservableLocked says the deltas a reader at after needs are no longer
+// all held: some at or below the floor, and no RESET just above it that
+// replaces them.
+func (c *collector) unservableLocked(after uint64) bool {
+	if after >= c.floor || c.fold == nil {
+		return false
+	}
+	return len(c.pending) == 0 || c.pending[0].Op != protocol.Delta_RESET || c.pending[0].Seq != c.floor+1
+}
+
 func (c *collector) sinceLocked(after uint64) []*protocol.Delta {
 	for i, d := range c.pending {
 		if d.Seq > after {
@@ -129,6 +139,12 @@ func (c *collector) sinceLocked(after uint64) []*protocol.Delta {
 // otherwise when the first arrives or wait runs out (with none).
 func (c *collector) pull(after uint64, wait time.Duration, reply func([]*protocol.Delta, uint64)) {
 	c.mu.Lock()
+	if c.unservableLocked(after) {
+		// The deltas after after are gone (another reader of the page
+		// acknowledged them: a duplicated tab): the reader gets the whole
+		// tree, never later deltas applied to a stale one.
+		c.resetLocked()
+	}
 	c.ackLocked(after)
 	if ds := c.sinceLocked(after); len(ds) > 0 || wait <= 0 {
 		seq := c.seq

@@ -142,3 +142,43 @@ func TestCollectorFoldsASilentPage(t *testing.T) {
 		t.Fatalf("replayed tree has %d entries under n", len(n))
 	}
 }
+
+// Two readers of one page (a duplicated tab): when one acknowledged
+// deltas the other has not applied, the other's pull gets a RESET of the
+// whole tree (it got only {"last":31} and applied later deltas to a stale
+// tree); then both go on from there.
+func TestCollectorSecondReaderGetsAReset(t *testing.T) {
+	tree := map[string]int{}
+	c := &collector{fold: func() []byte { b, _ := json.Marshal(tree); return b }}
+	write := func(k string, v int) {
+		tree[k] = v
+		c.add(protocol.Delta_SET, k, []byte(strconv.Itoa(v)))
+	}
+	for i := range 5 {
+		write("n"+strconv.Itoa(i), i)
+	}
+	a, _ := pullNow(c, 0)     // tab A reads 1..5
+	_, lastA := pullNow(c, 5) // and acknowledges them
+	if len(a) != 5 || lastA != 5 {
+		t.Fatalf("tab A: %d deltas, last %d", len(a), lastA)
+	}
+	write("n5", 5)
+	ds, _ := pullNow(c, 2) // tab B had applied up to 2
+	if len(ds) != 1 || ds[0].Op != protocol.Delta_RESET || ds[0].Seq <= 6 {
+		t.Fatalf("tab B's pull after 2: %v, want one RESET", ds)
+	}
+	var got map[string]int
+	if err := json.Unmarshal(ds[0].Value, &got); err != nil || len(got) != 6 {
+		t.Fatalf("the RESET holds %s (%v), want the whole tree of 6", ds[0].Value, err)
+	}
+	// Tab A, at 5, gets the RESET too (the whole tree, never a gap).
+	if ds, _ := pullNow(c, 5); len(ds) == 0 || ds[0].Op != protocol.Delta_RESET {
+		t.Fatalf("tab A after 5: %v", ds)
+	}
+	// A reader that has every delta held gets no RESET.
+	last := c.last()
+	write("n6", 6)
+	if ds, _ := pullNow(c, last); len(ds) != 1 || ds[0].Op != protocol.Delta_SET {
+		t.Fatalf("an up-to-date reader: %v", ds)
+	}
+}

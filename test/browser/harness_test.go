@@ -53,6 +53,13 @@ var modes = []string{"subprocess", "inprocess"}
 // workers are demo-1 .. demo-n; it is shut down when the test ends.
 func startAgent(t *testing.T, mode string, n int) *agent.Agent {
 	t.Helper()
+	return startAgentWith(t, mode, n, nil)
+}
+
+// startAgentWith is startAgent with the configuration changed by edit
+// (when not nil) before the agent starts.
+func startAgentWith(t *testing.T, mode string, n int, edit func(*agent.Config)) *agent.Agent {
+	t.Helper()
 	g := &agent.GroupConfig{Name: "demo", Workers: n}
 	switch mode {
 	case "subprocess":
@@ -71,6 +78,9 @@ func startAgent(t *testing.T, mode string, n int) *agent.Agent {
 		Front:  &agent.FrontConfig{Address: "127.0.0.1:0", FrameTimeout: "10s"},
 		Admin:  &agent.AdminConfig{Address: "127.0.0.1:0"},
 		Groups: []*agent.GroupConfig{g},
+	}
+	if edit != nil {
+		edit(cfg)
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Warn, Output: newTestWriter(t)})
 	builtins := map[string]agent.Builtin{

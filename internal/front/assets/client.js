@@ -4,7 +4,8 @@
 //     kind: "grid",                      // page kind, sent when the page opens
 //     onChange: (tree, deltas) => {},     // after deltas were applied to page.tree
 //     onNotice: (text) => {},             // the page restarted clean, and why
-//     onStatus: (status) => {},           // "connecting" | "live" | "offline" | "polling" | "failed"
+//     onStatus: (status) => {},           // "connecting" | "live" | "offline" | "polling" | "unauthorized" | "failed"
+//     transport: "poll",                   // optional: the long-poll fallback from the start
 //   });
 //   const answer = await page.send({op: "filter", text: "abc"});
 //   page.tree    // the page's data tree, kept equal to the worker's
@@ -22,6 +23,18 @@
   "use strict";
   const PREFIX = "/_stickyd";
   const PULL_WAIT = 25000;
+  const MAX_BACKOFF = 30000;
+
+  // backoff is a retry delay that doubles from base to MAX_BACKOFF, each
+  // one jittered (half to the whole of it), so that pages that failed
+  // together do not come back together; ok resets it.
+  function backoff(base) {
+    let n = 0;
+    return {
+      next() { const d = Math.min(MAX_BACKOFF, base * 2 ** n++); return d / 2 + Math.random() * d / 2; },
+      ok() { n = 0; },
+    };
+  }
 
   function setPath(tree, path, value) {
     const segs = path.split("/");
@@ -65,6 +78,8 @@
     };
     let ws = null, nextID = 1, pending = new Map(), opened = false, closed = false;
     let failures = 0, polling = false, pulling = false, queue = [];
+    let toldUnauthorized = false;
+    const pullRetry = backoff(250), openRetry = backoff(1000), connectRetry = backoff(200);
 
     function status(s) {
       if (p.status !== s) { p.status = s; opts.onStatus && opts.onStatus(s); }
@@ -74,7 +89,12 @@
       const fresh = [];
       for (const d of deltas) {
         if (d.seq <= p.last) continue; // already applied: never twice
-        if (d.op === "reset" || (d.op === "set" && !d.path)) p.tree = d.value || {};
+        if (d.op === "reset" || (d.op === "set" && !d.path)) {
+          p.tree = d.value || {};
+          // A RESET that says why (restored from a checkpoint, restarted
+          // clean) is shown to the person.
+          if (d.notice && opts.onNotice) opts.onNotice(d.notice);
+        }
         else if (d.op === "delete") deletePath(p.tree, d.path);
         else setPath(p.tree, d.path, d.value);
         p.last = d.seq;
@@ -89,7 +109,12 @@
       return new Promise((resolve, reject) => {
         if (polling) {
           fetch(PREFIX + "/op", { method: "POST", credentials: "same-origin", body: JSON.stringify(msg) })
-            .then((r) => r.json().catch(() => ({ op: "error", error: "HTTP " + r.status, retry: r.status >= 500 })))
+            .then((r) => r.json().catch(() => ({})).then((m) => {
+              // Every answer but a 200 is a refusal, whatever its shape.
+              if (!r.ok && m.op !== "error") m = { op: "error", error: m.error || "HTTP " + r.status, retry: r.status >= 500 || !!m.retry };
+              if (!r.ok && !m.code && r.status === 401) m.code = "no_connection";
+              return m;
+            }))
             .then((m) => handle(m, resolve, reject), (e) => { e.retry = true; reject(e); });
           return;
         }
@@ -113,6 +138,8 @@
       if (o.resync) { p.tree = {}; p.last = o.base || 0; }
       if (o.notice && opts.onNotice) opts.onNotice(o.notice);
       opened = true;
+      openRetry.ok();
+      toldUnauthorized = false;
       status(polling ? "polling" : "live");
       for (const q of queue.splice(0)) {
         const w = pending.get(q.id);
@@ -127,6 +154,7 @@
       try {
         while (!closed && opened) {
           const m = await request({ op: "pull", after: p.last, wait: PULL_WAIT });
+          pullRetry.ok();
           apply(m.deltas || []);
         }
       } catch (e) {
@@ -143,19 +171,33 @@
     function recover(e) {
       const open = ws && ws.readyState === 1;
       if (!polling && !open) return; // the reconnect reopens the page
+      if (e && e.code === "no_connection") { unauthorized(); return; }
       if (e && e.code === "bad_request") {
         opened = false;
         request({ op: "open", kind: kind, after: p.last }).then(onOpened, openFailed);
         return;
       }
-      setTimeout(pullLoop, polling ? 1000 : 250);
+      setTimeout(pullLoop, pullRetry.next());
+    }
+
+    // unauthorized is a fallback whose cookie no longer names a
+    // connection (expired, or the site's keys changed): said once, then
+    // tried again rarely (another tab may renew the cookie), never in a
+    // tight loop.
+    function unauthorized() {
+      opened = false;
+      if (!toldUnauthorized && opts.onNotice) opts.onNotice("This page lost its connection to the site: reload the page.");
+      toldUnauthorized = true;
+      status("unauthorized");
+      setTimeout(startPolling, openRetry.next());
     }
 
     // openFailed handles a refused open: a transient failure retries, a
     // refusal (unknown page kind, bad request) is shown and stops.
     function openFailed(e) {
+      if (e && e.code === "no_connection" && polling) { unauthorized(); return; }
       if (e && e.retry) {
-        if (polling) setTimeout(startPolling, 2000);
+        if (polling) setTimeout(startPolling, openRetry.next());
         else if (ws) ws.close();
         return;
       }
@@ -172,6 +214,7 @@
       ws = new WebSocket(proto + "//" + global.location.host + PREFIX + "/ws");
       ws.onopen = () => {
         failures = 0;
+        connectRetry.ok();
         request({ op: "open", kind: kind, after: p.last }).then(onOpened, openFailed);
       };
       ws.onmessage = (ev) => {
@@ -202,7 +245,7 @@
         failures++;
         if (failures >= 4 && !polling) { startPolling(); return; }
         status("offline");
-        setTimeout(connect, Math.min(5000, 200 * 2 ** failures));
+        setTimeout(connect, Math.min(5000, connectRetry.next()));
       };
     }
 
@@ -224,7 +267,8 @@
       if (ws) ws.close();
     }
 
-    connect();
+    if (opts.transport === "poll") startPolling(); // no WebSocket at all (a proxy that does not pass them)
+    else connect();
     return p;
   }
 

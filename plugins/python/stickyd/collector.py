@@ -163,6 +163,14 @@ class Collector:
         del self.pending[:i]
         self.floor = min(after, self.seq)
 
+    def _unservable_locked(self, after):
+        """Whether some delta a reader at `after` needs is no longer held,
+        with no RESET just above the floor replacing them."""
+        if after >= self.floor:
+            return False
+        p = self.pending
+        return not p or p[0].op != pb.Delta.RESET or p[0].seq != self.floor + 1
+
     def _since_locked(self, after):
         for i, d in enumerate(self.pending):
             if d.seq > after:
@@ -174,6 +182,10 @@ class Collector:
         if there are some (or wait <= 0), otherwise when the first arrives
         or wait seconds pass (with none)."""
         with self._mu:
+            if self._unservable_locked(after):
+                # The deltas after `after` are gone (another reader of the
+                # page acknowledged them: a duplicated tab): the whole tree.
+                self._reset_locked()
             self._ack_locked(after)
             ds = self._since_locked(after)
             if ds or wait <= 0:

@@ -72,6 +72,26 @@ class CollectorTest(unittest.TestCase):
         self.c.pull(1, 0.05, lambda ds, last: got.put(([d.seq for d in ds], last)))
         self.assertEqual(got.get(timeout=2), ([], 1))
 
+    def test_second_reader_gets_a_reset(self):
+        # A duplicated tab: one reader acknowledged what the other has not
+        # applied; the other's pull gets the whole tree.
+        got = []
+        for i in range(5):
+            self.tree.set("n%d" % i, i)
+            self.c.add(pb.Delta.SET, "n%d" % i, b"1")
+        self.c.pull(0, 0, lambda ds, last: got.append(ds))
+        self.c.pull(5, 0, lambda ds, last: got.append(ds))
+        self.c.pull(2, 0, lambda ds, last: got.append(ds))
+        ds = got[-1]
+        self.assertEqual(len(ds), 1)
+        self.assertEqual(ds[0].op, pb.Delta.RESET)
+        self.assertGreater(ds[0].seq, 5)
+        # A reader with every delta held gets no RESET.
+        last = self.c.last()
+        self.c.add(pb.Delta.SET, "n6", b"1")
+        self.c.pull(last, 0, lambda ds, l: got.append(ds))
+        self.assertEqual([d.op for d in got[-1]], [pb.Delta.SET])
+
     def test_bounded(self):
         for i in range(MAX_PENDING + 1):
             self.c.add(pb.Delta.SET, "p%d" % (i % 10), b"1")

@@ -1,0 +1,55 @@
+package front
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Every answer of the long-poll fallback is an op answer, refusals too:
+// "op": "error" with a code a client can act on, and the HTTP status that
+// goes with it (a client that took any JSON as a reply hammered the front
+// with 401s as if they were answers).
+func TestFallbackRefusalsAreOpAnswers(t *testing.T) {
+	f, _, srv := testFront(t, Config{MaxMessageBytes: 1024})
+	c1 := f.ring().sign("c1", f.userOf("c1"), time.Now())
+	post := func(cookie, body string) (int, answer) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", srv.URL+Prefix+"op", strings.NewReader(body))
+		if cookie != "" {
+			req.Header.Set("Cookie", "stickyd_conn="+cookie)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var a answer
+		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+			t.Fatalf("%s: the answer is not JSON: %v", body, err)
+		}
+		return resp.StatusCode, a
+	}
+	msg := `{"op":"msg","id":7,"page":"p","data":{"n":1}}`
+	for _, tc := range []struct {
+		name, cookie, body string
+		status             int
+		code               string
+	}{
+		{"no cookie", "", msg, http.StatusUnauthorized, "no_connection"},
+		{"a forged cookie", "c1.forged", msg, http.StatusUnauthorized, "no_connection"},
+		{"over max_message_bytes", c1, `{"op":"msg","id":8,"page":"p","data":"` + strings.Repeat("x", 2048) + `"}`, http.StatusRequestEntityTooLarge, "too_large"},
+		{"not JSON", c1, `{"op":`, http.StatusBadRequest, "bad_request"},
+		{"an unknown op", c1, `{"op":"jump","id":9,"page":"p"}`, http.StatusBadRequest, "bad_request"},
+	} {
+		status, a := post(tc.cookie, tc.body)
+		if status != tc.status || a.Op != "error" || a.Code != tc.code || a.Error == "" || a.Retry {
+			t.Errorf("%s: %d %+v, want %d and an op error %q", tc.name, status, a, tc.status, tc.code)
+		}
+	}
+	if status, a := post(c1, msg); status != http.StatusOK || a.Op != "reply" || a.ID != 7 {
+		t.Fatalf("a good op: %d %+v", status, a)
+	}
+}
