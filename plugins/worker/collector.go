@@ -24,7 +24,17 @@ type collector struct {
 	pending []*protocol.Delta
 	waiters []*pullWaiter
 	fold    func() []byte // the whole tree, for a RESET
+	// held counts the messages running on the page (hold): their writes
+	// do not wake a waiting pull until the message ends, or holdMax after
+	// its first write (a long message, a streamed answer, still streams),
+	// so a message's deltas travel together, before its reply.
+	held      int
+	holdTimer *time.Timer
 }
+
+// holdMax bounds how long a running message keeps its deltas from a
+// waiting pull.
+const holdMax = 20 * time.Millisecond
 
 type pullWaiter struct {
 	after uint64
@@ -43,6 +53,46 @@ func (c *collector) add(op protocol.Delta_Op, path string, value []byte) {
 			c.resetLocked()
 		}
 	}
+	var ready []firing
+	switch {
+	case c.held == 0:
+		ready = c.takeWaitersLocked()
+	case c.holdTimer == nil && len(c.waiters) > 0:
+		c.holdTimer = time.AfterFunc(holdMax, c.flushHeld)
+	}
+	c.mu.Unlock()
+	c.fire(ready)
+}
+
+// hold keeps the page's new deltas from waking a waiting pull until
+// release (at most holdMax): a message is running.
+func (c *collector) hold() {
+	c.mu.Lock()
+	c.held++
+	c.mu.Unlock()
+}
+
+// release ends a hold, waking the pulls the held deltas answer.
+func (c *collector) release() {
+	c.mu.Lock()
+	c.held--
+	var ready []firing
+	if c.held == 0 {
+		if c.holdTimer != nil {
+			c.holdTimer.Stop()
+			c.holdTimer = nil
+		}
+		ready = c.takeWaitersLocked()
+	}
+	c.mu.Unlock()
+	c.fire(ready)
+}
+
+// flushHeld wakes the pulls a long message's deltas answer, holdMax after
+// its first write.
+func (c *collector) flushHeld() {
+	c.mu.Lock()
+	c.holdTimer = nil
 	ready := c.takeWaitersLocked()
 	c.mu.Unlock()
 	c.fire(ready)

@@ -182,3 +182,39 @@ func TestCollectorSecondReaderGetsAReset(t *testing.T) {
 		t.Fatalf("an up-to-date reader: %v", ds)
 	}
 }
+
+// A message's writes reach a waiting pull together when the message ends
+// (one pull per message, the deltas before the reply), and a long message
+// still streams: its deltas go out holdMax after its first write.
+func TestCollectorHoldsAMessagesDeltas(t *testing.T) {
+	c := &collector{fold: func() []byte { return []byte(`{}`) }}
+	got := make(chan []*protocol.Delta, 4)
+	c.pull(0, 10*time.Second, func(ds []*protocol.Delta, _ uint64) { got <- ds })
+	c.hold()
+	for range 3 {
+		c.add(protocol.Delta_SET, "k", []byte("1"))
+	}
+	select {
+	case ds := <-got:
+		t.Fatalf("the pull was answered in the middle of the message with %d deltas", len(ds))
+	default:
+	}
+	c.release()
+	if ds := <-got; len(ds) != 3 {
+		t.Fatalf("the pull got %d deltas, want the message's 3", len(ds))
+	}
+
+	// A long message: its first write's delta goes out within holdMax.
+	c.pull(3, 10*time.Second, func(ds []*protocol.Delta, _ uint64) { got <- ds })
+	c.hold()
+	c.add(protocol.Delta_SET, "k", []byte("2"))
+	select {
+	case ds := <-got:
+		if len(ds) != 1 {
+			t.Fatalf("a long message's first delta: %v", ds)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a long message's delta was held past holdMax")
+	}
+	c.release()
+}

@@ -735,6 +735,10 @@ func (rt *runtime) message(ctx context.Context, s *Session, m *protocol.PageMess
 		return nil, badf("%v", err)
 	}
 	res := &protocol.MessageResult{}
+	// The message's deltas reach a waiting pull together, when it ends
+	// (before its reply), not one at its first write.
+	p.coll.hold()
+	defer p.coll.release()
 	v, err := rt.app.Message(ctx, p, json.RawMessage(m.Data))
 	if err != nil {
 		res.Error = err.Error()

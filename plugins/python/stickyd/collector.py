@@ -15,6 +15,9 @@ import time
 from . import stickyd_pb2 as pb
 
 MAX_PENDING = 4096
+# HOLD_MAX bounds how long a running message keeps its deltas from a
+# waiting pull (seconds).
+HOLD_MAX = 0.02
 
 
 class Scheduler:
@@ -96,6 +99,32 @@ class Collector:
         self.floor = 0
         self.pending = []
         self._waiters = []
+        # Messages running on the page (hold): their writes wake no waiting
+        # pull until the message ends, or HOLD_MAX after its first write,
+        # so a message's deltas travel together, before its reply.
+        self._held = 0
+        self._hold_timer = None
+
+    def hold(self):
+        with self._mu:
+            self._held += 1
+
+    def release(self):
+        with self._mu:
+            self._held -= 1
+            ready = []
+            if self._held == 0:
+                if self._hold_timer is not None:
+                    self._hold_timer.cancel()
+                    self._hold_timer = None
+                ready = self._take_waiters_locked()
+        self._fire(ready)
+
+    def _flush_held(self):
+        with self._mu:
+            self._hold_timer = None
+            ready = self._take_waiters_locked()
+        self._fire(ready)
 
     def add(self, op, path, value):
         with self._mu:
@@ -108,7 +137,11 @@ class Collector:
                 self._coalesce_locked()
                 if len(self.pending) > MAX_PENDING * 3 // 4:
                     self._reset_locked()
-            ready = self._take_waiters_locked()
+            ready = []
+            if self._held == 0:
+                ready = self._take_waiters_locked()
+            elif self._hold_timer is None and self._waiters:
+                self._hold_timer = self._sched.after(HOLD_MAX, self._flush_held)
         self._fire(ready)
 
     def _coalesce_locked(self):

@@ -462,6 +462,9 @@ class Runtime:
         if self.hooks.message is None:
             res.error = "this application takes no page messages"
         else:
+            # The message's deltas reach a waiting pull together, when it
+            # ends (before its reply), not one at its first write.
+            p.coll.hold()
             try:
                 v = self.hooks.message(p, msg)
             except Refused as e:
@@ -469,6 +472,8 @@ class Runtime:
             else:
                 if v is not None:
                     res.data = json.dumps(v, separators=(",", ":")).encode("utf-8")
+            finally:
+                p.coll.release()
         r = pb.FrameReply(message=res)
         r.identity.CopyFrom(self._identity(s))
         return r

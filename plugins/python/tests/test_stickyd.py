@@ -92,6 +92,22 @@ class CollectorTest(unittest.TestCase):
         self.c.pull(last, 0, lambda ds, l: got.append(ds))
         self.assertEqual([d.op for d in got[-1]], [pb.Delta.SET])
 
+    def test_message_deltas_travel_together(self):
+        got = queue.Queue()
+        self.c.pull(0, 5, lambda ds, last: got.put([d.seq for d in ds]))
+        self.c.hold()
+        for _ in range(3):
+            self.c.add(pb.Delta.SET, "k", b"1")
+        self.assertTrue(got.empty())
+        self.c.release()
+        self.assertEqual(got.get(timeout=2), [1, 2, 3])
+        # A long message still streams: HOLD_MAX after its first write.
+        self.c.pull(3, 5, lambda ds, last: got.put([d.seq for d in ds]))
+        self.c.hold()
+        self.c.add(pb.Delta.SET, "k", b"2")
+        self.assertEqual(got.get(timeout=2), [4])
+        self.c.release()
+
     def test_bounded(self):
         for i in range(MAX_PENDING + 1):
             self.c.add(pb.Delta.SET, "p%d" % (i % 10), b"1")

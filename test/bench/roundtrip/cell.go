@@ -96,3 +96,53 @@ func drive(ctx context.Context, pages []*benchkit.Page, warmup, window time.Dura
 		}
 	})
 }
+
+// delivery is how a page that keeps a pull waiting, as client.js does,
+// gets each message's deltas: pulls per message and the delay from the
+// reply to the delta (negative: the delta came first).
+type delivery struct {
+	mode     string
+	messages int
+	pulls    int
+	delays   []time.Duration // sorted
+}
+
+// deliveryMessages is how many messages a delivery run sends.
+const deliveryMessages = 2000
+
+// runDelivery sends deliveryMessages notes (two writes each) on one page
+// with a pull always waiting, and counts what it took to get each one's
+// deltas.
+func runDelivery(ctx context.Context, a *agent.Agent, mode string) (delivery, error) {
+	d := delivery{mode: mode}
+	p, err := benchkit.OpenPage(ctx, a.Addr(), "", opTimeout)
+	if err != nil {
+		return d, err
+	}
+	defer p.Abort()
+	if err := p.Fill(1024); err != nil {
+		return d, err
+	}
+	for range deliveryMessages {
+		if err := ctx.Err(); err != nil {
+			return d, err
+		}
+		x, err := p.NotePulled()
+		if err != nil {
+			return d, err
+		}
+		d.messages++
+		d.pulls += x.Pulls
+		d.delays = append(d.delays, x.ReplyToDelta)
+	}
+	slices.Sort(d.delays)
+	return d, nil
+}
+
+// signed formats a duration that may be negative.
+func signed(d time.Duration) string {
+	if d < 0 {
+		return "−" + benchkit.FormatDuration(-d)
+	}
+	return benchkit.FormatDuration(d)
+}

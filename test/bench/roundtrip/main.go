@@ -33,7 +33,7 @@ import (
 	"github.com/stickyd/stickyd/test/internal/benchkit"
 )
 
-var program = benchkit.Program[*options, []result]{
+var program = benchkit.Program[*options, *report]{
 	Name:    "roundtrip",
 	Parse:   parseFlags,
 	Measure: measure,
@@ -118,28 +118,35 @@ func (o *options) cells() []cell {
 
 // measure runs every cell, one agent per mode, and shuts each agent down
 // before the next starts.
-func measure(ctx context.Context, o *options, stderr io.Writer) ([]result, error) {
+func measure(ctx context.Context, o *options, stderr io.Writer) (*report, error) {
 	log := benchkit.NewAgentLogger(o.logLevel, stderr)
-	var results []result
+	r := &report{}
 	byMode := map[string][]cell{}
 	for _, c := range o.cells() {
 		byMode[c.mode] = append(byMode[c.mode], c)
 	}
 	for _, mode := range o.modes {
-		rs, err := measureMode(ctx, o, mode, byMode[mode], log, stderr)
-		results = append(results, rs...)
+		rs, ds, err := measureMode(ctx, o, mode, byMode[mode], log, stderr)
+		r.results = append(r.results, rs...)
+		r.deliveries = append(r.deliveries, ds...)
 		if err != nil {
-			return results, err
+			return r, err
 		}
 	}
-	return results, nil
+	return r, nil
 }
 
-func measureMode(ctx context.Context, o *options, mode string, cells []cell, log hclog.Logger, stderr io.Writer) (rs []result, err error) {
+// report is a whole run: the cells, then each mode's delivery.
+type report struct {
+	results    []result
+	deliveries []delivery
+}
+
+func measureMode(ctx context.Context, o *options, mode string, cells []cell, log hclog.Logger, stderr io.Writer) (rs []result, ds []delivery, err error) {
 	fmt.Fprintf(stderr, "starting an agent with %d %s workers\n", o.workers, mode)
 	a, err := startAgent(ctx, mode, o.workers, log)
 	if err != nil {
-		return nil, fmt.Errorf("starting the %s agent: %w", mode, err)
+		return nil, nil, fmt.Errorf("starting the %s agent: %w", mode, err)
 	}
 	defer func() {
 		if serr := benchkit.StopAgent(ctx, a); serr != nil && err == nil {
@@ -148,18 +155,25 @@ func measureMode(ctx context.Context, o *options, mode string, cells []cell, log
 	}()
 	for _, c := range cells {
 		if err := ctx.Err(); err != nil {
-			return rs, fmt.Errorf("interrupted: %w", err)
+			return rs, nil, fmt.Errorf("interrupted: %w", err)
 		}
 		fmt.Fprintf(stderr, "  %s: %d page(s), %s state ... ", c.mode, c.pages, c.size.Label)
 		r, err := runCell(ctx, a, c, o.warmup, o.duration)
 		if err != nil {
 			fmt.Fprintln(stderr, "error")
-			return rs, fmt.Errorf("%s, %d page(s), %s state: %w", c.mode, c.pages, c.size.Label, err)
+			return rs, nil, fmt.Errorf("%s, %d page(s), %s state: %w", c.mode, c.pages, c.size.Label, err)
 		}
 		fmt.Fprintf(stderr, "%.0f frames/s\n", r.rate())
 		rs = append(rs, r)
 	}
-	return rs, nil
+	fmt.Fprintf(stderr, "  %s: delivery, %d messages with a pull waiting ... ", mode, deliveryMessages)
+	d, err := runDelivery(ctx, a, mode)
+	if err != nil {
+		fmt.Fprintln(stderr, "error")
+		return rs, nil, fmt.Errorf("%s, delivery: %w", mode, err)
+	}
+	fmt.Fprintf(stderr, "%.2f pulls per message\n", float64(d.pulls)/float64(d.messages))
+	return rs, []delivery{d}, nil
 }
 
 // startAgent starts an agent whose one group runs the counter app on
@@ -174,7 +188,8 @@ func startAgent(ctx context.Context, mode string, workers int, log hclog.Logger)
 	return benchkit.StartAgent(ctx, cfg, log)
 }
 
-func printReport(w io.Writer, o *options, results []result) {
+func printReport(w io.Writer, o *options, r *report) {
+	results := r.results
 	fmt.Fprintln(w, "# stickyd round trip: front → worker → front")
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "- machine: %s\n", benchkit.Machine())
@@ -191,5 +206,14 @@ func printReport(w io.Writer, o *options, results []result) {
 			benchkit.FormatDuration(benchkit.Percentile(r.latencies, 0.99)),
 			benchkit.FormatDuration(benchkit.Percentile(r.latencies, 1)),
 			benchkit.Spread(r.perWorker))
+	}
+
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Delivery: one page (1 KB of state) sends %d notes (two tree writes each) with a pull always waiting, as client.js does; pulls per message (goal 1) and the delay from a message's reply to its last delta (negative: the delta came first; goal ≤ 0):\n\n", deliveryMessages)
+	fmt.Fprintln(w, "| workers | messages | pulls per message | reply → delta p50 | p99 | max |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|")
+	for _, d := range r.deliveries {
+		fmt.Fprintf(w, "| %s | %d | %.2f | %s | %s | %s |\n", d.mode, d.messages, float64(d.pulls)/float64(d.messages),
+			signed(benchkit.Percentile(d.delays, 0.50)), signed(benchkit.Percentile(d.delays, 0.99)), signed(benchkit.Percentile(d.delays, 1)))
 	}
 }

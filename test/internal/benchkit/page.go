@@ -33,6 +33,8 @@ type Page struct {
 	count   int           // the counter value the next inc must return, minus one
 	last    uint64        // the last delta sequence acknowledged
 	buf     []byte        // the inc op being built
+	pullID  uint64        // the op id of the pull waiting (NotePulled), 0: none
+	notes   int           // the notes sent (NotePulled)
 }
 
 // answer is the front's JSON answer to an op (see internal/front/ops.go).
@@ -336,4 +338,76 @@ func (p *Page) Send(op string) (json.RawMessage, error) {
 		return nil, err
 	}
 	return a.Data, nil
+}
+
+// Delivery is how one message and its deltas came back to a page that
+// keeps a pull waiting, as client.js does (NotePulled).
+type Delivery struct {
+	// Pulls is how many pull answers it took to get the message's delta
+	// (1: the waiting pull brought it).
+	Pulls int
+	// ReplyToDelta is how long after the message's reply its delta
+	// arrived (negative: the delta came first).
+	ReplyToDelta time.Duration
+}
+
+// NotePulled sends one note (a message that writes twice: the note, then
+// the count of notes) while a pull waits, as client.js does, and reads
+// until both the reply and the message's last delta arrived. The next
+// pull is left waiting for the next call.
+func (p *Page) NotePulled() (Delivery, error) {
+	var d Delivery
+	if p.pullID == 0 {
+		if err := p.sendPull(); err != nil {
+			return d, err
+		}
+	}
+	p.next++
+	incID, want := p.next, strconv.Itoa(p.notes+1)
+	_ = p.ws.SetWriteDeadline(time.Now().Add(p.timeout))
+	if err := p.ws.WriteJSON(map[string]any{"op": "msg", "id": incID, "page": pageName, "data": map[string]any{"op": "note", "text": "n"}}); err != nil {
+		return d, fmt.Errorf("writing note %d: %w", incID, err)
+	}
+	var replied, delivered time.Time
+	for replied.IsZero() || delivered.IsZero() {
+		_ = p.ws.SetReadDeadline(time.Now().Add(p.timeout))
+		var a answer
+		if err := p.ws.ReadJSON(&a); err != nil {
+			return d, fmt.Errorf("reading after note %d: %w", incID, err)
+		}
+		if a.Op != "reply" || a.Error != "" {
+			return d, fmt.Errorf("op %d refused: %q %q: %s", a.ID, a.Op, a.Code, a.Error)
+		}
+		switch a.ID {
+		case incID:
+			replied = time.Now()
+			p.notes++
+		case p.pullID:
+			d.Pulls++
+			for _, x := range a.Deltas {
+				p.last = max(p.last, x.Seq)
+				if x.Path == "notes" && string(x.Value) == want {
+					delivered = time.Now()
+				}
+			}
+			if err := p.sendPull(); err != nil {
+				return d, err
+			}
+		default:
+			return d, fmt.Errorf("an answer for op %d, want %d or %d", a.ID, incID, p.pullID)
+		}
+	}
+	d.ReplyToDelta = delivered.Sub(replied)
+	return d, nil
+}
+
+// sendPull leaves a pull waiting after the last delta seen.
+func (p *Page) sendPull() error {
+	p.next++
+	p.pullID = p.next
+	_ = p.ws.SetWriteDeadline(time.Now().Add(p.timeout))
+	if err := p.ws.WriteJSON(map[string]any{"op": "pull", "id": p.pullID, "page": pageName, "after": p.last, "wait": 25000}); err != nil {
+		return fmt.Errorf("writing a pull: %w", err)
+	}
+	return nil
 }
