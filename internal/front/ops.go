@@ -24,6 +24,9 @@ type op struct {
 	After uint64          `json:"after,omitempty"`
 	Wait  int64           `json:"wait,omitempty"`
 	Data  json.RawMessage `json:"data,omitempty"`
+	// MsgID is the page's own name of a msg, kept when it is sent again:
+	// the worker answers a msg_id it answered recently from memory.
+	MsgID string `json:"msg_id,omitempty"`
 }
 
 // answer is what the front sends back for an op.
@@ -74,7 +77,10 @@ func (o *op) frame() (*protocol.Frame, time.Duration, error) {
 		if len(o.Data) == 0 {
 			return nil, 0, &HTTPError{Status: http.StatusBadRequest, Message: "a msg op needs data"}
 		}
-		f.Kind = &protocol.Frame_Message{Message: &protocol.PageMessage{Page: o.Page, Data: o.Data}}
+		if len(o.MsgID) > 128 {
+			return nil, 0, &HTTPError{Status: http.StatusBadRequest, Message: "a msg_id is at most 128 bytes"}
+		}
+		f.Kind = &protocol.Frame_Message{Message: &protocol.PageMessage{Page: o.Page, Data: o.Data, MsgId: o.MsgID}}
 	case "pull":
 		wait := time.Duration(o.Wait) * time.Millisecond
 		if wait < 0 {

@@ -1662,7 +1662,12 @@ type PageMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Page  string                 `protobuf:"bytes,1,opt,name=page,proto3" json:"page,omitempty"`
 	// data is the app's message, JSON.
-	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// msg_id is the page's own name of this message (client.js: one per
+	// message, kept when it is sent again): a message sent again with a
+	// msg_id the page answered recently is answered from memory, never run
+	// twice. Empty: no memory.
+	MsgId         string `protobuf:"bytes,3,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1709,6 +1714,13 @@ func (x *PageMessage) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *PageMessage) GetMsgId() string {
+	if x != nil {
+		return x.MsgId
+	}
+	return ""
 }
 
 // PagePull asks for the deltas after a sequence; the answer waits up to
@@ -3890,7 +3902,11 @@ type PagePackage struct {
 	// base_pending names, by sequence, the pending deltas of a from_base page
 	// that are the base page's own (sent there): pending holds only the
 	// others, and the page's deltas are both, in sequence order.
-	BasePending   []uint64 `protobuf:"varint,12,rep,packed,name=base_pending,json=basePending,proto3" json:"base_pending,omitempty"`
+	BasePending []uint64 `protobuf:"varint,12,rep,packed,name=base_pending,json=basePending,proto3" json:"base_pending,omitempty"`
+	// answered are the answers of the page's recent messages, by msg_id,
+	// oldest first: they travel with the page, so a message sent again
+	// after a move, a restart or a crash is still answered from memory.
+	Answered      []*AnsweredMessage `protobuf:"bytes,13,rep,name=answered,proto3" json:"answered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4009,6 +4025,66 @@ func (x *PagePackage) GetBasePending() []uint64 {
 	return nil
 }
 
+func (x *PagePackage) GetAnswered() []*AnsweredMessage {
+	if x != nil {
+		return x.Answered
+	}
+	return nil
+}
+
+// AnsweredMessage is one message's answer, remembered by its msg_id.
+type AnsweredMessage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MsgId         string                 `protobuf:"bytes,1,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"`
+	Result        *MessageResult         `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnsweredMessage) Reset() {
+	*x = AnsweredMessage{}
+	mi := &file_stickyd_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnsweredMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnsweredMessage) ProtoMessage() {}
+
+func (x *AnsweredMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnsweredMessage.ProtoReflect.Descriptor instead.
+func (*AnsweredMessage) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *AnsweredMessage) GetMsgId() string {
+	if x != nil {
+		return x.MsgId
+	}
+	return ""
+}
+
+func (x *AnsweredMessage) GetResult() *MessageResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
 type TableList struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tables        []string               `protobuf:"bytes,1,rep,name=tables,proto3" json:"tables,omitempty"`
@@ -4018,7 +4094,7 @@ type TableList struct {
 
 func (x *TableList) Reset() {
 	*x = TableList{}
-	mi := &file_stickyd_proto_msgTypes[44]
+	mi := &file_stickyd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4030,7 +4106,7 @@ func (x *TableList) String() string {
 func (*TableList) ProtoMessage() {}
 
 func (x *TableList) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[44]
+	mi := &file_stickyd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4043,7 +4119,7 @@ func (x *TableList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableList.ProtoReflect.Descriptor instead.
 func (*TableList) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{44}
+	return file_stickyd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TableList) GetTables() []string {
@@ -4065,7 +4141,7 @@ type Tables struct {
 
 func (x *Tables) Reset() {
 	*x = Tables{}
-	mi := &file_stickyd_proto_msgTypes[45]
+	mi := &file_stickyd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4077,7 +4153,7 @@ func (x *Tables) String() string {
 func (*Tables) ProtoMessage() {}
 
 func (x *Tables) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[45]
+	mi := &file_stickyd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4090,7 +4166,7 @@ func (x *Tables) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tables.ProtoReflect.Descriptor instead.
 func (*Tables) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{45}
+	return file_stickyd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Tables) GetTables() []string {
@@ -4116,7 +4192,7 @@ type Publish struct {
 
 func (x *Publish) Reset() {
 	*x = Publish{}
-	mi := &file_stickyd_proto_msgTypes[46]
+	mi := &file_stickyd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4128,7 +4204,7 @@ func (x *Publish) String() string {
 func (*Publish) ProtoMessage() {}
 
 func (x *Publish) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[46]
+	mi := &file_stickyd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4141,7 +4217,7 @@ func (x *Publish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Publish.ProtoReflect.Descriptor instead.
 func (*Publish) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{46}
+	return file_stickyd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Publish) GetTable() string {
@@ -4171,7 +4247,7 @@ type TableChange struct {
 
 func (x *TableChange) Reset() {
 	*x = TableChange{}
-	mi := &file_stickyd_proto_msgTypes[47]
+	mi := &file_stickyd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4183,7 +4259,7 @@ func (x *TableChange) String() string {
 func (*TableChange) ProtoMessage() {}
 
 func (x *TableChange) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[47]
+	mi := &file_stickyd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4196,7 +4272,7 @@ func (x *TableChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableChange.ProtoReflect.Descriptor instead.
 func (*TableChange) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{47}
+	return file_stickyd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TableChange) GetTable() string {
@@ -4231,7 +4307,7 @@ type StoreGet struct {
 
 func (x *StoreGet) Reset() {
 	*x = StoreGet{}
-	mi := &file_stickyd_proto_msgTypes[48]
+	mi := &file_stickyd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4243,7 +4319,7 @@ func (x *StoreGet) String() string {
 func (*StoreGet) ProtoMessage() {}
 
 func (x *StoreGet) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[48]
+	mi := &file_stickyd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4256,7 +4332,7 @@ func (x *StoreGet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreGet.ProtoReflect.Descriptor instead.
 func (*StoreGet) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{48}
+	return file_stickyd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StoreGet) GetPaths() []string {
@@ -4276,7 +4352,7 @@ type StoreValues struct {
 
 func (x *StoreValues) Reset() {
 	*x = StoreValues{}
-	mi := &file_stickyd_proto_msgTypes[49]
+	mi := &file_stickyd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4288,7 +4364,7 @@ func (x *StoreValues) String() string {
 func (*StoreValues) ProtoMessage() {}
 
 func (x *StoreValues) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[49]
+	mi := &file_stickyd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4301,7 +4377,7 @@ func (x *StoreValues) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreValues.ProtoReflect.Descriptor instead.
 func (*StoreValues) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{49}
+	return file_stickyd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *StoreValues) GetValues() map[string][]byte {
@@ -4328,7 +4404,7 @@ type GrantAcquire struct {
 
 func (x *GrantAcquire) Reset() {
 	*x = GrantAcquire{}
-	mi := &file_stickyd_proto_msgTypes[50]
+	mi := &file_stickyd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4340,7 +4416,7 @@ func (x *GrantAcquire) String() string {
 func (*GrantAcquire) ProtoMessage() {}
 
 func (x *GrantAcquire) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[50]
+	mi := &file_stickyd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4353,7 +4429,7 @@ func (x *GrantAcquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantAcquire.ProtoReflect.Descriptor instead.
 func (*GrantAcquire) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{50}
+	return file_stickyd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GrantAcquire) GetPaths() []string {
@@ -4398,7 +4474,7 @@ type GrantReply struct {
 
 func (x *GrantReply) Reset() {
 	*x = GrantReply{}
-	mi := &file_stickyd_proto_msgTypes[51]
+	mi := &file_stickyd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4410,7 +4486,7 @@ func (x *GrantReply) String() string {
 func (*GrantReply) ProtoMessage() {}
 
 func (x *GrantReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[51]
+	mi := &file_stickyd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4423,7 +4499,7 @@ func (x *GrantReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantReply.ProtoReflect.Descriptor instead.
 func (*GrantReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{51}
+	return file_stickyd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GrantReply) GetId() uint64 {
@@ -4468,7 +4544,7 @@ type GrantCommit struct {
 
 func (x *GrantCommit) Reset() {
 	*x = GrantCommit{}
-	mi := &file_stickyd_proto_msgTypes[52]
+	mi := &file_stickyd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4480,7 +4556,7 @@ func (x *GrantCommit) String() string {
 func (*GrantCommit) ProtoMessage() {}
 
 func (x *GrantCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[52]
+	mi := &file_stickyd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4493,7 +4569,7 @@ func (x *GrantCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantCommit.ProtoReflect.Descriptor instead.
 func (*GrantCommit) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{52}
+	return file_stickyd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GrantCommit) GetId() uint64 {
@@ -4535,7 +4611,7 @@ type GrantRelease struct {
 
 func (x *GrantRelease) Reset() {
 	*x = GrantRelease{}
-	mi := &file_stickyd_proto_msgTypes[53]
+	mi := &file_stickyd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4547,7 +4623,7 @@ func (x *GrantRelease) String() string {
 func (*GrantRelease) ProtoMessage() {}
 
 func (x *GrantRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[53]
+	mi := &file_stickyd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4560,7 +4636,7 @@ func (x *GrantRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRelease.ProtoReflect.Descriptor instead.
 func (*GrantRelease) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{53}
+	return file_stickyd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GrantRelease) GetId() uint64 {
@@ -4590,7 +4666,7 @@ type GatewayCall struct {
 
 func (x *GatewayCall) Reset() {
 	*x = GatewayCall{}
-	mi := &file_stickyd_proto_msgTypes[54]
+	mi := &file_stickyd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4602,7 +4678,7 @@ func (x *GatewayCall) String() string {
 func (*GatewayCall) ProtoMessage() {}
 
 func (x *GatewayCall) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[54]
+	mi := &file_stickyd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4615,7 +4691,7 @@ func (x *GatewayCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayCall.ProtoReflect.Descriptor instead.
 func (*GatewayCall) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{54}
+	return file_stickyd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GatewayCall) GetSession() string {
@@ -4650,7 +4726,7 @@ type GatewayReply struct {
 
 func (x *GatewayReply) Reset() {
 	*x = GatewayReply{}
-	mi := &file_stickyd_proto_msgTypes[55]
+	mi := &file_stickyd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4662,7 +4738,7 @@ func (x *GatewayReply) String() string {
 func (*GatewayReply) ProtoMessage() {}
 
 func (x *GatewayReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[55]
+	mi := &file_stickyd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4675,7 +4751,7 @@ func (x *GatewayReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayReply.ProtoReflect.Descriptor instead.
 func (*GatewayReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{55}
+	return file_stickyd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GatewayReply) GetResponse() []byte {
@@ -4706,7 +4782,7 @@ type GatewayChunk struct {
 
 func (x *GatewayChunk) Reset() {
 	*x = GatewayChunk{}
-	mi := &file_stickyd_proto_msgTypes[56]
+	mi := &file_stickyd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4718,7 +4794,7 @@ func (x *GatewayChunk) String() string {
 func (*GatewayChunk) ProtoMessage() {}
 
 func (x *GatewayChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[56]
+	mi := &file_stickyd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4731,7 +4807,7 @@ func (x *GatewayChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayChunk.ProtoReflect.Descriptor instead.
 func (*GatewayChunk) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{56}
+	return file_stickyd_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GatewayChunk) GetCallId() uint64 {
@@ -4881,10 +4957,11 @@ const file_stickyd_proto_rawDesc = "" +
 	"\bPageOpen\x12\x12\n" +
 	"\x04page\x18\x01 \x01(\tR\x04page\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
-	"\x05after\x18\x03 \x01(\x04R\x05after\"5\n" +
+	"\x05after\x18\x03 \x01(\x04R\x05after\"L\n" +
 	"\vPageMessage\x12\x12\n" +
 	"\x04page\x18\x01 \x01(\tR\x04page\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"M\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x15\n" +
+	"\x06msg_id\x18\x03 \x01(\tR\x05msgId\"M\n" +
 	"\bPagePull\x12\x12\n" +
 	"\x04page\x18\x01 \x01(\tR\x04page\x12\x14\n" +
 	"\x05after\x18\x02 \x01(\x04R\x05after\x12\x17\n" +
@@ -5071,7 +5148,7 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12\x16\n" +
 	"\x06values\x18\x03 \x01(\fR\x06values\x125\n" +
-	"\x05pages\x18\x04 \x03(\v2\x1f.stickyd.channel.v1.PagePackageR\x05pages\"\xe2\x03\n" +
+	"\x05pages\x18\x04 \x03(\v2\x1f.stickyd.channel.v1.PagePackageR\x05pages\"\xa3\x04\n" +
 	"\vPagePackage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x16\n" +
@@ -5085,11 +5162,15 @@ const file_stickyd_proto_rawDesc = "" +
 	"\tfrom_base\x18\n" +
 	" \x01(\bR\bfromBase\x123\n" +
 	"\ajournal\x18\v \x03(\v2\x19.stickyd.channel.v1.DeltaR\ajournal\x12!\n" +
-	"\fbase_pending\x18\f \x03(\x04R\vbasePending\x1aW\n" +
+	"\fbase_pending\x18\f \x03(\x04R\vbasePending\x12?\n" +
+	"\banswered\x18\r \x03(\v2#.stickyd.channel.v1.AnsweredMessageR\banswered\x1aW\n" +
 	"\n" +
 	"MarksEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
-	"\x05value\x18\x02 \x01(\v2\x1d.stickyd.channel.v1.TableListR\x05value:\x028\x01\"#\n" +
+	"\x05value\x18\x02 \x01(\v2\x1d.stickyd.channel.v1.TableListR\x05value:\x028\x01\"c\n" +
+	"\x0fAnsweredMessage\x12\x15\n" +
+	"\x06msg_id\x18\x01 \x01(\tR\x05msgId\x129\n" +
+	"\x06result\x18\x02 \x01(\v2!.stickyd.channel.v1.MessageResultR\x06result\"#\n" +
 	"\tTableList\x12\x16\n" +
 	"\x06tables\x18\x01 \x03(\tR\x06tables\" \n" +
 	"\x06Tables\x12\x16\n" +
@@ -5161,7 +5242,7 @@ func file_stickyd_proto_rawDescGZIP() []byte {
 }
 
 var file_stickyd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_stickyd_proto_goTypes = []any{
 	(Delta_Op)(0),              // 0: stickyd.channel.v1.Delta.Op
 	(Error_Code)(0),            // 1: stickyd.channel.v1.Error.Code
@@ -5209,26 +5290,27 @@ var file_stickyd_proto_goTypes = []any{
 	(*UserPackage)(nil),        // 43: stickyd.channel.v1.UserPackage
 	(*ConnPackage)(nil),        // 44: stickyd.channel.v1.ConnPackage
 	(*PagePackage)(nil),        // 45: stickyd.channel.v1.PagePackage
-	(*TableList)(nil),          // 46: stickyd.channel.v1.TableList
-	(*Tables)(nil),             // 47: stickyd.channel.v1.Tables
-	(*Publish)(nil),            // 48: stickyd.channel.v1.Publish
-	(*TableChange)(nil),        // 49: stickyd.channel.v1.TableChange
-	(*StoreGet)(nil),           // 50: stickyd.channel.v1.StoreGet
-	(*StoreValues)(nil),        // 51: stickyd.channel.v1.StoreValues
-	(*GrantAcquire)(nil),       // 52: stickyd.channel.v1.GrantAcquire
-	(*GrantReply)(nil),         // 53: stickyd.channel.v1.GrantReply
-	(*GrantCommit)(nil),        // 54: stickyd.channel.v1.GrantCommit
-	(*GrantRelease)(nil),       // 55: stickyd.channel.v1.GrantRelease
-	(*GatewayCall)(nil),        // 56: stickyd.channel.v1.GatewayCall
-	(*GatewayReply)(nil),       // 57: stickyd.channel.v1.GatewayReply
-	(*GatewayChunk)(nil),       // 58: stickyd.channel.v1.GatewayChunk
-	nil,                        // 59: stickyd.channel.v1.Identity.AttributesEntry
-	nil,                        // 60: stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
-	nil,                        // 61: stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
-	nil,                        // 62: stickyd.channel.v1.PagePackage.MarksEntry
-	nil,                        // 63: stickyd.channel.v1.StoreValues.ValuesEntry
-	nil,                        // 64: stickyd.channel.v1.GrantReply.ValuesEntry
-	nil,                        // 65: stickyd.channel.v1.GrantCommit.SetEntry
+	(*AnsweredMessage)(nil),    // 46: stickyd.channel.v1.AnsweredMessage
+	(*TableList)(nil),          // 47: stickyd.channel.v1.TableList
+	(*Tables)(nil),             // 48: stickyd.channel.v1.Tables
+	(*Publish)(nil),            // 49: stickyd.channel.v1.Publish
+	(*TableChange)(nil),        // 50: stickyd.channel.v1.TableChange
+	(*StoreGet)(nil),           // 51: stickyd.channel.v1.StoreGet
+	(*StoreValues)(nil),        // 52: stickyd.channel.v1.StoreValues
+	(*GrantAcquire)(nil),       // 53: stickyd.channel.v1.GrantAcquire
+	(*GrantReply)(nil),         // 54: stickyd.channel.v1.GrantReply
+	(*GrantCommit)(nil),        // 55: stickyd.channel.v1.GrantCommit
+	(*GrantRelease)(nil),       // 56: stickyd.channel.v1.GrantRelease
+	(*GatewayCall)(nil),        // 57: stickyd.channel.v1.GatewayCall
+	(*GatewayReply)(nil),       // 58: stickyd.channel.v1.GatewayReply
+	(*GatewayChunk)(nil),       // 59: stickyd.channel.v1.GatewayChunk
+	nil,                        // 60: stickyd.channel.v1.Identity.AttributesEntry
+	nil,                        // 61: stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
+	nil,                        // 62: stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
+	nil,                        // 63: stickyd.channel.v1.PagePackage.MarksEntry
+	nil,                        // 64: stickyd.channel.v1.StoreValues.ValuesEntry
+	nil,                        // 65: stickyd.channel.v1.GrantReply.ValuesEntry
+	nil,                        // 66: stickyd.channel.v1.GrantCommit.SetEntry
 }
 var file_stickyd_proto_depIdxs = []int32{
 	6,  // 0: stickyd.channel.v1.Envelope.hello:type_name -> stickyd.channel.v1.Hello
@@ -5245,19 +5327,19 @@ var file_stickyd_proto_depIdxs = []int32{
 	36, // 11: stickyd.channel.v1.Envelope.wake:type_name -> stickyd.channel.v1.Wake
 	37, // 12: stickyd.channel.v1.Envelope.woken:type_name -> stickyd.channel.v1.Woken
 	42, // 13: stickyd.channel.v1.Envelope.evict:type_name -> stickyd.channel.v1.Evict
-	47, // 14: stickyd.channel.v1.Envelope.tables:type_name -> stickyd.channel.v1.Tables
-	48, // 15: stickyd.channel.v1.Envelope.publish:type_name -> stickyd.channel.v1.Publish
-	49, // 16: stickyd.channel.v1.Envelope.table_change:type_name -> stickyd.channel.v1.TableChange
-	50, // 17: stickyd.channel.v1.Envelope.store_get:type_name -> stickyd.channel.v1.StoreGet
-	51, // 18: stickyd.channel.v1.Envelope.store_values:type_name -> stickyd.channel.v1.StoreValues
-	52, // 19: stickyd.channel.v1.Envelope.grant_acquire:type_name -> stickyd.channel.v1.GrantAcquire
-	53, // 20: stickyd.channel.v1.Envelope.grant_reply:type_name -> stickyd.channel.v1.GrantReply
-	54, // 21: stickyd.channel.v1.Envelope.grant_commit:type_name -> stickyd.channel.v1.GrantCommit
-	55, // 22: stickyd.channel.v1.Envelope.grant_release:type_name -> stickyd.channel.v1.GrantRelease
+	48, // 14: stickyd.channel.v1.Envelope.tables:type_name -> stickyd.channel.v1.Tables
+	49, // 15: stickyd.channel.v1.Envelope.publish:type_name -> stickyd.channel.v1.Publish
+	50, // 16: stickyd.channel.v1.Envelope.table_change:type_name -> stickyd.channel.v1.TableChange
+	51, // 17: stickyd.channel.v1.Envelope.store_get:type_name -> stickyd.channel.v1.StoreGet
+	52, // 18: stickyd.channel.v1.Envelope.store_values:type_name -> stickyd.channel.v1.StoreValues
+	53, // 19: stickyd.channel.v1.Envelope.grant_acquire:type_name -> stickyd.channel.v1.GrantAcquire
+	54, // 20: stickyd.channel.v1.Envelope.grant_reply:type_name -> stickyd.channel.v1.GrantReply
+	55, // 21: stickyd.channel.v1.Envelope.grant_commit:type_name -> stickyd.channel.v1.GrantCommit
+	56, // 22: stickyd.channel.v1.Envelope.grant_release:type_name -> stickyd.channel.v1.GrantRelease
 	4,  // 23: stickyd.channel.v1.Envelope.maintenance:type_name -> stickyd.channel.v1.Maintenance
-	56, // 24: stickyd.channel.v1.Envelope.gateway_call:type_name -> stickyd.channel.v1.GatewayCall
-	57, // 25: stickyd.channel.v1.Envelope.gateway_reply:type_name -> stickyd.channel.v1.GatewayReply
-	58, // 26: stickyd.channel.v1.Envelope.gateway_chunk:type_name -> stickyd.channel.v1.GatewayChunk
+	57, // 24: stickyd.channel.v1.Envelope.gateway_call:type_name -> stickyd.channel.v1.GatewayCall
+	58, // 25: stickyd.channel.v1.Envelope.gateway_reply:type_name -> stickyd.channel.v1.GatewayReply
+	59, // 26: stickyd.channel.v1.Envelope.gateway_chunk:type_name -> stickyd.channel.v1.GatewayChunk
 	38, // 27: stickyd.channel.v1.Envelope.checkpoint:type_name -> stickyd.channel.v1.Checkpoint
 	39, // 28: stickyd.channel.v1.Envelope.checkpointed:type_name -> stickyd.channel.v1.Checkpointed
 	3,  // 29: stickyd.channel.v1.Envelope.package_chunk:type_name -> stickyd.channel.v1.PackageChunk
@@ -5277,15 +5359,15 @@ var file_stickyd_proto_depIdxs = []int32{
 	10, // 43: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
 	0,  // 44: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
 	18, // 45: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
-	59, // 46: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
+	60, // 46: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
 	12, // 47: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
 	19, // 48: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
 	21, // 49: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
 	20, // 50: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
 	22, // 51: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
 	26, // 52: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
-	60, // 53: stickyd.channel.v1.ProbeReply.maintenance_waiting:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
-	61, // 54: stickyd.channel.v1.ProbeReply.maintenance_timed_out:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
+	61, // 53: stickyd.channel.v1.ProbeReply.maintenance_waiting:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
+	62, // 54: stickyd.channel.v1.ProbeReply.maintenance_timed_out:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
 	1,  // 55: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
 	41, // 56: stickyd.channel.v1.Checkpoint.full:type_name -> stickyd.channel.v1.CheckpointKey
 	40, // 57: stickyd.channel.v1.Checkpointed.pieces:type_name -> stickyd.channel.v1.CheckpointPiece
@@ -5293,19 +5375,21 @@ var file_stickyd_proto_depIdxs = []int32{
 	44, // 59: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
 	45, // 60: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
 	18, // 61: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
-	62, // 62: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
+	63, // 62: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
 	18, // 63: stickyd.channel.v1.PagePackage.journal:type_name -> stickyd.channel.v1.Delta
-	63, // 64: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
-	64, // 65: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
-	65, // 66: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
-	46, // 67: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
-	2,  // 68: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
-	2,  // 69: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
-	69, // [69:70] is the sub-list for method output_type
-	68, // [68:69] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	46, // 64: stickyd.channel.v1.PagePackage.answered:type_name -> stickyd.channel.v1.AnsweredMessage
+	21, // 65: stickyd.channel.v1.AnsweredMessage.result:type_name -> stickyd.channel.v1.MessageResult
+	64, // 66: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
+	65, // 67: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
+	66, // 68: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
+	47, // 69: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
+	2,  // 70: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
+	2,  // 71: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
+	71, // [71:72] is the sub-list for method output_type
+	70, // [70:71] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_stickyd_proto_init() }
@@ -5369,7 +5453,7 @@ func file_stickyd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stickyd_proto_rawDesc), len(file_stickyd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   64,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -361,7 +361,7 @@ func (rt *runtime) packageUser(user string) (pieces []*protocol.CheckpointPiece,
 			p.ckDirty.Store(false)
 			p.coll.mu.Lock()
 			pp := &protocol.PagePackage{Id: p.id, Kind: p.kind, Schema: p.schema,
-				Seq: p.coll.seq, Floor: p.coll.seq, Tables: p.Tables(), Marks: packMarks(p.marks)}
+				Seq: p.coll.seq, Floor: p.coll.seq, Tables: p.Tables(), Marks: packMarks(p.marks), Answered: p.answered.pack()}
 			p.coll.mu.Unlock()
 			out := pageOut{pp: pp}
 			inc := !whole && p.ckNextIncrement(cur)

@@ -96,7 +96,7 @@ func (rt *runtime) freeze(fr *protocol.Freeze) (*protocol.Frozen, error) {
 			p.coll.mu.Lock()
 			pp := &protocol.PagePackage{Id: p.id, Kind: p.kind, Schema: p.schema,
 				Seq: p.coll.seq, Floor: p.coll.floor, Pending: append([]*protocol.Delta(nil), p.coll.pending...),
-				Tables: p.Tables(), Marks: packMarks(p.marks)}
+				Tables: p.Tables(), Marks: packMarks(p.marks), Answered: p.answered.pack()}
 			p.coll.mu.Unlock()
 			// A pull waiting here is answered now (with nothing); the page
 			// pulls again and finds the person at their new home.
@@ -216,6 +216,7 @@ func (rt *runtime) wake(w *protocol.Wake) (*protocol.Woken, error) {
 		sctx := context.WithValue(ctx, sessionKey{}, s)
 		for _, pp := range cp.Pages {
 			p := newPage(s, pp.Id, pp.Kind)
+			p.answered.unpack(pp.Answered)
 			s.pages[p.id] = p
 			out.Pages++
 			if rt.recognises(pp) {

@@ -37,6 +37,8 @@ type Page struct {
 	// journal is the page's writes since a precopy, while a move is on its
 	// way (precopy.go).
 	journal *journal
+	// answered remembers the answers of its recent messages (answered.go).
+	answered answered
 }
 
 func newPage(s *Session, id, kind string) *Page {

@@ -734,6 +734,12 @@ func (rt *runtime) message(ctx context.Context, s *Session, m *protocol.PageMess
 	if err != nil {
 		return nil, badf("%v", err)
 	}
+	if r, ok := p.answered.get(m.MsgId); ok && m.MsgId != "" {
+		// Sent again (its answer was lost on the way): it ran once.
+		rep := &protocol.FrameReply{Kind: &protocol.FrameReply_Message{Message: r}}
+		rep.Identity = rt.identity(s)
+		return rep, nil
+	}
 	res := &protocol.MessageResult{}
 	// The message's deltas reach a waiting pull together, when it ends
 	// (before its reply), not one at its first write.
@@ -748,6 +754,10 @@ func (rt *runtime) message(ctx context.Context, s *Session, m *protocol.PageMess
 			return nil, fmt.Errorf("encoding the answer of page %q: %w", m.Page, err)
 		}
 		res.Data = b
+	}
+	if m.MsgId != "" {
+		p.answered.put(m.MsgId, res)
+		p.changed() // the memory is in the page's next checkpoint
 	}
 	r := &protocol.FrameReply{Kind: &protocol.FrameReply_Message{Message: res}}
 	r.Identity = rt.identity(s)

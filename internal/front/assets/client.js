@@ -16,9 +16,10 @@
 // sequence applied, so nothing is lost or applied twice. The page id lives in
 // sessionStorage: a reload of the tab resumes the same page.
 //
-// A message in flight when the connection drops is failed with a retryable
-// error (e.retry), never sent twice behind the application's back: resend it
-// only if the operation is safe to repeat.
+// Every message carries a msg_id of its own. One in flight when the
+// connection drops (a restart, a move, a network blip) is sent again after
+// the reconnect with the same msg_id, and the worker answers a msg_id it
+// already ran from memory: each message runs once and gets its answer.
 (function (global) {
   "use strict";
   const PREFIX = "/_stickyd";
@@ -77,6 +78,10 @@
       send: send, close: close,
     };
     let ws = null, nextID = 1, pending = new Map(), opened = false, closed = false;
+    // Messages are named msgPrefix-n: unique to this page object (a reload
+    // starts another), so the worker's memory of one never answers another.
+    const msgPrefix = newID().slice(1, 13);
+    let nextMsg = 1;
     let failures = 0, polling = false, pulling = false, queue = [];
     let toldUnauthorized = false;
     const pullRetry = backoff(250), openRetry = backoff(1000), connectRetry = backoff(200);
@@ -108,14 +113,21 @@
       msg.page = id;
       return new Promise((resolve, reject) => {
         if (polling) {
-          fetch(PREFIX + "/op", { method: "POST", credentials: "same-origin", body: JSON.stringify(msg) })
+          const retry = backoff(250);
+          const post = (tries) => fetch(PREFIX + "/op", { method: "POST", credentials: "same-origin", body: JSON.stringify(msg) })
             .then((r) => r.json().catch(() => ({})).then((m) => {
               // Every answer but a 200 is a refusal, whatever its shape.
               if (!r.ok && m.op !== "error") m = { op: "error", error: m.error || "HTTP " + r.status, retry: r.status >= 500 || !!m.retry };
               if (!r.ok && !m.code && r.status === 401) m.code = "no_connection";
               return m;
             }))
-            .then((m) => handle(m, resolve, reject), (e) => { e.retry = true; reject(e); });
+            .then((m) => handle(m, resolve, reject), (e) => {
+              // The answer was lost on the way: a message is sent again
+              // (its msg_id answers it from memory if it ran), a few times.
+              if (msg.op === "msg" && tries < 8 && !closed) { setTimeout(() => post(tries + 1), retry.next()); return; }
+              e.retry = true; reject(e);
+            });
+          post(0);
           return;
         }
         const w = { resolve, reject, msg, sent: false };
@@ -233,12 +245,22 @@
       ws.onclose = () => {
         opened = false;
         ws = null;
-        // A request in flight may or may not have run: it is failed with a
-        // retryable error rather than sent twice. The pull loop resumes on
-        // its own after the reconnect, from the sequence it really has.
+        // A message in flight is sent again after the reconnect (its
+        // msg_id keeps it from running twice); any other request is failed
+        // with a retryable error. The pull loop resumes on its own after
+        // the reconnect, from the sequence it really has.
         for (const [k, w] of pending) {
           if (!w.sent) continue; // still queued: goes out after the reconnect
           pending.delete(k);
+          if (w.msg.op === "msg") {
+            // Sent again once the page is open: its msg_id makes the
+            // worker answer it from memory if it already ran.
+            w.msg.id = nextID++;
+            w.sent = false;
+            pending.set(w.msg.id, w);
+            queue.push(w.msg);
+            continue;
+          }
           const e = new Error("connection lost"); e.retry = true; w.reject(e);
         }
         if (closed) return;
@@ -256,7 +278,7 @@
     }
 
     function send(data) {
-      return request({ op: "msg", data: data }).then((m) => {
+      return request({ op: "msg", data: data, msg_id: msgPrefix + "-" + nextMsg++ }).then((m) => {
         if (m.error) throw new Error(m.error);
         return m.data;
       });
