@@ -25,6 +25,9 @@
   const PREFIX = "/_stickyd";
   const PULL_WAIT = 25000;
   const MAX_BACKOFF = 30000;
+  // MAX_RESENDS bounds how often one message is sent again after a lost
+  // answer or a refusal for now (with the backoff, about two minutes).
+  const MAX_RESENDS = 10;
 
   // backoff is a retry delay that doubles from base to MAX_BACKOFF, each
   // one jittered (half to the whole of it), so that pages that failed
@@ -112,29 +115,46 @@
       msg.id = nextID++;
       msg.page = id;
       return new Promise((resolve, reject) => {
-        if (polling) {
-          const retry = backoff(250);
-          const post = (tries) => fetch(PREFIX + "/op", { method: "POST", credentials: "same-origin", body: JSON.stringify(msg) })
-            .then((r) => r.json().catch(() => ({})).then((m) => {
-              // Every answer but a 200 is a refusal, whatever its shape.
-              if (!r.ok && m.op !== "error") m = { op: "error", error: m.error || "HTTP " + r.status, retry: r.status >= 500 || !!m.retry };
-              if (!r.ok && !m.code && r.status === 401) m.code = "no_connection";
-              return m;
-            }))
-            .then((m) => handle(m, resolve, reject), (e) => {
-              // The answer was lost on the way: a message is sent again
-              // (its msg_id answers it from memory if it ran), a few times.
-              if (msg.op === "msg" && tries < 8 && !closed) { setTimeout(() => post(tries + 1), retry.next()); return; }
-              e.retry = true; reject(e);
-            });
-          post(0);
-          return;
-        }
+        if (polling) { poll(msg, resolve, reject); return; }
         const w = { resolve, reject, msg, sent: false };
         pending.set(msg.id, w);
         if (ws && ws.readyState === 1 && (opened || msg.op === "open")) { ws.send(JSON.stringify(msg)); w.sent = true; }
         else queue.push(msg); // sent once the page is open again
       });
+    }
+
+    // poll sends one op on the long-poll fallback.
+    function poll(msg, resolve, reject) {
+      const retry = backoff(250);
+      const post = (tries) => fetch(PREFIX + "/op", { method: "POST", credentials: "same-origin", body: JSON.stringify(msg) })
+        .then((r) => r.json().catch(() => ({})).then((m) => {
+          // Every answer but a 200 is a refusal, whatever its shape.
+          if (!r.ok && m.op !== "error") m = { op: "error", error: m.error || "HTTP " + r.status, retry: r.status >= 500 || !!m.retry };
+          if (!r.ok && !m.code && r.status === 401) m.code = "no_connection";
+          return m;
+        }))
+        .then((m) => {
+          // Refused for now (the person is moving, the worker restarting):
+          // it did not run; a message is sent again after a while.
+          if (m.op === "error" && m.retry && msg.op === "msg" && tries < MAX_RESENDS && !closed) { setTimeout(() => post(tries + 1), retry.next()); return; }
+          handle(m, resolve, reject);
+        }, (e) => {
+          // The answer was lost on the way: a message is sent again (its
+          // msg_id answers it from memory if it ran).
+          if (msg.op === "msg" && tries < MAX_RESENDS && !closed) { setTimeout(() => post(tries + 1), retry.next()); return; }
+          e.retry = true; reject(e);
+        });
+      post(0);
+    }
+
+    // resend sends a message again over the WebSocket (or once the page is
+    // open again), with a new op id and the same msg_id.
+    function resend(w) {
+      w.msg.id = nextID++;
+      w.sent = false;
+      pending.set(w.msg.id, w);
+      if (ws && ws.readyState === 1 && opened) { ws.send(JSON.stringify(w.msg)); w.sent = true; }
+      else queue.push(w.msg);
     }
 
     function handle(m, resolve, reject) {
@@ -155,7 +175,10 @@
       status(polling ? "polling" : "live");
       for (const q of queue.splice(0)) {
         const w = pending.get(q.id);
-        if (w && ws && ws.readyState === 1) { ws.send(JSON.stringify(q)); w.sent = true; }
+        if (!w) continue;
+        if (polling) { pending.delete(q.id); poll(q, w.resolve, w.reject); }
+        else if (ws && ws.readyState === 1) { ws.send(JSON.stringify(q)); w.sent = true; }
+        else queue.push(q);
       }
       pullLoop();
     }
@@ -240,6 +263,12 @@
         const w = pending.get(m.id);
         if (!w) return;
         pending.delete(m.id);
+        if (m.op === "error" && m.retry && w.msg.op === "msg" && (w.tries = (w.tries || 0) + 1) <= MAX_RESENDS) {
+          // Refused for now, did not run: sent again after a while.
+          w.retry = w.retry || backoff(250);
+          setTimeout(() => resend(w), w.retry.next());
+          return;
+        }
         handle(m, w.resolve, w.reject);
       };
       ws.onclose = () => {
@@ -255,10 +284,7 @@
           if (w.msg.op === "msg") {
             // Sent again once the page is open: its msg_id makes the
             // worker answer it from memory if it already ran.
-            w.msg.id = nextID++;
-            w.sent = false;
-            pending.set(w.msg.id, w);
-            queue.push(w.msg);
+            resend(w);
             continue;
           }
           const e = new Error("connection lost"); e.retry = true; w.reject(e);
