@@ -177,6 +177,15 @@ type Front struct {
 //go:embed assets/client.js
 var clientJS []byte
 
+// clientTypes are client.js's TypeScript declarations; clientModule is
+// client.js as an ES module (the script, then its exports).
+//
+//go:embed assets/client.d.ts
+var clientTypes []byte
+
+var clientModule = append(append([]byte(nil), clientJS...),
+	"\nexport const page = window.stickyd.page;\nexport default window.stickyd;\n"...)
+
 // New checks cfg and returns a Front.
 func New(cfg Config) (*Front, error) {
 	if cfg.Directory == nil || cfg.Dispatcher == nil {
@@ -272,7 +281,9 @@ func New(cfg Config) (*Front, error) {
 	f.upgrader = websocket.Upgrader{ReadBufferSize: wsReadBuffer, WriteBufferSize: wsWriteBuffer, WriteBufferPool: &sync.Pool{}}
 	f.mux = http.NewServeMux()
 	f.mux.HandleFunc("GET "+Prefix+"health", f.handle(f.health))
-	f.mux.HandleFunc("GET "+Prefix+"client.js", f.clientJS)
+	f.mux.HandleFunc("GET "+Prefix+"client.js", f.asset("text/javascript; charset=utf-8", clientJS))
+	f.mux.HandleFunc("GET "+Prefix+"client.mjs", f.asset("text/javascript; charset=utf-8", clientModule))
+	f.mux.HandleFunc("GET "+Prefix+"client.d.ts", f.asset("application/typescript; charset=utf-8", clientTypes))
 	f.mux.HandleFunc("GET "+Prefix+"ws", f.handle(f.serveWS))
 	f.mux.HandleFunc("POST "+Prefix+"op", f.handle(f.serveOp))
 	f.mux.HandleFunc("POST "+Prefix+"renew", f.handle(f.serveRenew))
@@ -329,10 +340,13 @@ func (f *Front) healthDetails(r *http.Request) bool {
 	return subtle.ConstantTimeCompare(c[:], read[:]) == 1 && f.cfg.HealthReadToken != "" || ok
 }
 
-func (f *Front) clientJS(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-cache")
-	_, _ = w.Write(clientJS)
+// asset serves one of the front's own files.
+func (f *Front) asset(contentType string, body []byte) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", contentType)
+		w.Header().Set("Cache-Control", "no-cache")
+		_, _ = w.Write(body)
+	}
 }
 
 // readBody reads r's body, at most limit bytes within the body timeout:

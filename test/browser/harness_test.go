@@ -29,6 +29,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/stickyd/stickyd/internal/agent"
+	"github.com/stickyd/stickyd/plugins/examples/counter"
 	"github.com/stickyd/stickyd/plugins/examples/demo"
 	"github.com/stickyd/stickyd/plugins/worker"
 )
@@ -84,7 +85,8 @@ func startAgentWith(t *testing.T, mode string, n int, edit func(*agent.Config)) 
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Warn, Output: newTestWriter(t)})
 	builtins := map[string]agent.Builtin{
-		"demo": worker.InProcess(demo.New(), worker.Options{Name: "demo", Version: "1", Logger: log.Named("worker")}),
+		"demo":    worker.InProcess(demo.New(), worker.Options{Name: "demo", Version: "1", Logger: log.Named("worker")}),
+		"counter": worker.InProcess(counter.New(), worker.Options{Name: "counter", Version: "1", Logger: log.Named("worker")}),
 	}
 	a, err := agent.New(cfg, builtins, log)
 	if err != nil {

@@ -69,3 +69,41 @@ func TestFallbackWithoutCookieBacksOff(t *testing.T) {
 	}
 	t.Logf("8 s without a cookie: %d requests, status %q, notice %q", ops, status, notices[0])
 }
+
+// Two tabs on one page id (a duplicated tab copies sessionStorage): both
+// write notes, each acknowledging deltas the other has not seen; both
+// trees end with every note of both, never a silent divergence (a tab
+// missed the notes the other acknowledged). The page client is imported as the served ES module.
+func TestTwoTabsOnOnePageID(t *testing.T) {
+	t.Parallel()
+	one := startBrowser(t, "one")
+	a := startAgentWith(t, "inprocess", 1, func(c *agent.Config) {
+		c.Groups[0].Name, c.Groups[0].Builtin = "counter", "counter"
+	})
+	one.do("loading the site", chromedp.Navigate("http://"+a.Addr()+"/"))
+	two := one.newTab("two")
+	two.do("loading the site", chromedp.Navigate("http://"+a.Addr()+"/"))
+	typing := `
+		window.__t = { ok: 0, errors: [], done: false };
+		import("/_stickyd/client.mjs").then(async (m) => {
+			const p = window.__p = m.page({ kind: "counter", id: "duplicated" });
+			for (let i = 0; i < 60; i++) {
+				try { await p.send({ op: "note", text: "x" }); window.__t.ok++; } catch (e) { window.__t.errors.push(String(e.message)); }
+				await new Promise((r) => setTimeout(r, 10 + Math.random() * 30));
+			}
+			window.__t.done = true;
+		});
+		true`
+	one.js("tab one typing", typing)
+	two.js("tab two typing", typing)
+	for _, tb := range []*tab{one, two} {
+		waitJS(t, tb, "tab "+tb.name+" done", 60*time.Second, `window.__t && window.__t.done`)
+	}
+	for _, tb := range []*tab{one, two} {
+		waitJS(t, tb, "tab "+tb.name+"'s tree with all 120 notes", 20*time.Second,
+			`window.__p.tree.notes === 120 && Object.keys(window.__p.tree.note || {}).length === 120`)
+		if errs, _ := eval[[]string](tb, `window.__t.errors`); len(errs) > 0 {
+			t.Fatalf("tab %s: %q", tb.name, errs)
+		}
+	}
+}
