@@ -297,8 +297,8 @@ func New(cfg Config) (*Front, error) {
 	return f, nil
 }
 
-// Close closes every WebSocket (1000, normal closure); an http.Server's
-// Shutdown does not see hijacked connections. Idempotent.
+// Close closes every WebSocket (1001, going away: the page reconnects);
+// an http.Server's Shutdown does not see hijacked connections. Idempotent.
 func (f *Front) Close() { f.shutdown() }
 
 // ServeHTTP implements http.Handler.

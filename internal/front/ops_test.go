@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorilla/websocket"
 )
 
 // Every answer of the long-poll fallback is an op answer, refusals too:
@@ -51,5 +53,18 @@ func TestFallbackRefusalsAreOpAnswers(t *testing.T) {
 	}
 	if status, a := post(c1, msg); status != http.StatusOK || a.Op != "reply" || a.ID != 7 {
 		t.Fatalf("a good op: %d %+v", status, a)
+	}
+}
+
+// A front that stops closes its sockets with 1001, going away, which
+// client.js answers by reconnecting.
+func TestStoppingFrontSaysGoingAway(t *testing.T) {
+	f, _, srv := testFront(t, Config{})
+	ws := dialAs(t, srv, f.ring().sign("c1", f.userOf("c1"), time.Now()))
+	f.Close()
+	_ = ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, _, err := ws.ReadMessage()
+	if !websocket.IsCloseError(err, websocket.CloseGoingAway) {
+		t.Fatalf("a stopping front closed the socket with %v, want 1001", err)
 	}
 }

@@ -159,8 +159,14 @@ func (c *wsConn) closeSocket() {
 	c.abandonFlights()
 	if !c.slow.Load() {
 		// (A slow client was sent 1013, or nothing could be sent to it.)
+		// The front stopping says 1001, going away: the client reconnects
+		// (to this front once it is back, or another).
+		code, reason := websocket.CloseNormalClosure, ""
+		if c.f.root.Err() != nil {
+			code, reason = websocket.CloseGoingAway, "the front is stopping; reconnect"
+		}
 		_ = c.ws.WriteControl(websocket.CloseMessage,
-			websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+			websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
 	}
 	_ = c.ws.Close()
 }

@@ -271,7 +271,7 @@
         }
         handle(m, w.resolve, w.reject);
       };
-      ws.onclose = () => {
+      ws.onclose = (ev) => {
         opened = false;
         ws = null;
         // A message in flight is sent again after the reconnect (its
@@ -290,6 +290,9 @@
           const e = new Error("connection lost"); e.retry = true; w.reject(e);
         }
         if (closed) return;
+        // A front going away (1001: it is stopping) is back in a moment:
+        // a restart gets more tries on the WebSocket before the fallback.
+        if (ev && ev.code === 1001) failures = -8;
         failures++;
         if (failures >= 4 && !polling) { startPolling(); return; }
         status("offline");
