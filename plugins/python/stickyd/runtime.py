@@ -31,6 +31,9 @@ from .session import ANONYMOUS_PREFIX, Page, Session, _Serving, random_name
 
 PACKAGE_FORMAT = 1  # the UserPackage format this SDK writes and reads
 MAX_PULL_WAIT = 60.0
+# MAX_ANSWERED is how many of a page's recent answers are remembered by
+# msg_id (plugins/worker/answered.go keeps as many).
+MAX_ANSWERED = 64
 # How long an evicted person's fence stays: far longer than any frame waits.
 TOMBSTONE_TTL = 120.0
 
@@ -458,6 +461,11 @@ class Runtime:
             msg = json.loads(m.data) if m.data else None
         except ValueError as e:
             raise _Bad("page %r: the message is not JSON: %s" % (m.page, e))
+        if m.msg_id and m.msg_id in p.answered:
+            # Sent again (its answer was lost on the way): it ran once.
+            r = pb.FrameReply(message=p.answered[m.msg_id])
+            r.identity.CopyFrom(self._identity(s))
+            return r
         res = pb.MessageResult()
         if self.hooks.message is None:
             res.error = "this application takes no page messages"
@@ -474,6 +482,10 @@ class Runtime:
                     res.data = json.dumps(v, separators=(",", ":")).encode("utf-8")
             finally:
                 p.coll.release()
+        if m.msg_id:
+            p.answered[m.msg_id] = res
+            while len(p.answered) > MAX_ANSWERED:
+                p.answered.popitem(last=False)
         r = pb.FrameReply(message=res)
         r.identity.CopyFrom(self._identity(s))
         return r
@@ -527,6 +539,8 @@ class Runtime:
                 seq, floor, pending = p.coll.state()
                 pp = cp.pages.add(id=p.id, kind=p.kind, schema=p.schema, tree=p.tree.encode(), seq=seq, floor=floor)
                 pp.pending.extend(pending)
+                for mid, res in p.answered.items():
+                    pp.answered.add(msg_id=mid).result.CopyFrom(res)
                 # A pull waiting here is answered now (with nothing): the
                 # page pulls again and finds the person at their new home.
                 p.coll.cancel()
@@ -599,6 +613,8 @@ class Runtime:
             s.values.load(cp.values)
             for pp in cp.pages:
                 p = self._new_page(s, pp.id, pp.kind)
+                for a in pp.answered:
+                    p.answered[a.msg_id] = a.result
                 s.pages[p.id] = p
                 out.pages += 1
                 version, oldest, known_kind = self.hooks.schema(pp.kind)

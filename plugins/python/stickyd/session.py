@@ -8,6 +8,7 @@ a connection, with its own Tree.
 """
 
 import base64
+import collections
 import os
 import re
 import threading
@@ -130,6 +131,10 @@ class Page:
         self.session = session
         self.local = {}
         self.coll = Collector(scheduler, lambda: self.tree.snapshot())
+        # The answers of the page's recent messages by msg_id, oldest first
+        # (at most MAX_ANSWERED): a message sent again is answered from
+        # here, never run twice; they travel with the page.
+        self.answered = collections.OrderedDict()
 
         def emit(op, path, value):
             session._rt.wrote(session, len(path) + len(value or b""))

@@ -200,6 +200,23 @@ class RuntimeTest(unittest.TestCase):
             a.rt.close()
             b.rt.close()
 
+    def test_message_runs_once(self):
+        """A message sent again with its msg_id is answered from the page's
+        memory, on its worker and after a move."""
+        a, b = Worker("py-1"), Worker("py-2")
+        try:
+            conn = a.frame("", "", http=pb.HTTPRequest(method="GET", url="/")).frame_reply.identity.conn
+            u = "~" + conn
+            a.frame(u, conn, 1, open=pb.PageOpen(page="p", kind="counter"))
+            send = lambda w, epoch, mid: json.loads(w.frame(u, conn, epoch, message=pb.PageMessage(page="p", data=b"{}", msg_id=mid)).frame_reply.message.data)
+            self.assertEqual((send(a, 1, "m1"), send(a, 1, "m1"), send(a, 1, "m2")), (1, 1, 2))
+            fz = a.call(freeze=pb.Freeze(user=u, epoch=2)).frozen
+            b.call(wake=pb.Wake(user=u, epoch=2, package=fz.package))
+            self.assertEqual((send(b, 2, "m2"), send(b, 2, "m3")), (2, 3))
+        finally:
+            a.rt.close()
+            b.rt.close()
+
     def test_name_taken(self):
         """A newcomer named after a connection the worker holds is refused
         (kind conn_taken) and the holder keeps its state."""
