@@ -1,18 +1,14 @@
 package browser
 
 import (
-	"context"
 	"net"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/hashicorp/go-hclog"
 
 	"github.com/stickyd/stickyd/internal/agent"
-	"github.com/stickyd/stickyd/plugins/examples/counter"
-	"github.com/stickyd/stickyd/plugins/worker"
 )
 
 // Twenty typists (pages of the served client.js in Chromium) type
@@ -29,38 +25,16 @@ func TestTypistsThroughRestarts(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	dir := t.TempDir()
-	log := hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Warn, Output: newTestWriter(t)})
 	start := func() *agent.Agent {
-		t.Helper()
-		cfg := &agent.Config{
+		return runAgent(t, &agent.Config{
 			Name:    "browser",
 			DataDir: dir,
 			Front:   &agent.FrontConfig{Address: addr, FrameTimeout: "10s"},
 			Admin:   &agent.AdminConfig{Address: "127.0.0.1:0"},
 			Groups:  []*agent.GroupConfig{{Name: "counter", Workers: 2, Builtin: "counter"}},
-		}
-		builtins := map[string]agent.Builtin{
-			"counter": worker.InProcess(counter.New(), worker.Options{Name: "counter", Version: "1", Logger: log.Named("worker")}),
-		}
-		a, err := agent.New(cfg, builtins, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := a.Start(ctx); err != nil {
-			t.Fatalf("starting the agent: %v", err)
-		}
-		return a
+		})
 	}
-	stop := func(a *agent.Agent) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := a.Shutdown(ctx); err != nil {
-			t.Fatalf("stopping the agent: %v", err)
-		}
-	}
+	stop := func(a *agent.Agent) { stopAgent(t, a) }
 	a := start()
 	defer func() { stop(a) }()
 

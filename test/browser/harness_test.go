@@ -83,6 +83,15 @@ func startAgentWith(t *testing.T, mode string, n int, edit func(*agent.Config)) 
 	if edit != nil {
 		edit(cfg)
 	}
+	a := runAgent(t, cfg)
+	t.Cleanup(func() { stopAgent(t, a) })
+	return a
+}
+
+// runAgent starts an agent of cfg with the demo and counter apps as its
+// builtins; the caller stops it (stopAgent).
+func runAgent(t *testing.T, cfg *agent.Config) *agent.Agent {
+	t.Helper()
 	log := hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Warn, Output: newTestWriter(t)})
 	builtins := map[string]agent.Builtin{
 		"demo":    worker.InProcess(demo.New(), worker.Options{Name: "demo", Version: "1", Logger: log.Named("worker")}),
@@ -97,14 +106,17 @@ func startAgentWith(t *testing.T, mode string, n int, edit func(*agent.Config)) 
 	if err := a.Start(ctx); err != nil {
 		t.Fatalf("starting agent: %v", err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := a.Shutdown(ctx); err != nil {
-			t.Errorf("shutting down the agent: %v", err)
-		}
-	})
 	return a
+}
+
+// stopAgent shuts a down gracefully, as SIGTERM does.
+func stopAgent(t *testing.T, a *agent.Agent) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := a.Shutdown(ctx); err != nil {
+		t.Errorf("shutting down the agent: %v", err)
+	}
 }
 
 // testWriter logs to t until the test's cleanup ran; after that (a browser

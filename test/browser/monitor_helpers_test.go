@@ -10,11 +10,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/hashicorp/go-hclog"
 
 	"github.com/stickyd/stickyd/internal/agent"
-	"github.com/stickyd/stickyd/plugins/examples/demo"
-	"github.com/stickyd/stickyd/plugins/worker"
 )
 
 // monitorPath is where the front serves the monitor page.
@@ -45,26 +42,8 @@ func startGovernedAgent(t *testing.T, n int) *agent.Agent {
 			},
 		}},
 	}
-	log := hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Warn, Output: newTestWriter(t)})
-	builtins := map[string]agent.Builtin{
-		"demo": worker.InProcess(demo.New(), worker.Options{Name: "demo", Version: "1", Logger: log.Named("worker")}),
-	}
-	a, err := agent.New(cfg, builtins, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := a.Start(ctx); err != nil {
-		t.Fatalf("starting agent: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := a.Shutdown(ctx); err != nil {
-			t.Errorf("shutting down the agent: %v", err)
-		}
-	})
+	a := runAgent(t, cfg)
+	t.Cleanup(func() { stopAgent(t, a) })
 	return a
 }
 
