@@ -18,12 +18,16 @@ import (
 func TestTypistsThroughRestarts(t *testing.T) {
 	t.Parallel()
 	const typists, restarts = 20, 10
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// The front's and raft's addresses stay across the restarts.
+	free := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return ln.Addr().String()
 	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr, raftAddr := free(), free()
 	dir := t.TempDir()
 	start := func() *agent.Agent {
 		return runAgent(t, &agent.Config{
@@ -31,6 +35,7 @@ func TestTypistsThroughRestarts(t *testing.T) {
 			DataDir: dir,
 			Front:   &agent.FrontConfig{Address: addr, FrameTimeout: "10s"},
 			Admin:   &agent.AdminConfig{Address: "127.0.0.1:0"},
+			Server:  &agent.ServerConfig{RaftAddr: raftAddr},
 			Groups:  []*agent.GroupConfig{{Name: "counter", Workers: 2, Builtin: "counter"}},
 		})
 	}
