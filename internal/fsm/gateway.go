@@ -9,7 +9,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/gateway"
+	"github.com/stickyd/stickyd/internal/gatewaywire"
 )
 
 // The AI gateway's replicated state (docs/gateway.md): the cost counters
@@ -30,10 +30,10 @@ const (
 // again, unchanged, until it is applied; a batch whose number was already
 // applied is skipped, so a batch sent twice counts once.
 type GatewayChargesRequest struct {
-	Ledger  string           `json:"ledger,omitempty"`
-	Batch   uint64           `json:"batch,omitempty"`
-	At      time.Time        `json:"at"`
-	Charges []gateway.Charge `json:"charges"`
+	Ledger  string               `json:"ledger,omitempty"`
+	Batch   uint64               `json:"batch,omitempty"`
+	At      time.Time            `json:"at"`
+	Charges []gatewaywire.Charge `json:"charges"`
 }
 
 // ledgerMark is the last batch applied from one ledger.
@@ -54,8 +54,8 @@ const (
 
 // GatewayJob is a submitted call in the log.
 type GatewayJob struct {
-	gateway.Job
-	Call gateway.Call `json:"call"`
+	gatewaywire.Job
+	Call gatewaywire.Call `json:"call"`
 	// Key is the call's idempotency key; Seq its place in the queue.
 	Key string `json:"key"`
 	Seq uint64 `json:"seq"`
@@ -76,15 +76,15 @@ type GatewayJobRequest struct {
 	Job *GatewayJob `json:"job,omitempty"`
 	ID  string      `json:"id,omitempty"`
 	// Finish: the answer, or the error and its kind.
-	Response  *gateway.Response `json:"response,omitempty"`
-	Error     string            `json:"error,omitempty"`
-	ErrorKind string            `json:"error_kind,omitempty"`
-	At        time.Time         `json:"at"`
+	Response  *gatewaywire.Response `json:"response,omitempty"`
+	Error     string                `json:"error,omitempty"`
+	ErrorKind string                `json:"error_kind,omitempty"`
+	At        time.Time             `json:"at"`
 }
 
 // GatewayState is the gateway's part of the maps.
 type GatewayState struct {
-	Counters gateway.Counters `json:"counters"`
+	Counters gatewaywire.Counters `json:"counters"`
 	// Ledgers holds the last batch applied from each ledger.
 	Ledgers map[string]ledgerMark  `json:"ledgers,omitempty"`
 	Jobs    map[string]*GatewayJob `json:"jobs,omitempty"`
@@ -121,10 +121,10 @@ func (f *FSM) gatewayLocked() *GatewayState {
 		g.queue, g.finished = nil, nil
 		for id, j := range g.Jobs {
 			switch j.State {
-			case gateway.JobQueued, gateway.JobRunning:
+			case gatewaywire.JobQueued, gatewaywire.JobRunning:
 				g.active[id] = true
 				g.perModel[j.Model]++
-				if j.State == gateway.JobQueued {
+				if j.State == gatewaywire.JobQueued {
 					g.queue = append(g.queue, j)
 				}
 			default:
@@ -189,7 +189,7 @@ func (f *FSM) applyGatewayJob(req *GatewayJobRequest) interface{} {
 		}
 		j := *req.Job
 		g.NextSeq++
-		j.Seq, j.State = g.NextSeq, gateway.JobQueued
+		j.Seq, j.State = g.NextSeq, gatewaywire.JobQueued
 		g.Jobs[j.ID] = &j
 		g.active[j.ID] = true
 		g.perModel[j.Model]++
@@ -202,28 +202,28 @@ func (f *FSM) applyGatewayJob(req *GatewayJobRequest) interface{} {
 	case JobOpStart, JobOpFinish, JobOpCancel:
 		j := g.Jobs[req.ID]
 		if j == nil {
-			return gateway.ErrNoJob
+			return gatewaywire.ErrNoJob
 		}
 		defer f.jobChanged(j.ID)
 		defer g.trimQueue()
 		switch req.Op {
 		case JobOpStart:
-			if j.State != gateway.JobQueued {
+			if j.State != gatewaywire.JobQueued {
 				return fmt.Errorf("job %s is %s, not queued", req.ID, j.State)
 			}
-			j.State = gateway.JobRunning
+			j.State = gatewaywire.JobRunning
 		case JobOpFinish:
-			if j.State != gateway.JobRunning && j.State != gateway.JobQueued {
+			if j.State != gatewaywire.JobRunning && j.State != gatewaywire.JobQueued {
 				return nil // cancelled meanwhile: the cancel stands
 			}
-			j.State, j.Finished, j.Response, j.Error, j.ErrorKind = gateway.JobDone, req.At, req.Response, req.Error, req.ErrorKind
+			j.State, j.Finished, j.Response, j.Error, j.ErrorKind = gatewaywire.JobDone, req.At, req.Response, req.Error, req.ErrorKind
 			if req.Error != "" {
-				j.State = gateway.JobFailed
+				j.State = gatewaywire.JobFailed
 			}
 			g.finish(j)
 		case JobOpCancel:
-			if j.State == gateway.JobQueued || j.State == gateway.JobRunning {
-				j.State, j.Finished, j.Error = gateway.JobCancelled, req.At, "cancelled by the caller"
+			if j.State == gatewaywire.JobQueued || j.State == gatewaywire.JobRunning {
+				j.State, j.Finished, j.Error = gatewaywire.JobCancelled, req.At, "cancelled by the caller"
 				g.finish(j)
 				g.cancels++
 				f.gatewayChangedLocked() // the runner stops it
@@ -262,11 +262,11 @@ func (g *GatewayState) finish(j *GatewayJob) {
 }
 
 // GatewayCounters returns a copy of the cost counters.
-func (f *FSM) GatewayCounters() gateway.Counters {
+func (f *FSM) GatewayCounters() gatewaywire.Counters {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.state.Gateway == nil {
-		return gateway.Counters{}
+		return gatewaywire.Counters{}
 	}
 	return f.state.Gateway.Counters.Clone()
 }
@@ -274,11 +274,11 @@ func (f *FSM) GatewayCounters() gateway.Counters {
 // GatewaySpent returns what a session, a day and an API key have spent,
 // and the last batch applied of ledger: a ledger adds what it holds past
 // it.
-func (f *FSM) GatewaySpent(session, day, key, ledger string) (gateway.Spend, uint64) {
+func (f *FSM) GatewaySpent(session, day, key, ledger string) (gatewaywire.Spend, uint64) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.state.Gateway == nil {
-		return gateway.Spend{}, 0
+		return gatewaywire.Spend{}, 0
 	}
 	g := f.state.Gateway
 	return g.Counters.Spent(session, day, key), g.Ledgers[ledger].Batch
@@ -286,11 +286,11 @@ func (f *FSM) GatewaySpent(session, day, key, ledger string) (gateway.Spend, uin
 
 // GatewayCountersOf returns a copy of the cost counters and the last
 // batch applied of ledger.
-func (f *FSM) GatewayCountersOf(ledger string) (gateway.Counters, uint64) {
+func (f *FSM) GatewayCountersOf(ledger string) (gatewaywire.Counters, uint64) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.state.Gateway == nil {
-		return gateway.Counters{}, 0
+		return gatewaywire.Counters{}, 0
 	}
 	return f.state.Gateway.Counters.Clone(), f.state.Gateway.Ledgers[ledger].Batch
 }
@@ -306,7 +306,7 @@ func (f *FSM) GatewayJob(id string) (GatewayJob, bool) {
 }
 
 // GatewayJobs returns the calls in state, in queue order.
-func (f *FSM) GatewayJobs(state gateway.JobState) []GatewayJob {
+func (f *FSM) GatewayJobs(state gatewaywire.JobState) []GatewayJob {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.state.Gateway == nil {
@@ -314,10 +314,10 @@ func (f *FSM) GatewayJobs(state gateway.JobState) []GatewayJob {
 	}
 	var out []GatewayJob
 	g := f.state.Gateway
-	if state == gateway.JobQueued && g.active != nil {
+	if state == gatewaywire.JobQueued && g.active != nil {
 		return queuedAfter(g, 0)
 	}
-	if state == gateway.JobRunning && g.active != nil {
+	if state == gatewaywire.JobRunning && g.active != nil {
 		for id := range g.active {
 			if j := g.Jobs[id]; j != nil && j.State == state {
 				out = append(out, *j)
@@ -351,7 +351,7 @@ func queuedAfter(g *GatewayState, seq uint64) []GatewayJob {
 	i, _ := slices.BinarySearchFunc(g.queue, seq+1, func(j *GatewayJob, s uint64) int { return cmp.Compare(j.Seq, s) })
 	var out []GatewayJob
 	for _, j := range g.queue[i:] {
-		if j.State == gateway.JobQueued {
+		if j.State == gatewaywire.JobQueued {
 			out = append(out, *j)
 		}
 	}
@@ -362,13 +362,13 @@ func queuedAfter(g *GatewayState, seq uint64) []GatewayJob {
 // compacts it when most of it has.
 func (g *GatewayState) trimQueue() {
 	n := 0
-	for n < len(g.queue) && g.queue[n].State != gateway.JobQueued {
+	for n < len(g.queue) && g.queue[n].State != gatewaywire.JobQueued {
 		g.queue[n] = nil
 		n++
 	}
 	g.queue = g.queue[n:]
 	if len(g.queue) > 2*len(g.active)+64 {
-		g.queue = slices.DeleteFunc(g.queue, func(j *GatewayJob) bool { return j.State != gateway.JobQueued })
+		g.queue = slices.DeleteFunc(g.queue, func(j *GatewayJob) bool { return j.State != gatewaywire.JobQueued })
 	}
 }
 
@@ -384,7 +384,7 @@ func (f *FSM) GatewayCancels() uint64 {
 }
 
 // GatewayJobState returns the state of a submitted call ("" if unknown).
-func (f *FSM) GatewayJobState(id string) gateway.JobState {
+func (f *FSM) GatewayJobState(id string) gatewaywire.JobState {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.state.Gateway == nil || f.state.Gateway.Jobs[id] == nil {
@@ -486,10 +486,10 @@ func (f *FSM) GatewayActive(model string) int {
 
 // GatewaySessions returns the cost counters of the named sessions that have
 // one, read under one lock, and the last batch applied of ledger.
-func (f *FSM) GatewaySessions(names iter.Seq[string], ledger string) (map[string]gateway.Tally, uint64) {
+func (f *FSM) GatewaySessions(names iter.Seq[string], ledger string) (map[string]gatewaywire.Tally, uint64) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	out := map[string]gateway.Tally{}
+	out := map[string]gatewaywire.Tally{}
 	if f.state.Gateway == nil {
 		return out, 0
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/gateway"
+	"github.com/stickyd/stickyd/internal/gatewaywire"
 )
 
 // Charges add up once per batch; submitted calls keep their order and
@@ -24,7 +24,7 @@ func TestGatewayState(t *testing.T) {
 	charge := func(ledger string, batch uint64, req, day string, micros int64) {
 		t.Helper()
 		do(GatewayChargesRequestType, GatewayChargesRequest{Ledger: ledger, Batch: batch, At: now,
-			Charges: []gateway.Charge{{Request: req, Session: "s", Day: day, Micros: micros, Usage: gateway.Usage{Input: 1}}}})
+			Charges: []gatewaywire.Charge{{Request: req, Session: "s", Day: day, Micros: micros, Usage: gatewaywire.Usage{Input: 1}}}})
 	}
 	charge("n1/a", 1, "r1", "2026-11-30", 10)
 	charge("n1/a", 1, "r1", "2026-11-30", 10) // the same batch sent again
@@ -34,14 +34,14 @@ func TestGatewayState(t *testing.T) {
 		t.Fatalf("counters %+v", c)
 	}
 	submit := func(id, key string) any {
-		return do(GatewayJobRequestType, GatewayJobRequest{Op: JobOpSubmit, Job: &GatewayJob{Job: gateway.Job{ID: id, Submitted: time.Now()}, Key: key}})
+		return do(GatewayJobRequestType, GatewayJobRequest{Op: JobOpSubmit, Job: &GatewayJob{Job: gatewaywire.Job{ID: id, Submitted: time.Now()}, Key: key}})
 	}
 	submit("a", "k1")
 	submit("b", "k2")
 	if got := submit("c", "k1"); got != "a" {
 		t.Fatalf("a second submit with key k1 answered %v, want a", got)
 	}
-	if q := f.GatewayJobs(gateway.JobQueued); len(q) != 2 || q[0].ID != "a" || q[1].ID != "b" {
+	if q := f.GatewayJobs(gatewaywire.JobQueued); len(q) != 2 || q[0].ID != "a" || q[1].ID != "b" {
 		t.Fatalf("queue %+v", q)
 	}
 	start := GatewayJobRequest{Op: JobOpStart, ID: "a"}
@@ -61,7 +61,7 @@ func TestGatewayState(t *testing.T) {
 	if err := snap.Restore(io.NopCloser(&out.Buffer)); err != nil {
 		t.Fatal(err)
 	}
-	if j, ok := snap.GatewayJob("a"); !ok || j.State != gateway.JobRunning {
+	if j, ok := snap.GatewayJob("a"); !ok || j.State != gatewaywire.JobRunning {
 		t.Fatalf("restored job a: %+v", j)
 	}
 	if n := snap.GatewayActive(""); n != 2 {
@@ -73,7 +73,7 @@ func TestGatewayState(t *testing.T) {
 	// The restored replica still knows which batches it applied.
 	idx++
 	apply(t, snap, idx, GatewayChargesRequestType, GatewayChargesRequest{Ledger: "n1/a", Batch: 1, At: now,
-		Charges: []gateway.Charge{{Request: "r1", Day: "2026-11-30", Micros: 10}}})
+		Charges: []gatewaywire.Charge{{Request: "r1", Day: "2026-11-30", Micros: 10}}})
 	if snap.GatewayCounters().Total.Micros != 15 {
 		t.Fatal("a batch applied before the snapshot was applied again after it")
 	}
@@ -102,7 +102,7 @@ func TestGatewayQueueIndexAndRetention(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	for i := range 5 {
 		id := fmt.Sprintf("j%d", i)
-		do(GatewayJobRequest{Op: JobOpSubmit, Job: &GatewayJob{Job: gateway.Job{ID: id, Submitted: t0}, Key: id}})
+		do(GatewayJobRequest{Op: JobOpSubmit, Job: &GatewayJob{Job: gatewaywire.Job{ID: id, Submitted: t0}, Key: id}})
 	}
 	ids := func(js []GatewayJob) (out []string) {
 		for _, j := range js {
@@ -140,7 +140,7 @@ func TestGatewayQueueIndexAndRetention(t *testing.T) {
 	default:
 		t.Fatal("the runner was not woken by a cancel")
 	}
-	if f.GatewayCancels() == before || f.GatewayJobState("j2") != gateway.JobCancelled {
+	if f.GatewayCancels() == before || f.GatewayJobState("j2") != gatewaywire.JobCancelled {
 		t.Fatal("the cancel is not counted")
 	}
 	if got := ids(f.GatewayQueuedAfter(0)); !slices.Equal(got, []string{"j3", "j4"}) {
@@ -158,14 +158,14 @@ func TestGatewayQueueIndexAndRetention(t *testing.T) {
 			t.Fatalf("%s finished past the retention and is still kept", id)
 		}
 	}
-	if j, ok := f.GatewayJob("j1"); !ok || j.State != gateway.JobDone {
+	if j, ok := f.GatewayJob("j1"); !ok || j.State != gatewaywire.JobDone {
 		t.Fatalf("j1: %+v %v", j, ok)
 	}
 	// The bound: past maxFinishedJobs the oldest finished go first.
 	g := f.state.Gateway
 	for i := range maxFinishedJobs + 2 {
 		id := fmt.Sprintf("b%d", i)
-		do(GatewayJobRequest{Op: JobOpSubmit, Job: &GatewayJob{Job: gateway.Job{ID: id, Submitted: t0}, Key: id}})
+		do(GatewayJobRequest{Op: JobOpSubmit, Job: &GatewayJob{Job: gatewaywire.Job{ID: id, Submitted: t0}, Key: id}})
 		do(GatewayJobRequest{Op: JobOpFinish, ID: id, At: t0.Add(jobRetention + time.Hour)})
 	}
 	if len(g.finished) != maxFinishedJobs {

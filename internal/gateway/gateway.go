@@ -6,7 +6,8 @@
 //
 // Nothing above Adapter knows which provider served a call: adapters turn
 // the provider's request and response shapes, errors and usage fields into
-// the types of this file.
+// the types of this file and of wire.go (the data the replicated maps also
+// hold, defined in internal/gatewaywire and named again here).
 package gateway
 
 import (
@@ -45,46 +46,6 @@ type Adapter interface {
 	HealthCheck(ctx context.Context) error
 }
 
-// Message is one turn of a conversation.
-type Message struct {
-	// Role is "system", "user" or "assistant".
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
-// Request is a completion request in the gateway's own terms.
-type Request struct {
-	// Model is the model the caller asked for; the router replaces it with
-	// the deployment's upstream model name before calling an adapter.
-	Model    string    `json:"model"`
-	Messages []Message `json:"messages"`
-	// MaxTokens bounds the answer (0: the adapter's default; Anthropic
-	// needs one, its adapter uses 1024).
-	MaxTokens   int      `json:"max_tokens,omitempty"`
-	Temperature *float64 `json:"temperature,omitempty"`
-	TopP        *float64 `json:"top_p,omitempty"`
-	Stop        []string `json:"stop,omitempty"`
-	// User is passed to providers that take an end-user id.
-	User string `json:"user,omitempty"`
-}
-
-// Usage is what a call consumed, in tokens. Cached input tokens (served
-// from the provider's prompt cache, billed at their own price) are counted
-// apart from the other input tokens: Input excludes them.
-type Usage struct {
-	Input       int64 `json:"input_tokens"`
-	CachedInput int64 `json:"cached_input_tokens"`
-	// CacheWrite counts input tokens written to the prompt cache
-	// (Anthropic's cache_creation_input_tokens); they are billed as Input.
-	CacheWrite int64 `json:"cache_write_tokens,omitempty"`
-	Output     int64 `json:"output_tokens"`
-}
-
-// Add returns u + v.
-func (u Usage) Add(v Usage) Usage {
-	return Usage{Input: u.Input + v.Input, CachedInput: u.CachedInput + v.CachedInput, CacheWrite: u.CacheWrite + v.CacheWrite, Output: u.Output + v.Output}
-}
-
 // Price is what a deployment charges, in US dollars per million tokens.
 // CacheWrite prices the prompt tokens a provider writes to its cache
 // (Anthropic's cache_creation_input_tokens); zero means 1.25 × Input,
@@ -110,23 +71,6 @@ func (p Price) Cost(u Usage) int64 {
 	tokens := float64(u.Input)*p.Input + float64(u.CacheWrite)*write + float64(u.CachedInput)*p.CachedInput + float64(u.Output)*p.Output
 	// price per million tokens × tokens / 1e6 dollars = price × tokens micro-dollars
 	return int64(tokens + 0.5)
-}
-
-// Response is a whole answer.
-type Response struct {
-	// ID is the provider's id of the answer.
-	ID      string `json:"id"`
-	Model   string `json:"model"`
-	Content string `json:"content"`
-	// FinishReason is "stop", "length", "content_filter", "tool_calls" or
-	// the provider's own word, lower case.
-	FinishReason string `json:"finish_reason"`
-	Usage        Usage  `json:"usage"`
-	// Set by the router: who served it and what it cost.
-	Provider   string        `json:"provider,omitempty"`
-	Deployment string        `json:"deployment,omitempty"`
-	CostMicros int64         `json:"cost_micros"`
-	Latency    time.Duration `json:"latency_ns"`
 }
 
 // Chunk is one piece of a streamed answer.

@@ -42,22 +42,6 @@ type Model struct {
 	Deployments []Deployment
 }
 
-// Charge is one answer's cost, as the ledger records it.
-type Charge struct {
-	// Request names the call (its idempotency key): a charge recorded
-	// twice for one request counts once.
-	Request string `json:"request"`
-	Session string `json:"session"`
-	// Key is the name of the API key the call came with ("" for calls
-	// from workers and from a gateway without keys).
-	Key        string `json:"key,omitempty"`
-	Day        string `json:"day"`
-	Model      string `json:"model"`
-	Deployment string `json:"deployment"`
-	Usage      Usage  `json:"usage"`
-	Micros     int64  `json:"micros"`
-}
-
 // Ledger keeps the cost counters: it adds each answer's cost to its
 // session, its day and the total as the answer returns.
 type Ledger interface {
@@ -65,11 +49,6 @@ type Ledger interface {
 	// Spent returns what session, day and API key have spent, every
 	// charge taken so far counted.
 	Spent(session, day, key string) Spend
-}
-
-// Spend is what a call's payers have spent, in micro-dollars.
-type Spend struct {
-	Session, Day, Key int64
 }
 
 // Config configures a Router.

@@ -4,36 +4,9 @@ import (
 	"context"
 	"fmt"
 	"time"
-)
 
-// Call is one caller's request as the gateway takes it.
-type Call struct {
-	Request Request `json:"request"`
-	// Session is who pays: the sticky user session for calls from worker
-	// apps, the API key's name (or the X-Stickyd-Session header) for
-	// external callers. Its cost counter grows with every answer.
-	Session string `json:"session"`
-	// Key is the name of the API key the caller authenticated with (""
-	// for workers' calls): its own counter and budget.
-	Key string `json:"key,omitempty"`
-	// IdempotencyKey names the request across retries: a request
-	// submitted twice with the same key runs once (optional; the gateway
-	// makes one up when empty).
-	IdempotencyKey string `json:"idempotency_key,omitempty"`
-	// Deadline bounds the whole call, queueing included (zero: the
-	// gateway's default).
-	Deadline time.Time `json:"deadline,omitzero"`
-	// OnStart, if set, is called once the call has its slot, before any
-	// provider is called; an error ends the call with it. A persisted
-	// queue records the start there, so that a call is known to have
-	// maybe run only from then on.
-	OnStart func(ctx context.Context) error `json:"-"`
-	// Accepted marks a call a persisted queue accepted (async REST): the
-	// queue's bound and the gateway's queue_timeout were checked when it
-	// was accepted, so it waits for its slot as long as it takes (or until
-	// its own Deadline), never refused for the line's length.
-	Accepted bool `json:"-"`
-}
+	"github.com/stickyd/stickyd/internal/gatewaywire"
+)
 
 // Service is what the transports (REST, gRPC, OpenAI-compatible HTTP)
 // serve: every path goes through the same limits, failover and accounting.
@@ -53,35 +26,11 @@ type Service interface {
 	Cancel(ctx context.Context, id string) error
 }
 
-// JobState is where a submitted call is.
-type JobState string
-
-const (
-	JobQueued    JobState = "queued"
-	JobRunning   JobState = "running"
-	JobDone      JobState = "done"
-	JobFailed    JobState = "failed"
-	JobCancelled JobState = "cancelled"
-)
-
-// Job is a submitted call, as GET /v1/gateway/requests/{id} shows it.
-type Job struct {
-	ID        string    `json:"id"`
-	State     JobState  `json:"state"`
-	Model     string    `json:"model"`
-	Session   string    `json:"session"`
-	Submitted time.Time `json:"submitted"`
-	Finished  time.Time `json:"finished,omitzero"`
-	// Response when done; Error (and ErrorKind) when failed or cancelled.
-	Response  *Response `json:"response,omitempty"`
-	Error     string    `json:"error,omitempty"`
-	ErrorKind string    `json:"error_kind,omitempty"`
-}
-
 // Gateway errors a caller can act on; transports map them to statuses.
 var (
-	// ErrNoJob: no submitted call has that id (404).
-	ErrNoJob = errorString("no such gateway request")
+	// ErrNoJob: no submitted call has that id (404). The maps answer it,
+	// so it is gatewaywire's.
+	ErrNoJob = gatewaywire.ErrNoJob
 	// ErrUnknownModel: the model is not configured (400/404).
 	ErrUnknownModel = errorString("unknown model")
 	// ErrQueueFull: the model's queue is at its bound (429/503, retryable).
