@@ -223,7 +223,14 @@ func (rt *runtime) applyTable(user string, c *protocol.TableChange) {
 			continue
 		}
 		ctx := context.WithValue(rt.ctx, sessionKey{}, p.session)
-		if err := w.OnTableChange(ctx, p, change); err != nil {
+		// The handler's writes reach a waiting pull together, as a
+		// message's do.
+		err := func() error {
+			p.coll.hold()
+			defer p.coll.release()
+			return w.OnTableChange(ctx, p, change)
+		}()
+		if err != nil {
 			rt.log.Warn("app failed on a table change", "table", c.Table, "page", p.id, "error", err)
 		}
 	}
