@@ -165,12 +165,20 @@ func (p *proc) launch() {
 		p.t.Fatal(err)
 	}
 	p.exited = make(chan error, 1)
-	go func() { p.exited <- p.cmd.Wait() }()
-	cmd, exited := p.cmd, p.exited
+	done := make(chan struct{})
+	cmd := p.cmd
+	go func() {
+		p.exited <- cmd.Wait()
+		close(done)
+	}()
 	p.t.Cleanup(func() {
-		if cmd.ProcessState == nil {
+		// done, not cmd.ProcessState: Wait writes that field on its own
+		// goroutine.
+		select {
+		case <-done:
+		default:
 			_ = cmd.Process.Kill()
-			<-exited
+			<-done
 		}
 	})
 }

@@ -1,0 +1,146 @@
+package fsm
+
+import (
+	"slices"
+
+	"github.com/stickyd/stickyd/internal/placement"
+)
+
+// MaxPageLimit bounds a page of people: a list asks for more in pages.
+const MaxPageLimit = 1000
+
+// UserQuery selects a page of people. Zero fields select everyone.
+type UserQuery struct {
+	// Worker keeps the people homed on that worker.
+	Worker string
+	// Group keeps the people homed on a worker of that group (as the
+	// agents registered their workers).
+	Group string
+	// State keeps the people in that state (placement.State*).
+	State string
+	// After is the cursor of the page before (UserPage.Next); empty for
+	// the first page.
+	After string
+	// Limit is the page's size: 0 means 100, more than MaxPageLimit means
+	// MaxPageLimit.
+	Limit int
+}
+
+// UserPage is a page of people in the maps' order (by name) and the cursor
+// of the next page, empty after the last.
+type UserPage struct {
+	Users []placement.UserInfo `json:"users"`
+	Next  string               `json:"next,omitempty"`
+}
+
+// UserTally counts the people without listing them.
+type UserTally struct {
+	Users   int            `json:"users"`
+	Conns   int            `json:"conns"`
+	State   map[string]int `json:"state"`
+	Workers map[string]int `json:"workers"`
+	Groups  map[string]int `json:"groups"`
+}
+
+// UsersPage returns one page of the people q selects, ordered by name. A
+// page costs the people it passes over, never a sort of everyone.
+func (f *FSM) UsersPage(q UserQuery) UserPage {
+	limit := q.Limit
+	switch {
+	case limit <= 0:
+		limit = 100
+	case limit > MaxPageLimit:
+		limit = MaxPageLimit
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var workers map[string]bool
+	if q.Group != "" {
+		workers = map[string]bool{}
+		for _, a := range f.state.Agents {
+			for w, g := range a.Workers {
+				if g == q.Group {
+					workers[w] = true
+				}
+			}
+		}
+	}
+	match := func(u string, h *User) bool {
+		if q.Worker != "" && h.Worker != q.Worker {
+			return false
+		}
+		if workers != nil && !workers[h.Worker] {
+			return false
+		}
+		if q.State != "" {
+			st := h.State
+			if st == "" {
+				st = placement.StateLive
+			}
+			if st != q.State {
+				return false
+			}
+		}
+		return true
+	}
+	// The names after the cursor, the first limit+1 of them in order: a
+	// bounded selection, not a sort of the whole population.
+	names := make([]string, 0, limit+1)
+	for u, h := range f.state.Users {
+		if u <= q.After && q.After != "" {
+			continue
+		}
+		if len(names) == limit+1 && u >= names[limit] {
+			continue
+		}
+		if !match(u, h) {
+			continue
+		}
+		i, _ := slices.BinarySearch(names, u)
+		if len(names) == limit+1 {
+			names = names[:limit]
+		}
+		names = slices.Insert(names, i, u)
+	}
+	var page UserPage
+	if len(names) > limit {
+		names = names[:limit]
+		page.Next = names[limit-1]
+	}
+	page.Users = make([]placement.UserInfo, len(names))
+	for i, u := range names {
+		page.Users[i] = info(u, f.state.Users[u])
+	}
+	return page
+}
+
+// Tally counts the people by state, worker and group.
+func (f *FSM) Tally() UserTally {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	t := UserTally{Users: len(f.state.Users), Conns: len(f.state.Conns),
+		State: map[string]int{}, Workers: make(map[string]int, len(f.load)), Groups: map[string]int{}}
+	groupOf := map[string]string{}
+	for _, a := range f.state.Agents {
+		for w, g := range a.Workers {
+			groupOf[w] = g
+		}
+	}
+	for w, n := range f.load {
+		if n == 0 {
+			continue
+		}
+		t.Workers[w] = n
+		if g, ok := groupOf[w]; ok {
+			t.Groups[g] += n
+		}
+	}
+	for _, h := range f.state.Users {
+		st := h.State
+		if st == "" {
+			st = placement.StateLive
+		}
+		t.State[st]++
+	}
+	return t
+}

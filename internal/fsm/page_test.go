@@ -1,0 +1,61 @@
+package fsm
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stickyd/stickyd/internal/placement"
+)
+
+// Pages walk everyone once, in name order, through every filter.
+func TestUsersPage(t *testing.T) {
+	f := New()
+	idx := uint64(0)
+	for i := range 250 {
+		idx++
+		w := fmt.Sprintf("w%d", i%3)
+		apply(t, f, idx, ConnectRequestType, ConnectRequest{Conn: fmt.Sprintf("c%03d", i), User: fmt.Sprintf("u%03d", i), Worker: w})
+	}
+	idx++
+	apply(t, f, idx, RegisterAgentRequestType, AgentEntry{Name: "a", Workers: map[string]string{"w0": "blue", "w1": "blue", "w2": "green"}})
+
+	walk := func(q UserQuery) []placement.UserInfo {
+		var all []placement.UserInfo
+		for pages := 0; ; pages++ {
+			if pages > 300 {
+				t.Fatal("the pages never end")
+			}
+			p := f.UsersPage(q)
+			if len(p.Users) > q.Limit && q.Limit > 0 {
+				t.Fatalf("page of %d with limit %d", len(p.Users), q.Limit)
+			}
+			all = append(all, p.Users...)
+			if p.Next == "" {
+				return all
+			}
+			q.After = p.Next
+		}
+	}
+	all := walk(UserQuery{Limit: 7})
+	if len(all) != 250 {
+		t.Fatalf("%d people listed, want 250", len(all))
+	}
+	for i, u := range all {
+		if want := fmt.Sprintf("u%03d", i); u.User != want {
+			t.Fatalf("person %d is %s, want %s", i, u.User, want)
+		}
+	}
+	if got := walk(UserQuery{Worker: "w2", Limit: 10}); len(got) != 83 {
+		t.Fatalf("worker w2: %d people, want 83", len(got))
+	}
+	if got := walk(UserQuery{Group: "blue", Limit: 1000}); len(got) != 167 {
+		t.Fatalf("group blue: %d people, want 167", len(got))
+	}
+	if got := walk(UserQuery{State: placement.StateParked}); len(got) != 0 {
+		t.Fatalf("parked: %d people, want 0", len(got))
+	}
+	tl := f.Tally()
+	if tl.Users != 250 || tl.Conns != 250 || tl.State[placement.StateLive] != 250 || tl.Groups["blue"] != 167 || tl.Workers["w2"] != 83 {
+		t.Fatalf("tally: %+v", tl)
+	}
+}
