@@ -185,7 +185,8 @@ func (g *governance) moveSet(cause string, ds []governor.Decision) {
 
 // reading turns a worker's last probe into the engine's reading: CPU as a
 // rate since the previous one, and per user what they used in between
-// (handler time as CPU, bytes written into their trees as memory growth).
+// (handler time as CPU, bytes written into their trees as memory growth;
+// a person with no earlier reading counts everything they wrote).
 func (g *governance) reading(w host.WorkerInfo) governor.Reading {
 	// Memory is the live heap: RSS keeps pages a worker has freed, so it
 	// would not fall when people leave.
@@ -206,11 +207,14 @@ func (g *governance) reading(w host.WorkerInfo) governor.Reading {
 	for _, u := range g.a.fsm.UsersOf(w.ID) {
 		var use governor.Usage
 		if t := now[u]; t != nil {
-			use.Mailbox = int(t.Queued)
-			if b := before[u]; b != nil && elapsed > 0 && t.BusySeconds >= b.BusySeconds {
-				use.CPU = (t.BusySeconds - b.BusySeconds) / elapsed
-				use.MemGrowth = float64(t.StateBytes) - float64(b.StateBytes)
+			// A person without an earlier reading counts their whole
+			// state as growth (governor.UsageSince).
+			var b *governor.Totals
+			if x := before[u]; x != nil {
+				b = &governor.Totals{BusySeconds: x.BusySeconds, StateBytes: x.StateBytes}
 			}
+			use = governor.UsageSince(b, governor.Totals{BusySeconds: t.BusySeconds, StateBytes: t.StateBytes, Queued: int(t.Queued)},
+				time.Duration(elapsed*float64(time.Second)))
 		}
 		r.PerUser[u] = use
 	}
