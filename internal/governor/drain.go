@@ -3,12 +3,15 @@ package governor
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 )
 
 // drainMoves decides, for group g, moves out of the workers being drained
 // (replaced or compacted), as many as the road allows. Draining ignores
-// WorkerCoolDown (the worker must empty) but not UserCoolDown.
+// WorkerCoolDown (the worker must empty) but not UserCoolDown: it moves
+// everyone it can and records (once per set of people) whom it waits for
+// and until when, so that a drain never stalls silently.
 func (e *Engine) drainMoves(rd *round, g string, out []Decision) []Decision {
 	p := e.policy(g)
 	for _, w := range e.workersOf(g) {
@@ -16,16 +19,23 @@ func (e *Engine) drainMoves(rd *round, g string, out []Decision) []Decision {
 		if d == nil || !d.ready || w.retiring || !w.fresh(rd.now, p) {
 			continue
 		}
+		var cooling []string // barred by UserCoolDown
+		blocked := false
 		for _, u := range sortedKeys(w.last.PerUser) {
-			if e.userFree[u].After(rd.now) || e.moving(u) {
+			if e.moving(u) {
+				continue
+			}
+			if e.userFree[u].After(rd.now) {
+				cooling = append(cooling, u)
 				continue
 			}
 			if rd.moves >= p.MaxConcurrentMoves {
-				return out
+				return out // the road is full: the next round goes on
 			}
 			to, why := e.drainTarget(rd, g, w, p)
 			if to == nil {
 				e.block(rd, w, "drain:"+why, fmt.Sprintf("%s: cannot move %s out: %s", drainLabel(w), u, why))
+				blocked = true
 				break
 			}
 			peak, res := to.peak(p)
@@ -36,8 +46,33 @@ func (e *Engine) drainMoves(rd *round, g string, out []Decision) []Decision {
 			}, out)
 			w.note = ""
 		}
+		if len(cooling) > 0 && !blocked {
+			e.waitCooling(rd, w, cooling, p)
+		}
 	}
 	return out
+}
+
+// waitCooling records that the drain of w waits for users barred by the
+// user cool-down: who, and until when.
+func (e *Engine) waitCooling(rd *round, w *worker, users []string, p Policy) {
+	const shown = 5
+	var who []string
+	last := time.Time{}
+	for i, u := range users {
+		until := e.userFree[u]
+		last = laterOf(last, until)
+		if i < shown {
+			who = append(who, fmt.Sprintf("%s until %s", u, until.Format("15:04:05")))
+		}
+	}
+	if len(users) > shown {
+		who = append(who, fmt.Sprintf("and %d more", len(users)-shown))
+	}
+	e.block(rd, w, "drain-wait:"+strings.Join(users, ","),
+		fmt.Sprintf("%s: waiting for %s moved lately (user_cool_down %s): %s; the drain ends by %s (in %s)",
+			drainLabel(w), count(len(users), "user"), dur(p.UserCoolDown), strings.Join(who, ", "),
+			last.Format("15:04:05"), dur(last.Sub(rd.now))))
 }
 
 // drainLabel says why w is being emptied.

@@ -207,3 +207,72 @@ func TestDrainMovesThenRetires(t *testing.T) {
 		})
 	}
 }
+
+// TestDrainSaysWhomItWaitsFor: a compaction drain moves the people it can
+// and, for those barred by the user cool-down, records whom it waits for
+// and until when, instead of stalling silently.
+func TestDrainSaysWhomItWaitsFor(t *testing.T) {
+	e := newEngine(t, DefaultPolicy(), 1)
+	now := t0
+	w2 := users("b", 3, Usage{})
+	observe := func() {
+		e.Observe(reading("w-1", now, 0.05, 0.10, users("a", 5, Usage{})))
+		e.Observe(reading("w-2", now, 0.05, 0.05, w2))
+		e.Observe(reading("w-3", now, 0.02, 0.10, users("c", 4, Usage{})))
+	}
+	var drain Decision
+	for ; drain.ID == 0; now = now.Add(30 * time.Second) {
+		observe()
+		for _, d := range e.Decide(now, 0) {
+			drain = d
+		}
+	}
+	// b-1 arrived on w-2 by a move that just completed: it is barred for
+	// UserCoolDown from now.
+	until := now.Add(DefaultPolicy().UserCoolDown)
+	e.userFree["b-1"] = until
+	e.Done(drain, true, now)
+	observe()
+	ds := e.Decide(now, 0)
+	moved := map[string]bool{}
+	for _, d := range ds {
+		if d.Kind != KindMove || d.Worker != "w-2" {
+			t.Fatalf("%+v, want moves out of w-2", d)
+		}
+		moved[d.User] = true
+		e.Done(d, true, now)
+	}
+	if len(moved) != 2 || !moved["b-0"] || !moved["b-2"] {
+		t.Fatalf("moved %v, want b-0 and b-2 (the movable ones)", moved)
+	}
+	var waits []Event
+	for _, ev := range eventsOf(e, KindBlocked) {
+		if ev.Worker == "w-2" && strings.Contains(ev.Reason, "waiting for") {
+			waits = append(waits, ev)
+		}
+	}
+	if len(waits) != 1 {
+		t.Fatalf("%d waiting events about w-2, want 1: %+v", len(waits), e.Events())
+	}
+	for _, s := range []string{"draining w-2 for compaction", "waiting for 1 user", "b-1 until " + until.Format("15:04:05"), "user_cool_down 10m0s", "in 10m0s"} {
+		if !strings.Contains(waits[0].Reason, s) {
+			t.Errorf("reason %q lacks %q", waits[0].Reason, s)
+		}
+	}
+	// Later rounds say it once, not every round; b-1 leaves when free.
+	delete(w2, "b-0")
+	delete(w2, "b-2")
+	for now = now.Add(30 * time.Second); now.Before(until); now = now.Add(30 * time.Second) {
+		observe()
+		if ds := e.Decide(now, 0); len(ds) != 0 {
+			t.Fatalf("at %s: %s while b-1 cools down", now.Format("15:04:05"), kinds(ds))
+		}
+	}
+	if n := len(eventsOf(e, KindBlocked)); n != 1 {
+		t.Errorf("%d blocked events, want the one", n)
+	}
+	observe()
+	if ds := e.Decide(now, 0); len(ds) != 1 || ds[0].User != "b-1" {
+		t.Fatalf("after the cool-down: %s, want b-1 moved", kinds(ds))
+	}
+}
