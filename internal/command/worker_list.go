@@ -23,13 +23,16 @@ Usage: stickyd worker list [options]
   newcomers), process id, incarnation (how many times the slot was
   launched), when the current process was born, the people it holds and its
   live heap at the last probe. Below the table, how each worker's last
-  process ended: its exit status or signal, killed for silence (probes
-  unanswered), killed for memory, or retired by governance and why.
+  processes ended, by incarnation (#1, #2, ...; a relaunch keeps how its
+  predecessor ended): its exit status or signal, killed for silence (probes
+  unanswered), killed for memory, or retired by governance and why; and
+  why a slot cannot start now, if it cannot.
 
 Options:
 
   -json              Print the API's JSON instead of a table (it also has
-                     died_at, how_died, app and app_version).
+                     died_at, how_died, ends, launch_error, app and
+                     app_version).
 ` + apiOptionsHelp)
 }
 
@@ -81,9 +84,7 @@ func (c *WorkerListCommand) Run(args []string) int {
 				heap = fmt.Sprintf("%.1fMiB", float64(w.HeapBytes)/(1<<20))
 			}
 			rows[i] = []string{w.ID, orDash(w.Group), state, pid, strconv.Itoa(w.Incarnation), born, strconv.FormatInt(w.Users, 10), heap}
-			if w.HowDied != "" {
-				ends = append(ends, fmt.Sprintf("  %s at %s: %s", w.ID, w.DiedAt.Local().Format(time.RFC3339), w.HowDied))
-			}
+			ends = append(ends, endsOf(w)...)
 		}
 		c.UI.Output(formatTable([]string{"ID", "GROUP", "STATE", "PID", "INCARNATION", "BORN", "USERS", "HEAP"}, rows))
 		if len(ends) > 0 {
@@ -91,4 +92,27 @@ func (c *WorkerListCommand) Run(args []string) int {
 		}
 		return 0
 	})
+}
+
+// endsOf describes how w's processes ended, oldest first: one line per
+// incarnation it remembers ("web-2 #1 at ...: killed for silence: 3 probes
+// unanswered; relaunched as #2"), or its last end alone from an agent that
+// does not list them, then why it cannot start now, if it cannot.
+func endsOf(w host.WorkerInfo) []string {
+	var out []string
+	stamp := func(t time.Time) string { return t.Local().Format(time.RFC3339) }
+	for _, e := range w.Ends {
+		line := fmt.Sprintf("  %s #%d at %s: %s", w.ID, e.Incarnation, stamp(e.DiedAt), e.How)
+		if w.Incarnation > e.Incarnation && w.State != host.StateRetired {
+			line += fmt.Sprintf("; relaunched as #%d", w.Incarnation)
+		}
+		out = append(out, line)
+	}
+	if n := len(w.Ends); w.HowDied != "" && (n == 0 || w.Ends[n-1].How != w.HowDied) {
+		out = append(out, fmt.Sprintf("  %s at %s: %s", w.ID, stamp(w.DiedAt), w.HowDied))
+	}
+	if w.LaunchError != "" && w.LaunchError != w.HowDied {
+		out = append(out, fmt.Sprintf("  %s cannot start: %s", w.ID, w.LaunchError))
+	}
+	return out
 }

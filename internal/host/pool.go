@@ -150,6 +150,17 @@ const (
 	StateRetired  = "retired"
 )
 
+// End is how one incarnation of a slot ended.
+type End struct {
+	Incarnation int       `json:"incarnation"`
+	Born        time.Time `json:"born,omitzero"`
+	DiedAt      time.Time `json:"died_at"`
+	How         string    `json:"how"`
+}
+
+// maxEnds bounds the ends a slot remembers.
+const maxEnds = 8
+
 // WorkerInfo is a slot as the monitor sees it.
 type WorkerInfo struct {
 	ID          string    `json:"id"`
@@ -158,10 +169,20 @@ type WorkerInfo struct {
 	Pid         int       `json:"pid,omitempty"`
 	Incarnation int       `json:"incarnation"`
 	Born        time.Time `json:"born,omitzero"`
-	DiedAt      time.Time `json:"died_at,omitzero"`
-	HowDied     string    `json:"how_died,omitempty"`
-	App         string    `json:"app,omitempty"`
-	AppVersion  string    `json:"app_version,omitempty"`
+	// DiedAt and HowDied say when and how the slot's last process ended
+	// ("killed for silence: 3 probes unanswered"); a relaunch keeps them,
+	// and a failed launch does not overwrite them (LaunchError). Before
+	// any process ran, they say why none could start.
+	DiedAt  time.Time `json:"died_at,omitzero"`
+	HowDied string    `json:"how_died,omitempty"`
+	// Ends lists how the slot's last processes ended, oldest first (at
+	// most maxEnds): the lifecycle of its incarnations.
+	Ends []End `json:"ends,omitempty"`
+	// LaunchError is why the slot's last launch failed, while no process
+	// runs; cleared by the next start that succeeds.
+	LaunchError string `json:"launch_error,omitempty"`
+	App         string `json:"app,omitempty"`
+	AppVersion  string `json:"app_version,omitempty"`
 	// Cordoned is set while the worker takes no newcomers (it is being
 	// drained or replaced).
 	Cordoned bool `json:"cordoned,omitempty"`
@@ -432,9 +453,13 @@ func (p *Pool) remove(s *slot, reason string) {
 		}
 	}
 	s.mu.Lock()
-	info := s.info
+	info := s.infoLocked()
 	s.mu.Unlock()
 	info.State, info.HowDied, info.DiedAt, info.Cordoned = StateRetired, "retired: "+reason, time.Now(), false
+	if n := len(info.Ends); n > 0 && info.Ends[n-1].Incarnation == info.Incarnation {
+		// Its last process was stopped for the retirement.
+		info.Ends[n-1].How, info.Ends[n-1].DiedAt = info.HowDied, info.DiedAt
+	}
 	p.retired = append(p.retired, info)
 	if len(p.retired) > retiredHistory {
 		p.retired = p.retired[len(p.retired)-retiredHistory:]
@@ -601,6 +626,7 @@ func (s *slot) start(ctx context.Context) error {
 	s.usage = map[string]*protocol.UserUsage{}
 	s.info.Incarnation = incarnation
 	s.info.State = StateReady
+	s.info.LaunchError = ""
 	s.info.Pid = proc.Pid()
 	s.info.Born = time.Now()
 	s.info.App, s.info.AppVersion = hello.App, hello.AppVersion
@@ -681,6 +707,7 @@ func (s *slot) wait(ctx context.Context) bool {
 					if bloated = s.overMemory(); bloated != "" {
 						s.log.Warn("worker over its memory ceiling; killing it", "why", bloated)
 						kill()
+						tick = nil
 					}
 				}
 				continue
@@ -701,6 +728,7 @@ func (s *slot) wait(ctx context.Context) bool {
 			silent = true
 			s.log.Warn("worker missed its probes; killing it", "missed", missed, "interval", interval)
 			kill()
+			tick = nil // no probe of a worker being killed: it would count as one more miss
 			continue
 		case <-peer.Done():
 			how := "exited: channel closed"
@@ -805,16 +833,33 @@ func (s *slot) down(state, how string) {
 	s.info.State = state
 	s.info.DiedAt = time.Now()
 	s.info.HowDied = how
+	s.info.Ends = append(s.info.Ends, End{Incarnation: s.info.Incarnation, Born: s.info.Born, DiedAt: s.info.DiedAt, How: how})
+	if n := len(s.info.Ends); n > maxEnds {
+		s.info.Ends = append([]End(nil), s.info.Ends[n-maxEnds:]...)
+	}
 }
 
+// setState sets the slot's state; a non-empty how is why a launch failed:
+// it is the slot's LaunchError, and its HowDied only while no process has
+// ever run (a relaunch failing must not erase how the last one ended).
 func (s *slot) setState(state, how string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.info.State = state
 	if how != "" {
-		s.info.HowDied = how
-		s.info.DiedAt = time.Now()
+		s.info.LaunchError = how
+		if s.info.Incarnation == 0 {
+			s.info.HowDied = how
+			s.info.DiedAt = time.Now()
+		}
 	}
+}
+
+// infoLocked returns a copy of the slot's info that shares no slice with it.
+func (s *slot) infoLocked() WorkerInfo {
+	info := s.info
+	info.Ends = append([]End(nil), s.info.Ends...)
+	return info
 }
 
 // readyPeer waits until the slot is ready or ctx ends.
@@ -1179,7 +1224,7 @@ func (p *Pool) Workers() []WorkerInfo {
 	out := make([]WorkerInfo, 0, len(slots))
 	for _, s := range slots {
 		s.mu.Lock()
-		out = append(out, s.info)
+		out = append(out, s.infoLocked())
 		s.mu.Unlock()
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Group < out[j].Group })
