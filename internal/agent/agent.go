@@ -380,8 +380,8 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		Workers: a.workersView, Status: a.status,
 		Events: func() any { return a.govern.events() },
 		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: checkGovernance, CheckBundle: a.checkBundle,
-		Monitor:      func(ctx context.Context) (any, error) { return a.monitorView(ctx) },
-		MonitorLocal: func() any { return a.localMonitor() },
+		Monitor:      func(ctx context.Context, q fsm.UserQuery) (any, error) { return a.monitorPage(ctx, q) },
+		MonitorLocal: func(users map[string]bool) any { return a.localMonitor(users) },
 		Maintenance:  maintenanceAPI{a}, Extra: a.extraRoutes,
 		JobLog: jobLog{a}, AgentName: a.cfg.Name}))
 	a.startDeployment()
@@ -424,7 +424,7 @@ func (a *Agent) startFront(ctx context.Context) error {
 		HealthToken:     a.token,
 		HealthReadToken: a.cfg.Admin.ReadToken,
 		ExtraWait:       a.extraWait,
-		Monitor:         monitor.WebHandlerWithReadToken(a.token, a.cfg.Admin.ReadToken, a.monitorView, a.registry),
+		Monitor:         monitor.WebHandlerWithReadToken(a.token, a.cfg.Admin.ReadToken, a.monitorPage, a.registry),
 		Logger:          a.log.Named("front"),
 	})
 	if err != nil {

@@ -3,12 +3,14 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/monitor"
 )
@@ -94,8 +96,9 @@ func (a *Agent) groupRuntime(group string) string {
 	return ""
 }
 
-// localMonitor describes this agent's workers and the people on them.
-func (a *Agent) localMonitor() LocalMonitor {
+// localMonitor describes this agent's workers and the usage of the people
+// users names on them (nil: everyone on them).
+func (a *Agent) localMonitor(users map[string]bool) LocalMonitor {
 	out := LocalMonitor{Agent: a.cfg.Name, Usage: map[string]monitor.Person{}}
 	stale := a.staleAfter()
 	now := time.Now()
@@ -122,8 +125,11 @@ func (a *Agent) localMonitor() LocalMonitor {
 			}
 		}
 		out.Workers = append(out.Workers, mw)
-		if w.State != host.StateRetired {
+		if w.State != host.StateRetired && (users == nil || len(users) > 0) {
 			for user, u := range a.pool.Usage(w.ID) {
+				if users != nil && !users[user] {
+					continue
+				}
 				out.Usage[user] = monitor.Person{User: user, Worker: w.ID, Pages: u.Pages, BusySeconds: u.BusySeconds, Frames: u.Frames, StateBytes: u.StateBytes}
 			}
 		}
@@ -131,12 +137,29 @@ func (a *Agent) localMonitor() LocalMonitor {
 	return out
 }
 
-// monitorView composes the whole pool's reading.
+// monitorView composes the whole pool's reading with the first page of
+// people.
 func (a *Agent) monitorView(ctx context.Context) (monitor.View, error) {
+	return a.monitorPage(ctx, fsm.UserQuery{Limit: monitor.DefaultLimit})
+}
+
+// monitorPage composes the whole pool's reading with the page of people q
+// selects: every agent is asked for its workers and for the usage of that
+// page's people only, so a reading costs a page, not the population.
+func (a *Agent) monitorPage(ctx context.Context, q fsm.UserQuery) (monitor.View, error) {
 	_, leader := a.raft.Leader()
 	v := monitor.View{At: time.Now(), Agent: a.cfg.Name, Leader: leader, Default: a.sup.DefaultGroup(), Events: a.govern.events()}
-	parts := []LocalMonitor{a.localMonitor()}
-	answers := askOthers[LocalMonitor](ctx, a, "/v1/monitor/local", time.Second)
+	page := (people{a}).UsersPage(q)
+	v.Tally = a.fsm.Tally()
+	v.Next = monitor.EncodeCursor(page.Next)
+	names := make(map[string]bool, len(page.Users))
+	ask := url.Values{"user": {""}}
+	for _, u := range page.Users {
+		names[u.User] = true
+		ask.Add("user", u.User)
+	}
+	parts := []LocalMonitor{a.localMonitor(names)}
+	answers := askOthers[LocalMonitor](ctx, a, "/v1/monitor/local?"+ask.Encode(), time.Second)
 	for _, ag := range a.fsm.Agents() {
 		if ag.Name == a.cfg.Name {
 			continue
@@ -184,14 +207,7 @@ func (a *Agent) monitorView(ctx context.Context) (monitor.View, error) {
 		}
 		return v.Workers[i].ID < v.Workers[j].ID
 	})
-	for _, u := range (people{a}).Users() {
-		p := monitor.Person{User: u.User, Worker: u.Worker, Group: a.router.GroupOf(u.Worker), State: u.State, Conns: u.Conns, Seen: u.Seen,
-			GatewayMicros: u.GatewayMicros, GatewayCalls: u.GatewayCalls}
-		if x, ok := usage[u.User]; ok && x.Worker == u.Worker {
-			p.Pages, p.BusySeconds, p.Frames, p.StateBytes = x.Pages, x.BusySeconds, x.Frames, x.StateBytes
-		}
-		v.People = append(v.People, p)
-	}
+	v.People = monitor.PeopleOf(page.Users, a.router.GroupOf, usage)
 	v.Maintenance = windows(a.fsm.Maintenance(), v.Workers)
 	return v, nil
 }
@@ -199,7 +215,7 @@ func (a *Agent) monitorView(ctx context.Context) (monitor.View, error) {
 // registerMonitorMetrics publishes the workers' probe readings and the
 // raft member's state in the agent's registry.
 func (a *Agent) registerMonitorMetrics() error {
-	workers := func() []monitor.Worker { return a.localMonitor().Workers }
+	workers := func() []monitor.Worker { return a.localMonitor(map[string]bool{}).Workers }
 	cs := []prometheus.Collector{
 		monitor.NewCollector(workers),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stickyd_raft_leader", Help: "1 when this server is the raft leader."}, func() float64 {

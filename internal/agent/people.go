@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 
+	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/placement"
 	"github.com/stickyd/stickyd/internal/supervisor"
@@ -13,10 +14,20 @@ import (
 // from the person's session, named by the user).
 type people struct{ a *Agent }
 
-func (p people) Users() []placement.UserInfo {
-	us := p.a.sup.Users()
-	if p.a.gw == nil {
-		return us
+// UsersPage is a page of the maps' people, each with their gateway cost.
+func (p people) UsersPage(q fsm.UserQuery) fsm.UserPage {
+	page := p.a.fsm.UsersPage(q)
+	p.withCost(page.Users)
+	return page
+}
+
+// Tally counts the maps' people without listing them.
+func (p people) Tally() fsm.UserTally { return p.a.fsm.Tally() }
+
+// withCost fills in what each person's calls to the gateway cost.
+func (p people) withCost(us []placement.UserInfo) {
+	if p.a.gw == nil || len(us) == 0 {
+		return
 	}
 	tallies := p.a.gw.Sessions(func(yield func(string) bool) {
 		for _, u := range us {
@@ -29,7 +40,6 @@ func (p people) Users() []placement.UserInfo {
 		t := tallies[us[i].User]
 		us[i].GatewayMicros, us[i].GatewayCalls = t.Micros, t.Calls
 	}
-	return us
 }
 
 func (p people) User(user string) (placement.UserInfo, bool) {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/monitor"
 	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/placement"
 	"github.com/stickyd/stickyd/internal/supervisor"
@@ -31,7 +32,12 @@ import (
 
 // Supervisor is what the API calls.
 type Supervisor interface {
-	Users() []placement.UserInfo
+	// UsersPage is one page of the people q selects, by name
+	// (fsm.FSM.UsersPage's contract).
+	UsersPage(q fsm.UserQuery) fsm.UserPage
+	// Tally counts the people by state, worker and group, without
+	// listing them.
+	Tally() fsm.UserTally
 	User(user string) (placement.UserInfo, bool)
 	Move(ctx context.Context, user, to, reason string) (move.Result, error)
 	MoveToGroup(ctx context.Context, user, group, reason string) (move.Result, error)
@@ -65,10 +71,12 @@ type Config struct {
 	// CheckBundle, if set, checks that a new group's bundle is in the
 	// archive and verifies.
 	CheckBundle func(ctx context.Context, digest string) error
-	// Monitor composes the whole pool's reading (GET /v1/monitor);
-	// MonitorLocal this agent's part of it (GET /v1/monitor/local).
-	Monitor      func(ctx context.Context) (any, error)
-	MonitorLocal func() any
+	// Monitor composes the whole pool's reading with the page of people q
+	// selects (GET /v1/monitor); MonitorLocal this agent's part of it
+	// (GET /v1/monitor/local), with the usage of the people users names
+	// (nil: everyone's, as composers before paging asked).
+	Monitor      func(ctx context.Context, q fsm.UserQuery) (any, error)
+	MonitorLocal func(users map[string]bool) any
 	// JobLog, if set, records jobs for every server (see JobLog);
 	// AgentName names this agent in them.
 	JobLog    JobLog
@@ -97,6 +105,7 @@ func Handler(cfg Config) http.Handler {
 		a.groupRoutes(mux)
 	}
 	mux.HandleFunc("GET /v1/users", a.handle(a.listUsers))
+	mux.HandleFunc("GET /v1/tally", a.handle(a.tally))
 	mux.HandleFunc("GET /v1/users/{user}", a.handle(a.getUser))
 	mux.HandleFunc("POST /v1/users/{user}/move", a.handle(a.moveUser))
 	mux.HandleFunc("POST /v1/users/{user}/forget", a.handle(a.forgetUser))
@@ -123,7 +132,11 @@ func Handler(cfg Config) http.Handler {
 	}
 	if cfg.Monitor != nil {
 		mux.HandleFunc("GET /v1/monitor", a.handle(func(w http.ResponseWriter, r *http.Request) error {
-			v, err := cfg.Monitor(r.Context())
+			q, err := userQuery(r)
+			if err != nil {
+				return err
+			}
+			v, err := cfg.Monitor(r.Context(), q)
 			if err != nil {
 				return err
 			}
@@ -133,7 +146,16 @@ func Handler(cfg Config) http.Handler {
 	}
 	if cfg.MonitorLocal != nil {
 		mux.HandleFunc("GET /v1/monitor/local", a.handle(func(w http.ResponseWriter, r *http.Request) error {
-			writeJSON(w, http.StatusOK, cfg.MonitorLocal())
+			var users map[string]bool
+			if names, ok := r.URL.Query()["user"]; ok {
+				users = make(map[string]bool, len(names))
+				for _, u := range names {
+					if u != "" {
+						users[u] = true
+					}
+				}
+			}
+			writeJSON(w, http.StatusOK, cfg.MonitorLocal(users))
 			return nil
 		}))
 	}
@@ -229,9 +251,31 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// listUsers answers one page of people (monitor.ParseQuery's parameters)
+// as a monitor.Page: {"users": [...], "next": cursor}, "next" absent after
+// the last page. Bad parameters get 400 and what is wrong.
 func (a *server) listUsers(w http.ResponseWriter, r *http.Request) error {
-	writeJSON(w, http.StatusOK, a.cfg.Supervisor.Users())
+	q, err := userQuery(r)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, monitor.PageOf(a.cfg.Supervisor.UsersPage(q)))
 	return nil
+}
+
+// tally answers the people's counts by state, worker and group.
+func (a *server) tally(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, a.cfg.Supervisor.Tally())
+	return nil
+}
+
+// userQuery reads a page query from r's parameters: a bad one is a 400.
+func userQuery(r *http.Request) (fsm.UserQuery, error) {
+	q, err := monitor.ParseQuery(r.URL.Query())
+	if err != nil {
+		return q, &Error{Status: http.StatusBadRequest, Message: err.Error()}
+	}
+	return q, nil
 }
 
 func (a *server) getUser(w http.ResponseWriter, r *http.Request) error {

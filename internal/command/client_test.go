@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stickyd/stickyd/internal/monitor"
 )
 
 // clientCommands are the admin API commands, with arguments that would
@@ -89,7 +91,7 @@ func TestClientCommandsNeedATokenAndAnAgent(t *testing.T) {
 // TestClientEnvironment checks the defaults of -address and -token: an
 // address without a scheme is taken as http.
 func TestClientEnvironment(t *testing.T) {
-	f := newFakeAPI(t, map[string]http.HandlerFunc{"GET /v1/users": answer(200, testUsers)})
+	f := newFakeAPI(t, map[string]http.HandlerFunc{"GET /v1/users": answer(200, monitor.Page{Users: testUsers})})
 	t.Setenv("STICKYD_ADDR", strings.TrimPrefix(f.URL, "http://"))
 	t.Setenv("STICKYD_TOKEN", testToken)
 	ui := newUI()

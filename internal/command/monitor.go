@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/monitor"
+	"github.com/stickyd/stickyd/internal/placement"
 )
 
 // MonitorCommand shows the live population of the pool.
@@ -32,8 +35,9 @@ Options:
   -json              Print the API's JSON.
   -watch=DURATION    Print a new reading every DURATION (e.g. 2s) until
                      interrupted.
-  -people=N          Show at most N people, the heaviest first (default 20;
-                     0 shows none).
+  -people=N          Show the first N people by name (at most 1000), the
+                     heaviest first (default 20; 0 shows none). The count
+                     of everyone, by state and group, is always shown.
 ` + apiOptionsHelp)
 }
 
@@ -50,13 +54,16 @@ func (c *MonitorCommand) Run(args []string) int {
 	if _, ok := c.parseArgs(fs, args, 0, c.Help); !ok {
 		return 1
 	}
-	if watch < 0 || people < 0 {
-		c.UI.Error("-watch and -people must not be negative")
+	if watch < 0 || people < 0 || people > monitor.MaxLimit {
+		c.UI.Error(fmt.Sprintf("-watch must not be negative and -people must be 0 to %d", monitor.MaxLimit))
 		return 1
 	}
+	// The reading carries a page of people; -people=0 asks for the
+	// smallest.
+	query := url.Values{"limit": {strconv.Itoa(max(people, 1))}}
 	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
 		for {
-			body, err := client.get(ctx, "/v1/monitor")
+			body, err := client.do(ctx, "GET", "/v1/monitor", query, nil)
 			if err != nil {
 				if watch > 0 && ctx.Err() != nil {
 					return 0
@@ -111,6 +118,7 @@ func formatView(v monitor.View, people int) string {
 			fmt.Sprintf("%.1fs", w.CPUSeconds), saturation(w.Saturation)})
 	}
 	b.WriteString("\n" + formatTable([]string{"WORKER", "GROUP", "RUNTIME", "STATE", "USERS", "CONNS", "PAGES", "HEAP", "RSS", "CPU", "SATURATION"}, rows))
+	fmt.Fprintf(&b, "\n\n%s", formatTally(v.Tally))
 	if people > 0 && len(v.People) > 0 {
 		ps := append([]monitor.Person(nil), v.People...)
 		sort.SliceStable(ps, func(i, j int) bool { return ps[i].BusySeconds > ps[j].BusySeconds })
@@ -122,7 +130,7 @@ func formatView(v monitor.View, people int) string {
 			rows = append(rows, []string{p.User, p.Worker, orDash(p.Group), p.State, strconv.Itoa(p.Conns), strconv.FormatInt(p.Pages, 10),
 				fmt.Sprintf("%.3fs", p.BusySeconds), strconv.FormatUint(p.Frames, 10), formatBytes(int(p.StateBytes))})
 		}
-		fmt.Fprintf(&b, "\n\nPeople (%d of %d, the heaviest first):\n", len(ps), len(v.People))
+		fmt.Fprintf(&b, "\n\nPeople (the first %d by name of %d, the heaviest first):\n", len(ps), v.Tally.Users)
 		b.WriteString(formatTable([]string{"USER", "WORKER", "GROUP", "STATE", "CONNS", "PAGES", "BUSY", "FRAMES", "WRITTEN"}, rows))
 	}
 	if n := len(v.Events); n > 0 {
@@ -132,6 +140,35 @@ func formatView(v monitor.View, people int) string {
 		}
 	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// formatTally words the people's counts: "People: 1000000 (999000 live,
+// 1000 parked); by group: web 600000, db 400000".
+func formatTally(t fsm.UserTally) string {
+	line := fmt.Sprintf("People: %d", t.Users)
+	var states []string
+	for _, s := range []string{placement.StateLive, placement.StateMoving, placement.StateParked} {
+		if n := t.State[s]; n > 0 {
+			states = append(states, fmt.Sprintf("%d %s", n, s))
+		}
+	}
+	if len(states) > 0 {
+		line += " (" + strings.Join(states, ", ") + ")"
+	}
+	groups := make([]string, 0, len(t.Groups))
+	for g := range t.Groups {
+		groups = append(groups, g)
+	}
+	sort.Slice(groups, func(i, j int) bool {
+		return t.Groups[groups[i]] > t.Groups[groups[j]] || t.Groups[groups[i]] == t.Groups[groups[j]] && groups[i] < groups[j]
+	})
+	for i, g := range groups {
+		groups[i] = fmt.Sprintf("%s %d", g, t.Groups[g])
+	}
+	if len(groups) > 0 {
+		line += "; by group: " + strings.Join(groups, ", ")
+	}
+	return line
 }
 
 // saturation words the saturation per resource: "cpu 12% memory 40%".

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stickyd/stickyd/internal/api"
+	"github.com/stickyd/stickyd/internal/monitor"
 	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/placement"
 )
@@ -24,7 +25,9 @@ var testUsers = []placement.UserInfo{
 func TestUserList(t *testing.T) {
 	users := slices.Clone(testUsers)
 	users[1].Seen = time.Now().Unix() - 90
-	f := newFakeAPI(t, map[string]http.HandlerFunc{"GET /v1/users": answer(200, users)})
+	// The API answers by name.
+	slices.SortFunc(users, func(a, b placement.UserInfo) int { return strings.Compare(a.User, b.User) })
+	f := newFakeAPI(t, map[string]http.HandlerFunc{"GET /v1/users": answer(200, monitor.Page{Users: users})})
 	r := run(t, f.args("user", "list")...)
 	r.expect(t, 0, []string{"USER", "WORKER", "STATE", "EPOCH", "CONNS", "SEEN"}, nil)
 	if c := f.only(t); c.Method != "GET" || c.Path != "/v1/users" {
@@ -52,19 +55,20 @@ func TestUserList(t *testing.T) {
 }
 
 func TestUserListJSONAndEmpty(t *testing.T) {
-	f := newFakeAPI(t, map[string]http.HandlerFunc{"GET /v1/users": answer(200, testUsers)})
+	f := newFakeAPI(t, map[string]http.HandlerFunc{"GET /v1/users": answer(200, monitor.Page{Users: testUsers})})
 	r := run(t, f.args("user", "list", "-json")...)
 	r.expect(t, 0, nil, nil)
-	var got []placement.UserInfo
+	var got monitor.Page
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
 		t.Fatalf("-json printed no JSON: %v\n%s", err, r.stdout)
 	}
-	if !reflect.DeepEqual(got, testUsers) {
+	if !reflect.DeepEqual(got.Users, testUsers) {
 		t.Fatalf("-json changed the answer:\n%+v\nwant\n%+v", got, testUsers)
 	}
 
-	empty := newFakeAPI(t, map[string]http.HandlerFunc{"GET /v1/users": answer(200, nil)})
+	empty := newFakeAPI(t, map[string]http.HandlerFunc{"GET /v1/users": answer(200, monitor.Page{})})
 	run(t, empty.args("user", "list")...).expect(t, 0, []string{"No users"}, nil)
+	run(t, empty.args("user", "list", "-worker", "web-9")...).expect(t, 0, []string{"Nobody matches"}, nil)
 }
 
 func TestUserShow(t *testing.T) {

@@ -10,6 +10,7 @@ package monitor
 import (
 	"time"
 
+	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/governor"
 )
 
@@ -24,8 +25,15 @@ type View struct {
 	// Workers are every worker of every agent, by agent then id, with the
 	// workers retired lately at the end.
 	Workers []Worker `json:"workers"`
-	// People are every person in the maps, by name.
+	// Tally counts every person in the maps by state, worker and group,
+	// whatever page People holds.
+	Tally fsm.UserTally `json:"tally"`
+	// People are one page of the people in the maps, by name: the page the
+	// reading's query selected (ParseQuery; the first DefaultLimit people
+	// by default). Next is the cursor of the page after it, empty after
+	// the last.
 	People []Person `json:"people"`
+	Next   string   `json:"next,omitempty"`
 	// Events are governance's recent decisions on the composing agent,
 	// oldest first.
 	Events []governor.Event `json:"events"`

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stickyd/stickyd/internal/fsm"
 )
 
 // The monitor web page: index.html, monitor.js and monitor.css, embedded so
@@ -27,6 +29,9 @@ import (
 //
 //go:embed web
 var webFS embed.FS
+
+// ViewFunc composes one reading with the page of people q selects.
+type ViewFunc func(ctx context.Context, q fsm.UserQuery) (View, error)
 
 // SessionCookie names the cookie that opens the monitor page to a browser
 // that gave the admin token once.
@@ -66,8 +71,10 @@ const contentSecurity = "default-src 'none'; script-src 'self'; style-src 'self'
 //	                    in once: cookie set, 303 to ./ without the token.
 //	POST /              the login form (field "token"): 303 to ./ with the
 //	                    cookie, or 403 with the form and why.
-//	GET  /api/view      the View as JSON (Cache-Control: no-store); 401 JSON
-//	                    {"error": ...} without the cookie.
+//	GET  /api/view      the View as JSON (Cache-Control: no-store), with
+//	                    the page of people ?worker=&group=&state=&cursor=
+//	                    &limit= selects; 401 JSON {"error": ...} without
+//	                    the cookie, 400 for bad parameters.
 //	GET  /monitor.js    the page's script and style, served to anyone: they
 //	GET  /monitor.css   hold no data.
 //
@@ -82,16 +89,18 @@ const contentSecurity = "default-src 'none'; script-src 'self'; style-src 'self'
 // three wrong tokens in a row, each makes its client wait before the next
 // try: 1 s, doubling to
 // 5 min (429 with Retry-After meanwhile). An empty token opens no session.
-// view is called once per /api/view request, with a deadline. reg, if
+// view is called once per /api/view request, with a deadline and the page
+// of people the request's parameters select (ParseQuery: worker, group,
+// state, cursor, limit; bad ones get 400). reg, if
 // set, gets the login counters (stickyd_monitor_logins_total by result)
 // and the sessions held (stickyd_monitor_sessions).
-func WebHandler(token string, view func(ctx context.Context) (View, error), reg prometheus.Registerer) http.Handler {
+func WebHandler(token string, view ViewFunc, reg prometheus.Registerer) http.Handler {
 	return WebHandlerWithReadToken(token, "", view, reg)
 }
 
 // WebHandlerWithReadToken is WebHandler whose login takes the read token
 // (admin.read_token) as well as the admin token: the page only reads.
-func WebHandlerWithReadToken(token, readToken string, view func(ctx context.Context) (View, error), reg prometheus.Registerer) http.Handler {
+func WebHandlerWithReadToken(token, readToken string, view ViewFunc, reg prometheus.Registerer) http.Handler {
 	h := newWebHandler(token, view, reg)
 	h.readToken = readToken
 	mux := http.NewServeMux()
@@ -108,7 +117,7 @@ func WebHandlerWithReadToken(token, readToken string, view func(ctx context.Cont
 	})
 }
 
-func newWebHandler(token string, view func(ctx context.Context) (View, error), reg prometheus.Registerer) *webHandler {
+func newWebHandler(token string, view ViewFunc, reg prometheus.Registerer) *webHandler {
 	h := &webHandler{token: token, view: view, now: time.Now,
 		sessions: map[string]time.Time{}, failures: map[string]*failure{},
 		logins: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -135,7 +144,7 @@ func newWebHandler(token string, view func(ctx context.Context) (View, error), r
 type webHandler struct {
 	token     string
 	readToken string // "": none
-	view      func(ctx context.Context) (View, error)
+	view      ViewFunc
 	now       func() time.Time
 
 	mu sync.Mutex
@@ -338,9 +347,13 @@ func (h *webHandler) serveView(w http.ResponseWriter, r *http.Request) error {
 	if !h.hasSession(r) {
 		return errNoSession
 	}
+	q, err := ParseQuery(r.URL.Query())
+	if err != nil {
+		return &webError{status: http.StatusBadRequest, msg: err.Error()}
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), viewTimeout)
 	defer cancel()
-	v, err := h.view(ctx)
+	v, err := h.view(ctx, q)
 	if err != nil {
 		return &webError{status: http.StatusServiceUnavailable, msg: "composing the view", err: err}
 	}

@@ -19,13 +19,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/governor"
 )
 
 const webToken = "s3cret-admin-token"
 
 // fakeView is a view func that returns a fixed View, or err.
-func fakeView(err error) func(context.Context) (View, error) {
+func fakeView(err error) ViewFunc {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	proj := at.Add(20 * time.Minute)
 	v := View{
@@ -40,7 +41,7 @@ func fakeView(err error) func(context.Context) (View, error) {
 		People: []Person{{User: "ana", Worker: "web-1", Group: "web", State: "live", Conns: 2, Pages: 3}},
 		Events: []governor.Event{{At: at, Kind: governor.KindMove, ID: 7, Group: "web", Worker: "web-1", User: "ana", To: "web-2", Reason: "memory 90% > 85%"}},
 	}
-	return func(ctx context.Context) (View, error) {
+	return func(ctx context.Context, q fsm.UserQuery) (View, error) {
 		if _, ok := ctx.Deadline(); !ok {
 			return View{}, errors.New("the view was asked without a deadline")
 		}
@@ -199,7 +200,7 @@ func TestWebHandlerViewJSON(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 	defer cancel()
-	want, err := view(ctx)
+	want, err := view(ctx, fsm.UserQuery{Limit: DefaultLimit})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,5 +509,55 @@ func TestMountPath(t *testing.T) {
 				t.Fatalf("mountPath = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// api/view hands the page query on to the view, cursor decoded; a bad
+// parameter is a 400 that says which, and the view is not composed.
+func TestWebHandlerViewQuery(t *testing.T) {
+	var asked []fsm.UserQuery
+	h := WebHandler(webToken, func(ctx context.Context, q fsm.UserQuery) (View, error) {
+		asked = append(asked, q)
+		return View{}, nil
+	}, nil)
+	cookie := sessionCookie(t, h, webToken)
+	get := func(query string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("GET", "/api/view?"+query, nil)
+		req.AddCookie(cookie)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	for _, tt := range []struct {
+		query string
+		want  fsm.UserQuery
+	}{
+		{"", fsm.UserQuery{Limit: DefaultLimit}},
+		{"worker=web-1&group=web&state=parked&limit=7&cursor=" + EncodeCursor("bob"),
+			fsm.UserQuery{Worker: "web-1", Group: "web", State: "parked", Limit: 7, After: "bob"}},
+	} {
+		asked = nil
+		if rec := get(tt.query); rec.Code != 200 {
+			t.Fatalf("%q: status %d: %s", tt.query, rec.Code, rec.Body)
+		}
+		if len(asked) != 1 || asked[0] != tt.want {
+			t.Fatalf("%q: the view was asked %+v, want %+v", tt.query, asked, tt.want)
+		}
+	}
+	for _, tt := range []struct{ query, want string }{
+		{"limit=0", "limit"},
+		{"limit=1001", "limit"},
+		{"limit=ten", "limit"},
+		{"state=asleep", "state"},
+		{"cursor=bob", "cursor"},
+	} {
+		asked = nil
+		rec := get(tt.query)
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), tt.want) {
+			t.Fatalf("%q: %d %s, want 400 naming %s", tt.query, rec.Code, rec.Body, tt.want)
+		}
+		if len(asked) != 0 {
+			t.Fatalf("%q: the view was composed for a bad query", tt.query)
+		}
 	}
 }

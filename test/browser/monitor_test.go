@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/cli"
 
 	"github.com/stickyd/stickyd/internal/command"
+	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/governor"
 	"github.com/stickyd/stickyd/internal/monitor"
 )
@@ -352,7 +353,31 @@ func (s *scriptedView) fail(err error) {
 	s.err = err
 }
 
-func (s *scriptedView) view(ctx context.Context) (monitor.View, error) {
+// page is the page of people q selects, as the maps answer it: by name,
+// filtered, after the cursor, at most q.Limit, with the next page's cursor.
+func (s *scriptedView) pageLocked(q fsm.UserQuery) (people []monitor.Person, next string, tally fsm.UserTally) {
+	tally = fsm.UserTally{Users: len(s.people), State: map[string]int{}, Workers: map[string]int{}, Groups: map[string]int{}}
+	all := slices.Clone(s.people)
+	slices.SortFunc(all, func(a, b monitor.Person) int { return strings.Compare(a.User, b.User) })
+	for _, p := range all {
+		tally.Conns += p.Conns
+		tally.State[p.State]++
+		tally.Workers[p.Worker]++
+		tally.Groups[p.Group]++
+		if (q.Worker != "" && p.Worker != q.Worker) || (q.Group != "" && p.Group != q.Group) || (q.State != "" && p.State != q.State) ||
+			(q.After != "" && p.User <= q.After) {
+			continue
+		}
+		if len(people) == q.Limit {
+			next = monitor.EncodeCursor(people[len(people)-1].User)
+			continue
+		}
+		people = append(people, p)
+	}
+	return people, next, tally
+}
+
+func (s *scriptedView) view(ctx context.Context, q fsm.UserQuery) (monitor.View, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
@@ -369,6 +394,7 @@ func (s *scriptedView) view(ctx context.Context) (monitor.View, error) {
 		flat = append(flat, monitor.Sample{At: now.Add(time.Duration(i-9) * 30 * time.Second), Value: 400 << 20})
 	}
 	proj := now.Add(4 * time.Minute)
+	people, next, tally := s.pageLocked(q)
 	users := map[string]int64{}
 	for _, p := range s.people {
 		users[p.Worker]++
@@ -391,7 +417,7 @@ func (s *scriptedView) view(ctx context.Context) (monitor.View, error) {
 			{ID: "web-4", Agent: "agent-2", Group: "web", State: monitor.StateUnreachable, Pid: 5001, Incarnation: 1,
 				Born: now.Add(-3 * time.Hour), LastProbe: now.Add(-45 * time.Second), Users: 0},
 		},
-		People: slices.Clone(s.people),
+		People: people, Next: next, Tally: tally,
 		Events: []governor.Event{
 			{At: now.Add(-5 * time.Minute), Kind: governor.KindMove, ID: 1, Group: "web", Worker: "web-1", User: "u-000", To: "web-2",
 				Reason: "web-1 over memory 88% > 85%: moving u-000 to web-2"},

@@ -411,14 +411,21 @@ func placementProblem(t *testing.T, consulAddr, admin string, ty *typing, group 
 		}
 		kv[strings.TrimPrefix(key, "stickyd/placement/users/")] = u
 	}
-	var maps []struct {
-		User   string `json:"user"`
-		Worker string `json:"worker"`
-		Epoch  uint64 `json:"epoch"`
+	var page struct {
+		Users []struct {
+			User   string `json:"user"`
+			Worker string `json:"worker"`
+			Epoch  uint64 `json:"epoch"`
+		} `json:"users"`
+		Next string `json:"next"`
 	}
-	if err := getJSON(admin+"/v1/users", &maps); err != nil {
+	if err := getJSON(admin+"/v1/users?limit=1000", &page); err != nil {
 		return err.Error()
 	}
+	if page.Next != "" {
+		return "more than a page (1000) of people in the maps"
+	}
+	maps := page.Users
 	if len(kv) != len(maps) {
 		return fmt.Sprintf("%d people in KV, %d in the maps", len(kv), len(maps))
 	}

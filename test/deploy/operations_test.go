@@ -226,11 +226,17 @@ type mapsUser struct {
 
 func mapsUsers(t *testing.T, admin string) []mapsUser {
 	t.Helper()
-	var us []mapsUser
-	if err := getJSON(admin+"/v1/users", &us); err != nil {
+	var page struct {
+		Users []mapsUser `json:"users"`
+		Next  string     `json:"next"`
+	}
+	if err := getJSON(admin+"/v1/users?limit=1000", &page); err != nil {
 		t.Fatal(err)
 	}
-	return us
+	if page.Next != "" {
+		t.Fatal("more than a page (1000) of people in the maps")
+	}
+	return page.Users
 }
 
 // serverNamed is the leader's name, or a follower's.

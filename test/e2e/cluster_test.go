@@ -133,15 +133,15 @@ func TestClusterSurvivesLeaderLoss(t *testing.T) {
 		}
 		missing := ""
 		present := func() bool {
-			code, body := adminCallAtQuiet(p.admin, "GET", "/v1/users", testToken)
+			code, body := adminCallAtQuiet(p.admin, "GET", "/v1/users?limit=1000", testToken)
 			if code != 200 {
 				missing = body
 				return false
 			}
-			var us []struct{ User string }
-			_ = json.Unmarshal([]byte(body), &us)
+			var page struct{ Users []struct{ User string } }
+			_ = json.Unmarshal([]byte(body), &page)
 			have := map[string]bool{}
-			for _, u := range us {
+			for _, u := range page.Users {
 				have[u.User] = true
 			}
 			for _, pp := range people {

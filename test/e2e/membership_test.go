@@ -201,10 +201,10 @@ func TestServerRejoinsOnNewAddress(t *testing.T) {
 	}
 	replace(wiped, true)
 	waitFor(t, 20*time.Second, "the wiped server's replica has everyone", func() bool {
-		code, body := adminCallAtQuiet(ps[wiped].admin, "GET", "/v1/users", testToken)
-		var us []struct{ User string }
-		_ = json.Unmarshal([]byte(body), &us)
-		return code == 200 && len(us) >= len(people)
+		code, body := adminCallAtQuiet(ps[wiped].admin, "GET", "/v1/users?limit=1000", testToken)
+		var page struct{ Users []struct{ User string } }
+		_ = json.Unmarshal([]byte(body), &page)
+		return code == 200 && len(page.Users) >= len(people)
 	})
 	typeAll()
 }

@@ -359,17 +359,17 @@ func TestKilledWhileParking(t *testing.T) {
 	})
 	// Kill once some people are parked and others are not.
 	waitFor(t, 30*time.Second, "some people to be parked", func() bool {
-		req, _ := http.NewRequest("GET", "http://"+p.admin+"/v1/users", nil)
+		req, _ := http.NewRequest("GET", "http://"+p.admin+"/v1/users?state=parked", nil)
 		req.Header.Set("X-Stickyd-Token", testToken)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return false
 		}
 		defer resp.Body.Close()
-		var us []struct{ State string }
-		_ = json.NewDecoder(resp.Body).Decode(&us)
+		var page struct{ Users []struct{ State string } }
+		_ = json.NewDecoder(resp.Body).Decode(&page)
 		n := 0
-		for _, u := range us {
+		for _, u := range page.Users {
 			if u.State == "parked" {
 				n++
 			}
@@ -386,16 +386,18 @@ func TestKilledWhileParking(t *testing.T) {
 	if len(h.Restart.Incomplete) != 1 || h.Restart.Folder != "" {
 		t.Fatalf("restart report %+v", h.Restart)
 	}
-	code, body := adminCallAt(t, p.admin, "GET", "/v1/users", testToken)
+	code, body := adminCallAt(t, p.admin, "GET", "/v1/users?limit=1000", testToken)
 	if code != 200 {
 		t.Fatalf("users: %d %s", code, body)
 	}
-	var us []struct{ User, State string }
-	if err := json.Unmarshal([]byte(body), &us); err != nil {
+	var page struct {
+		Users []struct{ User, State string }
+	}
+	if err := json.Unmarshal([]byte(body), &page); err != nil {
 		t.Fatal(err)
 	}
 	parked := map[string]bool{}
-	for _, u := range us {
+	for _, u := range page.Users {
 		if u.State == "moving" {
 			t.Fatalf("%s is stuck moving after the restart", u.User)
 		}

@@ -305,22 +305,31 @@ func TestLifecycleSoak(t *testing.T) {
 	}
 }
 
-// users are the people in the agent's maps (GET /v1/users), by name.
+// users are the people in the agent's maps (GET /v1/users, every page), by
+// name.
 func (p *proc) users() map[string]placement.UserInfo {
 	p.t.Helper()
-	code, body := adminCallAt(p.t, p.admin, "GET", "/v1/users", testToken)
-	if code != 200 {
-		p.t.Fatalf("users: %d %s", code, body)
-	}
-	var list []placement.UserInfo
-	if err := json.Unmarshal([]byte(body), &list); err != nil {
-		p.t.Fatal(err)
-	}
 	out := map[string]placement.UserInfo{}
-	for _, u := range list {
-		out[u.User] = u
+	for cursor := ""; ; {
+		code, body := adminCallAt(p.t, p.admin, "GET", "/v1/users?limit=1000&cursor="+cursor, testToken)
+		if code != 200 {
+			p.t.Fatalf("users: %d %s", code, body)
+		}
+		var page struct {
+			Users []placement.UserInfo
+			Next  string
+		}
+		if err := json.Unmarshal([]byte(body), &page); err != nil {
+			p.t.Fatal(err)
+		}
+		for _, u := range page.Users {
+			out[u.User] = u
+		}
+		if page.Next == "" {
+			return out
+		}
+		cursor = page.Next
 	}
-	return out
 }
 
 // snapShape is what a snapshot of the maps holds: its people, connections
