@@ -2,29 +2,36 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"sync"
 	"time"
 
 	"github.com/stickyd/stickyd/internal/governor"
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/move"
-	"github.com/stickyd/stickyd/internal/protocol"
 )
 
-// governance feeds the probe readings of this agent's workers to the
-// decision engine and carries out its decisions: moves by the one road,
-// starts and replacements by adding workers to the pool, drains by
-// cordoning, retirements by stopping an empty worker.
+// governance is pool-wide and leader-only: the raft leader's agent feeds
+// the probe readings of every host's workers (its own from its pool, the
+// others' from their part of the monitor, GET /v1/monitor/local) to the
+// decision engine and carries out its decisions: moves by the one road
+// (MoveSet: between workers of any hosts), and, for workers of its own
+// host, starts and replacements by adding workers to its pool, drains by
+// cordoning, retirements by stopping an empty worker. Any other agent only
+// feeds its own workers' readings to its engine, for the monitor's
+// saturation and projection, and decides nothing.
 type governance struct {
 	a   *Agent
-	mu  sync.Mutex // guards eng, prev, totals and inFlight
+	mu  sync.Mutex // guards eng, prev, totals, inFlight and governed
 	eng *governor.Engine
 	// prev is each worker's previous reading, for its CPU rate; totals
 	// each user's running totals at that reading, for their recent use.
-	prev     map[string]host.WorkerInfo
-	totals   map[string]map[string]*protocol.UserUsage
+	prev     map[string]probed
+	totals   map[string]map[string]governor.Totals
 	inFlight int
 	work     sync.WaitGroup // decisions under way
 	// governed names the groups governance acts on.
@@ -55,7 +62,7 @@ func newGovernance(a *Agent) (*governance, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &governance{a: a, eng: eng, governed: governed, prev: map[string]host.WorkerInfo{}, totals: map[string]map[string]*protocol.UserUsage{}}, nil
+	return &governance{a: a, eng: eng, governed: governed, prev: map[string]probed{}, totals: map[string]map[string]governor.Totals{}}, nil
 }
 
 // setPolicy governs a group created at run time.
@@ -73,7 +80,12 @@ func (g *governance) setPolicy(gc *GroupConfig) error {
 	return nil
 }
 
-// run observes and decides every interval until stop.
+// run observes every interval until stop, and decides while this agent
+// leads. Leadership is read at each round (raft's LeaderCh has one reader,
+// the leader loop): a new leader governs from its first round, a former
+// one stops deciding at its next; its decisions under way end on the road
+// (a move's barrier is the leader's, so a move begun by a former leader
+// fails and is rolled back).
 func (g *governance) run(interval time.Duration, stop <-chan struct{}) {
 	if interval <= 0 {
 		interval = 2 * time.Second
@@ -85,34 +97,140 @@ func (g *governance) run(interval time.Duration, stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
-			g.round(time.Now())
+			leads := g.a.raft.IsLeader()
+			var parts map[string]LocalMonitor
+			if leads {
+				// Outside the lock: events and the monitor's outlook
+				// are read meanwhile.
+				ctx, cancel := context.WithTimeout(context.Background(), interval)
+				parts = askOthers[LocalMonitor](ctx, g.a, "/v1/monitor/local", interval)
+				cancel()
+			}
+			g.round(time.Now(), leads, parts)
 		}
 	}
 }
 
-func (g *governance) round(now time.Time) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	live := map[string]bool{}
+// probed is one worker's last probe answer as governance reads it, from
+// this host's pool or another agent's part of the monitor.
+type probed struct {
+	id, group, agent string
+	at               time.Time
+	heap             uint64
+	cpuSeconds       float64
+	goroutines       int
+	mailbox          int
+	pages            int
+	local            bool
+	// usage is each person's running totals on the worker.
+	usage map[string]governor.Totals
+}
+
+// localProbes reads this host's ready workers that answered a probe.
+func (g *governance) localProbes() []probed {
+	var out []probed
 	for _, w := range g.a.pool.Workers() {
-		live[w.ID] = true
 		g.a.history.record(w) // every worker's memory, for the monitor's chart
 		if w.State != host.StateReady || w.LastProbe.IsZero() {
 			continue
 		}
-		if !g.governed[w.Group] {
+		pr := probed{id: w.ID, group: w.Group, agent: g.a.cfg.Name, at: w.LastProbe, heap: w.HeapBytes, cpuSeconds: w.CPUSeconds,
+			goroutines: int(w.Goroutines), mailbox: int(w.Mailbox), pages: int(w.Pages), local: true, usage: map[string]governor.Totals{}}
+		for u, t := range g.a.pool.Usage(w.ID) {
+			pr.usage[u] = governor.Totals{BusySeconds: t.BusySeconds, StateBytes: t.StateBytes, Queued: int(t.Queued)}
+		}
+		out = append(out, pr)
+	}
+	return out
+}
+
+// remoteProbes reads the ready workers of the other agents' parts of the
+// monitor (their hosts' last probe answers and their people's totals; the
+// monitor does not carry a person's queued frames).
+func remoteProbes(parts map[string]LocalMonitor) []probed {
+	var out []probed
+	for _, name := range sortedNames(parts) {
+		part := parts[name]
+		for _, w := range part.Workers {
+			if w.State != host.StateReady || w.LastProbe.IsZero() {
+				continue
+			}
+			pr := probed{id: w.ID, group: w.Group, agent: name, at: w.LastProbe, heap: w.HeapBytes, cpuSeconds: w.CPUSeconds,
+				goroutines: int(w.Goroutines), mailbox: int(w.Mailbox), pages: int(w.Pages), usage: map[string]governor.Totals{}}
+			for u, p := range part.Usage {
+				if p.Worker == w.ID {
+					pr.usage[u] = governor.Totals{BusySeconds: p.BusySeconds, StateBytes: p.StateBytes}
+				}
+			}
+			out = append(out, pr)
+		}
+	}
+	return out
+}
+
+func sortedNames[V any](m map[string]V) []string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// governCatalogLocked governs the catalog's groups that enable governance,
+// whichever hosts run them: the leader decides for every host.
+func (g *governance) governCatalogLocked() {
+	for name, ge := range g.a.fsm.Catalog().Groups {
+		if g.governed[name] || len(ge.Governance) == 0 {
 			continue
 		}
-		if p, ok := g.prev[w.ID]; ok && !w.LastProbe.After(p.LastProbe) {
+		var gov GovernanceConfig
+		if err := json.Unmarshal(ge.Governance, &gov); err != nil || !gov.Enabled {
+			continue
+		}
+		p, err := (&GroupConfig{Name: name, Workers: ge.Workers, Governance: &gov}).policy()
+		if err != nil {
+			continue
+		}
+		if g.eng.SetPolicy(name, p) == nil {
+			g.governed[name] = true
+		}
+	}
+}
+
+// round observes this host's workers and, when leads, every other host's
+// (parts) too, then decides and carries the decisions out.
+func (g *governance) round(now time.Time, leads bool, parts map[string]LocalMonitor) {
+	probes := g.localProbes()
+	if leads {
+		probes = append(probes, remoteProbes(parts)...)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if leads {
+		g.governCatalogLocked()
+	}
+	live := map[string]bool{}
+	for _, w := range probes {
+		live[w.id] = true
+		if !g.governed[w.group] {
+			continue
+		}
+		if p, ok := g.prev[w.id]; ok && !w.at.After(p.at) {
 			continue // no new reading since the last round
 		}
 		g.eng.Observe(g.reading(w))
 	}
 	for id := range g.prev {
 		if !live[id] {
+			// Gone, or on another host while this agent no longer leads.
 			delete(g.prev, id)
 			delete(g.totals, id)
+			g.eng.Forget(id)
 		}
+	}
+	if !leads {
+		return
 	}
 	// The round's moves take the road together, one set per cause; the
 	// other decisions are carried out one by one.
@@ -186,40 +304,43 @@ func (g *governance) moveSet(cause string, ds []governor.Decision) {
 // reading turns a worker's last probe into the engine's reading: CPU as a
 // rate since the previous one, and per user what they used in between
 // (handler time as CPU, bytes written into their trees as memory growth;
-// a person with no earlier reading counts everything they wrote).
-func (g *governance) reading(w host.WorkerInfo) governor.Reading {
+// a person with no earlier reading counts everything they wrote). The
+// people are those the maps place on the worker.
+func (g *governance) reading(w probed) governor.Reading {
 	// Memory is the live heap: RSS keeps pages a worker has freed, so it
 	// would not fall when people leave.
-	r := governor.Reading{Worker: w.ID, Group: w.Group, At: w.LastProbe, Heap: w.HeapBytes,
-		Goroutines: int(w.Goroutines), MailboxDepth: int(w.Mailbox), Pages: int(w.Pages), PerUser: map[string]governor.Usage{}}
-	var elapsed float64
-	p, seen := g.prev[w.ID]
-	if seen {
-		elapsed = w.LastProbe.Sub(p.LastProbe).Seconds()
-		if w.CPUSeconds >= p.CPUSeconds && elapsed > 0 {
-			r.CPU = (w.CPUSeconds - p.CPUSeconds) / elapsed
+	r := governor.Reading{Worker: w.id, Group: w.group, At: w.at, Heap: w.heap,
+		Goroutines: w.goroutines, MailboxDepth: w.mailbox, Pages: w.pages, PerUser: map[string]governor.Usage{}}
+	var elapsed time.Duration
+	if p, seen := g.prev[w.id]; seen {
+		elapsed = w.at.Sub(p.at)
+		if w.cpuSeconds >= p.cpuSeconds && elapsed > 0 {
+			r.CPU = (w.cpuSeconds - p.cpuSeconds) / elapsed.Seconds()
 		}
 	}
-	g.prev[w.ID] = w
-	now := g.a.pool.Usage(w.ID)
-	before := g.totals[w.ID]
-	g.totals[w.ID] = now
-	for _, u := range g.a.fsm.UsersOf(w.ID) {
+	g.prev[w.id] = w
+	before := g.totals[w.id]
+	g.totals[w.id] = w.usage
+	for _, u := range g.a.fsm.UsersOf(w.id) {
 		var use governor.Usage
-		if t := now[u]; t != nil {
+		if t, ok := w.usage[u]; ok {
 			// A person without an earlier reading counts their whole
 			// state as growth (governor.UsageSince).
 			var b *governor.Totals
-			if x := before[u]; x != nil {
-				b = &governor.Totals{BusySeconds: x.BusySeconds, StateBytes: x.StateBytes}
+			if x, ok := before[u]; ok {
+				b = &x
 			}
-			use = governor.UsageSince(b, governor.Totals{BusySeconds: t.BusySeconds, StateBytes: t.StateBytes, Queued: int(t.Queued)},
-				time.Duration(elapsed*float64(time.Second)))
+			use = governor.UsageSince(b, t, elapsed)
 		}
 		r.PerUser[u] = use
 	}
 	r.Users = len(r.PerUser)
 	return r
+}
+
+// local reports whether worker runs on this agent's host.
+func (g *governance) local(worker string) bool {
+	return g.a.pool.GroupOf(worker) != ""
 }
 
 // carryOut does what a decision asks; it reports whether it worked. d.To is
@@ -229,6 +350,16 @@ func (g *governance) carryOut(d *governor.Decision) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var err error
+	switch {
+	case d.Kind == governor.KindStart && !a.pool.HasGroup(d.Group):
+		err = fmt.Errorf("starting a worker of %s: %w: this host runs none of the group, and the leader starts workers only on its own host", d.Group, errNotHere)
+	case d.Worker != "" && !g.local(d.Worker):
+		err = fmt.Errorf("%s of %s: %w: the worker runs on another host; only its people are moved from here", d.Kind, d.Worker, errNotHere)
+	}
+	if err != nil {
+		a.log.Warn("governance decision not carried out", "decision", d.Kind, "worker", d.Worker, "group", d.Group, "error", err)
+		return false
+	}
 	switch d.Kind {
 	case governor.KindStart:
 		d.To, err = g.add(ctx, d.Group)
@@ -277,6 +408,10 @@ func (g *governance) retire(ctx context.Context, worker, reason string) error {
 	}
 	return g.a.register(ctx)
 }
+
+// errNotHere is a decision about another host's worker that only that
+// host could carry out (cordon, replace, retire, start).
+var errNotHere = errors.New("not on this host")
 
 // events returns the engine's recent events.
 func (g *governance) events() []governor.Event {

@@ -73,6 +73,9 @@ type group struct {
 	// lowSince is when the group was first seen all under the low-water
 	// mark, zero when it is not.
 	lowSince time.Time
+	// startRetry: before it, no worker is started in the group (the last
+	// start failed).
+	startRetry time.Time
 }
 
 // expected is a started worker waiting for its first reading taken after
@@ -274,6 +277,8 @@ func (e *Engine) Done(d Decision, ok bool, now time.Time) {
 		gs.starting--
 		if ok {
 			gs.expected = append(gs.expected, expected{worker: pd.To, since: now, until: now.Add(p.StartGrace)})
+		} else {
+			gs.startRetry = now.Add(p.WorkerCoolDown)
 		}
 	case KindReplace:
 		gs.starting--

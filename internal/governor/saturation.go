@@ -55,7 +55,7 @@ func (e *Engine) saturate(rd *round, g string, out []Decision) []Decision {
 		}
 		to, why := e.saturationTarget(rd, g, w, h.res, p)
 		if to == nil {
-			if ok, cannot := e.canStart(g, p); ok {
+			if ok, cannot := e.canStart(rd, g, p); ok {
 				n := e.size(g)
 				bound := "no max"
 				if p.MaxWorkers > 0 {
@@ -165,10 +165,13 @@ func (e *Engine) saturationTarget(rd *round, g string, from *worker, res Resourc
 const alreadyStarting = "a worker is already starting"
 
 // canStart reports whether saturation may start a worker in g now, or why not.
-func (e *Engine) canStart(g string, p Policy) (bool, string) {
+func (e *Engine) canStart(rd *round, g string, p Policy) (bool, string) {
 	gs := e.group(g)
 	if gs.starting > 0 || len(gs.expected) > 0 {
 		return false, alreadyStarting
+	}
+	if gs.startRetry.After(rd.now) {
+		return false, fmt.Sprintf("the last start failed: next try at %s", gs.startRetry.Format("15:04:05"))
 	}
 	if n := e.size(g); p.MaxWorkers > 0 && n >= p.MaxWorkers {
 		return false, fmt.Sprintf("the group is at its max of %d workers", p.MaxWorkers)

@@ -54,3 +54,40 @@ func TestBurstNewcomerLeavesFirst(t *testing.T) {
 		}
 	}
 }
+
+// A failed start is not tried again before WorkerCoolDown: the caller that
+// cannot start a worker (no host of the group at hand) is not asked every
+// round, and the wait is explained.
+func TestFailedStartWaits(t *testing.T) {
+	p := DefaultPolicy()
+	e := newEngine(t, p, 1)
+	now := t0
+	observe := func() {
+		e.Observe(reading("w-1", now, 0.1, 0.90, users("u", 4, Usage{MemGrowth: 1})))
+		e.Observe(reading("w-2", now, 0.1, 0.80, users("v", 4, Usage{MemGrowth: 1})))
+	}
+	observe()
+	ds := e.Decide(now, 0)
+	if len(ds) != 1 || ds[0].Kind != KindStart {
+		t.Fatalf("decisions = %s, want one start", kinds(ds))
+	}
+	e.Done(ds[0], false, now)
+	failedAt := now
+	for now = now.Add(5 * time.Second); now.Before(failedAt.Add(p.WorkerCoolDown)); now = now.Add(5 * time.Second) {
+		observe()
+		if more := e.Decide(now, 0); len(more) != 0 {
+			t.Fatalf("%s after a failed start: %s, want none", now.Sub(failedAt), kinds(more))
+		}
+	}
+	found := false
+	for _, ev := range eventsOf(e, KindBlocked) {
+		found = found || strings.Contains(ev.Reason, "the last start failed: next try at "+failedAt.Add(p.WorkerCoolDown).Format("15:04:05"))
+	}
+	if !found {
+		t.Errorf("the wait is not explained: %+v", e.Events())
+	}
+	observe()
+	if ds := e.Decide(now, 0); len(ds) != 1 || ds[0].Kind != KindStart {
+		t.Fatalf("after the cool-down: %s, want a start again", kinds(ds))
+	}
+}
