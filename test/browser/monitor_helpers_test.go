@@ -115,9 +115,11 @@ type monitorView struct {
 	Stale      bool          `json:"stale"` // the page greys its data out
 	Workers    []monitorCard `json:"workers"`
 	People     []monitorRow  `json:"people"` // the rows shown, in order
-	Count      string        `json:"count"`  // "2 people", "1 of 2 people"
-	Filter     string        `json:"filter"`
-	Sort       string        `json:"sort"` // "conns descending"
+	Count      string        `json:"count"`  // "1–100 of 203"
+	Filter     string        `json:"filter"` // "worker=web-2 group= state="
+	Prev       bool          `json:"prev"`   // the previous page can be asked for
+	Next       bool          `json:"next"`   // the next page can be asked for
+	Sort       string        `json:"sort"`   // "conns descending"
 	Events     []string      `json:"events"`
 	Pending    int           `json:"pending"` // events marked in progress
 	Marker     string        `json:"marker"`  // window.testMarker: gone after a reload
@@ -193,7 +195,9 @@ const monitorJS = `(() => {
     login: false, tab: document.body.dataset.tab || "", polls: Number(document.body.dataset.polls || 0),
     at: document.body.dataset.at || "", reading: text(document, "#last-reading"), summary: text(document, "#summary"),
     error: shown("error"), maint: shown("maintenance"), stale: document.body.classList.contains("stale"),
-    workers, people, count: text(document, "#people-count"), filter: $("filter").value,
+    workers, people, count: text(document, "#people-count"),
+    filter: ["worker", "group", "state"].map((k) => k + "=" + $("f-" + k).value).join(" "),
+    prev: !$("prev-page").disabled, next: !$("next-page").disabled,
     sort: sorted ? sorted.dataset.key + " " + sorted.getAttribute("aria-sort") : "",
     events: events.map((tr) => tr.dataset.kind), pending: events.filter((tr) => tr.classList.contains("pending")).length,
     marker: String(window.testMarker || ""), scrollY: window.scrollY,

@@ -158,8 +158,9 @@ func signIn(t *testing.T, tb *tab, base, user string) {
 // The page itself, against a scripted view: the login form refuses a
 // wrong token, the processes view draws states, hot saturation bars in red,
 // the memory chart with its limit and projection and governance's
-// decisions; the people view sorts and filters; live updates keep the tab,
-// sort, filter and scroll; a failing reading shows the error banner until
+// decisions; the people view pages through everyone once (next, previous),
+// sorts the page and filters on the server; live updates keep the tab,
+// page, sort, filter and scroll; a failing reading shows the error banner until
 // the next good one; a reload keeps the tab, sort and filter.
 func TestMonitorPage(t *testing.T) {
 	t.Parallel()
@@ -234,17 +235,54 @@ func TestMonitorPage(t *testing.T) {
 	}
 	op.screenshot("monitor-page.png")
 
-	// People: sort, filter.
+	// People: a page at a time, by name; the page sorts; next and previous
+	// walk everyone once.
 	op.do("opening the people view", chromedp.Click(chromedp.ID("tab-people")))
-	v = op.waitMonitor("the people view sorted by user", settle, func(v monitorView) bool {
-		return v.Tab == "people" && len(v.People) == 203 && v.Sort == "user ascending"
+	v = op.waitMonitor("the first page of people sorted by user", settle, func(v monitorView) bool {
+		return v.Tab == "people" && len(v.People) == 100 && v.Sort == "user ascending" && v.Count == "1–100 of 203"
 	})
 	if got := users(v.People[:3]); !slices.Equal(got, []string{"ana", "bo", "cy"}) {
 		t.Errorf("first people by user: %v", got)
 	}
+	if v.Prev || !v.Next || !strings.Contains(v.Summary, "203 people") {
+		t.Errorf("the first page: previous %v (want off), next %v (want on), summary %q (want 203 people)", v.Prev, v.Next, v.Summary)
+	}
 	if bo := v.People[1]; !strings.HasPrefix(bo.Seen, "3m") || !strings.HasSuffix(bo.Seen, "ago") || v.People[0].Seen != "–" {
 		t.Errorf("last seen: bo %q (want 3m… ago), ana %q (want –, never recorded)", bo.Seen, v.People[0].Seen)
 	}
+	listed := map[string]int{}
+	for _, p := range v.People {
+		listed[p.User]++
+	}
+	op.do("the next page", chromedp.Click(chromedp.ID("next-page")))
+	v = op.waitMonitor("the second page", settle, func(v monitorView) bool { return v.Count == "101–200 of 203" && len(v.People) == 100 })
+	for _, p := range v.People {
+		listed[p.User]++
+	}
+	op.do("the last page", chromedp.Click(chromedp.ID("next-page")))
+	v = op.waitMonitor("the last page", settle, func(v monitorView) bool { return v.Count == "201–203 of 203" && len(v.People) == 3 })
+	if v.Next || !v.Prev {
+		t.Errorf("the last page: next %v (want off), previous %v (want on)", v.Next, v.Prev)
+	}
+	for _, p := range v.People {
+		listed[p.User]++
+	}
+	if len(listed) != 203 {
+		t.Errorf("the pages listed %d people, want 203", len(listed))
+	}
+	for u, n := range listed {
+		if n != 1 {
+			t.Errorf("%s listed %d times", u, n)
+		}
+	}
+	op.do("the previous page", chromedp.Click(chromedp.ID("prev-page")))
+	v = op.waitMonitor("back on the second page", settle, func(v monitorView) bool { return v.Count == "101–200 of 203" })
+	if got := v.People[0].User; got != "u-097" {
+		t.Errorf("the second page starts with %s, want u-097", got)
+	}
+	op.do("back to the first page", chromedp.Click(chromedp.ID("prev-page")))
+	op.waitMonitor("back on the first page", settle, func(v monitorView) bool { return v.Count == "1–100 of 203" && !v.Prev })
+
 	op.do("sorting by connections", chromedp.Click(`#people-table th[data-key="conns"]`))
 	v = op.waitMonitor("the people sorted by connections, most first", settle, func(v monitorView) bool { return v.Sort == "conns descending" })
 	if got := users(v.People[:2]); !slices.Equal(got, []string{"ana", "cy"}) {
@@ -265,9 +303,11 @@ func TestMonitorPage(t *testing.T) {
 	}
 	op.js("scrolling back", `window.scrollTo(0, 0)`)
 
-	op.do("filtering on web-2", chromedp.SendKeys(chromedp.ID("filter"), "web-2"))
+	// The filters are the server's: the page holds only web-2's people and
+	// the count is web-2's from the tally.
+	op.js("filtering on web-2", `(() => { const s = document.getElementById("f-worker"); s.value = "web-2"; s.dispatchEvent(new Event("change")); })()`)
 	v = op.waitMonitor("only the people on web-2", settle, func(v monitorView) bool {
-		return v.Filter == "web-2" && len(v.People) == 101 && strings.HasPrefix(v.Count, "101 of 203")
+		return strings.HasPrefix(v.Filter, "worker=web-2 ") && len(v.People) == 100 && v.Count == "1–100 of 101"
 	})
 	for _, p := range v.People {
 		if p.Worker != "web-2" {
@@ -281,14 +321,14 @@ func TestMonitorPage(t *testing.T) {
 		p, ok := v.person("ana")
 		return ok && p.Worker == "web-2"
 	})
-	if v.Filter != "web-2" || v.Sort != "conns ascending" || v.Tab != "people" || v.Marker != "kept" || v.People[len(v.People)-1].User != "ana" {
+	if !strings.HasPrefix(v.Filter, "worker=web-2 ") || v.Sort != "conns ascending" || v.Tab != "people" || v.Marker != "kept" || v.People[len(v.People)-1].User != "ana" {
 		t.Fatalf("the move lost the page's state: %s (marker %q)", v, v.Marker)
 	}
 
 	// A failed reading: the banner, stale data kept; then it clears.
 	fake.fail(errors.New("the maps are not loaded yet"))
 	v = op.waitMonitor("the error banner", settle, func(v monitorView) bool { return v.Error != "" })
-	if !strings.Contains(v.Error, "HTTP 503") || !strings.Contains(v.Error, "the maps are not loaded yet") || !v.Stale || len(v.People) != 102 {
+	if !strings.Contains(v.Error, "HTTP 503") || !strings.Contains(v.Error, "the maps are not loaded yet") || !v.Stale || len(v.People) != 100 {
 		t.Fatalf("while failing: %s (stale %v)", v, v.Stale)
 	}
 	fake.fail(nil)
@@ -297,7 +337,7 @@ func TestMonitorPage(t *testing.T) {
 	// A reload keeps the tab, the sort and the filter.
 	op.do("reloading", chromedp.Reload())
 	v = op.waitMonitor("the reloaded page", settle, func(v monitorView) bool { return v.Polls > 0 && len(v.People) > 0 })
-	if v.Marker != "" || v.Tab != "people" || v.Filter != "web-2" || v.Sort != "conns ascending" {
+	if v.Marker != "" || v.Tab != "people" || !strings.HasPrefix(v.Filter, "worker=web-2 ") || v.Sort != "conns ascending" || v.Count != "1–100 of 102" {
 		t.Fatalf("after a reload: %s (marker %q)", v, v.Marker)
 	}
 }

@@ -2,9 +2,13 @@
 // second and updates two views in place, never reloading the page: the
 // processes (a card per worker, with its saturation bars and a memory chart
 // projected to its limit, then governance's recent decisions) and the
-// people (a sortable, filterable table). The tab, the people's sort and
-// filter, and the scroll position survive every update; the tab, sort and
-// filter also survive a reload (address fragment and sessionStorage).
+// people (a table of one page of people at a time, by name: next and
+// previous, filters by worker, group and state asked of the server, the
+// page shown sortable by any column; the counts of everyone come from the
+// view's tally, so a pool of a million people is never sent whole). The
+// tab, the people's page, filters and sort, and the scroll position survive
+// every update; the tab, page, filters and sort also survive a reload
+// (address fragment and sessionStorage).
 //
 // No library, no build step: this file is served as written.
 "use strict";
@@ -20,6 +24,7 @@
   const NUMERIC = new Set(["conns", "seen", "pages", "busy_seconds", "frames", "state_bytes", "gateway_micros"]);
   const SVGNS = "http://www.w3.org/2000/svg";
   const STORE = "stickyd.monitor.people";
+  const PAGE = 100;         // people per page: the server's default
 
   const $ = (id) => document.getElementById(id);
 
@@ -30,7 +35,10 @@
     failures: 0,       // failed readings in a row
     tab: "processes",
     sort: { key: "user", dir: 1 },
-    filter: "",
+    query: { worker: "", group: "", state: "" }, // the people asked for
+    cursor: "",        // the page shown: "" for the first, else a "next" cursor
+    back: [],          // the cursors of the pages before it, oldest first
+    seq: 0,            // bumped when the page asked for changes
     cards: new Map(),  // worker id → card
     rows: new Map(),   // user → people row
     cpu: new Map(),    // worker id → {probe, cpu, rate}: CPU use between probes
@@ -161,11 +169,20 @@
     constructor(status, message) { super(message); this.status = status; }
   }
 
+  // viewURL is api/view with the page of people the page shows.
+  function viewURL() {
+    const q = new URLSearchParams();
+    for (const k of ["worker", "group", "state"]) if (ui.query[k]) q.set(k, ui.query[k]);
+    if (ui.cursor) q.set("cursor", ui.cursor);
+    const s = q.toString();
+    return s ? `api/view?${s}` : "api/view";
+  }
+
   async function read() {
     const ctl = new AbortController();
     const timer = setTimeout(() => ctl.abort(), TIMEOUT_MS);
     try {
-      const res = await fetch("api/view", {
+      const res = await fetch(viewURL(), {
         cache: "no-store", credentials: "same-origin", signal: ctl.signal,
         headers: { Accept: "application/json" },
       });
@@ -183,9 +200,25 @@
     }
   }
 
+  // poll reads the view once a second; refresh reads it now, for a new page
+  // or filter. A reading asked for an older page is dropped.
   async function poll() {
+    await readOnce();
+    document.body.dataset.polls = String(ui.polls);
+    setTimeout(poll, POLL_MS);
+  }
+
+  function refresh() {
+    ui.seq++;
+    savePeopleState();
+    readOnce();
+  }
+
+  async function readOnce() {
+    const seq = ui.seq;
     try {
       const v = await read();
+      if (seq !== ui.seq) return;
       ui.view = v;
       ui.okAt = new Date();
       ui.polls++;
@@ -193,11 +226,17 @@
       render(v);
       clearError();
     } catch (e) {
+      if (seq !== ui.seq) return;
+      if (e instanceof PollError && e.status === 400 && (ui.cursor || ui.back.length)) {
+        // A page the server no longer takes (a cursor from another
+        // version): start again from the first.
+        ui.cursor = "";
+        ui.back = [];
+        refresh();
+        return;
+      }
       ui.failures++;
       showError(e);
-    } finally {
-      document.body.dataset.polls = String(ui.polls);
-      setTimeout(poll, POLL_MS);
     }
   }
 
@@ -237,6 +276,7 @@
     const at = when(v.at) || new Date();
     const workers = v.workers || [];
     const people = v.people || [];
+    const tally = v.tally || {};
     const t = $("last-reading");
     setText(t, fmtTime(at));
     t.dateTime = at.toISOString();
@@ -246,7 +286,7 @@
     for (const w of workers) byState[w.state] = (byState[w.state] || 0) + 1;
     const states = Object.entries(byState).sort().map(([s, n]) => `${n} ${s}`).join(", ");
     const parts = [`${workers.length} ${workers.length === 1 ? "worker" : "workers"}${states ? ` (${states})` : ""}`,
-      `${people.length} ${people.length === 1 ? "person" : "people"}`];
+      `${fmtInt(tally.users || 0)} ${tally.users === 1 ? "person" : "people"}`];
     if (v.agent) parts.push(`agent ${v.agent}`);
     if (v.leader) parts.push(`leader ${v.leader}`);
     if (v.default_group) parts.push(`default group ${v.default_group}`);
@@ -267,6 +307,7 @@
     const pending = pendingDecisions(events);
     renderWorkers(workers, events, pending, at);
     renderEvents(events, pending);
+    renderFilters(v);
     renderPeople(people);
   }
 
@@ -574,13 +615,17 @@
     try {
       const s = JSON.parse(sessionStorage.getItem(STORE) || "{}");
       if (s.sort && typeof s.sort.key === "string") ui.sort = { key: s.sort.key, dir: s.sort.dir === -1 ? -1 : 1 };
-      if (typeof s.filter === "string") ui.filter = s.filter;
+      if (s.query && typeof s.query === "object") {
+        for (const k of ["worker", "group", "state"]) if (typeof s.query[k] === "string") ui.query[k] = s.query[k];
+      }
+      if (typeof s.cursor === "string") ui.cursor = s.cursor;
+      if (Array.isArray(s.back)) ui.back = s.back.filter((c) => typeof c === "string");
     } catch (_) { /* a broken entry: start fresh */ }
   }
 
   function savePeopleState() {
     try {
-      sessionStorage.setItem(STORE, JSON.stringify({ sort: ui.sort, filter: ui.filter }));
+      sessionStorage.setItem(STORE, JSON.stringify({ sort: ui.sort, query: ui.query, cursor: ui.cursor, back: ui.back }));
     } catch (_) { /* storage full or disabled: state lives in memory */ }
   }
 
@@ -593,9 +638,36 @@
     return d * ui.sort.dir;
   }
 
-  function matches(p, words) {
-    const hay = `${p.user} ${p.worker} ${p.group} ${p.state}`.toLowerCase();
-    return words.every((w) => hay.includes(w));
+  // renderFilters offers the workers and groups the reading knows (and
+  // keeps the one chosen, even when it has gone).
+  function renderFilters(v) {
+    const workers = new Set((v.workers || []).map((w) => w.id));
+    const groups = new Set((v.workers || []).map((w) => w.group).filter(Boolean));
+    for (const g of Object.keys((v.tally || {}).groups || {})) groups.add(g);
+    fillSelect($("f-worker"), workers, ui.query.worker);
+    fillSelect($("f-group"), groups, ui.query.group);
+    $("f-state").value = ui.query.state;
+  }
+
+  function fillSelect(sel, values, chosen) {
+    const want = ["", ...Array.from(values).sort((a, b) => a.localeCompare(b, undefined, { numeric: true }))];
+    if (chosen && !values.has(chosen)) want.push(chosen);
+    const have = Array.from(sel.options).map((o) => o.value);
+    if (have.join("\n") !== want.join("\n")) {
+      sel.replaceChildren(...want.map((x) => el("option", { value: x, text: x || "any" })));
+    }
+    sel.value = chosen;
+  }
+
+  // matching is how many people the tally says the filters select, when it
+  // can say (no filter, or one), else null.
+  function matching(tally) {
+    const set = ["worker", "group", "state"].filter((k) => ui.query[k]);
+    if (set.length === 0) return tally.users || 0;
+    if (set.length > 1) return null;
+    const k = set[0];
+    const by = { worker: tally.workers, group: tally.groups, state: tally.state }[k] || {};
+    return by[ui.query[k]] || 0;
   }
 
   const CELLS = [
@@ -613,8 +685,7 @@
   ];
 
   function renderPeople(people) {
-    const words = ui.filter.toLowerCase().split(/\s+/).filter(Boolean);
-    const shown = people.filter((p) => matches(p, words)).sort(compare);
+    const shown = people.slice().sort(compare);
     const seen = new Set(people.map((p) => p.user));
     for (const u of Array.from(ui.rows.keys())) if (!seen.has(u)) ui.rows.delete(u);
     const rows = shown.map((p) => {
@@ -642,7 +713,12 @@
     });
     place($("people-table").tBodies[0], rows);
     $("no-people").hidden = shown.length > 0;
-    setText($("people-count"), words.length ? `${shown.length} of ${people.length} people` : `${people.length} ${people.length === 1 ? "person" : "people"}`);
+    const first = ui.back.length * PAGE + 1;
+    const total = matching((ui.view && ui.view.tally) || {});
+    setText($("people-count"), shown.length === 0 ? (total === null ? "nobody" : `nobody of ${fmtInt(total)}`)
+      : `${fmtInt(first)}–${fmtInt(first + shown.length - 1)}${total === null ? "" : ` of ${fmtInt(total)}`}`);
+    $("prev-page").disabled = ui.back.length === 0;
+    $("next-page").disabled = !(ui.view && ui.view.next);
     for (const th of document.querySelectorAll("#people-table th[data-key]")) {
       if (th.dataset.key === ui.sort.key) th.setAttribute("aria-sort", ui.sort.dir > 0 ? "ascending" : "descending");
       else th.removeAttribute("aria-sort");
@@ -659,11 +735,31 @@
 
   function start() {
     loadPeopleState();
-    $("filter").value = ui.filter;
-    $("filter").addEventListener("input", () => {
-      ui.filter = $("filter").value;
-      savePeopleState();
-      if (ui.view) renderPeople(ui.view.people || []);
+    for (const k of ["worker", "group", "state"]) {
+      const sel = $(`f-${k}`);
+      if (ui.query[k] && !Array.from(sel.options).some((o) => o.value === ui.query[k])) {
+        sel.append(el("option", { value: ui.query[k], text: ui.query[k] }));
+      }
+      sel.value = ui.query[k];
+      sel.addEventListener("change", () => {
+        ui.query[k] = sel.value;
+        ui.cursor = "";
+        ui.back = [];
+        refresh();
+      });
+    }
+    $("next-page").addEventListener("click", () => {
+      if (!ui.view || !ui.view.next) return;
+      ui.back.push(ui.cursor);
+      ui.cursor = ui.view.next;
+      $("next-page").disabled = true;
+      refresh();
+    });
+    $("prev-page").addEventListener("click", () => {
+      if (ui.back.length === 0) return;
+      ui.cursor = ui.back.pop();
+      $("prev-page").disabled = ui.back.length === 0;
+      refresh();
     });
     for (const th of document.querySelectorAll("#people-table th[data-key]")) {
       th.addEventListener("click", () => sortBy(th.dataset.key));
