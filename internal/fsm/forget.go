@@ -40,9 +40,9 @@ func (f *FSM) applyForgetUsers(buf []byte) interface{} {
 	out := ForgetUsersResult{Users: make([]PartResult, len(req.Users))}
 	gone := map[string]bool{}
 	for i, fu := range req.Users {
-		h := f.state.Users[fu.User]
+		h, ok := f.state.Users.get(fu.User)
 		switch {
-		case h == nil:
+		case !ok:
 			out.Users[i] = part(placement.UserInfo{}, fmt.Errorf("%w: %q", ErrNoUser, fu.User))
 			continue
 		case h.State == placement.StateMoving:
@@ -54,7 +54,7 @@ func (f *FSM) applyForgetUsers(buf []byte) interface{} {
 		}
 		out.Users[i] = part(info(fu.User, h), nil)
 		gone[fu.User] = true
-		delete(f.state.Users, fu.User)
+		f.state.Users.del(fu.User)
 		if f.load[h.Worker]--; f.load[h.Worker] <= 0 {
 			delete(f.load, h.Worker)
 		}
@@ -63,11 +63,15 @@ func (f *FSM) applyForgetUsers(buf []byte) interface{} {
 	}
 	if len(gone) > 0 {
 		// One pass over the connections for the whole entry.
-		for conn, u := range f.state.Conns {
-			if gone[u] {
-				delete(f.state.Conns, conn)
-				delete(f.state.ConnSeen, conn)
+		var conns []string
+		f.state.Conns.all(func(conn string, c Conn) bool {
+			if gone[c.User] {
+				conns = append(conns, conn)
 			}
+			return true
+		})
+		for _, conn := range conns {
+			f.state.Conns.del(conn)
 		}
 	}
 	return out

@@ -11,7 +11,6 @@ package fsm
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +29,8 @@ type FSM struct {
 	index uint64
 	// load counts users per worker; derived from state, never persisted.
 	load map[string]int
+	// names holds one copy of each worker's name (intern).
+	names map[string]string
 	// watch holds a channel per watched user, closed when the user changes.
 	watch map[string]chan struct{}
 	// catalogCh is closed at the next change of the catalog.
@@ -49,15 +50,14 @@ type FSM struct {
 
 var _ raft.FSM = (*FSM)(nil)
 
-// State is the whole replicated state. Its JSON form is the snapshot format.
+// State is the whole replicated state. The people and their connections
+// are in shards a snapshot shares (cow.go); the rest is small, copied by a
+// snapshot and written as JSON inside it (snapshot.go).
 type State struct {
-	// Conns maps a connection name to its user key.
-	Conns map[string]string `json:"conns"`
-	// ConnSeen is when a front last saw each connection (unix seconds);
-	// a connection not in it has not been stamped yet (seen.go).
-	ConnSeen map[string]int64 `json:"conn_seen,omitempty"`
+	// Conns maps a connection name to its person.
+	Conns *shardMap[Conn] `json:"-"`
 	// Users maps a user key to their home.
-	Users map[string]*User `json:"users"`
+	Users *shardMap[User] `json:"-"`
 	// Agents maps an agent's name to where its workers are reached.
 	Agents map[string]*AgentEntry `json:"agents,omitempty"`
 	// Catalog holds the groups, the default group and the rules.
@@ -90,7 +90,18 @@ type AgentEntry struct {
 	Draining bool `json:"draining,omitempty"`
 }
 
-// User is where a person lives.
+// Conn is a connection as the maps hold it.
+type Conn struct {
+	// User is the key of the person it belongs to.
+	User string
+	// Seen is when a front last saw it (unix seconds); 0: not stamped yet
+	// (seen.go).
+	Seen int64
+}
+
+// User is where a person lives. The maps hold it by value and replace it
+// whole: a snapshot shares it (Attrs too, which is replaced, never
+// changed in place).
 type User struct {
 	Worker string `json:"worker"`
 	// Epoch grows each time the person's home changes; frames carry it.
@@ -148,8 +159,8 @@ func (f *FSM) touchLocked(user string) {
 func (f *FSM) User(user string) (placement.UserInfo, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	h := f.state.Users[user]
-	if h == nil {
+	h, ok := f.state.Users.get(user)
+	if !ok {
 		return placement.UserInfo{}, false
 	}
 	return info(user, h), true
@@ -159,10 +170,11 @@ func (f *FSM) User(user string) (placement.UserInfo, bool) {
 func (f *FSM) Users() []placement.UserInfo {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	out := make([]placement.UserInfo, 0, len(f.state.Users))
-	for u, h := range f.state.Users {
+	out := make([]placement.UserInfo, 0, f.state.Users.len())
+	f.state.Users.all(func(u string, h User) bool {
 		out = append(out, info(u, h))
-	}
+		return true
+	})
 	return out
 }
 
@@ -171,11 +183,12 @@ func (f *FSM) UsersOf(worker string) []string {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	var out []string
-	for u, h := range f.state.Users {
+	f.state.Users.all(func(u string, h User) bool {
 		if h.Worker == worker {
 			out = append(out, u)
 		}
-	}
+		return true
+	})
 	return out
 }
 
@@ -184,15 +197,16 @@ func (f *FSM) UsersHomedOn(workers map[string]bool) []placement.UserInfo {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	var out []placement.UserInfo
-	for u, h := range f.state.Users {
+	f.state.Users.all(func(u string, h User) bool {
 		if workers[h.Worker] {
 			out = append(out, info(u, h))
 		}
-	}
+		return true
+	})
 	return out
 }
 
-func info(user string, h *User) placement.UserInfo {
+func info(user string, h User) placement.UserInfo {
 	st := h.State
 	if st == "" {
 		st = placement.StateLive
@@ -201,7 +215,7 @@ func info(user string, h *User) placement.UserInfo {
 }
 
 func newState() *State {
-	return &State{Conns: map[string]string{}, Users: map[string]*User{}, Agents: map[string]*AgentEntry{}}
+	return &State{Conns: newShardMap[Conn](), Users: newShardMap[User](), Agents: map[string]*AgentEntry{}}
 }
 
 // ArrivedAt returns the worker a person lives on and the epoch at which
@@ -209,8 +223,8 @@ func newState() *State {
 func (f *FSM) ArrivedAt(user string) (worker string, since uint64, ok bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	h := f.state.Users[user]
-	if h == nil {
+	h, ok := f.state.Users.get(user)
+	if !ok {
 		return "", 0, false
 	}
 	return h.Worker, h.Since, true
@@ -247,12 +261,13 @@ func (f *FSM) Lookup(conn string) (Route, bool) {
 }
 
 func (f *FSM) routeLocked(conn string) (Route, bool) {
-	u, ok := f.state.Conns[conn]
+	c, ok := f.state.Conns.get(conn)
 	if !ok {
 		return Route{}, false
 	}
-	h := f.state.Users[u]
-	if h == nil {
+	u := c.User
+	h, ok := f.state.Users.get(u)
+	if !ok {
 		return Route{}, false
 	}
 	return Route{Conn: conn, User: u, Worker: h.Worker, Epoch: h.Epoch,
@@ -271,16 +286,34 @@ func (f *FSM) UsersOn() map[string]int {
 }
 
 // addUserLocked records a new user's home.
-func (f *FSM) addUserLocked(user string, h *User) {
-	f.state.Users[user] = h
+func (f *FSM) addUserLocked(user string, h User) {
+	h.Worker = f.intern(h.Worker)
+	f.state.Users.put(user, h)
 	f.load[h.Worker]++
+}
+
+// intern returns the one copy of a worker's name the maps keep: a million
+// people on a hundred workers hold a hundred names.
+func (f *FSM) intern(worker string) string {
+	if w, ok := f.names[worker]; ok {
+		return w
+	}
+	if f.names == nil || len(f.names) > 4*len(f.load)+1024 {
+		// Names of workers nobody lives on any more go.
+		f.names = make(map[string]string, len(f.load))
+		for w := range f.load {
+			f.names[w] = w
+		}
+	}
+	f.names[worker] = worker
+	return worker
 }
 
 // Counts returns the number of connections and users.
 func (f *FSM) Counts() (conns, users int) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return len(f.state.Conns), len(f.state.Users)
+	return f.state.Conns.len(), f.state.Users.len()
 }
 
 // Index is the raft index of the last applied entry.
@@ -383,27 +416,29 @@ func (f *FSM) applyConnect(buf []byte) interface{} {
 	if req.User != "" {
 		user = req.User
 	}
-	if old, ok := f.state.Conns[req.Conn]; ok {
+	if old, ok := f.state.Conns.get(req.Conn); ok {
 		// The same write again (a retry after a lost answer) finds the
 		// connection as it left it; anything else is a second connection
 		// given a name already in use, which would take the first one's
 		// person: refused.
-		h := f.state.Users[old]
+		h, found := f.state.Users.get(old.User)
 		anonymous := strings.HasPrefix(user, protocol.AnonymousPrefix)
-		if old == user && h != nil && (!anonymous || h.Worker == req.Worker || h.MovingTo == req.Worker) {
+		if old.User == user && found && (!anonymous || h.Worker == req.Worker || h.MovingTo == req.Worker) {
 			r, _ := f.routeLocked(req.Conn)
 			return r
 		}
 		return fmt.Errorf("binding connection %q: %w", req.Conn, ErrConnTaken)
 	}
 	defer f.touchLocked(user)
-	f.state.Conns[req.Conn] = user
-	h := f.state.Users[user]
-	if h == nil {
-		h = &User{Worker: req.Worker, Epoch: 1}
+	f.state.Conns.put(req.Conn, Conn{User: user})
+	h, ok := f.state.Users.get(user)
+	if !ok {
+		h = User{Worker: req.Worker, Epoch: 1}
 		f.addUserLocked(user, h)
+		h, _ = f.state.Users.get(user)
 	}
 	h.Conns++
+	f.state.Users.put(user, h)
 	r, _ := f.routeLocked(req.Conn)
 	return r
 }
@@ -413,31 +448,35 @@ func (f *FSM) applyLogin(buf []byte) interface{} {
 	if err := json.Unmarshal(buf, &req); err != nil {
 		return fmt.Errorf("decoding login: %w", err)
 	}
-	old, ok := f.state.Conns[req.Conn]
+	c, ok := f.state.Conns.get(req.Conn)
 	if !ok {
 		return fmt.Errorf("login on unknown connection %q", req.Conn)
 	}
+	old := c.User
 	defer f.touchLocked(req.User)
 	defer f.touchLocked(old)
 	res := LoginResult{}
-	if oh := f.state.Users[old]; oh != nil {
+	if oh, ok := f.state.Users.get(old); ok {
 		res.Previous = oh.Worker
 	}
 	if old != req.User {
-		h := f.state.Users[req.User]
-		if h == nil {
+		h, ok := f.state.Users.get(req.User)
+		if !ok {
 			// The person arrives for the first time: this connection's
 			// worker becomes their home.
-			h = &User{Worker: res.Previous, Epoch: 1}
-			f.addUserLocked(req.User, h)
+			f.addUserLocked(req.User, User{Worker: res.Previous, Epoch: 1})
+			h, _ = f.state.Users.get(req.User)
 		}
 		h.Conns++
-		f.state.Conns[req.Conn] = req.User
+		f.state.Users.put(req.User, h)
+		c.User = req.User
+		f.state.Conns.put(req.Conn, c)
 		f.unbindLocked(old)
 	}
 	if req.Attrs != nil {
-		if h := f.state.Users[req.User]; h != nil {
+		if h, ok := f.state.Users.get(req.User); ok {
 			h.Attrs = req.Attrs
+			f.state.Users.put(req.User, h)
 		}
 	}
 	res.Route, _ = f.routeLocked(req.Conn)
@@ -449,11 +488,10 @@ func (f *FSM) applyForget(buf []byte) interface{} {
 	if err := json.Unmarshal(buf, &req); err != nil {
 		return fmt.Errorf("decoding forget: %w", err)
 	}
-	if u, ok := f.state.Conns[req.Conn]; ok {
-		delete(f.state.Conns, req.Conn)
-		delete(f.state.ConnSeen, req.Conn)
-		f.unbindLocked(u)
-		f.touchLocked(u)
+	if c, ok := f.state.Conns.get(req.Conn); ok {
+		f.state.Conns.del(req.Conn)
+		f.unbindLocked(c.User)
+		f.touchLocked(c.User)
 	}
 	return nil
 }
@@ -468,9 +506,9 @@ func (f *FSM) applyMoveBegin(buf []byte) interface{} {
 }
 
 func (f *FSM) moveBeginLocked(req MoveBeginRequest) (placement.UserInfo, error) {
-	h := f.state.Users[req.User]
+	h, ok := f.state.Users.get(req.User)
 	switch {
-	case h == nil:
+	case !ok:
 		return placement.UserInfo{}, fmt.Errorf("%w: %q", ErrNoUser, req.User)
 	case h.State == placement.StateMoving:
 		return placement.UserInfo{}, fmt.Errorf("%w: %q is already moving to %s", ErrBusy, req.User, h.MovingTo)
@@ -479,8 +517,9 @@ func (f *FSM) moveBeginLocked(req MoveBeginRequest) (placement.UserInfo, error) 
 	case h.Epoch != req.Epoch:
 		return placement.UserInfo{}, fmt.Errorf("%w: %q is at epoch %d, not %d", ErrBusy, req.User, h.Epoch, req.Epoch)
 	}
-	h.State, h.MovingTo = placement.StateMoving, req.To
+	h.State, h.MovingTo = placement.StateMoving, f.intern(req.To)
 	h.Epoch++
+	f.state.Users.put(req.User, h)
 	f.touchLocked(req.User)
 	return info(req.User, h), nil
 }
@@ -496,8 +535,8 @@ func (f *FSM) applyMoveCommit(buf []byte) interface{} {
 }
 
 func (f *FSM) moveCommitLocked(req MoveCommitRequest) (placement.UserInfo, error) {
-	h := f.state.Users[req.User]
-	if h == nil || h.State != placement.StateMoving || h.Epoch != req.Epoch {
+	h, ok := f.state.Users.get(req.User)
+	if !ok || h.State != placement.StateMoving || h.Epoch != req.Epoch {
 		return placement.UserInfo{}, fmt.Errorf("%w: no move of %q at epoch %d to commit", ErrBusy, req.User, req.Epoch)
 	}
 	f.load[h.Worker]--
@@ -507,11 +546,12 @@ func (f *FSM) moveCommitLocked(req MoveCommitRequest) (placement.UserInfo, error
 	// Grants the person held where they were are let go: whatever they
 	// meant to commit there will not be.
 	f.releaseMovedLocked(req.User, h.Worker, req.Now)
-	h.Worker, h.MovingTo, h.Package, h.Since = req.To, "", req.Package, req.Epoch
+	h.Worker, h.MovingTo, h.Package, h.Since = f.intern(req.To), "", req.Package, req.Epoch
 	h.State = placement.StateParked
 	if req.Package == "" {
 		h.State = placement.StateLive
 	}
+	f.state.Users.put(req.User, h)
 	f.load[h.Worker]++
 	f.touchLocked(req.User)
 	return info(req.User, h), nil
@@ -528,11 +568,12 @@ func (f *FSM) applyMoveAbort(buf []byte) interface{} {
 }
 
 func (f *FSM) moveAbortLocked(req MoveAbortRequest) (placement.UserInfo, error) {
-	h := f.state.Users[req.User]
-	if h == nil || h.State != placement.StateMoving || h.Epoch != req.Epoch {
+	h, ok := f.state.Users.get(req.User)
+	if !ok || h.State != placement.StateMoving || h.Epoch != req.Epoch {
 		return placement.UserInfo{}, fmt.Errorf("%w: no move of %q at epoch %d to abort", ErrBusy, req.User, req.Epoch)
 	}
 	h.State, h.MovingTo = placement.StateLive, ""
+	f.state.Users.put(req.User, h)
 	f.touchLocked(req.User)
 	return info(req.User, h), nil
 }
@@ -552,132 +593,30 @@ func (f *FSM) applyWoken(buf []byte) interface{} {
 	if err := json.Unmarshal(buf, &req); err != nil {
 		return fmt.Errorf("decoding woken: %w", err)
 	}
-	h := f.state.Users[req.User]
-	if h == nil || h.State != placement.StateParked || h.Package != req.Package {
+	h, ok := f.state.Users.get(req.User)
+	if !ok || h.State != placement.StateParked || h.Package != req.Package {
 		// Already woken, or moved again since: nothing to record.
 		return nil
 	}
 	h.State, h.Package = placement.StateLive, ""
+	f.state.Users.put(req.User, h)
 	f.touchLocked(req.User)
 	return info(req.User, h)
 }
 
 // unbindLocked drops one connection from a user, and the user with the last.
 func (f *FSM) unbindLocked(user string) {
-	h := f.state.Users[user]
-	if h == nil {
+	h, ok := f.state.Users.get(user)
+	if !ok {
 		return
 	}
 	h.Conns--
 	if h.Conns <= 0 && h.State != placement.StateMoving {
-		delete(f.state.Users, user)
+		f.state.Users.del(user)
 		if f.load[h.Worker]--; f.load[h.Worker] <= 0 {
 			delete(f.load, h.Worker)
 		}
+		return
 	}
+	f.state.Users.put(user, h)
 }
-
-// Snapshot copies the maps; encoding happens in Persist, off the FSM lock.
-func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	s := newState()
-	for k, v := range f.state.Conns {
-		s.Conns[k] = v
-	}
-	if len(f.state.ConnSeen) > 0 {
-		s.ConnSeen = make(map[string]int64, len(f.state.ConnSeen))
-		for k, v := range f.state.ConnSeen {
-			s.ConnSeen[k] = v
-		}
-	}
-	for k, v := range f.state.Users {
-		c := *v
-		s.Users[k] = &c
-	}
-	for k, v := range f.state.Agents {
-		c := *v
-		s.Agents[k] = &c
-	}
-	s.Catalog = f.state.Catalog.clone()
-	if f.state.Store != nil {
-		s.Store = f.state.Store.Clone()
-	}
-	if len(f.state.Tables) > 0 {
-		s.Tables = make(map[string][]string, len(f.state.Tables))
-		for w, ts := range f.state.Tables {
-			s.Tables[w] = ts // replaced whole on change, never mutated
-		}
-	}
-	s.Gateway = cloneGateway(f.state.Gateway)
-	s.CookieRing = f.state.CookieRing.clone()
-	s.TornDown = f.state.TornDown // replaced, never mutated
-	if len(f.state.Jobs) > 0 {
-		s.Jobs = make(map[string]*JobRecord, len(f.state.Jobs))
-		for id, j := range f.state.Jobs {
-			c := *j
-			s.Jobs[id] = &c
-		}
-	}
-	if len(f.state.Maintenance) > 0 {
-		s.Maintenance = make(map[string]*MaintenanceEntry, len(f.state.Maintenance))
-		for b, e := range f.state.Maintenance {
-			c := *e
-			s.Maintenance[b] = &c
-		}
-	}
-	return &snapshot{state: s}, nil
-}
-
-// Restore replaces the maps with a snapshot's.
-func (f *FSM) Restore(rc io.ReadCloser) error {
-	defer rc.Close()
-	s := newState()
-	if err := json.NewDecoder(rc).Decode(s); err != nil {
-		return fmt.Errorf("decoding snapshot: %w", err)
-	}
-	if s.Conns == nil {
-		s.Conns = map[string]string{}
-	}
-	if s.Users == nil {
-		s.Users = map[string]*User{}
-	}
-	if s.Agents == nil {
-		s.Agents = map[string]*AgentEntry{}
-	}
-	load := map[string]int{}
-	for _, u := range s.Users {
-		load[u.Worker]++
-	}
-	f.mu.Lock()
-	f.state, f.load = s, load
-	for u, ch := range f.watch {
-		close(ch)
-		delete(f.watch, u)
-	}
-	f.catalogChangedLocked()
-	f.maintenanceChangedLocked()
-	f.gatewayRestoredLocked()
-	if f.ringCh != nil {
-		close(f.ringCh)
-		f.ringCh = nil
-	}
-	for id, ch := range f.grantWatch {
-		close(ch)
-		delete(f.grantWatch, id)
-	}
-	f.mu.Unlock()
-	return nil
-}
-
-type snapshot struct{ state *State }
-
-func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	if err := json.NewEncoder(sink).Encode(s.state); err != nil {
-		sink.Cancel()
-		return fmt.Errorf("encoding snapshot: %w", err)
-	}
-	return sink.Close()
-}
-
-func (s *snapshot) Release() {}

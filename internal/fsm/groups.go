@@ -149,7 +149,7 @@ func (f *FSM) catalogChangedLocked() {
 func (f *FSM) Attrs(user string) map[string]string {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if h := f.state.Users[user]; h != nil {
+	if h, ok := f.state.Users.get(user); ok {
 		return h.Attrs
 	}
 	return nil
@@ -161,7 +161,7 @@ func (f *FSM) Assigned(user string) (group string, rule Rule, ok bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	var attrs map[string]string
-	if h := f.state.Users[user]; h != nil {
+	if h, ok := f.state.Users.get(user); ok {
 		attrs = h.Attrs
 	}
 	for _, r := range f.state.Catalog.Rules {

@@ -65,7 +65,7 @@ func (f *FSM) UsersPage(q UserQuery) UserPage {
 			}
 		}
 	}
-	match := func(u string, h *User) bool {
+	match := func(u string, h User) bool {
 		if q.Worker != "" && h.Worker != q.Worker {
 			return false
 		}
@@ -86,22 +86,23 @@ func (f *FSM) UsersPage(q UserQuery) UserPage {
 	// The names after the cursor, the first limit+1 of them in order: a
 	// bounded selection, not a sort of the whole population.
 	names := make([]string, 0, limit+1)
-	for u, h := range f.state.Users {
+	f.state.Users.all(func(u string, h User) bool {
 		if u <= q.After && q.After != "" {
-			continue
+			return true
 		}
 		if len(names) == limit+1 && u >= names[limit] {
-			continue
+			return true
 		}
 		if !match(u, h) {
-			continue
+			return true
 		}
 		i, _ := slices.BinarySearch(names, u)
 		if len(names) == limit+1 {
 			names = names[:limit]
 		}
 		names = slices.Insert(names, i, u)
-	}
+		return true
+	})
 	var page UserPage
 	if len(names) > limit {
 		names = names[:limit]
@@ -109,7 +110,8 @@ func (f *FSM) UsersPage(q UserQuery) UserPage {
 	}
 	page.Users = make([]placement.UserInfo, len(names))
 	for i, u := range names {
-		page.Users[i] = info(u, f.state.Users[u])
+		h, _ := f.state.Users.get(u)
+		page.Users[i] = info(u, h)
 	}
 	return page
 }
@@ -118,7 +120,7 @@ func (f *FSM) UsersPage(q UserQuery) UserPage {
 func (f *FSM) Tally() UserTally {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	t := UserTally{Users: len(f.state.Users), Conns: len(f.state.Conns),
+	t := UserTally{Users: f.state.Users.len(), Conns: f.state.Conns.len(),
 		State: map[string]int{}, Workers: make(map[string]int, len(f.load)), Groups: map[string]int{}}
 	groupOf := map[string]string{}
 	for _, a := range f.state.Agents {
@@ -135,12 +137,13 @@ func (f *FSM) Tally() UserTally {
 			t.Groups[g] += n
 		}
 	}
-	for _, h := range f.state.Users {
+	f.state.Users.all(func(_ string, h User) bool {
 		st := h.State
 		if st == "" {
 			st = placement.StateLive
 		}
 		t.State[st]++
-	}
+		return true
+	})
 	return t
 }

@@ -39,19 +39,19 @@ func (f *FSM) applySeenUsers(buf []byte) interface{} {
 	}
 	var out SeenUsersResult
 	for _, user := range req.Users {
-		if h := f.state.Users[user]; h != nil && h.Seen < req.At {
+		if h, ok := f.state.Users.get(user); ok && h.Seen < req.At {
 			h.Seen = req.At
+			f.state.Users.put(user, h)
 			out.Stamped++
 		}
 	}
 	for _, conn := range req.Conns {
-		if _, ok := f.state.Conns[conn]; !ok || f.state.ConnSeen[conn] >= req.At {
+		c, ok := f.state.Conns.get(conn)
+		if !ok || c.Seen >= req.At {
 			continue
 		}
-		if f.state.ConnSeen == nil {
-			f.state.ConnSeen = map[string]int64{}
-		}
-		f.state.ConnSeen[conn] = req.At
+		c.Seen = req.At
+		f.state.Conns.put(conn, c)
 		out.ConnsStamped++
 	}
 	return out
@@ -94,19 +94,19 @@ func (f *FSM) applyForgetConns(buf []byte) interface{} {
 	}
 	var out ForgetConnsResult
 	for _, fc := range req.Conns {
-		h := f.state.Users[fc.User]
-		seen, stamped := f.state.ConnSeen[fc.Conn]
+		h, found := f.state.Users.get(fc.User)
+		c, _ := f.state.Conns.get(fc.Conn)
 		switch {
-		case f.state.Conns[fc.Conn] != fc.User || h == nil,
+		case c.User != fc.User || !found,
 			h.State != "" && h.State != placement.StateLive,
 			h.Conns <= 1,
-			!stamped || seen >= req.Before:
+			c.Seen == 0 || c.Seen >= req.Before:
 			out.Kept++
 			continue
 		}
-		delete(f.state.Conns, fc.Conn)
-		delete(f.state.ConnSeen, fc.Conn)
+		f.state.Conns.del(fc.Conn)
 		h.Conns--
+		f.state.Users.put(fc.User, h)
 		f.touchLocked(fc.User)
 		out.Forgotten = append(out.Forgotten, ForgottenConn{Conn: fc.Conn, User: fc.User, Worker: h.Worker})
 	}
@@ -122,23 +122,27 @@ func (f *FSM) StaleConns(workers map[string]bool, before int64) (stale []ForgetC
 	defer f.mu.RUnlock()
 	// The newest connection of each person is theirs to keep.
 	newest := map[string]string{}
-	for conn, user := range f.state.Conns {
-		h := f.state.Users[user]
-		if h == nil || !workers[h.Worker] || h.State != "" && h.State != placement.StateLive || h.Conns <= 1 {
-			continue
+	f.state.Conns.all(func(conn string, c Conn) bool {
+		user := c.User
+		h, ok := f.state.Users.get(user)
+		if !ok || !workers[h.Worker] || h.State != "" && h.State != placement.StateLive || h.Conns <= 1 {
+			return true
 		}
-		seen, ok := f.state.ConnSeen[conn]
-		if !ok {
+		seen := c.Seen
+		if seen == 0 {
 			unstamped = append(unstamped, conn)
-			continue
+			return true
 		}
-		if n, ok := newest[user]; !ok || f.state.ConnSeen[n] < seen {
+		if n, ok := newest[user]; !ok {
+			newest[user] = conn
+		} else if nc, _ := f.state.Conns.get(n); nc.Seen < seen {
 			newest[user] = conn
 		}
 		if seen < before {
 			stale = append(stale, ForgetConn{Conn: conn, User: user})
 		}
-	}
+		return true
+	})
 	keep := stale[:0]
 	for _, fc := range stale {
 		if newest[fc.User] != fc.Conn {

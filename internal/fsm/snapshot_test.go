@@ -1,0 +1,196 @@
+package fsm
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/raft"
+)
+
+var update = flag.Bool("update", false, "rewrite the snapshot written by this version in testdata")
+
+// dump is everything the maps hold, in an order that compares.
+func dump(t *testing.T, f *FSM) string {
+	t.Helper()
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var lines []string
+	f.state.Users.all(func(name string, u User) bool {
+		lines = append(lines, fmt.Sprintf("user %s %+v", name, u))
+		return true
+	})
+	f.state.Conns.all(func(name string, c Conn) bool {
+		lines = append(lines, fmt.Sprintf("conn %s %+v", name, c))
+		return true
+	})
+	slices.Sort(lines)
+	rest, err := json.Marshal(f.restLocked())
+	if err != nil {
+		t.Fatal(err)
+	}
+	load, _ := json.Marshal(f.load)
+	return strings.Join(lines, "\n") + "\nrest " + string(rest) + "\nload " + string(load)
+}
+
+// A snapshot written as one JSON document (the format before the records)
+// is still read, whole.
+func TestReadsTheJSONSnapshot(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "snapshot-json.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := DecodeSnapshot(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := dump(t, g), dump(t, goldenMaps(t)); got != want {
+		t.Fatalf("restored from the JSON snapshot:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// A snapshot written by this version (testdata/snapshot-v1.golden) is read
+// by every later one: the test keeps the file and never rewrites it unless
+// told (-update), when the format's version changes.
+func TestReadsTheRecordSnapshot(t *testing.T) {
+	path := filepath.Join("testdata", "snapshot-v1.golden")
+	if *update {
+		var buf bytes.Buffer
+		if err := goldenMaps(t).EncodeSnapshot(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := DecodeSnapshot(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := dump(t, g), dump(t, goldenMaps(t)); got != want {
+		t.Fatalf("restored from the record snapshot:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// A snapshot is the maps as they were when it was taken, though writes go
+// on while it is written; the live maps keep those writes.
+func TestSnapshotIsAPointInTime(t *testing.T) {
+	f := New()
+	idx := uint64(0)
+	do := func(typ MessageType, body any) any {
+		idx++
+		return apply(t, f, idx, typ, body)
+	}
+	for i := range 3000 {
+		do(ConnectRequestType, ConnectRequest{Conn: fmt.Sprintf("c%d", i), User: fmt.Sprintf("u%d", i), Worker: "w1"})
+	}
+	before := dump(t, f)
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every shard written after the snapshot: moves, logins, forgets,
+	// new people, stamps.
+	for i := range 3000 {
+		u := fmt.Sprintf("u%d", i)
+		switch i % 4 {
+		case 0:
+			do(MoveBeginRequestType, MoveBeginRequest{User: u, From: "w1", To: "w2", Epoch: 1})
+		case 1:
+			do(ForgetConnRequestType, ForgetConnRequest{Conn: fmt.Sprintf("c%d", i)})
+		case 2:
+			do(LoginRequestType, LoginRequest{Conn: fmt.Sprintf("c%d", i), User: "x" + u, Attrs: map[string]string{"a": "b"}})
+		case 3:
+			do(SeenUsersRequestType, SeenUsersRequest{At: 99, Users: []string{u}, Conns: []string{fmt.Sprintf("c%d", i)}})
+		}
+		do(ConnectRequestType, ConnectRequest{Conn: fmt.Sprintf("n%d", i), User: fmt.Sprintf("n%d", i), Worker: "w3"})
+	}
+	after := dump(t, f)
+	var s sink
+	if err := snap.Persist(&s); err != nil {
+		t.Fatal(err)
+	}
+	g, err := DecodeSnapshot(s.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := dump(t, g); got != before {
+		t.Fatal("the snapshot holds writes made after it was taken")
+	}
+	if dump(t, f) != after || after == before {
+		t.Fatal("the live maps changed by writing the snapshot")
+	}
+	// A second snapshot now holds the writes.
+	if got := dump(t, roundTrip(t, f)); got != after {
+		t.Fatal("a later snapshot does not hold the writes")
+	}
+}
+
+// A snapshot cut short, damaged or from a newer version is refused whole.
+func TestSnapshotRefusesDamage(t *testing.T) {
+	var buf bytes.Buffer
+	if err := goldenMaps(t).EncodeSnapshot(&buf); err != nil {
+		t.Fatal(err)
+	}
+	b := buf.Bytes()
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want string
+	}{
+		{"cut", b[:len(b)-3], "ends before"},
+		{"cut at a record", b[:len(b)/2], ""},
+		{"empty", nil, "head"},
+		{"other head", []byte("nonsense"), "unknown head"},
+		{"newer version", append([]byte("SKYM\x09"), b[5:]...), "version 9"},
+		{"unknown record", append(append([]byte{}, b[:5]...), append([]byte{42, 0}, b[5:]...)...), "unknown type 42"},
+		{"huge record", append(append([]byte{}, b[:5]...), 2, 0xff, 0xff, 0xff, 0xff, 0x0f), "bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeSnapshot(tc.b)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+var _ raft.FSMSnapshot = (*snapshot)(nil)
+
+// goldenMaps builds maps with something of every kind a snapshot holds:
+// people live, moving and parked, with attributes and seen stamps, their
+// connections, an agent, table subscriptions and a maintenance window.
+func goldenMaps(t *testing.T) *FSM {
+	t.Helper()
+	f := New()
+	idx := uint64(0)
+	do := func(typ MessageType, body any) any {
+		idx++
+		return apply(t, f, idx, typ, body)
+	}
+	for i := range 40 {
+		w := fmt.Sprintf("w%d", i%4)
+		do(ConnectRequestType, ConnectRequest{Conn: fmt.Sprintf("c%02d", i), User: fmt.Sprintf("u%02d", i%25), Worker: w})
+	}
+	do(ConnectRequestType, ConnectRequest{Conn: "anon", Worker: "w1"})
+	do(ConnectRequestType, ConnectRequest{Conn: "late", Worker: "w2"})
+	do(LoginRequestType, LoginRequest{Conn: "late", User: "maria", Attrs: map[string]string{"dept": "sales"}})
+	do(MoveBeginRequestType, MoveBeginRequest{User: "u01", From: "w1", To: "w3", Epoch: 1})
+	do(MoveBeginRequestType, MoveBeginRequest{User: "u02", From: "w2", To: "w0", Epoch: 1})
+	do(MoveCommitRequestType, MoveCommitRequest{User: "u02", To: "w0", Epoch: 2, Package: "sha256:abc"})
+	do(SeenUsersRequestType, SeenUsersRequest{At: 1700000000, Users: []string{"u03", "maria"}, Conns: []string{"c03", "c28"}})
+	do(RegisterAgentRequestType, AgentEntry{Name: "a1", RPCAddr: "127.0.0.1:1", AdminAddr: "127.0.0.1:2", Workers: map[string]string{"w0": "blue", "w1": "blue", "w2": "green", "w3": "green"}})
+	do(TableSubsRequestType, TableSubsRequest{Worker: "w1", Tables: []string{"orders"}})
+	do(MaintenanceRequestType, MaintenanceRequest{Backend: "billing", Active: true, Window: MaintenanceEntry{Backend: "billing", Reason: "upgrade", MaxWait: 5e9}})
+	return f
+}
