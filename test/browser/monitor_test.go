@@ -473,3 +473,74 @@ func (s *scriptedView) view(ctx context.Context, q fsm.UserQuery) (monitor.View,
 	}
 	return v, nil
 }
+
+// No card value is cut at the widths people use (issue 27: at 1400 and
+// 1440 px heap, RSS and CPU time showed as "9.4…"): with big numbers on
+// every card, every value's box holds all of its text (scrollWidth ≤
+// clientWidth) and no card overflows, at 1280, 1400, 1440 and 1920 px.
+// Sizes are in binary units (KiB, MiB, GiB), as `worker list` prints them.
+func TestMonitorCardsNotCut(t *testing.T) {
+	t.Parallel()
+	fake := newScriptedView()
+	big := func(ctx context.Context, q fsm.UserQuery) (monitor.View, error) {
+		v, err := fake.view(ctx, q)
+		for i := range v.Workers {
+			w := &v.Workers[i]
+			w.HeapBytes, w.RSSBytes = 9_400<<20+uint64(i)<<20, 53_200<<20
+			w.CPUSeconds, w.Goroutines, w.Mailbox, w.Frames = 1_234_567.8, 1_234_567, 123_456, 9_876_543_210
+			w.Users, w.Conns, w.Pages = 1_234_567, 2_345_678, 3_456_789
+		}
+		return v, err
+	}
+	const mount = "/_stickyd/monitor"
+	mux := http.NewServeMux()
+	mux.Handle(mount+"/", http.StripPrefix(mount, monitor.WebHandler("page-token", big, nil)))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	op := startBrowser(t, "operator")
+	op.loginMonitor(srv.URL+monitorPath, "page-token")
+	type cut struct {
+		Worker string `json:"worker"`
+		Field  string `json:"field"`
+		Text   string `json:"text"`
+		Scroll int    `json:"scroll"`
+		Client int    `json:"client"`
+	}
+	const findCut = `(() => {
+	  const out = [];
+	  for (const c of document.querySelectorAll("#workers .card")) {
+	    if (c.scrollWidth > c.clientWidth) out.push({ worker: c.dataset.worker, field: "(the card)", text: "", scroll: c.scrollWidth, client: c.clientWidth });
+	    for (const dd of c.querySelectorAll("dd")) {
+	      if (dd.hidden || dd.getClientRects().length === 0) continue;
+	      if (dd.scrollWidth > dd.clientWidth) out.push({ worker: c.dataset.worker, field: dd.dataset.field, text: dd.textContent, scroll: dd.scrollWidth, client: dd.clientWidth });
+	    }
+	  }
+	  return out;
+	})()`
+	for _, width := range []int64{1280, 1400, 1440, 1920} {
+		op.do(fmt.Sprintf("resizing to %d px", width), chromedp.EmulateViewport(width, 1000))
+		v := op.waitMonitor(fmt.Sprintf("the cards at %d px", width), settle, func(v monitorView) bool {
+			if len(v.Workers) != 4 {
+				return false
+			}
+			c, _ := v.card("web-1")
+			return c.Users == "1,234,567"
+		})
+		cuts, err := eval[[]cut](op, findCut)
+		if err != nil {
+			t.Fatalf("reading the cards at %d px: %v", width, err)
+		}
+		for _, c := range cuts {
+			t.Errorf("at %d px, %s's %s %q is cut: %d px of text in %d px", width, c.Worker, c.Field, c.Text, c.Scroll, c.Client)
+		}
+		heap, err := eval[string](op, `document.querySelector('#worker-web-1 dd[data-field="heap"]').textContent`)
+		if err != nil || heap != "9.2 GiB" {
+			t.Errorf("at %d px web-1's heap reads %q (%v), want 9.2 GiB", width, heap, err)
+		}
+		if len(cuts) == 0 {
+			t.Logf("at %d px: %d cards, no value cut", width, len(v.Workers))
+		}
+		op.screenshot(fmt.Sprintf("monitor-%d.png", width))
+	}
+}

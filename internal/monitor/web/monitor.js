@@ -364,12 +364,15 @@
 
   function makeCard(id) {
     const c = { f: {}, n: {} };
-    const dl = (list, into, cls) => {
+    // A number's label and value stay together (a div per pair, which a
+    // dl may hold) and the pairs wrap: a value is never cut, at any width.
+    const dl = (list, into, cls, paired) => {
       const d = el("dl", { class: cls });
       for (const [k, label] of list) {
         const dd = el("dd", { "data-field": k });
         into[k] = { dt: el("dt", { text: label }), dd };
-        d.append(into[k].dt, into[k].dd);
+        if (paired) d.append(el("div", { class: "pair" }, into[k].dt, into[k].dd));
+        else d.append(into[k].dt, into[k].dd);
       }
       return d;
     };
@@ -382,7 +385,7 @@
     c.decision = el("p", { class: "decision" });
     c.el = el("article", { class: "card", "data-worker": id, id: "worker-" + id },
       el("header", {}, el("h3", { class: "wid", text: id }), c.state, c.cordoned),
-      c.sub, c.hints, dl(NUMBERS, c.n, "nums"), c.bars, c.chart, dl(FACTS, c.f, "facts"), c.decision);
+      c.sub, c.hints, dl(NUMBERS, c.n, "nums", true), c.bars, c.chart, dl(FACTS, c.f, "facts"), c.decision);
     return c;
   }
 
