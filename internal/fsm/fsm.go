@@ -57,7 +57,7 @@ type State struct {
 	// Conns maps a connection name to its person.
 	Conns *shardMap[Conn] `json:"-"`
 	// Users maps a user key to their home.
-	Users *shardMap[User] `json:"-"`
+	Users *userMap `json:"-"`
 	// Agents maps an agent's name to where its workers are reached.
 	Agents map[string]*AgentEntry `json:"agents,omitempty"`
 	// Catalog holds the groups, the default group and the rules.
@@ -215,7 +215,7 @@ func info(user string, h User) placement.UserInfo {
 }
 
 func newState() *State {
-	return &State{Conns: newShardMap[Conn](), Users: newShardMap[User](), Agents: map[string]*AgentEntry{}}
+	return &State{Conns: newShardMap[Conn](), Users: newUserMap(), Agents: map[string]*AgentEntry{}}
 }
 
 // ArrivedAt returns the worker a person lives on and the epoch at which

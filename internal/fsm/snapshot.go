@@ -131,7 +131,7 @@ func (f *FSM) restLocked() *State {
 }
 
 type snapshot struct {
-	users *frozenMap[User]
+	users *frozenUsers
 	conns *frozenMap[Conn]
 	rest  *State
 }
@@ -163,7 +163,7 @@ func (s *snapshot) write(w io.Writer) error {
 	if err := rw.raw(recRest, rest); err != nil {
 		return err
 	}
-	if err := rw.encode(recSizes, &endRecord{Users: uint64(s.users.n), Conns: uint64(s.conns.n)}); err != nil {
+	if err := rw.encode(recSizes, &endRecord{Users: uint64(s.users.m.n), Conns: uint64(s.conns.n)}); err != nil {
 		return err
 	}
 	var (
@@ -380,7 +380,7 @@ func readSnapshot(r *bufio.Reader) (*State, error) {
 			if err := decode(&sz); err != nil {
 				return nil, fmt.Errorf("decoding the sizes: %w", err)
 			}
-			s.Users = newShardMapSized[User](int(min(sz.Users, 1<<32)))
+			s.Users = newUserMapSized(int(min(sz.Users, 1<<32)))
 			s.Conns = newShardMapSized[Conn](int(min(sz.Conns, 1<<32)))
 		case recUsers:
 			var uc usersChunk
@@ -427,7 +427,7 @@ func (uc *usersChunk) reset() {
 	uc.Attrs = uc.Attrs[:0]
 }
 
-func (uc *usersChunk) addTo(m *shardMap[User]) error {
+func (uc *usersChunk) addTo(m *userMap) error {
 	n := len(uc.Names)
 	for _, col := range []int{len(uc.Worker), len(uc.Epoch), len(uc.Since), len(uc.Conns), len(uc.State), len(uc.MovingTo), len(uc.Package), len(uc.Attrs), len(uc.Seen)} {
 		if col != n {
@@ -460,7 +460,7 @@ func readJSONSnapshot(r io.Reader) (*State, error) {
 		return nil, err
 	}
 	s := l.State
-	s.Users, s.Conns = newShardMap[User](), newShardMap[Conn]()
+	s.Users, s.Conns = newUserMap(), newShardMap[Conn]()
 	for name, u := range l.Users {
 		if u != nil {
 			s.Users.put(name, *u)
