@@ -174,8 +174,8 @@ func TestInterspersed(t *testing.T) {
 }
 
 func TestFormat(t *testing.T) {
-	bytes := map[int]string{0: "0 B", 1023: "1023 B", 1024: "1 KB", 1536: "1.5 KB", 12 * 1024: "12 KB",
-		12*1024 + 700: "13 KB", 5 << 20: "5 MB", 3<<30 + 1<<29: "3.5 GB", 5000 << 30: "5000 GB"}
+	bytes := map[int]string{0: "0 B", 1023: "1023 B", 1024: "1 KiB", 1536: "1.5 KiB", 12 * 1024: "12 KiB",
+		12*1024 + 700: "13 KiB", 5 << 20: "5 MiB", 3<<30 + 1<<29: "3.5 GiB", 5000 << 30: "5000 GiB"}
 	for n, want := range bytes {
 		if got := formatBytes(n); got != want {
 			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)

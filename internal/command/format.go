@@ -8,16 +8,16 @@ import (
 	"time"
 )
 
-// formatBytes writes a size for people: 512 B, 1.5 KB, 12 KB, 3.2 MB
-// (powers of 1024).
+// formatBytes writes a size for people in binary units, as `worker list`
+// and the monitor page do: 512 B, 1.5 KiB, 12 KiB, 3.2 MiB.
 func formatBytes(n int) string {
 	if n < 1024 {
 		return fmt.Sprintf("%d B", n)
 	}
 	v := float64(n)
-	for _, unit := range []string{"KB", "MB", "GB"} {
+	for _, unit := range []string{"KiB", "MiB", "GiB"} {
 		v /= 1024
-		if v < 1024 || unit == "GB" {
+		if v < 1024 || unit == "GiB" {
 			return roundTo(v, 1) + " " + unit
 		}
 	}

@@ -118,7 +118,7 @@ func TestUserMove(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFakeAPI(t, map[string]http.HandlerFunc{"POST /v1/users/{user}/move": answer(200, res)})
 			r := run(t, f.args(append([]string{"user", "move"}, tt.args...)...)...)
-			r.expect(t, 0, []string{"moved alice web-1 → web-2", "Epoch  = 8", "Bytes  = 12 KB (12288 bytes)",
+			r.expect(t, 0, []string{"moved alice web-1 → web-2", "Epoch  = 8", "Bytes  = 12 KiB (12288 bytes)",
 				"Pages  = 3", "Conns  = 2", "Freeze = 1.5 ms", "Total  = 3 ms"}, nil)
 			c := f.only(t)
 			if c.Method != "POST" || c.Path != "/v1/users/alice/move" {

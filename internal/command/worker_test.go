@@ -109,9 +109,9 @@ func TestWorkerDrain(t *testing.T) {
 			}, supervisor.DrainResult{Worker: "web-1", Users: 3, Moved: 3}, ""),
 			code: 0,
 			stdout: []string{
-				"moved alice web-1 → web-2 (12 KB, 3 ms)\n",
+				"moved alice web-1 → web-2 (12 KiB, 3 ms)\n",
 				"moved bob web-1 → web-3 (700 B, 850 µs)\n",
-				"moved carol web-1 → web-2 (3.3 MB, 1.25 s)\n",
+				"moved carol web-1 → web-2 (3.3 MiB, 1.25 s)\n",
 				"drained web-1: 3 of 3 users moved, 0 failed",
 			},
 		},
@@ -124,7 +124,7 @@ func TestWorkerDrain(t *testing.T) {
 				failed("bob", "web-3", "move rolled back: the person stays home"),
 			}, supervisor.DrainResult{Worker: "web-1", Users: 2, Moved: 1, Failed: 1}, ""),
 			code:   1,
-			stdout: []string{"moved alice web-1 → web-2 (1 KB, 1 ms)", "failed bob web-1 → web-3: move rolled back: the person stays home"},
+			stdout: []string{"moved alice web-1 → web-2 (1 KiB, 1 ms)", "failed bob web-1 → web-3: move rolled back: the person stays home"},
 			stderr: []string{"drained web-1: 1 of 2 users moved, 1 failed"},
 		},
 		{
