@@ -17,6 +17,7 @@ import (
 	"github.com/stickyd/stickyd/internal/consul"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/nomad"
+	"github.com/stickyd/stickyd/internal/placement"
 	"github.com/stickyd/stickyd/internal/raftnode"
 	"github.com/stickyd/stickyd/internal/tlsutil"
 )
@@ -192,14 +193,16 @@ func (a *Agent) startDeployment() {
 
 // mirrorLoop publishes the placement registry to Consul KV while this
 // server leads: who is where, the groups, and the raft index it is as of.
+// Each tick writes the people who changed since the last (consul.Mirror's
+// Sync); a new term, or a failed write, publishes everything once.
 func (a *Agent) mirrorLoop(stop <-chan struct{}) {
 	defer a.deployWG.Done()
 	var (
-		m         *consul.Mirror
-		published uint64
-		failures  int
+		m        *consul.Mirror
+		failures int
 	)
-	tick := time.NewTicker(500 * time.Millisecond)
+	reg := registry{a}
+	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
@@ -219,14 +222,10 @@ func (a *Agent) mirrorLoop(stop <-chan struct{}) {
 			continue
 		}
 		if m == nil {
-			m, published = consul.NewMirror(c), 0
-		}
-		index := a.fsm.Index()
-		if index == published {
-			continue
+			m = consul.NewMirror(c)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := m.Publish(ctx, a.placementSnapshot(index))
+		err := m.Sync(ctx, reg)
 		cancel()
 		if err != nil {
 			if failures%20 == 0 {
@@ -235,31 +234,68 @@ func (a *Agent) mirrorLoop(stop <-chan struct{}) {
 			failures++
 			continue
 		}
-		published, failures = index, 0
+		failures = 0
 	}
+}
+
+// registry is the placement registry as the mirror reads it from the maps.
+type registry struct{ a *Agent }
+
+var _ consul.Registry = registry{}
+
+func (r registry) Changes() (uint64, map[string]*consul.User, bool) {
+	index, changed, all := r.a.fsm.TakeChanges()
+	if all {
+		return index, nil, true
+	}
+	out := make(map[string]*consul.User, len(changed))
+	for name, u := range changed {
+		if u == nil {
+			out[name] = nil
+			continue
+		}
+		e := r.a.placedUser(*u)
+		out[name] = &e
+	}
+	return index, out, false
+}
+
+func (r registry) Placement(index uint64) consul.Placement { return r.a.placementSnapshot(index) }
+
+func (r registry) Groups() map[string]json.RawMessage { return r.a.groupsJSON() }
+
+// placedUser is where u is, in the registry's words.
+func (a *Agent) placedUser(u placement.UserInfo) consul.User {
+	e := consul.User{Worker: u.Worker, Epoch: u.Epoch, State: u.State, Group: a.router.GroupOf(u.Worker)}
+	if ag, ok := a.fsm.AgentOf(u.Worker); ok {
+		e.Host = ag.Name
+	} else if a.pool.GroupOf(u.Worker) != "" {
+		e.Host = a.cfg.Name
+	}
+	return e
 }
 
 // placementSnapshot is the placement registry as of the replica's index.
 func (a *Agent) placementSnapshot(index uint64) consul.Placement {
-	p := consul.Placement{Index: index, Users: map[string]consul.User{}, Groups: map[string]json.RawMessage{}}
+	p := consul.Placement{Index: index, Users: map[string]consul.User{}, Groups: a.groupsJSON()}
 	for _, u := range a.fsm.Users() {
-		e := consul.User{Worker: u.Worker, Epoch: u.Epoch, State: u.State, Group: a.router.GroupOf(u.Worker)}
-		if ag, ok := a.fsm.AgentOf(u.Worker); ok {
-			e.Host = ag.Name
-		} else if a.pool.GroupOf(u.Worker) != "" {
-			e.Host = a.cfg.Name
-		}
-		p.Users[u.User] = e
+		p.Users[u.User] = a.placedUser(u)
 	}
+	return p
+}
+
+// groupsJSON is each group's registry entry.
+func (a *Agent) groupsJSON() map[string]json.RawMessage {
+	out := map[string]json.RawMessage{}
 	v := a.groupsView()
 	for _, g := range v.Groups {
 		b, err := json.Marshal(map[string]any{"name": g.Name, "runtime": g.Runtime, "bundle": g.Bundle, "workers": g.Workers,
 			"source": g.Source, "default": g.Default, "previous": g.Previous, "users": g.Users, "worker_ids": g.WorkerIDs})
 		if err == nil {
-			p.Groups[g.Name] = b
+			out[g.Name] = b
 		}
 	}
-	return p
+	return out
 }
 
 // nomadLoop keeps one Nomad job per catalog group while this server leads:

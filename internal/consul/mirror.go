@@ -66,6 +66,11 @@ type Mirror struct {
 	synced bool
 	// kv is what the mirror last wrote, key to value, for the diff.
 	kv map[string][]byte
+	// incremental is true once a whole registry was published: Sync then
+	// writes what changed (sync.go).
+	incremental bool
+	// lastOps counts the operations of the last change Sync wrote.
+	lastOps int
 }
 
 // NewMirror returns a Mirror writing through c. It does not contact Consul;

@@ -31,6 +31,8 @@ type FSM struct {
 	load map[string]int
 	// names holds one copy of each worker's name (intern).
 	names map[string]string
+	// changes are the people changed since a reader took them (changes.go).
+	changes changes
 	// watch holds a channel per watched user, closed when the user changes.
 	watch map[string]chan struct{}
 	// catalogCh is closed at the next change of the catalog.
@@ -149,6 +151,7 @@ func (f *FSM) Watch(user string) <-chan struct{} {
 
 // touchLocked wakes the watchers of user.
 func (f *FSM) touchLocked(user string) {
+	f.changes.changedLocked(user)
 	if ch := f.watch[user]; ch != nil {
 		close(ch)
 		delete(f.watch, user)
@@ -398,6 +401,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 			return fmt.Errorf("decoding agent registration: %w", err)
 		}
 		f.state.Agents[req.Name] = &req
+		f.changes.everyoneLocked()
 		return nil
 	default:
 		// An entry from a newer version: skipping it keeps the replica

@@ -139,6 +139,7 @@ func (f *FSM) WatchCatalog() <-chan struct{} {
 }
 
 func (f *FSM) catalogChangedLocked() {
+	f.changes.everyoneLocked()
 	if f.catalogCh != nil {
 		close(f.catalogCh)
 		f.catalogCh = nil

@@ -293,6 +293,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	})
 	f.mu.Lock()
 	f.state, f.load, f.names = s, load, names
+	f.changes.everyoneLocked()
 	for u, ch := range f.watch {
 		close(ch)
 		delete(f.watch, u)
