@@ -127,6 +127,17 @@ bench:
 	$(GO) run ./test/bench/gateway
 	$(GO) run ./test/bench/lifecycle
 
+## bench-scale: the maps at a million people (snapshot, restore, heap per
+## person), three raft servers on loopback with their logs on disk (new
+## connections/s, moves/s, a snapshot mid-run, a member restarted and one
+## replaced empty), and the Consul mirror's lag at 100,000 people with a
+## real Consul agent (built by tools); the people lists of the admin API
+## at a million (test/bench/monitor). About 5 minutes on 2 cores.
+.PHONY: bench-scale
+bench-scale: tools
+	$(GO) run ./test/bench/scale
+	$(GO) run ./test/bench/monitor
+
 ## bench-peers: stickyd beside what people would pick instead (page state
 ## in Redis, nginx as the WebSocket proxy, memory per idle WebSocket); see
 ## docs/benchmarks.md. Installs redis-server and nginx from Debian if they

@@ -33,11 +33,17 @@ type options struct {
 	moves   int
 	phases  []string
 	dir     string
+	// the mirror phase
+	consul       string
+	mirrorPeople int
+	mirrorRate   int
+	mirrorFor    time.Duration
 }
 
 type results struct {
-	maps *mapsResult
-	raft *raftResult
+	maps   *mapsResult
+	raft   *raftResult
+	mirror *mirrorResult
 }
 
 func main() {
@@ -59,7 +65,11 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.writers, "writers", 512, "concurrent writers to raft (fronts and hosts)")
 	fs.IntVar(&o.batch, "batch", 64, "people in one move entry (the batched road)")
 	fs.IntVar(&o.moves, "moves", 200_000, "people moved in the raft phase")
-	phases := fs.String("phases", "maps,raft", "what to measure: maps (the FSM alone), raft (three servers on loopback)")
+	phases := fs.String("phases", "maps,raft,mirror", "what to measure: maps (the FSM alone), raft (three servers on loopback), mirror (the Consul mirror's lag, a real Consul agent)")
+	fs.StringVar(&o.consul, "consul", "", "the Consul agent binary of the mirror phase (default bin/consul, from make tools, else consul on the PATH)")
+	fs.IntVar(&o.mirrorPeople, "mirror-people", 100_000, "people in the maps of the mirror phase")
+	fs.IntVar(&o.mirrorRate, "mirror-rate", 1000, "registry changes a second in the mirror phase")
+	fs.DurationVar(&o.mirrorFor, "mirror-for", 20*time.Second, "how long the mirror phase changes the registry")
 	fs.StringVar(&o.dir, "dir", "", "where the servers keep their data (default a temporary folder, removed after)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -70,15 +80,23 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if fs.QuickDefault("moves") {
 		o.moves = 20_000
 	}
+	if fs.QuickDefault("mirror-people") {
+		o.mirrorPeople = 10_000
+	}
+	if fs.QuickDefault("mirror-for") {
+		o.mirrorFor = 5 * time.Second
+	}
 	o.phases = benchkit.SplitList(*phases)
 	for _, p := range o.phases {
-		if p != "maps" && p != "raft" {
-			return o, fmt.Errorf("-phases: unknown phase %q (maps, raft)", p)
+		if p != "maps" && p != "raft" && p != "mirror" {
+			return o, fmt.Errorf("-phases: unknown phase %q (maps, raft, mirror)", p)
 		}
 	}
 	switch {
 	case o.people < 1 || o.conns < 1 || o.hosts < 1 || o.workers < 1 || o.writers < 1 || o.batch < 1 || o.moves < 0:
 		return o, fmt.Errorf("-people, -conns, -hosts, -workers, -writers and -batch must be at least 1, -moves at least 0")
+	case o.mirrorPeople < 1 || o.mirrorRate < 1 || o.mirrorFor <= 0:
+		return o, fmt.Errorf("-mirror-people, -mirror-rate and -mirror-for must be positive")
 	case o.moves > o.people:
 		return o, fmt.Errorf("-moves %d is more than -people %d", o.moves, o.people)
 	}
@@ -110,6 +128,18 @@ func measure(ctx context.Context, o options, stderr io.Writer) (results, error) 
 		}
 		r.raft = &rr
 	}
+	if slices.Contains(o.phases, "mirror") {
+		bin, err := consulBinary(o.consul)
+		if err != nil {
+			return r, fmt.Errorf("mirror: %w", err)
+		}
+		o.consul = bin
+		mr, err := measureMirror(ctx, o, dir, stderr)
+		if err != nil {
+			return r, fmt.Errorf("mirror: %w", err)
+		}
+		r.mirror = &mr
+	}
 	return r, nil
 }
 
@@ -135,6 +165,9 @@ func report(w io.Writer, o options, r results) {
 	}
 	if rr := r.raft; rr != nil {
 		rr.rows(row)
+	}
+	if mr := r.mirror; mr != nil {
+		mr.rows(row)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, strings.TrimSpace(`Reproduce: go run ./test/bench/scale (make bench-scale).`))
