@@ -65,15 +65,18 @@ func (f *FSM) UsersPage(q UserQuery) UserPage {
 			}
 		}
 	}
-	match := func(u string, h User) bool {
-		if q.Worker != "" && h.Worker != q.Worker {
+	match := func(r userRec) bool {
+		if q.Worker != "" && r.worker != q.Worker {
 			return false
 		}
-		if workers != nil && !workers[h.Worker] {
+		if workers != nil && !workers[r.worker] {
 			return false
 		}
 		if q.State != "" {
-			st := h.State
+			st := ""
+			if r.x != nil {
+				st = r.x.state
+			}
 			if st == "" {
 				st = placement.StateLive
 			}
@@ -84,25 +87,27 @@ func (f *FSM) UsersPage(q UserQuery) UserPage {
 		return true
 	}
 	// The names after the cursor, the first limit+1 of them in order: a
-	// bounded selection, not a sort of the whole population.
+	// bounded selection, not a sort of the whole population. The names
+	// are compared before anything else is read.
 	names := make([]string, 0, limit+1)
-	f.state.Users.all(func(u string, h User) bool {
-		if u <= q.After && q.After != "" {
-			return true
+	for _, sh := range f.state.Users.m.shards {
+		for u, r := range sh.m {
+			if q.After != "" && u <= q.After {
+				continue
+			}
+			if len(names) == limit+1 && u >= names[limit] {
+				continue
+			}
+			if !match(r) {
+				continue
+			}
+			i, _ := slices.BinarySearch(names, u)
+			if len(names) == limit+1 {
+				names = names[:limit]
+			}
+			names = slices.Insert(names, i, u)
 		}
-		if len(names) == limit+1 && u >= names[limit] {
-			return true
-		}
-		if !match(u, h) {
-			return true
-		}
-		i, _ := slices.BinarySearch(names, u)
-		if len(names) == limit+1 {
-			names = names[:limit]
-		}
-		names = slices.Insert(names, i, u)
-		return true
-	})
+	}
 	var page UserPage
 	if len(names) > limit {
 		names = names[:limit]
@@ -137,13 +142,10 @@ func (f *FSM) Tally() UserTally {
 			t.Groups[g] += n
 		}
 	}
-	f.state.Users.all(func(_ string, h User) bool {
-		st := h.State
-		if st == "" {
-			st = placement.StateLive
+	for st, n := range f.state.Users.states {
+		if n > 0 {
+			t.State[st] = n
 		}
-		t.State[st]++
-		return true
-	})
+	}
 	return t
 }

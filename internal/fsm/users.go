@@ -1,5 +1,7 @@
 package fsm
 
+import "github.com/stickyd/stickyd/internal/placement"
+
 // userRec is a person as the maps store them: 56 bytes for a live person
 // without login attributes; what few people have (a move under way, a
 // package to wake from, attributes) is in x, shared with snapshots and
@@ -38,11 +40,27 @@ func (r userRec) unpack() User {
 
 // userMap is the people, stored compact (userRec), read and written as
 // User values.
-type userMap struct{ m *shardMap[userRec] }
+type userMap struct {
+	m *shardMap[userRec]
+	// states counts the people in each state (placement.State*), kept
+	// as they are written: a tally costs nothing per person.
+	states map[string]int
+}
 
-func newUserMap() *userMap { return &userMap{m: newShardMap[userRec]()} }
+func newUserMap() *userMap {
+	return &userMap{m: newShardMap[userRec](), states: map[string]int{}}
+}
 
-func newUserMapSized(n int) *userMap { return &userMap{m: newShardMapSized[userRec](n)} }
+func newUserMapSized(n int) *userMap {
+	return &userMap{m: newShardMapSized[userRec](n), states: map[string]int{}}
+}
+
+func (r userRec) state() string {
+	if r.x == nil || r.x.state == "" {
+		return placement.StateLive
+	}
+	return r.x.state
+}
 
 func (u *userMap) get(k string) (User, bool) {
 	r, ok := u.m.get(k)
@@ -52,9 +70,21 @@ func (u *userMap) get(k string) (User, bool) {
 	return r.unpack(), true
 }
 
-func (u *userMap) put(k string, h User) { u.m.put(k, pack(h)) }
+func (u *userMap) put(k string, h User) {
+	r := pack(h)
+	if old, ok := u.m.get(k); ok {
+		u.states[old.state()]--
+	}
+	u.states[r.state()]++
+	u.m.put(k, r)
+}
 
-func (u *userMap) del(k string) { u.m.del(k) }
+func (u *userMap) del(k string) {
+	if old, ok := u.m.get(k); ok {
+		u.states[old.state()]--
+		u.m.del(k)
+	}
+}
 
 func (u *userMap) len() int { return u.m.len() }
 

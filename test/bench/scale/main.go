@@ -148,7 +148,9 @@ func ms(d time.Duration) string {
 }
 
 func report(w io.Writer, o options, r results) {
-	fmt.Fprintf(w, "%d people, %d connections each, %d hosts × %d workers\n\n", o.people, o.conns, o.hosts, o.workers)
+	if r.maps != nil || r.raft != nil {
+		fmt.Fprintf(w, "%d people, %d connections each, %d hosts × %d workers\n\n", o.people, o.conns, o.hosts, o.workers)
+	}
 	fmt.Fprintln(w, "| measure | value |")
 	fmt.Fprintln(w, "|---|---|")
 	row := func(k, v string) { fmt.Fprintf(w, "| %s | %s |\n", k, v) }
