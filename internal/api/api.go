@@ -338,7 +338,7 @@ func (a *server) forgetUser(w http.ResponseWriter, r *http.Request) error {
 
 func moveErr(err error) error {
 	switch {
-	case errors.Is(err, fsm.ErrNoUser):
+	case errors.Is(err, fsm.ErrNoUser), errors.Is(err, supervisor.ErrNoWorker), errors.Is(err, supervisor.ErrNoGroup):
 		return &Error{Status: http.StatusNotFound, Message: err.Error()}
 	case errors.Is(err, move.ErrBadDestination), errors.Is(err, supervisor.ErrNoDestination):
 		return &Error{Status: http.StatusBadRequest, Message: err.Error()}

@@ -7,8 +7,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/hashicorp/cli"
-
 	"github.com/stickyd/stickyd/internal/bundle"
 )
 
@@ -38,7 +36,7 @@ Usage: stickyd bundle <subcommand> [options] [args]
 
 func (c *BundleCommand) Synopsis() string { return "Pack, push, verify and list application bundles" }
 
-func (c *BundleCommand) Run(args []string) int { return cli.RunResultHelp }
+func (c *BundleCommand) Run(args []string) int { return c.parent("bundle", args) }
 
 // archiveOptions are the flags naming the bundle archive.
 type archiveOptions struct {

@@ -53,7 +53,7 @@ func RunApp(args []string, ui cli.Ui, builtins map[string]agent.Builtin, app str
 	}()
 	c := &cli.CLI{
 		Name:     "stickyd",
-		Version:  Version,
+		Version:  versionString(),
 		Args:     args,
 		HelpFunc: cli.BasicHelpFunc("stickyd"),
 		Commands: map[string]cli.CommandFactory{
@@ -129,8 +129,20 @@ func RunApp(args []string, ui cli.Ui, builtins map[string]agent.Builtin, app str
 		ui.Error(fmt.Sprintf("error: %v", err))
 		return 1
 	}
+	if code == unknownCommand {
+		// cli prints the usage alone; name what was not understood first.
+		if sub := c.Subcommand(); sub != "" {
+			usage := errs.String()
+			errs.Reset()
+			fmt.Fprintf(&errs, "unknown command %q\n\n%s", sub, usage)
+		}
+	}
 	return code
 }
+
+// unknownCommand is the exit code cli returns for a command it does not
+// know (as a shell does).
+const unknownCommand = 127
 
 // Meta is what every command shares.
 type Meta struct {
@@ -138,6 +150,16 @@ type Meta struct {
 	Builtins map[string]agent.Builtin
 	// DevApp is the builtin stickyd dev runs by default ("" for demo).
 	DevApp string
+}
+
+// parent runs a command that only groups subcommands: alone it prints
+// their list; with a word cli did not find under it, it names that word
+// first ("stickyd user frobnicate").
+func (m *Meta) parent(name string, args []string) int {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		m.UI.Error(fmt.Sprintf("unknown command %q\n", name+" "+args[0]))
+	}
+	return cli.RunResultHelp
 }
 
 // flagSet returns a FlagSet whose errors and usage go to the UI.

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-
-	"github.com/hashicorp/cli"
 )
 
 // GatewayCommand is the parent of the gateway subcommands; alone it prints
@@ -40,7 +38,7 @@ Usage: stickyd gateway <subcommand> [options]
 
 func (c *GatewayCommand) Synopsis() string { return "Look at the AI gateway's costs and health" }
 
-func (c *GatewayCommand) Run(args []string) int { return cli.RunResultHelp }
+func (c *GatewayCommand) Run(args []string) int { return c.parent("gateway", args) }
 
 // gatewayError wraps an error of a gateway call with what was being done.
 // The gateway's routes exist only on agents with a gateway block, so a 404

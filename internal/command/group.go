@@ -11,8 +11,6 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/hashicorp/cli"
-
 	"github.com/stickyd/stickyd/internal/api"
 )
 
@@ -47,7 +45,7 @@ Usage: stickyd group <subcommand> [options] [args]
 
 func (c *GroupCommand) Synopsis() string { return "Create, promote, roll back and retire groups" }
 
-func (c *GroupCommand) Run(args []string) int { return cli.RunResultHelp }
+func (c *GroupCommand) Run(args []string) int { return c.parent("group", args) }
 
 // followJob prints a job's moves as they happen and its summary; it returns
 // the exit code: 1 if a move failed or the job stopped with an error.

@@ -5,8 +5,6 @@ import (
 	"regexp"
 	"strings"
 	"time"
-
-	"github.com/hashicorp/cli"
 )
 
 // MaintenanceCommand is the parent of the maintenance subcommands; alone it
@@ -45,7 +43,7 @@ func (c *MaintenanceCommand) Synopsis() string {
 	return "Hold requests while a backend is in maintenance"
 }
 
-func (c *MaintenanceCommand) Run(args []string) int { return cli.RunResultHelp }
+func (c *MaintenanceCommand) Run(args []string) int { return c.parent("maintenance", args) }
 
 // What the admin API accepts as a backend and a window's max wait
 // (PUT /v1/maintenance/{backend}). They are checked here too, so that a

@@ -2,8 +2,6 @@ package command
 
 import (
 	"strings"
-
-	"github.com/hashicorp/cli"
 )
 
 // OperatorCommand is the parent of the operator subcommands, Consul's
@@ -41,4 +39,4 @@ Usage: stickyd operator <subcommand> [options] [args]
 
 func (c *OperatorCommand) Synopsis() string { return "Tools for cluster operators" }
 
-func (c *OperatorCommand) Run(args []string) int { return cli.RunResultHelp }
+func (c *OperatorCommand) Run(args []string) int { return c.parent("operator", args) }

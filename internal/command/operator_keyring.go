@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/hashicorp/cli"
 )
 
 // OperatorKeyringCommand is the parent of the cookie key ring's
@@ -37,7 +35,7 @@ Usage: stickyd operator keyring <subcommand> [options]
 
 func (c *OperatorKeyringCommand) Synopsis() string { return "List or rotate the cookie key ring" }
 
-func (c *OperatorKeyringCommand) Run(args []string) int { return cli.RunResultHelp }
+func (c *OperatorKeyringCommand) Run(args []string) int { return c.parent("operator keyring", args) }
 
 // keyringView is the API's answer (agent.Keyring).
 type keyringView struct {

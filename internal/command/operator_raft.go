@@ -2,8 +2,6 @@ package command
 
 import (
 	"strings"
-
-	"github.com/hashicorp/cli"
 )
 
 // OperatorRaftCommand is the parent of the raft tools; alone it prints
@@ -33,4 +31,4 @@ Usage: stickyd operator raft <subcommand> [options] [args]
 
 func (c *OperatorRaftCommand) Synopsis() string { return "Look at the raft cluster" }
 
-func (c *OperatorRaftCommand) Run(args []string) int { return cli.RunResultHelp }
+func (c *OperatorRaftCommand) Run(args []string) int { return c.parent("operator raft", args) }

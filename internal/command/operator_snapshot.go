@@ -7,8 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-
-	"github.com/hashicorp/cli"
 )
 
 // OperatorSnapshotCommand is the snapshot subcommands' parent.
@@ -27,7 +25,7 @@ Usage: stickyd operator snapshot <subcommand> [options] [args]
 
 func (c *OperatorSnapshotCommand) Synopsis() string { return "Save the maps as a raft snapshot" }
 
-func (c *OperatorSnapshotCommand) Run(args []string) int { return cli.RunResultHelp }
+func (c *OperatorSnapshotCommand) Run(args []string) int { return c.parent("operator snapshot", args) }
 
 // OperatorSnapshotSaveCommand writes a raft snapshot of the maps to a file.
 type OperatorSnapshotSaveCommand struct{ Meta }

@@ -2,8 +2,6 @@ package command
 
 import (
 	"strings"
-
-	"github.com/hashicorp/cli"
 )
 
 // ServerCommand is the parent of the server subcommands; alone it prints
@@ -28,4 +26,4 @@ Usage: stickyd server <subcommand> [options] [args]
 
 func (c *ServerCommand) Synopsis() string { return "Look at the servers of the cluster" }
 
-func (c *ServerCommand) Run(args []string) int { return cli.RunResultHelp }
+func (c *ServerCommand) Run(args []string) int { return c.parent("server", args) }

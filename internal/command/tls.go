@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/hashicorp/cli"
-
 	"github.com/stickyd/stickyd/internal/tlsutil"
 )
 
@@ -44,7 +42,7 @@ Usage: stickyd tls <subcommand> [options]
 
 func (c *TLSCommand) Synopsis() string { return "Make the certificates of a cluster's mutual TLS" }
 
-func (c *TLSCommand) Run(args []string) int { return cli.RunResultHelp }
+func (c *TLSCommand) Run(args []string) int { return c.parent("tls", args) }
 
 // TLSCACommand is the parent of tls ca create.
 type TLSCACommand struct{ Meta }
@@ -59,7 +57,7 @@ Usage: stickyd tls ca <subcommand> [options]
 
 func (c *TLSCACommand) Synopsis() string { return "Make a cluster's certificate authority" }
 
-func (c *TLSCACommand) Run(args []string) int { return cli.RunResultHelp }
+func (c *TLSCACommand) Run(args []string) int { return c.parent("tls ca", args) }
 
 // TLSCACreateCommand writes a new CA.
 type TLSCACreateCommand struct{ Meta }
@@ -120,7 +118,7 @@ Usage: stickyd tls cert <subcommand> [options]
 
 func (c *TLSCertCommand) Synopsis() string { return "Make an agent's certificate" }
 
-func (c *TLSCertCommand) Run(args []string) int { return cli.RunResultHelp }
+func (c *TLSCertCommand) Run(args []string) int { return c.parent("tls cert", args) }
 
 // TLSCertCreateCommand writes an agent's certificate signed by the CA.
 type TLSCertCreateCommand struct{ Meta }

@@ -2,8 +2,6 @@ package command
 
 import (
 	"strings"
-
-	"github.com/hashicorp/cli"
 )
 
 // UserCommand is the parent of the user subcommands; alone it prints their
@@ -37,4 +35,4 @@ Usage: stickyd user <subcommand> [options] [args]
 
 func (c *UserCommand) Synopsis() string { return "Look at, move and forget users" }
 
-func (c *UserCommand) Run(args []string) int { return cli.RunResultHelp }
+func (c *UserCommand) Run(args []string) int { return c.parent("user", args) }

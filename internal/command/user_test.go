@@ -142,7 +142,9 @@ func TestUserMoveFails(t *testing.T) {
 	}{
 		{"rolled back", 409, "move rolled back: the person stays home"},
 		{"unknown user", 404, `no user "alice"`},
-		{"bad destination", 400, "no such worker"},
+		{"unknown worker", 404, `moving "alice" to "web-9": no such worker`},
+		{"unknown group", 404, `moving "alice" to group "nogroup": no such group`},
+		{"worker not ready", 400, `moving "alice": bad destination: worker "web-9" is not ready`},
 		{"busy", 409, "user is busy"},
 	}
 	for _, tt := range tests {

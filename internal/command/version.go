@@ -26,6 +26,12 @@ func (c *VersionCommand) Run(args []string) int {
 		c.UI.Error("version takes no arguments\n\n" + c.Help())
 		return 1
 	}
-	c.UI.Output(fmt.Sprintf("stickyd v%s (channel protocol %d, %s)", Version, protocol.Version, runtime.Version()))
+	c.UI.Output(versionString())
 	return 0
+}
+
+// versionString is what stickyd version and stickyd --version print:
+// "stickyd v0.1.0-dev (channel protocol 1, go1.26.0)".
+func versionString() string {
+	return fmt.Sprintf("stickyd v%s (channel protocol %d, %s)", Version, protocol.Version, runtime.Version())
 }

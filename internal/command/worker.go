@@ -2,8 +2,6 @@ package command
 
 import (
 	"strings"
-
-	"github.com/hashicorp/cli"
 )
 
 // WorkerCommand is the parent of the worker subcommands; alone it prints
@@ -32,4 +30,4 @@ Usage: stickyd worker <subcommand> [options] [args]
 
 func (c *WorkerCommand) Synopsis() string { return "Look at and drain workers" }
 
-func (c *WorkerCommand) Run(args []string) int { return cli.RunResultHelp }
+func (c *WorkerCommand) Run(args []string) int { return c.parent("worker", args) }

@@ -171,10 +171,10 @@ func TestWorkerDrain(t *testing.T) {
 func TestWorkerDrainErrors(t *testing.T) {
 	f := newFakeAPI(t, map[string]http.HandlerFunc{
 		"POST /v1/workers/{worker}/drain": func(w http.ResponseWriter, r *http.Request) {
-			writeError(w, 400, `draining "web-9": bad destination: no such worker`)
+			writeError(w, 404, `draining "web-9": no such worker`)
 		},
 	})
-	run(t, f.args("worker", "drain", "web-9")...).expect(t, 1, nil, []string{`draining web-9: draining "web-9": bad destination: no such worker`})
+	run(t, f.args("worker", "drain", "web-9")...).expect(t, 1, nil, []string{`draining web-9: draining "web-9": no such worker`})
 
 	garbled := newFakeAPI(t, map[string]http.HandlerFunc{
 		"POST /v1/workers/{worker}/drain": func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("{\"move\": oops\n")) },

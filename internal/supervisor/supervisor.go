@@ -97,19 +97,34 @@ func (s *Supervisor) Woken(ctx context.Context, user, digest string) error {
 	return err
 }
 
-// ErrNoDestination is returned when no worker can take a person.
-var ErrNoDestination = errors.New("no ready worker to move to")
+var (
+	// ErrNoDestination is returned when no worker can take a person.
+	ErrNoDestination = errors.New("no ready worker to move to")
+	// ErrNoWorker is returned for a worker no host runs (neither this
+	// agent's pool nor any agent the maps know of).
+	ErrNoWorker = errors.New("no such worker")
+)
 
-// Move moves a person to a worker.
+// Move moves a person to a worker. It returns ErrNoWorker for a worker no
+// host runs; a worker that exists but is not ready is the mover's refusal
+// (move.ErrBadDestination).
 func (s *Supervisor) Move(ctx context.Context, user, to, reason string) (move.Result, error) {
+	if s.workers.GroupOf(to) == "" {
+		return move.Result{User: user, To: to, Outcome: move.Failed}, fmt.Errorf("moving %q to %q: %w", user, to, ErrNoWorker)
+	}
 	return s.mover.Move(ctx, user, to, reason)
 }
 
-// MoveToGroup moves a person to the least loaded ready worker of group.
+// MoveToGroup moves a person to the least loaded ready worker of group. It
+// returns ErrNoGroup for a group neither the catalog nor any worker knows,
+// ErrNoDestination for a known group with no other ready worker.
 func (s *Supervisor) MoveToGroup(ctx context.Context, user, group, reason string) (move.Result, error) {
 	u, ok := s.fsm.User(user)
 	if !ok {
 		return move.Result{User: user}, fmt.Errorf("moving %q: %w", user, fsm.ErrNoUser)
+	}
+	if !s.groupExists(group) {
+		return move.Result{User: user}, fmt.Errorf("moving %q to group %q: %w", user, group, ErrNoGroup)
 	}
 	to, err := s.leastLoaded(func(w string) bool { return w != u.Worker && s.workers.GroupOf(w) == group })
 	if err != nil {
@@ -161,7 +176,7 @@ type DrainResult struct {
 // time.
 func (s *Supervisor) Drain(ctx context.Context, worker string, parallel int, progress func(move.Result, error)) (DrainResult, error) {
 	if s.workers.GroupOf(worker) == "" {
-		return DrainResult{Worker: worker}, fmt.Errorf("draining %q: %w: no such worker", worker, move.ErrBadDestination)
+		return DrainResult{Worker: worker}, fmt.Errorf("draining %q: %w", worker, ErrNoWorker)
 	}
 	users := s.fsm.UsersOf(worker)
 	sort.Strings(users)

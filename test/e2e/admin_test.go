@@ -55,13 +55,21 @@ func TestAdminAPI(t *testing.T) {
 	for _, bad := range []struct{ body, want string }{
 		{`{}`, "exactly one"},
 		{`{"to":"web-1","group":"web"}`, "exactly one"},
-		{`{"to":"nowhere"}`, "not ready"},
 		{`{"colour":"red"}`, "unknown field"},
 		{`not json`, "decoding"},
 	} {
 		code, body := adminCall(t, a, "POST", "/v1/users/ida/move", testToken, bad.body)
 		if code != 400 || !strings.Contains(body, bad.want) {
 			t.Fatalf("move with %s: %d %s", bad.body, code, body)
+		}
+	}
+	for _, missing := range []struct{ body, want string }{
+		{`{"to":"nowhere"}`, `to \"nowhere\": no such worker`},
+		{`{"group":"nogroup"}`, `to group \"nogroup\": no such group`},
+	} {
+		code, body := adminCall(t, a, "POST", "/v1/users/ida/move", testToken, missing.body)
+		if code != 404 || !strings.Contains(body, missing.want) {
+			t.Fatalf("move with %s: %d %s", missing.body, code, body)
 		}
 	}
 	if code, body := adminCall(t, a, "POST", "/v1/users/nobody/move", testToken, `{"group":"web"}`); code != 404 {
@@ -121,8 +129,8 @@ func TestAdminAPI(t *testing.T) {
 		tb.send(map[string]any{"op": "inc"})
 		tb.drainUntil("count", 2)
 	}
-	if code, _ := adminCall(t, a, "POST", "/v1/workers/nope/drain", testToken, ""); code != 400 {
-		t.Fatalf("drain of an unknown worker: %d", code)
+	if code, body := adminCall(t, a, "POST", "/v1/workers/nope/drain", testToken, ""); code != 404 || !strings.Contains(body, `draining \"nope\": no such worker`) {
+		t.Fatalf("drain of an unknown worker: %d %s", code, body)
 	}
 	if code, body := adminCall(t, a, "GET", "/v1/metrics", testToken, ""); code != 200 || !strings.Contains(body, `stickyd_move_moves_total{outcome="moved",reason="drain"}`) {
 		t.Fatalf("metrics: %d %s", code, body)
