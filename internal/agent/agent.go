@@ -433,7 +433,7 @@ func (a *Agent) startFront(ctx context.Context) error {
 	go a.watchCookieRing(a.stopLeader)
 	a.listener, err = net.Listen("tcp", a.cfg.Front.Address)
 	if err != nil {
-		return fmt.Errorf("listening on %s: %w", a.cfg.Front.Address, err)
+		return fmt.Errorf("front: listening on %s: %w", a.cfg.Front.Address, err)
 	}
 	maxConns, files := frontConnections(a.cfg.Front.MaxConnections)
 	a.listener = a.front.Limit(a.listener, maxConns)
@@ -505,7 +505,7 @@ func (a *Agent) startAdmin() error {
 	})
 	a.adminLn, err = net.Listen("tcp", a.cfg.Admin.Address)
 	if err != nil {
-		return fmt.Errorf("listening for the admin API on %s: %w", a.cfg.Admin.Address, err)
+		return fmt.Errorf("admin API: listening on %s: %w", a.cfg.Admin.Address, err)
 	}
 	if a.adminHTTPS() {
 		a.adminLn = tls.NewListener(a.adminLn, a.tls.HTTPSServerTLS())
@@ -565,7 +565,8 @@ func (a *Agent) adminToken() (string, error) {
 	if a.cfg.DataDir == "" {
 		return randomToken(), nil
 	}
-	b, err := readOrCreate(filepath.Join(a.cfg.DataDir, "admin.token"), "admin token", func() []byte {
+	path := filepath.Join(a.cfg.DataDir, "admin.token")
+	b, err := readOrCreate(path, "admin token", func() []byte {
 		return []byte(randomToken() + "\n")
 	})
 	if err != nil {
@@ -575,10 +576,13 @@ func (a *Agent) adminToken() (string, error) {
 	if t == "" {
 		// An empty file names no token: make one, as on a first start.
 		t = randomToken()
-		if err := os.WriteFile(filepath.Join(a.cfg.DataDir, "admin.token"), []byte(t+"\n"), 0o600); err != nil {
+		if err := os.WriteFile(path, []byte(t+"\n"), 0o600); err != nil {
 			return "", fmt.Errorf("writing admin token: %w", err)
 		}
 	}
+	// Where the token is, never the token: the CLI wants it in
+	// STICKYD_TOKEN (or -token).
+	a.log.Info("admin token in a file: export STICKYD_TOKEN=$(cat FILE) for the CLI", "file", path)
 	return t, nil
 }
 

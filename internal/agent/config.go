@@ -898,6 +898,9 @@ func (c *Config) finishConsulNomad() error {
 	if c.TLS != nil && n.HostCertFile == "" {
 		return fmt.Errorf("nomad: with a tls block the group jobs' hosts need a certificate: set host_cert_file and host_key_file (stickyd tls cert create -host)")
 	}
+	if n.Hosts < 0 || n.MaxHosts < 0 || n.CPU < 0 || n.MemoryMB < 0 || n.DiskMB < 0 {
+		return fmt.Errorf("nomad: hosts, max_hosts, cpu, memory_mb and disk_mb must not be negative (0 for the defaults)")
+	}
 	n.Hosts = max(n.Hosts, 1)
 	n.MaxHosts = max(n.MaxHosts, n.Hosts)
 	return nil
@@ -943,6 +946,9 @@ func (f *FrontConfig) finish() error {
 	}
 	if r := f.NewcomerRate; r != nil && !(*r >= 0) || f.NewcomerBurst < 0 {
 		return fmt.Errorf("front: newcomer_rate and newcomer_burst must not be negative (newcomer_rate = 0 turns the limit off)")
+	}
+	if f.MaxHeldPerUser < 0 || f.MaxHeld < 0 {
+		return fmt.Errorf("front: max_held_per_user and max_held must not be negative (0 for the defaults)")
 	}
 	if f.MaxConnections < 0 {
 		return fmt.Errorf("front: max_connections = %d: want a number of connections (0 derives it from the file limit)", f.MaxConnections)

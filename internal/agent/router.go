@@ -242,7 +242,7 @@ func (r *router) GroupOf(worker string) string {
 func (a *Agent) serveLinks() error {
 	ln, err := net.Listen("tcp", a.cfg.Server.RPCAddr)
 	if err != nil {
-		return fmt.Errorf("listening for peer links on %s: %w", a.cfg.Server.RPCAddr, err)
+		return fmt.Errorf("peer links: listening on %s: %w", a.cfg.Server.RPCAddr, err)
 	}
 	if a.tls != nil {
 		// Servers and hosts open peer links; the TLS is the listener's
