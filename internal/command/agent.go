@@ -81,7 +81,11 @@ func runAgent(m Meta, cfg *agent.Config, builtins map[string]agent.Builtin, log 
 		m.UI.Error(fmt.Sprintf("configuring agent: %v", err))
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	parent := m.Context
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := a.Start(ctx); err != nil {
 		m.UI.Error(fmt.Sprintf("starting agent: %v", err))
@@ -95,7 +99,7 @@ func runAgent(m Meta, cfg *agent.Config, builtins map[string]agent.Builtin, log 
 	m.UI.Output(fmt.Sprintf("admin API on http://%s", a.AdminAddr()))
 	if cfg.DataDir == "" && cfg.Admin.Token == "" && os.Getenv("STICKYD_TOKEN") == "" {
 		// Dev: the token lives only in this process; show it.
-		m.UI.Output(fmt.Sprintf("admin token (dev): export STICKYD_TOKEN=%s", a.Token()))
+		m.UI.Output(fmt.Sprintf("for the CLI (dev): export STICKYD_ADDR=http://%s STICKYD_TOKEN=%s", a.AdminAddr(), a.Token()))
 	}
 	// SIGHUP reads the TLS certificates again.
 	hup := make(chan os.Signal, 1)

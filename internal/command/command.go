@@ -5,6 +5,7 @@ package command
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -150,6 +151,9 @@ type Meta struct {
 	Builtins map[string]agent.Builtin
 	// DevApp is the builtin stickyd dev runs by default ("" for demo).
 	DevApp string
+	// Context, if set, stops a running agent (dev, agent) when it is
+	// done, as SIGINT does; nil is never done. Tests set it.
+	Context context.Context
 }
 
 // parent runs a command that only groups subcommands: alone it prints

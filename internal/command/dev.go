@@ -2,10 +2,14 @@ package command
 
 import (
 	"fmt"
+	"net"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/stickyd/stickyd/internal/agent"
+	"github.com/stickyd/stickyd/plugins/worker"
 )
 
 // DevCommand runs everything in one process on embedded defaults.
@@ -19,12 +23,25 @@ Usage: stickyd dev [options]
   server, the front, and the demo back-office application (or the
   application this binary was built around, see the dev package of the
   Go SDK) on in-process workers attached by in-memory channels (the same
-  encoded bytes as the gRPC channel of a plugin). Nothing is written to
-  disk.
+  encoded bytes as the gRPC channel of a plugin).
+
+  The maps, the parked people and the admin token live in memory only.
+  With -plugin, an application with an engine build step (the demo's
+  worker: about 35 MB) writes its engine image under a temporary
+  directory of this instance (stickyd-dev-* in $TMPDIR), removed at exit;
+  set $STICKYD_TEMPLATE_DIR to keep it in a directory of your own instead.
+  In-process workers write nothing.
+
+  It prints the front's and the admin API's addresses, and the admin
+  token, at start. Two instances run side by side when each has its own
+  -addr: the admin API takes a free port by default.
 
 Options:
 
   -addr=ADDR         Front address. Default 127.0.0.1:8080.
+  -admin-addr=ADDR   Admin API address (what the CLI's -address and
+                     $STICKYD_ADDR name). Default: a free port on the
+                     front's host.
   -workers=N         Number of workers. Default 2.
   -app=NAME          The application compiled into this binary to run.
                      Default: the one it was built around, else demo.
@@ -37,10 +54,11 @@ Options:
 func (c *DevCommand) Synopsis() string { return "Run stickyd in development mode with the demo app" }
 
 func (c *DevCommand) Run(args []string) int {
-	var addr, plugin, level, app string
+	var addr, adminAddr, plugin, level, app string
 	var workers int
 	fs := c.flagSet("dev", c.Help)
 	fs.StringVar(&addr, "addr", "127.0.0.1:8080", "")
+	fs.StringVar(&adminAddr, "admin-addr", "", "")
 	fs.StringVar(&app, "app", "", "")
 	fs.IntVar(&workers, "workers", 2, "")
 	fs.StringVar(&plugin, "plugin", "", "")
@@ -54,6 +72,19 @@ func (c *DevCommand) Run(args []string) int {
 	}
 	if workers < 1 || workers > 256 {
 		c.UI.Error(fmt.Sprintf("-workers=%d: want 1 to 256", workers))
+		return 1
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		c.UI.Error(fmt.Sprintf("-addr=%s: want HOST:PORT, like 127.0.0.1:8080", addr))
+		return 1
+	}
+	if adminAddr == "" {
+		// Beside the front, on a port nobody else has: a second dev
+		// instance on another -addr does not clash with this one.
+		adminAddr = net.JoinHostPort(host, "0")
+	} else if _, _, err := net.SplitHostPort(adminAddr); err != nil {
+		c.UI.Error(fmt.Sprintf("-admin-addr=%s: want HOST:PORT, like 127.0.0.1:4650", adminAddr))
 		return 1
 	}
 	if !validLevel(level) {
@@ -80,11 +111,36 @@ func (c *DevCommand) Run(args []string) int {
 		return 1
 	}
 	cfg := DevConfig(addr, workers, plugin)
+	cfg.Admin = &agent.AdminConfig{Address: adminAddr}
 	if plugin == "" && app != "demo" {
 		g := cfg.Groups[0]
 		g.Name, g.Builtin = app, app
 	}
+	if plugin != "" {
+		dir, cleanup, err := devTemplateDir(cfg.Groups[0].Name)
+		if err != nil {
+			c.UI.Error(err.Error())
+			return 1
+		}
+		defer cleanup()
+		cfg.Groups[0].Plugin.Env = map[string]string{worker.TemplateDirEnv: dir}
+	}
 	return runAgent(c.Meta, cfg, c.Builtins, c.logger("stickyd", level))
+}
+
+// devTemplateDir is where dev's plugin workers keep an engine image
+// (docs/templates.md): $STICKYD_TEMPLATE_DIR if set, kept; otherwise a
+// directory of this instance under $TMPDIR, which cleanup removes, so that
+// dev leaves nothing behind and two instances share nothing.
+func devTemplateDir(group string) (dir string, cleanup func(), err error) {
+	if d := os.Getenv(worker.TemplateDirEnv); d != "" {
+		return d, func() {}, nil
+	}
+	root, err := os.MkdirTemp("", "stickyd-dev-")
+	if err != nil {
+		return "", nil, fmt.Errorf("making the workers' template directory: %w", err)
+	}
+	return filepath.Join(root, group), func() { _ = os.RemoveAll(root) }, nil
 }
 
 // DevConfig is the embedded configuration of stickyd dev.

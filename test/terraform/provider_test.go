@@ -207,8 +207,7 @@ func goBuild(t *testing.T, out, pkg string) string {
 
 // startAgent runs `stickyd agent` with the demo application built in, its
 // front and admin API on ports the OS picks, and returns the admin API's
-// URL. stickyd dev would do, but it always serves the admin API on the
-// fixed 127.0.0.1:4650.
+// URL (an agent with a configuration of its own, as Terraform users run).
 func startAgent(t *testing.T, stickyd string) (admin, front string) {
 	t.Helper()
 	dir := t.TempDir()
