@@ -148,7 +148,7 @@ func TestCustomerLiveAcrossWorkers(t *testing.T) {
 			ana := startBrowser(t, "ana")
 			bob := ana.newPerson("bob")
 			url := "http://" + a.Addr() + "/customers/42"
-			const seedName = "Arthur Dent"
+			const seedName = "Thea Dubois"
 
 			// 1. Each opens customer 42 and signs in with the page's form,
 			// which brings them back to it.
@@ -178,7 +178,7 @@ func TestCustomerLiveAcrossWorkers(t *testing.T) {
 			})
 
 			// 3. Ana renames the customer in the form and saves.
-			const newName = "Arthur Philip Dent"
+			const newName = "Thea Maria Dubois"
 			ana.emptyInput("c-name")
 			ana.do("renaming the customer",
 				chromedp.SendKeys(chromedp.ID("c-name"), newName),

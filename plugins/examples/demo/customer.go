@@ -86,10 +86,10 @@ var seedCustomers = []struct {
 	id string
 	c  customer
 }{
-	{"1", customer{Name: "Ada Lovelace", Email: "ada@example.com", Notes: "Pays on time. Prefers email."}},
-	{"2", customer{Name: "Grace Hopper", Email: "grace@example.com", Notes: "Wants invoices in triplicate."}},
-	{"3", customer{Name: "Alan Turing", Email: "alan@example.com"}},
-	{"42", customer{Name: "Arthur Dent", Email: "arthur@example.com", Notes: "Always knows where his towel is."}},
+	{"1", customer{Name: "Ada Lambert", Email: "ada@example.com", Notes: "Pays on time. Prefers email."}},
+	{"2", customer{Name: "Greta Holm", Email: "greta@example.com", Notes: "Wants invoices in triplicate."}},
+	{"3", customer{Name: "Alan Tanaka", Email: "alan@example.com"}},
+	{"42", customer{Name: "Thea Dubois", Email: "thea@example.com", Notes: "Always knows where her towel is."}},
 }
 
 // defaultCustomer is what customer id is before its first save.
