@@ -31,7 +31,8 @@ import (
 // given fields and goes back to the top; {"op":"sort", "column", "dir"?}
 // sorts ("dir" defaults to "asc") and goes back to the top; {"op":"scroll",
 // "offset", "page_size"?} moves the window (an offset past the end shows the
-// last rows); {"op":"reset"} restores the defaults. Each answers
+// last rows); {"op":"reset"} restores the defaults of the filter, the sort
+// and the offset (the window keeps its page_size). Each answers
 // {"total", "offset", "took_ms", "cache"}.
 const (
 	defaultPageSize = 50
@@ -195,7 +196,11 @@ func (a *App) gridMessage(p *worker.Page, raw json.RawMessage) (any, error) {
 		if err := decodeOp(op, raw, &m); err != nil {
 			return nil, err
 		}
+		// The window's size is the browser's room, not a setting: it
+		// stays, so the page does not draw the default size and refit.
+		size := st.PageSize
 		st = defaultGrid()
+		st.PageSize = size
 	default:
 		return nil, unknownOp(kindGrid, op, "filter", "sort", "scroll", "reset")
 	}

@@ -116,7 +116,12 @@
     if (!headBuilt && meta.columns) buildHead(meta);
     if (!headBuilt) return;
     const filter = t.filter || {}, sort = t.sort || {};
-    const rows = t.rows || [], size = t.page_size || rows.length, total = t.total || 0, offset = t.offset || 0;
+    const rows = t.rows || [], total = t.total || 0, offset = t.offset || 0;
+    // The window the worker sent may be taller than the table's room (the
+    // default size, before fitRows has told the worker the room): draw
+    // only what fits, so the grid is drawn once at its size, not drawn
+    // tall and then refitted.
+    const fit = fitCount(), size = Math.min(t.page_size || rows.length, fit || Infinity);
 
     for (const th of $("g-head").children) {
       const on = th.dataset.col === sort.column;
@@ -154,7 +159,7 @@
     range.max = String(Math.max(0, total - size));
     if (document.activeElement !== range) range.value = String(offset);
     $("p-info").textContent = total
-      ? num.format(offset + 1) + "–" + num.format(offset + rows.length) + " of " + num.format(total)
+      ? num.format(offset + 1) + "–" + num.format(offset + Math.min(rows.length, size)) + " of " + num.format(total)
       : "0 of " + num.format(meta.row_count || 0);
     $("s-query").textContent = num.format(total) + " matching · query " + (t.took_ms || 0).toFixed(2) + " ms · " +
       (t.cache === "hit" ? "cached index" : "index built");
@@ -255,16 +260,24 @@
   function fitRows() {
     const t = tree();
     if (fitting || !t.page_size || !headBuilt) return;
-    const head = $("g-head").getBoundingClientRect().height || 30;
-    const rowH = parseFloat(getComputedStyle(document.documentElement).getPropertyValue("--row-h")) || 26;
-    const fit = Math.max(MIN_ROWS, Math.min(MAX_ROWS, Math.floor((wrap.clientHeight - head) / rowH)));
-    if (!Number.isFinite(fit) || fit === t.page_size) return;
+    const fit = fitCount();
+    if (!fit || fit === t.page_size) return;
     fitting = true;
     send(grid, { op: "scroll", offset: t.offset || 0, page_size: fit }, $("g-error"))
       .catch(() => {})
       .finally(() => { fitting = false; });
   }
   window.addEventListener("resize", debounce(fitRows, 150));
+
+  // fitCount is how many rows the table's room holds (MIN_ROWS to
+  // MAX_ROWS), or 0 while it cannot be measured.
+  function fitCount() {
+    if (!wrap.clientHeight) return 0;
+    const head = $("g-head").getBoundingClientRect().height || 30;
+    const rowH = parseFloat(getComputedStyle(document.documentElement).getPropertyValue("--row-h")) || 26;
+    const fit = Math.floor((wrap.clientHeight - head) / rowH);
+    return Number.isFinite(fit) ? Math.max(MIN_ROWS, Math.min(MAX_ROWS, fit)) : 0;
+  }
 
   // ---- the document
 
