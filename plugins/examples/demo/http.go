@@ -17,7 +17,8 @@ import (
 //
 //	GET  /                the app page (grid, document, login box, status bar)
 //	GET  /customers/{id}  a customer page (customer.go); id is 1-9 digits
-//	GET  /assets/{name}   app.js, customer.js and app.css
+//	GET  /assets/{name}   app.js, customer.js, app.css and icon.svg
+//	GET  /favicon.ico     icon.svg, for the browsers that ask for it
 //	POST /login           form field "user": logs the connection in, 303 to
 //	                      the form's "next" (/ or a customer page; default /)
 //	GET  /whoami          {"conn", "user", "worker"} of the connection
@@ -49,6 +50,7 @@ func (a *App) newRoutes() http.Handler {
 	mux.Handle("GET /{$}", a.handle(a.serveIndex))
 	mux.Handle("GET /customers/{id}", a.handle(a.serveCustomer))
 	mux.Handle("GET /assets/{name}", a.handle(a.serveAsset))
+	mux.Handle("GET /favicon.ico", a.handle(a.serveFavicon))
 	mux.Handle("POST /login", a.handle(a.serveLogin))
 	mux.Handle("GET /whoami", a.handle(a.serveWhoami))
 	return mux
@@ -130,6 +132,14 @@ func (a *App) serveAsset(w http.ResponseWriter, r *http.Request) error {
 	// No modification time: freshness rests on the ETag alone.
 	http.ServeContent(w, r, f.name, time.Time{}, bytes.NewReader(f.body))
 	return nil
+}
+
+// serveFavicon answers the browser's /favicon.ico with the site's icon
+// (an SVG: the pages name it with <link rel="icon">, but a browser asks
+// for /favicon.ico anyway, and a 404 on every load is noise).
+func (a *App) serveFavicon(w http.ResponseWriter, r *http.Request) error {
+	r.SetPathValue("name", "icon.svg")
+	return a.serveAsset(w, r)
 }
 
 // maxLoginForm bounds the login form's body.

@@ -104,6 +104,10 @@ func TestRoutes(t *testing.T) {
 		{"post customer", nil, "POST", "/customers/1", nil, 405, "", ""},
 		{"customer.js", nil, "GET", "/assets/customer.js", nil, 200, `stickyd.page({ kind: "customer"`, ""},
 		{"page links the customers", nil, "GET", "/", nil, 200, `<a href="/customers/42">Thea Dubois</a>`, ""},
+		{"favicon", nil, "GET", "/favicon.ico", nil, 200, `<svg xmlns="http://www.w3.org/2000/svg"`, ""},
+		{"icon asset", nil, "GET", "/assets/icon.svg", nil, 200, `<svg`, ""},
+		{"page names its icon", nil, "GET", "/", nil, 200, `<link rel="icon" href="/assets/icon.svg"`, ""},
+		{"customer page names its icon", nil, "GET", "/customers/42", nil, 200, `<link rel="icon" href="/assets/icon.svg"`, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w := serve(withSession(c.session), c.method, c.target, c.form)
@@ -158,6 +162,9 @@ func TestAssetHeaders(t *testing.T) {
 	w := serve(a, "GET", "/assets/app.js", nil)
 	if ct := w.Header().Get("Content-Type"); !strings.Contains(ct, "javascript") {
 		t.Errorf("Content-Type = %q", ct)
+	}
+	if ct := serve(a, "GET", "/favicon.ico", nil).Header().Get("Content-Type"); ct != "image/svg+xml" {
+		t.Errorf("/favicon.ico Content-Type = %q, want image/svg+xml", ct)
 	}
 	etag := w.Header().Get("ETag")
 	if etag == "" {
