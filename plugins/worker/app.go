@@ -94,8 +94,9 @@ type Options struct {
 	// Name and Version identify the build in the host's logs and monitor.
 	Name    string
 	Version string
-	// Logger receives the SDK's logs; nil means hclog's default to stderr,
-	// which go-plugin forwards to the host.
+	// Logger receives the SDK's logs. nil means stderr: JSON lines under
+	// Serve, which go-plugin forwards to the host's log; text lines under
+	// InProcess, in the host's own format.
 	Logger hclog.Logger
 	// MaxPagesPerConn and MaxPagesPerPerson bound the pages open at once
 	// on one connection (a browser: all its tabs) and for one person (all

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
@@ -42,6 +43,11 @@ func Serve(app App, opts Options) {
 // channel: the form stickyd takes for an application compiled into it
 // (stickyd dev, tests).
 func InProcess(app App, opts Options) func(context.Context, channel.Conn) error {
+	if opts.Logger == nil {
+		// In the host's process: the host's text format on its stderr,
+		// not the JSON lines a plugin writes for go-plugin to relay.
+		opts.Logger = hclog.New(&hclog.LoggerOptions{Name: "worker", Level: hclog.Info, Output: os.Stderr})
+	}
 	return func(ctx context.Context, c channel.Conn) error { return ServeConn(ctx, app, opts, c) }
 }
 

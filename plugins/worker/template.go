@@ -217,8 +217,12 @@ func loadEngine(ctx context.Context, e Engine, opts Options, log hclog.Logger) (
 	}
 	st.Load = time.Since(t)
 	st.Total = time.Since(start)
-	log.Info("engine ready", "how", st.How, "took", st.Total, "bytes", st.Bytes, "image", st.Path,
-		"key_time", st.Key, "wait", st.Wait, "build", st.Build, "save", st.Save, "map", st.Map, "load", st.Load)
+	// Durations as their String ("1.2335s"): in a plugin's JSON log a
+	// time.Duration is a number of nanoseconds, which the host's text log
+	// then prints as a float ("1.233524177e+09").
+	log.Info("engine ready", "how", st.How, "took", st.Total.String(), "bytes", st.Bytes, "image", st.Path,
+		"key_time", st.Key.String(), "wait", st.Wait.String(), "build", st.Build.String(), "save", st.Save.String(),
+		"map", st.Map.String(), "load", st.Load.String())
 	return img, st, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -213,6 +214,89 @@ func TestEngineBuiltOnceForWorkersStartingTogether(t *testing.T) {
 	// Both read the file: each has its own mapping of it, not a copy.
 	if n := mappings(t, imagePath(t, dir, "1")); n != 2 {
 		t.Fatalf("the image is mapped %d times while two workers run, want 2", n)
+	}
+}
+
+// The "engine ready" line gives its durations as durations ("1.2s"), in
+// the JSON a plugin writes as in text: a number of nanoseconds became
+// took="1.233524177e+09" in the host's log.
+func TestEngineReadyDurationsReadAsDurations(t *testing.T) {
+	requireLinux(t)
+	t.Setenv(TemplateDirEnv, t.TempDir())
+	var builds atomic.Int32
+	var logs logBuffer
+	stop, err := startEngineWorker(t, newEngineApp(&builds), testOptions("1", &logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	var line map[string]any
+	for _, l := range strings.Split(logs.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["@message"] == "engine ready" {
+			line = m
+		}
+	}
+	if line == nil {
+		t.Fatalf("no engine ready line in:\n%s", logs.String())
+	}
+	for _, k := range []string{"took", "key_time", "wait", "build", "save", "map", "load"} {
+		s, ok := line[k].(string)
+		if !ok {
+			t.Fatalf("%s = %v (%T), want a duration's text", k, line[k], line[k])
+		}
+		if _, err := time.ParseDuration(s); err != nil {
+			t.Fatalf("%s = %q: %v", k, s, err)
+		}
+	}
+}
+
+// An in-process worker without a logger writes text lines to the host's
+// stderr, as the host does, not the JSON lines a plugin writes for
+// go-plugin (they showed raw inside stickyd dev's text log).
+func TestInProcessLogsText(t *testing.T) {
+	requireLinux(t)
+	t.Setenv(TemplateDirEnv, t.TempDir())
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := os.Stderr
+	os.Stderr = w
+	serve := InProcess(newEngineApp(new(atomic.Int32)), Options{Name: "enginetest", Version: "1"})
+	os.Stderr = stderr
+	read := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(r)
+		read <- string(b)
+	}()
+
+	h, c := channel.Pipe()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, c) }()
+	actx, acancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer acancel()
+	if _, err := channel.Accept(actx, h, &protocol.HelloAck{WorkerId: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	peer := channel.NewPeer(h, nil)
+	cancel()
+	peer.Close()
+	<-done
+	w.Close()
+	out := <-read
+	var line string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "engine ready") {
+			line = l
+		}
+	}
+	if line == "" {
+		t.Fatalf("no engine ready line in:\n%s", out)
+	}
+	if strings.HasPrefix(strings.TrimSpace(line), "{") || !strings.Contains(line, "[INFO]  worker: engine ready: how=built took=") {
+		t.Fatalf("not a text line: %s", line)
 	}
 }
 
