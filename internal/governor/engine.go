@@ -38,6 +38,13 @@ type worker struct {
 	// went over the high mark and has not yet come back under the low mark.
 	hot [len(allResources)]bool
 	mem []sample
+	// recent holds the last readings' memory and per-person growth, grown
+	// each person's growth over them (keep); unseen counts, per resource,
+	// the readings in a row while hot whose per-person numbers did not show
+	// the consumption behind the level (UsageWait).
+	recent []recentReading
+	grown  map[string]float64
+	unseen [len(allResources)]int
 	// coolUntil: before it, the worker is not a saturation source or
 	// destination (it just gave or received users).
 	coolUntil time.Time
@@ -189,6 +196,7 @@ func (e *Engine) Observe(r Reading) {
 		}
 	}
 	w.remember(r, p)
+	w.keep(r, p)
 }
 
 // arrived removes the start r answers from its group's expected starts: the

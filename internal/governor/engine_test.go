@@ -147,7 +147,9 @@ func TestEventsBounded(t *testing.T) {
 // TestReadings: out-of-order readings are ignored, Done of an unknown
 // decision is ignored, and a forgotten worker is gone.
 func TestReadings(t *testing.T) {
-	e := newEngine(t, DefaultPolicy(), 1)
+	p := DefaultPolicy()
+	p.UsageWait = 0 // nobody shows any use: draw at once (TestLeaverWaitsForUsage)
+	e := newEngine(t, p, 1)
 	e.Observe(reading("w-1", t0, 0.1, 0.9, users("u", 3, Usage{})))
 	e.Observe(reading("w-1", t0.Add(-time.Second), 0.1, 0.1, nil)) // late: ignored
 	e.Observe(reading("w-2", t0, 0.1, 0.1, nil))

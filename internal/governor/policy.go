@@ -81,6 +81,15 @@ type Policy struct {
 	// CompactAfter is how long the group must stay under CompactBelow before
 	// a worker is drained. Default 10 min.
 	CompactAfter time.Duration
+	// UsageWait is how many readings a hot worker waits for its people's
+	// numbers to show the consumption behind its level before drawing who
+	// leaves: a probe may show a worker's heap jump a reading before its
+	// per-person accounting shows who grew. While the people's recent
+	// consumption is nil (or, for memory, under half of the worker's rise
+	// over the same readings) the engine waits, and records why; after
+	// UsageWait such readings it draws with what there is (uniformly when
+	// nobody shows any). 0 never waits. Default 2.
+	UsageWait int
 }
 
 // DefaultPolicy returns the defaults documented on each Policy field.
@@ -104,6 +113,7 @@ func DefaultPolicy() Policy {
 		ReplaceHorizon:     30 * time.Minute,
 		CompactBelow:       0.30,
 		CompactAfter:       10 * time.Minute,
+		UsageWait:          2,
 	}
 }
 
@@ -135,6 +145,8 @@ func (p Policy) Validate() error {
 		return errors.New("max workers must not be negative (0 means no bound)")
 	case p.MaxWorkers > 0 && p.MaxWorkers < p.MinWorkers:
 		return fmt.Errorf("max workers %d is below min workers %d", p.MaxWorkers, p.MinWorkers)
+	case p.UsageWait < 0:
+		return errors.New("usage wait must not be negative")
 	case p.MaxConcurrentMoves < 1:
 		return errors.New("max concurrent moves must be at least 1")
 	case p.UserCoolDown < 0, p.WorkerCoolDown < 0, p.StaleAfter < 0, p.StartGrace < 0,

@@ -27,7 +27,9 @@ func TestHysteresis(t *testing.T) {
 	now := t0
 	for i, s := range steps {
 		now = now.Add(time.Minute) // past every worker cool-down
-		e.Observe(reading("w-1", now, 0.1, s.mem, users("u", 20, Usage{MemGrowth: 1})))
+		// Its people's growth shows the whole rise (TestLeaverWaitsForUsage
+		// is about when it does not).
+		e.Observe(reading("w-1", now, 0.1, s.mem, users("u", 20, Usage{MemGrowth: 0.1 * gib / 20})))
 		e.Observe(reading("w-2", now, 0.1, 0.2, nil))
 		ds := e.Decide(now, 0)
 		if len(ds) != s.moves {

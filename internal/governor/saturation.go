@@ -73,10 +73,26 @@ func (e *Engine) saturate(rd *round, g string, out []Decision) []Decision {
 			}
 			continue
 		}
+		waited := w.unseen[h.res]
+		if waited > 0 && waited <= p.UsageWait {
+			// The level shows before the people's numbers do (a heap
+			// jump a probe sees before the accounting of who grew):
+			// drawing now would pick at random.
+			e.block(rd, w, "usage-wait:"+h.res.String(), fmt.Sprintf("%s but %s: waiting up to %s for its people's numbers to show who it is before drawing who leaves",
+				over, w.unshown(h.res), count(p.UsageWait, "reading")))
+			continue
+		}
+		unshown := w.unshown(h.res)
 		user, share, total, _ := e.pickLeaver(w, h.res, rd.now) // anyFree: there is one
 		used := fmt.Sprintf("used %s of %s's %s", pct(share), w.name, consumption(h.res))
-		if total == 0 {
+		switch {
+		case total == 0:
 			used = fmt.Sprintf("drawn uniformly: nobody on %s had %s", w.name, consumption(h.res))
+			if waited > 0 {
+				used += fmt.Sprintf(" after %s", count(waited-1, "reading"))
+			}
+		case waited > 0:
+			used += fmt.Sprintf(", though %s after %s", unshown, count(waited-1, "reading"))
 		}
 		lv, _, _ := to.level(h.res, p)
 		out = e.issue(rd, Decision{
@@ -191,7 +207,7 @@ func (e *Engine) anyFree(w *worker, now time.Time) bool {
 }
 
 // pickLeaver draws the user who leaves w because of res: at random, in
-// proportion to what each user consumed of res recently, among the users
+// proportion to what each user consumed of res recently (worker.weight), among the users
 // free to move (not cooling down, not moving). It returns the user, their
 // share of w's whole consumption and that whole (0 when nobody consumed
 // anything: the draw is then uniform).
@@ -200,7 +216,7 @@ func (e *Engine) pickLeaver(w *worker, res Resource, now time.Time) (user string
 	var free []string
 	var freeTotal float64
 	for _, u := range names {
-		wt := w.last.PerUser[u].weight(res)
+		wt := w.weight(u, res)
 		total += wt
 		if e.userFree[u].After(now) || e.moving(u) {
 			continue
@@ -214,7 +230,7 @@ func (e *Engine) pickLeaver(w *worker, res Resource, now time.Time) (user string
 	if freeTotal > 0 {
 		x := e.rng.Float64() * freeTotal
 		for _, u := range free {
-			wt := w.last.PerUser[u].weight(res)
+			wt := w.weight(u, res)
 			if wt <= 0 {
 				continue
 			}
@@ -228,7 +244,7 @@ func (e *Engine) pickLeaver(w *worker, res Resource, now time.Time) (user string
 		user = free[e.rng.IntN(len(free))]
 	}
 	if total > 0 {
-		share = w.last.PerUser[user].weight(res) / total
+		share = w.weight(user, res) / total
 	}
 	return user, share, total, true
 }

@@ -57,7 +57,11 @@ func TestSaturation(t *testing.T) {
 		{
 			name: "mailbox depth alone",
 			readings: []Reading{
-				func() Reading { r := reading("w-1", t0, 0.1, 0.1, some); r.MailboxDepth = 900; return r }(),
+				func() Reading {
+					r := reading("w-1", t0, 0.1, 0.1, users("u", 5, Usage{Mailbox: 180}))
+					r.MailboxDepth = 900
+					return r
+				}(),
 				reading("w-2", t0, 0.10, 0.10, nil),
 			},
 			want:    []Kind{KindMove},
@@ -262,7 +266,8 @@ func TestLeaverFollowsConsumption(t *testing.T) {
 			}
 			counts := make(map[string]int)
 			now := t0
-			for range draws {
+			waits := 0
+			for len(counts) == 0 || sum(counts) < draws {
 				hot := reading("w-1", now, 0.1, 0.1, tc.per)
 				if tc.res == Memory {
 					hot.RSS = 9 * gib / 10
@@ -272,8 +277,15 @@ func TestLeaverFollowsConsumption(t *testing.T) {
 				e.Observe(hot)
 				e.Observe(reading("w-2", now, 0.1, 0.1, nil))
 				ds := e.Decide(now, 0)
+				if len(ds) == 0 && len(counts) == 0 && waits < DefaultPolicy().UsageWait {
+					// Nobody shows any consumption: the engine waits
+					// UsageWait readings before its first draw.
+					waits++
+					now = now.Add(time.Second)
+					continue
+				}
 				if len(ds) != 1 || ds[0].Kind != KindMove {
-					t.Fatalf("decisions = %s, want one move", kinds(ds))
+					t.Fatalf("decisions = %s after %d waits, want one move", kinds(ds), waits)
 				}
 				counts[ds[0].User]++
 				e.Done(ds[0], true, now)
@@ -321,4 +333,13 @@ func TestReasonNumbers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sum adds the counts up.
+func sum(counts map[string]int) int {
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	return n
 }
