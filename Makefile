@@ -5,7 +5,7 @@ VERSION ?= 0.1.0-dev
 LDFLAGS := -X github.com/stickyd/stickyd/internal/command.Version=$(VERSION)
 ADDR    ?= 127.0.0.1:8080
 
-.PHONY: all build run run-subprocess deps test test-deploy lint unit bench bench-peers bench-peers-deps bench-profiles proto tools fuzz clean
+.PHONY: all build run run-subprocess doctor deps test test-deploy lint unit bench bench-peers bench-peers-deps bench-profiles proto tools fuzz clean
 
 all: build
 
@@ -21,6 +21,14 @@ run: build
 ## run-subprocess: the same with the demo as go-plugin subprocess workers.
 run-subprocess: build
 	./$(BIN)/stickyd dev -addr $(ADDR) -plugin ./$(BIN)/demo-worker
+
+## doctor: what this machine lacks for make run and make test, one plain
+## line each: Go as new as go.mod's, a free port for make run (ADDR),
+## Chromium, python3 with grpc, protobuf and cryptography. It installs
+## nothing (make deps does) and exits 1 when something required is missing.
+doctor:
+	@command -v $(GO) >/dev/null || { echo "MISSING  go: install Go $$(sed -n 's/^go //p' go.mod) or newer"; exit 1; }
+	@$(GO) run ./test/doctor -addr $(ADDR)
 
 ## deps: what the tests need beyond Go (Debian): Chromium for test/browser,
 ## and grpcio, protobuf and cryptography (AutoMTLS) for /usr/bin/python3

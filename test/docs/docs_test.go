@@ -19,7 +19,7 @@ func read(t *testing.T, path string) string {
 }
 
 // The README names every Debian package make deps (run by make test)
-// installs, and says that it needs root or sudo.
+// installs, says that it needs root or sudo, and points to make doctor.
 func TestReadmeSaysWhatMakeTestInstalls(t *testing.T) {
 	mk, readme := read(t, "Makefile"), read(t, "README.md")
 	_, deps, ok := strings.Cut(mk, "\ndeps:")
@@ -40,10 +40,13 @@ func TestReadmeSaysWhatMakeTestInstalls(t *testing.T) {
 			t.Errorf("make test installs %s; the README does not say so", p)
 		}
 	}
-	for _, w := range []string{"sudo", "root"} {
+	for _, w := range []string{"sudo", "root", "make doctor"} {
 		if !strings.Contains(readme, w) {
 			t.Errorf("the README does not mention %q", w)
 		}
+	}
+	if !strings.Contains(mk, "\ndoctor:") {
+		t.Error("the README points to make doctor; the Makefile has no doctor target")
 	}
 }
 
