@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -33,6 +34,9 @@ type FSM struct {
 	names map[string]string
 	// changes are the people changed since a reader took them (changes.go).
 	changes changes
+	// maxApplyWait is the longest an entry waited for the maps' lock
+	// since it was last read (MaxApplyWait).
+	maxApplyWait atomic.Int64
 	// watch holds a channel per watched user, closed when the user changes.
 	watch map[string]chan struct{}
 	// catalogCh is closed at the next change of the catalog.
@@ -319,6 +323,12 @@ func (f *FSM) Counts() (conns, users int) {
 	return f.state.Conns.len(), f.state.Users.len()
 }
 
+// MaxApplyWait returns the longest an entry waited for the maps' lock
+// since the last call, and starts again from zero.
+func (f *FSM) MaxApplyWait() time.Duration {
+	return time.Duration(f.maxApplyWait.Swap(0))
+}
+
 // Index is the raft index of the last applied entry.
 func (f *FSM) Index() uint64 {
 	f.mu.RLock()
@@ -343,12 +353,18 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 			return err
 		}
 	}
+	t0 := time.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if w := int64(time.Since(t0)); w > f.maxApplyWait.Load() {
+		f.maxApplyWait.Store(w)
+	}
 	f.index = l.Index
 	switch t {
 	case ConnectRequestType:
 		return f.applyConnect(buf)
+	case ConnectBatchRequestType:
+		return f.applyConnectBatch(buf)
 	case LoginRequestType:
 		return f.applyLogin(buf)
 	case ForgetConnRequestType:
@@ -416,6 +432,11 @@ func (f *FSM) applyConnect(buf []byte) interface{} {
 	if err := json.Unmarshal(buf, &req); err != nil {
 		return fmt.Errorf("decoding connect: %w", err)
 	}
+	return f.connectLocked(req)
+}
+
+// connectLocked binds one connection: its Route, or the refusal.
+func (f *FSM) connectLocked(req ConnectRequest) interface{} {
 	user := protocol.AnonymousUser(req.Conn)
 	if req.User != "" {
 		user = req.User

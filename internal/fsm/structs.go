@@ -125,6 +125,8 @@ func DecodeResult(t MessageType, b []byte) (any, error) {
 		v = new(StoreResult)
 	case MoveBatchRequestType:
 		v = new(MoveBatchResult)
+	case ConnectBatchRequestType:
+		v = new(ConnectBatchResult)
 	case ForgetUsersRequestType:
 		v = new(ForgetUsersResult)
 	case GatewayJobRequestType:
@@ -145,6 +147,8 @@ func DecodeResult(t MessageType, b []byte) (any, error) {
 	case *StoreResult:
 		return *x, nil
 	case *MoveBatchResult:
+		return *x, nil
+	case *ConnectBatchResult:
 		return *x, nil
 	case *ForgetUsersResult:
 		return *x, nil

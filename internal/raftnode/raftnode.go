@@ -96,6 +96,10 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 	// what bounds the rate, not the disk's fsyncs per second.
 	rc.MaxAppendEntries = 256
 	rc.BatchApplyCh = true
+	// A snapshot holds the maps' lock for the shards' pointers only and is
+	// written off it, so one is checked for every 30 s (raft's default is
+	// 120 s): a server that restarts replays at most that much of the log.
+	rc.SnapshotInterval = 30 * time.Second
 	if cfg.Bootstrap && cfg.Solo {
 		// Alone there is nobody to wait for: elect at once at start.
 		rc.HeartbeatTimeout = 100 * time.Millisecond

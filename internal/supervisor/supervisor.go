@@ -57,6 +57,8 @@ type Supervisor struct {
 
 	mu              sync.Mutex // guards fallbackDefault
 	fallbackDefault string
+	// connects writes new connections together (connect.go).
+	connects *connectBatcher
 }
 
 // ErrNoWorkers is returned when no worker is ready to take a new connection.
@@ -65,7 +67,7 @@ var ErrNoWorkers = errors.New("no worker is ready")
 // New returns a supervisor over the given replica, log and workers. mover
 // may be nil where no move is ever made (tests).
 func New(f *fsm.FSM, log Log, workers Workers, mover Mover) *Supervisor {
-	return &Supervisor{fsm: f, raft: log, workers: workers, mover: mover}
+	return &Supervisor{fsm: f, raft: log, workers: workers, mover: mover, connects: &connectBatcher{log: log}}
 }
 
 // SetLogger sets where the supervisor reports what it does in the
@@ -293,14 +295,14 @@ func (s *Supervisor) placeable() []string {
 
 // Connect binds a connection the site just named to its user on worker.
 func (s *Supervisor) Connect(ctx context.Context, conn, user, worker string) (placement.Route, error) {
-	res, err := s.apply(ctx, fsm.ConnectRequestType, fsm.ConnectRequest{Conn: conn, User: user, Worker: worker})
+	r, err := s.connects.connect(ctx, fsm.ConnectRequest{Conn: conn, User: user, Worker: worker})
 	if err != nil {
 		return placement.Route{}, fmt.Errorf("binding connection %q: %w", conn, err)
 	}
 	if user != "" {
 		s.assign(user)
 	}
-	return res.(placement.Route), nil
+	return r, nil
 }
 
 // Login binds a connection to the person the site declared. It returns the

@@ -163,6 +163,7 @@ func report(w io.Writer, o options, r results) {
 		row("snapshot: restored", ms(m.restore))
 		row("snapshot: persist + restore", ms(m.persist+m.restore))
 		row("longest apply while the snapshot was taken and written", fmt.Sprintf("%s (of %d)", ms(m.maxApply), m.applies))
+		row("longest an apply waited for the maps' lock meanwhile", ms(m.maxWait))
 		row("longest front lookup meanwhile", fmt.Sprintf("%s (of %d)", ms(m.maxLookup), m.lookups))
 	}
 	if rr := r.raft; rr != nil {

@@ -30,6 +30,7 @@ type mapsResult struct {
 	restore       time.Duration
 	applies       int64
 	maxApply      time.Duration // longest Apply during the snapshot's life
+	maxWait       time.Duration // longest an Apply waited for the lock meanwhile
 	lookups       int64
 	maxLookup     time.Duration // longest front lookup during it
 }
@@ -146,6 +147,7 @@ func measureMaps(ctx context.Context, o options, dir string, stderr io.Writer) (
 		}
 	}()
 	time.Sleep(200 * time.Millisecond) // the writers under way
+	f.MaxApplyWait()                   // from here on
 	t0 := time.Now()
 	snap, err := f.Snapshot()
 	r.snapLock = time.Since(t0)
@@ -172,6 +174,7 @@ func measureMaps(ctx context.Context, o options, dir string, stderr io.Writer) (
 		return r, fmt.Errorf("moving while the snapshot was taken: %w", applyErr)
 	}
 	r.maxApply, r.maxLookup = time.Duration(maxApply.Load()), time.Duration(maxLookup.Load())
+	r.maxWait = f.MaxApplyWait()
 	if st, err := os.Stat(path); err == nil {
 		r.snapBytes = st.Size()
 	}

@@ -17,7 +17,16 @@ import (
 	"github.com/stickyd/stickyd/internal/freeport"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/raftnode"
+	"github.com/stickyd/stickyd/internal/supervisor"
 )
+
+// noWorkers is the supervisor's view of workers: the simulation places
+// people itself.
+type noWorkers struct{}
+
+func (noWorkers) Ready() []string         { return nil }
+func (noWorkers) GroupOf(w string) string { return "default" }
+func (noWorkers) Local() []string         { return nil }
 
 // raftResult is what three servers did with the population.
 type raftResult struct {
@@ -31,6 +40,8 @@ type raftResult struct {
 	snapDuringMoves        time.Duration
 	maxApply               time.Duration // longest FSM apply on any server over the run
 	maxApplyServer         string
+	maxWait                time.Duration // longest an apply waited for the maps' lock
+	maxWaitServer          string
 	catchUpDisk            time.Duration // a follower restarted with its disk
 	catchUpEmpty           time.Duration // a follower replaced with an empty disk: a snapshot sent
 	catchUpEntriesMissed   uint64
@@ -38,11 +49,12 @@ type raftResult struct {
 }
 
 func (r *raftResult) rows(row func(k, v string)) {
-	row("raft: new connections through the log (3 servers, on disk)", fmt.Sprintf("%.0f/s (%d entries in %v)", r.connsPerSec, r.connEntries, r.entries.Round(time.Millisecond)))
+	row("raft: new connections through the supervisor and the log (3 servers, on disk, group commit)", fmt.Sprintf("%.0f/s (%d connections in %v)", r.connsPerSec, r.connEntries, r.entries.Round(time.Millisecond)))
 	row("raft: people moved (batched road, two entries a batch)", fmt.Sprintf("%.0f/s (%d people, %d entries)", r.movesPerSec, r.moves, r.moveEntries))
 	row("raft: a snapshot during the arrivals (take + persist)", ms(r.snapDuringArrivals))
 	row("raft: a snapshot during the moves (take + persist)", ms(r.snapDuringMoves))
-	row("raft: longest apply on the maps, any server", fmt.Sprintf("%s (%s)", ms(r.maxApply), r.maxApplyServer))
+	row("raft: longest an apply waited for the maps' lock, any server", fmt.Sprintf("%s (%s)", ms(r.maxWait), r.maxWaitServer))
+	row("raft: longest apply, wait and work (the process's scheduling included)", fmt.Sprintf("%s (%s)", ms(r.maxApply), r.maxApplyServer))
 	row("raft: a follower restarted with its disk caught up", fmt.Sprintf("%s (%d entries behind)", ms(r.catchUpDisk), r.catchUpEntriesMissed))
 	row("raft: a follower replaced with an empty disk caught up (snapshot sent)", fmt.Sprintf("%s (%d people)", ms(r.catchUpEmpty), r.restartedPeopleOnEmpty))
 }
@@ -66,14 +78,19 @@ func (t *timedFSM) Apply(l *raft.Log) interface{} {
 var _ raft.FSM = (*timedFSM)(nil)
 
 type server struct {
-	id   string
-	addr string
-	dir  string
-	fsm  *timedFSM
-	node *raftnode.Node
+	// waited is the longest lock wait of its FSMs before the last start.
+	waited time.Duration
+	id     string
+	addr   string
+	dir    string
+	fsm    *timedFSM
+	node   *raftnode.Node
 }
 
 func (s *server) start(log hclog.Logger) error {
+	if s.fsm != nil {
+		s.waited = max(s.waited, s.fsm.MaxApplyWait())
+	}
 	s.fsm = &timedFSM{FSM: fsm.New()}
 	n, err := raftnode.New(raftnode.Config{ID: s.id, DataDir: s.dir, BindAddr: s.addr, Logger: log}, s.fsm)
 	if err != nil {
@@ -136,7 +153,9 @@ func measureRaft(ctx context.Context, o options, dir string, stderr io.Writer) (
 		}
 	}
 
-	// Arrivals: every writer a front binding new connections, each an entry.
+	// Arrivals: every writer a front binding a new connection through the
+	// supervisor, as the front does.
+	sup := supervisor.New(leader.fsm.FSM, leader.node, noWorkers{}, nil)
 	var next atomic.Int64
 	total := int64(o.people * o.conns)
 	snapAt := total / 2
@@ -160,7 +179,9 @@ func measureRaft(ctx context.Context, o options, dir string, stderr io.Writer) (
 			}
 			i, c := int(n)/o.conns, int(n)%o.conns
 			w := workerName(i%o.hosts, (i/o.hosts)%o.workers)
-			if _, err := apply(fsm.ConnectRequestType, fsm.ConnectRequest{Conn: connName(i, c), User: personName(i), Worker: w}); err != nil {
+			// The front's road: the supervisor writes the connections
+			// named together in one entry (group commit).
+			if _, err := sup.Connect(ctx, connName(i, c), personName(i), w); err != nil {
 				return fmt.Errorf("connecting %s: %w", personName(i), err)
 			}
 			if n%100_000 == 0 && n > 0 {
@@ -298,6 +319,9 @@ func measureRaft(ctx context.Context, o options, dir string, stderr io.Writer) (
 	for _, s := range servers {
 		if d := time.Duration(s.fsm.max.Load()); d > r.maxApply {
 			r.maxApply, r.maxApplyServer = d, s.id
+		}
+		if d := max(s.waited, s.fsm.MaxApplyWait()); d > r.maxWait {
+			r.maxWait, r.maxWaitServer = d, s.id
 		}
 	}
 	return r, nil

@@ -1,0 +1,138 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/placement"
+)
+
+// Group commit of new connections: the connections named while entries
+// are being written go together in the next one (ConnectBatch), so a rush
+// of newcomers costs entries by the round trip, not by the person. A
+// connection named alone is written alone at once: nothing waits for a
+// batch to fill.
+const (
+	// maxConnectBatch bounds the connections of one entry.
+	maxConnectBatch = 1024
+	// connectWriters is how many entries of connections may be on their
+	// way at once (raft pipelines them into one disk write).
+	connectWriters = 4
+	// connectTimeout bounds the write of one entry; a caller that leaves
+	// earlier leaves its connection to be bound all the same.
+	connectTimeout = 30 * time.Second
+)
+
+type connectBatcher struct {
+	log Log
+
+	mu      sync.Mutex // guards pending and writers
+	pending []*pendingConnect
+	writers int
+}
+
+type pendingConnect struct {
+	req  fsm.ConnectRequest
+	done chan connectOutcome
+}
+
+type connectOutcome struct {
+	route placement.Route
+	err   error
+}
+
+// connect binds one connection through the next entry.
+func (b *connectBatcher) connect(ctx context.Context, req fsm.ConnectRequest) (placement.Route, error) {
+	p := &pendingConnect{req: req, done: make(chan connectOutcome, 1)}
+	b.mu.Lock()
+	b.pending = append(b.pending, p)
+	if b.writers < connectWriters {
+		b.writers++
+		go b.write()
+	}
+	b.mu.Unlock()
+	select {
+	case o := <-p.done:
+		return o.route, o.err
+	case <-ctx.Done():
+		return placement.Route{}, ctx.Err()
+	}
+}
+
+// write writes entries of the pending connections until none is left.
+func (b *connectBatcher) write() {
+	for {
+		b.mu.Lock()
+		n := min(len(b.pending), maxConnectBatch)
+		if n == 0 {
+			b.writers--
+			b.mu.Unlock()
+			return
+		}
+		batch := b.pending[:n:n]
+		b.pending = b.pending[n:]
+		if len(b.pending) == 0 {
+			b.pending = nil // the backing array of a burst is let go
+		}
+		b.mu.Unlock()
+		b.writeBatch(batch)
+	}
+}
+
+func (b *connectBatcher) writeBatch(batch []*pendingConnect) {
+	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+	defer cancel()
+	fail := func(err error) {
+		for _, p := range batch {
+			p.done <- connectOutcome{err: err}
+		}
+	}
+	if len(batch) == 1 {
+		entry, err := fsm.Encode(fsm.ConnectRequestType, batch[0].req)
+		if err != nil {
+			fail(err)
+			return
+		}
+		res, err := b.log.Apply(ctx, entry)
+		if err != nil {
+			fail(err)
+			return
+		}
+		r, ok := res.(placement.Route)
+		if !ok {
+			fail(fmt.Errorf("the log answered a connect with %T", res))
+			return
+		}
+		batch[0].done <- connectOutcome{route: r}
+		return
+	}
+	req := fsm.ConnectBatchRequest{Conns: make([]fsm.ConnectRequest, len(batch))}
+	for i, p := range batch {
+		req.Conns[i] = p.req
+	}
+	entry, err := fsm.Encode(fsm.ConnectBatchRequestType, req)
+	if err != nil {
+		fail(err)
+		return
+	}
+	res, err := b.log.Apply(ctx, entry)
+	if err != nil {
+		fail(err)
+		return
+	}
+	out, ok := res.(fsm.ConnectBatchResult)
+	if !ok || len(out.Conns) != len(batch) {
+		fail(fmt.Errorf("the log answered a batch of %d connections with %T", len(batch), res))
+		return
+	}
+	for i, p := range batch {
+		if err := out.Conns[i].Err(); err != nil {
+			p.done <- connectOutcome{err: err}
+			continue
+		}
+		p.done <- connectOutcome{route: out.Conns[i].Route}
+	}
+}

@@ -1,0 +1,124 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/fsm"
+)
+
+// slowLog is a log whose writes wait until released, counting entries by
+// type: what is named meanwhile must go together.
+type slowLog struct {
+	direct
+	gate    chan struct{}
+	mu      sync.Mutex
+	entries map[fsm.MessageType]int
+	// waiting counts the connections of the writes held at the gate.
+	waiting int
+}
+
+func (l *slowLog) Apply(ctx context.Context, entry []byte) (any, error) {
+	parts := 1
+	if fsm.MessageType(entry[0]) == fsm.ConnectBatchRequestType {
+		var req fsm.ConnectBatchRequest
+		if err := json.Unmarshal(entry[1:], &req); err != nil {
+			return nil, err
+		}
+		parts = len(req.Conns)
+	}
+	l.mu.Lock()
+	l.waiting += parts
+	gate := l.gate
+	l.mu.Unlock()
+	<-gate
+	l.mu.Lock()
+	l.entries[fsm.MessageType(entry[0])]++
+	l.mu.Unlock()
+	return l.direct.Apply(ctx, entry)
+}
+
+// A rush of newcomers is written in a few entries, not one each; each
+// caller gets its own route, and a refused name refuses that caller alone.
+func TestConnectsGoTogether(t *testing.T) {
+	f := fsm.New()
+	log := &slowLog{direct: direct{f: f}, gate: make(chan struct{}), entries: map[fsm.MessageType]int{}}
+	s := New(f, log, ready{"w1"}, nil)
+	// A connection that exists already: a newcomer of that name is refused.
+	close(log.gate)
+	if _, err := s.Connect(t.Context(), "taken", "ann", "w1"); err != nil {
+		t.Fatal(err)
+	}
+	log.mu.Lock()
+	log.gate, log.waiting = make(chan struct{}), 0
+	log.mu.Unlock()
+	const n = 200
+	var wg sync.WaitGroup
+	errs := make([]error, n+1)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := s.Connect(t.Context(), fmt.Sprintf("c%d", i), fmt.Sprintf("u%d", i), "w1")
+			if err == nil && (r.Conn != fmt.Sprintf("c%d", i) || r.User != fmt.Sprintf("u%d", i) || r.Worker != "w1") {
+				err = fmt.Errorf("route %+v", r)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, errs[n] = s.Connect(t.Context(), "taken", "bob", "w1")
+	}()
+	// Everyone is waiting behind the first writes; then the log goes on.
+	waitPending(t, s, log, n+1)
+	log.mu.Lock()
+	close(log.gate)
+	log.mu.Unlock()
+	wg.Wait()
+	for i, err := range errs[:n] {
+		if err != nil {
+			t.Fatalf("c%d: %v", i, err)
+		}
+	}
+	if !errors.Is(errs[n], fsm.ErrConnTaken) {
+		t.Fatalf("a newcomer named after an existing connection: %v, want ErrConnTaken", errs[n])
+	}
+	entries := log.entries[fsm.ConnectRequestType] + log.entries[fsm.ConnectBatchRequestType]
+	if entries > 2*connectWriters+1 {
+		t.Fatalf("%d connections took %d entries (%v)", n+1, entries, log.entries)
+	}
+	if conns, users := f.Counts(); conns != n+1 || users != n+1 {
+		t.Fatalf("the maps hold %d connections and %d people, want %d", conns, users, n+1)
+	}
+}
+
+// waitPending waits until n connections are either queued or in writes
+// held at the gate.
+func waitPending(t *testing.T, s *Supervisor, log *slowLog, n int) {
+	t.Helper()
+	for range 5000 {
+		s.connects.mu.Lock()
+		got := len(s.connects.pending)
+		s.connects.mu.Unlock()
+		log.mu.Lock()
+		got += log.waiting
+		log.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-t.Context().Done():
+			return
+		default:
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("the connections never queued (%d wanted)", n)
+}
