@@ -106,7 +106,7 @@ func (s *server) start(log hclog.Logger) error {
 
 func measureRaft(ctx context.Context, o options, dir string, stderr io.Writer) (raftResult, error) {
 	var r raftResult
-	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Error, Output: stderr})
+	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Error, Output: stderr})
 	ports, err := freeport.Take(3)
 	if err != nil {
 		return r, err
@@ -117,7 +117,7 @@ func measureRaft(ctx context.Context, o options, dir string, stderr io.Writer) (
 		s := &server{id: fmt.Sprintf("s%d", i+1), addr: fmt.Sprintf("127.0.0.1:%d", ports[i]), dir: filepath.Join(dir, fmt.Sprintf("s%d", i+1))}
 		servers[i] = s
 		members[s.id] = s.addr
-		if err := s.start(log); err != nil {
+		if err := s.start(logger); err != nil {
 			return r, err
 		}
 	}
@@ -135,12 +135,13 @@ func measureRaft(ctx context.Context, o options, dir string, stderr io.Writer) (
 	if err != nil {
 		return r, err
 	}
+	log := &clusterLog{servers: servers}
 	apply := func(typ fsm.MessageType, body any) (any, error) {
 		b, err := fsm.Encode(typ, body)
 		if err != nil {
 			return nil, err
 		}
-		return leader.node.Apply(ctx, b)
+		return log.Apply(ctx, b)
 	}
 	// The hosts register their workers.
 	for h := range o.hosts {
@@ -155,7 +156,7 @@ func measureRaft(ctx context.Context, o options, dir string, stderr io.Writer) (
 
 	// Arrivals: every writer a front binding a new connection through the
 	// supervisor, as the front does.
-	sup := supervisor.New(leader.fsm.FSM, leader.node, noWorkers{}, nil)
+	sup := supervisor.New(leader.fsm.FSM, log, noWorkers{}, nil)
 	var next atomic.Int64
 	total := int64(o.people * o.conns)
 	snapAt := total / 2
@@ -202,6 +203,7 @@ func measureRaft(ctx context.Context, o options, dir string, stderr io.Writer) (
 	fmt.Fprintf(stderr, "raft: %d connections in %v (%.0f/s), snapshot %v\n", total, r.entries.Round(time.Millisecond), r.connsPerSec, r.snapDuringArrivals.Round(time.Millisecond))
 
 	// A follower goes down; the moves go on without it.
+	leader = log.leader()
 	down := servers[0]
 	if down == leader {
 		down = servers[1]
@@ -211,6 +213,7 @@ func measureRaft(ctx context.Context, o options, dir string, stderr io.Writer) (
 		return r, err
 	}
 
+	retried := &log.retried
 	// Moves: every writer a mover taking a batch of people to another
 	// host's worker, begin and commit entries.
 	batches := (o.moves + o.batch - 1) / o.batch
@@ -236,7 +239,7 @@ func measureRaft(ctx context.Context, o options, dir string, stderr io.Writer) (
 			var begin fsm.MoveBatchRequest
 			for k := int(b) * o.batch; k < min(int(b+1)*o.batch, o.moves); k++ {
 				i := int((int64(k) * 7919) % int64(o.people))
-				u, ok := leader.fsm.User(personName(i))
+				u, ok := log.leader().fsm.User(personName(i))
 				if !ok {
 					return fmt.Errorf("%s is not in the maps", personName(i))
 				}
@@ -250,6 +253,9 @@ func measureRaft(ctx context.Context, o options, dir string, stderr io.Writer) (
 			var commit fsm.MoveBatchRequest
 			for j, p := range out.(fsm.MoveBatchResult).Begin {
 				if err := p.Err(); err != nil {
+					if errors.Is(err, fsm.ErrBusy) && retried.Load() > 0 {
+						continue // a begin written twice across a leader change
+					}
 					return fmt.Errorf("raising %s's barrier: %w", begin.Begin[j].User, err)
 				}
 				commit.Commit = append(commit.Commit, fsm.MoveCommitRequest{User: p.User.User, To: begin.Begin[j].To, Epoch: p.User.Epoch, Package: "sha256:bench"})
@@ -281,13 +287,14 @@ func measureRaft(ctx context.Context, o options, dir string, stderr io.Writer) (
 
 	// The follower comes back with its disk: it restores its own latest
 	// snapshot and takes the entries it missed.
+	leader = log.leader()
 	if err := leader.node.Barrier(ctx); err != nil {
 		return r, err
 	}
 	target := leader.fsm.Index()
 	r.catchUpEntriesMissed = target - downIndex
 	t0 := time.Now()
-	if err := down.start(log); err != nil {
+	if err := down.start(logger); err != nil {
 		return r, fmt.Errorf("restarting %s: %w", down.id, err)
 	}
 	if err := waitIndex(ctx, down, target); err != nil {
@@ -304,7 +311,7 @@ func measureRaft(ctx context.Context, o options, dir string, stderr io.Writer) (
 		return r, err
 	}
 	t0 = time.Now()
-	if err := down.start(log); err != nil {
+	if err := down.start(logger); err != nil {
 		return r, fmt.Errorf("starting %s empty: %w", down.id, err)
 	}
 	if err := waitIndex(ctx, down, target); err != nil {
@@ -325,6 +332,38 @@ func measureRaft(ctx context.Context, o options, dir string, stderr io.Writer) (
 		}
 	}
 	return r, nil
+}
+
+// clusterLog writes through whoever leads, waiting out an election as the
+// agent's forwarding log does: a write is tried again on the new leader
+// (connections and moves are recognised when written twice).
+type clusterLog struct {
+	servers []*server
+	retried atomic.Int64
+}
+
+func (l *clusterLog) leader() *server {
+	for {
+		for _, s := range l.servers {
+			if s.node != nil && s.node.Raft.State() == raft.Leader {
+				return s
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (l *clusterLog) Apply(ctx context.Context, entry []byte) (any, error) {
+	for try := 0; ; try++ {
+		res, err := l.leader().node.Apply(ctx, entry)
+		if !errors.Is(err, raftnode.ErrNotLeader) || try == 100 {
+			return res, err
+		}
+		l.retried.Add(1)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // parallel runs n copies of fn and returns the first error.
