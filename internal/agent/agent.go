@@ -265,6 +265,8 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	a.mover = move.New(move.Config{FreezeTimeout: duration(a.cfg.Move.FreezeTimeout), Logger: a.log.Named("move"), Registry: a.registry},
 		a.fsm, log, a.router, a.park)
 	a.sup = supervisor.New(a.fsm, log, a.router, a.mover)
+	gate := &entryGate{a: a}
+	a.sup.SetBatchGate(func() bool { return gate.allow(fsm.ConnectBatchRequestType) })
 	rep, err := a.recover(ctx)
 	if err != nil {
 		return err
@@ -700,6 +702,7 @@ func (a *Agent) Park() park.Store { return a.park }
 // extraRoutes adds the gateway's and the operator's routes to the API.
 func (a *Agent) extraRoutes(mux *http.ServeMux, wrap func(func(http.ResponseWriter, *http.Request) error) http.HandlerFunc) {
 	a.gatewayRoutes(mux, wrap)
+	a.governRoutes(mux, wrap)
 	if a.cfg.IsServer() {
 		a.operatorRoutes(mux, wrap)
 	}

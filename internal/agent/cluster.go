@@ -39,6 +39,9 @@ type Self struct {
 	// server that finds either joins instead of bootstrapping.
 	Leader      string `json:"leader,omitempty"`
 	Established bool   `json:"established,omitempty"`
+	// NewestEntry is the newest raft entry type this server applies
+	// (fsm.NewestEntryType); 0 from versions before it was said.
+	NewestEntry int `json:"newest_entry,omitempty"`
 }
 
 // peers is what this agent knows of the servers: raft address → admin address.
@@ -64,7 +67,7 @@ func (p *peers) adminOf(raftAddr string) string {
 }
 
 func (a *Agent) self() Self {
-	s := Self{Name: a.cfg.Name, AdminAddr: a.AdminAddr(), FrontAddr: a.Addr()}
+	s := Self{Name: a.cfg.Name, AdminAddr: a.AdminAddr(), FrontAddr: a.Addr(), NewestEntry: int(fsm.NewestEntryType)}
 	if r := a.raftNode(); r != nil {
 		s.RaftAddr = r.Addr()
 		_, s.Leader = r.Leader()

@@ -11,6 +11,13 @@ import (
 // bind it and refused on its own.
 const ConnectBatchRequestType MessageType = 25
 
+// NewestEntryType is the newest entry type this version applies. A server
+// says it (the agent's /v1/agent/self), and a writer uses an entry type
+// only once every server of the cluster applies it: a rolling update's
+// older servers are never sent an entry they would skip. Raise it with
+// each new type.
+const NewestEntryType = ConnectBatchRequestType
+
 // ConnectBatchRequest is many connections' bindings, applied in order.
 type ConnectBatchRequest struct {
 	Conns []ConnectRequest `json:"conns"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stickyd/stickyd/internal/fsm"
@@ -28,10 +29,16 @@ const (
 
 type connectBatcher struct {
 	log Log
+	// together reports whether every server applies ConnectBatch
+	// entries; until it does, each connection is an entry of its own.
+	together atomic.Pointer[func() bool]
 
-	mu      sync.Mutex // guards pending and writers
+	mu      sync.Mutex // guards pending, writers and writing
 	pending []*pendingConnect
 	writers int
+	// writing counts the connections taken by writers and not yet
+	// answered.
+	writing int
 }
 
 type pendingConnect struct {
@@ -77,9 +84,18 @@ func (b *connectBatcher) write() {
 		if len(b.pending) == 0 {
 			b.pending = nil // the backing array of a burst is let go
 		}
+		b.writing += n
 		b.mu.Unlock()
 		b.writeBatch(batch)
+		b.mu.Lock()
+		b.writing -= n
+		b.mu.Unlock()
 	}
+}
+
+func (b *connectBatcher) mayBatch() bool {
+	f := b.together.Load()
+	return f == nil || (*f)()
 }
 
 func (b *connectBatcher) writeBatch(batch []*pendingConnect) {
@@ -89,6 +105,12 @@ func (b *connectBatcher) writeBatch(batch []*pendingConnect) {
 		for _, p := range batch {
 			p.done <- connectOutcome{err: err}
 		}
+	}
+	if len(batch) > 1 && !b.mayBatch() {
+		for _, p := range batch {
+			b.writeBatch([]*pendingConnect{p})
+		}
+		return
 	}
 	if len(batch) == 1 {
 		entry, err := fsm.Encode(fsm.ConnectRequestType, batch[0].req)

@@ -2,10 +2,10 @@ package supervisor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,21 +19,10 @@ type slowLog struct {
 	gate    chan struct{}
 	mu      sync.Mutex
 	entries map[fsm.MessageType]int
-	// waiting counts the connections of the writes held at the gate.
-	waiting int
 }
 
 func (l *slowLog) Apply(ctx context.Context, entry []byte) (any, error) {
-	parts := 1
-	if fsm.MessageType(entry[0]) == fsm.ConnectBatchRequestType {
-		var req fsm.ConnectBatchRequest
-		if err := json.Unmarshal(entry[1:], &req); err != nil {
-			return nil, err
-		}
-		parts = len(req.Conns)
-	}
 	l.mu.Lock()
-	l.waiting += parts
 	gate := l.gate
 	l.mu.Unlock()
 	<-gate
@@ -55,7 +44,7 @@ func TestConnectsGoTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	log.mu.Lock()
-	log.gate, log.waiting = make(chan struct{}), 0
+	log.gate = make(chan struct{})
 	log.mu.Unlock()
 	const n = 200
 	var wg sync.WaitGroup
@@ -99,17 +88,14 @@ func TestConnectsGoTogether(t *testing.T) {
 	}
 }
 
-// waitPending waits until n connections are either queued or in writes
-// held at the gate.
+// waitPending waits until n connections are either queued or being
+// written (held at the log's gate).
 func waitPending(t *testing.T, s *Supervisor, log *slowLog, n int) {
 	t.Helper()
 	for range 5000 {
 		s.connects.mu.Lock()
-		got := len(s.connects.pending)
+		got := len(s.connects.pending) + s.connects.writing
 		s.connects.mu.Unlock()
-		log.mu.Lock()
-		got += log.waiting
-		log.mu.Unlock()
 		if got >= n {
 			return
 		}
@@ -121,4 +107,47 @@ func waitPending(t *testing.T, s *Supervisor, log *slowLog, n int) {
 		time.Sleep(time.Millisecond)
 	}
 	t.Fatalf("the connections never queued (%d wanted)", n)
+}
+
+// While a server of the cluster does not apply batches (a rolling update
+// under way), every connection is an entry of its own; once all do, they
+// go together.
+func TestConnectBatchGate(t *testing.T) {
+	f := fsm.New()
+	log := &slowLog{direct: direct{f: f}, gate: make(chan struct{}), entries: map[fsm.MessageType]int{}}
+	s := New(f, log, ready{"w1"}, nil)
+	var together atomic.Bool
+	s.SetBatchGate(together.Load)
+	rush := func(prefix string, n int) {
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := s.Connect(t.Context(), fmt.Sprintf("%s%d", prefix, i), "", "w1"); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		waitPending(t, s, log, n)
+		log.mu.Lock()
+		close(log.gate)
+		log.mu.Unlock()
+		wg.Wait()
+		log.mu.Lock()
+		log.gate = make(chan struct{})
+		log.mu.Unlock()
+	}
+	rush("a", 50)
+	if log.entries[fsm.ConnectBatchRequestType] != 0 || log.entries[fsm.ConnectRequestType] != 50 {
+		t.Fatalf("with an older server: %v, want 50 connect entries and no batch", log.entries)
+	}
+	together.Store(true)
+	rush("b", 50)
+	if log.entries[fsm.ConnectBatchRequestType] == 0 || log.entries[fsm.ConnectRequestType]+log.entries[fsm.ConnectBatchRequestType] > 50+2*connectWriters {
+		t.Fatalf("once every server applies batches: %v", log.entries)
+	}
+	if conns, _ := f.Counts(); conns != 100 {
+		t.Fatalf("%d connections, want 100", conns)
+	}
 }

@@ -70,6 +70,11 @@ func New(f *fsm.FSM, log Log, workers Workers, mover Mover) *Supervisor {
 	return &Supervisor{fsm: f, raft: log, workers: workers, mover: mover, connects: &connectBatcher{log: log}}
 }
 
+// SetBatchGate sets what says whether every server of the cluster applies
+// the batched entries (ConnectBatch): until it says so, each new connection
+// is written alone. Without a gate they are batched.
+func (s *Supervisor) SetBatchGate(together func() bool) { s.connects.together.Store(&together) }
+
 // SetLogger sets where the supervisor reports what it does in the
 // background.
 func (s *Supervisor) SetLogger(l hclog.Logger) { s.log = l }
