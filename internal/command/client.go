@@ -351,8 +351,31 @@ func interspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 
 // fail prints err and returns the exit code of a failed command.
 func (m *Meta) fail(err error) int {
-	m.UI.Error(err.Error())
+	m.UI.Error(saidOnce(err))
 	return 1
+}
+
+// saidOnce words err with its context said once: when the command's own
+// context ("moving user "x" to demo-9") is the agent's message's only
+// wrapping and the agent's message already begins with the same gerund
+// ("moving "x" to "demo-9": no such worker"), the agent's message alone,
+// which says what was being done; otherwise err as it is.
+func saidOnce(err error) string {
+	msg := err.Error()
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.Message == "" {
+		return msg
+	}
+	ctx, ok := strings.CutSuffix(msg, ": "+ae.Message)
+	if !ok || strings.Contains(ctx, ": ") {
+		return msg // more said between the two than the gerund
+	}
+	ours, _, _ := strings.Cut(ctx, " ")
+	theirs, _, _ := strings.Cut(ae.Message, " ")
+	if ours != theirs || !strings.HasSuffix(ours, "ing") {
+		return msg
+	}
+	return ae.Message
 }
 
 // printJSON prints an answer as indented JSON, its values untouched.

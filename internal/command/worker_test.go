@@ -174,7 +174,11 @@ func TestWorkerDrainErrors(t *testing.T) {
 			writeError(w, 404, `draining "web-9": no such worker`)
 		},
 	})
-	run(t, f.args("worker", "drain", "web-9")...).expect(t, 1, nil, []string{`draining web-9: draining "web-9": no such worker`})
+	r := run(t, f.args("worker", "drain", "web-9")...)
+	r.expect(t, 1, nil, nil)
+	if got, want := strings.TrimSpace(r.stderr), `draining "web-9": no such worker`; got != want {
+		t.Fatalf("stderr %q, want %q: the context said once", got, want)
+	}
 
 	garbled := newFakeAPI(t, map[string]http.HandlerFunc{
 		"POST /v1/workers/{worker}/drain": func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("{\"move\": oops\n")) },
