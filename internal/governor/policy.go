@@ -85,7 +85,7 @@ type Policy struct {
 	// numbers to show the consumption behind its level before drawing who
 	// leaves: a probe may show a worker's heap jump a reading before its
 	// per-person accounting shows who grew. While the people's recent
-	// consumption is nil (or, for memory, under half of the worker's rise
+	// consumption is nil (or, for memory, under a quarter of the worker's rise
 	// over the same readings) the engine waits, and records why; after
 	// UsageWait such readings it draws with what there is (uniformly when
 	// nobody shows any). 0 never waits. Default 2.
