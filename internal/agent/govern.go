@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -344,41 +343,31 @@ func (g *governance) local(worker string) bool {
 }
 
 // carryOut does what a decision asks; it reports whether it worked. d.To is
-// set for a start or a replacement.
+// set for a start or a replacement. A decision about another host's worker
+// is carried out by that host's agent (govern_remote.go).
 func (g *governance) carryOut(d *governor.Decision) bool {
-	a := g.a
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var err error
-	switch {
-	case d.Kind == governor.KindStart && !a.pool.HasGroup(d.Group):
-		err = fmt.Errorf("starting a worker of %s: %w: this host runs none of the group, and the leader starts workers only on its own host", d.Group, errNotHere)
-	case d.Worker != "" && !g.local(d.Worker):
-		err = fmt.Errorf("%s of %s: %w: the worker runs on another host; only its people are moved from here", d.Kind, d.Worker, errNotHere)
-	}
-	if err != nil {
-		a.log.Warn("governance decision not carried out", "decision", d.Kind, "worker", d.Worker, "group", d.Group, "error", err)
-		return false
-	}
 	switch d.Kind {
 	case governor.KindStart:
-		d.To, err = g.add(ctx, d.Group)
+		d.To, err = g.start(ctx, d.Group, "")
 	case governor.KindReplace:
 		// No newcomer lands on the worker being replaced.
-		if err = a.pool.Cordon(d.Worker, true); err == nil {
-			if d.To, err = g.add(ctx, d.Group); err != nil {
-				_ = a.pool.Cordon(d.Worker, false)
+		if err = g.cordon(ctx, d.Worker, true); err == nil {
+			if d.To, err = g.start(ctx, d.Group, d.Worker); err != nil {
+				_ = g.cordon(ctx, d.Worker, false)
 			}
 		}
 	case governor.KindDrain:
-		err = a.pool.Cordon(d.Worker, true)
+		err = g.cordon(ctx, d.Worker, true)
 	case governor.KindRetire:
-		err = g.retire(ctx, d.Worker, d.Reason)
+		err = g.retireAnywhere(ctx, d.Worker, d.Reason)
 	default:
 		err = fmt.Errorf("unknown decision %q", d.Kind)
 	}
 	if err != nil {
-		a.log.Warn("governance decision failed", "decision", d.Kind, "worker", d.Worker, "user", d.User, "error", err)
+		g.a.log.Warn("governance decision failed", "decision", d.Kind, "worker", d.Worker, "group", d.Group, "user", d.User, "error", err)
 		return false
 	}
 	return true
@@ -408,10 +397,6 @@ func (g *governance) retire(ctx context.Context, worker, reason string) error {
 	}
 	return g.a.register(ctx)
 }
-
-// errNotHere is a decision about another host's worker that only that
-// host could carry out (cordon, replace, retire, start).
-var errNotHere = errors.New("not on this host")
 
 // events returns the engine's recent events.
 func (g *governance) events() []governor.Event {
