@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -357,9 +358,11 @@ func (m *Meta) fail(err error) int {
 
 // saidOnce words err with its context said once: when the command's own
 // context ("moving user "x" to demo-9") is the agent's message's only
-// wrapping and the agent's message already begins with the same gerund
-// ("moving "x" to "demo-9": no such worker"), the agent's message alone,
-// which says what was being done; otherwise err as it is.
+// wrapping and the agent's message begins by saying the same thing
+// ("moving "x" to "demo-9": no such worker": its leading clause's words
+// are all among the context's, quotes aside), the agent's message alone;
+// otherwise err as it is ("reading the gateway's usage: reading the maps:
+// closed" says two things).
 func saidOnce(err error) string {
 	msg := err.Error()
 	var ae *apiError
@@ -368,12 +371,24 @@ func saidOnce(err error) string {
 	}
 	ctx, ok := strings.CutSuffix(msg, ": "+ae.Message)
 	if !ok || strings.Contains(ctx, ": ") {
-		return msg // more said between the two than the gerund
+		return msg // more said between the two than the context
 	}
-	ours, _, _ := strings.Cut(ctx, " ")
-	theirs, _, _ := strings.Cut(ae.Message, " ")
-	if ours != theirs || !strings.HasSuffix(ours, "ing") {
+	theirs, _, ok := strings.Cut(ae.Message, ": ")
+	if !ok {
+		return msg // the agent's message says no context
+	}
+	words := func(s string) []string {
+		return strings.FieldsFunc(s, func(r rune) bool { return r == ' ' || r == '"' })
+	}
+	ours := words(ctx)
+	said := words(theirs)
+	if len(said) == 0 || len(ours) == 0 || said[0] != ours[0] {
 		return msg
+	}
+	for _, w := range said {
+		if !slices.Contains(ours, w) {
+			return msg
+		}
 	}
 	return ae.Message
 }

@@ -148,6 +148,7 @@ func TestUserMoveFails(t *testing.T) {
 		{"unknown user", 404, `no user "alice"`, ctx + `no user "alice"`},
 		{"unknown worker", 404, `moving "alice" to "web-9": no such worker`, `moving "alice" to "web-9": no such worker`},
 		{"unknown group", 404, `moving "alice" to group "nogroup": no such group`, `moving "alice" to group "nogroup": no such group`},
+		{"another context", 503, `reading the maps: closed`, ctx + `reading the maps: closed`},
 		{"worker not ready", 400, `moving "alice": bad destination: worker "web-9" is not ready`, `moving "alice": bad destination: worker "web-9" is not ready`},
 		{"busy", 409, "user is busy", ctx + "user is busy"},
 	}
@@ -156,7 +157,11 @@ func TestUserMoveFails(t *testing.T) {
 			f := newFakeAPI(t, map[string]http.HandlerFunc{
 				"POST /v1/users/{user}/move": func(w http.ResponseWriter, r *http.Request) { writeError(w, tt.status, tt.msg) },
 			})
-			r := run(t, f.args("user", "move", "alice", "-to", "web-9")...)
+			dest := []string{"-to", "web-9"}
+			if strings.Contains(tt.msg, "group") {
+				dest = []string{"-group", "nogroup"}
+			}
+			r := run(t, f.args(append([]string{"user", "move", "alice"}, dest...)...)...)
 			if got := strings.TrimSpace(r.stderr); got != tt.want {
 				t.Fatalf("exit %d, stderr %q, want %q", r.code, got, tt.want)
 			}
