@@ -3,6 +3,8 @@ package fsm
 import (
 	"hash/maphash"
 	"maps"
+	"slices"
+	"sync"
 )
 
 // cowShards is how many shards a shardMap has. A snapshot costs this many
@@ -27,11 +29,19 @@ type shardMap[V any] struct {
 	n      int
 	// gen grows at each snapshot; a shard of an older gen is shared.
 	gen uint64
+	// indexed is set once a reader asked for the keys in order (sorted):
+	// from then on each shard keeps its keys sorted, as they are added
+	// and removed. indexMu serializes the readers that build them (a
+	// writer holds the FSM's lock alone, so it meets no reader).
+	indexMu sync.Mutex
+	indexed bool
 }
 
 type shard[V any] struct {
 	m   map[string]V
 	gen uint64
+	// keys are m's keys in order, while the map is indexed.
+	keys []string
 }
 
 // frozenMap is a shardMap as a snapshot took it; nothing writes to it.
@@ -77,7 +87,7 @@ func (s *shardMap[V]) writable(k string) *shard[V] {
 	i := shardOf(k)
 	sh := s.shards[i]
 	if sh.gen != s.gen {
-		sh = &shard[V]{m: maps.Clone(sh.m), gen: s.gen}
+		sh = &shard[V]{m: maps.Clone(sh.m), gen: s.gen, keys: slices.Clone(sh.keys)}
 		if sh.m == nil {
 			sh.m = map[string]V{}
 		}
@@ -90,6 +100,10 @@ func (s *shardMap[V]) put(k string, v V) {
 	sh := s.writable(k)
 	if _, ok := sh.m[k]; !ok {
 		s.n++
+		if s.indexed {
+			i, _ := slices.BinarySearch(sh.keys, k)
+			sh.keys = slices.Insert(sh.keys, i, k)
+		}
 	}
 	sh.m[k] = v
 }
@@ -98,8 +112,40 @@ func (s *shardMap[V]) del(k string) {
 	if !s.has(k) {
 		return
 	}
-	delete(s.writable(k).m, k)
+	sh := s.writable(k)
+	delete(sh.m, k)
 	s.n--
+	if s.indexed {
+		if i, ok := slices.BinarySearch(sh.keys, k); ok {
+			sh.keys = slices.Delete(sh.keys, i, i+1)
+		}
+	}
+}
+
+// sorted calls yield with each shard's keys in order. The first call
+// sorts them; later writes keep them sorted. The caller holds the FSM's
+// read lock; yield must not keep the slices.
+func (s *shardMap[V]) sorted(yield func(keys [][]string)) {
+	s.indexMu.Lock()
+	defer s.indexMu.Unlock()
+	if !s.indexed {
+		for _, sh := range s.shards {
+			// A shard a snapshot shares is read, never written: its
+			// sorted keys are a slice of its own.
+			keys := make([]string, 0, len(sh.m))
+			for k := range sh.m {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			sh.keys = keys
+		}
+		s.indexed = true
+	}
+	all := make([][]string, cowShards)
+	for i, sh := range s.shards {
+		all[i] = sh.keys
+	}
+	yield(all)
 }
 
 func (s *shardMap[V]) len() int { return s.n }

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"container/heap"
 	"slices"
 
 	"github.com/stickyd/stickyd/internal/placement"
@@ -86,28 +87,38 @@ func (f *FSM) UsersPage(q UserQuery) UserPage {
 		}
 		return true
 	}
-	// The names after the cursor, the first limit+1 of them in order: a
-	// bounded selection, not a sort of the whole population. The names
-	// are compared before anything else is read.
+	// The names after the cursor, the first limit+1 that match, merged
+	// from the shards' keys in order: a page costs the people it passes
+	// over, never a walk of everyone.
 	names := make([]string, 0, limit+1)
-	for _, sh := range f.state.Users.m.shards {
-		for u, r := range sh.m {
-			if q.After != "" && u <= q.After {
-				continue
+	f.state.Users.m.sorted(func(shards [][]string) {
+		h := make(cursorHeap, 0, len(shards))
+		for _, keys := range shards {
+			j := 0
+			if q.After != "" {
+				j, _ = slices.BinarySearch(keys, q.After)
+				if j < len(keys) && keys[j] == q.After {
+					j++
+				}
 			}
-			if len(names) == limit+1 && u >= names[limit] {
-				continue
+			if j < len(keys) {
+				h = append(h, shardCursor{keys: keys, at: j})
 			}
-			if !match(r) {
-				continue
-			}
-			i, _ := slices.BinarySearch(names, u)
-			if len(names) == limit+1 {
-				names = names[:limit]
-			}
-			names = slices.Insert(names, i, u)
 		}
-	}
+		heap.Init(&h)
+		for len(h) > 0 && len(names) < limit+1 {
+			c := &h[0]
+			u := c.keys[c.at]
+			if r, ok := f.state.Users.m.get(u); ok && match(r) {
+				names = append(names, u)
+			}
+			if c.at++; c.at == len(c.keys) {
+				heap.Pop(&h)
+			} else {
+				heap.Fix(&h, 0)
+			}
+		}
+	})
 	var page UserPage
 	if len(names) > limit {
 		names = names[:limit]
@@ -148,4 +159,24 @@ func (f *FSM) Tally() UserTally {
 		}
 	}
 	return t
+}
+
+// shardCursor is a place in one shard's sorted keys.
+type shardCursor struct {
+	keys []string
+	at   int
+}
+
+// cursorHeap orders shard cursors by their next key.
+type cursorHeap []shardCursor
+
+func (h cursorHeap) Len() int           { return len(h) }
+func (h cursorHeap) Less(i, j int) bool { return h[i].keys[h[i].at] < h[j].keys[h[j].at] }
+func (h cursorHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *cursorHeap) Push(x any)        { *h = append(*h, x.(shardCursor)) }
+func (h *cursorHeap) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return c
 }

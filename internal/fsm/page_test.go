@@ -54,6 +54,29 @@ func TestUsersPage(t *testing.T) {
 	if got := walk(UserQuery{State: placement.StateParked}); len(got) != 0 {
 		t.Fatalf("parked: %d people, want 0", len(got))
 	}
+	// Once the keys are kept in order, arrivals, departures and the
+	// shards a snapshot shares keep them so.
+	if _, err := f.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	idx++
+	apply(t, f, idx, ConnectRequestType, ConnectRequest{Conn: "c-new", User: "u999", Worker: "w0"})
+	idx++
+	apply(t, f, idx, ForgetConnRequestType, ForgetConnRequest{Conn: "c007"})
+	got := walk(UserQuery{Limit: 9})
+	if len(got) != 250 || got[7].User != "u008" || got[249].User != "u999" {
+		t.Fatalf("after writes: %d people, [7] %s, last %s", len(got), got[7].User, got[len(got)-1].User)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i-1].User >= got[i].User {
+			t.Fatalf("out of order: %s before %s", got[i-1].User, got[i].User)
+		}
+	}
+	idx++
+	apply(t, f, idx, ForgetConnRequestType, ForgetConnRequest{Conn: "c-new"})
+	idx++
+	apply(t, f, idx, ConnectRequestType, ConnectRequest{Conn: "c007", User: "u007", Worker: "w1"})
+
 	tl := f.Tally()
 	if tl.Users != 250 || tl.Conns != 250 || tl.State[placement.StateLive] != 250 || tl.Groups["blue"] != 167 || tl.Workers["w2"] != 83 {
 		t.Fatalf("tally: %+v", tl)
