@@ -103,7 +103,7 @@ func (a *Agent) localMonitor(users map[string]bool) LocalMonitor {
 	stale := a.staleAfter()
 	now := time.Now()
 	for _, w := range append(a.pool.Workers(), a.pool.Retired()...) {
-		mw := monitor.Worker{ID: w.ID, Agent: a.cfg.Name, Group: w.Group, Runtime: a.groupRuntime(w.Group), State: w.State, Cordoned: w.Cordoned, Pid: w.Pid,
+		mw := monitor.Worker{ID: w.ID, Agent: a.cfg.Name, Group: w.Group, Runtime: a.groupRuntime(w.Group), State: w.State, Cordoned: w.Cordoned, Pid: w.Pid, SharedProcess: w.SharedProcess,
 			Incarnation: w.Incarnation, Born: w.Born, DiedAt: w.DiedAt, HowDied: w.HowDied, AppVersion: w.AppVersion,
 			LastProbe: w.LastProbe, Users: w.Users, Conns: w.Conns, Pages: w.Pages, HeapBytes: w.HeapBytes, RSSBytes: w.RSSBytes,
 			CPUSeconds: w.CPUSeconds, Goroutines: w.Goroutines, Mailbox: w.Mailbox, Frames: w.Frames, StateRefused: w.StateRefused, PagesRefused: w.PagesRefused, ProbeFailures: w.ProbeFailures,

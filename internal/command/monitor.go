@@ -108,16 +108,29 @@ func formatView(v monitor.View, people int) string {
 			m.Backend, m.Since.Local().Format("15:04:05"), reason, m.Waiting, m.TimedOut, m.MaxWait)
 	}
 	rows := make([][]string, 0, len(v.Workers))
-	for _, w := range v.Workers {
+	var shared *monitor.Worker
+	for i, w := range v.Workers {
 		state := w.State
 		if w.Cordoned {
 			state += ",cordoned"
 		}
+		heap, rss, cpu := formatBytes(int(w.HeapBytes)), formatBytes(int(w.RSSBytes)), fmt.Sprintf("%.1fs", w.CPUSeconds)
+		if w.SharedProcess {
+			// The agent's process's figures, not this worker's: said once
+			// below the table.
+			heap, rss, cpu = "shared", "shared", "shared"
+			if shared == nil || w.LastProbe.After(shared.LastProbe) {
+				shared = &v.Workers[i]
+			}
+		}
 		rows = append(rows, []string{w.ID, w.Group, orDash(w.Runtime), state, strconv.FormatInt(w.Users, 10), strconv.FormatInt(w.Conns, 10),
-			strconv.FormatInt(w.Pages, 10), formatBytes(int(w.HeapBytes)), formatBytes(int(w.RSSBytes)),
-			fmt.Sprintf("%.1fs", w.CPUSeconds), saturation(w.Saturation)})
+			strconv.FormatInt(w.Pages, 10), heap, rss, cpu, saturation(w.Saturation)})
 	}
 	b.WriteString("\n" + formatTable([]string{"WORKER", "GROUP", "RUNTIME", "STATE", "USERS", "CONNS", "PAGES", "HEAP", "RSS", "CPU", "SATURATION"}, rows))
+	if shared != nil {
+		fmt.Fprintf(&b, "\n\nshared: in-process workers run inside the agent %s, whose process's heap %s, RSS %s and CPU time %.1fs are theirs and the agent's together.",
+			orDash(shared.Agent), formatBytes(int(shared.HeapBytes)), formatBytes(int(shared.RSSBytes)), shared.CPUSeconds)
+	}
 	fmt.Fprintf(&b, "\n\n%s", formatTally(v.Tally))
 	if people > 0 && len(v.People) > 0 {
 		ps := append([]monitor.Person(nil), v.People...)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/host"
 )
 
@@ -21,8 +22,14 @@ Usage: stickyd worker list [options]
   Lists the workers of the agent's pool, by group: their state (starting,
   ready, dead, refused, stopped, retired; "cordoned" while they take no
   newcomers), process id, incarnation (how many times the slot was
-  launched), when the current process was born, the people it holds and its
-  live heap at the last probe. Below the table, how each worker's last
+  launched), when the current process was born, its people and its live
+  heap at the last probe. USERS counts the people the maps place on the
+  worker, as user list -worker does; HELD those in the worker's memory at its
+  last probe: the difference are people parked on it (after a move or a
+  drain) who wake there at their next request. An in-process worker's heap
+  is the agent's process's, shared with the agent and every other
+  in-process worker: it shows as "shared", the process's figure below the
+  table. Below the table, how each worker's last
   processes ended, by incarnation (#1, #2, ...; a relaunch keeps how its
   predecessor ended): its exit status or signal, killed for silence (probes
   unanswered), killed for memory, or retired by governance and why; and
@@ -62,10 +69,22 @@ func (c *WorkerListCommand) Run(args []string) int {
 			c.UI.Output("No workers")
 			return 0
 		}
+		// The maps' count of each worker's people, which user list
+		// counts too: a worker's probe knows only those it holds.
+		body, err = client.get(ctx, "/v1/tally")
+		if err != nil {
+			return c.fail(fmt.Errorf("listing workers: counting their people: %w", err))
+		}
+		var tally fsm.UserTally
+		if err := json.Unmarshal(body, &tally); err != nil {
+			return c.fail(fmt.Errorf("listing workers: counting their people: decoding the answer: %w", err))
+		}
 		// The agent's order (by group, then slot) is kept: web-10 stays after
 		// web-9.
 		rows := make([][]string, len(workers))
 		var ends []string
+		var notHeld int64
+		var shared *host.WorkerInfo
 		for i, w := range workers {
 			pid := "-"
 			if w.Pid != 0 {
@@ -79,14 +98,31 @@ func (c *WorkerListCommand) Run(args []string) int {
 			if w.Cordoned {
 				state += ",cordoned"
 			}
-			heap := "-"
+			placed := int64(tally.Workers[w.ID])
+			held, heap := "-", "-"
 			if !w.LastProbe.IsZero() {
+				held = strconv.FormatInt(w.Users, 10)
+				notHeld += max(0, placed-w.Users)
 				heap = fmt.Sprintf("%.1fMiB", float64(w.HeapBytes)/(1<<20))
+				if w.SharedProcess {
+					heap = "shared"
+					if shared == nil || w.LastProbe.After(shared.LastProbe) {
+						shared = &workers[i]
+					}
+				}
 			}
-			rows[i] = []string{w.ID, orDash(w.Group), state, pid, strconv.Itoa(w.Incarnation), born, strconv.FormatInt(w.Users, 10), heap}
+			rows[i] = []string{w.ID, orDash(w.Group), state, pid, strconv.Itoa(w.Incarnation), born, strconv.FormatInt(placed, 10), held, heap}
 			ends = append(ends, endsOf(w)...)
 		}
-		c.UI.Output(formatTable([]string{"ID", "GROUP", "STATE", "PID", "INCARNATION", "BORN", "USERS", "HEAP"}, rows))
+		c.UI.Output(formatTable([]string{"ID", "GROUP", "STATE", "PID", "INCARNATION", "BORN", "USERS", "HELD", "HEAP"}, rows))
+		if notHeld > 0 {
+			c.UI.Output(fmt.Sprintf("\nParked, not held yet: %d (placed on a worker by the maps, they wake there at their next request; "+
+				"USERS counts the maps' people, as user list does, HELD those in the worker's memory at its last probe).", notHeld))
+		}
+		if shared != nil {
+			c.UI.Output(fmt.Sprintf("\nHEAP shared: in-process workers run inside the agent, whose process's live heap (%.1fMiB) is theirs and the agent's together.",
+				float64(shared.HeapBytes)/(1<<20)))
+		}
 		if len(ends) > 0 {
 			c.UI.Output("\nLast ends:\n" + strings.Join(ends, "\n"))
 		}

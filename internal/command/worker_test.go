@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/cli"
 
 	"github.com/stickyd/stickyd/internal/api"
+	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/supervisor"
@@ -25,18 +26,19 @@ func TestWorkerList(t *testing.T) {
 		{ID: "web-2", Group: "web", State: host.StateDead, Incarnation: 3, Born: born, DiedAt: born.Add(time.Hour), HowDied: "killed for silence: 3 probes unanswered"},
 		{ID: "api-1", Group: "zz", State: host.StateStarting},
 	}
-	f := newFakeAPI(t, map[string]http.HandlerFunc{"GET /v1/workers": answer(200, workers)})
+	tally := fsm.UserTally{Users: 7, Workers: map[string]int{"web-1": 7}}
+	f := newFakeAPI(t, map[string]http.HandlerFunc{"GET /v1/workers": answer(200, workers), "GET /v1/tally": answer(200, tally)})
 	r := run(t, f.args("worker", "list")...)
 	r.expect(t, 0, nil, nil)
-	if c := f.only(t); c.Method != "GET" || c.Path != "/v1/workers" {
-		t.Fatalf("called %s %s", c.Method, c.Path)
+	if calls := f.Calls(); len(calls) != 2 || calls[0].Path != "/v1/workers" || calls[1].Path != "/v1/tally" {
+		t.Fatalf("calls %+v, want the workers then the tally", calls)
 	}
 	stamp := born.Local().Format(time.RFC3339)
 	want := [][]string{
-		{"ID", "GROUP", "STATE", "PID", "INCARNATION", "BORN", "USERS", "HEAP"},
-		{"web-1", "web", "ready,cordoned", "4242", "1", stamp, "7", "3.0MiB"},
-		{"web-2", "web", "dead", "-", "3", stamp, "0", "-"},
-		{"api-1", "zz", "starting", "-", "0", "-", "0", "-"},
+		{"ID", "GROUP", "STATE", "PID", "INCARNATION", "BORN", "USERS", "HELD", "HEAP"},
+		{"web-1", "web", "ready,cordoned", "4242", "1", stamp, "7", "7", "3.0MiB"},
+		{"web-2", "web", "dead", "-", "3", stamp, "0", "-", "-"},
+		{"api-1", "zz", "starting", "-", "0", "-", "0", "-", "-"},
 	}
 	table, ends, _ := strings.Cut(r.stdout, "\nLast ends:\n")
 	if want := "web-2 at " + born.Add(time.Hour).Local().Format(time.RFC3339) + ": killed for silence: 3 probes unanswered"; strings.TrimSpace(ends) != want {

@@ -163,12 +163,17 @@ const maxEnds = 8
 
 // WorkerInfo is a slot as the monitor sees it.
 type WorkerInfo struct {
-	ID          string    `json:"id"`
-	Group       string    `json:"group"`
-	State       string    `json:"state"`
-	Pid         int       `json:"pid,omitempty"`
-	Incarnation int       `json:"incarnation"`
-	Born        time.Time `json:"born,omitzero"`
+	ID    string `json:"id"`
+	Group string `json:"group"`
+	State string `json:"state"`
+	Pid   int    `json:"pid,omitempty"`
+	// SharedProcess is set for an in-process worker (its Process has no
+	// pid of its own): HeapBytes, RSSBytes and CPUSeconds are then the
+	// agent's whole process's, shared by every in-process worker, not
+	// this worker's.
+	SharedProcess bool      `json:"shared_process,omitempty"`
+	Incarnation   int       `json:"incarnation"`
+	Born          time.Time `json:"born,omitzero"`
 	// DiedAt and HowDied say when and how the slot's last process ended
 	// ("killed for silence: 3 probes unanswered"); a relaunch keeps them,
 	// and a failed launch does not overwrite them (LaunchError). Before
@@ -628,6 +633,7 @@ func (s *slot) start(ctx context.Context) error {
 	s.info.State = StateReady
 	s.info.LaunchError = ""
 	s.info.Pid = proc.Pid()
+	s.info.SharedProcess = s.info.Pid == 0
 	s.info.Born = time.Now()
 	s.info.App, s.info.AppVersion = hello.App, hello.AppVersion
 	close(s.up)

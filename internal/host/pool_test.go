@@ -260,3 +260,44 @@ func TestStoppingHostWakesNobody(t *testing.T) {
 		t.Fatalf("an awake person's frame on a stopping host: %v", err)
 	}
 }
+
+// pidLauncher is a fakeLauncher whose workers have a pid of their own, as
+// a subprocess's.
+type pidLauncher struct{ fakeLauncher }
+
+type pidProc struct{ fakeProc }
+
+func (pidProc) Pid() int { return 4242 }
+
+func (l *pidLauncher) Launch(ctx context.Context, id string) (Process, channel.Conn, error) {
+	p, c, err := l.fakeLauncher.Launch(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pidProc{p.(fakeProc)}, c, nil
+}
+
+// An in-process worker's probe reads the agent's process (its heap, RSS
+// and CPU are everyone's there): its info says so (shared_process), and a
+// subprocess worker's does not.
+func TestInprocWorkerSharesTheProcess(t *testing.T) {
+	in := &InprocLauncher{Serve: worker.InProcess(counter.New(), worker.Options{Name: "counter"})}
+	p := New(nil, []GroupSpec{
+		{Name: "in", Workers: 1, Launcher: in},
+		{Name: "sub", Workers: 1, Launcher: &pidLauncher{fakeLauncher{version: protocol.Version}}},
+	})
+	defer p.Close()
+	if err := p.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"in-1": true, "sub-1": false}
+	for _, w := range p.Workers() {
+		if shared, ok := want[w.ID]; !ok || w.SharedProcess != shared {
+			t.Errorf("%s: shared_process %v, want %v (pid %d)", w.ID, w.SharedProcess, shared, w.Pid)
+		}
+		delete(want, w.ID)
+	}
+	if len(want) > 0 {
+		t.Fatalf("workers not listed: %v", want)
+	}
+}

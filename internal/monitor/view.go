@@ -75,14 +75,18 @@ type Worker struct {
 	// "python3".
 	Runtime string `json:"runtime,omitempty"`
 	// State is the lifecycle state, or StateUnreachable.
-	State       string    `json:"state"`
-	Cordoned    bool      `json:"cordoned,omitempty"`
-	Pid         int       `json:"pid,omitempty"`
-	Incarnation int       `json:"incarnation"`
-	Born        time.Time `json:"born,omitzero"`
-	DiedAt      time.Time `json:"died_at,omitzero"`
-	HowDied     string    `json:"how_died,omitempty"`
-	AppVersion  string    `json:"app_version,omitempty"`
+	State    string `json:"state"`
+	Cordoned bool   `json:"cordoned,omitempty"`
+	Pid      int    `json:"pid,omitempty"`
+	// SharedProcess is set for an in-process worker: its HeapBytes,
+	// RSSBytes and CPUSeconds are the agent's process's, shared with the
+	// agent and every other in-process worker.
+	SharedProcess bool      `json:"shared_process,omitempty"`
+	Incarnation   int       `json:"incarnation"`
+	Born          time.Time `json:"born,omitzero"`
+	DiedAt        time.Time `json:"died_at,omitzero"`
+	HowDied       string    `json:"how_died,omitempty"`
+	AppVersion    string    `json:"app_version,omitempty"`
 	// LastProbe is when the numbers below were read.
 	LastProbe  time.Time `json:"last_probe,omitzero"`
 	Users      int64     `json:"users"`

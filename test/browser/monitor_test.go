@@ -489,6 +489,10 @@ func TestMonitorCardsNotCut(t *testing.T) {
 			w.HeapBytes, w.RSSBytes = 9_400<<20+uint64(i)<<20, 53_200<<20
 			w.CPUSeconds, w.Goroutines, w.Mailbox, w.Frames = 1_234_567.8, 1_234_567, 123_456, 9_876_543_210
 			w.Users, w.Conns, w.Pages = 1_234_567, 2_345_678, 3_456_789
+			if w.ID == "web-2" {
+				// An in-process worker: its probe read the agent's process.
+				w.Pid, w.SharedProcess = 0, true
+			}
 		}
 		return v, err
 	}
@@ -537,6 +541,15 @@ func TestMonitorCardsNotCut(t *testing.T) {
 		heap, err := eval[string](op, `document.querySelector('#worker-web-1 dd[data-field="heap"]').textContent`)
 		if err != nil || heap != "9.2 GiB" {
 			t.Errorf("at %d px web-1's heap reads %q (%v), want 9.2 GiB", width, heap, err)
+		}
+		// The in-process web-2's heap, RSS and CPU are the agent's
+		// process's: marked shared, with the process's figures in its hint.
+		shared, err := eval[[]string](op, `["heap", "rss", "cpu", "cputime"].map((f) => document.querySelector('#worker-web-2 dd[data-field="' + f + '"]').textContent)`)
+		if err != nil || !slices.Equal(shared, []string{"shared", "shared", "shared", "shared"}) {
+			t.Errorf("at %d px the in-process web-2's heap, RSS, CPU now and CPU time read %q (%v), want shared", width, shared, err)
+		}
+		if c, _ := v.card("web-2"); !anyContains(c.Hints, "in-process: heap, RSS, CPU and the memory chart are the agent's process's (heap 9.2 GiB") {
+			t.Errorf("at %d px the in-process web-2's hints %q do not say whose its figures are", width, c.Hints)
 		}
 		if len(cuts) == 0 {
 			t.Logf("at %d px: %d cards, no value cut", width, len(v.Workers))

@@ -421,11 +421,17 @@
     num("users", fmtInt(w.users));
     num("conns", fmtInt(w.conns));
     num("pages", fmtInt(w.pages));
-    num("heap", fmtBytes(w.heap_bytes));
-    num("rss", fmtBytes(w.rss_bytes));
     const rate = cpuRate(w);
-    num("cpu", rate === null ? "–" : fmtPct(rate));
-    num("cputime", fmtSeconds(w.cpu_seconds));
+    const process = { heap: fmtBytes(w.heap_bytes), rss: fmtBytes(w.rss_bytes),
+      cpu: rate === null ? "–" : fmtPct(rate), cputime: fmtSeconds(w.cpu_seconds) };
+    for (const k of Object.keys(process)) {
+      // An in-process worker's probe reads the agent's whole process: its
+      // figures are not the worker's own, so they say "shared" and the
+      // process's figure is in the tooltip (and in the card's hint).
+      num(k, w.shared_process ? "shared" : process[k]);
+      c.n[k].dd.classList.toggle("shared", !!w.shared_process);
+      c.n[k].dd.title = w.shared_process ? `the agent's process: ${process[k]}, shared with the agent and every in-process worker` : "";
+    }
     num("goroutines", fmtInt(w.goroutines));
     num("mailbox", fmtInt(w.mailbox_depth));
     num("frames", fmtInt(w.frames));
@@ -468,6 +474,10 @@
       hints.push(["warn", `unreachable: no fresh answer${probe ? " since " + fmtAgo(probe, now) : ""}; numbers are the last known`]);
     }
     if (w.cordoned) hints.push(["warn", "cordoned: takes no newcomers while it is drained or replaced"]);
+    if (w.shared_process) {
+      hints.push(["info", `in-process: heap, RSS, CPU and the memory chart are the agent's process's (heap ${fmtBytes(w.heap_bytes)}, ` +
+        `RSS ${fmtBytes(w.rss_bytes)}), shared with every in-process worker`]);
+    }
     for (const r of Object.keys(sat).sort()) {
       if (sat[r] > HOT) hints.push(["bad", `${r} at ${fmtPct(sat[r])} of its limit: governance moves people off`]);
     }
