@@ -5,7 +5,7 @@ VERSION ?= 0.1.0-dev
 LDFLAGS := -X github.com/stickyd/stickyd/internal/command.Version=$(VERSION)
 ADDR    ?= 127.0.0.1:8080
 
-.PHONY: all build run run-subprocess doctor deps test test-deploy lint unit bench bench-peers bench-peers-deps bench-profiles proto tools fuzz clean
+.PHONY: all build run run-subprocess screenshots doctor deps test test-deploy lint unit bench bench-peers bench-peers-deps bench-profiles proto tools fuzz clean
 
 all: build
 
@@ -21,6 +21,12 @@ run: build
 ## run-subprocess: the same with the demo as go-plugin subprocess workers.
 run-subprocess: build
 	./$(BIN)/stickyd dev -addr $(ADDR) -plugin ./$(BIN)/demo-worker
+
+## screenshots: the demo and the monitor as `make run` serves them, at
+## 1280, 1400, 1440 and 1920 px, in headless Chromium, checked (nothing
+## cut, no page wider than its window) and written to docs/screenshots.
+screenshots:
+	STICKYD_SCREENSHOTS=$(CURDIR)/docs/screenshots $(GO) test -count=1 -timeout 10m -run '^TestScreenshotsForDocs$$' -v ./test/browser/
 
 ## doctor: what this machine lacks for make run and make test, one plain
 ## line each: Go as new as go.mod's, a free port for make run (ADDR),

@@ -504,25 +504,7 @@ func TestMonitorCardsNotCut(t *testing.T) {
 
 	op := startBrowser(t, "operator")
 	op.loginMonitor(srv.URL+monitorPath, "page-token")
-	type cut struct {
-		Worker string `json:"worker"`
-		Field  string `json:"field"`
-		Text   string `json:"text"`
-		Scroll int    `json:"scroll"`
-		Client int    `json:"client"`
-	}
-	const findCut = `(() => {
-	  const out = [];
-	  for (const c of document.querySelectorAll("#workers .card")) {
-	    if (c.scrollWidth > c.clientWidth) out.push({ worker: c.dataset.worker, field: "(the card)", text: "", scroll: c.scrollWidth, client: c.clientWidth });
-	    for (const dd of c.querySelectorAll("dd")) {
-	      if (dd.hidden || dd.getClientRects().length === 0) continue;
-	      if (dd.scrollWidth > dd.clientWidth) out.push({ worker: c.dataset.worker, field: dd.dataset.field, text: dd.textContent, scroll: dd.scrollWidth, client: dd.clientWidth });
-	    }
-	  }
-	  return out;
-	})()`
-	for _, width := range []int64{1280, 1400, 1440, 1920} {
+	for _, width := range docsWidths {
 		op.do(fmt.Sprintf("resizing to %d px", width), chromedp.EmulateViewport(width, 1000))
 		v := op.waitMonitor(fmt.Sprintf("the cards at %d px", width), settle, func(v monitorView) bool {
 			if len(v.Workers) != 4 {
