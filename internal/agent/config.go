@@ -516,6 +516,10 @@ type GovernanceConfig struct {
 	// GrowthMinSamples the fewest probe readings it needs (6).
 	GrowthWindow     string `hcl:"growth_window,optional" json:"growth_window,omitempty"`
 	GrowthMinSamples int    `hcl:"growth_min_samples,optional" json:"growth_min_samples,omitempty"`
+	// UsageWait is how many probe readings a hot worker waits for its
+	// people's numbers to show who grew before it draws a leaver anyway
+	// (default 2; 0 draws at once).
+	UsageWait *int `hcl:"usage_wait,optional" json:"usage_wait,omitempty"`
 	// CompactBelow is the load under which, held for CompactAfter, the
 	// least loaded worker is drained and retired (0.30 and "10m"; 0 turns
 	// compaction off).

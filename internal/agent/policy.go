@@ -56,6 +56,9 @@ func (g *GroupConfig) policy() (governor.Policy, error) {
 	if gc.CompactBelow != nil {
 		p.CompactBelow = *gc.CompactBelow
 	}
+	if gc.UsageWait != nil {
+		p.UsageWait = *gc.UsageWait
+	}
 	for _, d := range []struct {
 		name, value string
 		into        *time.Duration

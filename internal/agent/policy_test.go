@@ -25,8 +25,9 @@ func TestTemplateDirEnvIsTheSDKs(t *testing.T) {
 
 func TestGroupPolicy(t *testing.T) {
 	off := 0.0
+	wait := 9
 	g := &GroupConfig{Name: "web", Workers: 3, Governance: &GovernanceConfig{Enabled: true, MemoryLimitMB: 512,
-		ReplaceHorizon: "0s", CompactBelow: &off, UserCoolDown: "1m", GrowthMinSamples: 4}}
+		ReplaceHorizon: "0s", CompactBelow: &off, UserCoolDown: "1m", GrowthMinSamples: 4, UsageWait: &wait}}
 	p, err := g.policy()
 	if err != nil {
 		t.Fatal(err)
@@ -41,6 +42,12 @@ func TestGroupPolicy(t *testing.T) {
 		t.Errorf("replacement %v and compaction %v not turned off", p.ReplaceHorizon, p.CompactBelow)
 	case p.UserCoolDown != time.Minute || p.WorkerCoolDown != d.WorkerCoolDown || p.GrowthMinSamples != 4:
 		t.Errorf("cool-downs %v %v, samples %d", p.UserCoolDown, p.WorkerCoolDown, p.GrowthMinSamples)
+	case p.UsageWait != 9:
+		t.Errorf("usage wait %d, want 9", p.UsageWait)
+	}
+	wait = -1
+	if _, err := g.policy(); err == nil {
+		t.Error("a negative usage_wait was taken")
 	}
 	// Unset knobs keep the defaults; a big group keeps its size as the max.
 	p, err = (&GroupConfig{Name: "big", Workers: 12}).policy()

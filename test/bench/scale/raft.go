@@ -356,7 +356,7 @@ func (l *clusterLog) leader() *server {
 func (l *clusterLog) Apply(ctx context.Context, entry []byte) (any, error) {
 	for try := 0; ; try++ {
 		res, err := l.leader().node.Apply(ctx, entry)
-		if !errors.Is(err, raftnode.ErrNotLeader) || try == 100 {
+		if !errors.Is(err, raftnode.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipLost) || try == 100 {
 			return res, err
 		}
 		l.retried.Add(1)
