@@ -491,3 +491,38 @@ func DecodeSnapshot(b []byte) (*FSM, error) {
 	}
 	return f, nil
 }
+
+// SnapshotShape is what a snapshot holds, counted: for tools and tests
+// that look at a snapshot without restoring it into a server's maps.
+type SnapshotShape struct {
+	Users int `json:"users"`
+	Conns int `json:"conns"`
+	// StampedConns counts the connections a front has seen (seen.go).
+	StampedConns int `json:"stamped_conns"`
+	// RestBytes is the size of the state beside the people and their
+	// connections (agents, catalog, store, gateway, jobs...), as JSON.
+	RestBytes int `json:"rest_bytes"`
+}
+
+// ShapeOf counts what the snapshot b holds (either format).
+func ShapeOf(b []byte) (SnapshotShape, error) {
+	f, err := DecodeSnapshot(b)
+	if err != nil {
+		return SnapshotShape{}, err
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s := SnapshotShape{Users: f.state.Users.len(), Conns: f.state.Conns.len()}
+	f.state.Conns.all(func(_ string, c Conn) bool {
+		if c.Seen != 0 {
+			s.StampedConns++
+		}
+		return true
+	})
+	rest, err := json.Marshal(f.restLocked())
+	if err != nil {
+		return SnapshotShape{}, err
+	}
+	s.RestBytes = len(rest)
+	return s, nil
+}
