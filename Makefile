@@ -52,7 +52,7 @@ deps:
 ## of test/deploy included: real Consul and Nomad agents), then the moves
 ## stress test at full size (200 users typing through 10,000 moves) without it.
 test: deps tools lint
-	STICKYD_REQUIRE_AGENTS=1 $(GO) test -race -count=1 -timeout 20m ./...
+	STICKYD_REQUIRE_AGENTS=1 $(GO) test -race -count=1 -timeout 25m ./...
 	$(GO) test -count=1 -timeout 10m -run TestMovesUnderLoad ./test/e2e/
 	$(MAKE) fuzz FUZZTIME=3s
 
