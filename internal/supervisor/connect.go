@@ -112,30 +112,17 @@ func (b *connectBatcher) writeBatch(batch []*pendingConnect) {
 		}
 		return
 	}
-	if len(batch) == 1 {
-		entry, err := fsm.Encode(fsm.ConnectRequestType, batch[0].req)
-		if err != nil {
-			fail(err)
-			return
+	// One connection goes as the entry of one, which every version
+	// applies; more go as a batch.
+	typ, body := fsm.ConnectRequestType, any(batch[0].req)
+	if len(batch) > 1 {
+		req := fsm.ConnectBatchRequest{Conns: make([]fsm.ConnectRequest, len(batch))}
+		for i, p := range batch {
+			req.Conns[i] = p.req
 		}
-		res, err := b.log.Apply(ctx, entry)
-		if err != nil {
-			fail(err)
-			return
-		}
-		r, ok := res.(placement.Route)
-		if !ok {
-			fail(fmt.Errorf("the log answered a connect with %T", res))
-			return
-		}
-		batch[0].done <- connectOutcome{route: r}
-		return
+		typ, body = fsm.ConnectBatchRequestType, req
 	}
-	req := fsm.ConnectBatchRequest{Conns: make([]fsm.ConnectRequest, len(batch))}
-	for i, p := range batch {
-		req.Conns[i] = p.req
-	}
-	entry, err := fsm.Encode(fsm.ConnectBatchRequestType, req)
+	entry, err := fsm.Encode(typ, body)
 	if err != nil {
 		fail(err)
 		return
@@ -145,16 +132,19 @@ func (b *connectBatcher) writeBatch(batch []*pendingConnect) {
 		fail(err)
 		return
 	}
-	out, ok := res.(fsm.ConnectBatchResult)
-	if !ok || len(out.Conns) != len(batch) {
-		fail(fmt.Errorf("the log answered a batch of %d connections with %T", len(batch), res))
-		return
-	}
-	for i, p := range batch {
-		if err := out.Conns[i].Err(); err != nil {
-			p.done <- connectOutcome{err: err}
-			continue
+	switch out := res.(type) {
+	case placement.Route:
+		if len(batch) == 1 {
+			batch[0].done <- connectOutcome{route: out}
+			return
 		}
-		p.done <- connectOutcome{route: out.Conns[i].Route}
+	case fsm.ConnectBatchResult:
+		if len(out.Conns) == len(batch) {
+			for i, p := range batch {
+				p.done <- connectOutcome{route: out.Conns[i].Route, err: out.Conns[i].Err()}
+			}
+			return
+		}
 	}
+	fail(fmt.Errorf("the log answered %d connections with %T", len(batch), res))
 }
