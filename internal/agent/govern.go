@@ -150,16 +150,22 @@ func remoteProbes(parts map[string]LocalMonitor) []probed {
 	var out []probed
 	for _, name := range sortedNames(parts) {
 		part := parts[name]
+		// The people by worker, in one pass over them.
+		usage := map[string]map[string]governor.Totals{}
+		for u, p := range part.Usage {
+			if usage[p.Worker] == nil {
+				usage[p.Worker] = map[string]governor.Totals{}
+			}
+			usage[p.Worker][u] = governor.Totals{BusySeconds: p.BusySeconds, StateBytes: p.StateBytes}
+		}
 		for _, w := range part.Workers {
 			if w.State != host.StateReady || w.LastProbe.IsZero() {
 				continue
 			}
 			pr := probed{id: w.ID, group: w.Group, agent: name, at: w.LastProbe, heap: w.HeapBytes, cpuSeconds: w.CPUSeconds,
-				goroutines: int(w.Goroutines), mailbox: int(w.Mailbox), pages: int(w.Pages), usage: map[string]governor.Totals{}}
-			for u, p := range part.Usage {
-				if p.Worker == w.ID {
-					pr.usage[u] = governor.Totals{BusySeconds: p.BusySeconds, StateBytes: p.StateBytes}
-				}
+				goroutines: int(w.Goroutines), mailbox: int(w.Mailbox), pages: int(w.Pages), usage: usage[w.ID]}
+			if pr.usage == nil {
+				pr.usage = map[string]governor.Totals{}
 			}
 			out = append(out, pr)
 		}

@@ -1,13 +1,11 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,27 +16,9 @@ import (
 	"github.com/stickyd/stickyd/plugins/worker"
 )
 
-// lockedBuffer is a log output tests read while the agent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startBare starts an in-process agent from cfg (a counter group added),
 // logging at info into the returned buffer; it returns Start's error.
-func startBare(t *testing.T, cfg *agent.Config) (*agent.Agent, *lockedBuffer, error) {
+func startBare(t *testing.T, cfg *agent.Config) (*agent.Agent, *syncBuffer, error) {
 	t.Helper()
 	cfg.Name = "startup"
 	cfg.LogLevel = "info"
@@ -46,7 +26,7 @@ func startBare(t *testing.T, cfg *agent.Config) (*agent.Agent, *lockedBuffer, er
 		cfg.Server = &agent.ServerConfig{}
 	}
 	cfg.Groups = []*agent.GroupConfig{{Name: "web", Workers: 1, Builtin: "counter"}}
-	out := &lockedBuffer{}
+	out := &syncBuffer{}
 	log := hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Info, Output: out})
 	builtins := map[string]agent.Builtin{
 		"counter": worker.InProcess(counter.New(), worker.Options{Name: "counter", Version: "1", Logger: log.Named("worker")}),
