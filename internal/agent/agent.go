@@ -262,10 +262,11 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		return err
 	}
 	log := forwardingLog{a}
-	a.mover = move.New(move.Config{FreezeTimeout: duration(a.cfg.Move.FreezeTimeout), Logger: a.log.Named("move"), Registry: a.registry},
+	gate := &entryGate{a: a}
+	a.fsm.SetEntryGate(gate.allow)
+	a.mover = move.New(move.Config{FreezeTimeout: duration(a.cfg.Move.FreezeTimeout), Logger: a.log.Named("move"), Registry: a.registry, Encode: a.fsm.EncodeEntry},
 		a.fsm, log, a.router, a.park)
 	a.sup = supervisor.New(a.fsm, log, a.router, a.mover)
-	gate := &entryGate{a: a}
 	a.sup.SetBatchGate(func() bool { return gate.allow(fsm.ConnectBatchRequestType) })
 	rep, err := a.recover(ctx)
 	if err != nil {

@@ -319,7 +319,7 @@ func (l forwardingLog) Apply(ctx context.Context, entry []byte) (any, error) {
 			case err == nil:
 				// Read your writes: the caller reads this replica next.
 				a.waitApplied(ctx, out.Index)
-				return fsm.DecodeResult(fsm.MessageType(entry[0]), out.Result)
+				return fsm.DecodeResult(fsm.EntryType(entry), out.Result)
 			case errors.As(err, &re) && re.status != http.StatusServiceUnavailable && re.status != http.StatusMisdirectedRequest:
 				return nil, re.err // the leader applied it and refused: final
 			}

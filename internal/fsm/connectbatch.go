@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"encoding/json"
 	"fmt"
 )
 
@@ -10,13 +9,6 @@ import (
 // together (group commit), each bound exactly as a ConnectRequest would
 // bind it and refused on its own.
 const ConnectBatchRequestType MessageType = 25
-
-// NewestEntryType is the newest entry type this version applies. A server
-// says it (the agent's /v1/agent/self), and a writer uses an entry type
-// only once every server of the cluster applies it: a rolling update's
-// older servers are never sent an entry they would skip. Raise it with
-// each new type.
-const NewestEntryType = ConnectBatchRequestType
 
 // ConnectBatchRequest is many connections' bindings, applied in order.
 type ConnectBatchRequest struct {
@@ -46,9 +38,9 @@ func (p ConnectPart) Err() error {
 	return KindError(p.Kind, p.Error)
 }
 
-func (f *FSM) applyConnectBatch(buf []byte) interface{} {
+func (f *FSM) applyConnectBatch(buf body) interface{} {
 	var req ConnectBatchRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
+	if err := buf.decode(&req); err != nil {
 		return fmt.Errorf("decoding a batch of connections: %w", err)
 	}
 	out := ConnectBatchResult{Conns: make([]ConnectPart, len(req.Conns))}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -98,9 +97,9 @@ func CheckRing(keys [][]byte) error {
 	return nil
 }
 
-func (f *FSM) applyCookieRing(buf []byte, index uint64) interface{} {
+func (f *FSM) applyCookieRing(buf body, index uint64) interface{} {
 	var req CookieRingRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
+	if err := buf.decode(&req); err != nil {
 		return fmt.Errorf("decoding a cookie key ring: %w", err)
 	}
 	if err := CheckRing(req.Keys); err != nil {

@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/stickyd/stickyd/internal/placement"
@@ -32,9 +31,9 @@ type ForgetUsersResult struct {
 	Users []PartResult `json:"users"`
 }
 
-func (f *FSM) applyForgetUsers(buf []byte) interface{} {
+func (f *FSM) applyForgetUsers(buf body) interface{} {
 	var req ForgetUsersRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
+	if err := buf.decode(&req); err != nil {
 		return fmt.Errorf("decoding forget users: %w", err)
 	}
 	out := ForgetUsersResult{Users: make([]PartResult, len(req.Users))}

@@ -9,7 +9,6 @@
 package fsm
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -37,6 +36,8 @@ type FSM struct {
 	// maxApplyWait is the longest an entry waited for the maps' lock
 	// since it was last read (MaxApplyWait).
 	maxApplyWait atomic.Int64
+	// gate says which entry types every server applies (SetEntryGate).
+	gate entryGate
 	// watch holds a channel per watched user, closed when the user changes.
 	watch map[string]chan struct{}
 	// catalogCh is closed at the next change of the catalog.
@@ -61,7 +62,7 @@ var _ raft.FSM = (*FSM)(nil)
 // snapshot and written as JSON inside it (snapshot.go).
 type State struct {
 	// Conns maps a connection name to its person.
-	Conns *shardMap[Conn] `json:"-"`
+	Conns *connMap `json:"-"`
 	// Users maps a user key to their home.
 	Users *userMap `json:"-"`
 	// Agents maps an agent's name to where its workers are reached.
@@ -222,7 +223,8 @@ func info(user string, h User) placement.UserInfo {
 }
 
 func newState() *State {
-	return &State{Conns: newShardMap[Conn](), Users: newUserMap(), Agents: map[string]*AgentEntry{}}
+	users := newUserMap()
+	return &State{Conns: newConnMap(users), Users: users, Agents: map[string]*AgentEntry{}}
 }
 
 // ArrivedAt returns the worker a person lives on and the epoch at which
@@ -339,13 +341,15 @@ func (f *FSM) Index() uint64 {
 // Apply applies one log entry. It returns the entry's result or an error
 // value; it never panics on a bad entry.
 func (f *FSM) Apply(l *raft.Log) interface{} {
-	if len(l.Data) == 0 {
-		return fmt.Errorf("empty log entry at index %d", l.Index)
+	t, buf, err := unwrap(l.Data)
+	if err != nil {
+		f.mu.Lock()
+		f.index = l.Index
+		f.mu.Unlock()
+		return fmt.Errorf("%w at index %d", err, l.Index)
 	}
-	t, buf := MessageType(l.Data[0]), l.Data[1:]
 	var decoded any
 	if t == GatewayChargesRequestType || t == GatewayJobRequestType {
-		var err error
 		if decoded, err = decodeGateway(t, buf); err != nil {
 			f.mu.Lock()
 			f.index = l.Index
@@ -413,7 +417,7 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return f.applyCookieRing(buf, l.Index)
 	case RegisterAgentRequestType:
 		var req AgentEntry
-		if err := json.Unmarshal(buf, &req); err != nil {
+		if err := buf.decode(&req); err != nil {
 			return fmt.Errorf("decoding agent registration: %w", err)
 		}
 		f.state.Agents[req.Name] = &req
@@ -427,9 +431,9 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	}
 }
 
-func (f *FSM) applyConnect(buf []byte) interface{} {
+func (f *FSM) applyConnect(buf body) interface{} {
 	var req ConnectRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
+	if err := buf.decode(&req); err != nil {
 		return fmt.Errorf("decoding connect: %w", err)
 	}
 	return f.connectLocked(req)
@@ -468,9 +472,9 @@ func (f *FSM) connectLocked(req ConnectRequest) interface{} {
 	return r
 }
 
-func (f *FSM) applyLogin(buf []byte) interface{} {
+func (f *FSM) applyLogin(buf body) interface{} {
 	var req LoginRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
+	if err := buf.decode(&req); err != nil {
 		return fmt.Errorf("decoding login: %w", err)
 	}
 	c, ok := f.state.Conns.get(req.Conn)
@@ -508,9 +512,9 @@ func (f *FSM) applyLogin(buf []byte) interface{} {
 	return res
 }
 
-func (f *FSM) applyForget(buf []byte) interface{} {
+func (f *FSM) applyForget(buf body) interface{} {
 	var req ForgetConnRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
+	if err := buf.decode(&req); err != nil {
 		return fmt.Errorf("decoding forget: %w", err)
 	}
 	if c, ok := f.state.Conns.get(req.Conn); ok {
@@ -522,9 +526,9 @@ func (f *FSM) applyForget(buf []byte) interface{} {
 }
 
 // applyMoveBegin raises the barrier: the user is moving, with a new epoch.
-func (f *FSM) applyMoveBegin(buf []byte) interface{} {
+func (f *FSM) applyMoveBegin(buf body) interface{} {
 	var req MoveBeginRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
+	if err := buf.decode(&req); err != nil {
 		return fmt.Errorf("decoding move begin: %w", err)
 	}
 	return result(f.moveBeginLocked(req))
@@ -551,9 +555,9 @@ func (f *FSM) moveBeginLocked(req MoveBeginRequest) (placement.UserInfo, error) 
 
 // applyMoveCommit reassigns the user to the destination, parked on Package
 // (empty when the state was lost), and drops the barrier.
-func (f *FSM) applyMoveCommit(buf []byte) interface{} {
+func (f *FSM) applyMoveCommit(buf body) interface{} {
 	var req MoveCommitRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
+	if err := buf.decode(&req); err != nil {
 		return fmt.Errorf("decoding move commit: %w", err)
 	}
 	return result(f.moveCommitLocked(req))
@@ -584,9 +588,9 @@ func (f *FSM) moveCommitLocked(req MoveCommitRequest) (placement.UserInfo, error
 
 // applyMoveAbort drops the barrier and leaves the user at home. The epoch
 // stays raised, so frames stamped before the move are still refused.
-func (f *FSM) applyMoveAbort(buf []byte) interface{} {
+func (f *FSM) applyMoveAbort(buf body) interface{} {
 	var req MoveAbortRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
+	if err := buf.decode(&req); err != nil {
 		return fmt.Errorf("decoding move abort: %w", err)
 	}
 	return result(f.moveAbortLocked(req))
@@ -613,9 +617,9 @@ func result(u placement.UserInfo, err error) interface{} {
 }
 
 // applyWoken records that the user was woken from their package.
-func (f *FSM) applyWoken(buf []byte) interface{} {
+func (f *FSM) applyWoken(buf body) interface{} {
 	var req WokenRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
+	if err := buf.decode(&req); err != nil {
 		return fmt.Errorf("decoding woken: %w", err)
 	}
 	h, ok := f.state.Users.get(req.User)

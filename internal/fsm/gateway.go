@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"iter"
 	"maps"
@@ -141,17 +140,17 @@ func (f *FSM) gatewayLocked() *GatewayState {
 
 // decodeGateway decodes a gateway entry; Apply calls it before taking the
 // lock, so readers of the maps do not wait for the decoding.
-func decodeGateway(t MessageType, buf []byte) (any, error) {
+func decodeGateway(t MessageType, buf body) (any, error) {
 	switch t {
 	case GatewayChargesRequestType:
 		var req GatewayChargesRequest
-		if err := json.Unmarshal(buf, &req); err != nil {
+		if err := buf.decode(&req); err != nil {
 			return nil, fmt.Errorf("decoding gateway charges: %w", err)
 		}
 		return &req, nil
 	default:
 		var req GatewayJobRequest
-		if err := json.Unmarshal(buf, &req); err != nil {
+		if err := buf.decode(&req); err != nil {
 			return nil, fmt.Errorf("decoding a gateway job: %w", err)
 		}
 		return &req, nil

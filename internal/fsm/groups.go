@@ -173,9 +173,9 @@ func (f *FSM) Assigned(user string) (group string, rule Rule, ok bool) {
 	return "", Rule{}, false
 }
 
-func (f *FSM) applyGroupPut(buf []byte, index uint64) interface{} {
+func (f *FSM) applyGroupPut(buf body, index uint64) interface{} {
 	var g GroupEntry
-	if err := json.Unmarshal(buf, &g); err != nil {
+	if err := buf.decode(&g); err != nil {
 		return fmt.Errorf("decoding group: %w", err)
 	}
 	if g.Name == "" {
@@ -194,9 +194,9 @@ func (f *FSM) applyGroupPut(buf []byte, index uint64) interface{} {
 	return nil
 }
 
-func (f *FSM) applyGroupDelete(buf []byte) interface{} {
+func (f *FSM) applyGroupDelete(buf body) interface{} {
 	var req GroupDeleteRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
+	if err := buf.decode(&req); err != nil {
 		return fmt.Errorf("decoding group removal: %w", err)
 	}
 	c := &f.state.Catalog
@@ -216,9 +216,9 @@ func (f *FSM) applyGroupDelete(buf []byte) interface{} {
 	return nil
 }
 
-func (f *FSM) applySetDefault(buf []byte) interface{} {
+func (f *FSM) applySetDefault(buf body) interface{} {
 	var req SetDefaultRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
+	if err := buf.decode(&req); err != nil {
 		return fmt.Errorf("decoding default group: %w", err)
 	}
 	c := &f.state.Catalog
@@ -229,9 +229,9 @@ func (f *FSM) applySetDefault(buf []byte) interface{} {
 	return nil
 }
 
-func (f *FSM) applyRulePut(buf []byte) interface{} {
+func (f *FSM) applyRulePut(buf body) interface{} {
 	var r Rule
-	if err := json.Unmarshal(buf, &r); err != nil {
+	if err := buf.decode(&r); err != nil {
 		return fmt.Errorf("decoding rule: %w", err)
 	}
 	if r.ID == "" || r.Group == "" || (r.User == "") == (r.Attr == "") {
@@ -251,9 +251,9 @@ func (f *FSM) applyRulePut(buf []byte) interface{} {
 	return nil
 }
 
-func (f *FSM) applyRuleDelete(buf []byte) interface{} {
+func (f *FSM) applyRuleDelete(buf body) interface{} {
 	var req RuleDeleteRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
+	if err := buf.decode(&req); err != nil {
 		return fmt.Errorf("decoding rule removal: %w", err)
 	}
 	c := &f.state.Catalog

@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
@@ -34,9 +33,9 @@ type JobRecord struct {
 	Error    string    `json:"error,omitempty"`
 }
 
-func (f *FSM) applyJob(buf []byte) interface{} {
+func (f *FSM) applyJob(buf body) interface{} {
 	var j JobRecord
-	if err := json.Unmarshal(buf, &j); err != nil {
+	if err := buf.decode(&j); err != nil {
 		return fmt.Errorf("decoding a job: %w", err)
 	}
 	if j.ID == "" {

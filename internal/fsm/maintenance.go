@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -36,9 +35,9 @@ type MaintenanceEntry struct {
 	Source string `json:"source"`
 }
 
-func (f *FSM) applyMaintenance(buf []byte) interface{} {
+func (f *FSM) applyMaintenance(buf body) interface{} {
 	var req MaintenanceRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
+	if err := buf.decode(&req); err != nil {
 		return fmt.Errorf("decoding a maintenance window: %w", err)
 	}
 	if req.Backend == "" {

@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/stickyd/stickyd/internal/placement"
@@ -57,9 +56,9 @@ func part(u placement.UserInfo, err error) PartResult {
 	return PartResult{User: u}
 }
 
-func (f *FSM) applyMoveBatch(buf []byte) interface{} {
+func (f *FSM) applyMoveBatch(buf body) interface{} {
 	var req MoveBatchRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
+	if err := buf.decode(&req); err != nil {
 		return fmt.Errorf("decoding a batch of moves: %w", err)
 	}
 	var res MoveBatchResult

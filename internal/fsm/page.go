@@ -91,28 +91,29 @@ func (f *FSM) UsersPage(q UserQuery) UserPage {
 	// from the shards' keys in order: a page costs the people it passes
 	// over, never a walk of everyone.
 	names := make([]string, 0, limit+1)
-	f.state.Users.m.sorted(func(shards [][]string) {
+	f.state.Users.m.sorted(func(shards []*shard[userRec]) {
 		h := make(cursorHeap, 0, len(shards))
-		for _, keys := range shards {
+		for _, sh := range shards {
 			j := 0
 			if q.After != "" {
-				j, _ = slices.BinarySearch(keys, q.After)
-				if j < len(keys) && keys[j] == q.After {
+				var found bool
+				j, found = slices.BinarySearchFunc(sh.keys, q.After, sh.cmpSlot)
+				if found {
 					j++
 				}
 			}
-			if j < len(keys) {
-				h = append(h, shardCursor{keys: keys, at: j})
+			if j < len(sh.keys) {
+				h = append(h, shardCursor{sh: sh, at: j})
 			}
 		}
 		heap.Init(&h)
 		for len(h) > 0 && len(names) < limit+1 {
 			c := &h[0]
-			u := c.keys[c.at]
-			if r, ok := f.state.Users.m.get(u); ok && match(r) {
-				names = append(names, u)
+			e := &c.sh.ents[c.sh.keys[c.at]]
+			if !e.val.ghost() && match(e.val) {
+				names = append(names, e.key)
 			}
-			if c.at++; c.at == len(c.keys) {
+			if c.at++; c.at == len(c.sh.keys) {
 				heap.Pop(&h)
 			} else {
 				heap.Fix(&h, 0)
@@ -163,15 +164,17 @@ func (f *FSM) Tally() UserTally {
 
 // shardCursor is a place in one shard's sorted keys.
 type shardCursor struct {
-	keys []string
-	at   int
+	sh *shard[userRec]
+	at int
 }
+
+func (c *shardCursor) key() string { return c.sh.ents[c.sh.keys[c.at]].key }
 
 // cursorHeap orders shard cursors by their next key.
 type cursorHeap []shardCursor
 
 func (h cursorHeap) Len() int           { return len(h) }
-func (h cursorHeap) Less(i, j int) bool { return h[i].keys[h[i].at] < h[j].keys[h[j].at] }
+func (h cursorHeap) Less(i, j int) bool { return h[i].key() < h[j].key() }
 func (h cursorHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 func (h *cursorHeap) Push(x any)        { *h = append(*h, x.(shardCursor)) }
 func (h *cursorHeap) Pop() any {

@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/stickyd/stickyd/internal/placement"
@@ -32,9 +31,9 @@ type SeenUsersResult struct {
 	ConnsStamped int `json:"conns_stamped,omitempty"`
 }
 
-func (f *FSM) applySeenUsers(buf []byte) interface{} {
+func (f *FSM) applySeenUsers(buf body) interface{} {
 	var req SeenUsersRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
+	if err := buf.decode(&req); err != nil {
 		return fmt.Errorf("decoding seen users: %w", err)
 	}
 	var out SeenUsersResult
@@ -87,9 +86,9 @@ type ForgottenConn struct {
 	Worker string `json:"worker"`
 }
 
-func (f *FSM) applyForgetConns(buf []byte) interface{} {
+func (f *FSM) applyForgetConns(buf body) interface{} {
 	var req ForgetConnsRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
+	if err := buf.decode(&req); err != nil {
 		return fmt.Errorf("decoding forget conns: %w", err)
 	}
 	var out ForgetConnsResult

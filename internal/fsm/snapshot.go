@@ -37,6 +37,11 @@ const (
 	// recSizes comes first after the rest: how many people and
 	// connections follow, so the maps are made at their size at once.
 	recSizes byte = 4
+	// recConnsAt is connections that name their person by its place
+	// among the people written before them (connsAtChunk): a restore
+	// finds the person without looking the name up. It is written once
+	// every server reads it (FSM.SetEntryGate, BinaryEntryType).
+	recConnsAt byte = 5
 )
 
 // chunkSize is how many people or connections one record holds.
@@ -72,6 +77,17 @@ type connsChunk struct {
 	Seen  []int64  `codec:"s"`
 }
 
+// connsAtChunk is connections in columns, each naming its person by
+// Person: the person's place among the people of the snapshot, plus one.
+// A connection whose person is not among them (0) names it in User, which
+// is empty otherwise.
+type connsAtChunk struct {
+	Names  []string `codec:"n"`
+	Person []uint64 `codec:"p"`
+	User   []string `codec:"u"`
+	Seen   []int64  `codec:"s"`
+}
+
 // endRecord counts the people and connections written before it.
 type endRecord struct {
 	Users uint64 `codec:"u"`
@@ -86,10 +102,11 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := &snapshot{
-		users: f.state.Users.freeze(),
-		conns: f.state.Conns.freeze(),
-		rest:  f.restLocked(),
+		rest: f.restLocked(),
 	}
+	s.users = f.state.Users.freeze()
+	s.conns = f.state.Conns.freeze(s.users)
+	s.connsAt = f.allows(BinaryEntryType)
 	return s, nil
 }
 
@@ -132,8 +149,10 @@ func (f *FSM) restLocked() *State {
 
 type snapshot struct {
 	users *frozenUsers
-	conns *frozenMap[Conn]
+	conns *frozenConns
 	rest  *State
+	// connsAt writes the connections as recConnsAt records.
+	connsAt bool
 }
 
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
@@ -163,13 +182,16 @@ func (s *snapshot) write(w io.Writer) error {
 	if err := rw.raw(recRest, rest); err != nil {
 		return err
 	}
-	if err := rw.encode(recSizes, &endRecord{Users: uint64(s.users.m.n), Conns: uint64(s.conns.n)}); err != nil {
+	if err := rw.encode(recSizes, &endRecord{Users: uint64(s.users.n), Conns: uint64(s.conns.m.n)}); err != nil {
 		return err
 	}
 	var (
 		uc    usersChunk
 		table = map[string]uint32{}
 		end   endRecord
+		// at is each person's place in the snapshot plus one, by shard
+		// and slot, for the connections to name (recConnsAt).
+		at [cowShards][]uint32
 	)
 	flushUsers := func() error {
 		if len(uc.Names) == 0 {
@@ -181,7 +203,20 @@ func (s *snapshot) write(w io.Writer) error {
 		clear(table)
 		return err
 	}
-	s.users.all(func(name string, u User) bool {
+	place := uint32(0)
+	s.users.m.allRefs(func(r ref, name string, rec userRec) bool {
+		if rec.ghost() {
+			return true
+		}
+		if s.connsAt {
+			sh := r.shard()
+			if at[sh] == nil {
+				at[sh] = make([]uint32, len(s.users.m.shards[sh].ents))
+			}
+			place++
+			at[sh][r.slot()] = place
+		}
+		u := rec.unpack()
 		w, ok := table[u.Worker]
 		if !ok {
 			w = uint32(len(uc.Workers))
@@ -209,27 +244,10 @@ func (s *snapshot) write(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var cc connsChunk
-	flushConns := func() error {
-		if len(cc.Names) == 0 {
-			return nil
-		}
-		end.Conns += uint64(len(cc.Names))
-		err := rw.encode(recConns, &cc)
-		cc.Names, cc.User, cc.Seen = cc.Names[:0], cc.User[:0], cc.Seen[:0]
-		return err
-	}
-	s.conns.all(func(name string, c Conn) bool {
-		cc.Names = append(cc.Names, name)
-		cc.User = append(cc.User, c.User)
-		cc.Seen = append(cc.Seen, c.Seen)
-		if len(cc.Names) == chunkSize {
-			err = flushConns()
-		}
-		return err == nil
-	})
-	if err == nil {
-		err = flushConns()
+	if s.connsAt {
+		err = s.writeConnsAt(rw, &end, &at)
+	} else {
+		err = s.writeConns(rw, &end)
 	}
 	if err != nil {
 		return err
@@ -334,9 +352,11 @@ func readSnapshot(r *bufio.Reader) (*State, error) {
 	s := newState()
 	var (
 		users, conns uint64
-		payload      []byte
-		dec          *codec.Decoder
-		sawRest      bool
+		// refs are the people restored, in the snapshot's order.
+		refs    []ref
+		payload []byte
+		dec     *codec.Decoder
+		sawRest bool
 	)
 	decode := func(v any) error {
 		if dec == nil {
@@ -382,13 +402,13 @@ func readSnapshot(r *bufio.Reader) (*State, error) {
 				return nil, fmt.Errorf("decoding the sizes: %w", err)
 			}
 			s.Users = newUserMapSized(int(min(sz.Users, 1<<32)))
-			s.Conns = newShardMapSized[Conn](int(min(sz.Conns, 1<<32)))
+			s.Conns = newConnMapSized(s.Users, int(min(sz.Conns, 1<<32)))
 		case recUsers:
 			var uc usersChunk
 			if err := decode(&uc); err != nil {
 				return nil, fmt.Errorf("decoding people: %w", err)
 			}
-			if err := uc.addTo(s.Users); err != nil {
+			if err := uc.addTo(s.Users, &refs); err != nil {
 				return nil, err
 			}
 			users += uint64(len(uc.Names))
@@ -402,6 +422,25 @@ func readSnapshot(r *bufio.Reader) (*State, error) {
 			}
 			for i, name := range cc.Names {
 				s.Conns.put(name, Conn{User: cc.User[i], Seen: cc.Seen[i]})
+			}
+			conns += uint64(len(cc.Names))
+		case recConnsAt:
+			var cc connsAtChunk
+			if err := decode(&cc); err != nil {
+				return nil, fmt.Errorf("decoding connections: %w", err)
+			}
+			if len(cc.Person) != len(cc.Names) || len(cc.User) != len(cc.Names) || len(cc.Seen) != len(cc.Names) {
+				return nil, errors.New("a chunk of connections with columns of different lengths")
+			}
+			for i, name := range cc.Names {
+				switch p := cc.Person[i]; {
+				case p == 0:
+					s.Conns.put(name, Conn{User: cc.User[i], Seen: cc.Seen[i]})
+				case p > uint64(len(refs)):
+					return nil, fmt.Errorf("connection %q of person %d; %d people came before it", name, p, len(refs))
+				default:
+					s.Conns.putRef(name, refs[p-1], cc.Seen[i])
+				}
 			}
 			conns += uint64(len(cc.Names))
 		case recEnd:
@@ -419,6 +458,77 @@ func readSnapshot(r *bufio.Reader) (*State, error) {
 	}
 }
 
+// writeConns writes the connections as recConns records, naming their
+// people.
+func (s *snapshot) writeConns(rw *recordWriter, end *endRecord) error {
+	var (
+		cc  connsChunk
+		err error
+	)
+	flush := func() error {
+		if len(cc.Names) == 0 {
+			return nil
+		}
+		end.Conns += uint64(len(cc.Names))
+		err := rw.encode(recConns, &cc)
+		cc.Names, cc.User, cc.Seen = cc.Names[:0], cc.User[:0], cc.Seen[:0]
+		return err
+	}
+	s.conns.all(func(name string, c Conn) bool {
+		cc.Names = append(cc.Names, name)
+		cc.User = append(cc.User, c.User)
+		cc.Seen = append(cc.Seen, c.Seen)
+		if len(cc.Names) == chunkSize {
+			err = flush()
+		}
+		return err == nil
+	})
+	if err != nil {
+		return err
+	}
+	return flush()
+}
+
+// writeConnsAt writes the connections as recConnsAt records: at is the
+// people's places, by shard and slot.
+func (s *snapshot) writeConnsAt(rw *recordWriter, end *endRecord, at *[cowShards][]uint32) error {
+	var (
+		cc  connsAtChunk
+		err error
+	)
+	flush := func() error {
+		if len(cc.Names) == 0 {
+			return nil
+		}
+		end.Conns += uint64(len(cc.Names))
+		err := rw.encode(recConnsAt, &cc)
+		cc.Names, cc.Person, cc.User, cc.Seen = cc.Names[:0], cc.Person[:0], cc.User[:0], cc.Seen[:0]
+		return err
+	}
+	s.conns.m.all(func(name string, c connRec) bool {
+		var place uint32
+		if p := at[c.user.shard()]; int(c.user.slot()) < len(p) {
+			place = p[c.user.slot()]
+		}
+		user := ""
+		if place == 0 {
+			user, _ = s.users.m.at(c.user)
+		}
+		cc.Names = append(cc.Names, name)
+		cc.Person = append(cc.Person, uint64(place))
+		cc.User = append(cc.User, user)
+		cc.Seen = append(cc.Seen, int64(c.seen))
+		if len(cc.Names) == chunkSize {
+			err = flush()
+		}
+		return err == nil
+	})
+	if err != nil {
+		return err
+	}
+	return flush()
+}
+
 // reset empties the chunk, keeping its columns' room.
 func (uc *usersChunk) reset() {
 	uc.Names, uc.Workers, uc.Worker = uc.Names[:0], uc.Workers[:0], uc.Worker[:0]
@@ -428,7 +538,8 @@ func (uc *usersChunk) reset() {
 	uc.Attrs = uc.Attrs[:0]
 }
 
-func (uc *usersChunk) addTo(m *userMap) error {
+// addTo puts the chunk's people in m, and appends their refs to refs.
+func (uc *usersChunk) addTo(m *userMap, refs *[]ref) error {
 	n := len(uc.Names)
 	for _, col := range []int{len(uc.Worker), len(uc.Epoch), len(uc.Since), len(uc.Conns), len(uc.State), len(uc.MovingTo), len(uc.Package), len(uc.Attrs), len(uc.Seen)} {
 		if col != n {
@@ -440,8 +551,8 @@ func (uc *usersChunk) addTo(m *userMap) error {
 		if int(w) >= len(uc.Workers) {
 			return fmt.Errorf("person %q on worker %d of a table of %d", name, w, len(uc.Workers))
 		}
-		m.put(name, User{Worker: uc.Workers[w], Epoch: uc.Epoch[i], Since: uc.Since[i], Conns: int(uc.Conns[i]),
-			State: uc.State[i], MovingTo: uc.MovingTo[i], Package: uc.Package[i], Attrs: uc.Attrs[i], Seen: uc.Seen[i]})
+		*refs = append(*refs, m.put(name, User{Worker: uc.Workers[w], Epoch: uc.Epoch[i], Since: uc.Since[i], Conns: int(uc.Conns[i]),
+			State: uc.State[i], MovingTo: uc.MovingTo[i], Package: uc.Package[i], Attrs: uc.Attrs[i], Seen: uc.Seen[i]}))
 	}
 	return nil
 }
@@ -461,7 +572,8 @@ func readJSONSnapshot(r io.Reader) (*State, error) {
 		return nil, err
 	}
 	s := l.State
-	s.Users, s.Conns = newUserMap(), newShardMap[Conn]()
+	s.Users = newUserMap()
+	s.Conns = newConnMap(s.Users)
 	for name, u := range l.Users {
 		if u != nil {
 			s.Users.put(name, *u)

@@ -1,7 +1,9 @@
 package fsm
 
 import (
+	"bufio"
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -41,21 +43,24 @@ func dump(t *testing.T, f *FSM) string {
 
 // Every snapshot form a version wrote is read by every later one, whole:
 // the JSON document of the versions before the records
-// (snapshot-json.golden, written by that code) and the records of format
-// version 1 (snapshot-v1.golden, rewritten only with -update, when the
-// format's version changes).
+// (snapshot-json.golden, written by that code), the records of format
+// version 1 with connections naming their people (snapshot-v1.golden, as
+// written before recConnsAt, and still while a server does not read it)
+// and with connections pointing to their people's places
+// (snapshot-v1-connsat.golden, rewritten only with -update, when what
+// this version writes changes).
 func TestReadsOlderSnapshots(t *testing.T) {
 	if *update {
 		var buf bytes.Buffer
 		if err := goldenMaps(t).EncodeSnapshot(&buf); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join("testdata", "snapshot-v1.golden"), buf.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join("testdata", "snapshot-v1-connsat.golden"), buf.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	want := dump(t, goldenMaps(t))
-	for _, name := range []string{"snapshot-json.golden", "snapshot-v1.golden"} {
+	for _, name := range []string{"snapshot-json.golden", "snapshot-v1.golden", "snapshot-v1-connsat.golden"} {
 		t.Run(name, func(t *testing.T) {
 			b, err := os.ReadFile(filepath.Join("testdata", name))
 			if err != nil {
@@ -155,6 +160,64 @@ func TestSnapshotRefusesDamage(t *testing.T) {
 	}
 }
 
+// Until every server reads recConnsAt, a snapshot names each
+// connection's person (recConns); after, it points to the person's place.
+// Either restores the same maps, with a connection whose person is gone
+// (a ghost) too.
+func TestSnapshotConnectionRecordsFollowTheGate(t *testing.T) {
+	for _, allowed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("allowed=%v", allowed), func(t *testing.T) {
+			f := goldenMaps(t)
+			f.SetEntryGate(func(MessageType) bool { return allowed })
+			f.mu.Lock()
+			f.state.Conns.put("orphan", Conn{User: "nobody", Seen: 3})
+			f.mu.Unlock()
+			var buf bytes.Buffer
+			if err := f.EncodeSnapshot(&buf); err != nil {
+				t.Fatal(err)
+			}
+			types := recordTypes(t, buf.Bytes())
+			if got, want := types[recConnsAt] > 0, allowed; got != want || (types[recConns] > 0) == allowed {
+				t.Fatalf("records %v with the gate allowing=%v", types, allowed)
+			}
+			g, err := DecodeSnapshot(buf.Bytes())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := dump(t, g), dump(t, f); got != want {
+				t.Fatalf("restored:\n%s\nwant\n%s", got, want)
+			}
+			if c, ok := g.state.Conns.get("orphan"); !ok || c.User != "nobody" || c.Seen != 3 {
+				t.Fatalf("the connection of a person not in the maps restored as %+v, %v", c, ok)
+			}
+			if _, ok := g.state.Users.get("nobody"); ok {
+				t.Fatal("a ghost restored as a person")
+			}
+		})
+	}
+}
+
+// recordTypes counts a snapshot's records by type.
+func recordTypes(t *testing.T, b []byte) map[byte]int {
+	t.Helper()
+	out := map[byte]int{}
+	r := bufio.NewReader(bytes.NewReader(b[len(snapshotMagic)+1:]))
+	for {
+		typ, err := r.ReadByte()
+		if err != nil {
+			return out
+		}
+		n, err := binary.ReadUvarint(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Discard(int(n)); err != nil {
+			t.Fatal(err)
+		}
+		out[typ]++
+	}
+}
+
 var _ raft.FSMSnapshot = (*snapshot)(nil)
 
 // goldenMaps builds maps with something of every kind a snapshot holds:
@@ -162,11 +225,21 @@ var _ raft.FSMSnapshot = (*snapshot)(nil)
 // connections, an agent, table subscriptions and a maintenance window.
 func goldenMaps(t *testing.T) *FSM {
 	t.Helper()
+	return goldenMapsWith(t, Encode)
+}
+
+// goldenMapsWith is goldenMaps, its entries built by encode.
+func goldenMapsWith(t *testing.T, encode func(MessageType, any) ([]byte, error)) *FSM {
+	t.Helper()
 	f := New()
 	idx := uint64(0)
 	do := func(typ MessageType, body any) any {
 		idx++
-		return apply(t, f, idx, typ, body)
+		b, err := encode(typ, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f.Apply(&raft.Log{Index: idx, Data: b})
 	}
 	for i := range 40 {
 		w := fmt.Sprintf("w%d", i%4)

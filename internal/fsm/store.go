@@ -50,9 +50,9 @@ func EncodeStoreOp(kind string, op any) ([]byte, error) {
 	return Encode(StoreOpRequestType, StoreOpRequest{Kind: kind, Op: b})
 }
 
-func (f *FSM) applyStoreOp(buf []byte, index uint64) interface{} {
+func (f *FSM) applyStoreOp(buf body, index uint64) interface{} {
 	var req StoreOpRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
+	if err := buf.decode(&req); err != nil {
 		return fmt.Errorf("decoding store operation: %w", err)
 	}
 	if f.state.Store == nil {

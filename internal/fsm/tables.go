@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -22,9 +21,9 @@ type TableSubsRequest struct {
 	Tables []string `json:"tables,omitempty"`
 }
 
-func (f *FSM) applyTableSubs(buf []byte) interface{} {
+func (f *FSM) applyTableSubs(buf body) interface{} {
 	var req TableSubsRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
+	if err := buf.decode(&req); err != nil {
 		return fmt.Errorf("decoding table subscriptions: %w", err)
 	}
 	if req.Worker == "" {

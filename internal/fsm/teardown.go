@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -19,9 +18,9 @@ type TeardownRequest struct {
 	Since time.Time `json:"since"`
 }
 
-func (f *FSM) applyTeardown(buf []byte) interface{} {
+func (f *FSM) applyTeardown(buf body) interface{} {
 	var req TeardownRequest
-	if err := json.Unmarshal(buf, &req); err != nil {
+	if err := buf.decode(&req); err != nil {
 		return fmt.Errorf("decoding a tear-down: %w", err)
 	}
 	if f.state.TornDown == nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stickyd/stickyd/internal/channel"
+	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/park"
 	"github.com/stickyd/stickyd/internal/placement"
 	"github.com/stickyd/stickyd/internal/protocol"
@@ -77,6 +78,10 @@ type Config struct {
 	FreezeTimeout time.Duration
 	Logger        hclog.Logger
 	Registry      prometheus.Registerer
+	// Encode builds the road's log entries (the maps' EncodeEntry, which
+	// writes them binary once every server applies that). Default
+	// fsm.Encode, JSON.
+	Encode func(fsm.MessageType, any) ([]byte, error)
 }
 
 // Mover moves people.
@@ -141,6 +146,9 @@ func New(cfg Config, maps Maps, log Log, workers Workers, store park.Store) *Mov
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Encode == nil {
+		cfg.Encode = fsm.Encode
 	}
 	m := &Mover{cfg: cfg, maps: maps, log: log, workers: workers, store: store}
 	m.moves = prometheus.NewCounterVec(prometheus.CounterOpts{

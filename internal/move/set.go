@@ -515,7 +515,7 @@ func (m *Mover) thaw(ctx context.Context, t *traveller) {
 }
 
 func (m *Mover) applyBatch(ctx context.Context, req fsm.MoveBatchRequest) (fsm.MoveBatchResult, error) {
-	entry, err := fsm.Encode(fsm.MoveBatchRequestType, req)
+	entry, err := m.cfg.Encode(fsm.MoveBatchRequestType, req)
 	if err != nil {
 		return fsm.MoveBatchResult{}, err
 	}

@@ -29,6 +29,8 @@ const (
 
 type connectBatcher struct {
 	log Log
+	// encode builds the entries (the maps' EncodeEntry).
+	encode func(fsm.MessageType, any) ([]byte, error)
 	// together reports whether every server applies ConnectBatch
 	// entries; until it does, each connection is an entry of its own.
 	together atomic.Pointer[func() bool]
@@ -122,7 +124,7 @@ func (b *connectBatcher) writeBatch(batch []*pendingConnect) {
 		}
 		typ, body = fsm.ConnectBatchRequestType, req
 	}
-	entry, err := fsm.Encode(typ, body)
+	entry, err := b.encode(typ, body)
 	if err != nil {
 		fail(err)
 		return

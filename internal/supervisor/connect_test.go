@@ -19,6 +19,8 @@ type slowLog struct {
 	gate    chan struct{}
 	mu      sync.Mutex
 	entries map[fsm.MessageType]int
+	// binary counts the entries written in the binary envelope.
+	binary int
 }
 
 func (l *slowLog) Apply(ctx context.Context, entry []byte) (any, error) {
@@ -27,7 +29,10 @@ func (l *slowLog) Apply(ctx context.Context, entry []byte) (any, error) {
 	l.mu.Unlock()
 	<-gate
 	l.mu.Lock()
-	l.entries[fsm.MessageType(entry[0])]++
+	l.entries[fsm.EntryType(entry)]++
+	if fsm.MessageType(entry[0]) == fsm.BinaryEntryType {
+		l.binary++
+	}
 	l.mu.Unlock()
 	return l.direct.Apply(ctx, entry)
 }
@@ -110,14 +115,15 @@ func waitPending(t *testing.T, s *Supervisor, log *slowLog, n int) {
 }
 
 // While a server of the cluster does not apply batches (a rolling update
-// under way), every connection is an entry of its own; once all do, they
-// go together.
+// under way), every connection is an entry of its own, in JSON; once all
+// do, they go together, in the binary envelope.
 func TestConnectBatchGate(t *testing.T) {
 	f := fsm.New()
 	log := &slowLog{direct: direct{f: f}, gate: make(chan struct{}), entries: map[fsm.MessageType]int{}}
 	s := New(f, log, ready{"w1"}, nil)
 	var together atomic.Bool
 	s.SetBatchGate(together.Load)
+	f.SetEntryGate(func(t fsm.MessageType) bool { return together.Load() || t < fsm.ConnectBatchRequestType })
 	rush := func(prefix string, n int) {
 		var wg sync.WaitGroup
 		for i := range n {
@@ -139,13 +145,16 @@ func TestConnectBatchGate(t *testing.T) {
 		log.mu.Unlock()
 	}
 	rush("a", 50)
-	if log.entries[fsm.ConnectBatchRequestType] != 0 || log.entries[fsm.ConnectRequestType] != 50 {
-		t.Fatalf("with an older server: %v, want 50 connect entries and no batch", log.entries)
+	if log.entries[fsm.ConnectBatchRequestType] != 0 || log.entries[fsm.ConnectRequestType] != 50 || log.binary != 0 {
+		t.Fatalf("with an older server: %v (%d binary), want 50 connect entries in JSON and no batch", log.entries, log.binary)
 	}
 	together.Store(true)
 	rush("b", 50)
 	if log.entries[fsm.ConnectBatchRequestType] == 0 || log.entries[fsm.ConnectRequestType]+log.entries[fsm.ConnectBatchRequestType] > 50+2*connectWriters {
 		t.Fatalf("once every server applies batches: %v", log.entries)
+	}
+	if log.binary != log.entries[fsm.ConnectBatchRequestType]+log.entries[fsm.ConnectRequestType]-50 {
+		t.Fatalf("once every server applies the binary envelope: %d binary of %v", log.binary, log.entries)
 	}
 	if conns, _ := f.Counts(); conns != 100 {
 		t.Fatalf("%d connections, want 100", conns)

@@ -67,7 +67,7 @@ var ErrNoWorkers = errors.New("no worker is ready")
 // New returns a supervisor over the given replica, log and workers. mover
 // may be nil where no move is ever made (tests).
 func New(f *fsm.FSM, log Log, workers Workers, mover Mover) *Supervisor {
-	return &Supervisor{fsm: f, raft: log, workers: workers, mover: mover, connects: &connectBatcher{log: log}}
+	return &Supervisor{fsm: f, raft: log, workers: workers, mover: mover, connects: &connectBatcher{log: log, encode: f.EncodeEntry}}
 }
 
 // SetBatchGate sets what says whether every server of the cluster applies
@@ -393,7 +393,7 @@ func (s *Supervisor) Forget(ctx context.Context, conn string) error {
 }
 
 func (s *Supervisor) apply(ctx context.Context, t fsm.MessageType, body any) (any, error) {
-	entry, err := fsm.Encode(t, body)
+	entry, err := s.fsm.EncodeEntry(t, body)
 	if err != nil {
 		return nil, err
 	}
