@@ -352,8 +352,10 @@ func readSnapshot(r *bufio.Reader) (*State, error) {
 	s := newState()
 	var (
 		users, conns uint64
-		// refs are the people restored, in the snapshot's order.
+		// refs are the people restored, in the snapshot's order; holds
+		// counts the connections of each that came in recConnsAt.
 		refs    []ref
+		holds   []uint32
 		payload []byte
 		dec     *codec.Decoder
 		sawRest bool
@@ -411,6 +413,7 @@ func readSnapshot(r *bufio.Reader) (*State, error) {
 			if err := uc.addTo(s.Users, &refs); err != nil {
 				return nil, err
 			}
+			holds = append(holds, make([]uint32, len(refs)-len(holds))...)
 			users += uint64(len(uc.Names))
 		case recConns:
 			var cc connsChunk
@@ -439,7 +442,10 @@ func readSnapshot(r *bufio.Reader) (*State, error) {
 				case p > uint64(len(refs)):
 					return nil, fmt.Errorf("connection %q of person %d; %d people came before it", name, p, len(refs))
 				default:
-					s.Conns.putRef(name, refs[p-1], cc.Seen[i])
+					if err := s.Conns.restoreRef(name, refs[p-1], cc.Seen[i]); err != nil {
+						return nil, err
+					}
+					holds[p-1]++
 				}
 			}
 			conns += uint64(len(cc.Names))
@@ -450,6 +456,11 @@ func readSnapshot(r *bufio.Reader) (*State, error) {
 			}
 			if !sawRest || end.Users != users || end.Conns != conns {
 				return nil, fmt.Errorf("the snapshot counts %d people and %d connections, holds %d and %d", end.Users, end.Conns, users, conns)
+			}
+			for i, n := range holds {
+				if n > 0 {
+					s.Users.holdRefs(refs[i], n)
+				}
 			}
 			return s, nil
 		default:

@@ -1,6 +1,10 @@
 package fsm
 
-import "github.com/stickyd/stickyd/internal/placement"
+import (
+	"fmt"
+
+	"github.com/stickyd/stickyd/internal/placement"
+)
 
 // userRec is a person as the maps store them: 56 bytes for a live person
 // without login attributes; what few people have (a move under way, a
@@ -136,10 +140,10 @@ func (u *userMap) hold(k string) ref {
 	return r
 }
 
-// holdRef is hold of the entry r names.
-func (u *userMap) holdRef(r ref) {
+// holdRefs is n holds of the entry r names.
+func (u *userMap) holdRefs(r ref, n uint32) {
 	_, rec := u.m.at(r)
-	rec.refs++
+	rec.refs += n
 	u.m.setAt(r, rec)
 }
 
@@ -232,14 +236,16 @@ func (c *connMap) put(k string, v Conn) {
 	}
 }
 
-// putRef adds connection k, not in the map yet, of the person r names
-// (a restore's, who knows the people by their refs).
-func (c *connMap) putRef(k string, r ref, seen int64) {
-	if _, ok := c.m.get(k); ok {
-		c.del(k)
+// restoreRef adds connection k of the person r names, without holding
+// r: a restore counts the holds of each person and adds them in one pass
+// (userMap.holdRefs), reading the people in their order instead of one
+// at random for each connection. k must be new.
+func (c *connMap) restoreRef(k string, r ref, seen int64) error {
+	if c.m.has(k) {
+		return fmt.Errorf("connection %q twice in the snapshot", k)
 	}
-	c.users.holdRef(r)
 	c.m.put(k, connRec{user: r, seen: seenSecs(seen)})
+	return nil
 }
 
 func (c *connMap) del(k string) {
