@@ -216,6 +216,8 @@ func (g *governance) round(now time.Time, leads bool, parts map[string]LocalMoni
 		g.governCatalogLocked()
 	}
 	live := map[string]bool{}
+	fresh := make([]probed, 0, len(probes))
+	ids := make(map[string]bool, len(probes))
 	for _, w := range probes {
 		live[w.id] = true
 		if !g.governed[w.group] {
@@ -224,7 +226,13 @@ func (g *governance) round(now time.Time, leads bool, parts map[string]LocalMoni
 		if p, ok := g.prev[w.id]; ok && !w.at.After(p.at) {
 			continue // no new reading since the last round
 		}
-		g.eng.Observe(g.reading(w))
+		fresh = append(fresh, w)
+		ids[w.id] = true
+	}
+	// The people of every worker read, in one pass over the maps.
+	people := g.a.fsm.UsersByWorker(ids)
+	for _, w := range fresh {
+		g.eng.Observe(g.reading(w, people[w.id]))
 	}
 	for id := range g.prev {
 		if !live[id] {
@@ -310,8 +318,8 @@ func (g *governance) moveSet(cause string, ds []governor.Decision) {
 // rate since the previous one, and per user what they used in between
 // (handler time as CPU, bytes written into their trees as memory growth;
 // a person with no earlier reading counts everything they wrote). The
-// people are those the maps place on the worker.
-func (g *governance) reading(w probed) governor.Reading {
+// people are those the maps place on the worker (users).
+func (g *governance) reading(w probed, users []string) governor.Reading {
 	// Memory is the live heap: RSS keeps pages a worker has freed, so it
 	// would not fall when people leave.
 	r := governor.Reading{Worker: w.id, Group: w.group, At: w.at, Heap: w.heap,
@@ -326,7 +334,7 @@ func (g *governance) reading(w probed) governor.Reading {
 	g.prev[w.id] = w
 	before := g.totals[w.id]
 	g.totals[w.id] = w.usage
-	for _, u := range g.a.fsm.UsersOf(w.id) {
+	for _, u := range users {
 		var use governor.Usage
 		if t, ok := w.usage[u]; ok {
 			// A person without an earlier reading counts their whole

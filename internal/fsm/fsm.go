@@ -200,6 +200,21 @@ func (f *FSM) UsersOf(worker string) []string {
 	return out
 }
 
+// UsersByWorker lists the people homed on each of workers, in one pass
+// over everyone (not one for each worker).
+func (f *FSM) UsersByWorker(workers map[string]bool) map[string][]string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make(map[string][]string, len(workers))
+	f.state.Users.m.all(func(u string, r userRec) bool {
+		if !r.ghost() && workers[r.worker] {
+			out[r.worker] = append(out[r.worker], u)
+		}
+		return true
+	})
+	return out
+}
+
 // UsersHomedOn lists the people whose home is one of workers, in one pass.
 func (f *FSM) UsersHomedOn(workers map[string]bool) []placement.UserInfo {
 	f.mu.RLock()

@@ -82,3 +82,26 @@ func TestUsersPage(t *testing.T) {
 		t.Fatalf("tally: %+v", tl)
 	}
 }
+
+// UsersByWorker sorts the people of the workers asked by worker, in one
+// pass; the others' people and a connection's ghost are left out.
+func TestUsersByWorker(t *testing.T) {
+	f := New()
+	for i := range 30 {
+		apply(t, f, uint64(i+1), ConnectRequestType, ConnectRequest{Conn: fmt.Sprintf("c%d", i), User: fmt.Sprintf("u%02d", i), Worker: fmt.Sprintf("w%d", i%3)})
+	}
+	f.mu.Lock()
+	f.state.Conns.put("orphan", Conn{User: "ghost"})
+	f.mu.Unlock()
+	got := f.UsersByWorker(map[string]bool{"w0": true, "w2": true, "w9": true})
+	if len(got) != 2 || len(got["w0"]) != 10 || len(got["w2"]) != 10 {
+		t.Fatalf("people by worker: %v", got)
+	}
+	for w, us := range got {
+		for _, u := range us {
+			if h, _ := f.User(u); h.Worker != w {
+				t.Fatalf("%s listed on %s, lives on %s", u, w, h.Worker)
+			}
+		}
+	}
+}
