@@ -114,6 +114,7 @@ type Agent struct {
 	tables     *tables
 	stopTables chan struct{}
 	history    history
+	usageSent  usageSent
 	monMu      sync.Mutex // guards lastParts
 	lastParts  map[string]LocalMonitor
 	bundles    *bundle.Cache
@@ -384,7 +385,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		Events: func() any { return a.govern.events() },
 		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: checkGovernance, CheckBundle: a.checkBundle,
 		Monitor:      func(ctx context.Context, q fsm.UserQuery) (any, error) { return a.monitorPage(ctx, q) },
-		MonitorLocal: func(users map[string]bool) any { return a.localMonitor(users) },
+		MonitorLocal: func(q api.LocalQuery) any { return a.localMonitor(q) },
 		Maintenance:  maintenanceAPI{a}, Extra: a.extraRoutes,
 		JobLog: jobLog{a}, AgentName: a.cfg.Name}))
 	a.startDeployment()

@@ -4,13 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"net/url"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/stickyd/stickyd/internal/governor"
 	"github.com/stickyd/stickyd/internal/host"
+	"github.com/stickyd/stickyd/internal/monitor"
 	"github.com/stickyd/stickyd/internal/move"
 )
 
@@ -91,6 +94,7 @@ func (g *governance) run(interval time.Duration, stop <-chan struct{}) {
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var remote remoteUsage // the run loop's own
 	for {
 		select {
 		case <-stop:
@@ -102,12 +106,57 @@ func (g *governance) run(interval time.Duration, stop <-chan struct{}) {
 				// Outside the lock: events and the monitor's outlook
 				// are read meanwhile.
 				ctx, cancel := context.WithTimeout(context.Background(), interval)
-				parts = askOthers[LocalMonitor](ctx, g.a, "/v1/monitor/local", interval)
+				parts = remote.ask(ctx, g.a, interval)
 				cancel()
+			} else {
+				remote = remoteUsage{}
 			}
 			g.round(time.Now(), leads, parts)
 		}
 	}
+}
+
+// remoteUsage is the other agents' parts of the monitor as the leader last
+// read them: each agent is asked only for the people whose totals changed
+// since its last answer (?changes=TOKEN), and the part is kept whole here.
+type remoteUsage map[string]*LocalMonitor
+
+// ask reads every other agent's part, merging the changes into what it
+// kept; an agent that does not answer is left out of the round (its
+// workers are not governed until it answers again), and asked for
+// everything next time.
+func (r *remoteUsage) ask(ctx context.Context, a *Agent, timeout time.Duration) map[string]LocalMonitor {
+	if *r == nil {
+		*r = remoteUsage{}
+	}
+	kept := *r
+	answers := askEach[LocalMonitor](ctx, a, func(agent string) string {
+		path := "/v1/monitor/local?changes="
+		if p := kept[agent]; p != nil {
+			path += url.QueryEscape(p.Token)
+		}
+		return path
+	}, timeout)
+	out := make(map[string]LocalMonitor, len(answers))
+	for name, part := range answers {
+		if p := kept[name]; part.Changes && p != nil {
+			maps.Copy(p.Usage, part.Usage)
+			for _, u := range part.Gone {
+				delete(p.Usage, u)
+			}
+			part.Usage = p.Usage
+		} else if part.Usage == nil {
+			part.Usage = map[string]monitor.Person{}
+		}
+		kept[name] = &part
+		out[name] = part
+	}
+	for name := range kept {
+		if _, ok := answers[name]; !ok {
+			delete(kept, name)
+		}
+	}
+	return out
 }
 
 // probed is one worker's last probe answer as governance reads it, from

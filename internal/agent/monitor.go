@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stickyd/stickyd/internal/api"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/monitor"
@@ -27,6 +28,54 @@ type LocalMonitor struct {
 	Workers []monitor.Worker `json:"workers"`
 	// Usage is each person's running totals on this agent's workers.
 	Usage map[string]monitor.Person `json:"usage"`
+	// Token names this answer's usage, for the next ask of its changes
+	// (?changes=TOKEN). Changes says the usage holds only the people whose
+	// totals changed since the answer asked about; Gone names the people
+	// no longer on this agent's workers since then.
+	Token   string   `json:"token,omitempty"`
+	Changes bool     `json:"changes,omitempty"`
+	Gone    []string `json:"gone,omitempty"`
+}
+
+// usageSent is the usage of the last answer that asked for changes (the
+// leader's governance, every probe interval), kept so that the next one
+// carries only what changed: at a hundred thousand people a host, the
+// whole usage is megabytes, and most people's totals stand still between
+// two probes.
+type usageSent struct {
+	mu    sync.Mutex
+	token string
+	n     uint64
+	usage map[string]monitor.Person
+}
+
+// changes turns the whole usage into what changed since the answer that
+// carried since (all of it when since is not the last token given), and
+// remembers it.
+func (s *usageSent) changes(out *LocalMonitor, since string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	full := out.Usage
+	if since != "" && since == s.token {
+		out.Changes = true
+		delta := map[string]monitor.Person{}
+		for u, p := range full {
+			if old, ok := s.usage[u]; !ok || old != p {
+				delta[u] = p
+			}
+		}
+		for u := range s.usage {
+			if _, ok := full[u]; !ok {
+				out.Gone = append(out.Gone, u)
+			}
+		}
+		sort.Strings(out.Gone)
+		out.Usage = delta
+	}
+	s.n++
+	s.token = fmt.Sprintf("%x-%d", time.Now().UnixNano(), s.n)
+	s.usage = full
+	out.Token = s.token
 }
 
 // history keeps each worker's recent heap readings for the monitor's chart.
@@ -97,8 +146,9 @@ func (a *Agent) groupRuntime(group string) string {
 }
 
 // localMonitor describes this agent's workers and the usage of the people
-// users names on them (nil: everyone on them).
-func (a *Agent) localMonitor(users map[string]bool) LocalMonitor {
+// q names on them.
+func (a *Agent) localMonitor(q api.LocalQuery) LocalMonitor {
+	users := q.Users
 	out := LocalMonitor{Agent: a.cfg.Name, Usage: map[string]monitor.Person{}}
 	stale := a.staleAfter()
 	now := time.Now()
@@ -107,7 +157,10 @@ func (a *Agent) localMonitor(users map[string]bool) LocalMonitor {
 			Incarnation: w.Incarnation, Born: w.Born, DiedAt: w.DiedAt, HowDied: w.HowDied, AppVersion: w.AppVersion,
 			LastProbe: w.LastProbe, Users: w.Users, Conns: w.Conns, Pages: w.Pages, HeapBytes: w.HeapBytes, RSSBytes: w.RSSBytes,
 			CPUSeconds: w.CPUSeconds, Goroutines: w.Goroutines, Mailbox: w.Mailbox, Frames: w.Frames, StateRefused: w.StateRefused, PagesRefused: w.PagesRefused, ProbeFailures: w.ProbeFailures,
-			Memory: a.history.of(w.ID), MaintenanceWaiting: w.MaintenanceWaiting, MaintenanceTimedOut: w.MaintenanceTimedOut}
+			MaintenanceWaiting: w.MaintenanceWaiting, MaintenanceTimedOut: w.MaintenanceTimedOut}
+		if !q.Changes {
+			mw.Memory = a.history.of(w.ID)
+		}
 		if w.State == host.StateReady && stale > 0 {
 			seen := w.LastProbe
 			if seen.IsZero() {
@@ -134,6 +187,9 @@ func (a *Agent) localMonitor(users map[string]bool) LocalMonitor {
 			}
 		}
 	}
+	if q.Changes {
+		a.usageSent.changes(&out, q.Since)
+	}
 	return out
 }
 
@@ -158,7 +214,7 @@ func (a *Agent) monitorPage(ctx context.Context, q fsm.UserQuery) (monitor.View,
 		names[u.User] = true
 		ask.Add("user", u.User)
 	}
-	parts := []LocalMonitor{a.localMonitor(names)}
+	parts := []LocalMonitor{a.localMonitor(api.LocalQuery{Users: names})}
 	answers := askOthers[LocalMonitor](ctx, a, "/v1/monitor/local?"+ask.Encode(), time.Second)
 	for _, ag := range a.fsm.Agents() {
 		if ag.Name == a.cfg.Name {
@@ -215,7 +271,7 @@ func (a *Agent) monitorPage(ctx context.Context, q fsm.UserQuery) (monitor.View,
 // registerMonitorMetrics publishes the workers' probe readings and the
 // raft member's state in the agent's registry.
 func (a *Agent) registerMonitorMetrics() error {
-	workers := func() []monitor.Worker { return a.localMonitor(map[string]bool{}).Workers }
+	workers := func() []monitor.Worker { return a.localMonitor(api.LocalQuery{Users: map[string]bool{}}).Workers }
 	cs := []prometheus.Collector{
 		monitor.NewCollector(workers),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stickyd_raft_leader", Help: "1 when this server is the raft leader."}, func() float64 {
@@ -294,6 +350,11 @@ func (a *Agent) workersView(ctx context.Context, local bool) any {
 // call bounded by timeout, and returns the answers decoded as T by agent
 // name; an agent that did not answer in time is absent.
 func askOthers[T any](ctx context.Context, a *Agent, path string, timeout time.Duration) map[string]T {
+	return askEach[T](ctx, a, func(string) string { return path }, timeout)
+}
+
+// askEach is askOthers with a path of each agent's own (pathOf its name).
+func askEach[T any](ctx context.Context, a *Agent, pathOf func(agent string) string, timeout time.Duration) map[string]T {
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
@@ -309,7 +370,7 @@ func askOthers[T any](ctx context.Context, a *Agent, path string, timeout time.D
 			cctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			var v T
-			if err := a.call(cctx, "GET", ag.AdminAddr, path, nil, &v); err != nil {
+			if err := a.call(cctx, "GET", ag.AdminAddr, pathOf(ag.Name), nil, &v); err != nil {
 				return
 			}
 			mu.Lock()

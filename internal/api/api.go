@@ -73,10 +73,9 @@ type Config struct {
 	CheckBundle func(ctx context.Context, digest string) error
 	// Monitor composes the whole pool's reading with the page of people q
 	// selects (GET /v1/monitor); MonitorLocal this agent's part of it
-	// (GET /v1/monitor/local), with the usage of the people users names
-	// (nil: everyone's, as composers before paging asked).
+	// (GET /v1/monitor/local), with the usage of the people q names.
 	Monitor      func(ctx context.Context, q fsm.UserQuery) (any, error)
-	MonitorLocal func(users map[string]bool) any
+	MonitorLocal func(q LocalQuery) any
 	// JobLog, if set, records jobs for every server (see JobLog);
 	// AgentName names this agent in them.
 	JobLog    JobLog
@@ -146,16 +145,20 @@ func Handler(cfg Config) http.Handler {
 	}
 	if cfg.MonitorLocal != nil {
 		mux.HandleFunc("GET /v1/monitor/local", a.handle(func(w http.ResponseWriter, r *http.Request) error {
-			var users map[string]bool
-			if names, ok := r.URL.Query()["user"]; ok {
-				users = make(map[string]bool, len(names))
+			var q LocalQuery
+			query := r.URL.Query()
+			if names, ok := query["user"]; ok {
+				q.Users = make(map[string]bool, len(names))
 				for _, u := range names {
 					if u != "" {
-						users[u] = true
+						q.Users[u] = true
 					}
 				}
 			}
-			writeJSON(w, http.StatusOK, cfg.MonitorLocal(users))
+			if query.Has("changes") {
+				q.Changes, q.Since = true, query.Get("changes")
+			}
+			writeJSON(w, http.StatusOK, cfg.MonitorLocal(q))
 			return nil
 		}))
 	}
@@ -163,6 +166,19 @@ func Handler(cfg Config) http.Handler {
 		return &Error{Status: http.StatusNotFound, Message: fmt.Sprintf("no API route %s %s", r.Method, r.URL.Path)}
 	}))
 	return mux
+}
+
+// LocalQuery is what GET /v1/monitor/local asks for.
+type LocalQuery struct {
+	// Users names the people whose usage is wanted (?user=, repeated);
+	// nil: everyone's.
+	Users map[string]bool
+	// Changes (?changes=TOKEN) asks for the usage of the people whose
+	// totals changed since the answer that carried TOKEN (Since), and
+	// those gone since; everyone's when TOKEN is empty or not the last
+	// one given. The workers come without their memory history.
+	Changes bool
+	Since   string
 }
 
 type server struct {
