@@ -363,6 +363,32 @@ func allOf[V any](shards []*shard[V], yield func(string, V) bool) {
 	allRefsOf(shards, func(_ ref, k string, v V) bool { return yield(k, v) })
 }
 
+// walkChunk is how many slots a walk reads under one hold of the lock.
+const walkChunk = 1024
+
+// eachFrom calls yield for the entries in slots [from, from+walkChunk) of
+// the shard, and returns the slot to go on from (0: the shard is done).
+// Slots stay the same across copies of the shard, so a walk goes on from
+// there in whatever shard the map holds at its next hold of the lock.
+func (sh *shard[V]) eachFrom(from int, yield func(string, V)) int {
+	end := min(from+walkChunk, len(sh.ents))
+	for w := from >> 6; w<<6 < end; w++ {
+		word := sh.live[w]
+		for word != 0 {
+			b := bits.TrailingZeros64(word)
+			word &^= 1 << b
+			if slot := w<<6 + b; slot >= from && slot < end {
+				e := &sh.ents[slot]
+				yield(e.key, e.val)
+			}
+		}
+	}
+	if end >= len(sh.ents) {
+		return 0
+	}
+	return end
+}
+
 func allRefsOf[V any](shards []*shard[V], yield func(ref, string, V) bool) {
 	for i, sh := range shards {
 		for w, word := range sh.live {

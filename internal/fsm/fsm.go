@@ -177,25 +177,49 @@ func (f *FSM) User(user string) (placement.UserInfo, bool) {
 // Users lists every user, unordered.
 func (f *FSM) Users() []placement.UserInfo {
 	f.mu.RLock()
-	defer f.mu.RUnlock()
-	out := make([]placement.UserInfo, 0, f.state.Users.len())
-	f.state.Users.all(func(u string, h User) bool {
-		out = append(out, info(u, h))
-		return true
+	out := make([]placement.UserInfo, 0, f.state.Users.len()+f.state.Users.len()/64)
+	f.mu.RUnlock()
+	f.walkUsers(func(u string, r userRec) {
+		out = append(out, info(u, r.unpack()))
 	})
 	return out
 }
 
+// walkUsers calls fn for every person, a chunk of a shard at a time under
+// the read lock, released between chunks: a walk of everyone holds writers
+// off for a thousand slots at a time (a fraction of a millisecond), never
+// for the whole walk, whatever the population. What fn sees is not one
+// moment's maps; the writes a walk leads to check again when applied.
+func (f *FSM) walkUsers(fn func(name string, r userRec)) {
+	walk(f, func(s *State) *shardMap[userRec] { return s.Users.m }, func(u string, r userRec) {
+		if !r.ghost() {
+			fn(u, r)
+		}
+	})
+}
+
+// walk calls fn for every entry of the map of the maps that m picks, a
+// chunk at a time under the read lock (walkUsers).
+func walk[V any](f *FSM, m func(*State) *shardMap[V], fn func(string, V)) {
+	for i := range cowShards {
+		for from := 0; ; {
+			f.mu.RLock()
+			from = m(f.state).shards[i].eachFrom(from, fn)
+			f.mu.RUnlock()
+			if from == 0 {
+				break
+			}
+		}
+	}
+}
+
 // UsersOf lists the users whose home is worker.
 func (f *FSM) UsersOf(worker string) []string {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
 	var out []string
-	f.state.Users.all(func(u string, h User) bool {
-		if h.Worker == worker {
+	f.walkUsers(func(u string, r userRec) {
+		if r.worker == worker {
 			out = append(out, u)
 		}
-		return true
 	})
 	return out
 }
@@ -203,28 +227,22 @@ func (f *FSM) UsersOf(worker string) []string {
 // UsersByWorker lists the people homed on each of workers, in one pass
 // over everyone (not one for each worker).
 func (f *FSM) UsersByWorker(workers map[string]bool) map[string][]string {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
 	out := make(map[string][]string, len(workers))
-	f.state.Users.m.all(func(u string, r userRec) bool {
-		if !r.ghost() && workers[r.worker] {
+	f.walkUsers(func(u string, r userRec) {
+		if workers[r.worker] {
 			out[r.worker] = append(out[r.worker], u)
 		}
-		return true
 	})
 	return out
 }
 
 // UsersHomedOn lists the people whose home is one of workers, in one pass.
 func (f *FSM) UsersHomedOn(workers map[string]bool) []placement.UserInfo {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
 	var out []placement.UserInfo
-	f.state.Users.all(func(u string, h User) bool {
-		if workers[h.Worker] {
-			out = append(out, info(u, h))
+	f.walkUsers(func(u string, r userRec) {
+		if workers[r.worker] {
+			out = append(out, info(u, r.unpack()))
 		}
-		return true
 	})
 	return out
 }

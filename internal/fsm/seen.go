@@ -117,34 +117,35 @@ func (f *FSM) applyForgetConns(buf body) interface{} {
 // most recently seen connection; and the connections of those people that
 // were never stamped (to be stamped now). It reads every connection once.
 func (f *FSM) StaleConns(workers map[string]bool, before int64) (stale []ForgetConn, unstamped []string) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
 	// The newest connection of each person is theirs to keep.
-	newest := map[string]string{}
-	f.state.Conns.all(func(conn string, c Conn) bool {
-		user := c.User
-		h, ok := f.state.Users.get(user)
-		if !ok || !workers[h.Worker] || h.State != "" && h.State != placement.StateLive || h.Conns <= 1 {
-			return true
+	type conn struct {
+		name string
+		seen int64
+	}
+	newest := map[string]conn{}
+	// A chunk at a time, the lock released between (walkUsers): the
+	// entry that forgets them checks each connection again.
+	walk(f, func(s *State) *shardMap[connRec] { return s.Conns.m }, func(name string, c connRec) {
+		// Under the lock (walk): the connection's person is in the map.
+		user, h := f.state.Users.m.at(c.user)
+		if h.ghost() || !workers[h.worker] || h.state() != placement.StateLive || h.conns <= 1 {
+			return
 		}
-		seen := c.Seen
+		seen := int64(c.seen)
 		if seen == 0 {
-			unstamped = append(unstamped, conn)
-			return true
+			unstamped = append(unstamped, name)
+			return
 		}
-		if n, ok := newest[user]; !ok {
-			newest[user] = conn
-		} else if nc, _ := f.state.Conns.get(n); nc.Seen < seen {
-			newest[user] = conn
+		if n, ok := newest[user]; !ok || n.seen < seen {
+			newest[user] = conn{name, seen}
 		}
 		if seen < before {
-			stale = append(stale, ForgetConn{Conn: conn, User: user})
+			stale = append(stale, ForgetConn{Conn: name, User: user})
 		}
-		return true
 	})
 	keep := stale[:0]
 	for _, fc := range stale {
-		if newest[fc.User] != fc.Conn {
+		if newest[fc.User].name != fc.Conn {
 			keep = append(keep, fc)
 		}
 	}

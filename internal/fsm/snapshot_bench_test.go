@@ -9,7 +9,7 @@ import (
 )
 
 // bigMaps is n people with two connections each on 1,000 workers.
-func bigMaps(b *testing.B, n int) *FSM {
+func bigMaps(b testing.TB, n int) *FSM {
 	f := New()
 	idx := uint64(0)
 	for i := range n {

@@ -165,6 +165,7 @@ func report(w io.Writer, o options, r results) {
 		row("longest apply while the snapshot was taken and written", fmt.Sprintf("%s (of %d)", ms(m.maxApply), m.applies))
 		row("longest an apply waited for the maps' lock meanwhile", ms(m.maxWait))
 		row("longest front lookup meanwhile", fmt.Sprintf("%s (of %d)", ms(m.maxLookup), m.lookups))
+		row("walks of everyone meanwhile (people by worker, then stale connections)", fmt.Sprintf("%d", m.walks))
 	}
 	if rr := r.raft; rr != nil {
 		rr.rows(row)

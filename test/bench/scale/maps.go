@@ -24,6 +24,7 @@ type mapsResult struct {
 	fill          time.Duration
 	heapLeader    float64 // bytes per person
 	heapFollower  float64 // bytes per person, restored from the snapshot
+	walks         int64   // walks of everyone meanwhile (people by worker, stale connections)
 	snapLock      time.Duration
 	persist       time.Duration
 	snapBytes     int64
@@ -99,7 +100,24 @@ func measureMaps(ctx context.Context, o options, dir string, stderr io.Writer) (
 	var wg sync.WaitGroup
 	var maxApply, maxLookup atomic.Int64
 	var applyErr error
-	wg.Add(2)
+	wg.Add(3)
+	go func() {
+		// Walks of everyone, as governance, the forgetting of stale
+		// connections and the Consul publish make them: each holds the
+		// maps' lock a shard at a time.
+		defer wg.Done()
+		mine := map[string]bool{workerName(1, 1): true, workerName(2, 3): true}
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			f.UsersByWorker(mine)
+			f.StaleConns(mine, 1)
+			atomic.AddInt64(&r.walks, 1)
+		}
+	}()
 	go func() {
 		defer wg.Done()
 		for n := 0; ; n++ {
