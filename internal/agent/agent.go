@@ -230,7 +230,8 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	alone := a.cfg.IsServer() && a.cfg.Server.BootstrapExpect == 1
 	rcfg := raftnode.Config{ID: a.cfg.Name, Bootstrap: alone, Solo: alone, Logger: a.log,
-		SnapshotThreshold: a.cfg.Server.SnapshotThreshold, TrailingLogs: a.cfg.Server.TrailingLogs, TLS: a.tls}
+		SnapshotThreshold: a.cfg.Server.SnapshotThreshold, TrailingLogs: a.cfg.Server.TrailingLogs, TLS: a.tls,
+		SnapshotOnStop: true}
 	if a.cfg.DataDir != "" {
 		rcfg.DataDir, rcfg.BindAddr, rcfg.Advertise = a.cfg.DataDir, a.cfg.Server.RaftAddr, a.cfg.Server.RaftAdvertise
 	}

@@ -2,12 +2,15 @@ package raftnode
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 
 	"github.com/stickyd/stickyd/internal/freeport"
 	"github.com/stickyd/stickyd/internal/fsm"
@@ -142,4 +145,49 @@ func TestRecoverFromPeersFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	connect(t, m, "b", "w2") // and it takes writes again
+}
+
+// With SnapshotOnStop, a stop takes a snapshot of what was applied since
+// the last one, so the next start replays nothing from the log; without
+// it, the entries after the last snapshot stay only in the log.
+func TestSnapshotOnStop(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprintf("on=%v", on), func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := Config{ID: "s1", DataDir: dir, BindAddr: "127.0.0.1:0", Bootstrap: true, SnapshotOnStop: on}
+			n := start(t, cfg, fsm.New())
+			for _, c := range []string{"a", "b", "c"} {
+				connect(t, n, c, "w1")
+			}
+			applied := n.Raft.AppliedIndex()
+			if err := n.Shutdown(); err != nil {
+				t.Fatal(err)
+			}
+			snaps, err := raft.NewFileSnapshotStore(filepath.Join(dir, "raft"), 1, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			metas, err := snaps.List()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := uint64(0)
+			if len(metas) > 0 {
+				got = metas[0].Index
+			}
+			if want := map[bool]uint64{false: 0, true: applied}[on]; got != want {
+				t.Fatalf("last snapshot at %d after the stop, want %d (applied %d)", got, want, applied)
+			}
+			g := fsm.New()
+			m := start(t, cfg, g)
+			defer m.Shutdown()
+			deadline := time.Now().Add(10 * time.Second)
+			for conns, _ := g.Counts(); conns != 3; conns, _ = g.Counts() {
+				if time.Now().After(deadline) {
+					t.Fatalf("after restart: %d conns, want 3", conns)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
 }

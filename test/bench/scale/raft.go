@@ -42,6 +42,8 @@ type raftResult struct {
 	maxApplyServer         string
 	maxWait                time.Duration // longest an apply waited for the maps' lock
 	maxWaitServer          string
+	stop                   time.Duration // the follower's stop, its snapshot taken first
+	restoredOwn            time.Duration // the restarted follower's start: its own snapshot restored
 	catchUpDisk            time.Duration // a follower restarted with its disk
 	catchUpEmpty           time.Duration // a follower replaced with an empty disk: a snapshot sent
 	catchUpEntriesMissed   uint64
@@ -55,7 +57,9 @@ func (r *raftResult) rows(row func(k, v string)) {
 	row("raft: a snapshot during the moves (take + persist)", ms(r.snapDuringMoves))
 	row("raft: longest an apply waited for the maps' lock, any server", fmt.Sprintf("%s (%s)", ms(r.maxWait), r.maxWaitServer))
 	row("raft: longest apply, wait and work (the process's scheduling included)", fmt.Sprintf("%s (%s)", ms(r.maxApply), r.maxApplyServer))
-	row("raft: a follower restarted with its disk caught up", fmt.Sprintf("%s (%d entries behind)", ms(r.catchUpDisk), r.catchUpEntriesMissed))
+	row("raft: a follower stopped (a snapshot taken first, as an agent stops)", ms(r.stop))
+	row("raft: a follower restarted with its disk: its own snapshot restored", ms(r.restoredOwn))
+	row("raft: a follower restarted with its disk caught up (the leader's retry backoff included)", fmt.Sprintf("%s (%d entries behind)", ms(r.catchUpDisk), r.catchUpEntriesMissed))
 	row("raft: a follower replaced with an empty disk caught up (snapshot sent)", fmt.Sprintf("%s (%d people)", ms(r.catchUpEmpty), r.restartedPeopleOnEmpty))
 }
 
@@ -92,7 +96,7 @@ func (s *server) start(log hclog.Logger) error {
 		s.waited = max(s.waited, s.fsm.MaxApplyWait())
 	}
 	s.fsm = &timedFSM{FSM: fsm.New()}
-	n, err := raftnode.New(raftnode.Config{ID: s.id, DataDir: s.dir, BindAddr: s.addr, Logger: log}, s.fsm)
+	n, err := raftnode.New(raftnode.Config{ID: s.id, DataDir: s.dir, BindAddr: s.addr, Logger: log, SnapshotOnStop: true}, s.fsm)
 	if err != nil {
 		return err
 	}
@@ -209,9 +213,13 @@ func measureRaft(ctx context.Context, o options, dir string, stderr io.Writer) (
 		down = servers[1]
 	}
 	downIndex := down.fsm.Index()
+	// Stopped as an agent stops it: a snapshot first (SnapshotOnStop).
+	t0 := time.Now()
 	if err := down.node.Shutdown(); err != nil {
 		return r, err
 	}
+	r.stop = time.Since(t0)
+	fmt.Fprintf(stderr, "raft: %s stopped at index %d in %v (a snapshot first)\n", down.id, downIndex, r.stop.Round(time.Millisecond))
 
 	retried := &log.retried
 	// Moves: every writer a mover taking a batch of people to another
@@ -293,15 +301,20 @@ func measureRaft(ctx context.Context, o options, dir string, stderr io.Writer) (
 	}
 	target := leader.fsm.Index()
 	r.catchUpEntriesMissed = target - downIndex
-	t0 := time.Now()
+	t0 = time.Now()
 	if err := down.start(logger); err != nil {
 		return r, fmt.Errorf("restarting %s: %w", down.id, err)
 	}
+	// raft restores the member's own latest snapshot as it starts; the
+	// rest is the leader's: its next try to reach the member (raft backs
+	// off up to 10 s the longer a member stays unreachable) and the
+	// entries missed.
+	r.restoredOwn = time.Since(t0)
 	if err := waitIndex(ctx, down, target); err != nil {
 		return r, err
 	}
 	r.catchUpDisk = time.Since(t0)
-	fmt.Fprintf(stderr, "raft: %s restarted with its disk, caught up in %v\n", down.id, r.catchUpDisk.Round(time.Millisecond))
+	fmt.Fprintf(stderr, "raft: %s restarted with its disk: its snapshot restored in %v, caught up in %v\n", down.id, r.restoredOwn.Round(time.Millisecond), r.catchUpDisk.Round(time.Millisecond))
 
 	// Replaced with an empty disk: the leader sends it the snapshot.
 	if err := down.node.Shutdown(); err != nil {
