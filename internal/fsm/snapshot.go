@@ -68,6 +68,9 @@ type usersChunk struct {
 	Package  []string            `codec:"p"`
 	Attrs    []map[string]string `codec:"a"`
 	Seen     []int64             `codec:"sn"`
+	// table is where each worker of Workers is, while a chunk is filled
+	// (not written).
+	table map[string]uint32
 }
 
 // connsChunk is connections in columns.
@@ -186,23 +189,13 @@ func (s *snapshot) write(w io.Writer) error {
 		return err
 	}
 	var (
-		uc    usersChunk
-		table = map[string]uint32{}
-		end   endRecord
+		uc  usersChunk
+		end endRecord
 		// at is each person's place in the snapshot plus one, by shard
 		// and slot, for the connections to name (recConnsAt).
-		at [cowShards][]uint32
+		at    [cowShards][]uint32
+		users = chunkWriter{rw: rw, typ: recUsers, c: &uc, n: &end.Users}
 	)
-	flushUsers := func() error {
-		if len(uc.Names) == 0 {
-			return nil
-		}
-		end.Users += uint64(len(uc.Names))
-		err := rw.encode(recUsers, &uc)
-		uc.reset()
-		clear(table)
-		return err
-	}
 	place := uint32(0)
 	s.users.m.allRefs(func(r ref, name string, rec userRec) bool {
 		if rec.ghost() {
@@ -216,30 +209,12 @@ func (s *snapshot) write(w io.Writer) error {
 			place++
 			at[sh][r.slot()] = place
 		}
-		u := rec.unpack()
-		w, ok := table[u.Worker]
-		if !ok {
-			w = uint32(len(uc.Workers))
-			table[u.Worker] = w
-			uc.Workers = append(uc.Workers, u.Worker)
-		}
-		uc.Names = append(uc.Names, name)
-		uc.Worker = append(uc.Worker, w)
-		uc.Epoch = append(uc.Epoch, u.Epoch)
-		uc.Since = append(uc.Since, u.Since)
-		uc.Conns = append(uc.Conns, int64(u.Conns))
-		uc.State = append(uc.State, u.State)
-		uc.MovingTo = append(uc.MovingTo, u.MovingTo)
-		uc.Package = append(uc.Package, u.Package)
-		uc.Attrs = append(uc.Attrs, u.Attrs)
-		uc.Seen = append(uc.Seen, u.Seen)
-		if len(uc.Names) == chunkSize {
-			err = flushUsers()
-		}
+		uc.add(name, rec.unpack())
+		err = users.added()
 		return err == nil
 	})
 	if err == nil {
-		err = flushUsers()
+		err = users.flush()
 	}
 	if err != nil {
 		return err
@@ -475,29 +450,19 @@ func (s *snapshot) writeConns(rw *recordWriter, end *endRecord) error {
 	var (
 		cc  connsChunk
 		err error
+		w   = chunkWriter{rw: rw, typ: recConns, c: &cc, n: &end.Conns}
 	)
-	flush := func() error {
-		if len(cc.Names) == 0 {
-			return nil
-		}
-		end.Conns += uint64(len(cc.Names))
-		err := rw.encode(recConns, &cc)
-		cc.Names, cc.User, cc.Seen = cc.Names[:0], cc.User[:0], cc.Seen[:0]
-		return err
-	}
 	s.conns.all(func(name string, c Conn) bool {
 		cc.Names = append(cc.Names, name)
 		cc.User = append(cc.User, c.User)
 		cc.Seen = append(cc.Seen, c.Seen)
-		if len(cc.Names) == chunkSize {
-			err = flush()
-		}
+		err = w.added()
 		return err == nil
 	})
 	if err != nil {
 		return err
 	}
-	return flush()
+	return w.flush()
 }
 
 // writeConnsAt writes the connections as recConnsAt records: at is the
@@ -506,16 +471,8 @@ func (s *snapshot) writeConnsAt(rw *recordWriter, end *endRecord, at *[cowShards
 	var (
 		cc  connsAtChunk
 		err error
+		w   = chunkWriter{rw: rw, typ: recConnsAt, c: &cc, n: &end.Conns}
 	)
-	flush := func() error {
-		if len(cc.Names) == 0 {
-			return nil
-		}
-		end.Conns += uint64(len(cc.Names))
-		err := rw.encode(recConnsAt, &cc)
-		cc.Names, cc.Person, cc.User, cc.Seen = cc.Names[:0], cc.Person[:0], cc.User[:0], cc.Seen[:0]
-		return err
-	}
 	s.conns.m.all(func(name string, c connRec) bool {
 		var place uint32
 		if p := at[c.user.shard()]; int(c.user.slot()) < len(p) {
@@ -529,15 +486,82 @@ func (s *snapshot) writeConnsAt(rw *recordWriter, end *endRecord, at *[cowShards
 		cc.Person = append(cc.Person, uint64(place))
 		cc.User = append(cc.User, user)
 		cc.Seen = append(cc.Seen, int64(c.seen))
-		if len(cc.Names) == chunkSize {
-			err = flush()
-		}
+		err = w.added()
 		return err == nil
 	})
 	if err != nil {
 		return err
 	}
-	return flush()
+	return w.flush()
+}
+
+// chunk is a record's columns, filled a row at a time.
+type chunk interface {
+	rows() int
+	reset()
+}
+
+// chunkWriter writes its chunk as a record of typ each time it holds
+// chunkSize rows, and what is left at flush, counting the rows in n.
+type chunkWriter struct {
+	rw  *recordWriter
+	typ byte
+	c   chunk
+	n   *uint64
+}
+
+// added is called after each row added to the chunk.
+func (w chunkWriter) added() error {
+	if w.c.rows() < chunkSize {
+		return nil
+	}
+	return w.flush()
+}
+
+func (w chunkWriter) flush() error {
+	n := w.c.rows()
+	if n == 0 {
+		return nil
+	}
+	*w.n += uint64(n)
+	err := w.rw.encode(w.typ, w.c)
+	w.c.reset()
+	return err
+}
+
+func (cc *connsChunk) rows() int { return len(cc.Names) }
+func (cc *connsChunk) reset() {
+	cc.Names, cc.User, cc.Seen = cc.Names[:0], cc.User[:0], cc.Seen[:0]
+}
+
+func (cc *connsAtChunk) rows() int { return len(cc.Names) }
+func (cc *connsAtChunk) reset() {
+	cc.Names, cc.Person, cc.User, cc.Seen = cc.Names[:0], cc.Person[:0], cc.User[:0], cc.Seen[:0]
+}
+
+func (uc *usersChunk) rows() int { return len(uc.Names) }
+
+// add appends a person to the chunk.
+func (uc *usersChunk) add(name string, u User) {
+	w, ok := uc.table[u.Worker]
+	if !ok {
+		if uc.table == nil {
+			uc.table = map[string]uint32{}
+		}
+		w = uint32(len(uc.Workers))
+		uc.table[u.Worker] = w
+		uc.Workers = append(uc.Workers, u.Worker)
+	}
+	uc.Names = append(uc.Names, name)
+	uc.Worker = append(uc.Worker, w)
+	uc.Epoch = append(uc.Epoch, u.Epoch)
+	uc.Since = append(uc.Since, u.Since)
+	uc.Conns = append(uc.Conns, int64(u.Conns))
+	uc.State = append(uc.State, u.State)
+	uc.MovingTo = append(uc.MovingTo, u.MovingTo)
+	uc.Package = append(uc.Package, u.Package)
+	uc.Attrs = append(uc.Attrs, u.Attrs)
+	uc.Seen = append(uc.Seen, u.Seen)
 }
 
 // reset empties the chunk, keeping its columns' room.
@@ -547,6 +571,7 @@ func (uc *usersChunk) reset() {
 	uc.MovingTo, uc.Package, uc.Seen = uc.MovingTo[:0], uc.Package[:0], uc.Seen[:0]
 	clear(uc.Attrs) // the maps they held are the live ones': not kept
 	uc.Attrs = uc.Attrs[:0]
+	clear(uc.table)
 }
 
 // addTo puts the chunk's people in m, and appends their refs to refs.
