@@ -36,9 +36,11 @@ func heapAfterGC() uint64 {
 }
 
 // BenchmarkPage10MB measures a 10 MB page (a grid of 100,000 rows) in a
-// worker: the live heap it holds beside its encoded size, and the time to
-// open it from a package (decodeTree: a wake after a move or a restart) and
-// to build it with Tree.Set (an app's OpenPage). Run it alone:
+// worker: the live heap it holds beside its encoded size, the time to open
+// it from a package (decodeTree: a wake after a move or a restart), what a
+// first write into one row then costs (time, and heap beside the page's),
+// the time to encode it again (a move or a checkpoint), and to build it with
+// Tree.Set (an app's OpenPage). Run it alone:
 //
 //	go test -run '^$' -bench Page10MB -benchtime 3x ./plugins/worker/
 func BenchmarkPage10MB(b *testing.B) {
@@ -54,8 +56,8 @@ func BenchmarkPage10MB(b *testing.B) {
 	src, rows = nil, nil
 	b.ReportAllocs()
 	b.ResetTimer()
-	var decode, build time.Duration
-	var heap uint64
+	var decode, write, encode, build time.Duration
+	var heap, wrote int64
 	for b.Loop() {
 		before := heapAfterGC()
 		began := time.Now()
@@ -64,8 +66,23 @@ func BenchmarkPage10MB(b *testing.B) {
 			b.Fatal(err)
 		}
 		decode += time.Since(began)
-		heap = heapAfterGC() - before
+		heap = int64(heapAfterGC() - before)
+
+		began = time.Now()
+		if err := t.Set("rows/50000/qty", 3); err != nil {
+			b.Fatal(err)
+		}
+		write += time.Since(began)
+		wrote = int64(heapAfterGC()-before) - heap
+
+		began = time.Now()
+		again, err := encodeTree(t)
+		if err != nil || len(again) != len(enc) {
+			b.Fatalf("encoded again: %d bytes (%v), want %d", len(again), err, len(enc))
+		}
+		encode += time.Since(began)
 		goruntime.KeepAlive(t)
+		t, again = nil, nil
 
 		r := gridRows(100_000)
 		began = time.Now()
@@ -76,9 +93,13 @@ func BenchmarkPage10MB(b *testing.B) {
 		build += time.Since(began)
 		goruntime.KeepAlive(t2)
 	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) }
 	b.ReportMetric(float64(len(enc))/(1<<20), "encoded-MiB")
 	b.ReportMetric(float64(heap)/(1<<20), "heap-MiB")
 	b.ReportMetric(float64(heap)/float64(len(enc)), "heap/encoded")
-	b.ReportMetric(float64(decode.Milliseconds())/float64(b.N), "open-ms")
-	b.ReportMetric(float64(build.Milliseconds())/float64(b.N), "build-ms")
+	b.ReportMetric(ms(decode), "open-ms")
+	b.ReportMetric(ms(write), "write1-ms")
+	b.ReportMetric(float64(wrote)/(1<<20), "write1-MiB")
+	b.ReportMetric(ms(encode), "encode-ms")
+	b.ReportMetric(ms(build), "build-ms")
 }
