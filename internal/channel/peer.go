@@ -2,10 +2,13 @@ package channel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/stickyd/stickyd/internal/protocol"
 )
@@ -27,6 +30,9 @@ type Peer struct {
 	lastRecv atomic.Int64
 	// chunks is set once the other side said it reads packages in chunks.
 	chunks atomic.Bool
+	// batches is set once the other side said it reads envelopes sent
+	// together (EnableBatches).
+	batches atomic.Bool
 	// assembling holds the packages arriving in chunks, by the id and
 	// reply flag of the envelope they belong to. Only the read loop
 	// touches it.
@@ -196,6 +202,41 @@ func (p *Peer) Reply(id uint64, env *protocol.Envelope) error {
 	return p.send(env)
 }
 
+// EnableBatches says the other side reads envelopes sent together
+// (SendTogether). Call it after the handshake.
+func (p *Peer) EnableBatches() { p.batches.Store(true) }
+
+// SendTogether sends envs, each already an answer or a notice with its id
+// set, in order and, when the other side reads batches, in one message: the
+// other side handles them back to back (a pull woken by a message and the
+// message's reply reach the front together). An envelope that carries a
+// package, or is large, goes alone, in order.
+func (p *Peer) SendTogether(envs ...*protocol.Envelope) error {
+	if len(envs) > 1 && p.batches.Load() && batchable(envs) {
+		carrier := &protocol.Envelope{Batch: envs}
+		if !p.chunks.Load() || proto.Size(carrier) <= ChunkBytes {
+			return p.conn.Send(carrier)
+		}
+	}
+	for _, env := range envs {
+		if err := p.send(env); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// batchable says envs may travel in one batch: none carries a package
+// (which may have to go in chunks) or is itself a batch.
+func batchable(envs []*protocol.Envelope) bool {
+	for _, env := range envs {
+		if len(packageFields(env)) > 0 || len(env.Batch) > 0 || env.GetPackageChunk() != nil {
+			return false
+		}
+	}
+	return true
+}
+
 // ReplyError answers the request with an Error envelope.
 func (p *Peer) ReplyError(id uint64, code protocol.Error_Code, msg string) error {
 	return p.Reply(id, &protocol.Envelope{Body: &protocol.Envelope_Error{Error: &protocol.Error{Code: code, Message: msg}}})
@@ -254,42 +295,74 @@ func (p *Peer) readLoop() {
 			return
 		}
 		p.lastRecv.Store(time.Now().UnixNano())
-		if pc := env.GetPackageChunk(); pc != nil {
-			whole, err := p.gather(env, pc)
-			if err != nil {
+		if len(env.Batch) > 0 {
+			if err := p.receiveBatch(env); err != nil {
 				p.stop(err)
 				return
 			}
-			if whole == nil {
-				continue
-			}
-			env = whole
+			continue
 		}
-		later, err := p.assemble(env)
-		if err != nil {
+		if err := p.receive(env); err != nil {
 			p.stop(err)
 			return
 		}
-		if !env.Reply {
-			if p.handle != nil {
-				p.handle(env)
-			}
-			continue
+	}
+}
+
+// receiveBatch handles the envelopes of a batch in order, as if each had
+// arrived alone.
+func (p *Peer) receiveBatch(carrier *protocol.Envelope) error {
+	if carrier.Body != nil || carrier.Id != 0 {
+		return errors.New("a batch's carrier has a body or an id of its own")
+	}
+	for _, env := range carrier.Batch {
+		if len(env.Batch) > 0 || env.GetPackageChunk() != nil {
+			return errors.New("a batch holds a batch or a piece of a package")
 		}
-		p.mu.Lock()
-		c := p.pending[env.Id]
-		delete(p.pending, env.Id)
-		p.mu.Unlock()
-		switch {
-		case c != nil && later != nil:
-			go func() {
-				later()
-				c.settle(env, true)
-			}()
-		case c != nil:
-			c.settle(env, true)
+		if err := p.receive(env); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// receive handles one envelope: a piece is kept until its envelope is
+// whole, a reply settles its call, anything else goes to the handler.
+func (p *Peer) receive(env *protocol.Envelope) error {
+	if pc := env.GetPackageChunk(); pc != nil {
+		whole, err := p.gather(env, pc)
+		if err != nil {
+			return err
+		}
+		if whole == nil {
+			return nil
+		}
+		env = whole
+	}
+	later, err := p.assemble(env)
+	if err != nil {
+		return err
+	}
+	if !env.Reply {
+		if p.handle != nil {
+			p.handle(env)
+		}
+		return nil
+	}
+	p.mu.Lock()
+	c := p.pending[env.Id]
+	delete(p.pending, env.Id)
+	p.mu.Unlock()
+	switch {
+	case c != nil && later != nil:
+		go func() {
+			later()
+			c.settle(env, true)
+		}()
+	case c != nil:
+		c.settle(env, true)
+	}
+	return nil
 }
 
 func (p *Peer) stop(err error) {

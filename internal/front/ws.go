@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"sort"
 	"sync"
@@ -34,8 +35,12 @@ type wsConn struct {
 	// maps bind the connection to someone else (a login), the socket is
 	// closed and must reconnect with the cookie the login issued.
 	user string
-	ctx  context.Context
-	stop context.CancelFunc
+	// batch is set for a page that asked for batched frames (?batch=1 on
+	// the upgrade): it may send several ops as one JSON array, and gets the
+	// answers that are ready together as one array.
+	batch bool
+	ctx   context.Context
+	stop  context.CancelFunc
 	// slowOnce closes a client too slow to read its answers, once; slow
 	// is set then, and the socket's end sends no second close frame.
 	slowOnce sync.Once
@@ -66,13 +71,21 @@ type wsConn struct {
 	epoch   uint64 // the epoch frames were last sent at; under sendMu
 }
 
-// outbound is an answer waiting for the writer: an answer made here, or a
-// worker's reply to encode.
+// outbound is an answer waiting for the writer: an answer made here, a
+// worker's reply to encode, or a notice already encoded.
 type outbound struct {
 	a   *answer
 	id  uint64
 	rep *protocol.FrameReply
+	raw []byte
 }
+
+// batchHello tells a page that asked for batched frames that this front
+// reads and writes them; a page sends arrays only once it has read it.
+var batchHello = []byte(`{"op":"hello","batch":true}`)
+
+// maxBatchOps bounds the ops of one batched frame.
+const maxBatchOps = 64
 
 // flight is a frame in flight, in socket order.
 type flight struct {
@@ -112,7 +125,10 @@ func (f *Front) serveWS(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := context.WithCancel(f.root)
 	c := &wsConn{f: f, ws: ws, conn: conn, user: user, ctx: ctx, stop: cancel, cookieIssued: issued,
-		flights: map[uint64]*flight{}, changed: make(chan struct{}, 1)}
+		flights: map[uint64]*flight{}, changed: make(chan struct{}, 1), batch: r.URL.Query().Get("batch") == "1"}
+	if c.batch {
+		c.queue(outbound{raw: batchHello})
+	}
 	ws.SetReadLimit(f.cfg.MaxMessageBytes)
 	c.ping = time.AfterFunc(f.cfg.PingInterval, c.pingTime)
 	// The socket lives on in a goroutine of its own, and the handler
@@ -199,28 +215,61 @@ func (c *wsConn) readLoop() {
 				websocket.FormatCloseMessage(websocket.CloseInvalidFramePayloadData, "text frames must be UTF-8"), time.Now().Add(time.Second))
 			return
 		}
-		var o op
-		if err := json.Unmarshal(msg, &o); err != nil {
-			c.send(errAnswer(0, &HTTPError{Status: http.StatusBadRequest, Message: "decoding op: " + err.Error()}))
-			continue
+		if c.batch && isArray(msg) {
+			var ops []op
+			if err := json.Unmarshal(msg, &ops); err != nil {
+				c.send(errAnswer(0, &HTTPError{Status: http.StatusBadRequest, Message: "decoding ops: " + err.Error()}))
+				continue
+			}
+			if len(ops) > maxBatchOps {
+				c.send(errAnswer(0, &HTTPError{Status: http.StatusBadRequest, Message: fmt.Sprintf("a frame holds at most %d ops, this one %d", maxBatchOps, len(ops))}))
+				continue
+			}
+			for i := range ops {
+				c.handleOp(&ops[i])
+			}
+		} else {
+			var o op
+			if err := json.Unmarshal(msg, &o); err != nil {
+				c.send(errAnswer(0, &HTTPError{Status: http.StatusBadRequest, Message: "decoding op: " + err.Error()}))
+				continue
+			}
+			c.handleOp(&o)
 		}
-		if !c.f.allowFrame(c.conn, "", viaWebSocket) {
-			// Refused here, in socket order, before it costs a worker
-			// anything; the page may retry it.
-			c.send(errAnswer(o.ID, errRateLimited))
-			continue
-		}
-		// Before anything new goes out, frames refused with MOVED are
-		// resent, oldest first, so a page's ops reach its person's new
-		// home in the order the page sent them.
-		c.sendMu.Lock()
-		c.resendMoved()
-		c.dispatch(&o)
-		c.sendMu.Unlock()
 		if c.ctx.Err() != nil {
 			return
 		}
 	}
+}
+
+// isArray reports a frame that is a JSON array (of ops).
+func isArray(msg []byte) bool {
+	for _, b := range msg {
+		switch b {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return b == '['
+	}
+	return false
+}
+
+// handleOp checks an op against the person's rate and routes it, in socket
+// order.
+func (c *wsConn) handleOp(o *op) {
+	if !c.f.allowFrame(c.conn, "", viaWebSocket) {
+		// Refused here, in socket order, before it costs a worker
+		// anything; the page may retry it.
+		c.send(errAnswer(o.ID, errRateLimited))
+		return
+	}
+	// Before anything new goes out, frames refused with MOVED are
+	// resent, oldest first, so a page's ops reach its person's new
+	// home in the order the page sent them.
+	c.sendMu.Lock()
+	c.resendMoved()
+	c.dispatch(o)
+	c.sendMu.Unlock()
 }
 
 // resendSoon starts a resender unless one runs: frames refused with MOVED
@@ -436,6 +485,10 @@ func (c *wsConn) settled(fl *flight, env *protocol.Envelope, err error) {
 	} else {
 		delete(c.flights, fl.seq)
 	}
+	// A pull a message woke says the message's reply follows at once:
+	// the writer waits for it, and the page gets both in one write. Only
+	// while another frame is in flight, whose end starts the writer.
+	hold := err == nil && env.GetFrameReply().GetMore() && len(c.flights) > 0
 	c.mu.Unlock()
 	c.signal()
 	switch {
@@ -447,6 +500,8 @@ func (c *wsConn) settled(fl *flight, env *protocol.Envelope, err error) {
 		}
 	case env.GetFrameReply() == nil:
 		c.send(errAnswer(fl.o.ID, errors.New("worker answered with an unexpected envelope")))
+	case hold:
+		c.queueHeld(outbound{id: fl.o.ID, rep: env.GetFrameReply()})
 	default:
 		c.queue(outbound{id: fl.o.ID, rep: env.GetFrameReply()})
 	}
@@ -492,6 +547,20 @@ func (c *wsConn) queue(o outbound) {
 	c.outMu.Unlock()
 }
 
+// queueHeld queues an answer for the writer without starting it: the
+// answer that follows starts it (a pull's answer, then its message's
+// reply). The queue's bound is the same.
+func (c *wsConn) queueHeld(o outbound) {
+	c.outMu.Lock()
+	if c.closed || c.ctx.Err() != nil || len(c.outq) >= c.f.cfg.SendQueue {
+		c.outMu.Unlock()
+		c.queue(o) // closed, or full: queue says so
+		return
+	}
+	c.outq = append(c.outq, o)
+	c.outMu.Unlock()
+}
+
 // pingTime is the ping timer's: the writer pings the page.
 func (c *wsConn) pingTime() {
 	c.outMu.Lock()
@@ -531,11 +600,9 @@ func (c *wsConn) writeOut() {
 			c.cookieIssued = c.f.cfg.Now()
 		}
 		c.outMu.Unlock()
-		for _, o := range batch {
-			if err := c.write(o); err != nil {
-				c.writeFailed()
-				return
-			}
+		if err := c.writeAll(batch); err != nil {
+			c.writeFailed()
+			return
 		}
 		if !ping {
 			continue
@@ -570,17 +637,66 @@ func (c *wsConn) writeFailed() {
 	c.close()
 }
 
-// write encodes and writes one answer.
-func (c *wsConn) write(o outbound) error {
-	a := o.a
-	if a == nil {
-		a = toAnswer(o.id, o.rep)
+// writeAll writes the answers that wait: one frame each, or, to a page
+// that reads batches, all of them as one frame (a JSON array).
+func (c *wsConn) writeAll(batch []outbound) error {
+	bp := bufPool.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= maxPooledBuf {
+			bufPool.Put(bp)
+		}
+	}()
+	together := c.batch && len(batch) > 1
+	b := (*bp)[:0]
+	if together {
+		b = append(b, '[')
 	}
-	b, err := json.Marshal(a)
-	if err != nil {
-		c.f.log.Error("encoding answer", "error", err)
-		return nil
+	for i, o := range batch {
+		if together && i > 0 {
+			b = append(b, ',')
+		}
+		b = c.encode(b, o)
+		if together {
+			continue
+		}
+		if err := c.writeFrame(b); err != nil {
+			return err
+		}
+		b = b[:0]
 	}
+	if together {
+		b = append(b, ']')
+		if err := c.writeFrame(b); err != nil {
+			return err
+		}
+	}
+	*bp = b
+	return nil
+}
+
+// encode appends one answer to b.
+func (c *wsConn) encode(b []byte, o outbound) []byte {
+	switch {
+	case o.raw != nil:
+		return append(b, o.raw...)
+	case o.a != nil:
+		enc, err := json.Marshal(o.a)
+		if err != nil {
+			// (An answer made here always encodes.)
+			c.f.log.Error("encoding answer", "error", err)
+			enc, _ = json.Marshal(errAnswer(o.a.ID, err))
+		}
+		return append(b, enc...)
+	}
+	b, bad := appendReply(b, o.id, o.rep)
+	if bad {
+		c.f.log.Warn("a worker answered with a value that is not JSON: the page gets null", "conn", c.conn, "worker", o.rep.WorkerId)
+	}
+	return b
+}
+
+// writeFrame writes b as one text frame.
+func (c *wsConn) writeFrame(b []byte) error {
 	if !utf8.Valid(b) {
 		// An app's raw bytes: a text frame must be UTF-8 (the bad bytes
 		// can only be inside JSON strings, which stay strings).

@@ -640,7 +640,9 @@ func (x *CheckpointIndex) applyIncs(cp *protocol.ConnPackage, incs []ckInc) erro
 		ip := ic.Pages[0]
 		page.Journal = append(page.Journal, ip.Journal...)
 		page.Kind, page.Schema, page.Seq, page.Floor = ip.Kind, ip.Schema, ip.Seq, ip.Floor
-		page.Tables, page.Marks = ip.Tables, ip.Marks
+		// An increment carries the page's whole message memory (each
+		// piece does): the latest is what a resend after the crash finds.
+		page.Tables, page.Marks, page.Answered = ip.Tables, ip.Marks, ip.Answered
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -306,7 +307,9 @@ func TestReplacementWakesFromCheckpoint(t *testing.T) {
 func incPiece(t *testing.T, user, conn, page string, chain uint64, link uint32, seq uint64, path, value string) *protocol.CheckpointPiece {
 	t.Helper()
 	cp := &protocol.ConnPackage{Name: conn, User: user, Pages: []*protocol.PagePackage{{Id: page, Kind: "k", Seq: seq,
-		Journal: []*protocol.Delta{{Op: protocol.Delta_SET, Path: path, Value: []byte(value)}}}}}
+		Journal: []*protocol.Delta{{Op: protocol.Delta_SET, Path: path, Value: []byte(value)}},
+		// Each piece carries the page's whole message memory.
+		Answered: []*protocol.AnsweredMessage{{MsgId: fmt.Sprintf("m-%d", seq)}}}}}
 	b, err := proto.Marshal(cp)
 	if err != nil {
 		t.Fatal(err)
@@ -366,6 +369,10 @@ func TestCheckpointIndexIncrements(t *testing.T) {
 	pp := pkg.Conns[0].Pages[0]
 	if string(pp.Tree) != "base" || len(pp.Journal) != 2 || pp.Journal[0].Path != "n" || pp.Journal[1].Path != "m" || pp.Seq != 11 {
 		t.Fatalf("restored page: tree %q, journal %v, seq %d", pp.Tree, pp.Journal, pp.Seq)
+	}
+	// A resend after the crash finds the answers the last increment knew.
+	if len(pp.Answered) != 1 || pp.Answered[0].MsgId != "m-11" {
+		t.Fatalf("restored page remembers %v, want the last increment's m-11", pp.Answered)
 	}
 	// A whole piece starts over: the old chain's packages are deleted.
 	record(piece(t, "ann", 1, "c1", "p", "again"))

@@ -580,7 +580,7 @@ func (s *slot) start(ctx context.Context) error {
 		s.setState(StateDead, "launch failed: "+err.Error())
 		return err
 	}
-	hello, err := channel.Accept(sctx, conn, &protocol.HelloAck{WorkerId: s.id, Group: s.group, PackageChunks: true, Limits: s.spec.Limits})
+	hello, err := channel.Accept(sctx, conn, &protocol.HelloAck{WorkerId: s.id, Group: s.group, PackageChunks: true, Batches: true, Limits: s.spec.Limits})
 	if err != nil {
 		proc.Kill()
 		state := StateDead
@@ -603,6 +603,9 @@ func (s *slot) start(ctx context.Context) error {
 	})
 	if hello.PackageChunks {
 		peer.EnableChunks()
+	}
+	if hello.Batches {
+		peer.EnableBatches()
 	}
 	peer.DigestPackages()
 	peer.Listen()

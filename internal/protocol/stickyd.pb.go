@@ -159,6 +159,12 @@ type Envelope struct {
 	// target names the worker an envelope is for on a peer link between
 	// agents (empty on a worker's own channel).
 	Target string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	// batch carries envelopes sent together, in order, in one message: the
+	// receiver handles each as if it had arrived alone, and the carrier has
+	// no body of its own. A side sends batches only to one that said it reads
+	// them (Hello.batches, HelloAck.batches); a member is never itself a
+	// batch, a piece of a package, or sent in pieces.
+	Batch []*Envelope `protobuf:"bytes,4,rep,name=batch,proto3" json:"batch,omitempty"`
 	// Types that are valid to be assigned to Body:
 	//
 	//	*Envelope_Hello
@@ -249,6 +255,13 @@ func (x *Envelope) GetTarget() string {
 		return x.Target
 	}
 	return ""
+}
+
+func (x *Envelope) GetBatch() []*Envelope {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
 }
 
 func (x *Envelope) GetBody() isEnvelope_Body {
@@ -988,6 +1001,8 @@ type Hello struct {
 	// package_chunks says the worker reads packages sent as PackageChunk
 	// envelopes (and the host then sends Wake packages that way).
 	PackageChunks bool `protobuf:"varint,6,opt,name=package_chunks,json=packageChunks,proto3" json:"package_chunks,omitempty"`
+	// batches says the worker reads envelopes sent together (Envelope.batch).
+	Batches       bool `protobuf:"varint,7,opt,name=batches,proto3" json:"batches,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1064,6 +1079,13 @@ func (x *Hello) GetPackageChunks() bool {
 	return false
 }
 
+func (x *Hello) GetBatches() bool {
+	if x != nil {
+		return x.Batches
+	}
+	return false
+}
+
 // HelloAck accepts the worker and gives it its identity.
 type HelloAck struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -1075,7 +1097,10 @@ type HelloAck struct {
 	PackageChunks bool `protobuf:"varint,4,opt,name=package_chunks,json=packageChunks,proto3" json:"package_chunks,omitempty"`
 	// limits are the group's bounds on its people's pages (the operator's
 	// group settings); each one set overrides the SDK's own.
-	Limits        *WorkerLimits `protobuf:"bytes,5,opt,name=limits,proto3" json:"limits,omitempty"`
+	Limits *WorkerLimits `protobuf:"bytes,5,opt,name=limits,proto3" json:"limits,omitempty"`
+	// batches says the host reads envelopes sent together (Envelope.batch):
+	// the worker then answers a message and the pull its deltas wake in one.
+	Batches       bool `protobuf:"varint,6,opt,name=batches,proto3" json:"batches,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1143,6 +1168,13 @@ func (x *HelloAck) GetLimits() *WorkerLimits {
 		return x.Limits
 	}
 	return nil
+}
+
+func (x *HelloAck) GetBatches() bool {
+	if x != nil {
+		return x.Batches
+	}
+	return false
 }
 
 // WorkerLimits bound what a worker's people may hold; 0 leaves the SDK's
@@ -2221,9 +2253,13 @@ type FrameReply struct {
 	//	*FrameReply_Opened
 	//	*FrameReply_Message
 	//	*FrameReply_Deltas
-	Kind          isFrameReply_Kind `protobuf_oneof:"kind"`
-	Identity      *Identity         `protobuf:"bytes,20,opt,name=identity,proto3" json:"identity,omitempty"`
-	WorkerId      string            `protobuf:"bytes,21,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Kind     isFrameReply_Kind `protobuf_oneof:"kind"`
+	Identity *Identity         `protobuf:"bytes,20,opt,name=identity,proto3" json:"identity,omitempty"`
+	WorkerId string            `protobuf:"bytes,21,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// more says another answer to the same connection follows in the same
+	// batch (a pull woken by a message, then the message's reply): a front
+	// may write them to the page together.
+	More          bool `protobuf:"varint,22,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2313,6 +2349,13 @@ func (x *FrameReply) GetWorkerId() string {
 		return x.WorkerId
 	}
 	return ""
+}
+
+func (x *FrameReply) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
 }
 
 type isFrameReply_Kind interface {
@@ -4849,11 +4892,12 @@ var File_stickyd_proto protoreflect.FileDescriptor
 
 const file_stickyd_proto_rawDesc = "" +
 	"\n" +
-	"\rstickyd.proto\x12\x12stickyd.channel.v1\"\xf1\x10\n" +
+	"\rstickyd.proto\x12\x12stickyd.channel.v1\"\xa5\x11\n" +
 	"\bEnvelope\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05reply\x18\x02 \x01(\bR\x05reply\x12\x16\n" +
-	"\x06target\x18\x03 \x01(\tR\x06target\x121\n" +
+	"\x06target\x18\x03 \x01(\tR\x06target\x122\n" +
+	"\x05batch\x18\x04 \x03(\v2\x1c.stickyd.channel.v1.EnvelopeR\x05batch\x121\n" +
 	"\x05hello\x18\n" +
 	" \x01(\v2\x19.stickyd.channel.v1.HelloH\x00R\x05hello\x12;\n" +
 	"\thello_ack\x18\v \x01(\v2\x1c.stickyd.channel.v1.HelloAckH\x00R\bhelloAck\x121\n" +
@@ -4906,7 +4950,7 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x12MaintenanceBackend\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1e\n" +
-	"\vmax_wait_ms\x18\x03 \x01(\x03R\tmaxWaitMs\"\xc0\x01\n" +
+	"\vmax_wait_ms\x18\x03 \x01(\x03R\tmaxWaitMs\"\xda\x01\n" +
 	"\x05Hello\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x1f\n" +
@@ -4914,13 +4958,15 @@ const file_stickyd_proto_rawDesc = "" +
 	"appVersion\x12\x10\n" +
 	"\x03pid\x18\x04 \x01(\x03R\x03pid\x12 \n" +
 	"\vcheckpoints\x18\x05 \x01(\bR\vcheckpoints\x12%\n" +
-	"\x0epackage_chunks\x18\x06 \x01(\bR\rpackageChunks\"\xc9\x01\n" +
+	"\x0epackage_chunks\x18\x06 \x01(\bR\rpackageChunks\x12\x18\n" +
+	"\abatches\x18\a \x01(\bR\abatches\"\xe3\x01\n" +
 	"\bHelloAck\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x14\n" +
 	"\x05group\x18\x03 \x01(\tR\x05group\x12%\n" +
 	"\x0epackage_chunks\x18\x04 \x01(\bR\rpackageChunks\x128\n" +
-	"\x06limits\x18\x05 \x01(\v2 .stickyd.channel.v1.WorkerLimitsR\x06limits\"\xbc\x01\n" +
+	"\x06limits\x18\x05 \x01(\v2 .stickyd.channel.v1.WorkerLimitsR\x06limits\x12\x18\n" +
+	"\abatches\x18\x06 \x01(\bR\abatches\"\xbc\x01\n" +
 	"\fWorkerLimits\x12$\n" +
 	"\x0emax_page_bytes\x18\x01 \x01(\x03R\fmaxPageBytes\x12(\n" +
 	"\x10max_person_bytes\x18\x02 \x01(\x03R\x0emaxPersonBytes\x12+\n" +
@@ -5002,7 +5048,7 @@ const file_stickyd_proto_rawDesc = "" +
 	"attributes\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd1\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe5\x02\n" +
 	"\n" +
 	"FrameReply\x126\n" +
 	"\x04http\x18\n" +
@@ -5011,7 +5057,8 @@ const file_stickyd_proto_rawDesc = "" +
 	"\amessage\x18\f \x01(\v2!.stickyd.channel.v1.MessageResultH\x00R\amessage\x124\n" +
 	"\x06deltas\x18\r \x01(\v2\x1a.stickyd.channel.v1.DeltasH\x00R\x06deltas\x128\n" +
 	"\bidentity\x18\x14 \x01(\v2\x1c.stickyd.channel.v1.IdentityR\bidentity\x12\x1b\n" +
-	"\tworker_id\x18\x15 \x01(\tR\bworkerIdB\x06\n" +
+	"\tworker_id\x18\x15 \x01(\tR\bworkerId\x12\x12\n" +
+	"\x04more\x18\x16 \x01(\bR\x04moreB\x06\n" +
 	"\x04kind\"\a\n" +
 	"\x05Probe\"\x85\x06\n" +
 	"\n" +
@@ -5313,83 +5360,84 @@ var file_stickyd_proto_goTypes = []any{
 	nil,                        // 66: stickyd.channel.v1.GrantCommit.SetEntry
 }
 var file_stickyd_proto_depIdxs = []int32{
-	6,  // 0: stickyd.channel.v1.Envelope.hello:type_name -> stickyd.channel.v1.Hello
-	7,  // 1: stickyd.channel.v1.Envelope.hello_ack:type_name -> stickyd.channel.v1.HelloAck
-	9,  // 2: stickyd.channel.v1.Envelope.frame:type_name -> stickyd.channel.v1.Frame
-	23, // 3: stickyd.channel.v1.Envelope.frame_reply:type_name -> stickyd.channel.v1.FrameReply
-	24, // 4: stickyd.channel.v1.Envelope.probe:type_name -> stickyd.channel.v1.Probe
-	25, // 5: stickyd.channel.v1.Envelope.probe_reply:type_name -> stickyd.channel.v1.ProbeReply
-	27, // 6: stickyd.channel.v1.Envelope.shutdown:type_name -> stickyd.channel.v1.Shutdown
-	28, // 7: stickyd.channel.v1.Envelope.error:type_name -> stickyd.channel.v1.Error
-	29, // 8: stickyd.channel.v1.Envelope.freeze:type_name -> stickyd.channel.v1.Freeze
-	34, // 9: stickyd.channel.v1.Envelope.frozen:type_name -> stickyd.channel.v1.Frozen
-	35, // 10: stickyd.channel.v1.Envelope.thaw:type_name -> stickyd.channel.v1.Thaw
-	36, // 11: stickyd.channel.v1.Envelope.wake:type_name -> stickyd.channel.v1.Wake
-	37, // 12: stickyd.channel.v1.Envelope.woken:type_name -> stickyd.channel.v1.Woken
-	42, // 13: stickyd.channel.v1.Envelope.evict:type_name -> stickyd.channel.v1.Evict
-	48, // 14: stickyd.channel.v1.Envelope.tables:type_name -> stickyd.channel.v1.Tables
-	49, // 15: stickyd.channel.v1.Envelope.publish:type_name -> stickyd.channel.v1.Publish
-	50, // 16: stickyd.channel.v1.Envelope.table_change:type_name -> stickyd.channel.v1.TableChange
-	51, // 17: stickyd.channel.v1.Envelope.store_get:type_name -> stickyd.channel.v1.StoreGet
-	52, // 18: stickyd.channel.v1.Envelope.store_values:type_name -> stickyd.channel.v1.StoreValues
-	53, // 19: stickyd.channel.v1.Envelope.grant_acquire:type_name -> stickyd.channel.v1.GrantAcquire
-	54, // 20: stickyd.channel.v1.Envelope.grant_reply:type_name -> stickyd.channel.v1.GrantReply
-	55, // 21: stickyd.channel.v1.Envelope.grant_commit:type_name -> stickyd.channel.v1.GrantCommit
-	56, // 22: stickyd.channel.v1.Envelope.grant_release:type_name -> stickyd.channel.v1.GrantRelease
-	4,  // 23: stickyd.channel.v1.Envelope.maintenance:type_name -> stickyd.channel.v1.Maintenance
-	57, // 24: stickyd.channel.v1.Envelope.gateway_call:type_name -> stickyd.channel.v1.GatewayCall
-	58, // 25: stickyd.channel.v1.Envelope.gateway_reply:type_name -> stickyd.channel.v1.GatewayReply
-	59, // 26: stickyd.channel.v1.Envelope.gateway_chunk:type_name -> stickyd.channel.v1.GatewayChunk
-	38, // 27: stickyd.channel.v1.Envelope.checkpoint:type_name -> stickyd.channel.v1.Checkpoint
-	39, // 28: stickyd.channel.v1.Envelope.checkpointed:type_name -> stickyd.channel.v1.Checkpointed
-	3,  // 29: stickyd.channel.v1.Envelope.package_chunk:type_name -> stickyd.channel.v1.PackageChunk
-	31, // 30: stickyd.channel.v1.Envelope.precopy:type_name -> stickyd.channel.v1.Precopy
-	32, // 31: stickyd.channel.v1.Envelope.precopied:type_name -> stickyd.channel.v1.Precopied
-	33, // 32: stickyd.channel.v1.Envelope.stage:type_name -> stickyd.channel.v1.Stage
-	30, // 33: stickyd.channel.v1.Envelope.forget:type_name -> stickyd.channel.v1.Forget
-	5,  // 34: stickyd.channel.v1.Maintenance.backends:type_name -> stickyd.channel.v1.MaintenanceBackend
-	8,  // 35: stickyd.channel.v1.HelloAck.limits:type_name -> stickyd.channel.v1.WorkerLimits
-	11, // 36: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
-	13, // 37: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
-	14, // 38: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
-	15, // 39: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
-	16, // 40: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
-	17, // 41: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
-	10, // 42: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
-	10, // 43: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
-	0,  // 44: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
-	18, // 45: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
-	60, // 46: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
-	12, // 47: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
-	19, // 48: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
-	21, // 49: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
-	20, // 50: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
-	22, // 51: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
-	26, // 52: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
-	61, // 53: stickyd.channel.v1.ProbeReply.maintenance_waiting:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
-	62, // 54: stickyd.channel.v1.ProbeReply.maintenance_timed_out:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
-	1,  // 55: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
-	41, // 56: stickyd.channel.v1.Checkpoint.full:type_name -> stickyd.channel.v1.CheckpointKey
-	40, // 57: stickyd.channel.v1.Checkpointed.pieces:type_name -> stickyd.channel.v1.CheckpointPiece
-	41, // 58: stickyd.channel.v1.Checkpointed.gone:type_name -> stickyd.channel.v1.CheckpointKey
-	44, // 59: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
-	45, // 60: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
-	18, // 61: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
-	63, // 62: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
-	18, // 63: stickyd.channel.v1.PagePackage.journal:type_name -> stickyd.channel.v1.Delta
-	46, // 64: stickyd.channel.v1.PagePackage.answered:type_name -> stickyd.channel.v1.AnsweredMessage
-	21, // 65: stickyd.channel.v1.AnsweredMessage.result:type_name -> stickyd.channel.v1.MessageResult
-	64, // 66: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
-	65, // 67: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
-	66, // 68: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
-	47, // 69: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
-	2,  // 70: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
-	2,  // 71: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
-	71, // [71:72] is the sub-list for method output_type
-	70, // [70:71] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	2,  // 0: stickyd.channel.v1.Envelope.batch:type_name -> stickyd.channel.v1.Envelope
+	6,  // 1: stickyd.channel.v1.Envelope.hello:type_name -> stickyd.channel.v1.Hello
+	7,  // 2: stickyd.channel.v1.Envelope.hello_ack:type_name -> stickyd.channel.v1.HelloAck
+	9,  // 3: stickyd.channel.v1.Envelope.frame:type_name -> stickyd.channel.v1.Frame
+	23, // 4: stickyd.channel.v1.Envelope.frame_reply:type_name -> stickyd.channel.v1.FrameReply
+	24, // 5: stickyd.channel.v1.Envelope.probe:type_name -> stickyd.channel.v1.Probe
+	25, // 6: stickyd.channel.v1.Envelope.probe_reply:type_name -> stickyd.channel.v1.ProbeReply
+	27, // 7: stickyd.channel.v1.Envelope.shutdown:type_name -> stickyd.channel.v1.Shutdown
+	28, // 8: stickyd.channel.v1.Envelope.error:type_name -> stickyd.channel.v1.Error
+	29, // 9: stickyd.channel.v1.Envelope.freeze:type_name -> stickyd.channel.v1.Freeze
+	34, // 10: stickyd.channel.v1.Envelope.frozen:type_name -> stickyd.channel.v1.Frozen
+	35, // 11: stickyd.channel.v1.Envelope.thaw:type_name -> stickyd.channel.v1.Thaw
+	36, // 12: stickyd.channel.v1.Envelope.wake:type_name -> stickyd.channel.v1.Wake
+	37, // 13: stickyd.channel.v1.Envelope.woken:type_name -> stickyd.channel.v1.Woken
+	42, // 14: stickyd.channel.v1.Envelope.evict:type_name -> stickyd.channel.v1.Evict
+	48, // 15: stickyd.channel.v1.Envelope.tables:type_name -> stickyd.channel.v1.Tables
+	49, // 16: stickyd.channel.v1.Envelope.publish:type_name -> stickyd.channel.v1.Publish
+	50, // 17: stickyd.channel.v1.Envelope.table_change:type_name -> stickyd.channel.v1.TableChange
+	51, // 18: stickyd.channel.v1.Envelope.store_get:type_name -> stickyd.channel.v1.StoreGet
+	52, // 19: stickyd.channel.v1.Envelope.store_values:type_name -> stickyd.channel.v1.StoreValues
+	53, // 20: stickyd.channel.v1.Envelope.grant_acquire:type_name -> stickyd.channel.v1.GrantAcquire
+	54, // 21: stickyd.channel.v1.Envelope.grant_reply:type_name -> stickyd.channel.v1.GrantReply
+	55, // 22: stickyd.channel.v1.Envelope.grant_commit:type_name -> stickyd.channel.v1.GrantCommit
+	56, // 23: stickyd.channel.v1.Envelope.grant_release:type_name -> stickyd.channel.v1.GrantRelease
+	4,  // 24: stickyd.channel.v1.Envelope.maintenance:type_name -> stickyd.channel.v1.Maintenance
+	57, // 25: stickyd.channel.v1.Envelope.gateway_call:type_name -> stickyd.channel.v1.GatewayCall
+	58, // 26: stickyd.channel.v1.Envelope.gateway_reply:type_name -> stickyd.channel.v1.GatewayReply
+	59, // 27: stickyd.channel.v1.Envelope.gateway_chunk:type_name -> stickyd.channel.v1.GatewayChunk
+	38, // 28: stickyd.channel.v1.Envelope.checkpoint:type_name -> stickyd.channel.v1.Checkpoint
+	39, // 29: stickyd.channel.v1.Envelope.checkpointed:type_name -> stickyd.channel.v1.Checkpointed
+	3,  // 30: stickyd.channel.v1.Envelope.package_chunk:type_name -> stickyd.channel.v1.PackageChunk
+	31, // 31: stickyd.channel.v1.Envelope.precopy:type_name -> stickyd.channel.v1.Precopy
+	32, // 32: stickyd.channel.v1.Envelope.precopied:type_name -> stickyd.channel.v1.Precopied
+	33, // 33: stickyd.channel.v1.Envelope.stage:type_name -> stickyd.channel.v1.Stage
+	30, // 34: stickyd.channel.v1.Envelope.forget:type_name -> stickyd.channel.v1.Forget
+	5,  // 35: stickyd.channel.v1.Maintenance.backends:type_name -> stickyd.channel.v1.MaintenanceBackend
+	8,  // 36: stickyd.channel.v1.HelloAck.limits:type_name -> stickyd.channel.v1.WorkerLimits
+	11, // 37: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
+	13, // 38: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
+	14, // 39: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
+	15, // 40: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
+	16, // 41: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
+	17, // 42: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
+	10, // 43: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
+	10, // 44: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
+	0,  // 45: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
+	18, // 46: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
+	60, // 47: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
+	12, // 48: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
+	19, // 49: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
+	21, // 50: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
+	20, // 51: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
+	22, // 52: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
+	26, // 53: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
+	61, // 54: stickyd.channel.v1.ProbeReply.maintenance_waiting:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
+	62, // 55: stickyd.channel.v1.ProbeReply.maintenance_timed_out:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
+	1,  // 56: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
+	41, // 57: stickyd.channel.v1.Checkpoint.full:type_name -> stickyd.channel.v1.CheckpointKey
+	40, // 58: stickyd.channel.v1.Checkpointed.pieces:type_name -> stickyd.channel.v1.CheckpointPiece
+	41, // 59: stickyd.channel.v1.Checkpointed.gone:type_name -> stickyd.channel.v1.CheckpointKey
+	44, // 60: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
+	45, // 61: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
+	18, // 62: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
+	63, // 63: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
+	18, // 64: stickyd.channel.v1.PagePackage.journal:type_name -> stickyd.channel.v1.Delta
+	46, // 65: stickyd.channel.v1.PagePackage.answered:type_name -> stickyd.channel.v1.AnsweredMessage
+	21, // 66: stickyd.channel.v1.AnsweredMessage.result:type_name -> stickyd.channel.v1.MessageResult
+	64, // 67: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
+	65, // 68: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
+	66, // 69: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
+	47, // 70: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
+	2,  // 71: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
+	2,  // 72: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
+	72, // [72:73] is the sub-list for method output_type
+	71, // [71:72] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_stickyd_proto_init() }

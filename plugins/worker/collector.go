@@ -39,8 +39,11 @@ const holdMax = 20 * time.Millisecond
 type pullWaiter struct {
 	after uint64
 	reply func([]*protocol.Delta, uint64)
-	timer *time.Timer
-	done  bool
+	// answer, if set, makes the pull's answer for a message to send
+	// with its reply (releaseTaking).
+	answer func([]*protocol.Delta, uint64) *protocol.Envelope
+	timer  *time.Timer
+	done   bool
 }
 
 func (c *collector) add(op protocol.Delta_Op, path string, value []byte) {
@@ -86,6 +89,31 @@ func (c *collector) release() {
 	}
 	c.mu.Unlock()
 	c.fire(ready)
+}
+
+// releaseTaking ends a message's hold like release, but the answers of the
+// pulls it wakes that can be made (pullWaiter.answer) are appended to out,
+// for the message to send with its reply, instead of being sent.
+func (c *collector) releaseTaking(out []*protocol.Envelope) []*protocol.Envelope {
+	c.mu.Lock()
+	c.held--
+	var ready []firing
+	if c.held == 0 {
+		if c.holdTimer != nil {
+			c.holdTimer.Stop()
+			c.holdTimer = nil
+		}
+		ready = c.takeWaitersLocked()
+	}
+	c.mu.Unlock()
+	for _, f := range ready {
+		if f.w.answer == nil {
+			f.w.reply(f.ds, f.seq)
+			continue
+		}
+		out = append(out, f.w.answer(f.ds, f.seq))
+	}
+	return out
 }
 
 // flushHeld wakes the pulls a long message's deltas answer, holdMax after
@@ -187,7 +215,10 @@ func (c *collector) sinceLocked(after uint64) []*protocol.Delta {
 
 // pull answers with the deltas after after, at once if there are some,
 // otherwise when the first arrives or wait runs out (with none).
-func (c *collector) pull(after uint64, wait time.Duration, reply func([]*protocol.Delta, uint64)) {
+//
+// answer, if not nil, makes the answer instead of sending it, for a message
+// whose deltas wake the pull (releaseTaking).
+func (c *collector) pull(after uint64, wait time.Duration, reply func([]*protocol.Delta, uint64), answer func([]*protocol.Delta, uint64) *protocol.Envelope) {
 	c.mu.Lock()
 	if c.unservableLocked(after) {
 		// The deltas after after are gone (another reader of the page
@@ -202,7 +233,7 @@ func (c *collector) pull(after uint64, wait time.Duration, reply func([]*protoco
 		reply(ds, seq)
 		return
 	}
-	w := &pullWaiter{after: after, reply: reply}
+	w := &pullWaiter{after: after, reply: reply, answer: answer}
 	c.waiters = append(c.waiters, w)
 	w.timer = time.AfterFunc(wait, func() {
 		c.mu.Lock()

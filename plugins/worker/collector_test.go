@@ -12,7 +12,7 @@ import (
 func pullNow(c *collector, after uint64) ([]*protocol.Delta, uint64) {
 	var ds []*protocol.Delta
 	var last uint64
-	c.pull(after, 0, func(d []*protocol.Delta, l uint64) { ds, last = d, l })
+	c.pull(after, 0, func(d []*protocol.Delta, l uint64) { ds, last = d, l }, nil)
 	return ds, last
 }
 
@@ -44,7 +44,7 @@ func TestCollectorPullAckResume(t *testing.T) {
 func TestCollectorWaitingPull(t *testing.T) {
 	c := &collector{}
 	got := make(chan []*protocol.Delta, 1)
-	c.pull(0, 5*time.Second, func(d []*protocol.Delta, _ uint64) { got <- d })
+	c.pull(0, 5*time.Second, func(d []*protocol.Delta, _ uint64) { got <- d }, nil)
 	select {
 	case <-got:
 		t.Fatal("a pull with nothing to give answered at once")
@@ -60,7 +60,7 @@ func TestCollectorWaitingPull(t *testing.T) {
 		t.Fatal("waiting pull not woken by a delta")
 	}
 	// A pull that times out answers empty, once.
-	c.pull(1, 10*time.Millisecond, func(d []*protocol.Delta, _ uint64) { got <- d })
+	c.pull(1, 10*time.Millisecond, func(d []*protocol.Delta, _ uint64) { got <- d }, nil)
 	if d := <-got; len(d) != 0 {
 		t.Fatalf("timed-out pull got %v", d)
 	}
@@ -189,7 +189,7 @@ func TestCollectorSecondReaderGetsAReset(t *testing.T) {
 func TestCollectorHoldsAMessagesDeltas(t *testing.T) {
 	c := &collector{fold: func() []byte { return []byte(`{}`) }}
 	got := make(chan []*protocol.Delta, 4)
-	c.pull(0, 10*time.Second, func(ds []*protocol.Delta, _ uint64) { got <- ds })
+	c.pull(0, 10*time.Second, func(ds []*protocol.Delta, _ uint64) { got <- ds }, nil)
 	c.hold()
 	for range 3 {
 		c.add(protocol.Delta_SET, "k", []byte("1"))
@@ -205,7 +205,7 @@ func TestCollectorHoldsAMessagesDeltas(t *testing.T) {
 	}
 
 	// A long message: its first write's delta goes out within holdMax.
-	c.pull(3, 10*time.Second, func(ds []*protocol.Delta, _ uint64) { got <- ds })
+	c.pull(3, 10*time.Second, func(ds []*protocol.Delta, _ uint64) { got <- ds }, nil)
 	c.hold()
 	c.add(protocol.Delta_SET, "k", []byte("2"))
 	select {

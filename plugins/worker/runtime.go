@@ -341,13 +341,19 @@ func (rt *runtime) runFrame(env *protocol.Envelope) {
 	}()
 	f := env.GetFrame()
 	start := time.Now()
+	// woken holds the answers of the pulls a message's deltas woke: they
+	// leave with its reply, before it.
+	var woken []*protocol.Envelope
 	reply, err := func() (*protocol.FrameReply, error) {
 		// Charged before the answer leaves (a probe after it sees the
 		// frame), a panic included.
 		defer rt.charge(f.User, start)
-		return rt.frame(f, env.Id)
+		return rt.frame(f, env.Id, &woken)
 	}()
 	if err != nil {
+		for _, w := range woken {
+			_ = rt.peer.SendTogether(w)
+		}
 		e := &protocol.Error{Code: errCode(err), Message: err.Error()}
 		if errors.Is(err, errConnTaken) {
 			e.Kind = protocol.KindConnTaken
@@ -359,7 +365,15 @@ func (rt *runtime) runFrame(env *protocol.Envelope) {
 		// Read before the answer leaves: the connection's next frame may
 		// run as soon as it has.
 		forget := rt.askedToForget(reply.Identity)
-		rt.send(env.Id, reply)
+		if len(woken) > 0 {
+			// One message to the host, and at the front one write to
+			// the page: the pull's answer says the reply follows.
+			reply.WorkerId = rt.workerID
+			_ = rt.peer.SendTogether(append(woken, &protocol.Envelope{Id: env.Id, Reply: true,
+				Body: &protocol.Envelope_FrameReply{FrameReply: reply}})...)
+		} else {
+			rt.send(env.Id, reply)
+		}
 		if forget != "" {
 			if err := rt.peer.Notify(&protocol.Envelope{Body: &protocol.Envelope_Forget{Forget: &protocol.Forget{User: forget}}}); err != nil {
 				rt.log.Warn("asking the host to forget a person", "user", forget, "error", err)
@@ -490,7 +504,7 @@ func userOf(key string) string {
 
 // frame runs f and returns its answer; a nil answer means the frame answers
 // later (a waiting pull).
-func (rt *runtime) frame(f *protocol.Frame, id uint64) (*protocol.FrameReply, error) {
+func (rt *runtime) frame(f *protocol.Frame, id uint64, woken *[]*protocol.Envelope) (*protocol.FrameReply, error) {
 	if f.Conn == "" {
 		if _, ok := f.Kind.(*protocol.Frame_Http); !ok {
 			return nil, badf("a %T frame needs a connection", f.Kind)
@@ -527,7 +541,7 @@ func (rt *runtime) frame(f *protocol.Frame, id uint64) (*protocol.FrameReply, er
 				return nil, err
 			}
 		}
-		return rt.message(ctx, s, k.Message)
+		return rt.message(ctx, s, k.Message, woken)
 	case *protocol.Frame_Pull:
 		return rt.pull(s, k.Pull, id)
 	case *protocol.Frame_Close:
@@ -729,7 +743,7 @@ func (e *pageUnknown) Error() string {
 	return fmt.Sprintf("page %q is not open here; open it again", e.id)
 }
 
-func (rt *runtime) message(ctx context.Context, s *Session, m *protocol.PageMessage) (*protocol.FrameReply, error) {
+func (rt *runtime) message(ctx context.Context, s *Session, m *protocol.PageMessage, woken *[]*protocol.Envelope) (*protocol.FrameReply, error) {
 	p, err := rt.page(s, m.Page)
 	if err != nil {
 		return nil, badf("%v", err)
@@ -744,8 +758,16 @@ func (rt *runtime) message(ctx context.Context, s *Session, m *protocol.PageMess
 	// The message's deltas reach a waiting pull together, when it ends
 	// (before its reply), not one at its first write.
 	p.coll.hold()
-	defer p.coll.release()
+	released := false
+	defer func() {
+		if !released {
+			p.coll.release() // a panic: the pulls are answered alone
+		}
+	}()
 	v, err := rt.app.Message(ctx, p, json.RawMessage(m.Data))
+	// The pulls its deltas wake are answered with its reply (runFrame).
+	*woken = p.coll.releaseTaking(*woken)
+	released = true
 	if err != nil {
 		res.Error = err.Error()
 	} else if v != nil {
@@ -776,8 +798,15 @@ func (rt *runtime) pull(s *Session, pl *protocol.PagePull, id uint64) (*protocol
 	if wait > maxPullWait {
 		wait = maxPullWait
 	}
+	answer := func(ds []*protocol.Delta, last uint64) *protocol.FrameReply {
+		return &protocol.FrameReply{Kind: &protocol.FrameReply_Deltas{Deltas: &protocol.Deltas{Page: pl.Page, Deltas: ds, Last: last}}}
+	}
 	p.coll.pull(pl.After, wait, func(ds []*protocol.Delta, last uint64) {
-		rt.send(id, &protocol.FrameReply{Kind: &protocol.FrameReply_Deltas{Deltas: &protocol.Deltas{Page: pl.Page, Deltas: ds, Last: last}}})
+		rt.send(id, answer(ds, last))
+	}, func(ds []*protocol.Delta, last uint64) *protocol.Envelope {
+		r := answer(ds, last)
+		r.WorkerId, r.More = rt.workerID, true
+		return &protocol.Envelope{Id: id, Reply: true, Body: &protocol.Envelope_FrameReply{FrameReply: r}}
 	})
 	return nil, nil
 }

@@ -56,7 +56,7 @@ func InProcess(app App, opts Options) func(context.Context, channel.Conn) error 
 // in-process worker on an in-memory channel.
 func ServeConn(ctx context.Context, app App, opts Options, c channel.Conn) error {
 	hello := &protocol.Hello{ProtocolVersion: protocol.Version, App: opts.Name, AppVersion: opts.Version, Pid: int64(os.Getpid()),
-		Checkpoints: true, PackageChunks: true}
+		Checkpoints: true, PackageChunks: true, Batches: true}
 	return serveConn(ctx, app, opts, c, hello)
 }
 
@@ -105,6 +105,9 @@ func serveConn(ctx context.Context, app App, opts Options, c channel.Conn, hello
 	rt.peer = channel.NewIdlePeer(c, rt.handle)
 	if ack.PackageChunks {
 		rt.peer.EnableChunks()
+	}
+	if ack.Batches {
+		rt.peer.EnableBatches()
 	}
 	rt.peer.Listen()
 	select {
