@@ -40,6 +40,16 @@
     };
   }
 
+  // afterTurn runs fn once the current task and the promise callbacks it
+  // set off have run (a message channel's task: no timer's clamping), so
+  // that what they send leaves together.
+  const afterTurn = (() => {
+    if (typeof MessageChannel === "undefined") return (fn) => setTimeout(fn, 0);
+    const ch = new MessageChannel(), fns = [];
+    ch.port1.onmessage = () => { for (const fn of fns.splice(0)) fn(); };
+    return (fn) => { fns.push(fn); if (fns.length === 1) ch.port2.postMessage(0); };
+  })();
+
   function setPath(tree, path, value) {
     const segs = path.split("/");
     let cur = tree;
@@ -81,6 +91,10 @@
       send: send, close: close,
     };
     let ws = null, nextID = 1, pending = new Map(), opened = false, closed = false;
+    // batching is set once the front said it reads ops sent together
+    // (its hello on a socket opened with ?batch=1): the ops of one turn
+    // then leave in one frame, a JSON array (an older front never says so).
+    let batching = false, outbox = [];
     // Messages are named msgPrefix-n: unique to this page object (a reload
     // starts another), so the worker's memory of one never answers another.
     const msgPrefix = newID().slice(1, 13);
@@ -118,7 +132,7 @@
         if (polling) { poll(msg, resolve, reject); return; }
         const w = { resolve, reject, msg, sent: false };
         pending.set(msg.id, w);
-        if (ws && ws.readyState === 1 && (opened || msg.op === "open")) { ws.send(JSON.stringify(msg)); w.sent = true; }
+        if (ws && ws.readyState === 1 && (opened || msg.op === "open")) { wsSend(msg); w.sent = true; }
         else queue.push(msg); // sent once the page is open again
       });
     }
@@ -153,8 +167,25 @@
       w.msg.id = nextID++;
       w.sent = false;
       pending.set(w.msg.id, w);
-      if (ws && ws.readyState === 1 && opened) { ws.send(JSON.stringify(w.msg)); w.sent = true; }
+      if (ws && ws.readyState === 1 && opened) { wsSend(w.msg); w.sent = true; }
       else queue.push(w.msg);
+    }
+
+    // wsSend sends an op on the open socket: at once, or, to a front that
+    // reads batches, with the other ops of this turn in one frame (a pull
+    // sent again as an answer arrives and the message the app sends on
+    // that answer go together).
+    function wsSend(msg) {
+      if (!batching) { ws.send(JSON.stringify(msg)); return; }
+      outbox.push(msg);
+      if (outbox.length === 1) afterTurn(flush);
+    }
+
+    function flush() {
+      const ops = outbox.splice(0);
+      // A socket that closed meanwhile: its onclose sends them again.
+      if (!ws || ws.readyState !== 1 || !ops.length) return;
+      ws.send(JSON.stringify(ops.length === 1 ? ops[0] : ops));
     }
 
     function handle(m, resolve, reject) {
@@ -177,7 +208,7 @@
         const w = pending.get(q.id);
         if (!w) continue;
         if (polling) { pending.delete(q.id); poll(q, w.resolve, w.reject); }
-        else if (ws && ws.readyState === 1) { ws.send(JSON.stringify(q)); w.sent = true; }
+        else if (ws && ws.readyState === 1) { wsSend(q); w.sent = true; }
         else queue.push(q);
       }
       pullLoop();
@@ -246,7 +277,9 @@
       if (closed) return;
       status("connecting");
       const proto = global.location.protocol === "https:" ? "wss:" : "ws:";
-      ws = new WebSocket(proto + "//" + global.location.host + PREFIX + "/ws");
+      batching = false;
+      outbox = [];
+      ws = new WebSocket(proto + "//" + global.location.host + PREFIX + "/ws?batch=1");
       ws.onopen = () => {
         failures = 0;
         connectRetry.ok();
@@ -254,6 +287,12 @@
       };
       ws.onmessage = (ev) => {
         const m = JSON.parse(ev.data);
+        if (Array.isArray(m)) m.forEach(answer);
+        else answer(m);
+      };
+      // answer takes one answer of the front, in the order they came.
+      const answer = (m) => {
+        if (m.op === "hello") { batching = !!m.batch; return; }
         if (m.op === "renew") {
           // The connection cookie is past half its life: fetch a new one,
           // so that the next reconnect still names this session.
