@@ -2,11 +2,14 @@ package worker
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
+	"unsafe"
 )
 
 // The tree codec is how page trees travel in a parked package: a compact
@@ -21,13 +24,16 @@ import (
 //	'm' map: uvarint count, then per entry a uvarint key length, the key, a value
 //
 // Decoding checks every length against what is left, so a damaged package is
-// an error, never a panic or a huge allocation.
+// an error, never a panic or a huge allocation. It is also how a tree keeps
+// the parts nobody has touched since they came (encoded.go).
 
 var errTreeCodec = errors.New("damaged tree encoding")
 
 // maxDepth bounds nesting on decode (a hostile package cannot exhaust the stack).
 const maxDepth = 512
 
+// appendValue appends the encoding of v, a tree value. An encoded value
+// is copied as it is.
 func appendValue(b []byte, v any) ([]byte, error) {
 	switch x := v.(type) {
 	case nil:
@@ -38,12 +44,11 @@ func appendValue(b []byte, v any) ([]byte, error) {
 		}
 		return append(b, 'f'), nil
 	case float64:
-		b = append(b, 'd')
-		return binary.LittleEndian.AppendUint64(b, math.Float64bits(x)), nil
+		return appendNumber(b, x), nil
 	case string:
-		b = append(b, 's')
-		b = binary.AppendUvarint(b, uint64(len(x)))
-		return appendLong(b, x), nil
+		return appendString(b, x), nil
+	case encoded:
+		return appendLong(b, string(x)), nil
 	case []any:
 		b = append(b, 'a')
 		b = binary.AppendUvarint(b, uint64(len(x)))
@@ -68,6 +73,167 @@ func appendValue(b []byte, v any) ([]byte, error) {
 		return b, nil
 	}
 	return nil, fmt.Errorf("encoding a tree: %T is not a tree value", v)
+}
+
+func appendNumber(b []byte, f float64) []byte {
+	b = append(b, 'd')
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+}
+
+func appendString(b []byte, s string) []byte {
+	b = append(b, 's')
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return appendLong(b, s)
+}
+
+// appendAny encodes v, a value given to Tree.Set, as the tree keeps it:
+// what normalize would make of it, without making it. Numbers of any Go
+// type become float64s, a map's entries go in key order (a map means the
+// same in any order, and in this one its encoding is the same every time
+// and turns into JSON as encoding/json writes it, with nothing to sort),
+// and anything else goes through its JSON. A func or a channel is refused.
+func appendAny(b []byte, v any) ([]byte, error) {
+	switch x := v.(type) {
+	case nil, bool, float64, string:
+		return appendValue(b, x)
+	case int:
+		return appendNumber(b, float64(x)), nil
+	case int64:
+		return appendNumber(b, float64(x)), nil
+	case int32:
+		return appendNumber(b, float64(x)), nil
+	case uint64:
+		return appendNumber(b, float64(x)), nil
+	case uint32:
+		return appendNumber(b, float64(x)), nil
+	case float32:
+		return appendNumber(b, float64(x)), nil
+	case json.Number:
+		f, err := x.Float64()
+		if err != nil {
+			return nil, err
+		}
+		return appendNumber(b, f), nil
+	case map[string]any:
+		return appendAnyMap(b, x)
+	case []any:
+		b = append(b, 'a')
+		b = binary.AppendUvarint(b, uint64(len(x)))
+		var err error
+		for _, e := range x {
+			if b, err = appendAny(b, e); err != nil {
+				return nil, err
+			}
+		}
+		return b, nil
+	case []string:
+		b = append(b, 'a')
+		b = binary.AppendUvarint(b, uint64(len(x)))
+		for _, e := range x {
+			b = appendString(b, e)
+		}
+		return b, nil
+	case json.RawMessage:
+		var out any
+		if err := json.Unmarshal(x, &out); err != nil {
+			return nil, err
+		}
+		return appendAny(b, out)
+	case encoded:
+		return appendValue(b, x)
+	}
+	switch reflect.ValueOf(v).Kind() {
+	case reflect.Func, reflect.Chan, reflect.UnsafePointer:
+		return nil, fmt.Errorf("a %T is a live object, not data: keep it in Page.Local", v)
+	}
+	j, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("a %T is not serialisable data: %w", v, err)
+	}
+	var out any
+	if err := json.Unmarshal(j, &out); err != nil {
+		return nil, err
+	}
+	return appendAny(b, out)
+}
+
+// entry is a map's entry on its way out.
+type entry struct {
+	key string
+	val any
+}
+
+// sortedEntries returns m's entries in key order, in small if they fit
+// (most maps of a tree are small: a row, a filter).
+func sortedEntries(m map[string]any, small []entry) []entry {
+	es := small[:0]
+	if len(m) > cap(small) {
+		es = make([]entry, 0, len(m))
+	}
+	for k, v := range m {
+		es = append(es, entry{k, v})
+	}
+	slices.SortFunc(es, func(a, b entry) int { return strings.Compare(a.key, b.key) })
+	return es
+}
+
+func appendAnyMap(b []byte, m map[string]any) ([]byte, error) {
+	b = append(b, 'm')
+	b = binary.AppendUvarint(b, uint64(len(m)))
+	var small [16]entry
+	var err error
+	for _, e := range sortedEntries(m, small[:]) {
+		b = binary.AppendUvarint(b, uint64(len(e.key)))
+		b = append(b, e.key...)
+		if b, err = appendAny(b, e.val); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// sizeAny is the length of appendAny's encoding of v, known without
+// encoding it for JSON-like values and ints (ok false for what goes
+// through its JSON), so that the encoding is made in one buffer of its
+// size.
+func sizeAny(v any) (n int, ok bool) {
+	switch x := v.(type) {
+	case nil, bool:
+		return 1, true
+	case float64, int, int64, int32, uint64, uint32, float32, json.Number:
+		return 9, true
+	case string:
+		return 1 + uvarintLen(len(x)) + len(x), true
+	case encoded:
+		return len(x), true
+	case map[string]any:
+		n = 1 + uvarintLen(len(x))
+		for k, e := range x {
+			m, ok := sizeAny(e)
+			if !ok {
+				return 0, false
+			}
+			n += uvarintLen(len(k)) + len(k) + m
+		}
+		return n, true
+	case []any:
+		n = 1 + uvarintLen(len(x))
+		for _, e := range x {
+			m, ok := sizeAny(e)
+			if !ok {
+				return 0, false
+			}
+			n += m
+		}
+		return n, true
+	case []string:
+		n = 1 + uvarintLen(len(x))
+		for _, e := range x {
+			n += 1 + uvarintLen(len(e)) + len(e)
+		}
+		return n, true
+	}
+	return 0, false
 }
 
 // copyPiece bounds one copy of a long value. A copy is one call the
@@ -103,6 +269,16 @@ func longString(b []byte) string {
 	return sb.String()
 }
 
+// ownString makes b, an encoding just made and never written again, the
+// string a tree keeps. It is not copied unless append left much of its
+// capacity unused (which the tree would hold for nothing).
+func ownString(b []byte) string {
+	if cap(b)-len(b) > len(b)/8 {
+		return longString(b)
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
 // sizeValue is the length of v's encoding (v is a tree value, as
 // appendValue checks).
 func sizeValue(v any) int {
@@ -111,6 +287,8 @@ func sizeValue(v any) int {
 		return 9
 	case string:
 		return 1 + uvarintLen(len(x)) + len(x)
+	case encoded:
+		return len(x)
 	case []any:
 		n := 1 + uvarintLen(len(x))
 		for _, e := range x {
@@ -136,90 +314,198 @@ func uvarintLen(n int) int {
 }
 
 // encodeTree encodes a tree's root.
-func encodeTree(t *Tree) ([]byte, error) { return appendValue(nil, t.root) }
+func encodeTree(t *Tree) ([]byte, error) {
+	return appendValue(make([]byte, 0, sizeValue(t.root)), t.root)
+}
 
 // decodeTree replaces t's content with an encoded root, without deltas.
+// b is checked whole and copied once (a piece at a time); the tree opens
+// its root and keeps the rest encoded until it is read or written (encoded.go),
+// so a page costs about its encoded size until it is used. b is not kept:
+// the package it came in can go.
 func decodeTree(t *Tree, b []byte) error {
 	if len(b) == 0 {
-		t.root, t.size = map[string]any{}, 2
+		t.root, t.size, t.held = map[string]any{}, 2, 0
 		return nil
 	}
-	v, rest, err := decodeValue(b, 0)
+	if b[0] != 'm' {
+		if _, err := skipValue(string(b), 0, maxDepth); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: the root is not a map", errTreeCodec)
+	}
+	s := longString(b)
+	root, end, err := openContainer(s, 0, maxDepth)
 	if err != nil {
 		return err
 	}
-	if len(rest) != 0 {
-		return fmt.Errorf("%w: %d trailing bytes", errTreeCodec, len(rest))
+	if end != len(s) {
+		return fmt.Errorf("%w: %d trailing bytes", errTreeCodec, len(s)-end)
 	}
-	m, ok := v.(map[string]any)
-	if !ok {
-		return fmt.Errorf("%w: the root is not a map", errTreeCodec)
-	}
-	t.root, t.size = m, int64(len(b))
+	t.root, t.size, t.held = root.(map[string]any), int64(len(b)), int64(len(b))
 	return nil
 }
 
-func decodeLen(b []byte) (int, []byte, error) {
-	n, k := binary.Uvarint(b)
-	if k <= 0 || n > uint64(len(b)-k) {
-		return 0, nil, errTreeCodec
+// uvarintAt reads a uvarint at s[i:] as binary.Uvarint does: k <= 0 is
+// an error.
+func uvarintAt(s string, i int) (x uint64, k int) {
+	var shift uint
+	for k = 0; k < binary.MaxVarintLen64; k++ {
+		if i+k >= len(s) {
+			return 0, 0
+		}
+		c := s[i+k]
+		if c < 0x80 {
+			if k == binary.MaxVarintLen64-1 && c > 1 {
+				return 0, -(k + 1) // overflow
+			}
+			return x | uint64(c)<<shift, k + 1
+		}
+		x |= uint64(c&0x7f) << shift
+		shift += 7
 	}
-	return int(n), b[k:], nil
+	return 0, -(binary.MaxVarintLen64 + 1)
 }
 
-func decodeValue(b []byte, depth int) (any, []byte, error) {
-	if len(b) == 0 || depth > maxDepth {
-		return nil, nil, errTreeCodec
+// lenAt reads a length or a count at s[i:], which must not be more than
+// what is left after it, and returns where what it counts begins.
+func lenAt(s string, i int) (n, j int, err error) {
+	u, k := uvarintAt(s, i)
+	if k <= 0 || u > uint64(len(s)-i-k) {
+		return 0, 0, errTreeCodec
 	}
-	tag, b := b[0], b[1:]
-	switch tag {
-	case 'n':
-		return nil, b, nil
-	case 't':
-		return true, b, nil
-	case 'f':
-		return false, b, nil
+	return int(u), i + k, nil
+}
+
+// skipValue checks the value at s[i:] and returns where it ends. left is
+// how many levels it may nest past this one (encoded containers the tree made
+// or checked itself are read with no bound).
+func skipValue(s string, i, left int) (int, error) {
+	if i >= len(s) || left < 0 {
+		return 0, errTreeCodec
+	}
+	switch tag := s[i]; tag {
+	case 'n', 't', 'f':
+		return i + 1, nil
 	case 'd':
-		if len(b) < 8 {
-			return nil, nil, errTreeCodec
+		if len(s)-i-1 < 8 {
+			return 0, errTreeCodec
 		}
-		return math.Float64frombits(binary.LittleEndian.Uint64(b)), b[8:], nil
+		return i + 9, nil
 	case 's':
-		n, rest, err := decodeLen(b)
-		if err != nil {
-			return nil, nil, err
-		}
-		return longString(rest[:n]), rest[n:], nil
-	case 'a':
+		n, j, err := lenAt(s, i+1)
+		return j + n, err
+	case 'a', 'm':
 		// Every element takes at least one byte, which bounds the count.
-		n, rest, err := decodeLen(b)
-		if err != nil {
-			return nil, nil, err
-		}
-		out := make([]any, n)
-		for i := range out {
-			if out[i], rest, err = decodeValue(rest, depth+1); err != nil {
-				return nil, nil, err
+		n, j, err := lenAt(s, i+1)
+		for k := 0; k < n && err == nil; k++ {
+			if tag == 'm' {
+				var kl int
+				if kl, j, err = lenAt(s, j); err != nil {
+					break
+				}
+				j += kl
 			}
+			j, err = skipValue(s, j, left-1)
 		}
-		return out, rest, nil
-	case 'm':
-		n, rest, err := decodeLen(b)
-		if err != nil {
-			return nil, nil, err
-		}
-		out := make(map[string]any, n)
-		for i := 0; i < n; i++ {
-			var kl int
-			if kl, rest, err = decodeLen(rest); err != nil {
-				return nil, nil, err
-			}
-			k := string(rest[:kl])
-			if out[k], rest, err = decodeValue(rest[kl:], depth+1); err != nil {
-				return nil, nil, err
-			}
-		}
-		return out, rest, nil
+		return j, err
+	default:
+		return 0, fmt.Errorf("%w: unknown tag %q", errTreeCodec, tag)
 	}
-	return nil, nil, fmt.Errorf("%w: unknown tag %q", errTreeCodec, tag)
+}
+
+// itemAt reads the value at s[i:] as an opened container holds it: a
+// scalar as itself (a string shares s), an array or a map encoded.
+func itemAt(s string, i, left int) (any, int, error) {
+	if i >= len(s) {
+		return nil, 0, errTreeCodec
+	}
+	switch s[i] {
+	case 'n':
+		return nil, i + 1, nil
+	case 't':
+		return true, i + 1, nil
+	case 'f':
+		return false, i + 1, nil
+	case 'd':
+		if len(s)-i-1 < 8 {
+			return nil, 0, errTreeCodec
+		}
+		return math.Float64frombits(le64(s[i+1 : i+9])), i + 9, nil
+	case 's':
+		n, j, err := lenAt(s, i+1)
+		if err != nil {
+			return nil, 0, err
+		}
+		return s[j : j+n], j + n, nil
+	}
+	end, err := skipValue(s, i, left)
+	if err != nil {
+		return nil, 0, err
+	}
+	return encoded(s[i:end]), end, nil
+}
+
+// le64 reads 8 bytes little-endian.
+func le64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// openContainer reads the array or the map at s[i:] one level deep: its
+// elements as itemAt reads them. It returns where the container ends.
+func openContainer(s string, i, left int) (any, int, error) {
+	if i >= len(s) || (s[i] != 'a' && s[i] != 'm') || left < 0 {
+		return nil, 0, errTreeCodec
+	}
+	n, j, err := lenAt(s, i+1)
+	if err != nil {
+		return nil, 0, err
+	}
+	if s[i] == 'a' {
+		out := make([]any, n)
+		for k := range out {
+			if out[k], j, err = itemAt(s, j, left-1); err != nil {
+				return nil, 0, err
+			}
+		}
+		return out, j, nil
+	}
+	out := make(map[string]any, n)
+	for k := 0; k < n; k++ {
+		var kl int
+		if kl, j, err = lenAt(s, j); err != nil {
+			return nil, 0, err
+		}
+		key := s[j : j+kl]
+		if out[key], j, err = itemAt(s, j+kl, left-1); err != nil {
+			return nil, 0, err
+		}
+	}
+	return out, j, nil
+}
+
+// decodeAt reads the value at s[i:] whole, into JSON-like values (its
+// strings share s). s is an encoding checked before.
+func decodeAt(s string, i int) (any, int) {
+	if s[i] != 'a' && s[i] != 'm' {
+		v, end, _ := itemAt(s, i, 0)
+		return v, end
+	}
+	n, j, _ := lenAt(s, i+1)
+	if s[i] == 'a' {
+		out := make([]any, n)
+		for k := range out {
+			out[k], j = decodeAt(s, j)
+		}
+		return out, j
+	}
+	out := make(map[string]any, n)
+	for k := 0; k < n; k++ {
+		kl, at, _ := lenAt(s, j)
+		key := s[at : at+kl]
+		out[key], j = decodeAt(s, at+kl)
+	}
+	return out, j
 }

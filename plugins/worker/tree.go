@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -20,10 +19,18 @@ import (
 // Paths name a value by its keys separated by "/": "grid/filter/text". A
 // numeric segment indexes an array. The empty path is the root, a map.
 //
+// A tree keeps the maps and arrays nobody has gone into in their encoding
+// (encoded.go): what it decoded from a package, and what Set was given. A page
+// woken from a package costs about its encoded size; a write opens the
+// maps and arrays on its path, one level each, and adds what it writes; Get
+// decodes what it returns, so reading a large map or array costs its size.
+//
 // A Tree is used only from its user's mailbox: it is not safe for concurrent
 // use, and values returned by Get must be treated as read-only (write them
-// back with Set).
+// back with Set); one may change with the tree's next write.
 type Tree struct {
+	// root is an opened map; each value under it is a scalar, an opened
+	// map[string]any or []any, or an encoded map or array.
 	root map[string]any
 	emit func(op deltaOp, path string, value []byte)
 	// touch, if set, is told of every write (a connection's values, which
@@ -32,7 +39,8 @@ type Tree struct {
 	// readers counts the views of the tree being read outside its mailbox
 	// (a precopy being encoded). While there is one, a write copies each
 	// map and array on its path before changing it, once per view: own
-	// holds those copied (or made) since the last view was taken.
+	// holds those copied (or made) since the last view was taken. Raws
+	// never change, and are shared as they are.
 	readers atomic.Int32
 	own     map[unsafe.Pointer]struct{}
 	// size is the tree's size as the tree codec writes it, kept as it is
@@ -41,48 +49,16 @@ type Tree struct {
 	// its error refuses the write (Options.MaxPageBytes).
 	size int64
 	room func(delta int64) error
+	// held bounds the bytes of the encodings the tree may keep alive
+	// through its encoded values and strings: what it decoded or last packed, and
+	// the strings, maps and arrays written since (0: not known yet, taken
+	// to be the size). See settle.
+	held int64
 }
 
 // ErrStateTooLarge is returned by a write that would take a page's state,
 // or a person's, past its bound (Options.MaxPageBytes, MaxPersonBytes).
 var ErrStateTooLarge = errors.New("state too large")
-
-// growth is what writing nv at path adds to the tree's size.
-func (t *Tree) growth(path string, nv any, del bool) int64 {
-	if path == "" {
-		return int64(sizeValue(nv)) - t.size
-	}
-	old := t.Get(path)
-	parent, last := splitLast(path)
-	entry := int64(uvarintLen(len(last)) + len(last))
-	var d int64
-	if !del && parent != "" && t.Get(parent) == nil {
-		// place makes the missing maps on the way: an entry and an empty
-		// map each.
-		var cur any = t.root
-		for _, seg := range strings.Split(parent, "/") {
-			m, ok := cur.(map[string]any)
-			if ok && m[seg] != nil {
-				cur = m[seg]
-				continue
-			}
-			cur = nil
-			d += int64(uvarintLen(len(seg))+len(seg)) + 2
-		}
-	}
-	if old != nil || t.has(path) {
-		d -= int64(sizeValue(old))
-	} else if !del {
-		d += entry
-	}
-	if del {
-		if old != nil || t.has(path) {
-			d -= entry
-		}
-		return d
-	}
-	return d + int64(sizeValue(nv))
-}
 
 type deltaOp int
 
@@ -98,48 +74,46 @@ func newTree(emit func(deltaOp, string, []byte)) *Tree {
 	return &Tree{root: map[string]any{}, emit: emit, size: 2}
 }
 
-// Get returns the value at path, or nil when there is none.
+// Get returns the value at path, or nil when there is none. A map or an
+// array is decoded from what the tree keeps encoded, the parts of it that
+// are: reading a large one costs its size.
 func (t *Tree) Get(path string) any {
-	if path == "" {
-		return t.root
-	}
-	var cur any = t.root
-	for _, seg := range strings.Split(path, "/") {
-		switch c := cur.(type) {
-		case map[string]any:
-			cur = c[seg]
-		case []any:
-			i, err := strconv.Atoi(seg)
-			if err != nil || i < 0 || i >= len(c) {
-				return nil
-			}
-			cur = c[i]
-		default:
-			return nil
-		}
-	}
-	return cur
+	v, _ := t.find(path)
+	v, _ = plain(v)
+	return v
 }
 
 // String returns the string at path, or "".
 func (t *Tree) String(path string) string {
-	s, _ := t.Get(path).(string)
+	v, _ := t.find(path)
+	s, _ := v.(string)
 	return s
 }
 
 // Number returns the number at path, or 0.
 func (t *Tree) Number(path string) float64 {
-	f, _ := t.Get(path).(float64)
+	v, _ := t.find(path)
+	f, _ := v.(float64)
 	return f
 }
 
 // Set stores a copy of v at path, creating the maps on the way. v must be
-// JSON-like or marshal to JSON; anything else (a channel, a func) is refused.
+// JSON-like or marshal to JSON; anything else (a channel, a func) is refused,
+// and so is a NaN or an infinity where there is a delta to write.
 // Setting the root replaces the whole tree and requires a map.
 func (t *Tree) Set(path string, v any) error {
-	nv, err := normalize(v)
+	nv, err := storable(v)
 	if err != nil {
 		return fmt.Errorf("setting %q: %w", path, err)
+	}
+	if r, ok := nv.(encoded); path == "" && (!ok || !r.isMap()) {
+		return fmt.Errorf("setting the root: %w: the root must be a map", ErrBadPath)
+	}
+	var js []byte
+	if t.emit != nil {
+		if js, err = appendJSON(nil, nv); err != nil {
+			return fmt.Errorf("encoding %q: %w", path, err)
+		}
 	}
 	delta := t.growth(path, nv, false)
 	if delta > 0 && t.room != nil {
@@ -148,24 +122,22 @@ func (t *Tree) Set(path string, v any) error {
 		}
 	}
 	if path == "" {
-		m, ok := nv.(map[string]any)
-		if !ok {
-			return fmt.Errorf("setting the root: %w: the root must be a map", ErrBadPath)
+		root, err := nv.(encoded).open()
+		if err != nil {
+			return fmt.Errorf("setting the root: %w", err)
 		}
-		t.root = m
+		t.root = root.(map[string]any)
 	} else if err := t.place(path, nv, false); err != nil {
 		return err
 	}
+	t.held += int64(heldBy(nv))
 	t.size += delta
+	t.settle()
 	if t.touch != nil {
 		t.touch()
 	}
 	if t.emit != nil {
-		b, err := json.Marshal(nv)
-		if err != nil {
-			return fmt.Errorf("encoding %q: %w", path, err)
-		}
-		t.emit(opSet, path, b)
+		t.emit(opSet, path, js)
 	}
 	return nil
 }
@@ -176,7 +148,7 @@ func (t *Tree) Delete(path string) {
 	if path == "" {
 		return
 	}
-	if t.Get(path) == nil && !t.has(path) {
+	if _, ok := t.find(path); !ok {
 		return
 	}
 	delta := t.growth(path, nil, true)
@@ -184,6 +156,7 @@ func (t *Tree) Delete(path string) {
 		return
 	}
 	t.size += delta
+	t.settle()
 	if t.touch != nil {
 		t.touch()
 	}
@@ -192,21 +165,198 @@ func (t *Tree) Delete(path string) {
 	}
 }
 
-func (t *Tree) has(path string) bool {
-	parent, last := splitLast(path)
-	m, ok := t.Get(parent).(map[string]any)
-	if !ok {
-		return false
+// storable returns v as a tree stores it: a scalar as itself, an array or
+// a map in its encoding (encoded), made in one pass over v.
+func storable(v any) (any, error) {
+	switch x := v.(type) {
+	case nil, bool, float64, string:
+		return x, nil
 	}
-	_, ok = m[last]
-	return ok
+	var b []byte
+	if n, ok := sizeAny(v); ok {
+		b = make([]byte, 0, n)
+	}
+	b, err := appendAny(b, v)
+	if err != nil {
+		return nil, err
+	}
+	if b[0] == 'a' || b[0] == 'm' {
+		return encoded(ownString(b)), nil
+	}
+	x, _, err := itemAt(string(b), 0, 0)
+	return x, err
 }
 
-func splitLast(path string) (string, string) {
-	if i := strings.LastIndexByte(path, '/'); i >= 0 {
-		return path[:i], path[i+1:]
+// heldBy is what a stored value may keep alive of an encoding: an encoded value and
+// a string their bytes (a number, a bool or nil nothing).
+func heldBy(v any) int {
+	switch x := v.(type) {
+	case encoded:
+		return len(x)
+	case string:
+		return len(x)
 	}
-	return "", path
+	return 0
+}
+
+// find returns the value the tree stores at path (a scalar, an opened map
+// or array, or an encoded one) and whether it stores one there: a key holding nil
+// counts, an index out of range does not.
+func (t *Tree) find(path string) (any, bool) {
+	if path == "" {
+		return t.root, true
+	}
+	var cur any = t.root
+	for {
+		seg, rest, more := strings.Cut(path, "/")
+		next, ok := t.step(cur, seg, more)
+		if !ok || !more {
+			return next, ok
+		}
+		cur, path = next, rest
+	}
+}
+
+// step returns what cur holds under seg and whether it holds anything
+// there. into says the walk goes on into it: an encoded value is then opened in its
+// place, unless a view is being read (it may share the parent), and then
+// read where it lies.
+func (t *Tree) step(cur any, seg string, into bool) (any, bool) {
+	switch c := cur.(type) {
+	case map[string]any:
+		v, ok := c[seg]
+		if r, isEnc := v.(encoded); isEnc && into && t.readers.Load() == 0 {
+			if o, err := r.open(); err == nil {
+				c[seg], v = o, o
+			}
+		}
+		return v, ok
+	case []any:
+		i, err := strconv.Atoi(seg)
+		if err != nil || i < 0 || i >= len(c) {
+			return nil, false
+		}
+		v := c[i]
+		if r, isEnc := v.(encoded); isEnc && into && t.readers.Load() == 0 {
+			if o, err := r.open(); err == nil {
+				c[i], v = o, o
+			}
+		}
+		return v, true
+	case encoded:
+		return c.child(seg)
+	}
+	return nil, false
+}
+
+// shape says whether cur is a map or an array, and how many it holds; ok
+// is false for a scalar.
+func shape(cur any) (isMap bool, n int, ok bool) {
+	switch c := cur.(type) {
+	case map[string]any:
+		return true, len(c), true
+	case []any:
+		return false, len(c), true
+	case encoded:
+		return c.isMap(), c.count(), true
+	}
+	return false, 0, false
+}
+
+// growth is what writing nv at path (or deleting it) adds to the tree's
+// size: the entries it adds or removes, the maps it makes on the way, and
+// the counts that take a byte more or less. It walks the write's path
+// first, opening what the write will go into. A write place refuses adds
+// nothing.
+func (t *Tree) growth(path string, nv any, del bool) int64 {
+	if t.held == 0 {
+		// Not known: the root was decoded elsewhere (a precopy's, loadTree).
+		t.held = t.size
+	}
+	if path == "" {
+		return int64(sizeValue(nv)) - t.size
+	}
+	entry := func(key string) int64 { return int64(uvarintLen(len(key)) + len(key)) }
+	counted := func(n, by int) int64 { return int64(uvarintLen(n+by) - uvarintLen(n)) }
+	var cur any = t.root
+	for {
+		seg, rest, more := strings.Cut(path, "/")
+		isMap, n, ok := shape(cur)
+		if !ok {
+			return 0
+		}
+		next, present := t.step(cur, seg, more)
+		if !more {
+			switch {
+			case !isMap && (del || !present):
+				return 0 // an index out of range, or an element deleted: refused
+			case !isMap || (present && !del):
+				return int64(sizeValue(nv) - sizeValue(next))
+			case del && present:
+				return -entry(seg) - int64(sizeValue(next)) + counted(n, -1)
+			case del:
+				return 0
+			}
+			return entry(seg) + int64(sizeValue(nv)) + counted(n, 1)
+		}
+		if isMap && (!present || next == nil) {
+			if del {
+				return 0
+			}
+			// A new map from here down, each holding the next.
+			d := int64(1) // a nil becomes an empty map
+			if !present {
+				d = entry(seg) + 2 + counted(n, 1)
+			}
+			for {
+				seg, rest, more = strings.Cut(rest, "/")
+				if !more {
+					return d + entry(seg) + int64(sizeValue(nv))
+				}
+				d += entry(seg) + 2
+			}
+		}
+		if !present {
+			return 0
+		}
+		cur, path = next, rest
+	}
+}
+
+// packSlack is how much the encodings a tree may keep alive can exceed
+// twice its size before it packs.
+const packSlack = 64 << 10
+
+// settle packs the tree when the encodings it may keep alive (held) pass
+// twice its size: a page whose writes replaced most of what it was woken
+// with (a grid's rows that became a page of them) would otherwise keep
+// all of it, for the few strings and encoded values left of it. A tree so holds at
+// most twice its size in encodings, plus packSlack, beside the maps and
+// arrays its writes and reads opened.
+func (t *Tree) settle() {
+	if t.held > 2*t.size+packSlack {
+		t.pack()
+	}
+}
+
+// pack encodes the tree again, whole, and opens its root: everything
+// under it is encoded again, in one new encoding of the tree's size. It costs
+// an encoding of the tree (a copy, for what is still encoded) once per about
+// its size in bytes written.
+func (t *Tree) pack() {
+	b, err := appendValue(make([]byte, 0, sizeValue(t.root)), t.root)
+	if err != nil {
+		return // not a tree value: cannot happen, and the tree stays as it is
+	}
+	s := ownString(b)
+	root, _, err := openContainer(s, 0, noBound)
+	if err != nil {
+		return
+	}
+	t.root, t.size, t.held = root.(map[string]any), int64(len(s)), int64(len(s))
+	if t.readers.Load() > 0 {
+		t.mark(identity(t.root)) // the view has the old root
+	}
 }
 
 // view returns the tree as it is now, which stays so while the tree goes
@@ -223,17 +373,23 @@ func (t *Tree) view() (root map[string]any, release func()) {
 	}
 }
 
+// identity is what owned knows an opened map or array by.
+func identity(x any) unsafe.Pointer {
+	switch c := x.(type) {
+	case map[string]any:
+		return reflect.ValueOf(c).UnsafePointer()
+	case []any:
+		return unsafe.Pointer(unsafe.SliceData(c))
+	}
+	return nil
+}
+
 // owned returns x (a value of the tree) ready to be changed in place: while
 // a view is being read, a map or an array the view may hold is copied
 // first (its values stay shared until they are written in turn).
 func (t *Tree) owned(x any) any {
-	var key unsafe.Pointer
-	switch c := x.(type) {
-	case map[string]any:
-		key = reflect.ValueOf(c).UnsafePointer()
-	case []any:
-		key = unsafe.Pointer(unsafe.SliceData(c))
-	default:
+	key := identity(x)
+	if key == nil {
 		return x
 	}
 	if _, ok := t.own[key]; ok {
@@ -245,12 +401,11 @@ func (t *Tree) owned(x any) any {
 		if m == nil {
 			m = map[string]any{}
 		}
-		x, key = m, reflect.ValueOf(m).UnsafePointer()
+		x = m
 	case []any:
-		s := slices.Clone(c)
-		x, key = s, unsafe.Pointer(unsafe.SliceData(s))
+		x = slices.Clone(c)
 	}
-	t.mark(key)
+	t.mark(identity(x))
 	return x
 }
 
@@ -259,6 +414,22 @@ func (t *Tree) mark(key unsafe.Pointer) {
 		t.own = map[unsafe.Pointer]struct{}{}
 	}
 	t.own[key] = struct{}{}
+}
+
+// writable returns x, the value a write goes on into, ready to be changed
+// in place: an encoded value opened, and while a view is being read, owned.
+func (t *Tree) writable(x any, cow bool) (any, error) {
+	if r, ok := x.(encoded); ok {
+		o, err := r.open()
+		if err == nil && cow {
+			t.mark(identity(o))
+		}
+		return o, err
+	}
+	if cow {
+		return t.owned(x), nil
+	}
+	return x, nil
 }
 
 // place writes v (or deletes) at path.
@@ -290,15 +461,20 @@ func (t *Tree) place(path string, v any, del bool) error {
 				}
 				m := map[string]any{}
 				if cow {
-					t.mark(reflect.ValueOf(m).UnsafePointer())
+					t.mark(identity(m))
 				}
-				next = m
-				c[seg] = next
-			} else if cow {
-				next = t.owned(next)
-				c[seg] = next
+				c[seg] = m
+				cur = m
+				continue
 			}
-			cur = next
+			w, err := t.writable(next, cow)
+			if err != nil {
+				return fmt.Errorf("%w: %q: %v", ErrBadPath, path, err)
+			}
+			if identity(w) != identity(next) {
+				c[seg] = w
+			}
+			cur = w
 		case []any:
 			idx, err := strconv.Atoi(seg)
 			if err != nil || idx < 0 || idx >= len(c) {
@@ -311,10 +487,12 @@ func (t *Tree) place(path string, v any, del bool) error {
 				c[idx] = v
 				return nil
 			}
-			if cow {
-				c[idx] = t.owned(c[idx])
+			w, err := t.writable(c[idx], cow)
+			if err != nil {
+				return fmt.Errorf("%w: %q: %v", ErrBadPath, path, err)
 			}
-			cur = c[idx]
+			c[idx] = w
+			cur = w
 		default:
 			return fmt.Errorf("%w: %q: %q is not a map or an array", ErrBadPath, path, strings.Join(segs[:i], "/"))
 		}
@@ -322,74 +500,16 @@ func (t *Tree) place(path string, v any, del bool) error {
 	return nil
 }
 
-// snapshot encodes the whole tree.
-func (t *Tree) snapshot() ([]byte, error) { return json.Marshal(t.root) }
+// snapshot encodes the whole tree as JSON (a RESET).
+func (t *Tree) snapshot() ([]byte, error) {
+	n := sizeValue(t.root)
+	return appendJSON(make([]byte, 0, n+n/4), t.root)
+}
 
-// normalize deep-copies v into JSON-like values.
-func normalize(v any) (any, error) {
-	switch x := v.(type) {
-	case nil:
-		return nil, nil
-	case bool, string, float64:
-		return x, nil
-	case int:
-		return float64(x), nil
-	case int64:
-		return float64(x), nil
-	case int32:
-		return float64(x), nil
-	case uint64:
-		return float64(x), nil
-	case uint32:
-		return float64(x), nil
-	case float32:
-		return float64(x), nil
-	case json.Number:
-		return x.Float64()
-	case map[string]any:
-		m := make(map[string]any, len(x))
-		for k, e := range x {
-			n, err := normalize(e)
-			if err != nil {
-				return nil, err
-			}
-			m[k] = n
-		}
-		return m, nil
-	case []any:
-		s := make([]any, len(x))
-		for i, e := range x {
-			n, err := normalize(e)
-			if err != nil {
-				return nil, err
-			}
-			s[i] = n
-		}
-		return s, nil
-	case []string:
-		s := make([]any, len(x))
-		for i, e := range x {
-			s[i] = e
-		}
-		return s, nil
-	case json.RawMessage:
-		var out any
-		if err := json.Unmarshal(x, &out); err != nil {
-			return nil, err
-		}
-		return out, nil
+// splitLast splits a path into its parent's path and its last key.
+func splitLast(path string) (string, string) {
+	if i := strings.LastIndexByte(path, '/'); i >= 0 {
+		return path[:i], path[i+1:]
 	}
-	switch reflect.ValueOf(v).Kind() {
-	case reflect.Func, reflect.Chan, reflect.UnsafePointer:
-		return nil, fmt.Errorf("a %T is a live object, not data: keep it in Page.Local", v)
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("a %T is not serialisable data: %w", v, err)
-	}
-	var out any
-	if err := json.Unmarshal(b, &out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return "", path
 }
