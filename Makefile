@@ -153,11 +153,12 @@ bench-scale: tools
 	$(GO) run ./test/bench/monitor
 
 ## bench-peers: stickyd beside what people would pick instead (page state
-## in Redis, nginx as the WebSocket proxy, memory per idle WebSocket); see
-## docs/benchmarks.md. Installs redis-server and nginx from Debian if they
-## are missing; the benchmark runs its own instances of them, on free
-## loopback ports, and stops them at the end. Tables on stdout; CSV files
-## and PNG plots in docs/benchmarks/ (5 to 10 minutes on 2 cores).
+## in Redis, a live tab editing a grid with each message's costs, nginx as
+## the WebSocket proxy, memory per idle WebSocket); see docs/benchmarks.md.
+## Installs redis-server and nginx from Debian if they are missing; the
+## benchmark runs its own instances of them, on free loopback ports, and
+## stops them at the end. Tables on stdout; CSV files and PNG plots in
+## docs/benchmarks/ (10 to 15 minutes on 2 cores; -parts live alone ~5).
 bench-peers: bench-peers-deps
 	$(GO) run ./test/bench/peers
 

@@ -113,7 +113,9 @@ var leaked struct {
 	chunks [][]byte
 }
 
-// Message handles inc, order (an inc of "orders" that needs db-a), note, fill, leak, echo, stall and panic, and for
+// Message handles inc, order (an inc of "orders" that needs db-a), note,
+// fill, grid and edit (a table of rows and the small edits a live tab
+// makes to it), leak, echo, stall and panic, and for
 // tables: sub (subscribe the page to table), pub (publish a change of table
 // with v), cache (cache v under key, marked with table); for the AI
 // gateway: ask (text to model "small", charged to the person) and
@@ -157,6 +159,17 @@ func (App) Message(ctx context.Context, p *worker.Page, raw json.RawMessage) (an
 			return nil, err
 		}
 		return m.Bytes, nil
+	case "grid":
+		if m.Bytes < 0 || m.Bytes > 256<<20 {
+			return nil, errors.New("grid: bytes must be 0..256 MiB")
+		}
+		return m.Bytes, setGrid(t, m.Bytes)
+	case "edit":
+		v, err := editGrid(t)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"version": v}, nil
 	case "leak":
 		// Grows the worker, not the page: what the person's state does not
 		// hold is left behind when they move.
@@ -225,6 +238,61 @@ func (App) Message(ctx context.Context, p *worker.Page, raw json.RawMessage) (an
 	default:
 		return nil, fmt.Errorf("unknown op %q", m.Op)
 	}
+}
+
+// GridRowBytes is about what one row of a grid takes encoded as JSON, so a
+// grid of N bytes has N / GridRowBytes rows. The benchmarks' peers
+// (test/bench/peers) build the same rows.
+const GridRowBytes = 100
+
+// draftMax is how long the grid's draft grows before it starts again.
+const draftMax = 200
+
+// setGrid makes the page a grid of about size bytes: rows of about
+// GridRowBytes each (at least one), an empty draft and version 0.
+func setGrid(t *worker.Tree, size int) error {
+	rows := make([]any, max(1, size/GridRowBytes))
+	for i := range rows {
+		rows[i] = map[string]any{
+			"id":   i,
+			"name": fmt.Sprintf("customer-%06d", i),
+			"qty":  i % 17,
+			"note": "a row of the benchmark's grid, about 100 bytes",
+		}
+	}
+	if err := t.Set("rows", rows); err != nil {
+		return err
+	}
+	if err := t.Set("draft", ""); err != nil {
+		return err
+	}
+	return t.Set("version", 0)
+}
+
+// editGrid is the small edit a live tab makes, in three writes: one row's
+// qty (the row the version picks), the draft one letter longer (empty again
+// past draftMax), and the version one higher, which it returns. It is
+// deterministic: the same edits give the same tree and the same deltas.
+func editGrid(t *worker.Tree) (int, error) {
+	rows, _ := t.Get("rows").([]any)
+	if len(rows) == 0 {
+		return 0, errors.New("edit: the page has no grid (send grid first)")
+	}
+	v := int(t.Number("version"))
+	if err := t.Set(fmt.Sprintf("rows/%d/qty", v%len(rows)), v); err != nil {
+		return 0, err
+	}
+	draft := t.String("draft") + "x"
+	if len(draft) > draftMax {
+		draft = ""
+	}
+	if err := t.Set("draft", draft); err != nil {
+		return 0, err
+	}
+	if err := t.Set("version", v+1); err != nil {
+		return 0, err
+	}
+	return v + 1, nil
 }
 
 // OnTableChange counts the changes each table brought the page, and notes

@@ -58,9 +58,14 @@ func loadSite(ctx context.Context, hc *http.Client, addr string) (string, error)
 // dialWS opens the site's WebSocket with the browser's cookie, from local
 // (nil: an address the kernel picks).
 func dialWS(ctx context.Context, addr, cookie string, local net.Addr) (*websocket.Conn, error) {
+	return dialWSURL(ctx, "ws://"+addr+wsPath, cookie, local)
+}
+
+// dialWSURL is dialWS to a WebSocket URL of the caller's, query included.
+func dialWSURL(ctx context.Context, u, cookie string, local net.Addr) (*websocket.Conn, error) {
 	nd := &net.Dialer{Timeout: opTimeout, LocalAddr: local}
 	d := websocket.Dialer{NetDialContext: nd.DialContext, HandshakeTimeout: opTimeout, ReadBufferSize: 4096, WriteBufferSize: 4096}
-	ws, resp, err := d.DialContext(ctx, "ws://"+addr+wsPath, http.Header{"Cookie": {cookie}})
+	ws, resp, err := d.DialContext(ctx, u, http.Header{"Cookie": {cookie}})
 	if err != nil {
 		code := 0
 		if resp != nil {

@@ -22,11 +22,15 @@ const (
 )
 
 // loadResult is one closed-loop measurement: the round trips that ended
-// inside the measured window.
+// inside the measured window, and how many the whole drive made.
 type loadResult struct {
 	msgs      int
 	window    time.Duration
 	latencies []time.Duration // one per round trip, sorted
+	// total counts every round trip of the drive: the warm-up's, the
+	// window's and those that ended after it. A counter read before and
+	// after the drive is divided by it.
+	total int
 }
 
 // rate is round trips per second.
@@ -47,6 +51,7 @@ type loadWindow struct {
 	begin    time.Time
 
 	mu     sync.Mutex // guards all below
+	total  int
 	warmed []bool
 	warm   int
 	from   time.Time // the window's start; zero while warming up
@@ -59,6 +64,7 @@ type loadWindow struct {
 func (w *loadWindow) record(i int, t0, t1 time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.total++
 	switch {
 	case !w.until.IsZero():
 		return true // after the window: not counted
@@ -133,7 +139,7 @@ func drive(ctx context.Context, n int, warmup, duration time.Duration, rt func(i
 	if firstErr != nil {
 		return loadResult{}, firstErr
 	}
-	res := loadResult{msgs: len(w.lats), window: w.until.Sub(w.from), latencies: w.lats}
+	res := loadResult{msgs: len(w.lats), window: w.until.Sub(w.from), latencies: w.lats, total: w.total}
 	slices.Sort(res.latencies)
 	return res, nil
 }

@@ -118,7 +118,7 @@ func measureIdle(ctx context.Context, e *runEnv) ([]idleResult, error) {
 			backend: fmt.Sprintf("%d workers", o.workers),
 			files:   func(n int) int { return n },
 			start: func(ctx context.Context, _ string) (*idleTarget, error) {
-				p, err := startStickyd(ctx, o.workers, o.logLevel, e.stderr)
+				p, err := startStickyd(ctx, o.workers, o.logLevel, "", e.stderr)
 				if err != nil {
 					return nil, err
 				}

@@ -9,6 +9,12 @@
 //     GETs it, decodes it, applies the inc, encodes it and SETs it back;
 //     and, as the floor, the same app in one Go process that keeps the
 //     state in its own memory with no hop. State sizes 1 KB to 10 MB.
+//   - live (-parts live): the same three systems driven as a browser tab
+//     running /_stickyd/client.js drives stickyd: a pull always waiting,
+//     and each message a small edit of a grid of 1 KB to 10 MB (three tree
+//     writes) whose deltas the waiting pull brings. Besides msgs/s and
+//     latency it reads what each message costs every server process: CPU
+//     time, write syscalls, Go heap allocations and WebSocket frames.
 //   - proxy (-parts nginx): nginx (upstream chosen by `hash $cookie_sid
 //     consistent`) in front of Go echo WebSocket servers against stickyd's
 //     front in front of its workers (the counter app's echo op), and the
@@ -44,6 +50,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,11 +84,12 @@ func main() {
 // The parts of a run, in the order they run.
 const (
 	partRedis = "redis"
+	partLive  = "live"
 	partNginx = "nginx"
 	partIdle  = "idle"
 )
 
-var allParts = []string{partRedis, partNginx, partIdle}
+var allParts = []string{partRedis, partLive, partNginx, partIdle}
 
 // options are the parsed flags.
 type options struct {
@@ -96,6 +104,7 @@ type options struct {
 	idle     []int
 	settle   time.Duration
 	workers  int
+	batch    bool
 	out      string
 	logLevel hclog.Level
 }
@@ -105,10 +114,11 @@ func (o *options) runs(part string) bool { return slices.Contains(o.parts, part)
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := benchkit.NewFlags("peers",
 		"smoke run: -sizes 1KB,100KB -pages 10 -codecs json -duration 500ms -warmup 100ms -conns 10,100 -idle 1000 unless given", stderr)
-	parts := fs.String("parts", "redis,nginx,idle", "parts to run, comma-separated: redis (page state in Redis vs in the worker), nginx (WebSocket proxying), idle (memory per idle WebSocket)")
-	sizes := fs.String("sizes", "1KB,100KB,1MB,10MB", "redis part: page-state sizes, comma-separated (B, KB, MB; 1KB = 1024 bytes)")
-	pages := fs.Int("pages", 50, "redis part: concurrent pages, each its own browser and WebSocket")
-	codecs := fs.String("codecs", "json,gob", "redis part: how the Redis app encodes the page state, comma-separated: json, gob")
+	parts := fs.String("parts", "redis,live,nginx,idle", "parts to run, comma-separated: redis (page state in Redis vs in the worker), live (a live tab editing a grid, with each message's costs), nginx (WebSocket proxying), idle (memory per idle WebSocket)")
+	sizes := fs.String("sizes", "1KB,100KB,1MB,10MB", "redis and live parts: page-state sizes, comma-separated (B, KB, MB; 1KB = 1024 bytes)")
+	pages := fs.Int("pages", 50, "redis and live parts: concurrent pages (tabs), each its own browser and WebSocket")
+	codecs := fs.String("codecs", "json,gob", "redis and live parts: how the Redis app encodes the page state, comma-separated: json, gob")
+	batch := fs.Bool("batch", true, "live part: dial stickyd's WebSocket with ?batch=1, taking answers combined in one frame")
 	duration := fs.Duration("duration", 5*time.Second, "measured time per cell")
 	warmup := fs.Duration("warmup", time.Second, "unmeasured warm-up per cell, before the measured time")
 	conns := fs.String("conns", "100,1000", "nginx part: concurrent connections, comma-separated")
@@ -129,7 +139,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	quick("codecs", "json", codecs)
 	quick("conns", "10,100", conns)
 	quick("idle", "1000", idle)
-	o := &options{pages: *pages, duration: *duration, warmup: *warmup, payload: *payload, settle: *settle, workers: *workers, out: *out}
+	o := &options{pages: *pages, duration: *duration, warmup: *warmup, payload: *payload, settle: *settle, workers: *workers, batch: *batch, out: *out}
 	if fs.QuickDefault("pages") {
 		o.pages = 10
 	}
@@ -150,7 +160,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	for _, p := range benchkit.SplitList(*parts) {
 		if !slices.Contains(allParts, p) {
-			return nil, fmt.Errorf("-parts: unknown part %q (want redis, nginx or idle)", p)
+			return nil, fmt.Errorf("-parts: unknown part %q (want redis, live, nginx or idle)", p)
 		}
 		o.parts = append(o.parts, p)
 	}
@@ -173,8 +183,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	switch {
 	case len(o.parts) == 0:
 		return nil, errors.New("-parts needs at least one part")
-	case o.runs(partRedis) && (len(o.sizes) == 0 || len(o.codecs) == 0):
-		return nil, errors.New("the redis part needs at least one size and one codec")
+	case (o.runs(partRedis) || o.runs(partLive)) && (len(o.sizes) == 0 || len(o.codecs) == 0):
+		return nil, errors.New("the redis and live parts need at least one size and one codec")
 	case o.runs(partNginx) && len(o.conns) == 0:
 		return nil, errors.New("the nginx part needs at least one connection count")
 	case o.runs(partIdle) && len(o.idle) == 0:
@@ -205,13 +215,14 @@ type report struct {
 	machine  string
 	versions []string // of the peers run ("redis-server 7.0.15")
 	state    []stateResult
+	live     []liveResult
 	proxy    []proxyResult
 	idle     []idleResult
 	files    []string // what was written to -out
 }
 
-// measure runs the parts in order. The stickyd agent the redis and nginx
-// parts share is started once; the idle part starts its own servers for
+// measure runs the parts in order. The stickyd agent the redis, live and
+// nginx parts share is started once; the idle part starts its own servers for
 // each count, so each starts from a clean baseline.
 func measure(ctx context.Context, o *options, stderr io.Writer) (r *report, err error) {
 	r = &report{start: time.Now(), machine: benchkit.Machine()}
@@ -227,7 +238,7 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (r *report, err 
 			err = serr
 		}
 	}()
-	if o.runs(partRedis) {
+	if o.runs(partRedis) || o.runs(partLive) {
 		r.versions = append(r.versions, programVersion("redis-server", "redis-server", "--version"))
 	}
 	if o.runs(partNginx) || o.runs(partIdle) {
@@ -238,6 +249,11 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (r *report, err 
 	if o.runs(partRedis) {
 		if r.state, err = measureState(ctx, env); err != nil {
 			return nil, fmt.Errorf("redis part: %w", err)
+		}
+	}
+	if o.runs(partLive) {
+		if r.live, err = measureLive(ctx, env); err != nil {
+			return nil, fmt.Errorf("live part: %w", err)
 		}
 	}
 	if o.runs(partNginx) {
@@ -266,7 +282,7 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (r *report, err 
 
 // runEnv is what the parts of one run share: the options, the temporary
 // directory the peers' configuration and data go into, and the stickyd
-// agent the redis and nginx parts both measure.
+// agent the redis, live and nginx parts all measure.
 type runEnv struct {
 	o      *options
 	tmp    string
@@ -281,13 +297,20 @@ func (e *runEnv) sharedAgent(ctx context.Context) (*serverProc, error) {
 		return e.agent, nil
 	}
 	fmt.Fprintf(e.stderr, "starting a stickyd agent with %d subprocess workers\n", e.o.workers)
-	a, err := startStickyd(ctx, e.o.workers, e.o.logLevel, e.stderr)
+	if err := os.MkdirAll(e.allocsDir(), 0o700); err != nil {
+		return nil, err
+	}
+	a, err := startStickyd(ctx, e.o.workers, e.o.logLevel, e.allocsDir(), e.stderr)
 	if err != nil {
 		return nil, err
 	}
 	e.agent = a
 	return a, nil
 }
+
+// allocsDir is where the shared agent's workers write their heap
+// allocations when asked (benchkit.ReadAllocs).
+func (e *runEnv) allocsDir() string { return filepath.Join(e.tmp, "worker-allocs") }
 
 // stopShared stops the shared agent if it runs; it may be called again.
 func (e *runEnv) stopShared() error {

@@ -36,7 +36,17 @@ func writeFiles(dir string, r *report) ([]string, error) {
 		if err := add("peers-state.csv", func(p string) error { return writeCSV(p, stateCSV(r.state)) }); err != nil {
 			return files, err
 		}
-		if err := add("peers-state.png", func(p string) error { return plotState(p, r) }); err != nil {
+		caption := fmt.Sprintf("%d pages, closed loop, inc — %s", r.state[0].pages, r.machine)
+		if err := add("peers-state.png", func(p string) error { return plotState(p, r.state, caption) }); err != nil {
+			return files, err
+		}
+	}
+	if len(r.live) > 0 {
+		if err := add("peers-live.csv", func(p string) error { return writeCSV(p, liveCSV(r.live)) }); err != nil {
+			return files, err
+		}
+		rows, caption := livePlotRows(r)
+		if err := add("peers-live.png", func(p string) error { return plotState(p, rows, caption) }); err != nil {
 			return files, err
 		}
 	}
@@ -117,15 +127,15 @@ func idleCSV(rs []idleResult) [][]string {
 }
 
 // plotState draws p50 and msgs/s against the state size, one line per
-// system, both axes logarithmic.
-func plotState(path string, r *report) error {
+// system, both axes logarithmic, over caption.
+func plotState(path string, rs []stateResult, caption string) error {
 	latency, rate := plot.New(), plot.New()
 	latency.Title.Text = "per-message p50 latency"
 	latency.Y.Label.Text = "p50 (ms)"
 	rate.Title.Text = "messages per second, all pages"
 	rate.Y.Label.Text = "msgs/s"
 	var sizeTicks plot.ConstantTicks
-	for _, s := range stateSizes(r.state) {
+	for _, s := range stateSizes(rs) {
 		sizeTicks = append(sizeTicks, plot.Tick{Value: float64(max(s.Bytes, 1)), Label: s.Label})
 	}
 	for _, p := range []*plot.Plot{latency, rate} {
@@ -135,7 +145,7 @@ func plotState(path string, r *report) error {
 		p.Legend.Top = true
 	}
 	var keys []string
-	for _, s := range r.state {
+	for _, s := range rs {
 		if !slices.Contains(keys, s.key) {
 			keys = append(keys, s.key)
 		}
@@ -143,7 +153,7 @@ func plotState(path string, r *report) error {
 	for i, k := range keys {
 		var lat, rt plotter.XYs
 		label := k
-		for _, s := range r.state {
+		for _, s := range rs {
 			if s.key != k {
 				continue
 			}
@@ -169,7 +179,7 @@ func plotState(path string, r *report) error {
 	for _, p := range []*plot.Plot{latency, rate} {
 		p.Y.Max *= 10
 	}
-	return saveTiles(path, 2, [][]*plot.Plot{{latency, rate}}, fmt.Sprintf("%d pages, closed loop, inc — %s", r.state[0].pages, r.machine))
+	return saveTiles(path, 2, [][]*plot.Plot{{latency, rate}}, caption)
 }
 
 // plotProxy draws msgs/s and p99 per connection count, a bar per system.

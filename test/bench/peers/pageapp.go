@@ -10,12 +10,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stickyd/stickyd/plugins/examples/counter"
 )
 
 // The paths and names the peers share with stickyd's front, so that one
@@ -31,13 +34,26 @@ const (
 )
 
 // pageState is the counter app's page (plugins/examples/counter) as the
-// peers keep it: the count its inc raises and the blob its fill sets, which
-// is the page state of the benchmark's size. Seq numbers the state's
-// changes, so a pull can say whether there is anything new.
+// peers keep it: the count its inc raises, the blob its fill sets (the
+// state part's page), and the grid its grid op sets and its edit changes
+// (the live part's page). Seq is the page's newest delta: each write the
+// app makes is one delta, numbered from 1, as the worker's tree does.
 type pageState struct {
-	Count int    `json:"count"`
-	Blob  string `json:"blob"`
-	Seq   uint64 `json:"seq"`
+	Count   int       `json:"count"`
+	Blob    string    `json:"blob"`
+	Rows    []gridRow `json:"rows"`
+	Draft   string    `json:"draft"`
+	Version int       `json:"version"`
+	Seq     uint64    `json:"seq"`
+}
+
+// gridRow is one row of the grid, encoded as the counter app's tree
+// encodes its row (a map, whose keys JSON writes sorted): the same bytes.
+type gridRow struct {
+	ID   int    `json:"id"`
+	Name string `json:"name"`
+	Note string `json:"note"`
+	Qty  int    `json:"qty"`
 }
 
 // pageStore keeps pages by key. A page is served by one WebSocket at a
@@ -53,9 +69,9 @@ type pageStore interface {
 // pageServer serves the counter app's page the way an application without
 // stickyd would: one Go process (gorilla/websocket), the page's state kept
 // in a pageStore. It speaks the part of the front's page protocol the
-// benchmark's client uses (docs/protocol.md: the ops open, msg, pull and
-// close; the answers reply and error), so the same client drives it and
-// stickyd.
+// benchmark's clients use (docs/protocol.md: the ops open, msg, pull and
+// close; the answers reply and error), a pull waiting for the next delta
+// included, so the same clients drive it and stickyd.
 type pageServer struct {
 	name     string // the worker name its answers carry
 	store    pageStore
@@ -103,13 +119,17 @@ func ensureSession(w http.ResponseWriter, r *http.Request) string {
 }
 
 // wireOp is one op of a page, as the front reads it (internal/front/ops.go).
+// A msg's msg_id is read and not kept: the benchmark never sends a message
+// twice.
 type wireOp struct {
 	Op    string          `json:"op"`
 	ID    uint64          `json:"id"`
 	Page  string          `json:"page"`
 	Kind  string          `json:"kind,omitempty"`
 	After uint64          `json:"after,omitempty"`
+	Wait  int64           `json:"wait,omitempty"`
 	Data  json.RawMessage `json:"data,omitempty"`
+	MsgID string          `json:"msg_id,omitempty"`
 }
 
 // wireAnswer is the answer to an op, as the front writes it.
@@ -133,13 +153,19 @@ type wireOpened struct {
 type wireDelta struct {
 	Seq   uint64          `json:"seq"`
 	Op    string          `json:"op"`
-	Path  string          `json:"path"`
+	Path  string          `json:"path,omitempty"`
 	Value json.RawMessage `json:"value"`
 }
 
+// maxPullWait bounds a pull's wait, as the front does.
+const maxPullWait = 25 * time.Second
+
 // serveSocket answers the socket's ops in order, one at a time, until the
-// socket fails or closes.
+// socket fails or closes. A pull with nothing to send waits on the side
+// (pageSocket) while the next ops are read.
 func (s *pageServer) serveSocket(ctx context.Context, ws *websocket.Conn, sid string) {
+	sock := newPageSocket(ws, s.name)
+	defer sock.shutdown()
 	for {
 		_, msg, err := ws.ReadMessage()
 		if err != nil {
@@ -149,15 +175,13 @@ func (s *pageServer) serveSocket(ctx context.Context, ws *websocket.Conn, sid st
 		var a *wireAnswer
 		if err := json.Unmarshal(msg, &o); err != nil {
 			a = &wireAnswer{Op: "error", Error: "decoding op: " + err.Error()}
-		} else if a, err = s.answer(ctx, sid, &o); err != nil {
+		} else if a, err = s.answer(ctx, sock, sid, &o); err != nil {
 			a = &wireAnswer{Op: "error", ID: o.ID, Error: err.Error()}
 		}
-		b, err := json.Marshal(a)
-		if err != nil {
-			return
+		if a == nil {
+			continue // a pull left waiting
 		}
-		_ = ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		if err := ws.WriteMessage(websocket.TextMessage, b); err != nil {
+		if err := sock.write(a); err != nil {
 			return
 		}
 	}
@@ -165,13 +189,13 @@ func (s *pageServer) serveSocket(ctx context.Context, ws *websocket.Conn, sid st
 
 var errNotOpen = errors.New("the page is not open")
 
-// answer runs one op on the page it names.
-func (s *pageServer) answer(ctx context.Context, sid string, o *wireOp) (*wireAnswer, error) {
+// answer runs one op on the page it names. It returns nil for a pull left
+// waiting: the socket answers it when a delta comes or its wait runs out.
+func (s *pageServer) answer(ctx context.Context, sock *pageSocket, sid string, o *wireOp) (*wireAnswer, error) {
 	if o.Page == "" || len(o.Page) > 128 {
 		return nil, errors.New("an op needs a page id of 1-128 bytes")
 	}
 	key := "page:" + sid + ":" + o.Page
-	a := &wireAnswer{Op: "reply", ID: o.ID, Worker: s.name}
 	switch o.Op {
 	case "open":
 		st, err := s.store.load(ctx, key)
@@ -184,58 +208,107 @@ func (s *pageServer) answer(ctx context.Context, sid string, o *wireOp) (*wireAn
 				return nil, err
 			}
 		}
-		a.Opened = &wireOpened{Page: o.Page, Kind: o.Kind, Seq: st.Seq}
+		sock.adopt(o.Page, st.Seq)
+		return &wireAnswer{Op: "reply", ID: o.ID, Worker: s.name, Opened: &wireOpened{Page: o.Page, Kind: o.Kind, Seq: st.Seq}}, nil
 	case "msg":
-		// The orthodox round trip: load the whole state, apply the
-		// message, store the whole state again.
-		st, err := s.store.load(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		if st == nil {
-			return nil, errNotOpen
-		}
-		out, changed, err := apply(st, o.Data, s.name)
-		if err != nil {
-			return nil, err
-		}
-		if changed {
-			st.Seq++
-			if err := s.store.save(ctx, key, st); err != nil {
-				return nil, err
-			}
-		}
-		if a.Data, err = json.Marshal(out); err != nil {
-			return nil, err
-		}
+		return s.message(ctx, sock, key, o)
 	case "pull":
-		// Whatever changed since after comes as the whole state.
-		st, err := s.store.load(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		if st == nil {
-			return nil, errNotOpen
-		}
-		a.Last = max(o.After, st.Seq)
-		if st.Seq > o.After {
-			blob, err := json.Marshal(st.Blob)
-			if err != nil {
-				return nil, err
-			}
-			a.Deltas = []wireDelta{
-				{Seq: st.Seq, Op: "set", Path: "count", Value: json.RawMessage(fmt.Sprint(st.Count))},
-				{Seq: st.Seq, Op: "set", Path: "blob", Value: blob},
-			}
-		}
+		return s.pull(ctx, sock, key, o)
 	case "close":
+		sock.forget(o.Page)
 		if err := s.store.remove(ctx, key); err != nil {
 			return nil, err
 		}
-	default:
-		return nil, fmt.Errorf("unknown op %q (want open, msg, pull or close)", o.Op)
+		return &wireAnswer{Op: "reply", ID: o.ID, Worker: s.name}, nil
+	}
+	return nil, fmt.Errorf("unknown op %q (want open, msg, pull or close)", o.Op)
+}
+
+// message runs a msg the orthodox way: load the whole state, apply the
+// message, store the whole state again. Its deltas go to the socket (to a
+// waiting pull, at once) before its reply, as stickyd sends them.
+func (s *pageServer) message(ctx context.Context, sock *pageSocket, key string, o *wireOp) (*wireAnswer, error) {
+	st, err := s.store.load(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return nil, errNotOpen
+	}
+	out, changes, err := apply(st, o.Data, s.name)
+	if err != nil {
+		return nil, err
+	}
+	a := &wireAnswer{Op: "reply", ID: o.ID, Worker: s.name}
+	if a.Data, err = json.Marshal(out); err != nil {
+		return nil, err
+	}
+	if len(changes) == 0 {
+		return a, nil
+	}
+	ds, err := st.number(changes)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.store.save(ctx, key, st); err != nil {
+		return nil, err
+	}
+	if err := sock.deliver(o.Page, ds); err != nil {
+		return nil, err
 	}
 	return a, nil
+}
+
+// pull answers with the deltas the socket holds after the pull's after, or
+// leaves it waiting for the next. A reader further behind than what the
+// socket holds (a page opened on another socket) gets the whole page as a
+// reset delta, as the worker answers a reader whose deltas are gone.
+func (s *pageServer) pull(ctx context.Context, sock *pageSocket, key string, o *wireOp) (*wireAnswer, error) {
+	if o.Wait < 0 {
+		return nil, errors.New("a pull's wait must not be negative")
+	}
+	wait := min(time.Duration(o.Wait)*time.Millisecond, maxPullWait)
+	if a, known := sock.pull(o.Page, o.ID, o.After, wait); known {
+		return a, nil
+	}
+	st, err := s.store.load(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return nil, errNotOpen
+	}
+	sock.adopt(o.Page, st.Seq)
+	if o.After >= st.Seq {
+		a, _ := sock.pull(o.Page, o.ID, o.After, wait)
+		return a, nil
+	}
+	tree, err := json.Marshal(map[string]any{"count": st.Count, "blob": st.Blob, "rows": st.Rows, "draft": st.Draft, "version": st.Version})
+	if err != nil {
+		return nil, err
+	}
+	return &wireAnswer{Op: "reply", ID: o.ID, Worker: s.name, Last: st.Seq,
+		Deltas: []wireDelta{{Seq: st.Seq, Op: "reset", Value: tree}}}, nil
+}
+
+// change is one write a message made to the page: a value set at a path.
+type change struct {
+	path  string
+	value any
+}
+
+// number makes changes the page's next deltas, a sequence number each.
+func (st *pageState) number(changes []change) ([]wireDelta, error) {
+	ds := make([]wireDelta, len(changes))
+	for i, c := range changes {
+		v, err := json.Marshal(c.value)
+		if err != nil {
+			return nil, fmt.Errorf("encoding %s: %w", c.path, err)
+		}
+		st.Seq++
+		ds[i] = wireDelta{Seq: st.Seq, Op: "set", Path: c.path, Value: v}
+	}
+	return ds, nil
 }
 
 // appMessage is a message of the counter app.
@@ -245,29 +318,73 @@ type appMessage struct {
 	V     json.RawMessage `json:"v"`
 }
 
-// apply runs the counter app's inc, fill and echo on st, as
+// apply runs the counter app's inc, fill, grid, edit and echo on st, as
 // plugins/examples/counter does on its page tree, and returns the answer
-// and whether st changed.
-func apply(st *pageState, raw json.RawMessage, worker string) (any, bool, error) {
+// and the writes it made, in order (none: st did not change).
+func apply(st *pageState, raw json.RawMessage, worker string) (any, []change, error) {
 	var m appMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, false, fmt.Errorf("decoding message: %w", err)
+		return nil, nil, fmt.Errorf("decoding message: %w", err)
 	}
 	switch m.Op {
 	case "inc":
 		st.Count++
-		return map[string]any{"count": st.Count, "worker": worker}, true, nil
+		return map[string]any{"count": st.Count, "worker": worker}, []change{{"count", st.Count}}, nil
 	case "fill":
 		if m.Bytes < 0 || m.Bytes > 256<<20 {
-			return nil, false, errors.New("fill: bytes must be 0..256 MiB")
+			return nil, nil, errors.New("fill: bytes must be 0..256 MiB")
 		}
 		st.Blob = strings.Repeat("x", m.Bytes)
-		return m.Bytes, true, nil
+		return m.Bytes, []change{{"blob", st.Blob}}, nil
+	case "grid":
+		if m.Bytes < 0 || m.Bytes > 256<<20 {
+			return nil, nil, errors.New("grid: bytes must be 0..256 MiB")
+		}
+		st.Rows, st.Draft, st.Version = gridRows(m.Bytes), "", 0
+		return m.Bytes, []change{{"rows", st.Rows}, {"draft", ""}, {"version", 0}}, nil
+	case "edit":
+		return editGrid(st)
 	case "echo":
-		return m.V, false, nil
+		return m.V, nil, nil
 	default:
-		return nil, false, fmt.Errorf("unknown op %q", m.Op)
+		return nil, nil, fmt.Errorf("unknown op %q", m.Op)
 	}
+}
+
+// gridNote is every grid row's note, as the counter app writes it.
+const gridNote = "a row of the benchmark's grid, about 100 bytes"
+
+// gridRows are the rows of a grid of about size bytes, as the counter
+// app's grid op makes them.
+func gridRows(size int) []gridRow {
+	rows := make([]gridRow, max(1, size/counter.GridRowBytes))
+	for i := range rows {
+		rows[i] = gridRow{ID: i, Name: fmt.Sprintf("customer-%06d", i), Note: gridNote, Qty: i % 17}
+	}
+	return rows
+}
+
+// gridDraftMax is how long the draft grows before it starts again, as in
+// the counter app.
+const gridDraftMax = 200
+
+// editGrid is the counter app's edit: the qty of the row the version picks,
+// the draft one letter longer (empty again past gridDraftMax), the version
+// one higher.
+func editGrid(st *pageState) (any, []change, error) {
+	if len(st.Rows) == 0 {
+		return nil, nil, errors.New("edit: the page has no grid (send grid first)")
+	}
+	v := st.Version
+	k := v % len(st.Rows)
+	st.Rows[k].Qty = v
+	st.Draft += "x"
+	if len(st.Draft) > gridDraftMax {
+		st.Draft = ""
+	}
+	st.Version = v + 1
+	changes := []change{{"rows/" + strconv.Itoa(k) + "/qty", v}, {"draft", st.Draft}, {"version", st.Version}}
+	return map[string]int{"version": st.Version}, changes, nil
 }
 
 // memStore keeps pages in this process's memory: the floor, what the same
@@ -393,7 +510,7 @@ type gobCodec struct{}
 
 func (gobCodec) encode(st *pageState) ([]byte, error) {
 	var buf bytes.Buffer
-	buf.Grow(len(st.Blob) + 64)
+	buf.Grow(len(st.Blob) + len(st.Rows)*80 + 64)
 	if err := gob.NewEncoder(&buf).Encode(st); err != nil {
 		return nil, err
 	}

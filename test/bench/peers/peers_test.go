@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http/httptest"
@@ -14,6 +15,8 @@ import (
 	"github.com/gorilla/websocket"
 	"go.uber.org/goleak"
 
+	"github.com/stickyd/stickyd/plugins/examples/counter"
+	"github.com/stickyd/stickyd/plugins/worker"
 	"github.com/stickyd/stickyd/test/internal/benchkit"
 )
 
@@ -32,11 +35,12 @@ func TestMain(m *testing.M) {
 // TestSmokeRun runs every part at a tiny size, each part whose peer is not
 // installed left out (the idle part needs none: nginx is then left out of
 // it), and checks that the report has a row with messages for every cell,
-// memory for every idle server, and the files. It checks no timing.
+// CPU time, frames and allocations for every live cell, memory for every
+// idle server, and the files. It checks no timing.
 func TestSmokeRun(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	parts := []string{partIdle}
-	for _, p := range []struct{ part, bin string }{{partRedis, "redis-server"}, {partNginx, "nginx"}} {
+	for _, p := range []struct{ part, bin string }{{partRedis, "redis-server"}, {partLive, "redis-server"}, {partNginx, "nginx"}} {
 		if _, err := findBinary(p.bin, p.bin); err != nil {
 			t.Logf("the %s part is left out: %v", p.part, err)
 			continue
@@ -65,6 +69,13 @@ func TestSmokeRun(t *testing.T) {
 			if s.msgs == 0 || s.rate() <= 0 {
 				t.Errorf("state %s: %d msgs, %.0f msgs/s", s.key, s.msgs, s.rate())
 			}
+		}
+	}
+	if o.runs(partLive) {
+		// Each system at each size, and each with one tab.
+		checkRows(t, "live", len(r.live), 2*(1+len(o.codecs)+1))
+		for i := range r.live {
+			checkLiveCell(t, &r.live[i])
 		}
 	}
 	if o.runs(partNginx) {
@@ -108,6 +119,73 @@ func TestSmokeRun(t *testing.T) {
 			if !bytes.HasPrefix(b, []byte("\x89PNG")) {
 				t.Errorf("%s is not a PNG", f)
 			}
+		}
+	}
+}
+
+// checkLiveCell checks that a live cell made round trips and has the
+// costs of its servers: CPU time, frames both ways, and allocations in
+// every Go process in front.
+func checkLiveCell(t *testing.T, r *liveResult) {
+	t.Helper()
+	name := fmt.Sprintf("live %s, %d tabs", r.key, r.tabs)
+	if r.msgs == 0 || r.rate() <= 0 || r.total < r.msgs {
+		t.Errorf("%s: %d msgs of %d round trips, %.0f msgs/s", name, r.msgs, r.total, r.rate())
+	}
+	if len(r.costs) == 0 || sumCosts(r.costs, "").cpu <= 0 {
+		t.Errorf("%s: no CPU time read: %+v", name, r.costs)
+	}
+	for _, c := range r.costs {
+		if c.isGo && c.stand == standFront && c.allocs == 0 {
+			t.Errorf("%s: %s allocated nothing", name, c.name)
+		}
+	}
+	if r.framesOut < r.total || r.framesIn < r.total {
+		t.Errorf("%s: %d frames out, %d in for %d round trips", name, r.framesOut, r.framesIn, r.total)
+	}
+	if r.key == sysStickyd && len(r.perWorker) == 0 {
+		t.Errorf("%s: no tab's worker noted", name)
+	}
+}
+
+// TestGridAsCounter checks that the peers' grid and edit write what the
+// counter app writes, delta for delta: the peers do the same work.
+func TestGridAsCounter(t *testing.T) {
+	ctx := context.Background()
+	page := worker.NewTestPage("counter")
+	app := counter.New()
+	st := &pageState{}
+	var want, got []string
+	send := func(msg string) {
+		t.Helper()
+		if _, err := app.Message(ctx, page, json.RawMessage(msg)); err != nil {
+			t.Fatalf("counter: %s: %v", msg, err)
+		}
+		_, changes, err := apply(st, json.RawMessage(msg), "test")
+		if err != nil {
+			t.Fatalf("peers: %s: %v", msg, err)
+		}
+		ds, err := st.number(changes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			got = append(got, d.Op+" "+d.Path+" "+string(d.Value))
+		}
+	}
+	send(`{"op":"grid","bytes":2000}`)
+	for range 450 { // past the draft's restart, and round the rows twice
+		send(`{"op":"edit"}`)
+	}
+	for _, d := range page.TestDeltas() {
+		want = append(want, d.Op+" "+d.Path+" "+d.Value)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d deltas, the counter app wrote %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("delta %d: %.120s, the counter app wrote %.120s", i, got[i], want[i])
 		}
 	}
 }

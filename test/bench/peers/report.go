@@ -41,6 +41,9 @@ func printReport(w io.Writer, o *options, r *report) {
 	if len(r.state) > 0 {
 		printState(w, o, r.state)
 	}
+	if len(r.live) > 0 {
+		printLive(w, o, r.live)
+	}
 	if len(r.proxy) > 0 {
 		printProxy(w, o, r.proxy)
 	}

@@ -68,6 +68,7 @@ func serveRole(role string, args []string, stdout, stderr io.Writer) int {
 	redisAddr := fs.String("redis", "", "redis-app: the Redis server's address")
 	codec := fs.String("codec", "json", "redis-app: how the page state is encoded: json or gob")
 	pool := fs.Int("pool", 64, "redis-app: the most Redis connections")
+	allocsDir := fs.String("allocs-dir", "", "stickyd: where the workers write their heap allocations at SIGUSR2 (benchkit.ReadAllocs)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -96,7 +97,7 @@ func serveRole(role string, args []string, stdout, stderr io.Writer) int {
 	err := runRole(ctx, stdout, func(ctx context.Context) (string, func(), error) {
 		switch role {
 		case roleStickyd:
-			return serveStickyd(ctx, *workers, *logLevel, stderr)
+			return serveStickyd(ctx, *workers, *logLevel, *allocsDir, stderr)
 		case roleRedisApp:
 			c, err := codecByName(*codec)
 			if err != nil {
@@ -130,7 +131,10 @@ func runRole(ctx context.Context, stdout io.Writer, start func(context.Context) 
 		return err
 	}
 	defer stats.Close()
-	go func() { _ = http.Serve(stats, http.HandlerFunc(serveStats)) }()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", serveStats)
+	mux.HandleFunc("/allocs", serveAllocs)
+	go func() { _ = http.Serve(stats, mux) }()
 	addr, stop, err := start(ctx)
 	if err != nil {
 		return err
@@ -143,8 +147,9 @@ func runRole(ctx context.Context, stdout io.Writer, start func(context.Context) 
 
 // serveStickyd starts a stickyd agent whose group runs the counter app on
 // workers subprocess workers (this binary, as the counter worker plugin),
-// its front on a free loopback port.
-func serveStickyd(ctx context.Context, workers int, logLevel string, stderr io.Writer) (string, func(), error) {
+// its front on a free loopback port. With allocsDir set the workers write
+// their heap allocations there when asked (benchkit.ReadAllocs).
+func serveStickyd(ctx context.Context, workers int, logLevel, allocsDir string, stderr io.Writer) (string, func(), error) {
 	level := hclog.LevelFromString(logLevel)
 	if level == hclog.NoLevel {
 		return "", nil, fmt.Errorf("unknown log level %q", logLevel)
@@ -153,6 +158,9 @@ func serveStickyd(ctx context.Context, workers int, logLevel string, stderr io.W
 	g, err := benchkit.CounterGroup(benchkit.ModeSubprocess, workers)
 	if err != nil {
 		return "", nil, err
+	}
+	if allocsDir != "" {
+		g.Plugin.Env[benchkit.WorkerAllocsEnv] = allocsDir
 	}
 	cfg := benchkit.AgentConfig(log, g)
 	// The load is heavy for two cores: a slow answer must show as a long
@@ -203,6 +211,19 @@ func serveStats(w http.ResponseWriter, r *http.Request) {
 	runtime.ReadMemStats(&m)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(memStats{HeapInuse: m.HeapInuse, StackInuse: m.StackInuse, Goroutines: runtime.NumGoroutine()})
+}
+
+// allocsStats is what a Go server reports of its heap allocations.
+type allocsStats struct {
+	Objects uint64 `json:"objects"`
+}
+
+// serveAllocs answers with the heap objects the server has allocated since
+// it started. Unlike serveStats it collects nothing: it is read before and
+// after a load, and the difference divided by the load's messages.
+func serveAllocs(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(allocsStats{Objects: benchkit.HeapAllocObjects()})
 }
 
 // serverProc is one server under test in its own process: this binary
@@ -264,9 +285,10 @@ func startGoServer(ctx context.Context, role string, args []string, stderr io.Wr
 }
 
 // startStickyd starts a stickyd agent whose group runs the counter app on
-// workers subprocess workers.
-func startStickyd(ctx context.Context, workers int, level hclog.Level, stderr io.Writer) (*serverProc, error) {
-	return startGoServer(ctx, roleStickyd, []string{"-workers", fmt.Sprint(workers), "-log", level.String()}, stderr)
+// workers subprocess workers, which write their heap allocations to
+// allocsDir when asked ("": they do not).
+func startStickyd(ctx context.Context, workers int, level hclog.Level, allocsDir string, stderr io.Writer) (*serverProc, error) {
+	return startGoServer(ctx, roleStickyd, []string{"-workers", fmt.Sprint(workers), "-log", level.String(), "-allocs-dir", allocsDir}, stderr)
 }
 
 // launch starts cmd with its output going to p.log. The process gets
@@ -358,6 +380,29 @@ func (p *serverProc) goStats(ctx context.Context) (memStats, error) {
 		return m, fmt.Errorf("decoding %s's memory: %w", p.name, err)
 	}
 	return m, nil
+}
+
+// goAllocs asks a Go server for the heap objects it has allocated.
+func (p *serverProc) goAllocs(ctx context.Context) (uint64, error) {
+	if p.stats == "" {
+		return 0, errors.New(p.name + " reports no Go statistics")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.stats+"/allocs", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("reading %s's allocations: %w", p.name, err)
+	}
+	defer resp.Body.Close()
+	var a allocsStats
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+		return 0, fmt.Errorf("decoding %s's allocations: %w", p.name, err)
+	}
+	return a.Objects, nil
 }
 
 // tailLog takes a server's output: it keeps the last lines for error

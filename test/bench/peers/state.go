@@ -26,10 +26,11 @@ type stateResult struct {
 	loadResult
 }
 
-// stateSystem is a server the state part measures.
+// stateSystem is a server the state and live parts measure.
 type stateSystem struct {
 	key, label string
 	srv        *serverProc
+	redis      *serverProc // the Redis app's redis-server; nil for the others
 }
 
 // measureState runs every state size against stickyd, the Redis app with
@@ -37,43 +38,15 @@ type stateSystem struct {
 // them see the machine in the same state.
 func measureState(ctx context.Context, e *runEnv) (rs []stateResult, err error) {
 	o := e.o
-	var procs []*serverProc
+	systems, procs, err := startSystems(ctx, e, "apply")
 	defer func() {
-		for i := len(procs) - 1; i >= 0; i-- {
-			if serr := procs[i].stop(); serr != nil && err == nil {
-				err = serr
-			}
+		if serr := stopAll(procs); serr != nil && err == nil {
+			err = serr
 		}
 	}()
-	fmt.Fprintln(e.stderr, "starting redis-server")
-	rds, err := startRedis(ctx, filepath.Join(e.tmp, "redis"), e.stderr)
 	if err != nil {
 		return nil, err
 	}
-	procs = append(procs, rds)
-	agent, err := e.sharedAgent(ctx)
-	if err != nil {
-		return nil, err
-	}
-	systems := []stateSystem{{sysStickyd, "stickyd: state in the worker", agent}}
-	for _, c := range o.codecs {
-		fmt.Fprintf(e.stderr, "starting the Redis app (%s)\n", c)
-		// A connection per page and a few spare: no page waits for the pool.
-		p, err := startGoServer(ctx, roleRedisApp, []string{"-redis", rds.addr, "-codec", c, "-pool", fmt.Sprint(o.pages + 8)}, e.stderr)
-		if err != nil {
-			return nil, err
-		}
-		procs = append(procs, p)
-		systems = append(systems, stateSystem{sysRedis + c, "Redis app (" + c + "): GET, decode, apply, encode, SET", p})
-	}
-	fmt.Fprintln(e.stderr, "starting the in-process app")
-	mem, err := startGoServer(ctx, roleInProcess, nil, e.stderr)
-	if err != nil {
-		return nil, err
-	}
-	procs = append(procs, mem)
-	systems = append(systems, stateSystem{sysInProcess, "in-process: state in the server's memory, no hop", mem})
-
 	for _, size := range o.sizes {
 		for _, s := range systems {
 			if err := ctx.Err(); err != nil {
@@ -94,6 +67,55 @@ func measureState(ctx context.Context, e *runEnv) (rs []stateResult, err error) 
 		}
 	}
 	return rs, nil
+}
+
+// startSystems starts what the state and live parts compare: beside the
+// shared stickyd agent, redis-server and the Redis app with each codec, and
+// the in-process app. verb is what the Redis app does with a message
+// between decoding and encoding the page ("apply"), for the labels. The
+// caller stops procs (stopAll), also when err is set.
+func startSystems(ctx context.Context, e *runEnv, verb string) (systems []stateSystem, procs []*serverProc, err error) {
+	o := e.o
+	fmt.Fprintln(e.stderr, "starting redis-server")
+	rds, err := startRedis(ctx, filepath.Join(e.tmp, "redis"), e.stderr)
+	if err != nil {
+		return nil, procs, err
+	}
+	procs = append(procs, rds)
+	agent, err := e.sharedAgent(ctx)
+	if err != nil {
+		return nil, procs, err
+	}
+	systems = []stateSystem{{key: sysStickyd, label: "stickyd: state in the worker", srv: agent}}
+	for _, c := range o.codecs {
+		fmt.Fprintf(e.stderr, "starting the Redis app (%s)\n", c)
+		// A connection per page and a few spare: no page waits for the pool.
+		p, err := startGoServer(ctx, roleRedisApp, []string{"-redis", rds.addr, "-codec", c, "-pool", fmt.Sprint(o.pages + 8)}, e.stderr)
+		if err != nil {
+			return nil, procs, err
+		}
+		procs = append(procs, p)
+		systems = append(systems, stateSystem{key: sysRedis + c, label: "Redis app (" + c + "): GET, decode, " + verb + ", encode, SET", srv: p, redis: rds})
+	}
+	fmt.Fprintln(e.stderr, "starting the in-process app")
+	mem, err := startGoServer(ctx, roleInProcess, nil, e.stderr)
+	if err != nil {
+		return nil, procs, err
+	}
+	procs = append(procs, mem)
+	systems = append(systems, stateSystem{key: sysInProcess, label: "in-process: state in the server's memory, no hop", srv: mem})
+	return systems, procs, nil
+}
+
+// stopAll stops procs, the last started first, and returns the first error.
+func stopAll(procs []*serverProc) error {
+	var first error
+	for i := len(procs) - 1; i >= 0; i-- {
+		if err := procs[i].stop(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // runStateCell opens pages pages at addr (each its own browser), fills

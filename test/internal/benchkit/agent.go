@@ -64,6 +64,9 @@ func ServeWorkerIfAsked() bool {
 	if prefix := os.Getenv("STICKYD_BENCH_WORKER_HEAPPROFILE"); prefix != "" {
 		HeapProfileOnSignal(prefix)
 	}
+	if dir := os.Getenv(WorkerAllocsEnv); dir != "" {
+		AllocsOnSignal(dir)
+	}
 	worker.Serve(counter.New(), counterOptions)
 	return true
 }
