@@ -269,6 +269,21 @@ func longString(b []byte) string {
 	return sb.String()
 }
 
+// cloneString copies s, a piece at a time.
+func cloneString(s string) string {
+	if len(s) <= copyPiece {
+		return strings.Clone(s)
+	}
+	var sb strings.Builder
+	sb.Grow(len(s))
+	for len(s) > 0 {
+		n := min(len(s), copyPiece)
+		sb.WriteString(s[:n])
+		s = s[n:]
+	}
+	return sb.String()
+}
+
 // ownString makes b, an encoding just made and never written again, the
 // string a tree keeps. It is not copied unless append left much of its
 // capacity unused (which the tree would hold for nothing).
@@ -415,7 +430,8 @@ func skipValue(s string, i, left int) (int, error) {
 }
 
 // itemAt reads the value at s[i:] as an opened container holds it: a
-// scalar as itself (a string shares s), an array or a map encoded.
+// scalar as itself, an array or a map encoded (sharing s). A string is a
+// copy: one read or kept by an app never keeps a whole encoding alive.
 func itemAt(s string, i, left int) (any, int, error) {
 	if i >= len(s) {
 		return nil, 0, errTreeCodec
@@ -437,7 +453,7 @@ func itemAt(s string, i, left int) (any, int, error) {
 		if err != nil {
 			return nil, 0, err
 		}
-		return s[j : j+n], j + n, nil
+		return cloneString(s[j : j+n]), j + n, nil
 	}
 	end, err := skipValue(s, i, left)
 	if err != nil {
@@ -478,7 +494,7 @@ func openContainer(s string, i, left int) (any, int, error) {
 		if kl, j, err = lenAt(s, j); err != nil {
 			return nil, 0, err
 		}
-		key := s[j : j+kl]
+		key := cloneString(s[j : j+kl])
 		if out[key], j, err = itemAt(s, j+kl, left-1); err != nil {
 			return nil, 0, err
 		}
@@ -486,8 +502,8 @@ func openContainer(s string, i, left int) (any, int, error) {
 	return out, j, nil
 }
 
-// decodeAt reads the value at s[i:] whole, into JSON-like values (its
-// strings share s). s is an encoding checked before.
+// decodeAt reads the value at s[i:] whole, into JSON-like values of their
+// own. s is an encoding checked before.
 func decodeAt(s string, i int) (any, int) {
 	if s[i] != 'a' && s[i] != 'm' {
 		v, end, _ := itemAt(s, i, 0)
@@ -504,8 +520,7 @@ func decodeAt(s string, i int) (any, int) {
 	out := make(map[string]any, n)
 	for k := 0; k < n; k++ {
 		kl, at, _ := lenAt(s, j)
-		key := s[at : at+kl]
-		out[key], j = decodeAt(s, at+kl)
+		out[cloneString(s[at:at+kl])], j = decodeAt(s, at+kl)
 	}
 	return out, j
 }

@@ -1,9 +1,7 @@
 package worker
 
 import (
-	"maps"
 	"math"
-	"slices"
 	"strconv"
 )
 
@@ -17,10 +15,10 @@ import (
 // level (openContainer: its scalars decoded, its arrays and maps encoded),
 // and the opened map or array takes its place in its parent; a read opens
 // it the same way, unless a view of the tree is being read (a view may
-// share the parent), and then reads it where it lies. The strings and
-// keys of an opened one, and what Get decodes from it, share the bytes of
-// the encoding it came in: a tree packs itself again when the encodings it
-// may keep alive outgrow it (Tree.settle).
+// share the parent), and then reads it where it lies. What is opened from
+// one is a copy but for the encoded values in it, which share the bytes of
+// the encoding they came in: a tree packs itself again when the encodings
+// it may keep alive outgrow it (Tree.settle).
 type encoded string
 
 // noBound is the depth bound of an encoded value opened again: it was
@@ -98,40 +96,24 @@ func (r encoded) decode() any {
 // a tree's root marshals as it always did.
 func (r encoded) MarshalJSON() ([]byte, error) { return appendJSON(nil, r) }
 
-// plain returns v, a value of a tree, as Get gives it: JSON-like values
-// only. A value with no encoded inside is itself (shared with the tree: what
-// Get returns is read-only); a map or an array with one inside is copied,
-// and its encoded values decoded. copied says whether v was.
-func plain(v any) (_ any, copied bool) {
+// materialize returns v, a value of a tree, as Get gives it: JSON-like
+// values only, a map or an array a copy of its own.
+func materialize(v any) any {
 	switch x := v.(type) {
 	case encoded:
-		return x.decode(), true
+		return x.decode()
 	case map[string]any:
-		var out map[string]any
+		out := make(map[string]any, len(x))
 		for k, e := range x {
-			if p, ok := plain(e); ok {
-				if out == nil {
-					out = maps.Clone(x)
-				}
-				out[k] = p
-			}
+			out[k] = materialize(e)
 		}
-		if out != nil {
-			return out, true
-		}
+		return out
 	case []any:
-		var out []any
+		out := make([]any, len(x))
 		for i, e := range x {
-			if p, ok := plain(e); ok {
-				if out == nil {
-					out = slices.Clone(x)
-				}
-				out[i] = p
-			}
+			out[i] = materialize(e)
 		}
-		if out != nil {
-			return out, true
-		}
+		return out
 	}
-	return v, false
+	return v
 }

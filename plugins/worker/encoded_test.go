@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // modelTree is the tree as it was before it kept anything encoded: boxed
@@ -296,8 +297,15 @@ func TestTreeOpensOnlyItsPath(t *testing.T) {
 	if _, ok := tr.root["rows"].(encoded); !ok {
 		t.Fatalf("rows decoded as %T, want it kept encoded", tr.root["rows"])
 	}
-	if got := tr.String("rows/7/city"); got != "Lille" {
+	whole := string(tr.root["rows"].(encoded))
+	got := tr.String("rows/7/city")
+	if got != "Lille" {
 		t.Fatalf("rows/7/city = %q", got)
+	}
+	// What is read is a copy: an app that keeps it keeps nothing else.
+	at, in := uintptr(unsafe.Pointer(unsafe.StringData(got))), uintptr(unsafe.Pointer(unsafe.StringData(whole)))
+	if at >= in && at < in+uintptr(len(whole)) {
+		t.Fatal("a string read shares the encoding it came in")
 	}
 	rows := tr.root["rows"].([]any) // opened by the read, and row 7
 	if _, ok := rows[7].(map[string]any); !ok {
@@ -338,8 +346,8 @@ func TestTreePacksWhatItNoLongerUses(t *testing.T) {
 	if err := decodeTree(tr, enc); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Set("filter/text", "y"); err != nil || tr.held != int64(len(enc))+1 {
-		t.Fatalf("held %d after a small write (%v), want %d", tr.held, err, len(enc)+1)
+	if err := tr.Set("filter/text", "y"); err != nil || tr.held != int64(len(enc)) {
+		t.Fatalf("held %d after a small write (%v), want %d", tr.held, err, len(enc))
 	}
 	if err := tr.Set("rows", gridRows(3)); err != nil {
 		t.Fatal(err)

@@ -38,9 +38,10 @@ func heapAfterGC() uint64 {
 // BenchmarkPage10MB measures a 10 MB page (a grid of 100,000 rows) in a
 // worker: the live heap it holds beside its encoded size, the time to open
 // it from a package (decodeTree: a wake after a move or a restart), what a
-// first write into one row then costs (time, and heap beside the page's),
-// the time to encode it again (a move or a checkpoint), and to build it with
-// Tree.Set (an app's OpenPage). Run it alone:
+// first write into one row then costs (time, and heap beside the page's)
+// and a second into another row (heap), the time to encode it again (a
+// move or a checkpoint), and to build it with Tree.Set (an app's OpenPage).
+// Run it alone:
 //
 //	go test -run '^$' -bench Page10MB -benchtime 3x ./plugins/worker/
 func BenchmarkPage10MB(b *testing.B) {
@@ -57,7 +58,7 @@ func BenchmarkPage10MB(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	var decode, write, encode, build time.Duration
-	var heap, wrote int64
+	var heap, wrote, wrote2 int64
 	for b.Loop() {
 		before := heapAfterGC()
 		began := time.Now()
@@ -74,6 +75,10 @@ func BenchmarkPage10MB(b *testing.B) {
 		}
 		write += time.Since(began)
 		wrote = int64(heapAfterGC()-before) - heap
+		if err := t.Set("rows/70000/qty", 4); err != nil {
+			b.Fatal(err)
+		}
+		wrote2 = int64(heapAfterGC()-before) - heap - wrote
 
 		began = time.Now()
 		again, err := encodeTree(t)
@@ -100,6 +105,7 @@ func BenchmarkPage10MB(b *testing.B) {
 	b.ReportMetric(ms(decode), "open-ms")
 	b.ReportMetric(ms(write), "write1-ms")
 	b.ReportMetric(float64(wrote)/(1<<20), "write1-MiB")
+	b.ReportMetric(float64(wrote2)/(1<<10), "write2-KiB")
 	b.ReportMetric(ms(encode), "encode-ms")
 	b.ReportMetric(ms(build), "build-ms")
 }

@@ -16,7 +16,9 @@ import (
 // tree first and encodes each once, in place, into one buffer of the exact
 // size; the reader decodes the trees from the package's own bytes. A
 // package of 100 MB then costs one pass to write and one to read, each in
-// pieces the runtime can preempt. The bytes are those of an ordinary
+// pieces the runtime can preempt; what a tree keeps encoded (encoded.go)
+// is written as a copy of its bytes, and a tree is read as a check and a
+// copy of its own (decodeTree). The bytes are those of an ordinary
 // UserPackage (protobuf allows a message's fields in any order, and the
 // trees come last in theirs): anything that reads protobuf reads them.
 

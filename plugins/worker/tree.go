@@ -26,8 +26,8 @@ import (
 // decodes what it returns, so reading a large map or array costs its size.
 //
 // A Tree is used only from its user's mailbox: it is not safe for concurrent
-// use, and values returned by Get must be treated as read-only (write them
-// back with Set); one may change with the tree's next write.
+// use. The maps and arrays Get returns are copies: a change to one is
+// written back with Set.
 type Tree struct {
 	// root is an opened map; each value under it is a scalar, an opened
 	// map[string]any or []any, or an encoded map or array.
@@ -50,9 +50,9 @@ type Tree struct {
 	size int64
 	room func(delta int64) error
 	// held bounds the bytes of the encodings the tree may keep alive
-	// through its encoded values and strings: what it decoded or last packed, and
-	// the strings, maps and arrays written since (0: not known yet, taken
-	// to be the size). See settle.
+	// through its encoded values: what it decoded or last packed, and the
+	// maps and arrays written since (0: not known yet, taken to be the
+	// size). See settle.
 	held int64
 }
 
@@ -75,12 +75,11 @@ func newTree(emit func(deltaOp, string, []byte)) *Tree {
 }
 
 // Get returns the value at path, or nil when there is none. A map or an
-// array is decoded from what the tree keeps encoded, the parts of it that
-// are: reading a large one costs its size.
+// array is a copy, decoded from what the tree keeps encoded: reading a
+// large one costs its size, and changing it changes nothing in the tree.
 func (t *Tree) Get(path string) any {
 	v, _ := t.find(path)
-	v, _ = plain(v)
-	return v
+	return materialize(v)
 }
 
 // String returns the string at path, or "".
@@ -126,7 +125,7 @@ func (t *Tree) Set(path string, v any) error {
 		if err != nil {
 			return fmt.Errorf("setting the root: %w", err)
 		}
-		t.root = root.(map[string]any)
+		t.root, t.held = root.(map[string]any), 0
 	} else if err := t.place(path, nv, false); err != nil {
 		return err
 	}
@@ -166,7 +165,8 @@ func (t *Tree) Delete(path string) {
 }
 
 // storable returns v as a tree stores it: a scalar as itself, an array or
-// a map in its encoding (encoded), made in one pass over v.
+// a map in its encoding (encoded), sized first and written into one buffer
+// of its size.
 func storable(v any) (any, error) {
 	switch x := v.(type) {
 	case nil, bool, float64, string:
@@ -187,13 +187,10 @@ func storable(v any) (any, error) {
 	return x, err
 }
 
-// heldBy is what a stored value may keep alive of an encoding: an encoded value and
-// a string their bytes (a number, a bool or nil nothing).
+// heldBy is what a stored value may keep alive of an encoding: an
+// encoded value its bytes, a scalar nothing.
 func heldBy(v any) int {
-	switch x := v.(type) {
-	case encoded:
-		return len(x)
-	case string:
+	if x, ok := v.(encoded); ok {
 		return len(x)
 	}
 	return 0

@@ -27,6 +27,7 @@ func appendJSON(b []byte, v any) ([]byte, error) {
 	case string:
 		return appendJSONString(b, x), nil
 	case encoded:
+		b = slices.Grow(b, len(x)+len(x)/4)
 		b, _, err := appendJSONRaw(b, string(x), 0)
 		return b, err
 	case []any:
@@ -76,13 +77,31 @@ type jsonEntry struct {
 // order after, if they were not (the tree's own encodings are; those of
 // older packages come in a Go map's order).
 func appendJSONRaw(b []byte, s string, i int) ([]byte, int, error) {
-	if s[i] != 'a' && s[i] != 'm' {
-		v, end, err := itemAt(s, i, 0)
+	if i >= len(s) {
+		return nil, 0, errTreeCodec
+	}
+	switch s[i] {
+	case 'n':
+		return append(b, "null"...), i + 1, nil
+	case 't':
+		return append(b, "true"...), i + 1, nil
+	case 'f':
+		return append(b, "false"...), i + 1, nil
+	case 'd':
+		if len(s)-i-1 < 8 {
+			return nil, 0, errTreeCodec
+		}
+		b, err := appendJSONNumber(b, math.Float64frombits(le64(s[i+1:i+9])))
+		return b, i + 9, err
+	case 's':
+		n, j, err := lenAt(s, i+1)
 		if err != nil {
 			return nil, 0, err
 		}
-		b, err = appendJSON(b, v)
-		return b, end, err
+		return appendJSONString(b, s[j:j+n]), j + n, nil
+	case 'a', 'm':
+	default:
+		return nil, 0, errTreeCodec
 	}
 	n, j, err := lenAt(s, i+1)
 	if err != nil {
