@@ -86,12 +86,12 @@ func appendString(b []byte, s string) []byte {
 	return appendLong(b, s)
 }
 
-// appendAny encodes v, a value given to Tree.Set, as the tree keeps it:
-// what normalize would make of it, without making it. Numbers of any Go
-// type become float64s, a map's entries go in key order (a map means the
-// same in any order, and in this one its encoding is the same every time
-// and turns into JSON as encoding/json writes it, with nothing to sort),
-// and anything else goes through its JSON. A func or a channel is refused.
+// appendAny encodes v, a value given to Tree.Set, as JSON-like values,
+// without making them first: numbers of any Go type become float64s, a
+// map's entries go in key order (a map means the same in any order, and in
+// this one its encoding is the same every time and turns into JSON as
+// encoding/json writes it, with nothing to sort), and anything else goes
+// through its JSON. A func or a channel is refused.
 func appendAny(b []byte, v any) ([]byte, error) {
 	switch x := v.(type) {
 	case nil, bool, float64, string:

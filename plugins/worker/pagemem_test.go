@@ -40,8 +40,8 @@ func heapAfterGC() uint64 {
 // it from a package (decodeTree: a wake after a move or a restart), what a
 // first write into one row then costs (time, and heap beside the page's)
 // and a second into another row (heap), the time to encode it again (a
-// move or a checkpoint), and to build it with Tree.Set (an app's OpenPage).
-// Run it alone:
+// move or a checkpoint), and to build it with Tree.Set (an app's OpenPage),
+// without a delta and with one (a page's tree). Run it alone:
 //
 //	go test -run '^$' -bench Page10MB -benchtime 3x ./plugins/worker/
 func BenchmarkPage10MB(b *testing.B) {
@@ -57,7 +57,7 @@ func BenchmarkPage10MB(b *testing.B) {
 	src, rows = nil, nil
 	b.ReportAllocs()
 	b.ResetTimer()
-	var decode, write, encode, build time.Duration
+	var decode, write, encode, build, buildDelta time.Duration
 	var heap, wrote, wrote2 int64
 	for b.Loop() {
 		before := heapAfterGC()
@@ -97,6 +97,15 @@ func BenchmarkPage10MB(b *testing.B) {
 		}
 		build += time.Since(began)
 		goruntime.KeepAlive(t2)
+
+		// As a page's OpenPage does: with its delta written.
+		began = time.Now()
+		t3 := newTree(func(deltaOp, string, []byte) {})
+		if err := t3.Set("rows", r); err != nil {
+			b.Fatal(err)
+		}
+		buildDelta += time.Since(began)
+		goruntime.KeepAlive(t3)
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) }
 	b.ReportMetric(float64(len(enc))/(1<<20), "encoded-MiB")
@@ -108,4 +117,5 @@ func BenchmarkPage10MB(b *testing.B) {
 	b.ReportMetric(float64(wrote2)/(1<<10), "write2-KiB")
 	b.ReportMetric(ms(encode), "encode-ms")
 	b.ReportMetric(ms(build), "build-ms")
+	b.ReportMetric(ms(buildDelta), "build+delta-ms")
 }
