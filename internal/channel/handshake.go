@@ -35,27 +35,71 @@ func Greet(ctx context.Context, c Conn, hello *protocol.Hello) (*protocol.HelloA
 // accepts it with ack, or refuses a worker that speaks another protocol
 // version, telling it why, and returns an error wrapping ErrIncompatible.
 func Accept(ctx context.Context, c Conn, ack *protocol.HelloAck) (*protocol.Hello, error) {
+	hello, _, err := accept(ctx, c, ack, false)
+	return hello, err
+}
+
+// AcceptFramed is Accept that also takes the framed channel the worker
+// offers (FramedOffer), when it does and its socket answers: it returns
+// the Conn to use from then on, the framed one (which closes c with it) or
+// c itself.
+func AcceptFramed(ctx context.Context, c Conn, ack *protocol.HelloAck) (*protocol.Hello, Conn, error) {
+	return accept(ctx, c, ack, true)
+}
+
+func accept(ctx context.Context, c Conn, ack *protocol.HelloAck, framed bool) (*protocol.Hello, Conn, error) {
 	env, err := recvCtx(ctx, c)
 	if err != nil {
-		return nil, fmt.Errorf("waiting for the worker's hello: %w", err)
+		return nil, c, fmt.Errorf("waiting for the worker's hello: %w", err)
 	}
 	hello := env.GetHello()
 	if hello == nil {
-		return nil, fmt.Errorf("worker opened the channel with %T, want hello", env.Body)
+		return nil, c, fmt.Errorf("worker opened the channel with %T, want hello", env.Body)
 	}
 	if hello.ProtocolVersion != protocol.Version {
 		msg := fmt.Sprintf("worker %q speaks channel protocol %d, this host speaks %d; rebuild the worker against a matching stickyd SDK",
 			hello.App, hello.ProtocolVersion, protocol.Version)
 		_ = c.Send(&protocol.Envelope{Id: env.Id, Reply: true, Body: &protocol.Envelope_Error{
 			Error: &protocol.Error{Code: protocol.Error_INCOMPATIBLE, Message: msg}}})
-		return hello, fmt.Errorf("%w: %s", ErrIncompatible, msg)
+		return hello, c, fmt.Errorf("%w: %s", ErrIncompatible, msg)
 	}
 	ack.ProtocolVersion = protocol.Version
-	if err := c.Send(&protocol.Envelope{Id: env.Id, Reply: true, Body: &protocol.Envelope_HelloAck{HelloAck: ack}}); err != nil {
-		return hello, fmt.Errorf("sending hello ack: %w", err)
+	var fc *FramedConn
+	if framed && hello.FramedSocket != "" {
+		// The worker waits for the ack before it takes the dial: the
+		// dial is done first, and the ack says whether it was.
+		if fc, err = dialFramed(ctx, hello); err == nil {
+			ack.Framed = true
+		}
 	}
-	return hello, nil
+	if err := c.Send(&protocol.Envelope{Id: env.Id, Reply: true, Body: &protocol.Envelope_HelloAck{HelloAck: ack}}); err != nil {
+		if fc != nil {
+			fc.Close()
+		}
+		return hello, c, fmt.Errorf("sending hello ack: %w", err)
+	}
+	if fc == nil {
+		return hello, c, nil
+	}
+	return hello, &pairedConn{FramedConn: fc, stream: c}, nil
 }
+
+// pairedConn is a framed channel whose handshake's stream stays open
+// beside it, idle, for as long as it lives: closing one closes both (the
+// worker stops when either ends).
+type pairedConn struct {
+	*FramedConn
+	stream Conn
+}
+
+func (p *pairedConn) Close() error {
+	p.FramedConn.Close()
+	return p.stream.Close()
+}
+
+// Paired returns the framed channel fc as the Conn to use in stream's
+// place: closing it closes both.
+func Paired(fc *FramedConn, stream Conn) Conn { return &pairedConn{FramedConn: fc, stream: stream} }
 
 // recvCtx reads one envelope, closing c if ctx ends first.
 func recvCtx(ctx context.Context, c Conn) (*protocol.Envelope, error) {

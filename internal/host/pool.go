@@ -580,7 +580,9 @@ func (s *slot) start(ctx context.Context) error {
 		s.setState(StateDead, "launch failed: "+err.Error())
 		return err
 	}
-	hello, err := channel.Accept(sctx, conn, &protocol.HelloAck{WorkerId: s.id, Group: s.group, PackageChunks: true, Batches: true, Limits: s.spec.Limits})
+	// The envelopes go on the worker's framed channel when it offers one
+	// (conn is then that channel), else on conn as it came.
+	hello, conn, err := channel.AcceptFramed(sctx, conn, &protocol.HelloAck{WorkerId: s.id, Group: s.group, PackageChunks: true, Batches: true, Limits: s.spec.Limits})
 	if err != nil {
 		proc.Kill()
 		state := StateDead

@@ -1002,7 +1002,13 @@ type Hello struct {
 	// envelopes (and the host then sends Wake packages that way).
 	PackageChunks bool `protobuf:"varint,6,opt,name=package_chunks,json=packageChunks,proto3" json:"package_chunks,omitempty"`
 	// batches says the worker reads envelopes sent together (Envelope.batch).
-	Batches       bool `protobuf:"varint,7,opt,name=batches,proto3" json:"batches,omitempty"`
+	Batches bool `protobuf:"varint,7,opt,name=batches,proto3" json:"batches,omitempty"`
+	// framed_socket offers the framed channel: a Unix socket of the worker's
+	// where the envelopes go as length-prefixed protobuf instead of on the
+	// gRPC stream, once the host has dialed it and sent framed_token (hex,
+	// 32 bytes) first. Sent only on the gRPC stream.
+	FramedSocket  string `protobuf:"bytes,8,opt,name=framed_socket,json=framedSocket,proto3" json:"framed_socket,omitempty"`
+	FramedToken   string `protobuf:"bytes,9,opt,name=framed_token,json=framedToken,proto3" json:"framed_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1086,6 +1092,20 @@ func (x *Hello) GetBatches() bool {
 	return false
 }
 
+func (x *Hello) GetFramedSocket() string {
+	if x != nil {
+		return x.FramedSocket
+	}
+	return ""
+}
+
+func (x *Hello) GetFramedToken() string {
+	if x != nil {
+		return x.FramedToken
+	}
+	return ""
+}
+
 // HelloAck accepts the worker and gives it its identity.
 type HelloAck struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -1100,7 +1120,10 @@ type HelloAck struct {
 	Limits *WorkerLimits `protobuf:"bytes,5,opt,name=limits,proto3" json:"limits,omitempty"`
 	// batches says the host reads envelopes sent together (Envelope.batch):
 	// the worker then answers a message and the pull its deltas wake in one.
-	Batches       bool `protobuf:"varint,6,opt,name=batches,proto3" json:"batches,omitempty"`
+	Batches bool `protobuf:"varint,6,opt,name=batches,proto3" json:"batches,omitempty"`
+	// framed says the host dialed the worker's framed_socket: every envelope
+	// after this one goes there.
+	Framed        bool `protobuf:"varint,7,opt,name=framed,proto3" json:"framed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1173,6 +1196,13 @@ func (x *HelloAck) GetLimits() *WorkerLimits {
 func (x *HelloAck) GetBatches() bool {
 	if x != nil {
 		return x.Batches
+	}
+	return false
+}
+
+func (x *HelloAck) GetFramed() bool {
+	if x != nil {
+		return x.Framed
 	}
 	return false
 }
@@ -4950,7 +4980,7 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x12MaintenanceBackend\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1e\n" +
-	"\vmax_wait_ms\x18\x03 \x01(\x03R\tmaxWaitMs\"\xda\x01\n" +
+	"\vmax_wait_ms\x18\x03 \x01(\x03R\tmaxWaitMs\"\xa2\x02\n" +
 	"\x05Hello\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x10\n" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12\x1f\n" +
@@ -4959,14 +4989,17 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x03pid\x18\x04 \x01(\x03R\x03pid\x12 \n" +
 	"\vcheckpoints\x18\x05 \x01(\bR\vcheckpoints\x12%\n" +
 	"\x0epackage_chunks\x18\x06 \x01(\bR\rpackageChunks\x12\x18\n" +
-	"\abatches\x18\a \x01(\bR\abatches\"\xe3\x01\n" +
+	"\abatches\x18\a \x01(\bR\abatches\x12#\n" +
+	"\rframed_socket\x18\b \x01(\tR\fframedSocket\x12!\n" +
+	"\fframed_token\x18\t \x01(\tR\vframedToken\"\xfb\x01\n" +
 	"\bHelloAck\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x14\n" +
 	"\x05group\x18\x03 \x01(\tR\x05group\x12%\n" +
 	"\x0epackage_chunks\x18\x04 \x01(\bR\rpackageChunks\x128\n" +
 	"\x06limits\x18\x05 \x01(\v2 .stickyd.channel.v1.WorkerLimitsR\x06limits\x12\x18\n" +
-	"\abatches\x18\x06 \x01(\bR\abatches\"\xbc\x01\n" +
+	"\abatches\x18\x06 \x01(\bR\abatches\x12\x16\n" +
+	"\x06framed\x18\a \x01(\bR\x06framed\"\xbc\x01\n" +
 	"\fWorkerLimits\x12$\n" +
 	"\x0emax_page_bytes\x18\x01 \x01(\x03R\fmaxPageBytes\x12(\n" +
 	"\x10max_person_bytes\x18\x02 \x01(\x03R\x0emaxPersonBytes\x12+\n" +

@@ -54,6 +54,10 @@ func InProcess(app App, opts Options) func(context.Context, channel.Conn) error 
 // ServeConn runs app on an open channel until the channel closes or ctx ends.
 // Serve uses it for the plugin's gRPC channel; stickyd dev uses it for an
 // in-process worker on an in-memory channel.
+// channelEnv set to "grpc" keeps a subprocess worker's envelopes on the
+// plugin's gRPC stream instead of the framed channel.
+const channelEnv = "STICKYD_WORKER_CHANNEL"
+
 func ServeConn(ctx context.Context, app App, opts Options, c channel.Conn) error {
 	hello := &protocol.Hello{ProtocolVersion: protocol.Version, App: opts.Name, AppVersion: opts.Version, Pid: int64(os.Getpid()),
 		Checkpoints: true, PackageChunks: true, Batches: true}
@@ -69,10 +73,33 @@ func serveConn(ctx context.Context, app App, opts Options, c channel.Conn, hello
 		return fmt.Errorf("starting the engine: %w", err)
 	}
 	defer releaseEngine()
+	// A subprocess offers the host the framed channel (a Unix socket of
+	// its own; docs/protocol.md), unless STICKYD_WORKER_CHANNEL=grpc keeps
+	// every envelope on the plugin's gRPC stream.
+	var offer *channel.FramedOffer
+	if _, ok := c.(*channel.GRPCConn); ok && os.Getenv(channelEnv) != "grpc" {
+		if offer, err = channel.OfferFramed(hello); err != nil {
+			opts.logger().Warn("the framed channel is not offered; envelopes go on the gRPC stream", "error", err)
+			offer = nil
+		}
+	}
 	ack, err := channel.Greet(ctx, c, hello)
 	if err != nil {
+		if offer != nil {
+			offer.Close()
+		}
 		c.Close()
 		return fmt.Errorf("greeting the host: %w", err)
+	}
+	if offer != nil {
+		fc, err := offer.Take(ctx, ack)
+		if err != nil {
+			c.Close()
+			return err
+		}
+		if fc != nil {
+			c = channel.Paired(fc, c)
+		}
 	}
 	opts = opts.withLimits(ack.GetLimits())
 	ctx, cancel := context.WithCancel(ctx)

@@ -51,6 +51,13 @@ type liveTab struct {
 	version int           // the grid's version after the last edit
 	last    uint64        // the newest delta applied
 	buf     []byte        // the edit being built
+	// batching is set once the front said it reads ops sent together
+	// (its hello on a socket dialed with ?batch=1): like client.js, the
+	// tab then sends the ops of one turn in one frame, the pull it sends
+	// again on an answer with the message sent on that answer. outbox
+	// holds the ops of the turn not yet sent.
+	batching bool
+	outbox   [][]byte
 
 	// framesOut and framesIn count the WebSocket frames the tab wrote and
 	// read since the last resetFrames.
@@ -75,6 +82,7 @@ type liveAnswer struct {
 	Last   uint64          `json:"last"`
 	Error  string          `json:"error"`
 	Code   string          `json:"code"`
+	Batch  bool            `json:"batch"` // a hello's
 }
 
 type liveDelta struct {
@@ -185,11 +193,16 @@ func (t *liveTab) edit() error {
 	t.buf = append(t.buf, '-')
 	t.buf = strconv.AppendInt(t.buf, int64(t.msgs), 10)
 	t.buf = append(t.buf, `","data":{"op":"edit"}}`...)
-	if err := t.write(t.buf); err != nil {
+	if err := t.send(t.buf); err != nil {
 		return err
 	}
 	replied, delivered := false, false
 	for !replied || !delivered {
+		// The turn ends here: a pull sent again on an answer that did not
+		// finish the edit (its deltas came in two answers) leaves now.
+		if err := t.flush(); err != nil {
+			return err
+		}
 		as, err := t.read()
 		if err != nil {
 			return fmt.Errorf("waiting for edit %d: %w", want, err)
@@ -262,7 +275,33 @@ func (t *liveTab) sendPull() error {
 	t.next++
 	t.pullID = t.next
 	b := fmt.Appendf(nil, `{"op":"pull","id":%d,"page":"%s","after":%d,"wait":%d}`, t.pullID, livePage, t.last, pullWait)
+	if t.batching {
+		// Sent at the end of the turn, with the message that follows.
+		t.outbox = append(t.outbox, b)
+		return nil
+	}
 	return t.write(b)
+}
+
+// send sends op with the ops of the turn still held, in one frame (a JSON
+// array when there are several), as client.js does at the end of a turn.
+func (t *liveTab) send(op []byte) error {
+	if len(t.outbox) == 0 {
+		return t.write(op)
+	}
+	b := append([]byte{'['}, bytes.Join(append(t.outbox, op), []byte{','})...)
+	t.outbox = t.outbox[:0]
+	return t.write(append(b, ']'))
+}
+
+// flush sends the ops of the turn still held.
+func (t *liveTab) flush() error {
+	if len(t.outbox) == 0 {
+		return nil
+	}
+	op := t.outbox[len(t.outbox)-1]
+	t.outbox = t.outbox[:len(t.outbox)-1]
+	return t.send(op)
 }
 
 // close closes the page, reading past the answer to the waiting pull, and
@@ -272,6 +311,9 @@ func (t *liveTab) close() error {
 		t.abort()
 		<-t.done
 	}()
+	if err := t.flush(); err != nil {
+		return err
+	}
 	t.next++
 	id := t.next
 	if err := t.write(fmt.Appendf(nil, `{"op":"close","id":%d,"page":"%s"}`, id, livePage)); err != nil {
@@ -334,6 +376,11 @@ func (t *liveTab) read() ([]liveAnswer, error) {
 			return nil, f.err
 		}
 		t.framesIn++
+		for _, a := range f.answers {
+			if a.ID == 0 && a.Op == "hello" {
+				t.batching = a.Batch
+			}
+		}
 		if as := slices.DeleteFunc(f.answers, isNotice); len(as) > 0 {
 			return as, nil
 		}

@@ -1,0 +1,263 @@
+package channel
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/stickyd/stickyd/internal/protocol"
+)
+
+// The framed channel carries the same envelopes as the gRPC stream, each
+// as a 4-byte big-endian length and its protobuf encoding, on a Unix
+// socket of the worker's. go-plugin still launches the worker, checks its
+// handshake, health and AutoMTLS, and carries the channel's own handshake
+// on the gRPC stream; the worker offers its socket in its Hello (path and a
+// one-time token, both only ever sent over that authenticated stream), the
+// host dials it and proves itself with the token, and says so in its
+// HelloAck. From then on the envelopes go on the socket: no HTTP/2 frames,
+// flow-control windows or goroutine hand-offs per envelope, and whoever
+// sends while another sender writes leaves its envelope to that writer, so
+// envelopes sent together leave in one write. A host or worker that does
+// not offer or take it stays on the gRPC stream.
+
+// tokenBytes is the size of the token the host proves itself with.
+const tokenBytes = 32
+
+// framedReadBuffer is the read buffer of a framed channel.
+const framedReadBuffer = 64 << 10
+
+// keptBuffer is the largest buffer a framed channel keeps between
+// envelopes: a package's pieces do not stay behind.
+const keptBuffer = 1 << 20
+
+// offerWait bounds how long the worker waits for the host's dial once the
+// host said it dialed.
+const offerWait = 10 * time.Second
+
+// FramedConn is a Conn over a stream socket: each envelope a 4-byte length
+// and its encoding.
+type FramedConn struct {
+	nc   net.Conn
+	r    *bufio.Reader
+	hdr  [4]byte
+	rbuf []byte // Recv's buffer; only Recv uses it
+
+	mu      sync.Mutex // guards out, spare, writing, werr
+	out     []byte     // encoded envelopes waiting for the writer
+	spare   []byte
+	writing bool // a sender is writing out
+	werr    error
+
+	closeOnce sync.Once
+	done      chan struct{}
+}
+
+var _ Conn = (*FramedConn)(nil)
+
+// NewFramedConn is a framed channel on nc.
+func NewFramedConn(nc net.Conn) *FramedConn {
+	return &FramedConn{nc: nc, r: bufio.NewReaderSize(nc, framedReadBuffer), done: make(chan struct{})}
+}
+
+// Send encodes env for the writer. If no other sender is writing, this one
+// writes, and goes on writing what others queued meanwhile until nothing
+// is left: envelopes sent at once leave in one write, and no goroutine
+// waits in between.
+func (c *FramedConn) Send(env *protocol.Envelope) error {
+	size := proto.Size(env)
+	if size > MaxEnvelopeBytes {
+		return fmt.Errorf("an envelope of %d bytes; at most %d are sent", size, MaxEnvelopeBytes)
+	}
+	c.mu.Lock()
+	if c.werr != nil {
+		err := c.werr
+		c.mu.Unlock()
+		return err
+	}
+	mark := len(c.out)
+	c.out = binary.BigEndian.AppendUint32(c.out, uint32(size))
+	var err error
+	c.out, err = proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(c.out, env)
+	if err != nil {
+		c.out = c.out[:mark]
+		c.mu.Unlock()
+		return err
+	}
+	if c.writing {
+		c.mu.Unlock()
+		return nil // the sender writing takes it
+	}
+	c.writing = true
+	for len(c.out) > 0 && c.werr == nil {
+		buf := c.out
+		c.out = c.spare[:0]
+		c.mu.Unlock()
+		_, werr := c.nc.Write(buf)
+		c.mu.Lock()
+		if cap(buf) <= keptBuffer {
+			c.spare = buf[:0]
+		} else {
+			c.spare = nil
+		}
+		if werr != nil {
+			c.werr = c.closedOr(werr)
+		}
+	}
+	c.writing = false
+	err = c.werr
+	c.mu.Unlock()
+	return err
+}
+
+// Recv reads the next envelope.
+func (c *FramedConn) Recv() (*protocol.Envelope, error) {
+	if _, err := io.ReadFull(c.r, c.hdr[:]); err != nil {
+		return nil, c.closedOr(err)
+	}
+	n := binary.BigEndian.Uint32(c.hdr[:])
+	if n > MaxEnvelopeBytes {
+		return nil, fmt.Errorf("an envelope of %d bytes arrived; at most %d are read", n, MaxEnvelopeBytes)
+	}
+	buf := c.rbuf
+	if int(n) > cap(buf) {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(c.r, buf); err != nil {
+		return nil, c.closedOr(err)
+	}
+	if cap(buf) <= keptBuffer {
+		c.rbuf = buf
+	}
+	env := &protocol.Envelope{}
+	// (Unmarshal copies what it keeps: the buffer is read into again.)
+	if err := proto.Unmarshal(buf, env); err != nil {
+		return nil, fmt.Errorf("decoding an envelope: %w", err)
+	}
+	return env, nil
+}
+
+// Close closes the socket; a Recv in progress returns ErrClosed.
+func (c *FramedConn) Close() error {
+	c.closeOnce.Do(func() {
+		close(c.done)
+		_ = c.nc.Close()
+	})
+	return nil
+}
+
+// closedOr is ErrClosed once Close was called or the other side hung up,
+// else err.
+func (c *FramedConn) closedOr(err error) error {
+	select {
+	case <-c.done:
+		return ErrClosed
+	default:
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+		return ErrClosed
+	}
+	return err
+}
+
+// FramedOffer is a worker's offer of a framed channel: a Unix socket in a
+// directory of its own (mode 0700) and the token the host must send first.
+type FramedOffer struct {
+	dir   string
+	ln    net.Listener
+	token []byte
+}
+
+// OfferFramed opens the worker's socket and writes the offer into hello.
+// Call Take with the host's answer, or Close if the handshake fails.
+func OfferFramed(hello *protocol.Hello) (*FramedOffer, error) {
+	dir, err := os.MkdirTemp("", "stickyd-channel-")
+	if err != nil {
+		return nil, fmt.Errorf("making the channel's socket directory: %w", err)
+	}
+	path := filepath.Join(dir, "s")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("listening for the framed channel: %w", err)
+	}
+	token := make([]byte, tokenBytes)
+	if _, err := rand.Read(token); err != nil {
+		ln.Close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	hello.FramedSocket, hello.FramedToken = path, hex.EncodeToString(token)
+	return &FramedOffer{dir: dir, ln: ln, token: token}, nil
+}
+
+// Take returns the framed channel if the host's ack says it dialed it:
+// the first connection that proves itself with the token. The socket and
+// its directory are gone once it returns.
+func (o *FramedOffer) Take(ctx context.Context, ack *protocol.HelloAck) (*FramedConn, error) {
+	defer o.Close()
+	if !ack.Framed {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, offerWait)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { o.ln.Close() })
+	defer stop()
+	for {
+		nc, err := o.ln.Accept()
+		if err != nil {
+			return nil, fmt.Errorf("waiting for the host on the framed channel: %w", err)
+		}
+		got := make([]byte, tokenBytes)
+		_ = nc.SetReadDeadline(time.Now().Add(offerWait))
+		if _, err := io.ReadFull(nc, got); err != nil || subtle.ConstantTimeCompare(got, o.token) != 1 {
+			nc.Close() // not the host: the socket stays for it
+			continue
+		}
+		_ = nc.SetReadDeadline(time.Time{})
+		return NewFramedConn(nc), nil
+	}
+}
+
+// Close withdraws the offer.
+func (o *FramedOffer) Close() {
+	o.ln.Close()
+	os.RemoveAll(o.dir)
+}
+
+// dialFramed is the host's side: it dials the socket hello offers and
+// proves itself with the token.
+func dialFramed(ctx context.Context, hello *protocol.Hello) (*FramedConn, error) {
+	token, err := hex.DecodeString(hello.FramedToken)
+	if err != nil || len(token) != tokenBytes {
+		return nil, errors.New("the worker's framed channel token is malformed")
+	}
+	ctx, cancel := context.WithTimeout(ctx, offerWait)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", hello.FramedSocket)
+	if err != nil {
+		return nil, err
+	}
+	_ = nc.SetWriteDeadline(time.Now().Add(offerWait))
+	if _, err := nc.Write(token); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	_ = nc.SetWriteDeadline(time.Time{})
+	return NewFramedConn(nc), nil
+}

@@ -1,0 +1,159 @@
+package channel
+
+import (
+	"context"
+	"encoding/hex"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/stickyd/stickyd/internal/protocol"
+)
+
+// Over go-plugin, a worker that offers the framed channel gets the host's
+// dial: every envelope after the handshake goes on the socket, in order,
+// the same messages the gRPC stream carries; the socket is gone once taken.
+func TestFramedChannelOverPlugin(t *testing.T) {
+	served := make(chan []*protocol.Envelope, 1)
+	client, server := plugin.TestPluginGRPCConn(t, false, PluginMap(func(ctx context.Context, c Conn) error {
+		hello := &protocol.Hello{ProtocolVersion: protocol.Version, App: "t"}
+		offer, err := OfferFramed(hello)
+		if err != nil {
+			return err
+		}
+		ack, err := Greet(ctx, c, hello)
+		if err != nil {
+			offer.Close()
+			return err
+		}
+		fc, err := offer.Take(ctx, ack)
+		if err != nil || fc == nil {
+			t.Errorf("the host's dial was not taken: %v", err)
+			return err
+		}
+		if _, err := os.Stat(hello.FramedSocket); !os.IsNotExist(err) {
+			t.Errorf("the socket is still there once taken: %v", err)
+		}
+		var got []*protocol.Envelope
+		for range sample() {
+			env, err := fc.Recv()
+			if err != nil {
+				t.Error(err)
+				break
+			}
+			got = append(got, env)
+			if err := fc.Send(env); err != nil { // echoed back
+				t.Error(err)
+			}
+		}
+		served <- got
+		<-ctx.Done()
+		return nil
+	}))
+	defer client.Close()
+	defer server.Stop()
+	raw, err := client.Dispense(PluginName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := raw.(*PluginClient).Open(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hello, conn, err := AcceptFramed(t.Context(), stream, &protocol.HelloAck{WorkerId: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if hello.FramedSocket == "" {
+		t.Fatal("no offer in the hello")
+	}
+	if _, ok := conn.(*pairedConn); !ok {
+		t.Fatalf("the host stayed on %T", conn)
+	}
+	for _, env := range sample() {
+		if err := conn.Send(env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, want := range sample() {
+		got, err := conn.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(got, want) {
+			t.Fatalf("envelope %d came back as %v, want %v", i, got, want)
+		}
+	}
+	select {
+	case got := <-served:
+		for i, want := range sample() {
+			if !proto.Equal(got[i], want) {
+				t.Fatalf("the worker read %v, want %v", got[i], want)
+			}
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the worker read nothing")
+	}
+}
+
+// A stranger on the socket, without the token, is not taken for the host;
+// a host whose ack says it did not dial leaves the worker on the stream.
+func TestFramedOfferWantsTheToken(t *testing.T) {
+	hello := &protocol.Hello{}
+	offer, err := OfferFramed(hello)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := net.Dial("unix", hello.FramedSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = stranger.Write(make([]byte, tokenBytes))
+	defer stranger.Close()
+	host, err := dialFramed(t.Context(), hello)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	fc, err := offer.Take(t.Context(), &protocol.HelloAck{Framed: true})
+	if err != nil || fc == nil {
+		t.Fatalf("the host was not taken: %v", err)
+	}
+	defer fc.Close()
+	if err := host.Send(&protocol.Envelope{Id: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if env, err := fc.Recv(); err != nil || env.Id != 5 {
+		t.Fatalf("the worker read %v, %v from the host", env, err)
+	}
+	// A malformed token is refused before any dial.
+	if _, err := dialFramed(t.Context(), &protocol.Hello{FramedSocket: hello.FramedSocket, FramedToken: hex.EncodeToString([]byte("short"))}); err == nil {
+		t.Fatal("a short token was dialed")
+	}
+	other := &protocol.Hello{}
+	o2, err := OfferFramed(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fc, err := o2.Take(t.Context(), &protocol.HelloAck{}); fc != nil || err != nil {
+		t.Fatalf("without the host's dial: %v, %v", fc, err)
+	}
+}
+
+// An envelope announced larger than the bound ends the channel before
+// anything is read into memory.
+func TestFramedConnRefusesHugeEnvelopes(t *testing.T) {
+	a, b := net.Pipe()
+	fc := NewFramedConn(a)
+	go func() { _, _ = b.Write([]byte{0xff, 0xff, 0xff, 0xff}) }()
+	if _, err := fc.Recv(); err == nil {
+		t.Fatal("a 4 GiB envelope was read")
+	}
+	fc.Close()
+	b.Close()
+}
