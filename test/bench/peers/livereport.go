@@ -58,8 +58,8 @@ func printLive(w io.Writer, o *options, rs []liveResult) {
 	fmt.Fprintln(w, "|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for i := range rs {
 		r := &rs[i]
-		fmt.Fprintf(w, "| %s | %d | %s | %.0f | %s | %s | %s | %s | %s | %s / %s | %s | %s |\n",
-			r.size.Label, r.tabs, r.label, r.rate(),
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s | %s |\n",
+			r.size.Label, r.tabs, r.label, perMsgNum(r.rate()),
 			benchkit.FormatDuration(r.p(0.50)), benchkit.FormatDuration(r.p(0.99)),
 			r.split(func(c procCounters) float64 { return float64(c.cpu.Microseconds()) }, false),
 			r.split(func(c procCounters) float64 { return float64(c.writes) }, false),
