@@ -50,29 +50,41 @@ func appendValue(b []byte, v any) ([]byte, error) {
 	case encoded:
 		return appendLong(b, string(x)), nil
 	case []any:
-		b = append(b, 'a')
-		b = binary.AppendUvarint(b, uint64(len(x)))
-		var err error
-		for _, e := range x {
-			if b, err = appendValue(b, e); err != nil {
-				return nil, err
-			}
-		}
-		return b, nil
+		return appendArray(b, x)
+	case openArray:
+		return appendArray(b, x)
 	case map[string]any:
-		b = append(b, 'm')
-		b = binary.AppendUvarint(b, uint64(len(x)))
-		var err error
-		for k, e := range x {
-			b = binary.AppendUvarint(b, uint64(len(k)))
-			b = append(b, k...)
-			if b, err = appendValue(b, e); err != nil {
-				return nil, err
-			}
-		}
-		return b, nil
+		return appendMap(b, x)
+	case openMap:
+		return appendMap(b, x)
 	}
 	return nil, fmt.Errorf("encoding a tree: %T is not a tree value", v)
+}
+
+func appendArray(b []byte, a []any) ([]byte, error) {
+	b = append(b, 'a')
+	b = binary.AppendUvarint(b, uint64(len(a)))
+	var err error
+	for _, e := range a {
+		if b, err = appendValue(b, e); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+func appendMap(b []byte, m map[string]any) ([]byte, error) {
+	b = append(b, 'm')
+	b = binary.AppendUvarint(b, uint64(len(m)))
+	var err error
+	for k, e := range m {
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+		if b, err = appendValue(b, e); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
 }
 
 func appendNumber(b []byte, f float64) []byte {
@@ -139,7 +151,7 @@ func appendAny(b []byte, v any) ([]byte, error) {
 			return nil, err
 		}
 		return appendAny(b, out)
-	case encoded:
+	case encoded, openMap, openArray:
 		return appendValue(b, x)
 	}
 	switch reflect.ValueOf(v).Kind() {
@@ -305,19 +317,31 @@ func sizeValue(v any) int {
 	case encoded:
 		return len(x)
 	case []any:
-		n := 1 + uvarintLen(len(x))
-		for _, e := range x {
-			n += sizeValue(e)
-		}
-		return n
+		return sizeArray(x)
+	case openArray:
+		return sizeArray(x)
 	case map[string]any:
-		n := 1 + uvarintLen(len(x))
-		for k, e := range x {
-			n += uvarintLen(len(k)) + len(k) + sizeValue(e)
-		}
-		return n
+		return sizeMap(x)
+	case openMap:
+		return sizeMap(x)
 	}
 	return 1 // nil, true, false (and what appendValue refuses)
+}
+
+func sizeArray(a []any) int {
+	n := 1 + uvarintLen(len(a))
+	for _, e := range a {
+		n += sizeValue(e)
+	}
+	return n
+}
+
+func sizeMap(m map[string]any) int {
+	n := 1 + uvarintLen(len(m))
+	for k, e := range m {
+		n += uvarintLen(len(k)) + len(k) + sizeValue(e)
+	}
+	return n
 }
 
 func uvarintLen(n int) int {
@@ -357,7 +381,7 @@ func decodeTree(t *Tree, b []byte) error {
 	if end != len(s) {
 		return fmt.Errorf("%w: %d trailing bytes", errTreeCodec, len(s)-end)
 	}
-	t.root, t.size, t.held = root.(map[string]any), int64(len(b)), int64(len(b))
+	t.root, t.size, t.held = map[string]any(root.(openMap)), int64(len(b)), int64(len(b))
 	return nil
 }
 
@@ -469,8 +493,9 @@ func le64(s string) uint64 {
 		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
 
-// openContainer reads the array or the map at s[i:] one level deep: its
-// elements as itemAt reads them. It returns where the container ends.
+// openContainer reads the array or the map at s[i:] one level deep, into
+// an openArray or an openMap: its elements as itemAt reads them. It
+// returns where the container ends.
 func openContainer(s string, i, left int) (any, int, error) {
 	if i >= len(s) || (s[i] != 'a' && s[i] != 'm') || left < 0 {
 		return nil, 0, errTreeCodec
@@ -480,7 +505,7 @@ func openContainer(s string, i, left int) (any, int, error) {
 		return nil, 0, err
 	}
 	if s[i] == 'a' {
-		out := make([]any, n)
+		out := make(openArray, n)
 		for k := range out {
 			if out[k], j, err = itemAt(s, j, left-1); err != nil {
 				return nil, 0, err
@@ -488,7 +513,7 @@ func openContainer(s string, i, left int) (any, int, error) {
 		}
 		return out, j, nil
 	}
-	out := make(map[string]any, n)
+	out := make(openMap, n)
 	for k := 0; k < n; k++ {
 		var kl int
 		if kl, j, err = lenAt(s, j); err != nil {

@@ -9,23 +9,39 @@ import (
 // what it decoded from a package, and what Set gave it, so until something
 // goes into it: a page woken from a package holds about its encoded size,
 // not the five times that of boxed values, and an untouched part encodes
-// again as a copy of its bytes.
+// again as a copy of its bytes. An encoded value never changes.
 //
-// An encoded value never changes. A write that goes into one opens it, one
-// level (openContainer: its scalars decoded, its arrays and maps encoded),
-// and the opened map or array takes its place in its parent; a read opens
-// it the same way, unless a view of the tree is being read (a view may
-// share the parent), and then reads it where it lies. What is opened from
-// one is a copy but for the encoded values in it, which share the bytes of
-// the encoding they came in: a tree packs itself again when the encodings
-// it may keep alive outgrow it (Tree.settle).
+// A tree's values are of three kinds:
+//
+//   - JSON-like values (scalars, map[string]any, []any), which hold only
+//     JSON-like values: what Get returns, as it is;
+//   - encoded maps and arrays;
+//   - openMap and openArray: a map or an array that a write or a read went
+//     into, opened one level (openContainer: its scalars decoded, its maps
+//     and arrays encoded), whose values are of any kind. The root is one,
+//     though a map[string]any (code outside the tree sets and reads it).
+//
+// A write into an open one stores what it writes encoded; a write into a
+// JSON-like one stores it JSON-like. A Get of an encoded or an open value
+// makes it JSON-like in its place (materialize), once. What is opened or
+// decoded is a copy, but for the encoded values in it, which share the
+// bytes of the encoding they came in: a tree packs itself again when the
+// encodings it may keep alive outgrow it (Tree.settle).
 type encoded string
+
+// openMap is a map opened from its encoding, or made by a write on its way
+// into an open one: its values are of any kind.
+type openMap map[string]any
+
+// openArray is an array opened from its encoding: its values are of any
+// kind.
+type openArray []any
 
 // noBound is the depth bound of an encoded value opened again: it was
 // checked against maxDepth when it came in, or the tree made it.
 const noBound = math.MaxInt
 
-// open returns r opened one level: a map[string]any or a []any.
+// open returns r opened one level: an openMap or an openArray.
 func (r encoded) open() (any, error) {
 	v, _, err := openContainer(string(r), 0, noBound)
 	return v, err
@@ -96,22 +112,57 @@ func (r encoded) decode() any {
 // a tree's root marshals as it always did.
 func (r encoded) MarshalJSON() ([]byte, error) { return appendJSON(nil, r) }
 
-// materialize returns v, a value of a tree, as Get gives it: JSON-like
-// values only, a map or an array a copy of its own.
+// isOpen says whether v, a value of a tree, may hold values that are not
+// JSON-like: it is encoded, or open.
+func isOpen(v any) bool {
+	switch v.(type) {
+	case encoded, openMap, openArray:
+		return true
+	}
+	return false
+}
+
+// materialize makes v, a value of a tree no view shares, JSON-like, in its
+// place: an encoded value decoded, an open map or array made a
+// map[string]any or a []any with its values made JSON-like in turn.
 func materialize(v any) any {
 	switch x := v.(type) {
 	case encoded:
 		return x.decode()
-	case map[string]any:
+	case openMap:
+		for k, e := range x {
+			if isOpen(e) {
+				x[k] = materialize(e)
+			}
+		}
+		return map[string]any(x)
+	case openArray:
+		for i, e := range x {
+			if isOpen(e) {
+				x[i] = materialize(e)
+			}
+		}
+		return []any(x)
+	}
+	return v
+}
+
+// materialized returns v, a value of a tree a view may share, JSON-like:
+// what is JSON-like already as it is, the rest a copy.
+func materialized(v any) any {
+	switch x := v.(type) {
+	case encoded:
+		return x.decode()
+	case openMap:
 		out := make(map[string]any, len(x))
 		for k, e := range x {
-			out[k] = materialize(e)
+			out[k] = materialized(e)
 		}
 		return out
-	case []any:
+	case openArray:
 		out := make([]any, len(x))
 		for i, e := range x {
-			out[i] = materialize(e)
+			out[i] = materialized(e)
 		}
 		return out
 	}

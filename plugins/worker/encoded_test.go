@@ -235,6 +235,11 @@ func TestTreeMatchesModel(t *testing.T) {
 				case op == 19:
 					tr.pack()
 				}
+				for k, v := range tr.root {
+					if err := kindsHold(v, false); err != nil {
+						t.Fatalf("step %d: %s: %v", step, k, err)
+					}
+				}
 				b, err := encodeTree(tr)
 				if err != nil {
 					t.Fatal(err)
@@ -256,6 +261,31 @@ func TestTreeMatchesModel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// kindsHold checks what encoded.go says of a tree's values: a JSON-like
+// map or array holds JSON-like values only.
+func kindsHold(v any, inJSONLike bool) error {
+	if inJSONLike && isOpen(v) {
+		return fmt.Errorf("a %T in a JSON-like map or array", v)
+	}
+	if m, ok := asMap(v); ok {
+		_, jsonLike := v.(map[string]any)
+		for k, e := range m {
+			if err := kindsHold(e, jsonLike); err != nil {
+				return fmt.Errorf("%s: %w", k, err)
+			}
+		}
+	}
+	if a, ok := asArray(v); ok {
+		_, jsonLike := v.([]any)
+		for i, e := range a {
+			if err := kindsHold(e, jsonLike); err != nil {
+				return fmt.Errorf("%d: %w", i, err)
+			}
+		}
+	}
+	return nil
 }
 
 // A NaN or an infinity has no JSON: a page's write of one is refused and
@@ -307,8 +337,8 @@ func TestTreeOpensOnlyItsPath(t *testing.T) {
 	if at >= in && at < in+uintptr(len(whole)) {
 		t.Fatal("a string read shares the encoding it came in")
 	}
-	rows := tr.root["rows"].([]any) // opened by the read, and row 7
-	if _, ok := rows[7].(map[string]any); !ok {
+	rows := tr.root["rows"].(openArray) // opened by the read, and row 7
+	if _, ok := rows[7].(openMap); !ok {
 		t.Fatalf("row 7 is %T after a read in it, want it opened", rows[7])
 	}
 	if err := tr.Set("rows/9/qty", 99); err != nil {
@@ -331,7 +361,31 @@ func TestTreeOpensOnlyItsPath(t *testing.T) {
 	if _, ok := rows[8].(encoded); !ok {
 		t.Fatalf("a read under a view opened row 8 (%T)", rows[8])
 	}
+	if got, ok := tr.Get("rows/8").(map[string]any); !ok || got["qty"] != 8.0 {
+		t.Fatalf("rows/8 under a view = %#v", tr.Get("rows/8"))
+	}
+	if _, ok := rows[8].(encoded); !ok {
+		t.Fatalf("a Get under a view decoded row 8 in its place (%T)", rows[8])
+	}
 	release()
+	// A Get of a whole array decodes it in its place, once: then it is the
+	// tree's own, and what is written into it is JSON-like too.
+	all, ok := tr.Get("rows").([]any)
+	if !ok || len(all) != 1000 || all[9].(map[string]any)["qty"] != 99.0 {
+		t.Fatalf("rows = %T", tr.Get("rows"))
+	}
+	if again := tr.Get("rows").([]any); &again[0] != &all[0] {
+		t.Fatal("a second Get of rows decoded them again")
+	}
+	if err := tr.Set("rows/3", map[string]any{"id": 3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := all[3].(map[string]any); !ok {
+		t.Fatalf("a row written into decoded rows is %T, want a map[string]any", all[3])
+	}
+	if b, _ := encodeTree(tr); tr.size != int64(len(b)) {
+		t.Fatalf("size %d, encoded %d", tr.size, len(b))
+	}
 }
 
 // A tree packs itself once the encodings it may keep alive pass twice its

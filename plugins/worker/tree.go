@@ -20,17 +20,16 @@ import (
 // numeric segment indexes an array. The empty path is the root, a map.
 //
 // A tree keeps the maps and arrays nobody has gone into in their encoding
-// (encoded.go): what it decoded from a package, and what Set was given. A page
-// woken from a package costs about its encoded size; a write opens the
-// maps and arrays on its path, one level each, and adds what it writes; Get
-// decodes what it returns, so reading a large map or array costs its size.
+// (encoded.go): what it decoded from a package, and what Set was given. A
+// page woken from a package costs about its encoded size; a write, or a
+// read of a value inside, opens the maps and arrays on its path, one level
+// each; a Get of a whole map or array decodes it, once.
 //
 // A Tree is used only from its user's mailbox: it is not safe for concurrent
-// use. The maps and arrays Get returns are copies: a change to one is
-// written back with Set.
+// use, and values returned by Get must be treated as read-only (write them
+// back with Set).
 type Tree struct {
-	// root is an opened map; each value under it is a scalar, an opened
-	// map[string]any or []any, or an encoded map or array.
+	// root is an open map (encoded.go): its values are of any kind.
 	root map[string]any
 	emit func(op deltaOp, path string, value []byte)
 	// touch, if set, is told of every write (a connection's values, which
@@ -75,11 +74,50 @@ func newTree(emit func(deltaOp, string, []byte)) *Tree {
 }
 
 // Get returns the value at path, or nil when there is none. A map or an
-// array is a copy, decoded from what the tree keeps encoded: reading a
-// large one costs its size, and changing it changes nothing in the tree.
+// array is the tree's own, to be read only. One the tree keeps encoded (or
+// holds encoded parts of) is decoded at its first Get and kept so: reading
+// a large one whole costs its size once, and its boxed values from then
+// on. The root is a copy of the root map, its values the tree's own.
 func (t *Tree) Get(path string) any {
+	if path == "" {
+		return t.rootValue()
+	}
 	v, _ := t.find(path)
-	return materialize(v)
+	if !isOpen(v) {
+		return v
+	}
+	if t.readers.Load() > 0 {
+		return materialized(v) // a view may share it: a copy
+	}
+	m := materialize(v)
+	parent, last := splitLast(path)
+	p, _ := t.find(parent)
+	if pm, ok := asMap(p); ok {
+		pm[last] = m
+	} else if pa, ok := asArray(p); ok {
+		i, _ := strconv.Atoi(last)
+		pa[i] = m
+	}
+	return m
+}
+
+// rootValue is Get(""): a copy of the root, its values made JSON-like in
+// their place (the root is open: Set stores encoded values in it).
+func (t *Tree) rootValue() map[string]any {
+	out := make(map[string]any, len(t.root))
+	viewed := t.readers.Load() > 0
+	for k, v := range t.root {
+		switch {
+		case !isOpen(v):
+		case viewed:
+			v = materialized(v)
+		default:
+			v = materialize(v)
+			t.root[k] = v
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // String returns the string at path, or "".
@@ -125,7 +163,7 @@ func (t *Tree) Set(path string, v any) error {
 		if err != nil {
 			return fmt.Errorf("setting the root: %w", err)
 		}
-		t.root, t.held = root.(map[string]any), 0
+		t.root, t.held = map[string]any(root.(openMap)), 0
 	} else if err := t.place(path, nv, false); err != nil {
 		return err
 	}
@@ -215,33 +253,56 @@ func (t *Tree) find(path string) (any, bool) {
 }
 
 // step returns what cur holds under seg and whether it holds anything
-// there. into says the walk goes on into it: an encoded value is then opened in its
-// place, unless a view is being read (it may share the parent), and then
-// read where it lies.
+// there. into says the walk goes on into it: an encoded value is then
+// opened in its place, unless a view is being read (it may share the
+// parent), and then read where it lies.
 func (t *Tree) step(cur any, seg string, into bool) (any, bool) {
-	switch c := cur.(type) {
-	case map[string]any:
-		v, ok := c[seg]
+	if m, ok := asMap(cur); ok {
+		v, ok := m[seg]
 		if r, isEnc := v.(encoded); isEnc && into && t.readers.Load() == 0 {
 			if o, err := r.open(); err == nil {
-				c[seg], v = o, o
+				m[seg], v = o, o
 			}
 		}
 		return v, ok
-	case []any:
+	}
+	if a, ok := asArray(cur); ok {
 		i, err := strconv.Atoi(seg)
-		if err != nil || i < 0 || i >= len(c) {
+		if err != nil || i < 0 || i >= len(a) {
 			return nil, false
 		}
-		v := c[i]
+		v := a[i]
 		if r, isEnc := v.(encoded); isEnc && into && t.readers.Load() == 0 {
 			if o, err := r.open(); err == nil {
-				c[i], v = o, o
+				a[i], v = o, o
 			}
 		}
 		return v, true
-	case encoded:
-		return c.child(seg)
+	}
+	if r, ok := cur.(encoded); ok {
+		return r.child(seg)
+	}
+	return nil, false
+}
+
+// asMap returns v as a map if it is one: JSON-like or open.
+func asMap(v any) (map[string]any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return x, true
+	case openMap:
+		return x, true
+	}
+	return nil, false
+}
+
+// asArray returns v as an array if it is one: JSON-like or open.
+func asArray(v any) ([]any, bool) {
+	switch x := v.(type) {
+	case []any:
+		return x, true
+	case openArray:
+		return x, true
 	}
 	return nil, false
 }
@@ -249,13 +310,14 @@ func (t *Tree) step(cur any, seg string, into bool) (any, bool) {
 // shape says whether cur is a map or an array, and how many it holds; ok
 // is false for a scalar.
 func shape(cur any) (isMap bool, n int, ok bool) {
-	switch c := cur.(type) {
-	case map[string]any:
-		return true, len(c), true
-	case []any:
-		return false, len(c), true
-	case encoded:
-		return c.isMap(), c.count(), true
+	if m, ok := asMap(cur); ok {
+		return true, len(m), true
+	}
+	if a, ok := asArray(cur); ok {
+		return false, len(a), true
+	}
+	if r, ok := cur.(encoded); ok {
+		return r.isMap(), r.count(), true
 	}
 	return false, 0, false
 }
@@ -350,7 +412,7 @@ func (t *Tree) pack() {
 	if err != nil {
 		return
 	}
-	t.root, t.size, t.held = root.(map[string]any), int64(len(s)), int64(len(s))
+	t.root, t.size, t.held = map[string]any(root.(openMap)), int64(len(s)), int64(len(s))
 	if t.readers.Load() > 0 {
 		t.mark(identity(t.root)) // the view has the old root
 	}
@@ -370,13 +432,13 @@ func (t *Tree) view() (root map[string]any, release func()) {
 	}
 }
 
-// identity is what owned knows an opened map or array by.
+// identity is what owned knows a map or an array by.
 func identity(x any) unsafe.Pointer {
-	switch c := x.(type) {
-	case map[string]any:
-		return reflect.ValueOf(c).UnsafePointer()
-	case []any:
-		return unsafe.Pointer(unsafe.SliceData(c))
+	if m, ok := asMap(x); ok {
+		return reflect.ValueOf(m).UnsafePointer()
+	}
+	if a, ok := asArray(x); ok {
+		return unsafe.Pointer(unsafe.SliceData(a))
 	}
 	return nil
 }
@@ -385,11 +447,12 @@ func identity(x any) unsafe.Pointer {
 // a view is being read, a map or an array the view may hold is copied
 // first (its values stay shared until they are written in turn).
 func (t *Tree) owned(x any) any {
-	key := identity(x)
-	if key == nil {
+	_, isMap := asMap(x)
+	_, isArray := asArray(x)
+	if !isMap && !isArray {
 		return x
 	}
-	if _, ok := t.own[key]; ok {
+	if _, ok := t.own[identity(x)]; ok {
 		return x
 	}
 	switch c := x.(type) {
@@ -399,7 +462,15 @@ func (t *Tree) owned(x any) any {
 			m = map[string]any{}
 		}
 		x = m
+	case openMap:
+		m := maps.Clone(c)
+		if m == nil {
+			m = openMap{}
+		}
+		x = m
 	case []any:
+		x = slices.Clone(c)
+	case openArray:
 		x = slices.Clone(c)
 	}
 	t.mark(identity(x))
@@ -429,7 +500,9 @@ func (t *Tree) writable(x any, cow bool) (any, error) {
 	return x, nil
 }
 
-// place writes v (or deletes) at path.
+// place writes v (or deletes) at path. What it writes into an open map or
+// array (the root is one) goes as it is given; into a JSON-like one, made
+// JSON-like (v is the write's own: Set's encoding, a journal's decoding).
 func (t *Tree) place(path string, v any, del bool) error {
 	segs := strings.Split(path, "/")
 	cow := t.readers.Load() > 0
@@ -439,62 +512,108 @@ func (t *Tree) place(path string, v any, del bool) error {
 		t.own = nil // no view left: what it held goes with it
 	}
 	var cur any = t.root
+	open := true
 	for i, seg := range segs {
 		last := i == len(segs)-1
-		switch c := cur.(type) {
-		case map[string]any:
-			if last {
-				if del {
-					delete(c, seg)
-				} else {
-					c[seg] = v
-				}
-				return nil
-			}
-			next, ok := c[seg]
-			if !ok || next == nil {
-				if del {
-					return nil
-				}
-				m := map[string]any{}
-				if cow {
-					t.mark(identity(m))
-				}
-				c[seg] = m
-				cur = m
-				continue
-			}
-			w, err := t.writable(next, cow)
-			if err != nil {
+		if !last {
+			var err error
+			cur, open, err = t.into(cur, open, seg, del, cow)
+			switch {
+			case errors.Is(err, errIndexRange):
+				return fmt.Errorf("%w: %q: index %q out of range", ErrBadPath, path, seg)
+			case errors.Is(err, errNotContainer):
+				return fmt.Errorf("%w: %q: %q is not a map or an array", ErrBadPath, path, strings.Join(segs[:i], "/"))
+			case err != nil:
 				return fmt.Errorf("%w: %q: %v", ErrBadPath, path, err)
+			case cur == nil && del:
+				return nil // what is to be deleted is not there
 			}
-			if identity(w) != identity(next) {
-				c[seg] = w
+			continue
+		}
+		if !open {
+			v = materialize(v)
+		}
+		if m, ok := asMap(cur); ok {
+			if del {
+				delete(m, seg)
+			} else {
+				m[seg] = v
 			}
-			cur = w
-		case []any:
+			return nil
+		}
+		if a, ok := asArray(cur); ok {
 			idx, err := strconv.Atoi(seg)
-			if err != nil || idx < 0 || idx >= len(c) {
+			if err != nil || idx < 0 || idx >= len(a) {
 				return fmt.Errorf("%w: %q: index %q out of range", ErrBadPath, path, seg)
 			}
-			if last {
-				if del {
-					return fmt.Errorf("%w: %q: cannot delete an array element, set the array", ErrBadPath, path)
-				}
-				c[idx] = v
-				return nil
+			if del {
+				return fmt.Errorf("%w: %q: cannot delete an array element, set the array", ErrBadPath, path)
 			}
-			w, err := t.writable(c[idx], cow)
-			if err != nil {
-				return fmt.Errorf("%w: %q: %v", ErrBadPath, path, err)
-			}
-			c[idx] = w
-			cur = w
-		default:
-			return fmt.Errorf("%w: %q: %q is not a map or an array", ErrBadPath, path, strings.Join(segs[:i], "/"))
+			a[idx] = v
+			return nil
 		}
+		return fmt.Errorf("%w: %q: %q is not a map or an array", ErrBadPath, path, strings.Join(segs[:i], "/"))
 	}
 	return nil
+}
+
+var (
+	errIndexRange   = errors.New("index out of range")
+	errNotContainer = errors.New("not a map or an array")
+)
+
+// into returns what cur holds under seg (open says whether cur is open),
+// ready for a write to go on into, and whether it is open: a map made if
+// a write needs one (nil for a delete), an encoded value opened, and
+// while a view is being read, owned.
+func (t *Tree) into(cur any, open bool, seg string, del, cow bool) (any, bool, error) {
+	if m, ok := asMap(cur); ok {
+		next, ok := m[seg]
+		if !ok || next == nil {
+			if del {
+				return nil, false, nil
+			}
+			var made any = map[string]any{}
+			if open {
+				made = openMap{}
+			}
+			if cow {
+				t.mark(identity(made))
+			}
+			m[seg] = made
+			return made, open, nil
+		}
+		w, err := t.writable(next, cow)
+		if err != nil {
+			return nil, false, err
+		}
+		if identity(w) != identity(next) {
+			m[seg] = w
+		}
+		return w, isOpenContainer(w), nil
+	}
+	if a, ok := asArray(cur); ok {
+		idx, err := strconv.Atoi(seg)
+		if err != nil || idx < 0 || idx >= len(a) {
+			return nil, false, errIndexRange
+		}
+		w, err := t.writable(a[idx], cow)
+		if err != nil {
+			return nil, false, err
+		}
+		a[idx] = w
+		return w, isOpenContainer(w), nil
+	}
+	return nil, false, errNotContainer
+}
+
+// isOpenContainer says whether v is an open map or array.
+func isOpenContainer(v any) bool {
+	switch v.(type) {
+	case openMap, openArray:
+		return true
+	}
+	return false
 }
 
 // snapshot encodes the whole tree as JSON (a RESET).

@@ -31,39 +31,51 @@ func appendJSON(b []byte, v any) ([]byte, error) {
 		b, _, err := appendJSONRaw(b, string(x), 0)
 		return b, err
 	case []any:
-		if x == nil {
-			return append(b, "null"...), nil
-		}
-		b = append(b, '[')
-		var err error
-		for i, e := range x {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			if b, err = appendJSON(b, e); err != nil {
-				return nil, err
-			}
-		}
-		return append(b, ']'), nil
+		return appendJSONArray(b, x)
+	case openArray:
+		return appendJSONArray(b, x)
 	case map[string]any:
-		if x == nil {
-			return append(b, "null"...), nil
-		}
-		b = append(b, '{')
-		var err error
-		var small [16]entry
-		for i, e := range sortedEntries(x, small[:]) {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(appendJSONString(b, e.key), ':')
-			if b, err = appendJSON(b, e.val); err != nil {
-				return nil, err
-			}
-		}
-		return append(b, '}'), nil
+		return appendJSONMap(b, x)
+	case openMap:
+		return appendJSONMap(b, x)
 	}
 	return nil, fmt.Errorf("writing JSON: %T is not a tree value", v)
+}
+
+func appendJSONArray(b []byte, a []any) ([]byte, error) {
+	if a == nil {
+		return append(b, "null"...), nil
+	}
+	b = append(b, '[')
+	var err error
+	for i, e := range a {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if b, err = appendJSON(b, e); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, ']'), nil
+}
+
+func appendJSONMap(b []byte, m map[string]any) ([]byte, error) {
+	if m == nil {
+		return append(b, "null"...), nil
+	}
+	b = append(b, '{')
+	var err error
+	var small [16]entry
+	for i, e := range sortedEntries(m, small[:]) {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(appendJSONString(b, e.key), ':')
+		if b, err = appendJSON(b, e.val); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, '}'), nil
 }
 
 // jsonEntry is where a map's entry went in the JSON being written.
