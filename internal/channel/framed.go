@@ -28,10 +28,10 @@ import (
 // on the gRPC stream; the worker offers its socket in its Hello (path and a
 // one-time token, both only ever sent over that authenticated stream), the
 // host dials it and proves itself with the token, and says so in its
-// HelloAck. From then on the envelopes go on the socket: no HTTP/2 frames,
-// flow-control windows or goroutine hand-offs per envelope, and whoever
-// sends while another sender writes leaves its envelope to that writer, so
-// envelopes sent together leave in one write. A host or worker that does
+// HelloAck. From then on the envelopes go on the socket: no HTTP/2 frames
+// or flow-control windows, and one writer goroutine that writes whatever
+// the senders queued since its last write in one write, so a busy channel
+// makes a syscall for many envelopes, not one each. A host or worker that does
 // not offer or take it stays on the gRPC stream.
 
 // tokenBytes is the size of the token the host proves itself with.
@@ -43,6 +43,9 @@ const framedReadBuffer = 64 << 10
 // keptBuffer is the largest buffer a framed channel keeps between
 // envelopes: a package's pieces do not stay behind.
 const keptBuffer = 1 << 20
+
+// queueBytes bounds what waits for the writer before senders wait.
+const queueBytes = 4 << 20
 
 // offerWait bounds how long the worker waits for the host's dial once the
 // host said it dialed.
@@ -56,11 +59,17 @@ type FramedConn struct {
 	hdr  [4]byte
 	rbuf []byte // Recv's buffer; only Recv uses it
 
-	mu      sync.Mutex // guards out, spare, writing, werr
-	out     []byte     // encoded envelopes waiting for the writer
-	spare   []byte
-	writing bool // a sender is writing out
-	werr    error
+	mu    sync.Mutex // guards out, spare, werr
+	out   []byte     // encoded envelopes waiting for the writer
+	spare []byte
+	werr  error
+	// kick wakes the writer: something waits in out.
+	kick chan struct{}
+	// room is signalled when the writer takes out: a sender waits while
+	// out holds queueBytes or more (a side that stops reading holds its
+	// senders back, as a gRPC stream's window does, not an ever-growing
+	// buffer).
+	room *sync.Cond
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -70,19 +79,58 @@ var _ Conn = (*FramedConn)(nil)
 
 // NewFramedConn is a framed channel on nc.
 func NewFramedConn(nc net.Conn) *FramedConn {
-	return &FramedConn{nc: nc, r: bufio.NewReaderSize(nc, framedReadBuffer), done: make(chan struct{})}
+	c := &FramedConn{nc: nc, r: bufio.NewReaderSize(nc, framedReadBuffer), done: make(chan struct{}), kick: make(chan struct{}, 1)}
+	c.room = sync.NewCond(&c.mu)
+	go c.writeLoop()
+	return c
 }
 
-// Send encodes env for the writer. If no other sender is writing, this one
-// writes, and goes on writing what others queued meanwhile until nothing
-// is left: envelopes sent at once leave in one write, and no goroutine
-// waits in between.
+// writeLoop writes what the senders queued, all of it at each turn, until
+// the channel closes or a write fails.
+func (c *FramedConn) writeLoop() {
+	for {
+		select {
+		case <-c.kick:
+		case <-c.done:
+			return
+		}
+		c.mu.Lock()
+		buf := c.out
+		c.out = c.spare[:0]
+		c.room.Broadcast()
+		c.mu.Unlock()
+		if len(buf) == 0 {
+			continue
+		}
+		_, err := c.nc.Write(buf)
+		c.mu.Lock()
+		if cap(buf) <= keptBuffer {
+			c.spare = buf[:0]
+		}
+		if err != nil && c.werr == nil {
+			c.werr = c.closedOr(err)
+		}
+		failed := c.werr != nil
+		c.mu.Unlock()
+		if failed {
+			c.Close() // the reader sees it too
+			return
+		}
+	}
+}
+
+// Send encodes env for the writer and returns: like a gRPC stream's Send,
+// it does not wait for the bytes to leave; a write that fails closes the
+// channel, which the reading side sees.
 func (c *FramedConn) Send(env *protocol.Envelope) error {
 	size := proto.Size(env)
 	if size > MaxEnvelopeBytes {
 		return fmt.Errorf("an envelope of %d bytes; at most %d are sent", size, MaxEnvelopeBytes)
 	}
 	c.mu.Lock()
+	for len(c.out) >= queueBytes && c.werr == nil {
+		c.room.Wait()
+	}
 	if c.werr != nil {
 		err := c.werr
 		c.mu.Unlock()
@@ -97,30 +145,12 @@ func (c *FramedConn) Send(env *protocol.Envelope) error {
 		c.mu.Unlock()
 		return err
 	}
-	if c.writing {
-		c.mu.Unlock()
-		return nil // the sender writing takes it
-	}
-	c.writing = true
-	for len(c.out) > 0 && c.werr == nil {
-		buf := c.out
-		c.out = c.spare[:0]
-		c.mu.Unlock()
-		_, werr := c.nc.Write(buf)
-		c.mu.Lock()
-		if cap(buf) <= keptBuffer {
-			c.spare = buf[:0]
-		} else {
-			c.spare = nil
-		}
-		if werr != nil {
-			c.werr = c.closedOr(werr)
-		}
-	}
-	c.writing = false
-	err = c.werr
 	c.mu.Unlock()
-	return err
+	select {
+	case c.kick <- struct{}{}:
+	default: // the writer is already woken
+	}
+	return nil
 }
 
 // Recv reads the next envelope.
@@ -156,6 +186,12 @@ func (c *FramedConn) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.done)
 		_ = c.nc.Close()
+		c.mu.Lock()
+		if c.werr == nil {
+			c.werr = ErrClosed
+		}
+		c.room.Broadcast()
+		c.mu.Unlock()
 	})
 	return nil
 }

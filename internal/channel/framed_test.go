@@ -157,3 +157,44 @@ func TestFramedConnRefusesHugeEnvelopes(t *testing.T) {
 	fc.Close()
 	b.Close()
 }
+
+// A side that stops reading holds its senders back once queueBytes wait,
+// rather than letting the queue grow; closing lets them go with an error.
+func TestFramedConnBoundsItsQueue(t *testing.T) {
+	a, b := net.Pipe() // nothing reads b
+	defer b.Close()
+	fc := NewFramedConn(a)
+	big := &protocol.Envelope{Body: &protocol.Envelope_FrameReply{FrameReply: &protocol.FrameReply{
+		Kind: &protocol.FrameReply_Message{Message: &protocol.MessageResult{Data: make([]byte, 1<<20)}}}}}
+	sent := make(chan int, 64)
+	go func() {
+		for i := 0; ; i++ {
+			if err := fc.Send(big); err != nil {
+				close(sent)
+				return
+			}
+			sent <- i
+		}
+	}()
+	n := 0
+	deadline := time.After(2 * time.Second)
+wait:
+	for {
+		select {
+		case _, ok := <-sent:
+			if !ok {
+				t.Fatal("a send failed before the close")
+			}
+			n++
+		case <-deadline:
+			break wait
+		}
+	}
+	// What waits, and what the writer took into its blocked write.
+	if n > 2*queueBytes/(1<<20)+2 {
+		t.Fatalf("%d MiB queued for a side that reads nothing", n)
+	}
+	fc.Close()
+	for range sent {
+	}
+}
