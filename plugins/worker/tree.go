@@ -38,8 +38,8 @@ type Tree struct {
 	// readers counts the views of the tree being read outside its mailbox
 	// (a precopy being encoded). While there is one, a write copies each
 	// map and array on its path before changing it, once per view: own
-	// holds those copied (or made) since the last view was taken. Raws
-	// never change, and are shared as they are.
+	// holds those copied (or made) since the last view was taken. Encoded
+	// values never change, and are shared as they are.
 	readers atomic.Int32
 	own     map[unsafe.Pointer]struct{}
 	// size is the tree's size as the tree codec writes it, kept as it is
@@ -234,9 +234,9 @@ func heldBy(v any) int {
 	return 0
 }
 
-// find returns the value the tree stores at path (a scalar, an opened map
-// or array, or an encoded one) and whether it stores one there: a key holding nil
-// counts, an index out of range does not.
+// find returns the value the tree stores at path, of any kind (encoded.go),
+// and whether it stores one there: a key holding nil counts, an index out
+// of range does not.
 func (t *Tree) find(path string) (any, bool) {
 	if path == "" {
 		return t.root, true
@@ -388,10 +388,11 @@ const packSlack = 64 << 10
 
 // settle packs the tree when the encodings it may keep alive (held) pass
 // twice its size: a page whose writes replaced most of what it was woken
-// with (a grid's rows that became a page of them) would otherwise keep
-// all of it, for the few strings and encoded values left of it. A tree so holds at
-// most twice its size in encodings, plus packSlack, beside the maps and
-// arrays its writes and reads opened.
+// with (a grid's rows that became a page of them) would otherwise keep all
+// of that encoding alive for the few encoded values left of it. The
+// encodings a tree holds so stay under twice its size plus packSlack;
+// beside them are the maps and arrays its writes and reads opened, and
+// what Gets decoded.
 func (t *Tree) settle() {
 	if t.held > 2*t.size+packSlack {
 		t.pack()
@@ -399,9 +400,9 @@ func (t *Tree) settle() {
 }
 
 // pack encodes the tree again, whole, and opens its root: everything
-// under it is encoded again, in one new encoding of the tree's size. It costs
-// an encoding of the tree (a copy, for what is still encoded) once per about
-// its size in bytes written.
+// under it is encoded again, in one encoding of the tree's size. It costs
+// an encoding of the tree (a copy, for what is still encoded), and comes
+// once per at least about its size in maps and arrays written.
 func (t *Tree) pack() {
 	b, err := appendValue(make([]byte, 0, sizeValue(t.root)), t.root)
 	if err != nil {
