@@ -95,13 +95,17 @@ func (c *FramedConn) writeLoop() {
 			return
 		}
 		c.mu.Lock()
-		buf := c.out
-		c.out = c.spare[:0]
-		c.room.Broadcast()
-		c.mu.Unlock()
-		if len(buf) == 0 {
+		if len(c.out) == 0 {
+			// A kick for what the last turn took.
+			c.mu.Unlock()
 			continue
 		}
+		// out and spare never share an array: the senders append to the
+		// one while the other is written.
+		buf := c.out
+		c.out, c.spare = c.spare[:0], nil
+		c.room.Broadcast()
+		c.mu.Unlock()
 		_, err := c.nc.Write(buf)
 		c.mu.Lock()
 		if cap(buf) <= keptBuffer {
@@ -123,10 +127,6 @@ func (c *FramedConn) writeLoop() {
 // it does not wait for the bytes to leave; a write that fails closes the
 // channel, which the reading side sees.
 func (c *FramedConn) Send(env *protocol.Envelope) error {
-	size := proto.Size(env)
-	if size > MaxEnvelopeBytes {
-		return fmt.Errorf("an envelope of %d bytes; at most %d are sent", size, MaxEnvelopeBytes)
-	}
 	c.mu.Lock()
 	for len(c.out) >= queueBytes && c.werr == nil {
 		c.room.Wait()
@@ -136,15 +136,21 @@ func (c *FramedConn) Send(env *protocol.Envelope) error {
 		c.mu.Unlock()
 		return err
 	}
+	// The length goes in front of the encoding once it is known.
 	mark := len(c.out)
-	c.out = binary.BigEndian.AppendUint32(c.out, uint32(size))
+	c.out = append(c.out, 0, 0, 0, 0)
 	var err error
-	c.out, err = proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(c.out, env)
+	c.out, err = proto.MarshalOptions{}.MarshalAppend(c.out, env)
+	size := len(c.out) - mark - 4
+	if err == nil && size > MaxEnvelopeBytes {
+		err = fmt.Errorf("an envelope of %d bytes; at most %d are sent", size, MaxEnvelopeBytes)
+	}
 	if err != nil {
 		c.out = c.out[:mark]
 		c.mu.Unlock()
 		return err
 	}
+	binary.BigEndian.PutUint32(c.out[mark:], uint32(size))
 	c.mu.Unlock()
 	select {
 	case c.kick <- struct{}{}:
