@@ -539,3 +539,42 @@ func modelNormalize(v any) (any, error) {
 	}
 	return out, nil
 }
+
+// Len counts an array or a map without decoding it: a woken grid's rows
+// stay encoded, and Len agrees with Get's length before and after they
+// are opened.
+func TestTreeLenReadsNoValue(t *testing.T) {
+	src := &Tree{root: map[string]any{}}
+	if err := src.Set("rows", gridRows(1000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Set("m", map[string]any{"a": 1.0, "b": "x"}); err != nil {
+		t.Fatal(err)
+	}
+	enc, err := encodeTree(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &Tree{}
+	if err := decodeTree(tr, enc); err != nil {
+		t.Fatal(err)
+	}
+	if n := tr.Len("rows"); n != 1000 {
+		t.Fatalf("Len(rows) = %d, want 1000", n)
+	}
+	if _, still := tr.root["rows"].(encoded); !still {
+		t.Fatalf("Len opened the rows: %T", tr.root["rows"])
+	}
+	if n := tr.Len("rows/7"); n != 7 {
+		t.Fatalf("Len(rows/7) = %d, want a row's 7 fields", n)
+	}
+	if n, m, none := tr.Len("m"), tr.Len("m/a"), tr.Len("nothing"); n != 2 || m != 0 || none != 0 {
+		t.Fatalf("Len(m) %d, Len(m/a) %d, Len(nothing) %d", n, m, none)
+	}
+	if err := tr.Set("rows/3/qty", 5.0); err != nil {
+		t.Fatal(err)
+	}
+	if rows, _ := tr.Get("rows").([]any); tr.Len("rows") != len(rows) || len(rows) != 1000 {
+		t.Fatalf("after a write: Len %d, Get's length %d", tr.Len("rows"), len(rows))
+	}
+}

@@ -127,6 +127,16 @@ func (t *Tree) String(path string) string {
 	return s
 }
 
+// Len returns how many elements the array at path holds, or entries the
+// map at path, and 0 for a scalar or nothing there. It reads no value: an
+// array the tree keeps encoded is counted where it lies, not decoded (a
+// handler that needs a grid's length should ask Len, not Get).
+func (t *Tree) Len(path string) int {
+	v, _ := t.find(path)
+	_, n, _ := shape(v)
+	return n
+}
+
 // Number returns the number at path, or 0.
 func (t *Tree) Number(path string) float64 {
 	v, _ := t.find(path)

@@ -274,12 +274,12 @@ func setGrid(t *worker.Tree, size int) error {
 // past draftMax), and the version one higher, which it returns. It is
 // deterministic: the same edits give the same tree and the same deltas.
 func editGrid(t *worker.Tree) (int, error) {
-	rows, _ := t.Get("rows").([]any)
-	if len(rows) == 0 {
+	rows := t.Len("rows")
+	if rows == 0 {
 		return 0, errors.New("edit: the page has no grid (send grid first)")
 	}
 	v := int(t.Number("version"))
-	if err := t.Set(fmt.Sprintf("rows/%d/qty", v%len(rows)), v); err != nil {
+	if err := t.Set(fmt.Sprintf("rows/%d/qty", v%rows), v); err != nil {
 		return 0, err
 	}
 	draft := t.String("draft") + "x"
