@@ -76,37 +76,29 @@ func (c *collector) hold() {
 }
 
 // release ends a hold, waking the pulls the held deltas answer.
-func (c *collector) release() {
+func (c *collector) release() { c.fire(c.endHold()) }
+
+// endHold ends a hold and returns the pulls to wake once the last one
+// ends.
+func (c *collector) endHold() []firing {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.held--
-	var ready []firing
-	if c.held == 0 {
-		if c.holdTimer != nil {
-			c.holdTimer.Stop()
-			c.holdTimer = nil
-		}
-		ready = c.takeWaitersLocked()
+	if c.held > 0 {
+		return nil
 	}
-	c.mu.Unlock()
-	c.fire(ready)
+	if c.holdTimer != nil {
+		c.holdTimer.Stop()
+		c.holdTimer = nil
+	}
+	return c.takeWaitersLocked()
 }
 
 // releaseTaking ends a message's hold like release, but the answers of the
 // pulls it wakes that can be made (pullWaiter.answer) are appended to out,
 // for the message to send with its reply, instead of being sent.
 func (c *collector) releaseTaking(out []*protocol.Envelope) []*protocol.Envelope {
-	c.mu.Lock()
-	c.held--
-	var ready []firing
-	if c.held == 0 {
-		if c.holdTimer != nil {
-			c.holdTimer.Stop()
-			c.holdTimer = nil
-		}
-		ready = c.takeWaitersLocked()
-	}
-	c.mu.Unlock()
-	for _, f := range ready {
+	for _, f := range c.endHold() {
 		if f.w.answer == nil {
 			f.w.reply(f.ds, f.seq)
 			continue
