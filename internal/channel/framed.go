@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"time"
 
@@ -94,6 +95,9 @@ func (c *FramedConn) writeLoop() {
 		case <-c.done:
 			return
 		}
+		// The senders that are running now queue theirs first: one write
+		// then carries them all (on a busy process this is what batches).
+		runtime.Gosched()
 		c.mu.Lock()
 		if len(c.out) == 0 {
 			// A kick for what the last turn took.
