@@ -48,6 +48,10 @@ const keptBuffer = 1 << 20
 // queueBytes bounds what waits for the writer before senders wait.
 const queueBytes = 4 << 20
 
+// maxSocketDir is the longest temporary directory the worker's socket is
+// made in.
+const maxSocketDir = 64
+
 // offerWait bounds how long the worker waits for the host's dial once the
 // host said it dialed.
 const offerWait = 10 * time.Second
@@ -231,7 +235,13 @@ type FramedOffer struct {
 // OfferFramed opens the worker's socket and writes the offer into hello.
 // Call Take with the host's answer, or Close if the handshake fails.
 func OfferFramed(hello *protocol.Hello) (*FramedOffer, error) {
-	dir, err := os.MkdirTemp("", "stickyd-channel-")
+	// A Unix socket's path is bounded (108 bytes on Linux): a long TMPDIR
+	// (a Nomad allocation's) gives way to /tmp.
+	base := os.TempDir()
+	if len(base) > maxSocketDir {
+		base = "/tmp"
+	}
+	dir, err := os.MkdirTemp(base, "stickyd-channel-")
 	if err != nil {
 		return nil, fmt.Errorf("making the channel's socket directory: %w", err)
 	}
