@@ -433,18 +433,28 @@ func (c *wsConn) launch(fl *flight, rt placement.Route) {
 	stamp(fr, rt)
 	fl.epoch = rt.Epoch
 	timeout := c.f.cfg.FrameTimeout + extra
+	// In flight from before it is sent: an answer that comes back at once
+	// (a pull's, woken by the next op) finds the frames still out.
+	c.mu.Lock()
+	c.flights[fl.seq] = fl
+	c.mu.Unlock()
 	// The context bounds the send alone (a worker being replaced is
 	// waited for); the answer's wait costs a timer, no context.
 	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	call, err := c.f.cfg.Dispatcher.Send(ctx, rt.Worker, fr)
 	cancel()
 	if err != nil {
+		c.mu.Lock()
+		delete(c.flights, fl.seq)
+		c.mu.Unlock()
+		c.signal()
 		c.send(errAnswer(fl.o.ID, frameErr(err)))
 		return
 	}
 	c.mu.Lock()
 	if c.ctx.Err() != nil {
 		// The socket ended while the frame went out: nobody waits for it.
+		delete(c.flights, fl.seq)
 		c.mu.Unlock()
 		call.Abandon()
 		return
@@ -456,7 +466,6 @@ func (c *wsConn) launch(fl *flight, rt placement.Route) {
 			c.settled(fl, nil, context.DeadlineExceeded)
 		}
 	})
-	c.flights[fl.seq] = fl
 	c.mu.Unlock()
 	call.Then(func(env *protocol.Envelope, err error) {
 		fl.timer.Stop()
