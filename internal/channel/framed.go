@@ -52,6 +52,10 @@ const queueBytes = 4 << 20
 // made in.
 const maxSocketDir = 64
 
+// tokenWait bounds how long a connection to the worker's socket has to
+// send the token.
+const tokenWait = 2 * time.Second
+
 // offerWait bounds how long the worker waits for the host's dial once the
 // host said it dialed.
 const offerWait = 10 * time.Second
@@ -279,7 +283,9 @@ func (o *FramedOffer) Take(ctx context.Context, ack *protocol.HelloAck) (*Framed
 			return nil, fmt.Errorf("waiting for the host on the framed channel: %w", err)
 		}
 		got := make([]byte, tokenBytes)
-		_ = nc.SetReadDeadline(time.Now().Add(offerWait))
+		// The host writes the token as it connects: a connection that
+		// does not is not kept waiting for long.
+		_ = nc.SetReadDeadline(time.Now().Add(tokenWait))
 		if _, err := io.ReadFull(nc, got); err != nil || subtle.ConstantTimeCompare(got, o.token) != 1 {
 			nc.Close() // not the host: the socket stays for it
 			continue

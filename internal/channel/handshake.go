@@ -81,7 +81,7 @@ func accept(ctx context.Context, c Conn, ack *protocol.HelloAck, framed bool) (*
 	if fc == nil {
 		return hello, c, nil
 	}
-	return hello, &pairedConn{FramedConn: fc, stream: c}, nil
+	return hello, Paired(fc, c), nil
 }
 
 // pairedConn is a framed channel whose handshake's stream stays open

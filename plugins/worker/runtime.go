@@ -351,29 +351,23 @@ func (rt *runtime) runFrame(env *protocol.Envelope) {
 		return rt.frame(f, env.Id, &woken)
 	}()
 	if err != nil {
-		for _, w := range woken {
-			_ = rt.peer.SendTogether(w)
-		}
 		e := &protocol.Error{Code: errCode(err), Message: err.Error()}
 		if errors.Is(err, errConnTaken) {
 			e.Kind = protocol.KindConnTaken
 		}
-		_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Error{Error: e}})
+		_ = rt.peer.SendTogether(append(woken, &protocol.Envelope{Id: env.Id, Reply: true,
+			Body: &protocol.Envelope_Error{Error: e}})...)
 		return
 	}
 	if reply != nil {
 		// Read before the answer leaves: the connection's next frame may
 		// run as soon as it has.
 		forget := rt.askedToForget(reply.Identity)
-		if len(woken) > 0 {
-			// One message to the host, and at the front one write to
-			// the page: the pull's answer says the reply follows.
-			reply.WorkerId = rt.workerID
-			_ = rt.peer.SendTogether(append(woken, &protocol.Envelope{Id: env.Id, Reply: true,
-				Body: &protocol.Envelope_FrameReply{FrameReply: reply}})...)
-		} else {
-			rt.send(env.Id, reply)
-		}
+		// With the pulls it woke, if any: one message to the host, and at
+		// the front one write to the page (their answers say it follows).
+		reply.WorkerId = rt.workerID
+		_ = rt.peer.SendTogether(append(woken, &protocol.Envelope{Id: env.Id, Reply: true,
+			Body: &protocol.Envelope_FrameReply{FrameReply: reply}})...)
 		if forget != "" {
 			if err := rt.peer.Notify(&protocol.Envelope{Body: &protocol.Envelope_Forget{Forget: &protocol.Forget{User: forget}}}); err != nil {
 				rt.log.Warn("asking the host to forget a person", "user", forget, "error", err)

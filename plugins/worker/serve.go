@@ -51,13 +51,13 @@ func InProcess(app App, opts Options) func(context.Context, channel.Conn) error 
 	return func(ctx context.Context, c channel.Conn) error { return ServeConn(ctx, app, opts, c) }
 }
 
-// ServeConn runs app on an open channel until the channel closes or ctx ends.
-// Serve uses it for the plugin's gRPC channel; stickyd dev uses it for an
-// in-process worker on an in-memory channel.
 // channelEnv set to "grpc" keeps a subprocess worker's envelopes on the
 // plugin's gRPC stream instead of the framed channel.
 const channelEnv = "STICKYD_WORKER_CHANNEL"
 
+// ServeConn runs app on an open channel until the channel closes or ctx ends.
+// Serve uses it for the plugin's gRPC channel; stickyd dev uses it for an
+// in-process worker on an in-memory channel.
 func ServeConn(ctx context.Context, app App, opts Options, c channel.Conn) error {
 	hello := &protocol.Hello{ProtocolVersion: protocol.Version, App: opts.Name, AppVersion: opts.Version, Pid: int64(os.Getpid()),
 		Checkpoints: true, PackageChunks: true, Batches: true}
