@@ -43,7 +43,7 @@ const framedReadBuffer = 64 << 10
 
 // keptBuffer is the largest buffer a framed channel keeps between
 // envelopes: a package's pieces do not stay behind.
-const keptBuffer = 1 << 20
+const keptBuffer = 64 << 10
 
 // queueBytes bounds what waits for the writer before senders wait.
 const queueBytes = 4 << 20

@@ -169,9 +169,12 @@ type Front struct {
 	cookieRenewals prometheus.Counter
 	upgrader       websocket.Upgrader
 	mux            *http.ServeMux
-	// root is the parent of every WebSocket's context; Close cancels it.
+	// root is the parent of every WebSocket's context; Close cancels it
+	// and closes the sockets open.
 	root     context.Context
 	shutdown context.CancelFunc
+	socksMu  sync.Mutex
+	socks    map[*wsConn]struct{} // the WebSockets open
 }
 
 //go:embed assets/client.js
@@ -275,6 +278,7 @@ func New(cfg Config) (*Front, error) {
 		cfg.Registry.MustRegister(f.cookieChecks, f.cookieRenewals)
 	}
 	f.root, f.shutdown = context.WithCancel(context.Background())
+	f.socks = map[*wsConn]struct{}{}
 	// An idle WebSocket holds a small read buffer and no write buffer: a
 	// write takes one from the pool for its length (a page's ops are small;
 	// a larger message is read through the buffer, not into it).
@@ -299,7 +303,33 @@ func New(cfg Config) (*Front, error) {
 
 // Close closes every WebSocket (1001, going away: the page reconnects);
 // an http.Server's Shutdown does not see hijacked connections. Idempotent.
-func (f *Front) Close() { f.shutdown() }
+func (f *Front) Close() {
+	f.shutdown()
+	f.socksMu.Lock()
+	defer f.socksMu.Unlock()
+	for c := range f.socks {
+		// Each says goodbye (1001) on its own: a slow client holds up
+		// no other.
+		go c.closeSocket()
+	}
+}
+
+// track records an open WebSocket until untrack; a socket that opens as
+// the front closes is closed at once.
+func (f *Front) track(c *wsConn) {
+	f.socksMu.Lock()
+	f.socks[c] = struct{}{}
+	f.socksMu.Unlock()
+	if f.root.Err() != nil {
+		c.close()
+	}
+}
+
+func (f *Front) untrack(c *wsConn) {
+	f.socksMu.Lock()
+	delete(f.socks, c)
+	f.socksMu.Unlock()
+}
 
 // ServeHTTP implements http.Handler.
 func (f *Front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -566,7 +596,7 @@ const maintenanceRetryAfter = 5
 // The WebSocket's buffers: read, held for the socket's life, and write,
 // taken from a pool for each message.
 const (
-	wsReadBuffer  = 1024
+	wsReadBuffer  = 512
 	wsWriteBuffer = 4096
 )
 

@@ -142,20 +142,43 @@ func (f *Front) serveWS(w http.ResponseWriter, r *http.Request) error {
 // serve reads the socket until it ends; closed says the socket is gone to
 // the activity record.
 func (c *wsConn) serve(closed func()) {
-	defer closed()
-	// The socket's end, whoever calls it (a read or write error, a slow
-	// client, the front's shutdown), closes it.
-	stopClosing := context.AfterFunc(c.ctx, c.closeSocket)
-	defer stopClosing()
-	c.readLoop()
-	c.close()
-	c.closeSocket()
+	c.f.track(c)
+	pongWait := 2*c.f.cfg.PingInterval + c.f.cfg.WriteTimeout
+	c.ws.SetPongHandler(func(string) error {
+		return c.ws.SetReadDeadline(time.Now().Add(pongWait))
+	})
+	c.read(func() {
+		c.close()
+		c.closeSocket()
+		c.f.untrack(c)
+		closed()
+	})
+}
+
+// read reads the socket's next frame and handles its ops, then goes on
+// reading in a new goroutine: routing an op (decoding it, framing it,
+// sending it) grows a goroutine's stack to 8 KB or more, and a stack that
+// waits in a read keeps what it grew to (the collector halves a stack
+// only when a quarter of it is in use). An idle socket's reader thus waits
+// on a stack sized for waiting, whatever its last op cost: a goroutine's
+// start (about a microsecond) against 4 KB per open tab. ended runs once
+// the socket is done.
+func (c *wsConn) read(ended func()) {
+	if c.readFrame() {
+		go c.read(ended)
+		return
+	}
+	ended()
 }
 
 // close ends the socket's context: its calls are given up and it closes.
+// Whoever calls it (a read or write error, a slow client, a login
+// elsewhere, the front's shutdown), the socket says goodbye from a
+// goroutine of its own: a caller may hold the socket's locks.
 func (c *wsConn) close() {
 	c.once.Do(func() {
 		c.stop()
+		go c.closeSocket()
 	})
 }
 
@@ -187,59 +210,52 @@ func (c *wsConn) closeSocket() {
 	_ = c.ws.Close()
 }
 
-// readLoop reads ops and routes them in order. While an op waits (a person
+// readFrame reads the socket's next frame and routes its ops in order; it
+// reports whether the socket is still open. While an op waits (a person
 // moving, a slow worker) the reader does not read, and TCP pushes back on
 // this client only.
-func (c *wsConn) readLoop() {
-	pongWait := 2*c.f.cfg.PingInterval + c.f.cfg.WriteTimeout
-	c.ws.SetPongHandler(func(string) error {
-		return c.ws.SetReadDeadline(time.Now().Add(pongWait))
-	})
-	for {
-		// Set before each read: an op that waited on a move must not
-		// leave the next read with a deadline gone by.
-		_ = c.ws.SetReadDeadline(time.Now().Add(pongWait))
-		kind, msg, err := c.ws.ReadMessage()
-		if err != nil {
-			// gorilla has already sent 1009 for an oversize message.
-			return
-		}
-		if kind != websocket.TextMessage {
-			c.send(errAnswer(0, &HTTPError{Status: http.StatusBadRequest, Message: "ops are JSON text messages"}))
-			continue
-		}
-		if !utf8.Valid(msg) {
-			// RFC 6455 §8.1: a text frame that is not UTF-8 fails the
-			// connection with 1007.
-			_ = c.ws.WriteControl(websocket.CloseMessage,
-				websocket.FormatCloseMessage(websocket.CloseInvalidFramePayloadData, "text frames must be UTF-8"), time.Now().Add(time.Second))
-			return
-		}
-		if c.batch && isArray(msg) {
-			var ops []op
-			if err := json.Unmarshal(msg, &ops); err != nil {
-				c.send(errAnswer(0, &HTTPError{Status: http.StatusBadRequest, Message: "decoding ops: " + err.Error()}))
-				continue
-			}
-			if len(ops) > maxBatchOps {
-				c.send(errAnswer(0, &HTTPError{Status: http.StatusBadRequest, Message: fmt.Sprintf("a frame holds at most %d ops, this one %d", maxBatchOps, len(ops))}))
-				continue
-			}
-			for i := range ops {
-				c.handleOp(&ops[i])
-			}
-		} else {
-			var o op
-			if err := json.Unmarshal(msg, &o); err != nil {
-				c.send(errAnswer(0, &HTTPError{Status: http.StatusBadRequest, Message: "decoding op: " + err.Error()}))
-				continue
-			}
-			c.handleOp(&o)
-		}
-		if c.ctx.Err() != nil {
-			return
-		}
+func (c *wsConn) readFrame() bool {
+	// Set before each read: an op that waited on a move must not leave
+	// the next read with a deadline gone by.
+	_ = c.ws.SetReadDeadline(time.Now().Add(2*c.f.cfg.PingInterval + c.f.cfg.WriteTimeout))
+	kind, msg, err := c.ws.ReadMessage()
+	if err != nil {
+		// gorilla has already sent 1009 for an oversize message.
+		return false
 	}
+	if kind != websocket.TextMessage {
+		c.send(errAnswer(0, &HTTPError{Status: http.StatusBadRequest, Message: "ops are JSON text messages"}))
+		return true
+	}
+	if !utf8.Valid(msg) {
+		// RFC 6455 §8.1: a text frame that is not UTF-8 fails the
+		// connection with 1007.
+		_ = c.ws.WriteControl(websocket.CloseMessage,
+			websocket.FormatCloseMessage(websocket.CloseInvalidFramePayloadData, "text frames must be UTF-8"), time.Now().Add(time.Second))
+		return false
+	}
+	if c.batch && isArray(msg) {
+		var ops []op
+		if err := json.Unmarshal(msg, &ops); err != nil {
+			c.send(errAnswer(0, &HTTPError{Status: http.StatusBadRequest, Message: "decoding ops: " + err.Error()}))
+			return true
+		}
+		if len(ops) > maxBatchOps {
+			c.send(errAnswer(0, &HTTPError{Status: http.StatusBadRequest, Message: fmt.Sprintf("a frame holds at most %d ops, this one %d", maxBatchOps, len(ops))}))
+			return true
+		}
+		for i := range ops {
+			c.handleOp(&ops[i])
+		}
+	} else {
+		var o op
+		if err := json.Unmarshal(msg, &o); err != nil {
+			c.send(errAnswer(0, &HTTPError{Status: http.StatusBadRequest, Message: "decoding op: " + err.Error()}))
+			return true
+		}
+		c.handleOp(&o)
+	}
+	return c.ctx.Err() == nil
 }
 
 // isArray reports a frame that is a JSON array (of ops).
@@ -333,7 +349,9 @@ func (c *wsConn) dispatch(o *op) {
 func (c *wsConn) routeAfterOlder(minEpoch uint64) (placement.Route, error) {
 	// The common case, with nothing to wait for: the person stays where
 	// the last frame went.
-	if rt, ok := c.f.cfg.Directory.Lookup(c.conn); ok && !rt.Moving && rt.Epoch >= minEpoch && rt.Epoch == c.epoch {
+	if rt, ok := c.f.cfg.Directory.Lookup(c.conn); ok && !rt.Moving && rt.Epoch >= minEpoch &&
+		(rt.Epoch == c.epoch || !c.olderInFlight(rt.Epoch)) {
+		c.epoch = rt.Epoch
 		return rt, nil
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, c.f.cfg.FrameTimeout)
@@ -439,8 +457,12 @@ func (c *wsConn) launch(fl *flight, rt placement.Route) {
 	c.flights[fl.seq] = fl
 	c.mu.Unlock()
 	// The context bounds the send alone (a worker being replaced is
-	// waited for); the answer's wait costs a timer, no context.
-	ctx, cancel := context.WithTimeout(c.ctx, timeout)
+	// waited for); the answer's wait costs a timer, no context. It hangs
+	// off the front's, not the socket's: a socket's context that had a
+	// child once keeps the map that held it, a few hundred bytes for every
+	// idle tab; a socket that closes while its frame waits to be sent
+	// gives the call up once it is (below).
+	ctx, cancel := context.WithTimeout(c.f.root, timeout)
 	call, err := c.f.cfg.Dispatcher.Send(ctx, rt.Worker, fr)
 	cancel()
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -32,6 +33,8 @@ const (
 	// fileHeadroom is the open files a process needs besides its
 	// connections.
 	fileHeadroom = 256
+	// tabQuiet is the wait, besides -settle, before the idle tabs' reading.
+	tabQuiet = 5 * time.Second
 )
 
 // memSample is what a server holds at one moment.
@@ -202,6 +205,16 @@ func goTarget(p *serverProc, backends func() ([]int, error)) *idleTarget {
 				if err != nil {
 					return s, err
 				}
+				// The workers collect their garbage first (SIGUSR1,
+				// benchkit.CollectOnSignal), as the server just did.
+				for _, pid := range pids {
+					_ = syscall.Kill(pid, syscall.SIGUSR1)
+				}
+				select {
+				case <-ctx.Done():
+					return s, ctx.Err()
+				case <-time.After(time.Second):
+				}
 				if s.backend, err = rssOfAll(pids); err != nil {
 					return s, err
 				}
@@ -355,6 +368,14 @@ func runIdleCell(ctx context.Context, s idleServer, dir string, settle time.Dura
 	}
 	if err := idle.waitOpened(ctx, n); err != nil {
 		return err
+	}
+	// A worker's mailbox runners outlive the burst that started them by
+	// 5 s (plugins/worker's runnerIdle): the tabs are read once they are
+	// gone, as an idle tab is.
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(tabQuiet):
 	}
 	if r.tabs, err = read(); err != nil {
 		return err

@@ -25,8 +25,8 @@ const (
 	redisFactorSize = 1 << 20
 	// idleGoal: bytes per idle WebSocket in stickyd (front and workers);
 	// tabGoal: bytes per idle tab (a WebSocket, a page, a waiting pull).
-	idleGoal = 12 << 10
-	tabGoal  = 20 << 10
+	idleGoal = 8 << 10
+	tabGoal  = 16 << 10
 )
 
 func printReport(w io.Writer, o *options, r *report) {
@@ -315,8 +315,11 @@ func printIdle(w io.Writer, o *options, rs []idleResult) {
 		if r.hasTabs {
 			tab, tabBehind := r.perTab()
 			total := rss + tab + tabBehind
-			fmt.Fprintf(w, "- an idle tab (its WebSocket, a page open, a pull waiting): front %s + workers %s on top of its WebSocket, %s in all at %s; target at most %s: %s\n",
-				formatBytes(tab), formatBytes(tabBehind), formatBytes(total), formatCount(r.conns), formatBytes(tabGoal), met(total <= tabGoal))
+			n := float64(r.conns)
+			fmt.Fprintf(w, "- an idle tab (its WebSocket, a page open, a pull waiting): front %s (Go heap %s, stacks %s, %.2f goroutines) + workers %s on top of its WebSocket, %s in all at %s; target at most %s: %s\n",
+				formatBytes(tab), formatBytes(float64(r.tabs.heap-r.open.heap)/n), formatBytes(float64(r.tabs.stacks-r.open.stacks)/n),
+				float64(r.tabs.goroutines-r.open.goroutines)/n,
+				formatBytes(tabBehind), formatBytes(total), formatCount(r.conns), formatBytes(tabGoal), met(total <= tabGoal))
 		}
 	}
 }

@@ -63,6 +63,8 @@ func ServeWorkerIfAsked() bool {
 	// worker subprocess to PREFIX.PID.N at each SIGUSR1 (after a collection).
 	if prefix := os.Getenv("STICKYD_BENCH_WORKER_HEAPPROFILE"); prefix != "" {
 		HeapProfileOnSignal(prefix)
+	} else {
+		CollectOnSignal()
 	}
 	if dir := os.Getenv(WorkerAllocsEnv); dir != "" {
 		AllocsOnSignal(dir)
