@@ -71,19 +71,23 @@ func (p *Peer) Listen() { go p.readLoop() }
 
 // Call is a request in flight.
 type Call struct {
-	id    uint64
-	p     *Peer
-	reply chan *protocol.Envelope // buffered 1
+	id uint64
+	p  *Peer
 	// undigested says the reply's package is not hashed as it arrives
 	// (DigestPackages): a precopy's.
 	undigested bool
 
-	mu sync.Mutex // guards settled, then and abandoned
-	// settled is set once the reply (or the peer's end) has been handed
-	// on, to reply or to then.
+	mu sync.Mutex // guards the fields below
+	// settled is set once the reply (or the peer's end) is here: env and
+	// ok hold it until Then or Wait take it, or it went to then.
 	settled   bool
+	env       *protocol.Envelope
+	ok        bool
 	then      func(*protocol.Envelope, error)
 	abandoned bool
+	// reply is made by a Wait that comes before the reply (buffered 1); a
+	// call answered through Then never has one.
+	reply chan *protocol.Envelope
 }
 
 // settle hands on the call's reply (ok false: the peer stopped), once:
@@ -97,10 +101,13 @@ func (c *Call) settle(env *protocol.Envelope, ok bool) {
 	c.settled = true
 	fn := c.then
 	if fn == nil {
-		if ok {
-			c.reply <- env // buffered: never blocks
-		} else {
-			close(c.reply)
+		c.env, c.ok = env, ok
+		if c.reply != nil {
+			if ok {
+				c.reply <- env // buffered: never blocks
+			} else {
+				close(c.reply)
+			}
 		}
 		c.mu.Unlock()
 		return
@@ -111,7 +118,10 @@ func (c *Call) settle(env *protocol.Envelope, ok bool) {
 
 func (c *Call) result(env *protocol.Envelope, ok bool) (*protocol.Envelope, error) {
 	if !ok {
-		return nil, c.p.Err()
+		if err := c.p.Err(); err != nil {
+			return nil, err
+		}
+		return nil, errAbandoned
 	}
 	if e := env.GetError(); e != nil {
 		return nil, &RemoteError{Code: e.Code, Message: e.Message, Kind: e.Kind}
@@ -130,8 +140,8 @@ func (c *Call) Then(fn func(*protocol.Envelope, error)) {
 		return
 	}
 	if c.settled {
+		env, ok := c.env, c.ok
 		c.mu.Unlock()
-		env, ok := <-c.reply // here or closed: never blocks
 		fn(c.result(env, ok))
 		return
 	}
@@ -157,7 +167,7 @@ func (c *Call) Abandon() bool {
 // Start sends env as a request and returns at once; envelopes started from one
 // goroutine reach the other side in the order they were started.
 func (p *Peer) Start(env *protocol.Envelope) (*Call, error) {
-	c := &Call{id: p.nextID.Add(1), p: p, reply: make(chan *protocol.Envelope, 1), undigested: env.GetPrecopy() != nil}
+	c := &Call{id: p.nextID.Add(1), p: p, undigested: env.GetPrecopy() != nil}
 	env.Id, env.Reply = c.id, false
 	p.mu.Lock()
 	if p.err != nil {
@@ -178,14 +188,28 @@ func (p *Peer) Start(env *protocol.Envelope) (*Call, error) {
 // as a *RemoteError. If ctx ends first the call is abandoned: a late reply is
 // dropped.
 func (c *Call) Wait(ctx context.Context) (*protocol.Envelope, error) {
+	c.mu.Lock()
+	if c.settled {
+		env, ok := c.env, c.ok
+		c.mu.Unlock()
+		return c.result(env, ok)
+	}
+	if c.reply == nil {
+		c.reply = make(chan *protocol.Envelope, 1)
+	}
+	reply := c.reply
+	c.mu.Unlock()
 	select {
-	case env, ok := <-c.reply:
+	case env, ok := <-reply:
 		return c.result(env, ok)
 	case <-ctx.Done():
 		c.p.forget(c.id)
 		return nil, ctx.Err()
 	}
 }
+
+// errAbandoned is what a call given up (Abandon) answers a late Wait.
+var errAbandoned = errors.New("the call was abandoned")
 
 // Call sends env and waits for its reply.
 func (p *Peer) Call(ctx context.Context, env *protocol.Envelope) (*protocol.Envelope, error) {

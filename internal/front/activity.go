@@ -28,27 +28,29 @@ func (a *Activity) saw(conn string) {
 	a.mu.Unlock()
 }
 
-// opened records a WebSocket of conn, seen until the returned func is
-// called.
-func (a *Activity) opened(conn string) (closed func()) {
+// opened records a WebSocket of conn, seen until closed is called for it
+// (once per opened). a may be nil (nothing is tracked).
+func (a *Activity) opened(conn string) {
 	if a == nil || conn == "" {
-		return func() {}
+		return
 	}
 	a.mu.Lock()
 	a.open[conn]++
 	a.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			a.mu.Lock()
-			defer a.mu.Unlock()
-			if a.open[conn]--; a.open[conn] <= 0 {
-				delete(a.open, conn)
-			}
-			// Seen up to its last moment.
-			a.seen[conn] = struct{}{}
-		})
+}
+
+// closed records the end of a WebSocket of conn that opened reported.
+func (a *Activity) closed(conn string) {
+	if a == nil || conn == "" {
+		return
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.open[conn]--; a.open[conn] <= 0 {
+		delete(a.open, conn)
+	}
+	// Seen up to its last moment.
+	a.seen[conn] = struct{}{}
 }
 
 // Take returns the connections seen since the last Take (a request, or a

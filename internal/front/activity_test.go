@@ -9,7 +9,7 @@ func TestActivityTakesWhoWasSeen(t *testing.T) {
 	a := NewActivity()
 	a.saw("c1")
 	a.saw("c1")
-	closeWS := a.opened("c2")
+	a.opened("c2")
 	got := a.Take()
 	slices.Sort(got)
 	if !slices.Equal(got, []string{"c1", "c2"}) {
@@ -19,8 +19,7 @@ func TestActivityTakesWhoWasSeen(t *testing.T) {
 	if got := a.Take(); !slices.Equal(got, []string{"c2"}) {
 		t.Fatalf("second interval: %v, want c2 alone", got)
 	}
-	closeWS()
-	closeWS() // once only
+	a.closed("c2")
 	// Seen up to its close, then no more.
 	if got := a.Take(); !slices.Equal(got, []string{"c2"}) {
 		t.Fatalf("interval of the close: %v, want c2", got)
@@ -31,5 +30,6 @@ func TestActivityTakesWhoWasSeen(t *testing.T) {
 	// A nil Activity tracks nothing and does not panic.
 	var none *Activity
 	none.saw("c3")
-	none.opened("c3")()
+	none.opened("c3")
+	none.closed("c3")
 }

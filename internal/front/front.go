@@ -169,12 +169,13 @@ type Front struct {
 	cookieRenewals prometheus.Counter
 	upgrader       websocket.Upgrader
 	mux            *http.ServeMux
-	// root is the parent of every WebSocket's context; Close cancels it
-	// and closes the sockets open.
+	// root is the front's context; Close cancels it and closes the
+	// sockets open.
 	root     context.Context
 	shutdown context.CancelFunc
 	socksMu  sync.Mutex
 	socks    map[*wsConn]struct{} // the WebSockets open
+	pinger   sync.Once            // starts pingLoop, at the first socket
 }
 
 //go:embed assets/client.js
@@ -308,15 +309,16 @@ func (f *Front) Close() {
 	f.socksMu.Lock()
 	defer f.socksMu.Unlock()
 	for c := range f.socks {
-		// Each says goodbye (1001) on its own: a slow client holds up
-		// no other.
-		go c.closeSocket()
+		// Each says goodbye (1001) from a goroutine of its own: a slow
+		// client holds up no other.
+		c.close()
 	}
 }
 
 // track records an open WebSocket until untrack; a socket that opens as
 // the front closes is closed at once.
 func (f *Front) track(c *wsConn) {
+	f.pinger.Do(func() { go f.pingLoop() })
 	f.socksMu.Lock()
 	f.socks[c] = struct{}{}
 	f.socksMu.Unlock()
@@ -329,6 +331,35 @@ func (f *Front) untrack(c *wsConn) {
 	f.socksMu.Lock()
 	delete(f.socks, c)
 	f.socksMu.Unlock()
+}
+
+// pingLoop pings the open WebSockets, each PingInterval after its last ping
+// (up to a quarter later), until the front closes: one goroutine and one
+// ticker for every socket, where a timer each would cost an idle socket
+// another hundred-odd bytes.
+func (f *Front) pingLoop() {
+	tick := time.NewTicker(max(f.cfg.PingInterval/4, 10*time.Millisecond))
+	defer tick.Stop()
+	var due []*wsConn
+	for {
+		select {
+		case <-f.root.Done():
+			return
+		case now := <-tick.C:
+			f.socksMu.Lock()
+			for c := range f.socks {
+				if at := c.pingAt.Load(); at != 0 && at <= now.UnixNano() && c.pingAt.CompareAndSwap(at, 0) {
+					due = append(due, c)
+				}
+			}
+			f.socksMu.Unlock()
+			for _, c := range due {
+				c.pingTime()
+			}
+			clear(due)
+			due = due[:0]
+		}
+	}
 }
 
 // ServeHTTP implements http.Handler.

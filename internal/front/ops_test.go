@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,5 +67,49 @@ func TestStoppingFrontSaysGoingAway(t *testing.T) {
 	_, _, err := ws.ReadMessage()
 	if !websocket.IsCloseError(err, websocket.CloseGoingAway) {
 		t.Fatalf("a stopping front closed the socket with %v, want 1001", err)
+	}
+}
+
+// An idle socket is pinged every PingInterval by the front's one pinger,
+// and one whose client stops answering pongs is closed once the pong wait
+// (twice the interval, and the write timeout) has gone by.
+func TestIdleSocketsArePinged(t *testing.T) {
+	f, _, srv := testFront(t, Config{PingInterval: 40 * time.Millisecond, WriteTimeout: 100 * time.Millisecond})
+	answering := dialAs(t, srv, f.ring().sign("c1", f.userOf("c1"), time.Now()))
+	silent := dialAs(t, srv, f.ring().sign("c2", f.userOf("c2"), time.Now()))
+	var pings atomic.Int64
+	answering.SetPingHandler(func(data string) error {
+		pings.Add(1)
+		return answering.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+	})
+	// A client reads to see control frames; the silent one answers none.
+	silent.SetPingHandler(func(string) error { return nil })
+	silentEnd := make(chan error, 1)
+	go func() {
+		for {
+			if _, _, err := silent.ReadMessage(); err != nil {
+				silentEnd <- err
+				return
+			}
+		}
+	}()
+	go func() {
+		for {
+			if _, _, err := answering.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case <-silentEnd:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a socket that answers no ping is still open after 10 s")
+	}
+	if n := pings.Load(); n < 3 {
+		t.Fatalf("the answering socket was pinged %d times while the silent one was closed, want at least 3", n)
+	}
+	// The answering socket is still open: an op goes through.
+	if err := answering.WriteJSON(op{Op: "msg", ID: 1, Page: "p", Data: json.RawMessage(`{"n":1}`)}); err != nil {
+		t.Fatalf("the answering socket: %v", err)
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,7 +52,9 @@ type wsConn struct {
 	// the resender, so frames leave in socket order.
 	sendMu    sync.Mutex
 	resending atomic.Bool
-	ping      *time.Timer
+	// pingAt is when the socket's next ping is due (Unix nanoseconds; 0:
+	// one is on its way): the front's pinger looks (pingLoop).
+	pingAt atomic.Int64
 
 	outMu sync.Mutex // guards outq, pingDue, writing, closed, cookieIssued
 	// outq holds the answers waiting for the writer, at most
@@ -63,8 +67,10 @@ type wsConn struct {
 	// socket knows.
 	cookieIssued time.Time
 
-	mu      sync.Mutex // guards flights and nextSeq
-	flights map[uint64]*flight
+	mu sync.Mutex // guards flights and nextSeq
+	// flights are the frames in flight, a handful at most (a slice: an
+	// idle tab's one pull costs a pointer, not a map).
+	flights []*flight
 	nextSeq uint64
 	// changed gets a token whenever a flight ends or is refused with MOVED.
 	changed chan struct{}
@@ -102,7 +108,9 @@ func (f *Front) serveWS(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	conn, issued, renew := ck.conn, ck.issued, ck.renew
+	// The socket holds its connection's name for its life: a copy, not a
+	// piece of the request's Cookie header, which would stay with it.
+	conn, issued, renew := strings.Clone(ck.conn), ck.issued, ck.renew
 	// The socket is bound to the person the cookie was checked against:
 	// a later login elsewhere (a new person for the connection) closes it.
 	user := ck.route.User
@@ -123,25 +131,28 @@ func (f *Front) serveWS(w http.ResponseWriter, r *http.Request) error {
 		// The upgrader already answered the client.
 		return nil
 	}
-	ctx, cancel := context.WithCancel(f.root)
+	// The socket's context has no parent to register with (a few dozen
+	// bytes a socket): the front's Close closes each socket it tracks.
+	ctx, cancel := context.WithCancel(context.Background())
 	c := &wsConn{f: f, ws: ws, conn: conn, user: user, ctx: ctx, stop: cancel, cookieIssued: issued,
-		flights: map[uint64]*flight{}, changed: make(chan struct{}, 1), batch: r.URL.Query().Get("batch") == "1"}
+		changed: make(chan struct{}, 1), batch: r.URL.Query().Get("batch") == "1"}
 	if c.batch {
 		c.queue(outbound{raw: batchHello})
 	}
 	ws.SetReadLimit(f.cfg.MaxMessageBytes)
-	c.ping = time.AfterFunc(f.cfg.PingInterval, c.pingTime)
+	c.pingAt.Store(time.Now().Add(f.cfg.PingInterval).UnixNano())
 	// The socket lives on in a goroutine of its own, and the handler
 	// returns: net/http then lets go of the request and of its connection's
 	// buffers, which a hijacked connection no longer uses, and the reader
 	// starts on a small stack.
-	go c.serve(f.cfg.Activity.opened(conn))
+	f.cfg.Activity.opened(conn)
+	go c.serve()
 	return nil
 }
 
-// serve reads the socket until it ends; closed says the socket is gone to
-// the activity record.
-func (c *wsConn) serve(closed func()) {
+// serve reads the socket until it ends, then tells the front's set of
+// sockets and the activity record that it is gone.
+func (c *wsConn) serve() {
 	c.f.track(c)
 	pongWait := 2*c.f.cfg.PingInterval + c.f.cfg.WriteTimeout
 	c.ws.SetPongHandler(func(string) error {
@@ -151,7 +162,7 @@ func (c *wsConn) serve(closed func()) {
 		c.close()
 		c.closeSocket()
 		c.f.untrack(c)
-		closed()
+		c.f.cfg.Activity.closed(c.conn)
 	})
 }
 
@@ -188,9 +199,6 @@ func (c *wsConn) closeSocket() {
 	already := c.closed
 	c.closed = true
 	c.outq = nil
-	if !already && c.ping != nil {
-		c.ping.Stop()
-	}
 	c.outMu.Unlock()
 	if already {
 		return
@@ -397,6 +405,16 @@ func (c *wsConn) olderInFlight(epoch uint64) bool {
 	return false
 }
 
+// dropFlightLocked forgets fl, keeping the others in order; under c.mu.
+func (c *wsConn) dropFlightLocked(fl *flight) {
+	if i := slices.Index(c.flights, fl); i >= 0 {
+		c.flights = slices.Delete(c.flights, i, i+1)
+	}
+	if len(c.flights) == 0 && cap(c.flights) > 8 {
+		c.flights = nil // a burst's array goes with the burst
+	}
+}
+
 func (c *wsConn) hasMoved() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -432,7 +450,7 @@ func (c *wsConn) resendMoved() {
 		}
 		for _, fl := range moved {
 			c.mu.Lock()
-			delete(c.flights, fl.seq)
+			c.dropFlightLocked(fl)
 			fl.moved = false
 			c.mu.Unlock()
 			if err != nil {
@@ -454,7 +472,7 @@ func (c *wsConn) launch(fl *flight, rt placement.Route) {
 	// In flight from before it is sent: an answer that comes back at once
 	// (a pull's, woken by the next op) finds the frames still out.
 	c.mu.Lock()
-	c.flights[fl.seq] = fl
+	c.flights = append(c.flights, fl)
 	c.mu.Unlock()
 	// The context bounds the send alone (a worker being replaced is
 	// waited for); the answer's wait costs a timer, no context. It hangs
@@ -467,7 +485,7 @@ func (c *wsConn) launch(fl *flight, rt placement.Route) {
 	cancel()
 	if err != nil {
 		c.mu.Lock()
-		delete(c.flights, fl.seq)
+		c.dropFlightLocked(fl)
 		c.mu.Unlock()
 		c.signal()
 		c.send(errAnswer(fl.o.ID, frameErr(err)))
@@ -476,7 +494,7 @@ func (c *wsConn) launch(fl *flight, rt placement.Route) {
 	c.mu.Lock()
 	if c.ctx.Err() != nil {
 		// The socket ended while the frame went out: nobody waits for it.
-		delete(c.flights, fl.seq)
+		c.dropFlightLocked(fl)
 		c.mu.Unlock()
 		call.Abandon()
 		return
@@ -499,12 +517,13 @@ func (c *wsConn) launch(fl *flight, rt placement.Route) {
 func (c *wsConn) abandonFlights() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for seq, fl := range c.flights {
+	for _, fl := range c.flights {
 		if fl.call != nil && fl.call.Abandon() {
 			fl.timer.Stop()
 		}
-		delete(c.flights, seq)
 	}
+	clear(c.flights)
+	c.flights = nil
 }
 
 // settled ends a flight with its worker's answer. It runs on the channel's
@@ -514,7 +533,7 @@ func (c *wsConn) settled(fl *flight, env *protocol.Envelope, err error) {
 	if isMoved(err) {
 		fl.moved = true
 	} else {
-		delete(c.flights, fl.seq)
+		c.dropFlightLocked(fl)
 	}
 	// A pull a message woke says the message's reply follows at once:
 	// the writer waits for it, and the page gets both in one write. Only
@@ -592,7 +611,7 @@ func (c *wsConn) queueHeld(o outbound) {
 	c.outMu.Unlock()
 }
 
-// pingTime is the ping timer's: the writer pings the page.
+// pingTime is the pinger's: the writer pings the page.
 func (c *wsConn) pingTime() {
 	c.outMu.Lock()
 	c.pingDue = true
@@ -651,12 +670,7 @@ func (c *wsConn) writeOut() {
 				return
 			}
 		}
-		c.outMu.Lock()
-		if !c.closed {
-			// A closed socket's timer stays stopped.
-			c.ping.Reset(c.f.cfg.PingInterval)
-		}
-		c.outMu.Unlock()
+		c.pingAt.Store(time.Now().Add(c.f.cfg.PingInterval).UnixNano())
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -120,9 +122,9 @@ var _ Checkpoints = (*CheckpointIndex)(nil)
 
 // ckPerson is a person's pieces on one worker, all of one epoch.
 type ckPerson struct {
-	Epoch      uint64              `json:"epoch"`
-	Generation uint32              `json:"generation,omitempty"`
-	Pieces     map[string]*ckPiece `json:"pieces"`
+	Epoch      uint64   `json:"epoch"`
+	Generation uint32   `json:"generation,omitempty"`
+	Pieces     ckPieces `json:"pieces"`
 }
 
 // ckPiece is the latest piece of one page ("conn\x00page") or connection
@@ -164,6 +166,56 @@ func (pc *ckPiece) size() int {
 }
 
 func pieceKey(conn, page string) string { return conn + "\x00" + page }
+
+// ckPieces are a person's pieces, a page or two each: a slice, searched,
+// costs a pointer a piece where a map cost a few hundred bytes a person.
+// The journal writes them as an object keyed by pieceKey, as it always did.
+type ckPieces []*ckPiece
+
+// get returns the piece of (conn, page), or nil.
+func (ps ckPieces) get(conn, page string) *ckPiece {
+	for _, pc := range ps {
+		if pc.Conn == conn && pc.Page == page {
+			return pc
+		}
+	}
+	return nil
+}
+
+// remove takes the piece of (conn, page) out and returns it, or nil.
+func (ps *ckPieces) remove(conn, page string) *ckPiece {
+	for i, pc := range *ps {
+		if pc.Conn == conn && pc.Page == page {
+			*ps = slices.Delete(*ps, i, i+1)
+			return pc
+		}
+	}
+	return nil
+}
+
+func (ps ckPieces) MarshalJSON() ([]byte, error) {
+	m := make(map[string]*ckPiece, len(ps))
+	for _, pc := range ps {
+		m[pieceKey(pc.Conn, pc.Page)] = pc
+	}
+	return json.Marshal(m)
+}
+
+func (ps *ckPieces) UnmarshalJSON(b []byte) error {
+	var m map[string]*ckPiece
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	out := make(ckPieces, 0, len(m))
+	for _, k := range keys {
+		if pc := m[k]; pc != nil {
+			out = append(out, pc)
+		}
+	}
+	*ps = out
+	return nil
+}
 
 // checkpointFormat is the UserPackage format the SDK reads (its
 // packageFormat): an assembled checkpoint is written in it.
@@ -257,9 +309,6 @@ func (x *CheckpointIndex) load() (people int, err error) {
 			continue
 		}
 		for user, u := range users {
-			if u.Pieces == nil {
-				u.Pieces = map[string]*ckPiece{}
-			}
 			if x.cfg.Keep != nil && !x.cfg.Keep(worker, user, u.Epoch) {
 				for _, pc := range u.Pieces {
 					pc.digests(func(d string, _ int) { drop = append(drop, d) })
@@ -324,7 +373,7 @@ func (x *CheckpointIndex) Record(worker string, incarnation int, c *protocol.Che
 	}
 	for _, g := range c.Gone {
 		if u := users[g.User]; u != nil {
-			drop = x.dropPieceLocked(u, pieceKey(g.Conn, g.Page), drop)
+			drop = x.dropPieceLocked(u, g.Conn, g.Page, drop)
 			if len(u.Pieces) == 0 {
 				delete(users, g.User)
 			}
@@ -340,7 +389,7 @@ func (x *CheckpointIndex) Record(worker string, incarnation int, c *protocol.Che
 		}
 		u := users[pc.User]
 		if u == nil {
-			u = &ckPerson{Epoch: pc.Epoch, Pieces: map[string]*ckPiece{}}
+			u = &ckPerson{Epoch: pc.Epoch}
 			users[pc.User] = u
 		}
 		if pc.Epoch < u.Epoch {
@@ -352,15 +401,12 @@ func (x *CheckpointIndex) Record(worker string, incarnation int, c *protocol.Che
 		if pc.Epoch > u.Epoch {
 			// The person moved and came back, or a move rolled back: the
 			// worker sends everything again under the new epoch.
-			for k := range u.Pieces {
-				drop = x.dropPieceLocked(u, k, drop)
-			}
+			drop = x.dropAllLocked(u, drop)
 			u.Epoch = pc.Epoch
 		}
-		k := pieceKey(pc.Conn, pc.Page)
 		if pc.Link > 0 {
 			// An increment: kept only on the piece it follows.
-			old := u.Pieces[k]
+			old := u.Pieces.get(pc.Conn, pc.Page)
 			if old == nil || old.Chain == 0 || old.Chain != pc.Chain || len(old.Incs)+1 != int(pc.Link) {
 				drop = append(drop, d)
 				x.askFullLocked(worker, pc)
@@ -372,8 +418,8 @@ func (x *CheckpointIndex) Record(worker string, incarnation int, c *protocol.Che
 			x.stored.Add(float64(len(pc.Package)))
 			continue
 		}
-		drop = x.dropPieceLocked(u, k, drop)
-		u.Pieces[k] = &ckPiece{Conn: pc.Conn, Page: pc.Page, Digest: d, Size: len(pc.Package), Chain: pc.Chain, Incarnation: incarnation}
+		drop = x.dropPieceLocked(u, pc.Conn, pc.Page, drop)
+		u.Pieces = append(u.Pieces, &ckPiece{Conn: pc.Conn, Page: pc.Page, Digest: d, Size: len(pc.Package), Chain: pc.Chain, Incarnation: incarnation})
 		x.refs[d]++
 		x.stored.Add(float64(len(pc.Package)))
 	}
@@ -391,12 +437,26 @@ func (x *CheckpointIndex) Record(worker string, incarnation int, c *protocol.Che
 }
 
 // dropPieceLocked removes a piece from u, adding its digest to drop.
-func (x *CheckpointIndex) dropPieceLocked(u *ckPerson, key string, drop []string) []string {
-	old := u.Pieces[key]
+func (x *CheckpointIndex) dropPieceLocked(u *ckPerson, conn, page string, drop []string) []string {
+	old := u.Pieces.remove(conn, page)
 	if old == nil {
 		return drop
 	}
-	delete(u.Pieces, key)
+	return x.dropDigestsLocked(old, drop)
+}
+
+// dropAllLocked removes every piece of u, adding their digests to drop.
+func (x *CheckpointIndex) dropAllLocked(u *ckPerson, drop []string) []string {
+	for _, pc := range u.Pieces {
+		drop = x.dropDigestsLocked(pc, drop)
+	}
+	u.Pieces = nil
+	return drop
+}
+
+// dropDigestsLocked unreferences a removed piece's digests, adding them
+// to drop.
+func (x *CheckpointIndex) dropDigestsLocked(old *ckPiece, drop []string) []string {
 	old.digests(func(d string, size int) {
 		x.refs[d]--
 		x.stored.Sub(float64(size))
@@ -667,9 +727,7 @@ func (x *CheckpointIndex) Forget(worker, user string, epoch uint64) {
 		return
 	}
 	var drop []string
-	for k := range u.Pieces {
-		drop = x.dropPieceLocked(u, k, drop)
-	}
+	drop = x.dropAllLocked(u, drop)
 	delete(x.workers[worker], user)
 	if len(x.workers[worker]) == 0 {
 		delete(x.workers, worker)
@@ -747,9 +805,7 @@ func (x *CheckpointIndex) ForgetWorker(worker string) {
 	x.mu.Lock()
 	var drop []string
 	for _, u := range x.workers[worker] {
-		for k := range u.Pieces {
-			drop = x.dropPieceLocked(u, k, drop)
-		}
+		drop = x.dropAllLocked(u, drop)
 	}
 	had := x.workers[worker] != nil
 	delete(x.workers, worker)

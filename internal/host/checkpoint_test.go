@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -452,5 +453,42 @@ func TestReplacementWakesFromIncrements(t *testing.T) {
 	// The new incarnation sends the page whole, blob and all.
 	if pc := page(); pc.Increments != 0 || pc.Size < blob {
 		t.Fatalf("first piece after the wake: %+v", pc)
+	}
+}
+
+// A person's pieces are a slice in memory and an object keyed by
+// "conn\x00page" in the journal, as they always were: a journal written
+// before reads back, and one written now reads the same.
+func TestCheckpointPiecesKeepTheJournalFormat(t *testing.T) {
+	old := `{"u1":{"epoch":3,"pieces":{"c1\u0000p1":{"conn":"c1","page":"p1","digest":"d1","size":10,"chain":7,"incs":[{"digest":"d2","size":2}]},"c1\u0000":{"conn":"c1","digest":"d0","size":4}}}}`
+	var users map[string]*ckPerson
+	if err := json.Unmarshal([]byte(old), &users); err != nil {
+		t.Fatal(err)
+	}
+	u := users["u1"]
+	if u == nil || u.Epoch != 3 || len(u.Pieces) != 2 {
+		t.Fatalf("read back: %+v", u)
+	}
+	if pc := u.Pieces.get("c1", "p1"); pc == nil || pc.Digest != "d1" || pc.Chain != 7 || len(pc.Incs) != 1 {
+		t.Fatalf("the page's piece: %+v", pc)
+	}
+	if pc := u.Pieces.get("c1", ""); pc == nil || pc.Digest != "d0" {
+		t.Fatalf("the connection's piece: %+v", pc)
+	}
+	again, err := json.Marshal(users)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b any
+	_ = json.Unmarshal([]byte(old), &a)
+	_ = json.Unmarshal(again, &b)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("written again:\n%s\nwant\n%s", again, old)
+	}
+	if pc := u.Pieces.remove("c1", "p1"); pc == nil || u.Pieces.get("c1", "p1") != nil || len(u.Pieces) != 1 {
+		t.Fatalf("removing the page's piece: %+v, left %d", pc, len(u.Pieces))
+	}
+	if u.Pieces.remove("c1", "p1") != nil {
+		t.Fatal("a piece removed twice")
 	}
 }

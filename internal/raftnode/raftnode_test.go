@@ -159,10 +159,12 @@ func TestSnapshotOnStop(t *testing.T) {
 			for _, c := range []string{"a", "b", "c"} {
 				connect(t, n, c, "w1")
 			}
-			applied := n.Raft.AppliedIndex()
 			if err := n.Shutdown(); err != nil {
 				t.Fatal(err)
 			}
+			// Read once raft has stopped: an apply's future can answer
+			// before raft counts its entry as applied.
+			applied := n.Raft.AppliedIndex()
 			snaps, err := raft.NewFileSnapshotStore(filepath.Join(dir, "raft"), 1, io.Discard)
 			if err != nil {
 				t.Fatal(err)

@@ -42,7 +42,7 @@ type Page struct {
 }
 
 func newPage(s *Session, id, kind string) *Page {
-	p := &Page{id: id, kind: kind, session: s, coll: &collector{}, local: map[string]any{}}
+	p := &Page{id: id, kind: kind, session: s, coll: &collector{}}
 	if sc, ok := s.rt.app.(Schemas); ok {
 		p.schema, _, _ = sc.Schema(kind)
 	}
@@ -83,8 +83,14 @@ func (p *Page) Session() *Session { return p.session }
 
 // Local holds live objects derived from the tree (an index, a cursor). It is
 // a cache, never the truth: it does not travel when the person moves, so an
-// App must be able to rebuild it from the tree.
-func (p *Page) Local() map[string]any { return p.local }
+// App must be able to rebuild it from the tree. A page that never asks for
+// it holds none.
+func (p *Page) Local() map[string]any {
+	if p.local == nil {
+		p.local = map[string]any{}
+	}
+	return p.local
+}
 
 // room refuses a write that would take the page's state, or its person's,
 // past its bound. It runs in the person's mailbox, so the person's other
