@@ -176,6 +176,12 @@ type Front struct {
 	socksMu  sync.Mutex
 	socks    map[*wsConn]struct{} // the WebSockets open
 	pinger   sync.Once            // starts pingLoop, at the first socket
+	// routes hands a socket's frame to an idle router, writes a socket
+	// with answers waiting to an idle writer (route.go).
+	routes  chan *routeJob
+	writes  chan *wsConn
+	routers crew
+	writers crew
 }
 
 //go:embed assets/client.js
@@ -280,6 +286,8 @@ func New(cfg Config) (*Front, error) {
 	}
 	f.root, f.shutdown = context.WithCancel(context.Background())
 	f.socks = map[*wsConn]struct{}{}
+	f.routes = make(chan *routeJob)
+	f.writes = make(chan *wsConn)
 	// An idle WebSocket holds a small read buffer and no write buffer: a
 	// write takes one from the pool for its length (a page's ops are small;
 	// a larger message is read through the buffer, not into it).
@@ -307,12 +315,14 @@ func New(cfg Config) (*Front, error) {
 func (f *Front) Close() {
 	f.shutdown()
 	f.socksMu.Lock()
-	defer f.socksMu.Unlock()
 	for c := range f.socks {
 		// Each says goodbye (1001) from a goroutine of its own: a slow
 		// client holds up no other.
 		c.close()
 	}
+	f.socksMu.Unlock()
+	// The routers and writers stop once their sockets' last work is done.
+	go f.stopHelpers()
 }
 
 // track records an open WebSocket until untrack; a socket that opens as
@@ -358,6 +368,7 @@ func (f *Front) pingLoop() {
 			}
 			clear(due)
 			due = due[:0]
+			f.trimHelpers()
 		}
 	}
 }

@@ -23,12 +23,13 @@ import (
 )
 
 // wsConn is one browser WebSocket. An idle one holds one goroutine, its
-// reader, parked in a read. The reader reads ops and routes each one in
-// socket order, holding it on the barrier while its person moves. A frame in
-// flight costs no goroutine: its answer is queued from the channel's read
-// loop (channel.Call.Then). A writer goroutine runs while answers or a ping
-// wait to be written, and a resender while frames a worker refused with
-// MOVED wait to be sent again.
+// reader, parked in a read on a small stack. The reader reads frames and
+// has a router (one of the front's, route.go) route each one's ops in
+// socket order, holding them on the barrier while its person moves. A frame
+// in flight costs no goroutine: its answer is queued from the channel's
+// read loop (channel.Call.Then). One of the front's writers writes while
+// answers or a ping wait, and a resender runs while frames a worker refused
+// with MOVED wait to be sent again.
 type wsConn struct {
 	f    *Front
 	ws   *websocket.Conn
@@ -158,28 +159,35 @@ func (c *wsConn) serve() {
 	c.ws.SetPongHandler(func(string) error {
 		return c.ws.SetReadDeadline(time.Now().Add(pongWait))
 	})
-	c.read(func() {
-		c.close()
-		c.closeSocket()
-		c.f.untrack(c)
-		c.f.cfg.Activity.closed(c.conn)
-	})
+	c.readLoop()
+	c.close()
+	c.closeSocket()
+	c.f.untrack(c)
+	c.f.cfg.Activity.closed(c.conn)
 }
 
-// read reads the socket's next frame and handles its ops, then goes on
-// reading in a new goroutine: routing an op (decoding it, framing it,
-// sending it) grows a goroutine's stack to 8 KB or more, and a stack that
-// waits in a read keeps what it grew to (the collector halves a stack
-// only when a quarter of it is in use). An idle socket's reader thus waits
-// on a stack sized for waiting, whatever its last op cost: a goroutine's
-// start (about a microsecond) against 4 KB per open tab. ended runs once
-// the socket is done.
-func (c *wsConn) read(ended func()) {
-	if c.readFrame() {
-		go c.read(ended)
-		return
+// readLoop reads the socket's frames until it ends, and has each one's ops
+// routed in order (Front.routeFrame), not on this goroutine: its stack stays
+// sized for waiting in a read. Routing an op (decoding it, framing it,
+// sending it) needs 8 KB of stack or more, and a goroutine that then waits
+// in a read keeps what it grew to (the collector halves a stack only when
+// a quarter of it is in use): 4 KB more for every idle tab. While an op
+// waits (a person moving, a slow worker) the reader does not read, and TCP
+// pushes back on this client only.
+func (c *wsConn) readLoop() {
+	for {
+		// Set before each read: an op that waited on a move must not
+		// leave the next read with a deadline gone by.
+		_ = c.ws.SetReadDeadline(time.Now().Add(2*c.f.cfg.PingInterval + c.f.cfg.WriteTimeout))
+		kind, msg, err := c.ws.ReadMessage()
+		if err != nil {
+			// gorilla has already sent 1009 for an oversize message.
+			return
+		}
+		if !c.f.routeFrame(c, kind, msg) {
+			return
+		}
 	}
-	ended()
 }
 
 // close ends the socket's context: its calls are given up and it closes.
@@ -218,19 +226,9 @@ func (c *wsConn) closeSocket() {
 	_ = c.ws.Close()
 }
 
-// readFrame reads the socket's next frame and routes its ops in order; it
-// reports whether the socket is still open. While an op waits (a person
-// moving, a slow worker) the reader does not read, and TCP pushes back on
-// this client only.
-func (c *wsConn) readFrame() bool {
-	// Set before each read: an op that waited on a move must not leave
-	// the next read with a deadline gone by.
-	_ = c.ws.SetReadDeadline(time.Now().Add(2*c.f.cfg.PingInterval + c.f.cfg.WriteTimeout))
-	kind, msg, err := c.ws.ReadMessage()
-	if err != nil {
-		// gorilla has already sent 1009 for an oversize message.
-		return false
-	}
+// handleFrame routes the ops of one frame in order; it reports whether the
+// socket is still open.
+func (c *wsConn) handleFrame(kind int, msg []byte) bool {
 	if kind != websocket.TextMessage {
 		c.send(errAnswer(0, &HTTPError{Status: http.StatusBadRequest, Message: "ops are JSON text messages"}))
 		return true
@@ -625,7 +623,7 @@ func (c *wsConn) startWriterLocked() {
 		return
 	}
 	c.writing = true
-	go c.writeOut()
+	c.f.startWriter(c)
 }
 
 // writeOut writes what waits, until nothing does.
