@@ -129,6 +129,10 @@ func (r *router) call(ctx context.Context, worker string, env *protocol.Envelope
 
 // Send implements front.Dispatcher.
 func (r *router) Send(ctx context.Context, worker string, f *protocol.Frame) (*channel.Call, error) {
+	if r.a.pool.Has(worker) {
+		// The frame goes in its envelope there, once.
+		return r.a.pool.Send(ctx, worker, f)
+	}
 	return r.start(ctx, worker, &protocol.Envelope{Body: &protocol.Envelope_Frame{Frame: f}})
 }
 

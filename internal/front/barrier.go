@@ -140,6 +140,9 @@ func (b *barrier) release(user string) {
 
 // movedEpoch reports whether err is a worker's MOVED answer.
 func isMoved(err error) bool {
+	if err == nil {
+		return false
+	}
 	var re *channel.RemoteError
 	return errors.As(err, &re) && re.Code == protocol.Error_MOVED
 }

@@ -1,6 +1,7 @@
 package front
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -133,5 +134,44 @@ func (f *Front) stopHelpers() {
 		case <-time.After(10 * time.Millisecond):
 			// One that is busy, or was just started: look again.
 		}
+	}
+}
+
+// sendCtx is the context of one frame's send: the front's, with the frame's
+// deadline. Its Done channel and timer are made only if someone asks for
+// them, which a send does only when it has to wait (a worker being
+// replaced): the common send costs no allocation and no timer. release
+// ends it once the send returned.
+type sendCtx struct {
+	context.Context // the front's
+	deadline        time.Time
+
+	once   sync.Once
+	ctx    context.Context
+	cancel context.CancelFunc
+	made   atomic.Bool
+}
+
+func (s *sendCtx) make() {
+	s.ctx, s.cancel = context.WithDeadline(s.Context, s.deadline)
+	s.made.Store(true)
+}
+
+func (s *sendCtx) Deadline() (time.Time, bool) { return s.deadline, true }
+
+func (s *sendCtx) Done() <-chan struct{} {
+	s.once.Do(s.make)
+	return s.ctx.Done()
+}
+
+func (s *sendCtx) Err() error {
+	s.once.Do(s.make)
+	return s.ctx.Err()
+}
+
+// release stops the timer, if one was made.
+func (s *sendCtx) release() {
+	if s.made.Load() {
+		s.cancel()
 	}
 }

@@ -98,6 +98,9 @@ const maxBatchOps = 64
 type flight struct {
 	seq   uint64
 	o     *op
+	fr    *protocol.Frame // o's frame, built once
+	extra time.Duration   // o's time beyond the frame timeout (a pull's wait)
+	send  sendCtx         // the context of its send, for the send alone
 	epoch uint64
 	moved bool
 	call  *channel.Call // set once sent; under wsConn.mu
@@ -316,13 +319,14 @@ func (c *wsConn) resendSoon() {
 
 // dispatch checks an op, waits out a move, and sends it.
 func (c *wsConn) dispatch(o *op) {
-	if _, _, err := o.frame(); err != nil {
+	fr, extra, err := o.frame()
+	if err != nil {
 		c.send(errAnswer(o.ID, err))
 		return
 	}
 	c.mu.Lock()
 	c.nextSeq++
-	fl := &flight{seq: c.nextSeq, o: o}
+	fl := &flight{seq: c.nextSeq, o: o, fr: fr, extra: extra}
 	c.mu.Unlock()
 	for {
 		rt, err := c.routeAfterOlder(0)
@@ -463,24 +467,25 @@ func (c *wsConn) resendMoved() {
 // launch sends a flight's frame to rt; its answer comes back through
 // settled, from the channel's read loop, or when the frame's time is up.
 func (c *wsConn) launch(fl *flight, rt placement.Route) {
-	fr, extra, _ := fl.o.frame()
+	fr := fl.fr // built once; a resend stamps it again
 	stamp(fr, rt)
 	fl.epoch = rt.Epoch
-	timeout := c.f.cfg.FrameTimeout + extra
+	timeout := c.f.cfg.FrameTimeout + fl.extra
 	// In flight from before it is sent: an answer that comes back at once
 	// (a pull's, woken by the next op) finds the frames still out.
 	c.mu.Lock()
 	c.flights = append(c.flights, fl)
 	c.mu.Unlock()
 	// The context bounds the send alone (a worker being replaced is
-	// waited for); the answer's wait costs a timer, no context. It hangs
-	// off the front's, not the socket's: a socket's context that had a
+	// waited for); the answer's wait costs a timer, no context. It is the
+	// front's, with the frame's deadline, and costs nothing unless the send
+	// waits (sendCtx). Not the socket's: a socket's context that had a
 	// child once keeps the map that held it, a few hundred bytes for every
 	// idle tab; a socket that closes while its frame waits to be sent
 	// gives the call up once it is (below).
-	ctx, cancel := context.WithTimeout(c.f.root, timeout)
-	call, err := c.f.cfg.Dispatcher.Send(ctx, rt.Worker, fr)
-	cancel()
+	fl.send = sendCtx{Context: c.f.root, deadline: time.Now().Add(timeout)}
+	call, err := c.f.cfg.Dispatcher.Send(&fl.send, rt.Worker, fr)
+	fl.send.release()
 	if err != nil {
 		c.mu.Lock()
 		c.dropFlightLocked(fl)

@@ -879,6 +879,12 @@ func (s *slot) readyPeer(ctx context.Context, stop <-chan struct{}) (*channel.Pe
 		s.mu.Lock()
 		up, peer := s.up, s.peer
 		s.mu.Unlock()
+		// The common case, the worker up, asks nothing of ctx: a context
+		// that makes its Done channel only when asked (the front's) costs
+		// nothing then.
+		if peer != nil && closed(up) && !closed(peer.Done()) {
+			return peer, nil
+		}
 		select {
 		case <-up:
 			if peer == nil {
@@ -898,6 +904,16 @@ func (s *slot) readyPeer(ctx context.Context, stop <-chan struct{}) (*channel.Pe
 		case <-stop:
 			return nil, ErrStopping
 		}
+	}
+}
+
+// closed reports a channel closed, without waiting.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
