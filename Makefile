@@ -60,7 +60,7 @@ test: deps tools lint
 ## FUZZTIME each (make fuzz FUZZTIME=10m for a long run).
 FUZZTIME ?= 30s
 FUZZ_TARGETS = \
-	./internal/front:FuzzCookieVerify ./internal/front:FuzzOp \
+	./internal/front:FuzzCookieVerify ./internal/front:FuzzOp ./internal/front:FuzzDecodeOp \
 	./internal/agent:FuzzParseConfig ./internal/bundle:FuzzVerify \
 	./internal/store:FuzzOps ./internal/store:FuzzUnmarshal \
 	./plugins/worker:FuzzDecodeTree ./plugins/worker:FuzzPackage \

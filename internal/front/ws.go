@@ -244,8 +244,8 @@ func (c *wsConn) handleFrame(kind int, msg []byte) bool {
 		return false
 	}
 	if c.batch && isArray(msg) {
-		var ops []op
-		if err := json.Unmarshal(msg, &ops); err != nil {
+		ops, err := decodeOps(msg)
+		if err != nil {
 			c.send(errAnswer(0, &HTTPError{Status: http.StatusBadRequest, Message: "decoding ops: " + err.Error()}))
 			return true
 		}
@@ -258,7 +258,7 @@ func (c *wsConn) handleFrame(kind int, msg []byte) bool {
 		}
 	} else {
 		var o op
-		if err := json.Unmarshal(msg, &o); err != nil {
+		if err := decodeOp(msg, &o); err != nil {
 			c.send(errAnswer(0, &HTTPError{Status: http.StatusBadRequest, Message: "decoding op: " + err.Error()}))
 			return true
 		}
