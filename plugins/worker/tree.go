@@ -515,7 +515,6 @@ func (t *Tree) writable(x any, cow bool) (any, error) {
 // array (the root is one) goes as it is given; into a JSON-like one, made
 // JSON-like (v is the write's own: Set's encoding, a journal's decoding).
 func (t *Tree) place(path string, v any, del bool) error {
-	segs := strings.Split(path, "/")
 	cow := t.readers.Load() > 0
 	if cow {
 		t.root = t.owned(t.root).(map[string]any)
@@ -524,21 +523,24 @@ func (t *Tree) place(path string, v any, del bool) error {
 	}
 	var cur any = t.root
 	open := true
-	for i, seg := range segs {
-		last := i == len(segs)-1
-		if !last {
+	// The path's segments in turn, without a slice of them: off is where
+	// seg starts.
+	for off := 0; ; {
+		seg, _, more := strings.Cut(path[off:], "/")
+		if more {
 			var err error
 			cur, open, err = t.into(cur, open, seg, del, cow)
 			switch {
 			case errors.Is(err, errIndexRange):
 				return fmt.Errorf("%w: %q: index %q out of range", ErrBadPath, path, seg)
 			case errors.Is(err, errNotContainer):
-				return fmt.Errorf("%w: %q: %q is not a map or an array", ErrBadPath, path, strings.Join(segs[:i], "/"))
+				return fmt.Errorf("%w: %q: %q is not a map or an array", ErrBadPath, path, strings.TrimSuffix(path[:off], "/"))
 			case err != nil:
 				return fmt.Errorf("%w: %q: %v", ErrBadPath, path, err)
 			case cur == nil && del:
 				return nil // what is to be deleted is not there
 			}
+			off += len(seg) + 1
 			continue
 		}
 		if !open {
@@ -563,9 +565,8 @@ func (t *Tree) place(path string, v any, del bool) error {
 			a[idx] = v
 			return nil
 		}
-		return fmt.Errorf("%w: %q: %q is not a map or an array", ErrBadPath, path, strings.Join(segs[:i], "/"))
+		return fmt.Errorf("%w: %q: %q is not a map or an array", ErrBadPath, path, strings.TrimSuffix(path[:off], "/"))
 	}
-	return nil
 }
 
 var (
