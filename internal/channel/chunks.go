@@ -134,9 +134,20 @@ func (p *Peer) send(env *protocol.Envelope) error {
 		}
 	}
 	if proto.Size(env) <= ChunkBytes {
+		if c, ok := p.conn.(sizedSender); ok {
+			// Sized just now, on this goroutine: not walked again.
+			return c.SendSized(env)
+		}
 		return p.conn.Send(env)
 	}
 	return p.sendPieces(env)
+}
+
+// sizedSender is a Conn that can send an envelope proto.Size has just sized
+// without sizing it again (proto.MarshalOptions.UseCachedSize). The caller
+// must not have changed the envelope since.
+type sizedSender interface {
+	SendSized(env *protocol.Envelope) error
 }
 
 // sendChunks sends b as chunks of the package part of the envelope id (or

@@ -139,6 +139,15 @@ func (c *FramedConn) writeLoop() {
 // it does not wait for the bytes to leave; a write that fails closes the
 // channel, which the reading side sees.
 func (c *FramedConn) Send(env *protocol.Envelope) error {
+	return c.send(env, proto.MarshalOptions{})
+}
+
+// SendSized is Send for an envelope proto.Size has just sized (sizedSender).
+func (c *FramedConn) SendSized(env *protocol.Envelope) error {
+	return c.send(env, proto.MarshalOptions{UseCachedSize: true})
+}
+
+func (c *FramedConn) send(env *protocol.Envelope, opts proto.MarshalOptions) error {
 	c.mu.Lock()
 	for len(c.out) >= queueBytes && c.werr == nil {
 		c.room.Wait()
@@ -152,7 +161,7 @@ func (c *FramedConn) Send(env *protocol.Envelope) error {
 	mark := len(c.out)
 	c.out = append(c.out, 0, 0, 0, 0)
 	var err error
-	c.out, err = proto.MarshalOptions{}.MarshalAppend(c.out, env)
+	c.out, err = opts.MarshalAppend(c.out, env)
 	size := len(c.out) - mark - 4
 	if err == nil && size > MaxEnvelopeBytes {
 		err = fmt.Errorf("an envelope of %d bytes; at most %d are sent", size, MaxEnvelopeBytes)

@@ -513,7 +513,7 @@ func (rt *runtime) frame(f *protocol.Frame, id uint64, woken *[]*protocol.Envelo
 		return nil, err
 	}
 	s := rt.session(f)
-	ctx := context.WithValue(rt.ctx, sessionKey{}, s)
+	ctx := s.context()
 	switch k := f.Kind.(type) {
 	case *protocol.Frame_Http:
 		if err := rt.awaitBackends(ctx, f.User, rt.routeNeeds(k.Http.GetUrl())); err != nil {

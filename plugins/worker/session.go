@@ -19,6 +19,7 @@ import (
 // is: every connection of that person then lives on one worker.
 type Session struct {
 	rt     *runtime
+	ctx    context.Context // the handlers' context, made once (context)
 	name   string
 	user   string // "" while anonymous
 	login  string // declared during the current frame
@@ -156,4 +157,14 @@ func randomName() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+// context is the context the session's handlers run with: the runtime's,
+// carrying the session. It is made once, in the person's mailbox, not
+// once a frame.
+func (s *Session) context() context.Context {
+	if s.ctx == nil {
+		s.ctx = context.WithValue(s.rt.ctx, sessionKey{}, s)
+	}
+	return s.ctx
 }
