@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stickyd/stickyd/internal/api"
+	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/monitor"
@@ -286,6 +287,21 @@ func (a *Agent) registerMonitorMetrics() error {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stickyd_supervisor_users", Help: "People in the maps."}, func() float64 {
 			_, users := a.fsm.Counts()
 			return float64(users)
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "stickyd_worker_channel_writes_total", Help: "Writes to the workers' framed channels, each of every envelope queued since the last."}, func() float64 {
+			return float64(channel.ReadFramedStats().Writes)
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "stickyd_worker_channel_envelopes_total", Help: "Envelopes sent on the workers' framed channels."}, func() float64 {
+			return float64(channel.ReadFramedStats().Envelopes)
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "stickyd_worker_channel_bytes_total", Help: "Bytes written to the workers' framed channels."}, func() float64 {
+			return float64(channel.ReadFramedStats().Bytes)
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "stickyd_worker_channel_waits_total", Help: "Sends that waited for room in a framed channel's queue (bound: 4 MiB a channel)."}, func() float64 {
+			return float64(channel.ReadFramedStats().Waits)
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stickyd_worker_channel_queued_bytes", Help: "Bytes encoded for the workers' framed channels and not yet written."}, func() float64 {
+			return float64(channel.ReadFramedStats().QueuedBytes)
 		}),
 	}
 	if a.held != nil {

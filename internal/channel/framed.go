@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -59,6 +60,32 @@ const tokenWait = 2 * time.Second
 // offerWait bounds how long the worker waits for the host's dial once the
 // host said it dialed.
 const offerWait = 10 * time.Second
+
+// FramedStats are this process's framed channels' counters, all channels
+// together (ReadFramedStats).
+type FramedStats struct {
+	Writes      uint64 // writes to the sockets, each of all that was queued
+	Envelopes   uint64 // envelopes sent
+	Bytes       uint64 // bytes written
+	Waits       uint64 // sends that waited for room in a full queue
+	QueuedBytes int64  // encoded, not yet written, now
+}
+
+var framedStats struct {
+	writes, envelopes, bytes, waits atomic.Uint64
+	queued                          atomic.Int64
+}
+
+// ReadFramedStats returns the counters of this process's framed channels.
+func ReadFramedStats() FramedStats {
+	return FramedStats{
+		Writes:      framedStats.writes.Load(),
+		Envelopes:   framedStats.envelopes.Load(),
+		Bytes:       framedStats.bytes.Load(),
+		Waits:       framedStats.waits.Load(),
+		QueuedBytes: framedStats.queued.Load(),
+	}
+}
 
 // FramedConn is a Conn over a stream socket: each envelope a 4-byte length
 // and its encoding.
@@ -119,6 +146,9 @@ func (c *FramedConn) writeLoop() {
 		c.room.Broadcast()
 		c.mu.Unlock()
 		_, err := c.nc.Write(buf)
+		framedStats.writes.Add(1)
+		framedStats.bytes.Add(uint64(len(buf)))
+		framedStats.queued.Add(-int64(len(buf)))
 		c.mu.Lock()
 		if cap(buf) <= keptBuffer {
 			c.spare = buf[:0]
@@ -149,6 +179,9 @@ func (c *FramedConn) SendSized(env *protocol.Envelope) error {
 
 func (c *FramedConn) send(env *protocol.Envelope, opts proto.MarshalOptions) error {
 	c.mu.Lock()
+	if len(c.out) >= queueBytes && c.werr == nil {
+		framedStats.waits.Add(1)
+	}
 	for len(c.out) >= queueBytes && c.werr == nil {
 		c.room.Wait()
 	}
@@ -172,6 +205,8 @@ func (c *FramedConn) send(env *protocol.Envelope, opts proto.MarshalOptions) err
 		return err
 	}
 	binary.BigEndian.PutUint32(c.out[mark:], uint32(size))
+	framedStats.envelopes.Add(1)
+	framedStats.queued.Add(int64(size + 4))
 	c.mu.Unlock()
 	select {
 	case c.kick <- struct{}{}:
@@ -217,6 +252,9 @@ func (c *FramedConn) Close() error {
 		if c.werr == nil {
 			c.werr = ErrClosed
 		}
+		// What was queued and never taken is not written now.
+		framedStats.queued.Add(-int64(len(c.out)))
+		c.out = nil
 		c.room.Broadcast()
 		c.mu.Unlock()
 	})

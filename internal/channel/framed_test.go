@@ -165,6 +165,7 @@ func TestFramedConnRefusesHugeEnvelopes(t *testing.T) {
 func TestFramedConnBoundsItsQueue(t *testing.T) {
 	a, b := net.Pipe() // nothing reads b
 	defer b.Close()
+	before := ReadFramedStats()
 	fc := NewFramedConn(a)
 	big := &protocol.Envelope{Body: &protocol.Envelope_FrameReply{FrameReply: &protocol.FrameReply{
 		Kind: &protocol.FrameReply_Message{Message: &protocol.MessageResult{Data: make([]byte, 1<<20)}}}}}
@@ -196,8 +197,25 @@ wait:
 	if n > 2*queueBytes/(1<<20)+2 {
 		t.Fatalf("%d MiB queued for a side that reads nothing", n)
 	}
+	// The metrics say so: bytes queued, a sender waiting for room.
+	during := ReadFramedStats()
+	if q := during.QueuedBytes - before.QueuedBytes; q < queueBytes {
+		t.Errorf("%d bytes queued by the metric, want at least %d", q, queueBytes)
+	}
+	if during.Waits <= before.Waits || during.Envelopes-before.Envelopes < uint64(n) {
+		t.Errorf("waits %d -> %d, envelopes %d -> %d for %d sent", before.Waits, during.Waits, before.Envelopes, during.Envelopes, n)
+	}
 	fc.Close()
 	for range sent {
+	}
+	// Nothing stays counted as queued once the channel is closed.
+	deadline = time.After(5 * time.Second)
+	for ReadFramedStats().QueuedBytes > before.QueuedBytes {
+		select {
+		case <-deadline:
+			t.Fatalf("%d bytes still counted as queued after the close", ReadFramedStats().QueuedBytes-before.QueuedBytes)
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }
 
