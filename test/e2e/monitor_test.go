@@ -145,7 +145,7 @@ func scrape(t *testing.T, a *agent.Agent) map[string]map[string]bool {
 		}
 	}
 	// Beside stickyd's own, what every Go exporter has.
-	for _, name := range []string{"stickyd_raft_leader", "go_goroutines", "go_memstats_heap_inuse_bytes", "process_resident_memory_bytes", "process_open_fds"} {
+	for _, name := range []string{"stickyd_raft_leader", "stickyd_worker_channel_envelopes_total", "stickyd_worker_channel_queued_bytes", "go_goroutines", "go_memstats_heap_inuse_bytes", "process_resident_memory_bytes", "process_open_fds"} {
 		if _, ok := fams[name]; !ok {
 			t.Fatalf("no %s in /metrics", name)
 		}
