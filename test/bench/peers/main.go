@@ -123,7 +123,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	warmup := fs.Duration("warmup", time.Second, "unmeasured warm-up per cell, before the measured time")
 	conns := fs.String("conns", "100,1000", "nginx part: concurrent connections, comma-separated")
 	payload := fs.Int("payload", 64, "nginx part: bytes of text each echo message carries")
-	idle := fs.String("idle", "10000,100000", "idle part: idle WebSockets per server, comma-separated")
+	idle := fs.String("idle", "1000,5000,15000,100000", "idle part: idle WebSockets per server, comma-separated (a count past what the open-file limit allows is reported as not measured)")
 	settle := fs.Duration("settle", 2*time.Second, "idle part: quiet time before each reading of a server's memory")
 	workers := fs.Int("workers", 2, "stickyd's workers, and the Go echo servers behind nginx")
 	out := fs.String("out", "docs/benchmarks", `directory the CSV files and PNG plots are written to ("" for none)`)
