@@ -181,9 +181,9 @@ func (c *FramedConn) send(env *protocol.Envelope, opts proto.MarshalOptions) err
 	c.mu.Lock()
 	if len(c.out) >= queueBytes && c.werr == nil {
 		framedStats.waits.Add(1)
-	}
-	for len(c.out) >= queueBytes && c.werr == nil {
-		c.room.Wait()
+		for len(c.out) >= queueBytes && c.werr == nil {
+			c.room.Wait()
+		}
 	}
 	if c.werr != nil {
 		err := c.werr

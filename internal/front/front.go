@@ -282,7 +282,16 @@ func New(cfg Config) (*Front, error) {
 		f.cookieChecks.WithLabelValues(r)
 	}
 	if cfg.Registry != nil {
-		cfg.Registry.MustRegister(f.cookieChecks, f.cookieRenewals)
+		cfg.Registry.MustRegister(f.cookieChecks, f.cookieRenewals,
+			// Routers and writers are bounded by the sockets with work
+			// (a frame routing, answers waiting); idle ones stop after a
+			// ping interval (route.go).
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stickyd_front_routers", Help: "Goroutines routing the WebSockets' frames, busy or idle."}, func() float64 {
+				return float64(f.routers.running.Load())
+			}),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stickyd_front_writers", Help: "Goroutines writing the WebSockets' answers, busy or idle."}, func() float64 {
+				return float64(f.writers.running.Load())
+			}))
 	}
 	f.root, f.shutdown = context.WithCancel(context.Background())
 	f.socks = map[*wsConn]struct{}{}
