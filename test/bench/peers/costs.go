@@ -23,6 +23,7 @@ const userHZ = 100
 const (
 	standFront  = "front"
 	standBehind = "behind"
+	standClient = "client" // the load generator, this program
 )
 
 // costProc is one server process whose costs a live cell reads.

@@ -95,10 +95,12 @@ func stateCSV(rs []stateResult) [][]string {
 }
 
 func proxyCSV(rs []proxyResult) [][]string {
-	rows := [][]string{{"system", "connections", "msgs", "window_s", "msgs_per_s", "p50_us", "p99_us", "max_us"}}
+	rows := [][]string{{"system", "connections", "msgs", "window_s", "msgs_per_s", "p50_us", "p99_us", "max_us",
+		"cpu_front_us_per_msg", "cpu_behind_us_per_msg", "cpu_client_us_per_msg"}}
 	for _, r := range rs {
 		rows = append(rows, []string{r.key, strconv.Itoa(r.conns), strconv.Itoa(r.msgs),
-			num(r.window.Seconds()), num(r.rate()), us(r.p(0.50)), us(r.p(0.99)), us(r.p(1))})
+			num(r.window.Seconds()), num(r.rate()), us(r.p(0.50)), us(r.p(0.99)), us(r.p(1)),
+			num(r.cpuPerMsg(standFront)), num(r.cpuPerMsg(standBehind)), num(r.cpuPerMsg(standClient))})
 	}
 	return rows
 }

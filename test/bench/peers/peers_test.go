@@ -35,8 +35,9 @@ func TestMain(m *testing.M) {
 // TestSmokeRun runs every part at a tiny size, each part whose peer is not
 // installed left out (the idle part needs none: nginx is then left out of
 // it), and checks that the report has a row with messages for every cell,
-// CPU time, frames and allocations for every live cell, memory for every
-// idle server, and the files. It checks no timing.
+// CPU time, frames and allocations for every live cell, the processes' CPU
+// for every proxy cell, memory for every idle server, and the files. It
+// checks no timing.
 func TestSmokeRun(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	parts := []string{partIdle}
@@ -83,6 +84,18 @@ func TestSmokeRun(t *testing.T) {
 		for _, p := range r.proxy {
 			if p.msgs == 0 || p.rate() <= 0 {
 				t.Errorf("proxy %s: %d msgs, %.0f msgs/s", p.key, p.msgs, p.rate())
+			}
+			// The servers' counters and the client's were read.
+			var servers, clients int
+			for _, c := range p.costs {
+				if c.stand == standClient {
+					clients++
+				} else {
+					servers++
+				}
+			}
+			if servers == 0 || clients != 1 || sumCosts(p.costs, "").cpu <= 0 {
+				t.Errorf("proxy %s: costs of %d server processes and %d clients, %v CPU in all", p.key, servers, clients, sumCosts(p.costs, "").cpu)
 			}
 		}
 	}

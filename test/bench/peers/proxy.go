@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -23,6 +24,9 @@ type proxyResult struct {
 	label string
 	conns int
 	loadResult
+	// costs are what each server process and the client (standClient)
+	// spent over the cell's drive.
+	costs []procCost
 }
 
 // proxySystem is what the proxy part measures: where its clients connect
@@ -31,6 +35,8 @@ type proxySystem struct {
 	key, label string
 	addrs      []string
 	srv        *serverProc // checked when a cell fails
+	// procs lists the system's processes whose CPU a cell reads.
+	procs func() ([]costProc, error)
 }
 
 // measureProxy runs every connection count against stickyd's front, nginx
@@ -65,10 +71,27 @@ func measureProxy(ctx context.Context, e *runEnv) (rs []proxyResult, err error) 
 	if err != nil {
 		return nil, err
 	}
+	echoes := procs[:o.workers]
+	echoProcs := func(stand string) []costProc {
+		var cs []costProc
+		for i, p := range echoes {
+			cs = append(cs, costProc{name: fmt.Sprintf("echo server %d", i+1), stand: stand, pid: p.pid()})
+		}
+		return cs
+	}
 	systems := []proxySystem{
-		{proxyStickyd, fmt.Sprintf("stickyd: front → %d workers (echo op)", o.workers), []string{agent.addr}, agent},
-		{proxyNginx, fmt.Sprintf("nginx (hash $cookie_sid) → %d Go echo servers", o.workers), []string{ngx.addr}, ngx},
-		{proxyDirect, fmt.Sprintf("Go echo servers, no proxy (%d)", o.workers), backends, procs[0]},
+		{proxyStickyd, fmt.Sprintf("stickyd: front → %d workers (echo op)", o.workers), []string{agent.addr}, agent,
+			func() ([]costProc, error) { return stickydProcs(agent, e.allocsDir()) }},
+		{proxyNginx, fmt.Sprintf("nginx (hash $cookie_sid) → %d Go echo servers", o.workers), []string{ngx.addr}, ngx,
+			func() ([]costProc, error) {
+				cs := []costProc{{name: "nginx master", stand: standFront, pid: ngx.pid()}}
+				for _, pid := range childrenOf(ngx.pid()) {
+					cs = append(cs, costProc{name: fmt.Sprintf("nginx worker %d", pid), stand: standFront, pid: pid})
+				}
+				return append(cs, echoProcs(standBehind)...), nil
+			}},
+		{proxyDirect, fmt.Sprintf("Go echo servers, no proxy (%d)", o.workers), backends, procs[0],
+			func() ([]costProc, error) { return echoProcs(standFront), nil }},
 	}
 	for _, n := range o.conns {
 		for _, s := range systems {
@@ -76,7 +99,14 @@ func measureProxy(ctx context.Context, e *runEnv) (rs []proxyResult, err error) 
 				return rs, fmt.Errorf("interrupted: %w", err)
 			}
 			fmt.Fprintf(e.stderr, "  proxy, %d connections: %s ... ", n, s.label)
-			r, err := runEchoCell(ctx, s.addrs, n, o.payload, o.warmup, o.duration)
+			cps, err := s.procs()
+			if err != nil {
+				return rs, err
+			}
+			// The client's own CPU is read too: it shares the machine's cores
+			// with the servers, and what it spends bounds what they can reach.
+			cps = append(cps, costProc{name: "client (this program)", stand: standClient, pid: os.Getpid()})
+			r, costs, err := runEchoCell(ctx, s.addrs, n, o.payload, o.warmup, o.duration, cps)
 			if err != nil {
 				fmt.Fprintln(e.stderr, "error")
 				if note := s.srv.exited(); note != "" {
@@ -86,7 +116,7 @@ func measureProxy(ctx context.Context, e *runEnv) (rs []proxyResult, err error) 
 			}
 			fmt.Fprintf(e.stderr, "%.0f msgs/s, p50 %s, p99 %s\n", r.rate(),
 				benchkit.FormatDuration(r.p(0.50)), benchkit.FormatDuration(r.p(0.99)))
-			rs = append(rs, proxyResult{key: s.key, label: s.label, conns: n, loadResult: r})
+			rs = append(rs, proxyResult{key: s.key, label: s.label, conns: n, loadResult: r, costs: costs})
 		}
 	}
 	return rs, nil
@@ -94,8 +124,9 @@ func measureProxy(ctx context.Context, e *runEnv) (rs []proxyResult, err error) 
 
 // runEchoCell opens conns browsers (client i at addrs[i % len(addrs)]),
 // each with a WebSocket and a page, runs them closed loop sending echo
-// messages of payload bytes, and closes them.
-func runEchoCell(ctx context.Context, addrs []string, conns, payload int, warmup, window time.Duration) (loadResult, error) {
+// messages of payload bytes, and closes them. It returns what each of procs
+// spent over the drive.
+func runEchoCell(ctx context.Context, addrs []string, conns, payload int, warmup, window time.Duration, procs []costProc) (loadResult, []procCost, error) {
 	hc := newSiteClient()
 	defer hc.CloseIdleConnections()
 	cs := make([]*echoClient, conns)
@@ -116,14 +147,41 @@ func runEchoCell(ctx context.Context, addrs []string, conns, payload int, warmup
 		return nil
 	})
 	if err != nil {
-		return loadResult{}, err
+		return loadResult{}, nil, err
+	}
+	span, err := startCosts(ctx, procs)
+	if err != nil {
+		return loadResult{}, nil, err
 	}
 	r, err := drive(ctx, conns, warmup, window, func(i int) error { return cs[i].roundTrip() }, abort)
 	if err != nil {
-		return r, err
+		return r, nil, err
+	}
+	costs, err := span.end(ctx)
+	if err != nil {
+		return r, nil, err
 	}
 	for _, c := range cs {
 		c.close()
 	}
-	return r, nil
+	return r, costs, nil
+}
+
+// cpuPerMsg is the CPU the cell's processes that stand where stand says
+// spent per round trip of its drive, in µs.
+func (r *proxyResult) cpuPerMsg(stand string) float64 {
+	if r.total == 0 {
+		return 0
+	}
+	return float64(sumCosts(r.costs, stand).cpu.Microseconds()) / float64(r.total)
+}
+
+// cpuSplit writes the servers' CPU per message as "all (front + behind)",
+// or the front's alone for a system with nothing behind it.
+func (r *proxyResult) cpuSplit() string {
+	front, back := r.cpuPerMsg(standFront), r.cpuPerMsg(standBehind)
+	if has, _ := behind(r.costs); !has {
+		return perMsgNum(front)
+	}
+	return fmt.Sprintf("%s (%s + %s)", perMsgNum(front+back), perMsgNum(front), perMsgNum(back))
 }

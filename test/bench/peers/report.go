@@ -219,12 +219,16 @@ func printProxy(w io.Writer, o *options, rs []proxyResult) {
 		o.payload, windowRule(o))
 	fmt.Fprintln(w, "- stickyd: the front routes each message to the person's worker, whose counter app answers the echo op")
 	fmt.Fprintln(w, "- nginx: `hash $cookie_sid consistent` upstream, `proxy_http_version 1.1` with Upgrade, one worker per CPU; behind it plain Go echo servers (gorilla) that write back every message")
+	fmt.Fprintln(w, "- CPU per message: utime + stime of /proc/PID/stat of each process, read before and after a cell's whole drive and divided by its round trips; "+
+		"front: stickyd's agent, nginx's master and workers, the echo servers when alone; behind: stickyd's workers, the echo servers behind nginx; "+
+		"the client is this program, which shares the two cores with them: at a given rate what it spends is not left to the servers")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| connections | system | msgs/s | p50 | p99 | max | measured |")
-	fmt.Fprintln(w, "|--:|---|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(w, "| connections | system | msgs/s | p50 | p99 | max | CPU µs/msg: servers (front + behind) | client CPU µs/msg | measured |")
+	fmt.Fprintln(w, "|--:|---|--:|--:|--:|--:|--:|--:|--:|")
 	for _, r := range rs {
-		fmt.Fprintf(w, "| %s | %s | %.0f | %s | %s | %s | %s |\n", formatCount(r.conns), r.label, r.rate(),
-			benchkit.FormatDuration(r.p(0.50)), benchkit.FormatDuration(r.p(0.99)), benchkit.FormatDuration(r.p(1)), measured(r.loadResult))
+		fmt.Fprintf(w, "| %s | %s | %.0f | %s | %s | %s | %s | %s | %s |\n", formatCount(r.conns), r.label, r.rate(),
+			benchkit.FormatDuration(r.p(0.50)), benchkit.FormatDuration(r.p(0.99)), benchkit.FormatDuration(r.p(1)),
+			r.cpuSplit(), perMsgNum(r.cpuPerMsg(standClient)), measured(r.loadResult))
 	}
 	find := func(key string, n int) *proxyResult {
 		for i := range rs {
