@@ -428,3 +428,46 @@ func TestParseCitations(t *testing.T) {
 		t.Errorf("misplaced: %q", bad)
 	}
 }
+
+// cells counts a table row's cells as GitHub renders them: every "|" not
+// escaped as "\|" separates two, inside backticks too.
+func cells(row string) int {
+	row = strings.TrimSpace(row)
+	n := 0
+	for i := 0; i < len(row); i++ {
+		switch row[i] {
+		case '\\':
+			i++
+		case '|':
+			n++
+		}
+	}
+	return n - 1 // the row starts and ends with one
+}
+
+// Every row of docs/status.md's tables has as many cells as its header:
+// an unescaped "|" in a row (a command's alternatives in backticks) splits
+// it and shifts the proof out of its column.
+func TestStatusTablesAreWellFormed(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(moduleRoot(t), "docs", "status.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for i, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "|") {
+			want = 0
+			continue
+		}
+		if want == 0 {
+			want = cells(line) // the header
+			continue
+		}
+		if got := cells(line); got != want {
+			t.Errorf("docs/status.md line %d has %d cells, its table %d (escape a | inside a cell as \\|)", i+1, got, want)
+		}
+	}
+	if got := cells("| `a\\|b` | c |"); got != 2 {
+		t.Errorf("cells of an escaped pipe: %d, want 2", got)
+	}
+}
