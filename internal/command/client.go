@@ -3,17 +3,14 @@ package command
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"net"
-	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"slices"
@@ -23,21 +20,18 @@ import (
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
+
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
-// Where the admin API is and how long a call may take.
+// Where the admin API is, and how long finding it through Consul may take.
 const (
 	// DefaultAddress is the admin API address when neither -address nor
 	// $STICKYD_ADDR gives one (the agent's default admin.address).
 	DefaultAddress = "http://127.0.0.1:4650"
 
-	// dialTimeout bounds connecting, for every call, streams included.
-	dialTimeout = 5 * time.Second
-	// callTimeout bounds a whole call that is not a stream: a move waits
-	// for the freeze (move.freeze_timeout, 5 s by default) and the log.
-	callTimeout = 60 * time.Second
-	// maxBody bounds what a call reads of an answer.
-	maxBody = 64 << 20
+	// consulTimeout bounds asking Consul for a server (consul://).
+	consulTimeout = 5 * time.Second
 )
 
 // errNoToken is returned before any call when no admin token was given.
@@ -88,57 +82,33 @@ func (m *Meta) apiFlagSet(name string) (*flag.FlagSet, *apiOptions) {
 	return fs, o
 }
 
-// client checks the options and returns a client. It fails, without
-// calling anything, when there is no token or the address is not a URL.
-func (o *apiOptions) client() (*apiClient, error) {
+// client checks the options and returns a client of the admin API
+// (internal/api/client, the CLI's only road to the API), its errors said in
+// the flags' words. It fails, without calling anything, when there is no
+// token or the address is not a URL.
+func (o *apiOptions) client() (*client.Client, error) {
 	if o.token == "" {
 		return nil, errNoToken
 	}
-	scheme := "http://"
-	var tlsCfg *tls.Config
-	if o.caFile != "" {
-		pem, err := os.ReadFile(o.caFile)
-		if err != nil {
-			return nil, fmt.Errorf("reading -ca-file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("-ca-file %s holds no PEM certificate", o.caFile)
-		}
-		scheme, tlsCfg = "https://", &tls.Config{RootCAs: pool, ServerName: o.serverName, MinVersion: tls.VersionTLS12}
-	}
-	raw := strings.TrimSpace(o.address)
-	if service, ok := strings.CutPrefix(raw, "consul://"); ok {
-		addr, err := serverFromConsul(strings.TrimRight(service, "/"))
-		if err != nil {
+	addr := strings.TrimSpace(o.address)
+	if service, ok := strings.CutPrefix(addr, "consul://"); ok {
+		// Without a scheme, the client takes https when there is a CA.
+		var err error
+		if addr, err = serverFromConsul(strings.TrimRight(service, "/")); err != nil {
 			return nil, err
 		}
-		raw = scheme + addr
 	}
-	if !strings.Contains(raw, "://") {
-		raw = scheme + raw
-	}
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	c, err := client.New(client.Config{Address: addr, Token: o.token, CAFile: o.caFile, TLSServerName: o.serverName})
+	var pe *fs.PathError
+	switch {
+	case errors.Is(err, client.ErrBadAddress):
 		return nil, fmt.Errorf("bad -address %q: want http://HOST:PORT", o.address)
+	case errors.Is(err, client.ErrNoPEM):
+		return nil, fmt.Errorf("-ca-file %s holds no PEM certificate", o.caFile)
+	case errors.As(err, &pe):
+		return nil, fmt.Errorf("reading -ca-file: %w", pe)
 	}
-	u.Path = strings.TrimRight(u.Path, "/")
-	u.RawQuery, u.Fragment = "", ""
-	tr := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
-		TLSHandshakeTimeout:   dialTimeout,
-		IdleConnTimeout:       30 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		TLSClientConfig:       tlsCfg,
-	}
-	return &apiClient{
-		base:   u,
-		token:  o.token,
-		tr:     tr,
-		call:   &http.Client{Transport: tr, Timeout: callTimeout},
-		stream: &http.Client{Transport: tr},
-	}, nil
+	return c, err
 }
 
 // serverFromConsul returns the admin address (host:port) of a healthy instance of
@@ -153,7 +123,7 @@ func serverFromConsul(service string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("consul://%s: %w", service, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), consulTimeout)
 	defer cancel()
 	entries, _, err := c.Health().Service(service, "", true, (&consulapi.QueryOptions{}).WithContext(ctx))
 	if err != nil {
@@ -168,137 +138,6 @@ func serverFromConsul(service string) (string, error) {
 		host = e.Node.Address
 	}
 	return net.JoinHostPort(host, strconv.Itoa(e.Service.Port)), nil
-}
-
-// apiClient calls the admin API. Close it when done.
-type apiClient struct {
-	base  *url.URL
-	token string
-	tr    *http.Transport
-	// call bounds a whole call; stream only bounds the dial and the TLS
-	// handshake, since a drain answers for as long as its moves take.
-	call, stream *http.Client
-}
-
-// Close drops the client's idle connections.
-func (c *apiClient) Close() { c.tr.CloseIdleConnections() }
-
-// apiError is an answer outside 2xx: the status and the API's message.
-type apiError struct {
-	Status  int
-	Message string
-}
-
-func (e *apiError) Error() string { return e.Message }
-
-// get calls GET path and returns the answer's body.
-func (c *apiClient) get(ctx context.Context, path string) ([]byte, error) {
-	return c.do(ctx, http.MethodGet, path, nil, nil)
-}
-
-// post calls POST path with body encoded as JSON and returns the answer's
-// body.
-func (c *apiClient) post(ctx context.Context, path string, body any) ([]byte, error) {
-	return c.do(ctx, http.MethodPost, path, nil, body)
-}
-
-func (c *apiClient) do(ctx context.Context, method, path string, query url.Values, body any) ([]byte, error) {
-	resp, err := c.send(ctx, c.call, method, path, query, body)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	if err != nil {
-		return nil, c.transportErr(err)
-	}
-	return b, nil
-}
-
-// openStream calls method path and returns the body to read as it comes;
-// only ctx (and the dial timeout) bounds it. The caller closes the body.
-func (c *apiClient) openStream(ctx context.Context, method, path string, query url.Values) (io.ReadCloser, error) {
-	resp, err := c.send(ctx, c.stream, method, path, query, nil)
-	if err != nil {
-		return nil, err
-	}
-	return resp.Body, nil
-}
-
-// send makes the call and turns an answer outside 2xx into an *apiError.
-func (c *apiClient) send(ctx context.Context, hc *http.Client, method, path string, query url.Values, body any) (*http.Response, error) {
-	// path comes escaped (url.PathEscape on each name in it).
-	u := c.base.String() + path
-	if q := query.Encode(); q != "" {
-		u += "?" + q
-	}
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, fmt.Errorf("encoding the request: %w", err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
-	if err != nil {
-		return nil, fmt.Errorf("building the request: %w", err)
-	}
-	req.Header.Set("X-Stickyd-Token", c.token)
-	req.Header.Set("Accept", "application/json")
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, c.transportErr(err)
-	}
-	if resp.StatusCode/100 == 2 {
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	return nil, errorFromBody(resp.StatusCode, b)
-}
-
-// errorFromBody reads {"error": "..."}; an answer without one (a proxy's
-// page, say) is summed up by its status and first line.
-func errorFromBody(status int, b []byte) *apiError {
-	var e struct {
-		Error string `json:"error"`
-	}
-	if json.Unmarshal(b, &e) == nil && e.Error != "" {
-		return &apiError{Status: status, Message: e.Error}
-	}
-	msg := fmt.Sprintf("the admin API answered %d %s", status, http.StatusText(status))
-	if line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n"); line != "" {
-		if len(line) > 200 {
-			line = line[:200] + "..."
-		}
-		msg += ": " + line
-	}
-	return &apiError{Status: status, Message: msg}
-}
-
-// transportErr says what went wrong below HTTP, naming the address.
-func (c *apiClient) transportErr(err error) error {
-	if errors.Is(err, context.Canceled) {
-		return fmt.Errorf("interrupted: %w", context.Canceled)
-	}
-	inner := err
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		inner = ue.Err
-	}
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return fmt.Errorf("cannot reach the stickyd admin API at %s: %w", c.base, inner)
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return fmt.Errorf("no answer from the stickyd admin API at %s within %s: %w", c.base, callTimeout, inner)
-	}
-	return fmt.Errorf("calling the stickyd admin API at %s: %w", c.base, inner)
 }
 
 // apiContext is the context of one admin API command: it ends on SIGINT or
@@ -365,7 +204,7 @@ func (m *Meta) fail(err error) int {
 // closed" says two things).
 func saidOnce(err error) string {
 	msg := err.Error()
-	var ae *apiError
+	var ae *client.Error
 	if !errors.As(err, &ae) || ae.Message == "" {
 		return msg
 	}
@@ -393,6 +232,15 @@ func saidOnce(err error) string {
 	return ae.Message
 }
 
+// answered reports whether err is nil or only says that the answer did not
+// decode: -json prints the API's answer as it came (client.KeepBody)
+// without reading it, and a command that shows nothing of an answer does
+// not need it to decode.
+func answered(err error) bool {
+	var de *client.DecodeError
+	return err == nil || errors.As(err, &de)
+}
+
 // printJSON prints an answer as indented JSON, its values untouched.
 func (m *Meta) printJSON(b []byte) {
 	var out bytes.Buffer
@@ -406,15 +254,15 @@ func (m *Meta) printJSON(b []byte) {
 // withAPI runs fn with a client of the admin API and the command's context
 // (which ends on SIGINT or SIGTERM), and returns fn's exit code; a bad
 // -address or a missing token fails first.
-func (m *Meta) withAPI(opts *apiOptions, fn func(ctx context.Context, client *apiClient) int) int {
-	client, err := opts.client()
+func (m *Meta) withAPI(opts *apiOptions, fn func(ctx context.Context, api *client.Client) int) int {
+	api, err := opts.client()
 	if err != nil {
 		return m.fail(err)
 	}
-	defer client.Close()
+	defer api.Close()
 	ctx, stop := apiContext()
 	defer stop()
-	return fn(ctx, client)
+	return fn(ctx, api)
 }
 
 // badParallel reports (and says) that a -parallel value is out of range.

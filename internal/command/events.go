@@ -2,12 +2,11 @@ package command
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/governor"
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // EventsCommand lists governance's recent decisions, with their reasons.
@@ -37,18 +36,15 @@ func (c *EventsCommand) Run(args []string) int {
 	if _, ok := c.parseArgs(fs, args, 0, c.Help); !ok {
 		return 1
 	}
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		body, err := client.get(ctx, "/v1/events")
-		if err != nil {
-			return c.fail(fmt.Errorf("listing events: %w", err))
-		}
-		if asJSON {
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		var body []byte
+		events, err := api.Events(ctx, client.KeepBody(&body))
+		if asJSON && answered(err) {
 			c.printJSON(body)
 			return 0
 		}
-		var events []governor.Event
-		if err := json.Unmarshal(body, &events); err != nil {
-			return c.fail(fmt.Errorf("listing events: decoding the answer: %w", err))
+		if err != nil {
+			return c.fail(fmt.Errorf("listing events: %w", err))
 		}
 		if len(events) == 0 {
 			c.UI.Output("No governance events")
@@ -56,7 +52,7 @@ func (c *EventsCommand) Run(args []string) int {
 		}
 		rows := make([][]string, len(events))
 		for i, e := range events {
-			rows[i] = []string{e.At.Local().Format(time.TimeOnly), string(e.Kind), orDash(e.Worker), orDash(e.User), orDash(e.To), e.Reason}
+			rows[i] = []string{e.At.Local().Format(time.TimeOnly), e.Kind, orDash(e.Worker), orDash(e.User), orDash(e.To), e.Reason}
 		}
 		c.UI.Output(formatTable([]string{"TIME", "KIND", "WORKER", "USER", "TO", "REASON"}, rows))
 		return 0

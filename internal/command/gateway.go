@@ -1,10 +1,10 @@
 package command
 
 import (
-	"errors"
 	"fmt"
-	"net/http"
 	"strings"
+
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // GatewayCommand is the parent of the gateway subcommands; alone it prints
@@ -44,8 +44,7 @@ func (c *GatewayCommand) Run(args []string) int { return c.parent("gateway", arg
 // The gateway's routes exist only on agents with a gateway block, so a 404
 // says so.
 func gatewayError(doing string, err error) error {
-	var ae *apiError
-	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+	if client.IsNotFound(err) {
 		return fmt.Errorf("%s: %w (does the agent's configuration have a gateway block?)", doing, err)
 	}
 	return fmt.Errorf("%s: %w", doing, err)

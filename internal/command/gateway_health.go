@@ -2,7 +2,6 @@ package command
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/gateway"
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // GatewayHealthCommand shows each model's slots and its deployments'
@@ -48,18 +47,15 @@ func (c *GatewayHealthCommand) Run(args []string) int {
 	if _, ok := c.parseArgs(fs, args, 0, c.Help); !ok {
 		return 1
 	}
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		body, err := client.get(ctx, "/v1/gateway/health")
-		if err != nil {
-			return c.fail(gatewayError("reading the gateway's health", err))
-		}
-		if asJSON {
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		var body []byte
+		models, err := api.GatewayHealth(ctx, client.KeepBody(&body))
+		if asJSON && answered(err) {
 			c.printJSON(body)
 			return 0
 		}
-		var models map[string]gateway.ModelHealth
-		if err := json.Unmarshal(body, &models); err != nil {
-			return c.fail(fmt.Errorf("reading the gateway's health: decoding the answer: %w", err))
+		if err != nil {
+			return c.fail(gatewayError("reading the gateway's health", err))
 		}
 		c.UI.Output(healthReport(models))
 		return 0
@@ -68,7 +64,7 @@ func (c *GatewayHealthCommand) Run(args []string) int {
 
 // healthReport writes the models for people, sorted by name: a line of
 // slots, then a table of deployments.
-func healthReport(models map[string]gateway.ModelHealth) string {
+func healthReport(models map[string]client.ModelHealth) string {
 	if len(models) == 0 {
 		return "The gateway has no models."
 	}
@@ -93,7 +89,7 @@ func healthReport(models map[string]gateway.ModelHealth) string {
 
 // healthText is "ok", or "degraded since TIME (REASON)" without what the
 // API left out.
-func healthText(h gateway.HealthState) string {
+func healthText(h client.DeploymentHealth) string {
 	if !h.Degraded {
 		return "ok"
 	}

@@ -3,17 +3,14 @@ package command
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"maps"
-	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/stickyd/stickyd/internal/gateway"
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // GatewayUsageCommand shows what the gateway's calls cost.
@@ -75,24 +72,17 @@ func (c *GatewayUsageCommand) Run(args []string) int {
 		c.UI.Error("-days shortens the table of days; -json prints every day")
 		return 1
 	}
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		var query url.Values
-		if session != "" {
-			query = url.Values{"session": {session}}
-		}
-		body, err := client.do(ctx, http.MethodGet, "/v1/gateway/usage", query, nil)
-		if err != nil {
-			return c.fail(gatewayError("reading the gateway's usage", err))
-		}
-		if asJSON {
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		var body []byte
+		answer, err := api.GatewayUsage(ctx, session, client.KeepBody(&body))
+		if asJSON && answered(err) {
 			c.printJSON(body)
 			return 0
 		}
-		var answer gateway.UsageAnswer
-		if err := json.Unmarshal(body, &answer); err != nil {
-			return c.fail(fmt.Errorf("reading the gateway's usage: decoding the answer: %w", err))
+		if err != nil {
+			return c.fail(gatewayError("reading the gateway's usage", err))
 		}
-		c.UI.Output(usageReport(answer.Counters, session, days))
+		c.UI.Output(usageReport(answer.GatewayCounters, session, days))
 		if answer.Source == "replica" {
 			c.UI.Warn("The leader could not be asked: these are this agent's replicated counters, which may lag by a moment.")
 		}
@@ -110,7 +100,7 @@ func flagGiven(visit func(func(*flag.Flag)), name string) bool {
 
 // usageReport writes the counters for people: the total, the newest days
 // (every one when days is 0) and the costliest sessions, or session alone.
-func usageReport(c gateway.Counters, session string, days int) string {
+func usageReport(c client.GatewayCounters, session string, days int) string {
 	if c.Total.Calls == 0 && len(c.Days) == 0 {
 		return "The gateway has charged no calls yet."
 	}
@@ -185,7 +175,7 @@ func usageReport(c gateway.Counters, session string, days int) string {
 
 // tallyRow is a row of the days' or sessions' table. Calls that named no
 // session are counted under "".
-func tallyRow(name string, t gateway.Tally) []string {
+func tallyRow(name string, t client.GatewayTally) []string {
 	if name == "" {
 		name = "(none)"
 	}
@@ -195,4 +185,4 @@ func tallyRow(name string, t gateway.Tally) []string {
 
 // tokensIn is the input read uncached: the tokens the provider bills at
 // its input price, those written to the prompt cache included.
-func tokensIn(u gateway.Usage) int64 { return u.Input + u.CacheWrite }
+func tokensIn(u client.TokenUsage) int64 { return u.Input + u.CacheWrite }

@@ -3,15 +3,12 @@ package command
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"strings"
 
-	"github.com/stickyd/stickyd/internal/api"
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // GroupCommand is the parent of the group subcommands; alone it prints their
@@ -50,21 +47,20 @@ func (c *GroupCommand) Run(args []string) int { return c.parent("group", args) }
 // followJob prints a job's moves as they happen and its summary; it returns
 // the exit code: 1 if a move failed or the job stopped with an error.
 // What names the job in messages ("promoting v2").
-func (m *Meta) followJob(ctx context.Context, client *apiClient, id, what string) int {
-	body, err := client.openStream(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), url.Values{"follow": {"1"}})
+func (m *Meta) followJob(ctx context.Context, api *client.Client, id, what string) int {
+	stream, err := api.FollowJob(ctx, id)
 	if err != nil {
 		return m.fail(fmt.Errorf("%s: following job %s: %w", what, id, err))
 	}
-	defer body.Close()
-	return m.readJob(ctx, body, id, what)
+	defer stream.Close()
+	return m.readJob(ctx, stream, id, what)
 }
 
-func (m *Meta) readJob(ctx context.Context, body io.Reader, id, what string) int {
+func (m *Meta) readJob(ctx context.Context, stream *client.Stream[client.JobProgress], id, what string) int {
 	var moved, failed int
-	dec := json.NewDecoder(body)
 	for {
-		var p api.JobProgress
-		if err := dec.Decode(&p); err != nil {
+		p, err := stream.Next()
+		if err != nil {
 			seen := fmt.Sprintf("%d moved and %d failed so far", moved, failed)
 			switch {
 			case ctx.Err() != nil:
@@ -99,20 +95,16 @@ func (m *Meta) readJob(ctx context.Context, body io.Reader, id, what string) int
 	}
 }
 
-// startJob calls a route that starts a job (detached) and then follows it
-// unless detach is set.
-func (m *Meta) startJob(ctx context.Context, client *apiClient, method, path string, query url.Values, body any, detach bool, what string) int {
-	if query == nil {
-		query = url.Values{}
-	}
-	query.Set("detach", "true")
-	b, err := client.do(ctx, method, path, query, body)
-	if err != nil {
+// startJob calls start, a route that starts a job (detached), and then
+// follows the job unless detach is set.
+func (m *Meta) startJob(ctx context.Context, api *client.Client, what string, detach bool, start func() (client.Job, error)) int {
+	j, err := start()
+	var de *client.DecodeError
+	switch {
+	case errors.As(err, &de):
+		return m.fail(fmt.Errorf("%s: the agent's answer names no job: %s", what, strings.TrimSpace(string(de.Body))))
+	case err != nil:
 		return m.fail(fmt.Errorf("%s: %w", what, err))
-	}
-	var j api.Job
-	if err := json.Unmarshal(b, &j); err != nil || j.ID == "" {
-		return m.fail(fmt.Errorf("%s: the agent's answer names no job: %s", what, strings.TrimSpace(string(b))))
 	}
 	if detach {
 		// Any server reports it: its state is in raft.
@@ -123,5 +115,5 @@ func (m *Meta) startJob(ctx context.Context, client *apiClient, method, path str
 		m.UI.Output(fmt.Sprintf("%s: job %s started (on %s); follow it with: %s", what, j.ID, orDash(j.Agent), hint))
 		return 0
 	}
-	return m.followJob(ctx, client, j.ID, what)
+	return m.followJob(ctx, api, j.ID, what)
 }

@@ -3,12 +3,9 @@ package command
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 
-	"github.com/stickyd/stickyd/internal/api"
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // GroupAssignCommand adds an assignment rule and moves the people it
@@ -55,7 +52,7 @@ func (c *GroupAssignCommand) Run(args []string) int {
 		return 1
 	}
 	group := pos[0]
-	req := api.RuleRequest{Group: group, User: user}
+	req := client.RuleRequest{Group: group, User: user}
 	switch {
 	case (user == "") == (attr == ""):
 		c.UI.Error("give exactly one of -user and -attr")
@@ -77,9 +74,11 @@ func (c *GroupAssignCommand) Run(args []string) int {
 	if c.badParallel(parallel) {
 		return 1
 	}
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
 		c.UI.Output(fmt.Sprintf("Rule %s: sending %s to %s", id, orDash(strings.TrimPrefix(user+" "+attr, " ")), group))
-		return c.startJob(ctx, client, http.MethodPut, "/v1/rules/"+url.PathEscape(id), url.Values{"parallel": {strconv.Itoa(parallel)}}, req, detach, "assigning to "+group)
+		return c.startJob(ctx, api, "assigning to "+group, detach, func() (client.Job, error) {
+			return api.PutRule(ctx, id, req, parallel)
+		})
 	})
 }
 
@@ -130,8 +129,10 @@ func (c *GroupUnassignCommand) Run(args []string) int {
 	if !ok || c.badParallel(parallel) {
 		return 1
 	}
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		return c.startJob(ctx, client, http.MethodDelete, "/v1/rules/"+url.PathEscape(pos[0]), url.Values{"parallel": {strconv.Itoa(parallel)}}, nil, detach, "removing rule "+pos[0])
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		return c.startJob(ctx, api, "removing rule "+pos[0], detach, func() (client.Job, error) {
+			return api.DeleteRule(ctx, pos[0], parallel)
+		})
 	})
 }
 
@@ -158,8 +159,8 @@ func (c *GroupRetireCommand) Run(args []string) int {
 	if !ok {
 		return 1
 	}
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		if _, err := client.do(ctx, http.MethodDelete, "/v1/groups/"+url.PathEscape(pos[0]), nil, nil); err != nil {
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		if err := api.RetireGroup(ctx, pos[0]); err != nil {
 			return c.fail(fmt.Errorf("retiring group %s: %w", pos[0], err))
 		}
 		c.UI.Output(fmt.Sprintf("Group %s retired; every agent stops its workers.", pos[0]))

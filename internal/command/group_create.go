@@ -4,13 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/url"
 	"os"
 	"strings"
 
-	"github.com/stickyd/stickyd/internal/api"
-	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // GroupCreateCommand records a group's recipe; every agent starts its
@@ -53,7 +50,7 @@ Options:
 func (c *GroupCreateCommand) Synopsis() string { return "Create a group" }
 
 func (c *GroupCreateCommand) Run(args []string) int {
-	var req api.GroupRequest
+	var req client.GroupRequest
 	var argList, env stringList
 	var govFile string
 	fs, opts := c.apiFlagSet("group create")
@@ -65,7 +62,7 @@ func (c *GroupCreateCommand) Run(args []string) int {
 	fs.StringVar(&req.Runtime, "runtime", "", "")
 	fs.IntVar(&req.Workers, "workers", 1, "")
 	fs.IntVar(&req.MemoryMaxMB, "memory-max-mb", 0, "")
-	var limits fsm.GroupLimits
+	var limits client.GroupLimits
 	fs.Int64Var(&limits.MaxPageBytes, "max-page-bytes", 0, "")
 	fs.Int64Var(&limits.MaxPersonBytes, "max-person-bytes", 0, "")
 	var perConn, perPerson int
@@ -78,7 +75,7 @@ func (c *GroupCreateCommand) Run(args []string) int {
 	}
 	req.Args = argList
 	limits.MaxPagesPerConn, limits.MaxPagesPerPerson = int32(min(perConn, 1<<30)), int32(min(perPerson, 1<<30))
-	if limits != (fsm.GroupLimits{}) {
+	if limits != (client.GroupLimits{}) {
 		req.Limits = &limits
 	}
 	var err error
@@ -95,8 +92,10 @@ func (c *GroupCreateCommand) Run(args []string) int {
 			return c.fail(fmt.Errorf("-governance %s: %w", govFile, err))
 		}
 	}
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		if _, err := client.do(ctx, http.MethodPut, "/v1/groups/"+url.PathEscape(pos[0]), nil, req); err != nil {
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		// The recipe as stored is not shown: an answer that does not
+		// decode is no failure.
+		if _, err := api.CreateGroup(ctx, pos[0], req); !answered(err) {
 			return c.fail(fmt.Errorf("creating group %s: %w", pos[0], err))
 		}
 		c.UI.Output(fmt.Sprintf("Group %s created; every agent starts its workers. Promote it with: stickyd group promote %s", pos[0], pos[0]))

@@ -2,12 +2,11 @@ package command
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 
-	"github.com/stickyd/stickyd/internal/api"
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // GroupListCommand lists the groups, the rules and the recent jobs.
@@ -37,18 +36,15 @@ func (c *GroupListCommand) Run(args []string) int {
 	if _, ok := c.parseArgs(fs, args, 0, c.Help); !ok {
 		return 1
 	}
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		body, err := client.get(ctx, "/v1/groups")
-		if err != nil {
-			return c.fail(fmt.Errorf("listing groups: %w", err))
-		}
-		if asJSON {
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		var body []byte
+		v, err := api.Groups(ctx, client.KeepBody(&body))
+		if asJSON && answered(err) {
 			c.printJSON(body)
 			return 0
 		}
-		var v api.GroupsView
-		if err := json.Unmarshal(body, &v); err != nil {
-			return c.fail(fmt.Errorf("listing groups: decoding the answer: %w", err))
+		if err != nil {
+			return c.fail(fmt.Errorf("listing groups: %w", err))
 		}
 		rows := make([][]string, 0, len(v.Groups))
 		for _, g := range v.Groups {
@@ -78,7 +74,7 @@ func (c *GroupListCommand) Run(args []string) int {
 }
 
 // build names what a group runs, shortly.
-func build(g api.GroupInfo) string {
+func build(g client.Group) string {
 	switch {
 	case g.Bundle != "":
 		b := g.Bundle

@@ -2,10 +2,9 @@ package command
 
 import (
 	"context"
-	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
+
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // GroupPromoteCommand makes a group the default and moves everyone over.
@@ -53,12 +52,10 @@ func (c *GroupPromoteCommand) Run(args []string) int {
 	if c.badParallel(parallel) {
 		return 1
 	}
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		q := url.Values{"parallel": {strconv.Itoa(parallel)}}
-		if from != "" {
-			q.Set("from", from)
-		}
-		return c.startJob(ctx, client, http.MethodPost, "/v1/groups/"+url.PathEscape(pos[0])+"/promote", q, nil, detach, "promoting "+pos[0])
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		return c.startJob(ctx, api, "promoting "+pos[0], detach, func() (client.Job, error) {
+			return api.PromoteGroup(ctx, pos[0], from, parallel)
+		})
 	})
 }
 
@@ -96,7 +93,9 @@ func (c *GroupRollbackCommand) Run(args []string) int {
 	if c.badParallel(parallel) {
 		return 1
 	}
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		return c.startJob(ctx, client, http.MethodPost, "/v1/rollback", url.Values{"parallel": {strconv.Itoa(parallel)}}, nil, detach, "rolling back")
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		return c.startJob(ctx, api, "rolling back", detach, func() (client.Job, error) {
+			return api.Rollback(ctx, parallel)
+		})
 	})
 }

@@ -2,13 +2,11 @@ package command
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/api"
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // GroupStatusCommand shows one group and the jobs that concern it.
@@ -37,21 +35,15 @@ func (c *GroupStatusCommand) Run(args []string) int {
 	if !ok {
 		return 1
 	}
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		body, err := client.get(ctx, "/v1/groups/"+url.PathEscape(pos[0]))
-		if err != nil {
-			return c.fail(fmt.Errorf("group %s: %w", pos[0], err))
-		}
-		if asJSON {
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		var body []byte
+		v, err := api.Group(ctx, pos[0], client.KeepBody(&body))
+		if asJSON && answered(err) {
 			c.printJSON(body)
 			return 0
 		}
-		var v struct {
-			Group api.GroupInfo `json:"group"`
-			Jobs  []api.Job     `json:"jobs"`
-		}
-		if err := json.Unmarshal(body, &v); err != nil {
-			return c.fail(fmt.Errorf("group %s: decoding the answer: %w", pos[0], err))
+		if err != nil {
+			return c.fail(fmt.Errorf("group %s: %w", pos[0], err))
 		}
 		g := v.Group
 		role := ""

@@ -56,36 +56,6 @@ const (
 	maxMaxWait     = time.Hour
 )
 
-// maintenanceRequest is the body of PUT /v1/maintenance/{backend}.
-type maintenanceRequest struct {
-	Reason  string `json:"reason"`
-	MaxWait string `json:"max_wait"`
-}
-
-// maintenanceWindow is a backend in maintenance as the admin API shows it
-// (GET /v1/maintenance lists them under "backends"; PUT answers one).
-type maintenanceWindow struct {
-	Backend string    `json:"backend"`
-	Reason  string    `json:"reason,omitempty"`
-	MaxWait string    `json:"max_wait"`
-	Since   time.Time `json:"since"`
-	// Source is where the window lives: "raft" (the agents' replicated
-	// maps) or "consul" (a Consul KV key, with a consul block).
-	Source string `json:"source"`
-	// Waiting is how many requests wait on the backend now, as of the
-	// workers' last probes; TimedOut how many gave up waiting since the
-	// agents started.
-	Waiting  int64  `json:"waiting"`
-	TimedOut uint64 `json:"timed_out"`
-}
-
-// maintenanceEnded is the answer of DELETE /v1/maintenance/{backend}.
-type maintenanceEnded struct {
-	Backend string `json:"backend"`
-	Ended   bool   `json:"ended"`
-	Lasted  string `json:"lasted"`
-}
-
 // badBackend reports (and says) that name cannot be a backend.
 func (m *Meta) badBackend(name string) bool {
 	if !backendRE.MatchString(name) {

@@ -2,11 +2,10 @@ package command
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/url"
 	"strings"
+
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // MaintenanceEndCommand takes a backend out of maintenance.
@@ -31,14 +30,10 @@ func (c *MaintenanceEndCommand) Run(args []string) int {
 		return 1
 	}
 	backend := pos[0]
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		body, err := client.do(ctx, http.MethodDelete, "/v1/maintenance/"+url.PathEscape(backend), nil, nil)
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		e, err := api.EndMaintenance(ctx, backend)
 		if err != nil {
 			return c.fail(fmt.Errorf("ending maintenance of %s: %w", backend, err))
-		}
-		var e maintenanceEnded
-		if err := json.Unmarshal(body, &e); err != nil {
-			return c.fail(fmt.Errorf("ending maintenance of %s: decoding the answer: %w", backend, err))
 		}
 		if e.Lasted == "" {
 			c.UI.Output(fmt.Sprintf("Backend %s is out of maintenance.", backend))

@@ -3,12 +3,11 @@ package command
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/url"
 	"strings"
 	"time"
+
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // MaintenanceStartCommand puts a backend in maintenance.
@@ -50,15 +49,11 @@ func (c *MaintenanceStartCommand) Run(args []string) int {
 		return 1
 	}
 	backend := pos[0]
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		req := maintenanceRequest{Reason: reason, MaxWait: maxWait.String()}
-		body, err := client.do(ctx, http.MethodPut, "/v1/maintenance/"+url.PathEscape(backend), nil, req)
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		req := client.MaintenanceRequest{Reason: reason, MaxWait: maxWait.String()}
+		w, err := api.StartMaintenance(ctx, backend, req)
 		if err != nil {
 			return c.fail(fmt.Errorf("starting maintenance of %s: %w", backend, err))
-		}
-		var w maintenanceWindow
-		if err := json.Unmarshal(body, &w); err != nil {
-			return c.fail(fmt.Errorf("starting maintenance of %s: decoding the answer: %w", backend, err))
 		}
 		backend = cmp.Or(w.Backend, backend)
 		since := "-"

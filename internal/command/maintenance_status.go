@@ -2,11 +2,12 @@ package command
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // MaintenanceStatusCommand lists the backends in maintenance.
@@ -38,29 +39,24 @@ func (c *MaintenanceStatusCommand) Run(args []string) int {
 	if _, ok := c.parseArgs(fs, args, 0, c.Help); !ok {
 		return 1
 	}
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		body, err := client.get(ctx, "/v1/maintenance")
-		if err != nil {
-			return c.fail(fmt.Errorf("listing maintenance windows: %w", err))
-		}
-		if asJSON {
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		var body []byte
+		windows, err := api.MaintenanceWindows(ctx, client.KeepBody(&body))
+		if asJSON && answered(err) {
 			c.printJSON(body)
 			return 0
 		}
-		var v struct {
-			Backends []maintenanceWindow `json:"backends"`
+		if err != nil {
+			return c.fail(fmt.Errorf("listing maintenance windows: %w", err))
 		}
-		if err := json.Unmarshal(body, &v); err != nil {
-			return c.fail(fmt.Errorf("listing maintenance windows: decoding the answer: %w", err))
-		}
-		if len(v.Backends) == 0 {
+		if len(windows) == 0 {
 			c.UI.Output("No backend is in maintenance.")
 			return 0
 		}
 		now := time.Now()
 		// The API's order (by backend) is kept.
-		rows := make([][]string, len(v.Backends))
-		for i, w := range v.Backends {
+		rows := make([][]string, len(windows))
+		for i, w := range windows {
 			since, age := "-", "-"
 			if !w.Since.IsZero() {
 				since, age = w.Since.Local().Format(time.RFC3339), formatAge(w.Since, now)

@@ -7,12 +7,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // maintenanceList answers GET /v1/maintenance with windows.
-func maintenanceList(windows ...maintenanceWindow) http.HandlerFunc {
+func maintenanceList(windows ...client.MaintenanceWindow) http.HandlerFunc {
 	if windows == nil {
-		windows = []maintenanceWindow{}
+		windows = []client.MaintenanceWindow{}
 	}
 	return answer(200, map[string]any{"backends": windows})
 }
@@ -33,18 +35,18 @@ func TestMaintenanceStart(t *testing.T) {
 	tests := []struct {
 		name string
 		args []string
-		want maintenanceRequest
+		want client.MaintenanceRequest
 	}{
-		{"defaults", []string{"db-a"}, maintenanceRequest{MaxWait: "30s"}},
-		{"flags after the backend", []string{"db-a", "-reason", "upgrading to 16.4", "-max-wait", "90s"}, maintenanceRequest{Reason: "upgrading to 16.4", MaxWait: "1m30s"}},
+		{"defaults", []string{"db-a"}, client.MaintenanceRequest{MaxWait: "30s"}},
+		{"flags after the backend", []string{"db-a", "-reason", "upgrading to 16.4", "-max-wait", "90s"}, client.MaintenanceRequest{Reason: "upgrading to 16.4", MaxWait: "1m30s"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFakeAPI(t, map[string]http.HandlerFunc{
 				"PUT /v1/maintenance/{backend}": func(w http.ResponseWriter, r *http.Request) {
-					var req maintenanceRequest
+					var req client.MaintenanceRequest
 					_ = json.NewDecoder(r.Body).Decode(&req)
-					writeJSON(w, 200, maintenanceWindow{Backend: r.PathValue("backend"), Reason: req.Reason, MaxWait: req.MaxWait, Since: since, Source: "raft"})
+					writeJSON(w, 200, client.MaintenanceWindow{Backend: r.PathValue("backend"), Reason: req.Reason, MaxWait: req.MaxWait, Since: since, Source: "raft"})
 				},
 			})
 			r := run(t, f.args(append([]string{"maintenance", "start"}, tt.args...)...)...)
@@ -62,7 +64,7 @@ func TestMaintenanceStart(t *testing.T) {
 			if c.Method != "PUT" || c.Path != "/v1/maintenance/db-a" {
 				t.Fatalf("called %s %s", c.Method, c.Path)
 			}
-			var body maintenanceRequest
+			var body client.MaintenanceRequest
 			decodeStrict(t, c.Body, &body)
 			if body != tt.want {
 				t.Fatalf("body %+v, want %+v", body, tt.want)
@@ -78,7 +80,7 @@ func TestMaintenanceEnd(t *testing.T) {
 				writeError(w, 404, "backend "+b+" is not in maintenance")
 				return
 			}
-			writeJSON(w, 200, maintenanceEnded{Backend: "db-a", Ended: true, Lasted: "5.2s"})
+			writeJSON(w, 200, client.MaintenanceEnded{Backend: "db-a", Ended: true, Lasted: "5.2s"})
 		},
 	})
 	r := run(t, f.args("maintenance", "end", "db-a")...)
@@ -96,7 +98,7 @@ func TestMaintenanceEnd(t *testing.T) {
 
 func TestMaintenanceStatus(t *testing.T) {
 	since := time.Now().Add(-(3*time.Hour + 10*time.Minute + 30*time.Second)).Truncate(time.Second)
-	windows := []maintenanceWindow{
+	windows := []client.MaintenanceWindow{
 		{Backend: "db-a", Reason: "upgrading to 16.4", MaxWait: "30s", Since: since, Source: "raft", Waiting: 3, TimedOut: 1},
 		{Backend: "search", MaxWait: "5m0s", Since: since, Source: "consul"},
 	}
@@ -133,7 +135,7 @@ func TestMaintenanceStatus(t *testing.T) {
 	r = run(t, f.args("maintenance", "status", "-json")...)
 	r.expect(t, 0, []string{`"backend": "db-a"`, `"timed_out": 1`, `"source": "consul"`}, nil)
 	var got struct {
-		Backends []maintenanceWindow `json:"backends"`
+		Backends []client.MaintenanceWindow `json:"backends"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got.Backends) != 2 || !got.Backends[0].Since.Equal(since) {
 		t.Fatalf("-json: %v %+v", err, got)

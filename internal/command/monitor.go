@@ -2,17 +2,13 @@ package command
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/fsm"
-	"github.com/stickyd/stickyd/internal/monitor"
-	"github.com/stickyd/stickyd/internal/placement"
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // MonitorCommand shows the live population of the pool.
@@ -54,29 +50,25 @@ func (c *MonitorCommand) Run(args []string) int {
 	if _, ok := c.parseArgs(fs, args, 0, c.Help); !ok {
 		return 1
 	}
-	if watch < 0 || people < 0 || people > monitor.MaxLimit {
-		c.UI.Error(fmt.Sprintf("-watch must not be negative and -people must be 0 to %d", monitor.MaxLimit))
+	if watch < 0 || people < 0 || people > client.MaxPageLimit {
+		c.UI.Error(fmt.Sprintf("-watch must not be negative and -people must be 0 to %d", client.MaxPageLimit))
 		return 1
 	}
-	// The reading carries a page of people; -people=0 asks for the
-	// smallest.
-	query := url.Values{"limit": {strconv.Itoa(max(people, 1))}}
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
 		for {
-			body, err := client.do(ctx, "GET", "/v1/monitor", query, nil)
-			if err != nil {
+			// The reading carries a page of people; -people=0 asks for
+			// the smallest.
+			var body []byte
+			v, err := api.Monitor(ctx, max(people, 1), client.KeepBody(&body))
+			switch {
+			case asJSON && answered(err):
+				c.printJSON(body)
+			case err != nil:
 				if watch > 0 && ctx.Err() != nil {
 					return 0
 				}
 				return c.fail(fmt.Errorf("reading the monitor: %w", err))
-			}
-			if asJSON {
-				c.printJSON(body)
-			} else {
-				var v monitor.View
-				if err := json.Unmarshal(body, &v); err != nil {
-					return c.fail(fmt.Errorf("reading the monitor: decoding the answer: %w", err))
-				}
+			default:
 				c.UI.Output(formatView(v, people))
 			}
 			if watch == 0 {
@@ -93,7 +85,7 @@ func (c *MonitorCommand) Run(args []string) int {
 }
 
 // formatView words a reading as tables.
-func formatView(v monitor.View, people int) string {
+func formatView(v client.MonitorView, people int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Reading of %s by %s (leader %s, default group %s)\n", v.At.Local().Format(time.RFC3339), v.Agent, orDash(v.Leader), orDash(v.Default))
 	if len(v.Unreachable) > 0 {
@@ -108,7 +100,7 @@ func formatView(v monitor.View, people int) string {
 			m.Backend, m.Since.Local().Format("15:04:05"), reason, m.Waiting, m.TimedOut, m.MaxWait)
 	}
 	rows := make([][]string, 0, len(v.Workers))
-	var shared *monitor.Worker
+	var shared *client.MonitorWorker
 	for i, w := range v.Workers {
 		state := w.State
 		if w.Cordoned {
@@ -133,7 +125,7 @@ func formatView(v monitor.View, people int) string {
 	}
 	fmt.Fprintf(&b, "\n\n%s", formatTally(v.Tally))
 	if people > 0 && len(v.People) > 0 {
-		ps := append([]monitor.Person(nil), v.People...)
+		ps := append([]client.MonitorPerson(nil), v.People...)
 		sort.SliceStable(ps, func(i, j int) bool { return ps[i].BusySeconds > ps[j].BusySeconds })
 		if len(ps) > people {
 			ps = ps[:people]
@@ -157,10 +149,10 @@ func formatView(v monitor.View, people int) string {
 
 // formatTally words the people's counts: "People: 1000000 (999000 live,
 // 1000 parked); by group: web 600000, db 400000".
-func formatTally(t fsm.UserTally) string {
+func formatTally(t client.UserTally) string {
 	line := fmt.Sprintf("People: %d", t.Users)
 	var states []string
-	for _, s := range []string{placement.StateLive, placement.StateMoving, placement.StateParked} {
+	for _, s := range []string{client.UserLive, client.UserMoving, client.UserParked} {
 		if n := t.State[s]; n > 0 {
 			states = append(states, fmt.Sprintf("%d %s", n, s))
 		}

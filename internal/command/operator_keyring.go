@@ -2,10 +2,12 @@ package command
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // OperatorKeyringCommand is the parent of the cookie key ring's
@@ -37,18 +39,8 @@ func (c *OperatorKeyringCommand) Synopsis() string { return "List or rotate the 
 
 func (c *OperatorKeyringCommand) Run(args []string) int { return c.parent("operator keyring", args) }
 
-// keyringView is the API's answer (agent.Keyring).
-type keyringView struct {
-	Keys []struct {
-		ID    string `json:"id"`
-		Signs bool   `json:"signs"`
-	} `json:"keys"`
-	Source string   `json:"source"`
-	Index  uint64   `json:"index"`
-	Files  []string `json:"files"`
-}
-
-func (k keyringView) table() string {
+// keyringTable lists a ring's key ids and what each does.
+func keyringTable(k client.Keyring) string {
 	rows := make([][]string, len(k.Keys))
 	for i, key := range k.Keys {
 		role := "verifies"
@@ -87,20 +79,21 @@ func (c *OperatorKeyringListCommand) Run(args []string) int {
 	if _, ok := c.parseArgs(fs, args, 0, c.Help); !ok {
 		return 1
 	}
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		b, err := client.get(ctx, "/v1/operator/keyring")
-		if err != nil {
-			return c.fail(fmt.Errorf("reading the cookie key ring: %w", err))
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		var b []byte
+		k, err := api.Keyring(ctx, client.KeepBody(&b))
+		var de *client.DecodeError
+		if errors.As(err, &de) {
+			err = de.Err // said as "reading the cookie key ring: <why>"
 		}
-		var k keyringView
-		if err := json.Unmarshal(b, &k); err != nil {
+		if err != nil {
 			return c.fail(fmt.Errorf("reading the cookie key ring: %w", err))
 		}
 		if asJSON {
 			c.printJSON(b)
 			return 0
 		}
-		c.UI.Output(k.table())
+		c.UI.Output(keyringTable(k))
 		c.UI.Output("\nSource: " + k.Source + " (log index " + strconv.FormatUint(k.Index, 10) + ")")
 		if len(k.Files) > 0 {
 			c.UI.Output("This server's key files: " + strings.Join(k.Files, ", "))
@@ -143,17 +136,21 @@ func (c *OperatorKeyringRotateCommand) Run(args []string) int {
 	if _, ok := c.parseArgs(fs, args, 0, c.Help); !ok {
 		return 1
 	}
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		b, err := client.post(ctx, "/v1/operator/keyring/rotate", map[string]bool{"drop_old": dropOld})
-		if err != nil {
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		var b []byte
+		k, err := api.RotateKeyring(ctx, dropOld, client.KeepBody(&b))
+		var de *client.DecodeError
+		switch {
+		case errors.As(err, &de):
+			b = de.Body
+		case err != nil:
 			return c.fail(fmt.Errorf("rotating the cookie key ring: %w", err))
 		}
-		var k keyringView
-		if err := json.Unmarshal(b, &k); err != nil || len(k.Keys) == 0 {
+		if len(k.Keys) == 0 {
 			return c.fail(fmt.Errorf("rotating the cookie key ring: an answer without keys: %s", b))
 		}
 		c.UI.Output("Rotated: " + k.Keys[0].ID + " signs from now on")
-		c.UI.Output(k.table())
+		c.UI.Output(keyringTable(k))
 		return 0
 	})
 }

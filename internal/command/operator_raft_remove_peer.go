@@ -2,8 +2,11 @@ package command
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // OperatorRaftRemovePeerCommand removes a server that is gone for good
@@ -34,8 +37,8 @@ func (c *OperatorRaftRemovePeerCommand) Run(args []string) int {
 	if !ok {
 		return 1
 	}
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		if _, err := client.post(ctx, "/v1/operator/raft/remove-peer", map[string]string{"id": pos[0]}); err != nil {
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		if err := api.RemovePeer(ctx, pos[0]); err != nil {
 			return c.fail(fmt.Errorf("removing raft peer %q: %w", pos[0], err))
 		}
 		c.UI.Output(fmt.Sprintf("Removed peer %q from the raft configuration", pos[0]))
@@ -66,9 +69,15 @@ func (c *OperatorRaftTransferLeaderCommand) Run(args []string) int {
 	if _, ok := c.parseArgs(fs, args, 0, c.Help); !ok {
 		return 1
 	}
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		b, err := client.post(ctx, "/v1/operator/raft/transfer-leader", nil)
-		if err != nil {
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		// The answer is printed as it came: {"from": ..., "leader": ...}.
+		var b []byte
+		_, err := api.TransferLeader(ctx, client.KeepBody(&b))
+		var de *client.DecodeError
+		switch {
+		case errors.As(err, &de):
+			b = de.Body
+		case err != nil:
 			return c.fail(fmt.Errorf("transferring leadership: %w", err))
 		}
 		c.UI.Output("Leadership transferred: " + strings.TrimSpace(string(b)))

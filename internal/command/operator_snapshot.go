@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // OperatorSnapshotCommand is the snapshot subcommands' parent.
@@ -50,8 +52,8 @@ func (c *OperatorSnapshotSaveCommand) Run(args []string) int {
 		return 1
 	}
 	file := pos[0]
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		rc, err := client.openStream(ctx, "GET", "/v1/operator/snapshot", nil)
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		rc, err := api.Snapshot(ctx)
 		if err != nil {
 			return c.fail(fmt.Errorf("saving a snapshot: %w", err))
 		}

@@ -1,16 +1,16 @@
 package command
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
+	"io"
 	"strings"
 	"time"
 
 	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // OperatorTeardownCommand takes a Nomad deployment apart, in order.
@@ -61,20 +61,19 @@ func (c *OperatorTeardownCommand) Run(args []string) int {
 		c.UI.Error("operator teardown ends every session and removes the deployment: run it again with -yes to confirm")
 		return 1
 	}
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		body, err := client.openStream(ctx, http.MethodPost, "/v1/operator/teardown", nil)
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		stream, err := api.Teardown(ctx)
 		if err != nil {
 			return c.fail(fmt.Errorf("tearing down: %w", err))
 		}
-		defer body.Close()
+		defer stream.Close()
 		done := false
-		sc := bufio.NewScanner(body)
-		for sc.Scan() {
-			var s struct {
-				Step, Detail, Error string
-				Done                bool
+		for {
+			s, err := stream.Next()
+			if errors.Is(err, io.EOF) {
+				break
 			}
-			if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
+			if err != nil {
 				return c.fail(fmt.Errorf("tearing down: reading the leader's progress: %w", err))
 			}
 			switch {

@@ -8,9 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/stickyd/stickyd/internal/agent"
-	"github.com/stickyd/stickyd/internal/host"
-	"github.com/stickyd/stickyd/internal/raftnode"
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // StatusCommand shows the agent's view of the cluster.
@@ -82,22 +80,19 @@ func (c *StatusCommand) Run(args []string) int {
 // -json) and decoded. Errors of the call start with doing; an error in
 // the options (no token, a bad address) is returned as it is, as every
 // client command does.
-func readStatus(opts *apiOptions, doing string) ([]byte, agent.Status, error) {
-	client, err := opts.client()
+func readStatus(opts *apiOptions, doing string) ([]byte, client.Status, error) {
+	api, err := opts.client()
 	if err != nil {
-		return nil, agent.Status{}, err
+		return nil, client.Status{}, err
 	}
-	defer client.Close()
+	defer api.Close()
 	ctx, stop := apiContext()
 	defer stop()
 
-	body, err := client.get(ctx, "/v1/status")
+	var body []byte
+	st, err := api.Status(ctx, client.KeepBody(&body))
 	if err != nil {
-		return nil, agent.Status{}, fmt.Errorf("%s: %w", doing, err)
-	}
-	var st agent.Status
-	if err := json.Unmarshal(body, &st); err != nil {
-		return nil, agent.Status{}, fmt.Errorf("%s: decoding the answer: %w", doing, err)
+		return nil, client.Status{}, fmt.Errorf("%s: %w", doing, err)
 	}
 	return body, st, nil
 }
@@ -116,14 +111,14 @@ func membersJSON(body []byte) []byte {
 }
 
 // sortedMembers returns the members sorted by ID, leaving ms as it was.
-func sortedMembers(ms []raftnode.Peer) []raftnode.Peer {
+func sortedMembers(ms []client.Peer) []client.Peer {
 	ms = slices.Clone(ms)
-	slices.SortStableFunc(ms, func(a, b raftnode.Peer) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortStableFunc(ms, func(a, b client.Peer) int { return strings.Compare(a.ID, b.ID) })
 	return ms
 }
 
 // raftState is a member's raft state as Consul and Nomad write it.
-func raftState(p raftnode.Peer) string {
+func raftState(p client.Peer) string {
 	if p.Leader {
 		return "leader"
 	}
@@ -132,11 +127,11 @@ func raftState(p raftnode.Peer) string {
 
 // workerStates is the order in which workerCounts lists the states it
 // knows; others follow, sorted.
-var workerStates = []string{host.StateReady, host.StateStarting, host.StateDead, host.StateRefused, host.StateStopped}
+var workerStates = []string{client.WorkerReady, client.WorkerStarting, client.WorkerDead, client.WorkerRefused, client.WorkerStopped}
 
 // workerCounts sums workers up by state: "4 (3 ready, 1 dead)", or "0".
 // A worker without a state counts as "unknown".
-func workerCounts(ws []host.WorkerInfo) string {
+func workerCounts(ws []client.Worker) string {
 	if len(ws) == 0 {
 		return "0"
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/stickyd/stickyd/internal/agent"
+	"github.com/stickyd/stickyd/internal/api/client"
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/raftnode"
 )
@@ -256,15 +257,15 @@ func TestStatusCommandsHelp(t *testing.T) {
 }
 
 func TestWorkerCounts(t *testing.T) {
-	ws := func(states ...string) []host.WorkerInfo {
-		out := make([]host.WorkerInfo, len(states))
+	ws := func(states ...string) []client.Worker {
+		out := make([]client.Worker, len(states))
 		for i, s := range states {
-			out[i] = host.WorkerInfo{State: s}
+			out[i] = client.Worker{State: s}
 		}
 		return out
 	}
 	tests := []struct {
-		workers []host.WorkerInfo
+		workers []client.Worker
 		want    string
 	}{
 		{nil, "0"},

@@ -2,13 +2,11 @@ package command
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 
-	"github.com/stickyd/stickyd/internal/move"
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // UserForgetCommand forgets a user at once.
@@ -39,14 +37,10 @@ func (c *UserForgetCommand) Run(args []string) int {
 		return 1
 	}
 	user := pos[0]
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		body, err := client.post(ctx, "/v1/users/"+url.PathEscape(user)+"/forget", nil)
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		res, err := api.ForgetUser(ctx, user)
 		if err != nil {
 			return c.fail(fmt.Errorf("forgetting user %q: %w", user, err))
-		}
-		var res move.Forgotten
-		if err := json.Unmarshal(body, &res); err != nil {
-			return c.fail(fmt.Errorf("forgetting user %q: decoding the answer: %w", user, err))
 		}
 		c.UI.Output(fmt.Sprintf("forgot %s", res.User))
 		kv := [][2]string{

@@ -2,16 +2,13 @@ package command
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/stickyd/stickyd/internal/monitor"
-	"github.com/stickyd/stickyd/internal/placement"
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // UserListCommand lists the users in the placement maps, a page at a time.
@@ -58,31 +55,23 @@ func (c *UserListCommand) Run(args []string) int {
 	fs.StringVar(&group, "group", "", "")
 	fs.StringVar(&state, "state", "", "")
 	fs.StringVar(&cursor, "cursor", "", "")
-	fs.IntVar(&limit, "limit", monitor.DefaultLimit, "")
+	fs.IntVar(&limit, "limit", client.DefaultPageLimit, "")
 	if _, ok := c.parseArgs(fs, args, 0, c.Help); !ok {
 		return 1
 	}
-	if limit < 1 || limit > monitor.MaxLimit {
-		c.UI.Error(fmt.Sprintf("-limit=%d: want 1 to %d", limit, monitor.MaxLimit))
+	if limit < 1 || limit > client.MaxPageLimit {
+		c.UI.Error(fmt.Sprintf("-limit=%d: want 1 to %d", limit, client.MaxPageLimit))
 		return 1
 	}
-	query := url.Values{"limit": {strconv.Itoa(limit)}}
-	for k, v := range map[string]string{"worker": worker, "group": group, "state": state, "cursor": cursor} {
-		if v != "" {
-			query.Set(k, v)
-		}
-	}
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
+	query := client.UsersQuery{Worker: worker, Group: group, State: state, Cursor: cursor, Limit: limit}
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
 		table := &streamTable{header: []string{"USER", "WORKER", "STATE", "EPOCH", "CONNS", "SEEN"}}
 		listed := 0
 		for {
-			body, err := client.do(ctx, "GET", "/v1/users", query, nil)
+			var body []byte
+			page, err := api.Users(ctx, query, client.KeepBody(&body))
 			if err != nil {
 				return c.fail(fmt.Errorf("listing users: %w", err))
-			}
-			var page monitor.Page
-			if err := json.Unmarshal(body, &page); err != nil {
-				return c.fail(fmt.Errorf("listing users: decoding the answer: %w", err))
 			}
 			if asJSON {
 				c.printJSON(body)
@@ -102,7 +91,7 @@ func (c *UserListCommand) Run(args []string) int {
 				c.UI.Warn(fmt.Sprintf("More people follow: add -cursor=%s for the next page, or -all for every page.", page.Next))
 				break
 			}
-			query.Set("cursor", page.Next)
+			query.Cursor = page.Next
 		}
 		if listed == 0 && !asJSON {
 			if worker != "" || group != "" || state != "" {
@@ -172,7 +161,7 @@ func seenAgo(seen int64, now time.Time) string {
 }
 
 // userState is a user's state, with the destination while they move.
-func userState(u placement.UserInfo) string {
+func userState(u client.User) string {
 	if u.MovingTo != "" {
 		return fmt.Sprintf("%s → %s", orDash(u.State), u.MovingTo)
 	}

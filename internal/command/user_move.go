@@ -2,14 +2,11 @@ package command
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 
-	"github.com/stickyd/stickyd/internal/api"
-	"github.com/stickyd/stickyd/internal/move"
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // UserMoveCommand moves one user to a worker or a group.
@@ -39,7 +36,7 @@ Options:
 func (c *UserMoveCommand) Synopsis() string { return "Move a user to another worker" }
 
 func (c *UserMoveCommand) Run(args []string) int {
-	var req api.MoveRequest
+	var req client.MoveRequest
 	fs, opts := c.apiFlagSet("user move")
 	fs.StringVar(&req.To, "to", "", "")
 	fs.StringVar(&req.Group, "group", "", "")
@@ -52,18 +49,14 @@ func (c *UserMoveCommand) Run(args []string) int {
 		return 1
 	}
 	user := pos[0]
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
 		dest := req.To
 		if dest == "" {
 			dest = "group " + req.Group
 		}
-		body, err := client.post(ctx, "/v1/users/"+url.PathEscape(user)+"/move", req)
+		res, err := api.MoveUser(ctx, user, req)
 		if err != nil {
 			return c.fail(fmt.Errorf("moving user %q to %s: %w", user, dest, err))
-		}
-		var res move.Result
-		if err := json.Unmarshal(body, &res); err != nil {
-			return c.fail(fmt.Errorf("moving user %q to %s: decoding the answer: %w", user, dest, err))
 		}
 		c.UI.Output(fmt.Sprintf("%s %s %s → %s", outcomeVerb(res.Outcome), orDash(res.User), orDash(res.From), orDash(res.To)))
 		kv := [][2]string{
@@ -86,7 +79,7 @@ func (c *UserMoveCommand) Run(args []string) int {
 // outcomeVerb words a move's outcome: "moved", "rolled back", ...
 func outcomeVerb(outcome string) string {
 	if outcome == "" {
-		return move.Moved
+		return client.MoveMoved
 	}
 	return strings.ReplaceAll(outcome, "_", " ")
 }

@@ -2,14 +2,12 @@ package command
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/placement"
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // UserShowCommand shows one user.
@@ -40,18 +38,15 @@ func (c *UserShowCommand) Run(args []string) int {
 		return 1
 	}
 	user := pos[0]
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		body, err := client.get(ctx, "/v1/users/"+url.PathEscape(user))
-		if err != nil {
-			return c.fail(fmt.Errorf("showing user %q: %w", user, err))
-		}
-		if asJSON {
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		var body []byte
+		u, err := api.User(ctx, user, client.KeepBody(&body))
+		if asJSON && answered(err) {
 			c.printJSON(body)
 			return 0
 		}
-		var u placement.UserInfo
-		if err := json.Unmarshal(body, &u); err != nil {
-			return c.fail(fmt.Errorf("showing user %q: decoding the answer: %w", user, err))
+		if err != nil {
+			return c.fail(fmt.Errorf("showing user %q: %w", user, err))
 		}
 		kv := [][2]string{
 			{"User", u.User},

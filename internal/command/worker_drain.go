@@ -2,17 +2,12 @@ package command
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 
-	"github.com/stickyd/stickyd/internal/api"
-	"github.com/stickyd/stickyd/internal/move"
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // WorkerDrainCommand moves everyone off a worker, printing each move as
@@ -51,24 +46,21 @@ func (c *WorkerDrainCommand) Run(args []string) int {
 		return 1
 	}
 	worker := pos[0]
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		body, err := client.openStream(ctx, http.MethodPost, "/v1/workers/"+url.PathEscape(worker)+"/drain",
-			url.Values{"parallel": {strconv.Itoa(parallel)}})
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		stream, err := api.DrainWorker(ctx, worker, parallel)
 		if err != nil {
 			return c.fail(fmt.Errorf("draining %s: %w", worker, err))
 		}
-		defer body.Close()
-		return c.follow(ctx, worker, body)
+		defer stream.Close()
+		return c.follow(ctx, worker, stream)
 	})
 }
 
 // follow prints the drain's progress lines as they come and its summary.
-func (c *WorkerDrainCommand) follow(ctx context.Context, worker string, body io.Reader) int {
+func (c *WorkerDrainCommand) follow(ctx context.Context, worker string, stream *client.Stream[client.DrainProgress]) int {
 	var moved, failed int
-	dec := json.NewDecoder(body)
 	for {
-		var p api.DrainProgress
-		err := dec.Decode(&p)
+		p, err := stream.Next()
 		if err != nil {
 			seen := fmt.Sprintf("%d moved and %d failed so far", moved, failed)
 			switch {
@@ -94,14 +86,14 @@ func (c *WorkerDrainCommand) follow(ctx context.Context, worker string, body io.
 
 // moveLine words one move of a drain:
 // "moved alice web-1 → web-2 (12 KB, 3 ms)".
-func moveLine(r *move.Result) string {
+func moveLine(r *client.Move) string {
 	return fmt.Sprintf("%s %s %s → %s (%s, %s)", outcomeVerb(r.Outcome), orDash(r.User), orDash(r.From), orDash(r.To),
 		formatBytes(r.Bytes), formatDuration(r.Duration))
 }
 
 // summary prints the drain's last line and returns the exit code: 1 if a
 // move failed or the drain stopped early.
-func (c *WorkerDrainCommand) summary(worker string, p api.DrainProgress, failed int) int {
+func (c *WorkerDrainCommand) summary(worker string, p client.DrainProgress, failed int) int {
 	d := p.Done
 	if d.Worker != "" {
 		worker = d.Worker

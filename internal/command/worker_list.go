@@ -2,14 +2,12 @@ package command
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/fsm"
-	"github.com/stickyd/stickyd/internal/host"
+	"github.com/stickyd/stickyd/internal/api/client"
 )
 
 // WorkerListCommand lists the workers of the agent's pool.
@@ -52,18 +50,15 @@ func (c *WorkerListCommand) Run(args []string) int {
 	if _, ok := c.parseArgs(fs, args, 0, c.Help); !ok {
 		return 1
 	}
-	return c.withAPI(opts, func(ctx context.Context, client *apiClient) int {
-		body, err := client.get(ctx, "/v1/workers")
-		if err != nil {
-			return c.fail(fmt.Errorf("listing workers: %w", err))
-		}
-		if asJSON {
+	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
+		var body []byte
+		workers, err := api.Workers(ctx, client.KeepBody(&body))
+		if asJSON && answered(err) {
 			c.printJSON(body)
 			return 0
 		}
-		var workers []host.WorkerInfo
-		if err := json.Unmarshal(body, &workers); err != nil {
-			return c.fail(fmt.Errorf("listing workers: decoding the answer: %w", err))
+		if err != nil {
+			return c.fail(fmt.Errorf("listing workers: %w", err))
 		}
 		if len(workers) == 0 {
 			c.UI.Output("No workers")
@@ -71,20 +66,16 @@ func (c *WorkerListCommand) Run(args []string) int {
 		}
 		// The maps' count of each worker's people, which user list
 		// counts too: a worker's probe knows only those it holds.
-		body, err = client.get(ctx, "/v1/tally")
+		tally, err := api.Tally(ctx)
 		if err != nil {
 			return c.fail(fmt.Errorf("listing workers: counting their people: %w", err))
-		}
-		var tally fsm.UserTally
-		if err := json.Unmarshal(body, &tally); err != nil {
-			return c.fail(fmt.Errorf("listing workers: counting their people: decoding the answer: %w", err))
 		}
 		// The agent's order (by group, then slot) is kept: web-10 stays after
 		// web-9.
 		rows := make([][]string, len(workers))
 		var ends []string
 		var notHeld int64
-		var shared *host.WorkerInfo
+		var shared *client.Worker
 		for i, w := range workers {
 			pid := "-"
 			if w.Pid != 0 {
@@ -134,12 +125,12 @@ func (c *WorkerListCommand) Run(args []string) int {
 // incarnation it remembers ("web-2 #1 at ...: killed for silence: 3 probes
 // unanswered; relaunched as #2"), or its last end alone from an agent that
 // does not list them, then why it cannot start now, if it cannot.
-func endsOf(w host.WorkerInfo) []string {
+func endsOf(w client.Worker) []string {
 	var out []string
 	stamp := func(t time.Time) string { return t.Local().Format(time.RFC3339) }
 	for _, e := range w.Ends {
 		line := fmt.Sprintf("  %s #%d at %s: %s", w.ID, e.Incarnation, stamp(e.DiedAt), e.How)
-		if w.Incarnation > e.Incarnation && w.State != host.StateRetired {
+		if w.Incarnation > e.Incarnation && w.State != client.WorkerRetired {
 			line += fmt.Sprintf("; relaunched as #%d", w.Incarnation)
 		}
 		out = append(out, line)

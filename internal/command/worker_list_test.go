@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stickyd/stickyd/internal/api/client"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/host"
-	"github.com/stickyd/stickyd/internal/monitor"
 )
 
 // A relaunched worker's list shows how its predecessors ended, by
@@ -131,11 +131,11 @@ func TestSharedProcessFiguresAreSaidOnce(t *testing.T) {
 		}
 	}
 
-	mw := func(w host.WorkerInfo) monitor.Worker {
-		return monitor.Worker{ID: w.ID, Agent: "a1", Group: w.Group, State: w.State, SharedProcess: w.SharedProcess, Pid: w.Pid, LastProbe: w.LastProbe,
+	mw := func(w host.WorkerInfo) client.MonitorWorker {
+		return client.MonitorWorker{ID: w.ID, Agent: "a1", Group: w.Group, State: w.State, SharedProcess: w.SharedProcess, Pid: w.Pid, LastProbe: w.LastProbe,
 			Users: w.Users, HeapBytes: w.HeapBytes, RSSBytes: w.RSSBytes, CPUSeconds: w.CPUSeconds}
 	}
-	out := formatView(monitor.View{At: probed, Agent: "a1", Workers: []monitor.Worker{mw(workers[0]), mw(workers[1]), mw(workers[2])}}, 0)
+	out := formatView(client.MonitorView{At: probed, Agent: "a1", Workers: []client.MonitorWorker{mw(workers[0]), mw(workers[1]), mw(workers[2])}}, 0)
 	for _, id := range []string{"demo-1", "demo-2"} {
 		if row := rowOf(t, out, id); strings.Count(strings.Join(row, " "), "shared") != 3 {
 			t.Errorf("%s's heap, RSS and CPU not marked shared:\n%s", id, out)
