@@ -1,42 +1,25 @@
 package tfprovider
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"net/url"
 	"strings"
-	"time"
 
-	"github.com/stickyd/stickyd/internal/api"
-	"github.com/stickyd/stickyd/internal/fsm"
+	apiclient "github.com/stickyd/stickyd/internal/api/client"
 )
 
-// The same bounds as the CLI's client (internal/command/client.go).
-const (
-	// dialTimeout bounds connecting, for every call, streams included.
-	dialTimeout = 5 * time.Second
-	// callTimeout bounds a whole call that is not a stream.
-	callTimeout = 60 * time.Second
-	// maxBody bounds what a call reads of an answer.
-	maxBody = 64 << 20
-	// maxFailures bounds the failed moves a job's outcome lists.
-	maxFailures = 10
-)
+// maxFailures bounds the failed moves a job's outcome lists.
+const maxFailures = 10
 
-// client calls the stickyd admin API. It is safe for concurrent use:
-// Terraform runs resources' operations in parallel.
+// client is what the provider's resources ask of the admin API, over the one
+// client of that API (internal/api/client): the provider's own questions
+// (does rule id exist? how did the job end?) answered from the API's calls.
+// It has no HTTP of its own. It is safe for concurrent use: Terraform runs
+// resources' operations in parallel.
 type client struct {
-	base  string // scheme://host[:port][/prefix], no trailing slash
-	token string
-	// call bounds a whole call; stream only bounds the dial, since a job
-	// answers for as long as its moves take (the context ends it).
-	call, stream *http.Client
+	api *apiclient.Client
 }
 
 // newClient checks the address and the token and returns a client; it calls
@@ -45,110 +28,99 @@ func newClient(address, token string) (*client, error) {
 	if token == "" {
 		return nil, errors.New("no admin token: set token in the provider block or STICKYD_TOKEN")
 	}
-	raw := strings.TrimSpace(address)
-	if !strings.Contains(raw, "://") {
-		raw = "http://" + raw
-	}
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	c, err := apiclient.New(apiclient.Config{Address: address, Token: token})
+	if errors.Is(err, apiclient.ErrBadAddress) {
 		return nil, fmt.Errorf("address %q: want http(s)://HOST:PORT", address)
 	}
-	u.Path = strings.TrimRight(u.Path, "/")
-	u.RawQuery, u.Fragment = "", ""
-	tr := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
-		TLSHandshakeTimeout:   dialTimeout,
-		IdleConnTimeout:       30 * time.Second,
-		ExpectContinueTimeout: time.Second,
+	if err != nil {
+		return nil, err
 	}
-	return &client{
-		base:   u.String(),
-		token:  token,
-		call:   &http.Client{Transport: tr, Timeout: callTimeout},
-		stream: &http.Client{Transport: tr},
-	}, nil
+	return &client{api: c}, nil
 }
-
-// apiError is an answer outside 2xx: the status and the API's message.
-type apiError struct {
-	Status  int
-	Message string
-}
-
-func (e *apiError) Error() string { return e.Message }
 
 // isNotFound reports whether err is the API's 404.
-func isNotFound(err error) bool {
-	var ae *apiError
-	return errors.As(err, &ae) && ae.Status == http.StatusNotFound
+func isNotFound(err error) bool { return apiclient.IsNotFound(err) }
+
+// said words an answer that did not decode with the call it answered.
+func said(err error) error {
+	var de *apiclient.DecodeError
+	switch {
+	case errors.Is(err, apiclient.ErrNoJob) && errors.As(err, &de):
+		return fmt.Errorf("the agent's answer to %s %s names no job", de.Method, de.Path)
+	case errors.As(err, &de):
+		return fmt.Errorf("decoding the answer to %s %s: %w", de.Method, de.Path, de.Err)
+	}
+	return err
 }
 
 // group returns a group as GET /v1/groups/{group} shows it; a 404 is an
-// *apiError (see isNotFound).
-func (c *client) group(ctx context.Context, name string) (api.GroupInfo, error) {
-	var out struct {
-		Group api.GroupInfo `json:"group"`
-	}
-	err := c.do(ctx, http.MethodGet, "/v1/groups/"+url.PathEscape(name), nil, nil, &out)
-	return out.Group, err
+// *apiclient.Error (see isNotFound).
+func (c *client) group(ctx context.Context, name string) (apiclient.Group, error) {
+	s, err := c.api.Group(ctx, name)
+	return s.Group, said(err)
 }
 
 // createGroup records a group's recipe and returns it as the agent stored
 // it (defaults applied). The API answers 409 if the group exists.
-func (c *client) createGroup(ctx context.Context, name string, req api.GroupRequest) (fsm.GroupEntry, error) {
-	var e fsm.GroupEntry
-	err := c.do(ctx, http.MethodPut, "/v1/groups/"+url.PathEscape(name), nil, req, &e)
-	return e, err
+func (c *client) createGroup(ctx context.Context, name string, req apiclient.GroupRequest) (apiclient.GroupRecipe, error) {
+	g, err := c.api.CreateGroup(ctx, name, req)
+	return g, said(err)
 }
 
 // retireGroup retires a catalog group. The API refuses (409) while anyone
 // is placed in it, while it is the default, or while a rule sends people
 // there; it starts no job.
 func (c *client) retireGroup(ctx context.Context, name string) error {
-	return c.do(ctx, http.MethodDelete, "/v1/groups/"+url.PathEscape(name), nil, nil, nil)
+	return c.api.RetireGroup(ctx, name)
 }
 
 // rules lists the assignment rules.
-func (c *client) rules(ctx context.Context) ([]fsm.Rule, error) {
-	var out []fsm.Rule
-	err := c.do(ctx, http.MethodGet, "/v1/rules", nil, nil, &out)
-	return out, err
+func (c *client) rules(ctx context.Context) ([]apiclient.Rule, error) {
+	rs, err := c.api.Rules(ctx)
+	return rs, said(err)
 }
 
 // rule finds one rule; ok is false when there is none with that id.
-func (c *client) rule(ctx context.Context, id string) (fsm.Rule, bool, error) {
+func (c *client) rule(ctx context.Context, id string) (apiclient.Rule, bool, error) {
 	all, err := c.rules(ctx)
 	if err != nil {
-		return fsm.Rule{}, false, err
+		return apiclient.Rule{}, false, err
 	}
 	for _, r := range all {
 		if r.ID == id {
 			return r, true, nil
 		}
 	}
-	return fsm.Rule{}, false, nil
+	return apiclient.Rule{}, false, nil
 }
 
 // putRule adds or replaces a rule, then follows the job that moves the
 // people it concerns to its end. How the moves went is in the outcome; an
 // error with an outcome naming no job means the rule was not stored, one
 // naming the job means only following it failed.
-func (c *client) putRule(ctx context.Context, id string, req api.RuleRequest) (jobOutcome, error) {
-	return c.startJob(ctx, http.MethodPut, "/v1/rules/"+url.PathEscape(id), req)
+func (c *client) putRule(ctx context.Context, id string, req apiclient.RuleRequest) (jobOutcome, error) {
+	j, err := c.api.PutRule(ctx, id, req, 0)
+	if err != nil {
+		return jobOutcome{}, said(err)
+	}
+	return c.followJob(ctx, j.ID)
 }
 
 // deleteRule removes a rule, then follows the job that moves the people it
 // sent away back to the group they now belong to. A missing rule is an
-// *apiError 404.
+// *apiclient.Error 404.
 func (c *client) deleteRule(ctx context.Context, id string) (jobOutcome, error) {
-	return c.startJob(ctx, http.MethodDelete, "/v1/rules/"+url.PathEscape(id), nil)
+	j, err := c.api.DeleteRule(ctx, id, 0)
+	if err != nil {
+		return jobOutcome{}, said(err)
+	}
+	return c.followJob(ctx, j.ID)
 }
 
 // jobOutcome is how a job ended: its final state and the first failed
 // moves (at most maxFailures), each as "user from → to: error".
 type jobOutcome struct {
-	Job      api.Job
+	Job      apiclient.Job
 	Failures []string
 }
 
@@ -171,35 +143,20 @@ func (o jobOutcome) summary() string {
 	return b.String()
 }
 
-// startJob calls a route that starts a job, detached (as the CLI does), and
-// follows the job to its end. The outcome names no job when the call
-// itself failed.
-func (c *client) startJob(ctx context.Context, method, path string, body any) (jobOutcome, error) {
-	var j api.Job
-	if err := c.do(ctx, method, path, url.Values{"detach": {"true"}}, body, &j); err != nil {
-		return jobOutcome{}, err
-	}
-	if j.ID == "" {
-		return jobOutcome{}, fmt.Errorf("the agent's answer to %s %s names no job", method, path)
-	}
-	return c.followJob(ctx, j.ID)
-}
-
-// followJob reads a job's NDJSON stream until its final line. If ctx ends
+// followJob reads a job's progress until its final line. If ctx ends
 // first, the agent carries on; the error says so. The outcome names the job
 // even then.
 func (c *client) followJob(ctx context.Context, id string) (jobOutcome, error) {
-	out := jobOutcome{Job: api.Job{ID: id}}
-	resp, err := c.send(ctx, c.stream, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), url.Values{"follow": {"1"}}, nil)
+	out := jobOutcome{Job: apiclient.Job{ID: id}}
+	stream, err := c.api.FollowJob(ctx, id)
 	if err != nil {
 		return out, fmt.Errorf("following job %s: %w", id, err)
 	}
-	defer resp.Body.Close()
+	defer stream.Close()
 	failed := 0 // failed moves the stream showed
-	dec := json.NewDecoder(resp.Body)
 	for {
-		var p api.JobProgress
-		if err := dec.Decode(&p); err != nil {
+		p, err := stream.Next()
+		if err != nil {
 			switch {
 			case ctx.Err() != nil:
 				return out, fmt.Errorf("stopped following job %s; the agent carries on (GET /v1/jobs/%s): %w", id, id, ctx.Err())
@@ -227,93 +184,4 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// do calls method path with body encoded as JSON and decodes a 2xx answer
-// into out (unless out is nil).
-func (c *client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
-	resp, err := c.send(ctx, c.call, method, path, query, body)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	if err != nil {
-		return c.transportErr(err)
-	}
-	if out == nil {
-		return nil
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("decoding the answer to %s %s: %w", method, path, err)
-	}
-	return nil
-}
-
-// send makes the call and turns an answer outside 2xx into an *apiError.
-func (c *client) send(ctx context.Context, hc *http.Client, method, path string, query url.Values, body any) (*http.Response, error) {
-	u := c.base + path
-	if q := query.Encode(); q != "" {
-		u += "?" + q
-	}
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, fmt.Errorf("encoding the request: %w", err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
-	if err != nil {
-		return nil, fmt.Errorf("building the request: %w", err)
-	}
-	req.Header.Set("X-Stickyd-Token", c.token)
-	req.Header.Set("Accept", "application/json")
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, c.transportErr(err)
-	}
-	if resp.StatusCode/100 == 2 {
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	return nil, errorFromBody(resp.StatusCode, b)
-}
-
-// errorFromBody reads {"error": "..."}; an answer without one (a proxy's
-// page, say) is summed up by its status and first line.
-func errorFromBody(status int, b []byte) *apiError {
-	var e struct {
-		Error string `json:"error"`
-	}
-	if json.Unmarshal(b, &e) == nil && e.Error != "" {
-		return &apiError{Status: status, Message: e.Error}
-	}
-	msg := fmt.Sprintf("the admin API answered %d %s", status, http.StatusText(status))
-	if line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n"); line != "" {
-		if len(line) > 200 {
-			line = line[:200] + "..."
-		}
-		msg += ": " + line
-	}
-	return &apiError{Status: status, Message: msg}
-}
-
-// transportErr says what went wrong below HTTP, naming the address.
-func (c *client) transportErr(err error) error {
-	inner := err
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		inner = ue.Err
-	}
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return fmt.Errorf("cannot reach the stickyd admin API at %s: %w", c.base, inner)
-	}
-	return fmt.Errorf("calling the stickyd admin API at %s: %w", c.base, inner)
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-go/tftypes"
 
-	"github.com/stickyd/stickyd/internal/api"
+	apiclient "github.com/stickyd/stickyd/internal/api/client"
 )
 
 func TestClientErrors(t *testing.T) {
@@ -49,7 +49,7 @@ func TestClientErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "ended job j1's stream before the job finished") || out.Job.ID != "j1" {
 		t.Errorf("a stream cut short: %v, %+v", err, out)
 	}
-	if _, err := c.putRule(ctx, "r", api.RuleRequest{Group: "web", User: "ana"}); err == nil || !strings.Contains(err.Error(), "names no job") {
+	if _, err := c.putRule(ctx, "r", apiclient.RuleRequest{Group: "web", User: "ana"}); err == nil || !strings.Contains(err.Error(), "names no job") {
 		t.Errorf("an answer without a job: %v", err)
 	}
 
@@ -84,8 +84,8 @@ func TestNewClient(t *testing.T) {
 		switch {
 		case err != nil && !strings.HasPrefix(err.Error(), tc.want):
 			t.Errorf("%q: %v, want %q", tc.address, err, tc.want)
-		case err == nil && c.base != tc.want:
-			t.Errorf("%q: base %q, want %q", tc.address, c.base, tc.want)
+		case err == nil && c.api.Address() != tc.want:
+			t.Errorf("%q: base %q, want %q", tc.address, c.api.Address(), tc.want)
 		}
 	}
 }
@@ -130,8 +130,8 @@ func TestProviderConfigure(t *testing.T) {
 				t.Fatal(resp.Diagnostics)
 			}
 			c := resp.ResourceData.(*client)
-			if c.base != tc.wantBase || c.token != tc.wantToken {
-				t.Errorf("client for %s with %s", c.base, c.token)
+			if c.api.Address() != tc.wantBase || c.api.Token() != tc.wantToken {
+				t.Errorf("client for %s with %s", c.api.Address(), c.api.Token())
 			}
 		})
 	}

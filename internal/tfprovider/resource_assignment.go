@@ -12,8 +12,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/stickyd/stickyd/internal/api"
-	"github.com/stickyd/stickyd/internal/fsm"
+	apiclient "github.com/stickyd/stickyd/internal/api/client"
 )
 
 var (
@@ -33,7 +32,7 @@ type assignmentResource struct {
 
 func newAssignmentResource() resource.Resource { return &assignmentResource{} }
 
-// assignmentModel mirrors the rule (api.RuleRequest and its id).
+// assignmentModel mirrors the rule (apiclient.RuleRequest and its id).
 type assignmentModel struct {
 	ID    types.String `tfsdk:"id"`
 	Group types.String `tfsdk:"group"`
@@ -169,7 +168,7 @@ func (r *assignmentResource) Update(ctx context.Context, req resource.UpdateRequ
 // who is misplaced.
 func (r *assignmentResource) put(ctx context.Context, plan assignmentModel, diags *diag.Diagnostics, verb string) {
 	id := plan.ID.ValueString()
-	req := api.RuleRequest{Group: plan.Group.ValueString(), User: plan.User.ValueString(), Attr: plan.Attr.ValueString(), Value: plan.Value.ValueString()}
+	req := apiclient.RuleRequest{Group: plan.Group.ValueString(), User: plan.User.ValueString(), Attr: plan.Attr.ValueString(), Value: plan.Value.ValueString()}
 	out, err := r.client.putRule(ctx, id, req)
 	if err != nil && out.Job.ID == "" {
 		addAPIError(diags, fmt.Sprintf("%s stickyd assignment %q", verb, id), err)
@@ -215,7 +214,7 @@ func (r *assignmentResource) ImportState(ctx context.Context, req resource.Impor
 }
 
 // fromRule writes the rule over m, keeping m's spelling of empty values.
-func (m *assignmentModel) fromRule(rule fsm.Rule) {
+func (m *assignmentModel) fromRule(rule apiclient.Rule) {
 	m.ID = types.StringValue(rule.ID)
 	m.Group = types.StringValue(rule.Group)
 	m.User = stringValue(m.User, rule.User)
@@ -224,7 +223,7 @@ func (m *assignmentModel) fromRule(rule fsm.Rule) {
 }
 
 // ruleMatch says whom a rule sends.
-func ruleMatch(r fsm.Rule) string {
+func ruleMatch(r apiclient.Rule) string {
 	if r.User != "" {
 		return "user " + r.User
 	}

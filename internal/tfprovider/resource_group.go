@@ -22,8 +22,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
-	"github.com/stickyd/stickyd/internal/api"
-	"github.com/stickyd/stickyd/internal/fsm"
+	apiclient "github.com/stickyd/stickyd/internal/api/client"
 )
 
 // nameRE is what the API accepts as a group name or a rule id
@@ -192,7 +191,7 @@ func (r *groupResource) Create(ctx context.Context, req resource.CreateRequest, 
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	greq := api.GroupRequest{
+	greq := apiclient.GroupRequest{
 		Runtime:     plan.Runtime.ValueString(),
 		Bundle:      plan.Bundle.ValueString(),
 		Command:     plan.Command.ValueString(),
@@ -270,7 +269,7 @@ func (r *groupResource) Read(ctx context.Context, req resource.ReadRequest, resp
 				"Terraform manages the groups created through the admin API only.", name, g.Source))
 		return
 	}
-	resp.Diagnostics.Append(state.fromEntry(ctx, g.GroupEntry)...)
+	resp.Diagnostics.Append(state.fromEntry(ctx, g.GroupRecipe)...)
 	if state.ReadyTimeout.IsNull() {
 		state.ReadyTimeout = types.StringValue(defaultReadyTimeout) // imported
 	}
@@ -302,7 +301,7 @@ func (r *groupResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 	if err == nil || isNotFound(err) {
 		return
 	}
-	var ae *apiError
+	var ae *apiclient.Error
 	if errors.As(err, &ae) && ae.Status == http.StatusConflict {
 		resp.Diagnostics.AddError(fmt.Sprintf("Retiring stickyd group %q", name),
 			fmt.Sprintf("The admin API refused: %s.\n\nA group is retired only when nobody is placed in it, it is not the default group "+
@@ -325,7 +324,7 @@ func (r *groupResource) ImportState(ctx context.Context, req resource.ImportStat
 
 // fromEntry writes what the agent stored over m, keeping m's spelling of
 // empty values.
-func (m *groupModel) fromEntry(ctx context.Context, e fsm.GroupEntry) diag.Diagnostics {
+func (m *groupModel) fromEntry(ctx context.Context, e apiclient.GroupRecipe) diag.Diagnostics {
 	var diags diag.Diagnostics
 	m.ID = types.StringValue(e.Name)
 	m.Name = types.StringValue(e.Name)
@@ -345,7 +344,7 @@ func (m *groupModel) fromEntry(ctx context.Context, e fsm.GroupEntry) diag.Diagn
 
 // addAPIError adds an error diagnostic showing what the API said.
 func addAPIError(diags *diag.Diagnostics, summary string, err error) {
-	var ae *apiError
+	var ae *apiclient.Error
 	if errors.As(err, &ae) {
 		diags.AddError(summary, fmt.Sprintf("The admin API answered %d: %s", ae.Status, ae.Message))
 		return

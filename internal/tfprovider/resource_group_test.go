@@ -170,9 +170,11 @@ func TestGroupAPIErrors(t *testing.T) {
 		wantError(t, deleteGroup(t, r, state), "2 people are still placed there")
 	})
 	t.Run("wrong token", func(t *testing.T) {
-		bad := *c
-		bad.token = "nope"
-		_, diags := readGroup(t, &groupResource{client: &bad}, stateOf(t, r, builtinGroup("canary", 1)))
+		bad, err := newClient(c.api.Address(), "nope")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, diags := readGroup(t, &groupResource{client: bad}, stateOf(t, r, builtinGroup("canary", 1)))
 		wantError(t, diags, "403", "wrong admin token")
 	})
 }

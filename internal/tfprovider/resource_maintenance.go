@@ -3,8 +3,6 @@ package tfprovider
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/url"
 	"regexp"
 	"time"
 
@@ -16,6 +14,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	apiclient "github.com/stickyd/stickyd/internal/api/client"
 )
 
 // What the admin API accepts as a backend and as a window's max wait
@@ -182,7 +182,7 @@ func (r *maintenanceResource) Update(ctx context.Context, req resource.UpdateReq
 // put starts or updates the window and writes the agent's answer over m.
 func (r *maintenanceResource) put(ctx context.Context, m *maintenanceModel, diags *diag.Diagnostics, verb string) {
 	backend := m.Backend.ValueString()
-	w, err := r.client.putMaintenance(ctx, backend, maintenanceRequest{Reason: m.Reason.ValueString(), MaxWait: m.MaxWait.ValueString()})
+	w, err := r.client.putMaintenance(ctx, backend, apiclient.MaintenanceRequest{Reason: m.Reason.ValueString(), MaxWait: m.MaxWait.ValueString()})
 	if err != nil {
 		addAPIError(diags, fmt.Sprintf("%s maintenance of %q", verb, backend), err)
 		return
@@ -215,7 +215,7 @@ func (r *maintenanceResource) ImportState(ctx context.Context, req resource.Impo
 
 // fromWindow writes the agent's window over m, keeping m's spelling of an
 // empty reason and of an equal max wait ("1m" stays "1m", not "1m0s").
-func (m *maintenanceModel) fromWindow(w maintenanceWindow) {
+func (m *maintenanceModel) fromWindow(w apiclient.MaintenanceWindow) {
 	m.ID = types.StringValue(w.Backend)
 	m.Backend = types.StringValue(w.Backend)
 	m.Reason = stringValue(m.Reason, w.Reason)
@@ -247,62 +247,32 @@ func parseMaxWait(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// The maintenance calls of the admin API. They sit beside the one resource
-// that uses them; the shapes are the API's JSON (GET, PUT and DELETE
-// /v1/maintenance).
-
-// maintenanceRequest is the body of PUT /v1/maintenance/{backend}.
-type maintenanceRequest struct {
-	Reason  string `json:"reason"`
-	MaxWait string `json:"max_wait"`
-}
-
-// maintenanceWindow is a backend in maintenance as the API shows it.
-type maintenanceWindow struct {
-	Backend  string    `json:"backend"`
-	Reason   string    `json:"reason,omitempty"`
-	MaxWait  string    `json:"max_wait"`
-	Since    time.Time `json:"since"`
-	Source   string    `json:"source"` // "raft" (replicated maps) or "consul" (a KV key)
-	Waiting  int64     `json:"waiting"`
-	TimedOut uint64    `json:"timed_out"`
-}
-
-// maintenanceWindows lists the backends in maintenance now.
-func (c *client) maintenanceWindows(ctx context.Context) ([]maintenanceWindow, error) {
-	var out struct {
-		Backends []maintenanceWindow `json:"backends"`
-	}
-	err := c.do(ctx, http.MethodGet, "/v1/maintenance", nil, nil, &out)
-	return out.Backends, err
-}
-
 // maintenanceWindow finds one backend's window; ok is false when the
 // backend is not in maintenance.
-func (c *client) maintenanceWindow(ctx context.Context, backend string) (maintenanceWindow, bool, error) {
-	all, err := c.maintenanceWindows(ctx)
+func (c *client) maintenanceWindow(ctx context.Context, backend string) (apiclient.MaintenanceWindow, bool, error) {
+	all, err := c.api.MaintenanceWindows(ctx)
 	if err != nil {
-		return maintenanceWindow{}, false, err
+		return apiclient.MaintenanceWindow{}, false, said(err)
 	}
 	for _, w := range all {
 		if w.Backend == backend {
 			return w, true, nil
 		}
 	}
-	return maintenanceWindow{}, false, nil
+	return apiclient.MaintenanceWindow{}, false, nil
 }
 
 // putMaintenance starts a window, or changes the reason and max wait of
 // the running one (keeping its start), and returns it as the agent stored
 // it.
-func (c *client) putMaintenance(ctx context.Context, backend string, req maintenanceRequest) (maintenanceWindow, error) {
-	var w maintenanceWindow
-	err := c.do(ctx, http.MethodPut, "/v1/maintenance/"+url.PathEscape(backend), nil, req, &w)
-	return w, err
+func (c *client) putMaintenance(ctx context.Context, backend string, req apiclient.MaintenanceRequest) (apiclient.MaintenanceWindow, error) {
+	w, err := c.api.StartMaintenance(ctx, backend, req)
+	return w, said(err)
 }
 
 // endMaintenance ends a window. A backend not in maintenance is an
-// *apiError 404 (see isNotFound).
+// *apiclient.Error 404 (see isNotFound).
 func (c *client) endMaintenance(ctx context.Context, backend string) error {
-	return c.do(ctx, http.MethodDelete, "/v1/maintenance/"+url.PathEscape(backend), nil, nil, nil)
+	_, err := c.api.EndMaintenance(ctx, backend)
+	return said(err)
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	apiclient "github.com/stickyd/stickyd/internal/api/client"
 )
 
 // fakeMaintenance is the admin API's maintenance routes over a map, with
@@ -22,12 +24,12 @@ import (
 // ones; these tests move onto it, like the group tests, once it does.)
 type fakeMaintenance struct {
 	mu      sync.Mutex // guards windows
-	windows map[string]maintenanceWindow
+	windows map[string]apiclient.MaintenanceWindow
 }
 
 func newFakeMaintenance(t *testing.T) (*fakeMaintenance, *client) {
 	t.Helper()
-	f := &fakeMaintenance{windows: map[string]maintenanceWindow{}}
+	f := &fakeMaintenance{windows: map[string]apiclient.MaintenanceWindow{}}
 	fail := func(w http.ResponseWriter, status int, msg string) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
@@ -41,7 +43,7 @@ func newFakeMaintenance(t *testing.T) (*fakeMaintenance, *client) {
 	mux.HandleFunc("GET /v1/maintenance", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		out := []maintenanceWindow{}
+		out := []apiclient.MaintenanceWindow{}
 		for _, m := range f.windows {
 			out = append(out, m)
 		}
@@ -50,7 +52,7 @@ func newFakeMaintenance(t *testing.T) (*fakeMaintenance, *client) {
 	})
 	mux.HandleFunc("PUT /v1/maintenance/{backend}", func(w http.ResponseWriter, r *http.Request) {
 		backend := r.PathValue("backend")
-		var req maintenanceRequest
+		var req apiclient.MaintenanceRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			fail(w, 400, "bad body: "+err.Error())
 			return
@@ -71,7 +73,7 @@ func newFakeMaintenance(t *testing.T) (*fakeMaintenance, *client) {
 		defer f.mu.Unlock()
 		m, running := f.windows[backend]
 		if !running {
-			m = maintenanceWindow{Backend: backend, Since: time.Now().UTC().Truncate(time.Second), Source: "raft"}
+			m = apiclient.MaintenanceWindow{Backend: backend, Since: time.Now().UTC().Truncate(time.Second), Source: "raft"}
 		}
 		m.Reason, m.MaxWait = req.Reason, d.String()
 		f.windows[backend] = m
@@ -104,7 +106,7 @@ func newFakeMaintenance(t *testing.T) (*fakeMaintenance, *client) {
 	return f, c
 }
 
-func (f *fakeMaintenance) window(backend string) (maintenanceWindow, bool) {
+func (f *fakeMaintenance) window(backend string) (apiclient.MaintenanceWindow, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	m, ok := f.windows[backend]
@@ -233,7 +235,7 @@ func TestMaintenanceImport(t *testing.T) {
 	f, c := newFakeMaintenance(t)
 	r := &maintenanceResource{client: c}
 	since := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	f.windows["db-a"] = maintenanceWindow{Backend: "db-a", MaxWait: "30s", Since: since, Source: "consul"}
+	f.windows["db-a"] = apiclient.MaintenanceWindow{Backend: "db-a", MaxWait: "30s", Since: since, Source: "consul"}
 
 	iresp := resource.ImportStateResponse{State: emptyState(t, r)}
 	r.ImportState(context.Background(), resource.ImportStateRequest{ID: "db-a"}, &iresp)
@@ -261,7 +263,7 @@ func TestMaintenanceErrors(t *testing.T) {
 
 	t.Run("someone else's window", func(t *testing.T) {
 		f.mu.Lock()
-		f.windows["db-b"] = maintenanceWindow{Backend: "db-b", Reason: "by hand", MaxWait: "30s",
+		f.windows["db-b"] = apiclient.MaintenanceWindow{Backend: "db-b", Reason: "by hand", MaxWait: "30s",
 			Since: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC), Source: "consul"}
 		f.mu.Unlock()
 		_, diags := createMaintenance(t, r, maintenancePlan("db-b", "mine", "30s"))
