@@ -38,6 +38,7 @@ import (
 	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/park"
 	"github.com/stickyd/stickyd/internal/raftnode"
+	"github.com/stickyd/stickyd/internal/server"
 	"github.com/stickyd/stickyd/internal/supervisor"
 	"github.com/stickyd/stickyd/internal/tlsutil"
 )
@@ -53,6 +54,9 @@ type Agent struct {
 	log  hclog.Logger
 	fsm  *fsm.FSM
 	raft *raftnode.Node
+	// leadership owns raft's leadership notifications and runs the
+	// leader-only tasks while this server leads.
+	leadership *server.Leadership
 	// raftSet is raft once it is up, for handlers that may run before.
 	raftSet atomic.Pointer[raftnode.Node]
 	pool    *host.Pool
@@ -88,7 +92,7 @@ type Agent struct {
 	// tls block.
 	tls   *tlsutil.Manager
 	http  *http.Client
-	peers peers
+	peers server.Peers
 	// mu guards restart.
 	mu sync.Mutex
 	// registerMu orders the agent's registrations of its workers.
@@ -130,8 +134,6 @@ type Agent struct {
 	// consul is the client of the consul block, made once.
 	consulOnce sync.Once
 	consul     *consul.Client
-	stopDeploy chan struct{}
-	deployWG   sync.WaitGroup
 	// gw is the AI gateway, with a gateway block (its listeners, and
 	// the ledger's last charges, are its own).
 	gw *cluster.Gateway
@@ -241,11 +243,15 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	if a.ringMine, a.ringSource, err = a.configuredRing(); err != nil {
 		return err
 	}
+	notify := make(chan bool, 16)
+	rcfg.Notify = notify
 	a.raft, err = raftnode.New(rcfg, a.fsm)
 	if err != nil {
 		return err
 	}
 	a.raftSet.Store(a.raft)
+	a.leadership = server.New(a.log.Named("leadership"), notify, a.raft.Barrier)
+	a.leadership.Start()
 	if a.cfg.Server.BootstrapExpect > 1 || !a.cfg.IsServer() {
 		jctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		join := a.join
@@ -282,10 +288,10 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	a.mu.Lock()
 	a.restart = rep
 	a.mu.Unlock()
-	go a.leaderLoop(a.stopLeader)
+	a.leadership.Add("roll back interrupted moves, seed the cookie key ring", a.establishLeadership)
 	if a.cfg.IsServer() && a.cfg.Server.BootstrapExpect > 1 {
 		go a.membershipLoop(a.stopLeader)
-		go a.autopilotLoop(a.stopLeader)
+		a.leadership.Add("autopilot", a.autopilotLoop)
 	}
 	a.pool.Parcels = clusterParcels{a}
 	a.pool.ProbeInterval, a.pool.ProbeMisses = duration(a.cfg.Probe.Interval), a.cfg.Probe.Misses
@@ -304,7 +310,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	a.stopTables = make(chan struct{})
 	go a.tables.run(a.stopTables)
-	go a.expireLoop(a.stopTables)
+	a.leadership.Add("expire the store's grants", a.expireLoop)
 	a.pool.FromWorker, a.pool.Ended, a.pool.Greeting = a.fromWorker, a.workerEnded, a.greeting
 	go a.maintenanceLoop(a.stopTables)
 	// The gateway is up before any worker may call it.
@@ -889,9 +895,8 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 			_ = a.server.Close()
 			a.server = nil
 		}
-		if a.stopDeploy != nil {
-			close(a.stopDeploy)
-			a.deployWG.Wait()
+		if a.leadership != nil {
+			a.leadership.Stop() // no leader task races the parking
 		}
 		if err := a.parkAll(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("parking: %w", err))

@@ -8,14 +8,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync"
+	"slices"
 	"time"
 
 	"github.com/stickyd/stickyd/internal/api"
 	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/gateway/cluster"
-	"github.com/stickyd/stickyd/internal/placement"
 	"github.com/stickyd/stickyd/internal/raftnode"
 )
 
@@ -42,28 +41,6 @@ type Self struct {
 	// NewestEntry is the newest raft entry type this server applies
 	// (fsm.NewestEntryType); 0 from versions before it was said.
 	NewestEntry int `json:"newest_entry,omitempty"`
-}
-
-// peers is what this agent knows of the servers: raft address → admin address.
-type peers struct {
-	mu sync.Mutex // guards admin
-	// admin maps a server's raft address to its admin API address.
-	admin map[string]string
-}
-
-func (p *peers) set(raftAddr, adminAddr string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.admin == nil {
-		p.admin = map[string]string{}
-	}
-	p.admin[raftAddr] = adminAddr
-}
-
-func (p *peers) adminOf(raftAddr string) string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.admin[raftAddr]
 }
 
 func (a *Agent) self() Self {
@@ -148,7 +125,7 @@ func (a *Agent) join(ctx context.Context) error {
 	}
 	expect := a.cfg.Server.BootstrapExpect
 	self := a.self()
-	a.peers.set(self.RaftAddr, self.AdminAddr)
+	a.peers.Learn(self.Name, self.RaftAddr, self.AdminAddr)
 	for attempt := 0; ; attempt++ {
 		members := map[string]string{self.Name: self.RaftAddr}
 		established := ""
@@ -166,7 +143,7 @@ func (a *Agent) join(ctx context.Context) error {
 			if s.RaftAddr == "" || s.Name == "" {
 				continue // that server's raft is not up yet
 			}
-			a.peers.set(s.RaftAddr, s.AdminAddr)
+			a.peers.Learn(s.Name, s.RaftAddr, s.AdminAddr)
 			if s.Name == self.Name {
 				continue // this server's previous allocation, still answering
 			}
@@ -273,13 +250,22 @@ func (a *Agent) register(ctx context.Context) error {
 }
 
 // refreshPeers keeps learning the servers' admin addresses (a server that
-// restarts may come back with a new one).
+// restarts may come back with a new one): it asks the servers it is told
+// of (retry_join, Consul) and every agent registered in the maps (a
+// replacement the others were never told of registers there) who they
+// are.
 func (a *Agent) refreshPeers(ctx context.Context) {
-	for _, addr := range a.serverAddrs(ctx) {
+	addrs := a.serverAddrs(ctx)
+	for _, e := range a.fsm.Agents() {
+		if e.AdminAddr != "" && !slices.Contains(addrs, e.AdminAddr) {
+			addrs = append(addrs, e.AdminAddr)
+		}
+	}
+	for _, addr := range addrs {
 		var s Self
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if err := a.call(cctx, "GET", addr, "/v1/agent/self", nil, &s); err == nil {
-			a.peers.set(s.RaftAddr, s.AdminAddr)
+			a.peers.Learn(s.Name, s.RaftAddr, s.AdminAddr)
 		}
 		cancel()
 	}
@@ -322,6 +308,8 @@ func (l forwardingLog) Apply(ctx context.Context, entry []byte) (any, error) {
 				return fsm.DecodeResult(fsm.EntryType(entry), out.Result)
 			case errors.As(err, &re) && re.status != http.StatusServiceUnavailable && re.status != http.StatusMisdirectedRequest:
 				return nil, re.err // the leader applied it and refused: final
+			default:
+				a.unreachedLeader(err)
 			}
 		}
 		select {
@@ -336,16 +324,29 @@ func (l forwardingLog) Apply(ctx context.Context, entry []byte) (any, error) {
 // (learning the servers' addresses again if it does not), "" while no
 // leader is known.
 func (a *Agent) leaderAdmin(ctx context.Context) string {
-	leaderAddr, _ := a.raft.Leader()
+	leaderAddr, leaderID := a.raft.Leader()
 	if leaderAddr == "" {
 		return ""
 	}
-	admin := a.peers.adminOf(leaderAddr)
+	admin := a.peers.AdminOf(leaderID, leaderAddr)
 	if admin == "" {
 		a.refreshPeers(ctx)
-		admin = a.peers.adminOf(leaderAddr)
+		admin = a.peers.AdminOf(leaderID, leaderAddr)
 	}
 	return admin
+}
+
+// unreachedLeader drops what this agent knows of the leader's admin
+// address after a call to it failed short of an agent's answer (refused,
+// or something else listening there): the next call learns it again.
+func (a *Agent) unreachedLeader(err error) {
+	var re *remoteErr
+	if errors.As(err, &re) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return
+	}
+	if addr, _ := a.raft.Leader(); addr != "" {
+		a.peers.Forget(addr)
+	}
 }
 
 // waitApplied waits (bounded by ctx, at most 5 s) until the local replica
@@ -375,59 +376,44 @@ func (a *Agent) applyHandler(ctx context.Context, entry []byte) (any, uint64, in
 	return res, index, http.StatusOK, nil
 }
 
-// leaderLoop runs leader-only work while this server leads: moves the last
-// leader was making cannot finish, so they are rolled back.
-func (a *Agent) leaderLoop(stop <-chan struct{}) {
-	for {
+// establishLeadership is the first leader task of every term: moves the
+// last leader was making cannot finish, so they are rolled back, and the
+// cookie key ring is seeded if the maps hold none (or this server's files
+// are its successor).
+func (a *Agent) establishLeadership(stop <-chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go func() {
 		select {
 		case <-stop:
-			return
-		case leader := <-a.raft.LeaderCh():
-			if !leader {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			aborted, err := a.abortStuckMoves(ctx)
-			if err == nil {
-				// The barrier of abortStuckMoves is behind: the ring
-				// read is the last leader's.
-				a.seedCookieRing(ctx)
-			}
 			cancel()
-			if err != nil {
-				a.log.Warn("rolling back interrupted moves", "error", err)
-			}
-			if len(aborted) > 0 {
-				a.mu.Lock()
-				a.restart.AbortedMoves = append(a.restart.AbortedMoves, aborted...)
-				a.mu.Unlock()
-			}
+		case <-ctx.Done():
 		}
+	}()
+	aborted, err := a.abortStuckMoves(ctx)
+	if err != nil {
+		a.log.Warn("rolling back interrupted moves", "error", err)
+		return
+	}
+	// The barrier of abortStuckMoves is behind: the ring read is the last
+	// leader's.
+	a.seedCookieRing(ctx)
+	if len(aborted) > 0 {
+		a.log.Info("rolled back the moves the last leader left", "users", len(aborted))
+		a.mu.Lock()
+		a.restart.AbortedMoves = append(a.restart.AbortedMoves, aborted...)
+		a.mu.Unlock()
 	}
 }
 
-// abortStuckMoves rolls back every move in the maps; called by a new leader,
-// which runs no move yet.
+// abortStuckMoves rolls back every move in the maps, once this server's
+// replica has every entry (a barrier); called by a new leader, which runs
+// no move yet.
 func (a *Agent) abortStuckMoves(ctx context.Context) ([]string, error) {
 	if err := a.raft.Barrier(ctx); err != nil {
 		return nil, err
 	}
-	var aborted []string
-	for _, u := range a.fsm.Users() {
-		if u.State != placement.StateMoving {
-			continue
-		}
-		entry, err := fsm.Encode(fsm.MoveAbortRequestType, fsm.MoveAbortRequest{User: u.User, Epoch: u.Epoch})
-		if err != nil {
-			return aborted, err
-		}
-		if _, err := a.raft.Apply(ctx, entry); err != nil {
-			a.log.Warn("rolling back an interrupted move", "user", u.User, "error", err)
-			continue
-		}
-		aborted = append(aborted, u.User)
-	}
-	return aborted, nil
+	return a.mover.RollBackStuck(ctx, a.fsm.Users())
 }
 
 // Bounds of a healthy member: the leader heard from within
@@ -462,7 +448,7 @@ func (a *Agent) clusterHealth() (bool, any) {
 	return true, body
 }
 
-// autopilotLoop removes, while this server leads, the members it has not
+// autopilotLoop removes, while this server leads (a leader task), the members it has not
 // reached for server.dead_server_cleanup: a host at once (its replacement
 // joins again under its name), a voter only while the voters still
 // reached number at least bootstrap_expect, so that a dead server's place
@@ -481,9 +467,6 @@ func (a *Agent) autopilotLoop(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-tick.C:
-		}
-		if !a.raft.IsLeader() {
-			continue
 		}
 		dead := a.raft.Unreachable(after)
 		if len(dead) == 0 {

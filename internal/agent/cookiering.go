@@ -42,6 +42,10 @@ func (a *Agent) settleCookieRing(ctx context.Context) ([][]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for {
+		// A leader seeds the ring as its term begins
+		// (establishLeadership); one that leads as it starts seeds it
+		// here too, so that its front opens with the ring in force (its
+		// files may be the ring's successor).
 		changed := a.fsm.WatchCookieRing()
 		if a.raft.IsLeader() {
 			a.seedCookieRing(ctx)
@@ -61,7 +65,6 @@ func (a *Agent) settleCookieRing(ctx context.Context) ([][]byte, error) {
 		}
 		select {
 		case <-changed:
-		case <-time.After(250 * time.Millisecond): // leadership may have come here
 		case <-ctx.Done():
 			return nil, errors.New("waiting for the cluster's cookie key ring: the maps hold none after a minute (the leader seeds it; is the leader of this version?)")
 		}

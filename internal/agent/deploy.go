@@ -115,6 +115,7 @@ func (a *Agent) memberHandler(ctx context.Context, req api.MemberRequest) (int, 
 			if errors.As(err, &re) {
 				return re.status, re.err
 			}
+			a.unreachedLeader(err)
 			return http.StatusServiceUnavailable, err
 		}
 		return http.StatusOK, nil
@@ -176,27 +177,23 @@ func (a *Agent) leaveCluster(ctx context.Context) {
 // startDeployment starts the leader's publishing loops the configuration
 // asks for.
 func (a *Agent) startDeployment() {
-	a.stopDeploy = make(chan struct{})
 	if k := a.cfg.Consul; k != nil && a.cfg.IsServer() && (k.Mirror == nil || *k.Mirror) {
-		a.deployWG.Add(1)
-		go a.mirrorLoop(a.stopDeploy)
+		a.leadership.Add("publish the placement registry to Consul", a.mirrorLoop)
 	}
 	if a.cfg.Nomad != nil {
-		a.deployWG.Add(1)
-		go a.nomadLoop(a.stopDeploy)
+		a.leadership.Add("keep the groups' Nomad jobs", a.nomadLoop)
 	}
 	if a.cfg.Consul != nil && a.cfg.IsServer() {
-		a.deployWG.Add(1)
-		go a.consulMaintenanceLoop(a.stopDeploy)
+		a.leadership.Add("copy the maintenance windows from Consul", a.consulMaintenanceLoop)
 	}
 }
 
 // mirrorLoop publishes the placement registry to Consul KV while this
-// server leads: who is where, the groups, and the raft index it is as of.
-// Each tick writes the people who changed since the last (consul.Mirror's
-// Sync); a new term, or a failed write, publishes everything once.
+// server leads (a leader task: stop closes when the term ends): who is
+// where, the groups, and the raft index it is as of. Each tick writes the
+// people who changed since the last (consul.Mirror's Sync); a new term, or
+// a failed write, publishes everything once.
 func (a *Agent) mirrorLoop(stop <-chan struct{}) {
-	defer a.deployWG.Done()
 	var (
 		m        *consul.Mirror
 		failures int
@@ -209,10 +206,6 @@ func (a *Agent) mirrorLoop(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-tick.C:
-		}
-		if !a.raft.IsLeader() {
-			m = nil // a new term lists and cleans the tree again
-			continue
 		}
 		if _, torn := a.fsm.TornDown(); torn {
 			continue // the tear-down empties the prefix; nothing is written again
@@ -298,11 +291,10 @@ func (a *Agent) groupsJSON() map[string]json.RawMessage {
 	return out
 }
 
-// nomadLoop keeps one Nomad job per catalog group while this server leads:
-// registered when the group appears (re-registered when its recipe
-// changes), stopped and purged when it is retired.
+// nomadLoop keeps one Nomad job per catalog group while this server leads
+// (a leader task): registered when the group appears (re-registered when
+// its recipe changes), stopped and purged when it is retired.
 func (a *Agent) nomadLoop(stop <-chan struct{}) {
-	defer a.deployWG.Done()
 	n := a.cfg.Nomad
 	client, err := a.nomadClient()
 	if err != nil {
@@ -312,7 +304,7 @@ func (a *Agent) nomadLoop(stop <-chan struct{}) {
 	failures := 0
 	for {
 		changed := a.fsm.WatchCatalog()
-		if _, torn := a.fsm.TornDown(); a.raft.IsLeader() && !torn {
+		if _, torn := a.fsm.TornDown(); !torn {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			err := a.syncNomadJobs(ctx, client)
 			cancel()
@@ -333,7 +325,6 @@ func (a *Agent) nomadLoop(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-changed:
-		case <-a.raft.LeaderCh():
 		case <-time.After(wait):
 		}
 	}

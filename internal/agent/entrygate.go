@@ -63,10 +63,10 @@ func (g *entryGate) ask() fsm.MessageType {
 		if p.Address == self {
 			continue
 		}
-		admin := a.peers.adminOf(p.Address)
+		admin := a.peers.AdminOf(p.ID, p.Address)
 		if admin == "" {
 			a.refreshPeers(ctx)
-			if admin = a.peers.adminOf(p.Address); admin == "" {
+			if admin = a.peers.AdminOf(p.ID, p.Address); admin == "" {
 				return 0
 			}
 		}

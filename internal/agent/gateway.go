@@ -48,7 +48,11 @@ func (a *Agent) startGateway() error {
 		return err
 	}
 	a.gw = gw
-	return gw.Start(a.registry, a.stopLeader)
+	if err := gw.Start(a.registry, a.stopLeader); err != nil {
+		return err
+	}
+	a.leadership.Add("run the gateway's submitted calls", gw.LeadJobs)
+	return nil
 }
 
 // gatewayRoutes adds the gateway's admin routes (none without one).
@@ -93,8 +97,8 @@ func (s gatewayServer) Apply(ctx context.Context, entry []byte) (any, error) {
 	return forwardingLog{s.a}.Apply(ctx, entry)
 }
 
-func (s gatewayServer) AdminOf(raftAddr string) string   { return s.a.peers.adminOf(raftAddr) }
-func (s gatewayServer) RefreshPeers(ctx context.Context) { s.a.refreshPeers(ctx) }
+func (s gatewayServer) AdminOf(id, raftAddr string) string { return s.a.peers.AdminOf(id, raftAddr) }
+func (s gatewayServer) RefreshPeers(ctx context.Context)   { s.a.refreshPeers(ctx) }
 
 func (s gatewayServer) Fetch(ctx context.Context, method, addr, path string, body []byte) ([]byte, error) {
 	return s.a.fetch(ctx, method, addr, path, body)

@@ -83,11 +83,10 @@ func (g *governance) setPolicy(gc *GroupConfig) error {
 }
 
 // run observes every interval until stop, and decides while this agent
-// leads. Leadership is read at each round (raft's LeaderCh has one reader,
-// the leader loop): a new leader governs from its first round, a former
-// one stops deciding at its next; its decisions under way end on the road
-// (a move's barrier is the leader's, so a move begun by a former leader
-// fails and is rolled back).
+// leads with its leader tasks started (server.Leadership): a new leader
+// governs from its first round, a former one stops deciding at its next;
+// its decisions under way end on the road (a move's barrier is the
+// leader's, so a move begun by a former leader fails and is rolled back).
 func (g *governance) run(interval time.Duration, stop <-chan struct{}) {
 	if interval <= 0 {
 		interval = 2 * time.Second
@@ -100,7 +99,7 @@ func (g *governance) run(interval time.Duration, stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
-			leads := g.a.raft.IsLeader()
+			leads := g.a.leadership.Leading()
 			var parts map[string]LocalMonitor
 			if leads {
 				// Outside the lock: events and the monitor's outlook

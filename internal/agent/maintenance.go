@@ -79,52 +79,31 @@ func (a *Agent) maintenanceLoop(stop <-chan struct{}) {
 }
 
 // consulMaintenanceLoop copies the windows from Consul KV into the maps
-// while this server leads.
+// while this server leads (a leader task: the end of the term ends the
+// watch).
 func (a *Agent) consulMaintenanceLoop(stop <-chan struct{}) {
-	defer a.deployWG.Done()
-	for {
-		if !a.raft.IsLeader() {
-			select {
-			case <-stop:
-				return
-			case <-time.After(500 * time.Millisecond):
-				continue
-			}
+	c := a.consulClient()
+	if c == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
 		}
-		c := a.consulClient()
-		if c == nil {
-			return
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() {
-			// Leadership lost or the agent stopping ends this term's watch.
-			t := time.NewTicker(500 * time.Millisecond)
-			defer t.Stop()
-			for {
-				select {
-				case <-stop:
-					cancel()
-					return
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					if !a.raft.IsLeader() {
-						cancel()
-						return
-					}
-				}
-			}
-		}()
+	}()
+	for ctx.Err() == nil {
 		_ = c.WatchTree(ctx, maintenanceFolder, func(kv map[string][]byte) {
 			if err := a.syncMaintenance(ctx, kv); err != nil {
 				a.log.Warn("copying the maintenance windows from Consul", "error", err)
 			}
 		})
-		cancel()
 		select {
-		case <-stop:
-			return
-		default:
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond): // the watch ended: watch again
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/stickyd/stickyd/internal/api"
+	"github.com/stickyd/stickyd/internal/raftnode"
 )
 
 // operatorRoutes serves the operator's raft tools: removing a peer that is
@@ -62,10 +64,51 @@ func (a *Agent) operatorRoutes(mux *http.ServeMux, wrap func(func(http.ResponseW
 	mux.HandleFunc("GET /v1/operator/keyring", wrap(a.keyringHandler))
 	mux.HandleFunc("POST /v1/operator/keyring/rotate", wrap(a.keyringRotateHandler))
 	mux.HandleFunc("POST /v1/operator/raft/transfer-leader", wrap(func(w http.ResponseWriter, r *http.Request) error {
-		if !a.raft.IsLeader() {
-			return a.forwardToLeader(w, r, nil)
+		// An optional body names the voter to hand leadership to:
+		// {"id": "stickyd-server-2"}; without one raft picks the most
+		// up-to-date voter.
+		var req struct {
+			ID string `json:"id"`
 		}
-		if err := a.raft.Raft.LeadershipTransfer().Error(); err != nil {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<12))
+		if err != nil {
+			return &api.Error{Status: http.StatusRequestEntityTooLarge, Message: "the request is too large"}
+		}
+		if len(bytes.TrimSpace(body)) > 0 {
+			if err := json.Unmarshal(body, &req); err != nil {
+				return &api.Error{Status: http.StatusBadRequest, Message: `want {"id": "<a voter's id>"} or no body: ` + err.Error()}
+			}
+		}
+		if !a.raft.IsLeader() {
+			return a.forwardToLeader(w, r, body)
+		}
+		transfer := a.raft.Raft.LeadershipTransfer
+		if req.ID != "" {
+			peers, err := a.raft.Peers()
+			if err != nil {
+				return &api.Error{Status: http.StatusServiceUnavailable, Message: "reading the raft configuration: " + err.Error()}
+			}
+			var to *raftnode.Peer
+			for i := range peers {
+				if peers[i].ID == req.ID {
+					to = &peers[i]
+				}
+			}
+			switch {
+			case to == nil:
+				return &api.Error{Status: http.StatusNotFound, Message: fmt.Sprintf("no raft peer %q", req.ID)}
+			case !to.Voter:
+				return &api.Error{Status: http.StatusConflict, Message: fmt.Sprintf("%s is not a voter: only a voter can lead", req.ID)}
+			case req.ID == a.cfg.Name:
+				_, leader := a.raft.Leader()
+				writeJSONOK(w, map[string]string{"from": a.cfg.Name, "leader": leader})
+				return nil
+			}
+			transfer = func() raft.Future {
+				return a.raft.Raft.LeadershipTransferToServer(raft.ServerID(to.ID), raft.ServerAddress(to.Address))
+			}
+		}
+		if err := transfer().Error(); err != nil {
 			if errors.Is(err, raft.ErrNotLeader) {
 				return &api.Error{Status: http.StatusServiceUnavailable, Message: "leadership moved meanwhile; retry"}
 			}

@@ -162,7 +162,7 @@ func (a *Agent) expireLoop(stop <-chan struct{}) {
 			pending = false
 		case <-t.C:
 			next := a.fsm.NextExpiry()
-			if pending || next == 0 || time.Now().UnixNano() < next || !a.raft.IsLeader() {
+			if pending || next == 0 || time.Now().UnixNano() < next {
 				continue
 			}
 			pending = true

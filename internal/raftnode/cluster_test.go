@@ -28,10 +28,6 @@ func (m *member) start(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.node = n
-	go func() {
-		for range n.LeaderCh() {
-		}
-	}()
 }
 
 // A real three-member cluster over TCP on loopback: a member that was down

@@ -56,7 +56,12 @@ type Config struct {
 	// TLS, if set, makes the transport mutual TLS: it accepts only servers
 	// of the cluster (leaders and candidates are) and dials servers and
 	// hosts (a host is a non-voter the leader replicates to).
-	TLS    *tlsutil.Manager
+	TLS *tlsutil.Manager
+	// Notify, if set, receives true when this member becomes leader and
+	// false when it stops being one (raft's NotifyCh). Raft waits for
+	// each send: it must be buffered and read by one owner, always
+	// (server.Leadership).
+	Notify chan bool
 	Logger hclog.Logger
 }
 
@@ -67,7 +72,6 @@ type Node struct {
 	peers     *peerHealth
 	transport raft.Transport
 	closers   []func() error
-	leaderCh  chan bool
 	logs      raft.LogStore
 	stable    raft.StableStore
 	snaps     raft.SnapshotStore
@@ -115,8 +119,10 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 		rc.ElectionTimeout = 100 * time.Millisecond
 		rc.LeaderLeaseTimeout = 50 * time.Millisecond
 	}
-	n := &Node{leaderCh: make(chan bool, 16), id: cfg.ID, snapshotOnStop: cfg.SnapshotOnStop && cfg.DataDir != "", log: log}
-	rc.NotifyCh = n.leaderCh
+	n := &Node{id: cfg.ID, snapshotOnStop: cfg.SnapshotOnStop && cfg.DataDir != "", log: log}
+	if cfg.Notify != nil {
+		rc.NotifyCh = cfg.Notify
+	}
 	var (
 		logs   raft.LogStore
 		stable raft.StableStore
@@ -198,10 +204,6 @@ func New(cfg Config, fsm raft.FSM) (*Node, error) {
 	n.peers = newPeerHealth(r)
 	return n, nil
 }
-
-// LeaderCh delivers true when this member becomes leader and false when it
-// stops being leader. It is buffered: a transition is never dropped.
-func (n *Node) LeaderCh() <-chan bool { return n.leaderCh }
 
 // IsLeader reports whether this member is the leader now.
 func (n *Node) IsLeader() bool { return n.Raft.State() == raft.Leader }

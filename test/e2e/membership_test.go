@@ -463,3 +463,85 @@ func TestOperatorRaftTools(t *testing.T) {
 		return ok && len(v) == 2 && v[goneID] == ""
 	})
 }
+
+// A replacement server that takes the raft address another server had (a
+// Nomad allocation placed again on a small port range) joins and is a
+// voter within 30 s, and once it leads, the followers, which knew the old
+// server at that address, forward their writes to its admin API, not the
+// old one's: they read who is at an address from the raft configuration
+// they have now.
+func TestReplacementOnAnotherServersRaftAddress(t *testing.T) {
+	ps, leader := startClusterSpec(t, 3, func(int) procSpec { return procSpec{workers: 1} })
+	gone := (leader + 1) % 3
+	goneID := "s" + strconv.Itoa(gone+1)
+	peers, _ := peersOf(t, ps[leader])
+	reused := peers[goneID]
+	if reused == "" {
+		t.Fatalf("%s is not a voter: %v", goneID, peers)
+	}
+	if err := ps[gone].stop(syscall.SIGKILL); err == nil {
+		t.Fatal("SIGKILL reported a clean exit")
+	}
+	var live []*proc
+	var admins []string
+	for i, p := range ps {
+		if i != gone {
+			live = append(live, p)
+			admins = append(admins, p.admin)
+		}
+	}
+	s4 := newProcSpec(t, procSpec{workers: 1, name: "s4", expect: 3, join: admins})
+	path := filepath.Join(s4.dir, "stickyd.hcl")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = regexp.MustCompile(`(?m)^(\s*raft_addr\s*=\s*)"[^"]*"`).ReplaceAll(b, []byte(`${1}`+strconv.Quote(reused)))
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	s4.launch()
+	s4.waitHealthy()
+	all := append(live, s4)
+	waitFor(t, 30*time.Second, "s4 a voter at "+goneID+"'s raft address", func() bool {
+		for _, p := range all {
+			v, ok := peersOf(t, p)
+			if !ok || len(v) != 3 || v["s4"] != reused || v[goneID] != "" {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("s4 is a voter at %s's old raft address %s after %v", goneID, reused, time.Since(start).Round(time.Millisecond))
+
+	// s4 leads: transfer leadership until it does.
+	for try := 0; ; try++ {
+		s, _ := status(t, s4)
+		if s.Leader == "s4" {
+			break
+		}
+		if try == 10 {
+			t.Fatal("s4 never took the lead")
+		}
+		if code, body := adminPost(t, s4.admin, "/v1/operator/raft/transfer-leader", `{"id":"s4"}`); code != 200 {
+			t.Logf("transfer-leader to s4: %d %s", code, body)
+			time.Sleep(time.Second)
+			continue
+		}
+		waitFor(t, 20*time.Second, "another leader than "+s.Leader, func() bool {
+			n, ok := status(t, s4)
+			return ok && n.Leader != "" && n.Leader != s.Leader
+		})
+	}
+	// Each follower forwards a newcomer's login and its messages to s4.
+	for i, p := range live {
+		br := procBrowser(t, p)
+		if code, body := br.do("POST", "/login?user=r"+strconv.Itoa(i)); code != 200 {
+			t.Fatalf("login through a follower while s4 leads: %d %s", code, body)
+		}
+		tb := br.openTab("p")
+		tb.send(map[string]any{"op": "inc"})
+		tb.drainUntil("count", 1)
+	}
+}

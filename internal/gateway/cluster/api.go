@@ -113,8 +113,8 @@ func (g *Gateway) usage(ctx context.Context) (gateway.Counters, string) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if addr, _ := g.srv.Raft().Leader(); addr != "" {
-		if admin := g.srv.AdminOf(addr); admin != "" {
+	if addr, id := g.srv.Raft().Leader(); addr != "" {
+		if admin := g.srv.AdminOf(id, addr); admin != "" {
 			var c gateway.Counters
 			if err := g.call(ctx, http.MethodGet, admin, "/v1/internal/gateway/usage", &c); err == nil {
 				return c, "leader"

@@ -50,11 +50,12 @@ type Server interface {
 	// there is no leader, or it cannot be reached, it retries until ctx
 	// ends. A leader's refusal of the entry is final.
 	Apply(ctx context.Context, entry []byte) (any, error)
-	// AdminOf is the admin API address of the server at raftAddr as this
-	// server knows it, "" when it does not; RefreshPeers learns the
+	// AdminOf is the admin API address of the server id at raftAddr as
+	// this server knows it, "" when it does not (or knows another server
+	// at that address); RefreshPeers learns the
 	// servers' addresses again (a server that restarts may come back with
 	// a new one).
-	AdminOf(raftAddr string) string
+	AdminOf(id, raftAddr string) string
 	RefreshPeers(ctx context.Context)
 	// Fetch calls the admin API of the agent at addr and returns the
 	// answer's bytes; a refusal (an answer other than 200) is a Refusal.
@@ -142,15 +143,14 @@ func New(c *Config, srv Server, maps *fsm.FSM, log hclog.Logger) (*Gateway, erro
 	return &Gateway{cfg: c, srv: srv, maps: maps, log: log, router: r, ledger: ledger, running: map[string]context.CancelFunc{}}, nil
 }
 
-// Start registers the gateway's metrics on reg, runs the submitted calls
-// and sends the charges to the log until stop closes (the server's stop
-// of its leader work), and serves the transports. After an error, what
+// Start registers the gateway's metrics on reg, sends the charges to the
+// log until stop closes, and serves the transports. The submitted calls
+// run in LeadJobs, a leader task of the server. After an error, what
 // started is stopped as after a Start that succeeded: Drain, Close, Stop.
 func (g *Gateway) Start(reg prometheus.Registerer, stop <-chan struct{}) error {
 	if err := reg.Register(newCollector(g)); err != nil {
 		return fmt.Errorf("gateway: registering its metrics: %w", err)
 	}
-	go g.runJobs(stop)
 	g.ledgerDone = make(chan struct{})
 	go func() {
 		defer close(g.ledgerDone)
@@ -275,32 +275,26 @@ func (g *Gateway) apply(ctx context.Context, req fsm.GatewayJobRequest) (any, er
 	return g.srv.Apply(ctx, entry)
 }
 
-// runJobs runs the submitted calls while this server leads: on taking the
-// lead it rejects the calls a dead leader had started (they may have run:
-// they are never run twice), then starts the queued ones in order, each
-// recorded as started before its provider is called.
-func (g *Gateway) runJobs(stop <-chan struct{}) {
-	leading := false
+// LeadJobs runs the submitted calls while this server leads: it is a
+// leader task (server.Leadership), started as a term begins and stopped,
+// by stop, as it ends. It first rejects the calls a dead leader had
+// started (they may have run: they are never run twice), then starts the
+// queued ones in order, each recorded as started before its provider is
+// called.
+func (g *Gateway) LeadJobs(stop <-chan struct{}) {
+	g.rejectOrphans()
 	// Every queued call up to seq has been started here (each waits in
 	// the router for its slot); cancels is the count last acted on.
 	var seq, cancels uint64
 	for {
 		changed := g.maps.WatchGateway()
-		if g.srv.Raft().IsLeader() {
-			if !leading {
-				leading, seq = true, 0
-				g.rejectOrphans()
-			}
-			if g.rescan.Swap(false) {
-				seq = 0
-			}
-			seq = g.startQueued(seq)
-			if c := g.maps.GatewayCancels(); c != cancels {
-				cancels = c
-				g.stopCancelled()
-			}
-		} else {
-			leading = false
+		if g.rescan.Swap(false) {
+			seq = 0
+		}
+		seq = g.startQueued(seq)
+		if c := g.maps.GatewayCancels(); c != cancels {
+			cancels = c
+			g.stopCancelled()
 		}
 		select {
 		case <-stop:
@@ -442,10 +436,10 @@ func (g *Gateway) leaderAdmin(ctx context.Context) (string, error) {
 		addr, id := g.srv.Raft().Leader()
 		admin := ""
 		if id != g.srv.Name() || g.srv.Raft().IsLeader() {
-			admin = g.srv.AdminOf(addr)
+			admin = g.srv.AdminOf(id, addr)
 			if admin == "" && addr != "" {
 				g.srv.RefreshPeers(ctx)
-				admin = g.srv.AdminOf(addr)
+				admin = g.srv.AdminOf(id, addr)
 			}
 		}
 		if admin != "" {

@@ -101,10 +101,6 @@ func (s *server) start(log hclog.Logger) error {
 		return err
 	}
 	s.node = n
-	go func() {
-		for range n.LeaderCh() {
-		}
-	}()
 	return nil
 }
 
