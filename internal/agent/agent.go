@@ -98,8 +98,9 @@ type Agent struct {
 	// registerMu orders the agent's registrations of its workers.
 	registerMu sync.Mutex
 	// api is the full admin API (an http.Handler), stored once ready.
-	api        atomic.Value
-	stopLeader chan struct{}
+	api atomic.Value
+	// parts are the running subsystems, in the order they started.
+	parts parts
 	router     *router
 	govern     *governance
 	stopGovern chan struct{}
@@ -162,7 +163,7 @@ func New(cfg *Config, builtins map[string]Builtin, log hclog.Logger) (*Agent, er
 	if err := cfg.Finish(); err != nil {
 		return nil, fmt.Errorf("checking configuration: %w", err)
 	}
-	a := &Agent{cfg: cfg, log: log, http: &http.Client{Timeout: 30 * time.Second}, stopLeader: make(chan struct{})}
+	a := &Agent{cfg: cfg, log: log, http: &http.Client{Timeout: 30 * time.Second}}
 	a.builtins = builtins
 	var err error
 	if a.bundles, err = openBundles(cfg); err != nil {
@@ -213,6 +214,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 			a.log.Warn("a damaged pack of parked packages was set aside; its people wake from their checkpoints", "pack", p)
 		}
 		a.park = a.held
+		a.parts.add("parked packages held in memory", nil, func(context.Context) error { return a.held.Close() })
 	}
 	if a.cfg.TLS != nil {
 		if err := a.startTLS(); err != nil {
@@ -222,13 +224,16 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	// The admin API and the peer links listen first: servers find each
 	// other through them.
 	a.router = &router{a: a}
+	a.parts.add("peer links dialled", nil, func(context.Context) error { a.router.close(); return nil })
 	if err := a.startAdmin(); err != nil {
 		return err
 	}
+	a.parts.add("admin API", nil, func(context.Context) error { return a.admin.Close() })
 	if a.cfg.Server.RPCAddr != "" {
 		if err := a.serveLinks(); err != nil {
 			return err
 		}
+		a.parts.add("peer links served", nil, func(context.Context) error { a.rpc.Stop(); return nil })
 	}
 	alone := a.cfg.IsServer() && a.cfg.Server.BootstrapExpect == 1
 	rcfg := raftnode.Config{ID: a.cfg.Name, Bootstrap: alone, Solo: alone, Logger: a.log,
@@ -250,8 +255,10 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		return err
 	}
 	a.raftSet.Store(a.raft)
+	a.parts.add("raft", nil, func(context.Context) error { return a.raft.Shutdown() })
+	// The leader's tasks are added as their parts start; the owner of the
+	// notifications starts last (they wait in the channel meanwhile).
 	a.leadership = server.New(a.log.Named("leadership"), notify, a.raft.Barrier)
-	a.leadership.Start()
 	if a.cfg.Server.BootstrapExpect > 1 || !a.cfg.IsServer() {
 		jctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		join := a.join
@@ -290,7 +297,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	a.mu.Unlock()
 	a.leadership.Add("roll back interrupted moves, seed the cookie key ring", a.establishLeadership)
 	if a.cfg.IsServer() && a.cfg.Server.BootstrapExpect > 1 {
-		go a.membershipLoop(a.stopLeader)
+		a.startLoop("membership", a.membershipLoop)
 		a.leadership.Add("autopilot", a.autopilotLoop)
 	}
 	a.pool.Parcels = clusterParcels{a}
@@ -310,14 +317,22 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	a.stopTables = make(chan struct{})
 	go a.tables.run(a.stopTables)
+	go a.maintenanceLoop(a.stopTables)
+	a.parts.add("tables, the store and maintenance telling", nil, func(context.Context) error {
+		close(a.stopTables)
+		<-a.tables.done // no table work may reach raft once it stops
+		return nil
+	})
 	a.leadership.Add("expire the store's grants", a.expireLoop)
 	a.pool.FromWorker, a.pool.Ended, a.pool.Greeting = a.fromWorker, a.workerEnded, a.greeting
-	go a.maintenanceLoop(a.stopTables)
 	// The gateway is up before any worker may call it.
 	if err := a.startGateway(); err != nil {
 		return err
 	}
 	a.log.Info("starting workers", "workers", len(a.pool.Workers()))
+	// The pool's part is added first: a pool that started some workers
+	// and failed stops them.
+	a.parts.add("workers", func(context.Context) { a.pool.Stopping() }, a.stopWorkers)
 	if err := a.pool.Start(ctx); err != nil {
 		return fmt.Errorf("starting workers: %w", err)
 	}
@@ -333,6 +348,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	a.syncGroups(ctx)
 	a.stopCatalog = make(chan struct{})
 	go a.catalogLoop(a.stopCatalog)
+	a.parts.add("catalog groups", nil, func(context.Context) error { close(a.stopCatalog); return nil })
 	if err := a.register(wctx); err != nil {
 		return fmt.Errorf("registering this agent's workers: %w", err)
 	}
@@ -346,6 +362,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		a.disk, a.stopDisk = g, make(chan struct{})
 		a.sup.SetAdmission(g.admit)
 		go g.run(a.stopDisk)
+		a.parts.add("disk guard", func(context.Context) { g.stop() }, func(context.Context) error { close(a.stopDisk); return nil })
 	}
 	if a.cfg.FrontEnabled() {
 		a.activity = front.NewActivity()
@@ -358,6 +375,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		a.forget, a.stopForget = f, make(chan struct{})
 		f.wg.Add(1)
 		go f.run(a.stopForget)
+		a.parts.add("forgetting", nil, func(context.Context) error { close(a.stopForget); a.forget.wait(); return nil })
 	}
 	if a.cfg.FrontEnabled() {
 		if err := a.startFront(ctx); err != nil {
@@ -367,6 +385,8 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	if a.govern != nil {
 		a.stopGovern = make(chan struct{})
 		go a.govern.run(duration(a.cfg.Probe.Interval), a.stopGovern)
+		// No governance move may race the parking.
+		a.parts.add("governance", nil, func(context.Context) error { close(a.stopGovern); a.govern.wait(); return nil })
 	}
 	if p := newIdleParker(a, a.cfg.Lifecycle.Idle()); a.pool != nil {
 		for _, g := range a.cfg.Groups {
@@ -385,6 +405,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 			a.idle, a.stopIdle = p, make(chan struct{})
 			a.idle.wg.Add(1)
 			go a.idle.run(a.stopIdle)
+			a.parts.add("idle parking", nil, func(context.Context) error { close(a.stopIdle); a.idle.wait(); return nil })
 		}
 	}
 	a.api.Store(api.Handler(api.Config{Token: a.token, ReadToken: a.cfg.Admin.ReadToken, Supervisor: people{a}, Gatherer: a.registry, Logger: a.log.Named("api"),
@@ -396,9 +417,23 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		Maintenance:  maintenanceAPI{a}, Extra: a.extraRoutes,
 		JobLog: jobLog{a}, AgentName: a.cfg.Name}))
 	a.startDeployment()
+	// Every leader task is added: the owner of raft's notifications
+	// starts, and stops first (no leader task races the parking).
+	a.leadership.Start()
+	a.parts.add("leader tasks", nil, func(context.Context) error { a.leadership.Stop(); return nil })
 	a.started = true
 	a.up.Store(true)
 	return nil
+}
+
+// startLoop runs loop until the agent stops, as a part of its own.
+func (a *Agent) startLoop(name string, loop func(stop <-chan struct{})) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		loop(stop)
+	}()
+	a.parts.add(name, nil, func(context.Context) error { close(stop); <-done; return nil })
 }
 
 // startFront serves the HTTP and WebSocket front.
@@ -441,7 +476,7 @@ func (a *Agent) startFront(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	go a.watchCookieRing(a.stopLeader)
+	a.startLoop("cookie key ring watch", a.watchCookieRing)
 	a.listener, err = net.Listen("tcp", a.cfg.Front.Address)
 	if err != nil {
 		return fmt.Errorf("front: listening on %s: %w", a.cfg.Front.Address, err)
@@ -463,6 +498,12 @@ func (a *Agent) startFront(ctx context.Context) error {
 		}
 		a.served <- err
 	}()
+	// Abrupt: a request cut here never ran or gets its retryable error;
+	// the people it belonged to are parked next. WebSockets close.
+	a.parts.add("front", nil, func(context.Context) error {
+		a.front.Close()
+		return srv.Close()
+	})
 	a.log.Info("front listening", "address", a.Addr())
 	return nil
 }
@@ -855,130 +896,36 @@ func (a *Agent) hold(b []byte) (string, error) {
 	return a.park.Put(b, false)
 }
 
-// Shutdown stops the agent: the front stops taking requests (WebSockets
-// close), every person is parked (with a data dir), then the workers and raft
-// stop. Idempotent.
+// Shutdown stops the agent: its parts in the reverse order of their
+// start (lifecycle.go). The leader's tasks stop first, then the idle
+// parking, governance and the front (WebSockets close); the workers' part
+// parks every person (with a data dir) before the workers stop; raft stops
+// last but for the listeners it was started on. Idempotent.
 func (a *Agent) Shutdown(ctx context.Context) error {
 	var errs []error
-	var gwDrained <-chan struct{}
 	a.shutdownOnce.Do(func() {
 		a.up.Store(false) // health checks fail from now on
-		// The gateway takes no new call; those running finish meanwhile.
-		if a.gw != nil {
-			gwDrained = a.gw.Drain(ctx)
-		}
-		if a.pool != nil {
-			a.pool.Stopping() // nobody parked wakes on workers about to stop
-		}
-		if a.stopGovern != nil {
-			close(a.stopGovern) // no governance move may race the parking
-			a.govern.wait()
-		}
-		if a.stopIdle != nil {
-			close(a.stopIdle)
-			a.idle.wait()
-		}
-		if a.stopForget != nil {
-			close(a.stopForget)
-			a.forget.wait()
-		}
-		if a.disk != nil {
-			a.disk.stop()
-			defer close(a.stopDisk)
-		}
-		if a.front != nil {
-			a.front.Close()
-		}
-		if a.server != nil {
-			// Abrupt: a request cut here never ran or gets its retryable
-			// error; the people it belonged to are parked next.
-			_ = a.server.Close()
-			a.server = nil
-		}
-		if a.leadership != nil {
-			a.leadership.Stop() // no leader task races the parking
-		}
-		if err := a.parkAll(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("parking: %w", err))
-		}
-		a.snapshotForStart()
-		if a.started && !a.cfg.IsServer() {
-			a.leaveCluster(ctx)
-		}
+		errs = a.parts.stopAll(ctx)
 	})
-	if a.admin != nil {
-		_ = a.admin.Close()
-		a.admin = nil
-	}
-	if a.front != nil {
-		a.front.Close()
-	}
-	if a.server != nil {
-		if err := a.server.Shutdown(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("stopping front: %w", err))
-		}
-		a.server = nil
-	}
-	if a.stopCatalog != nil {
-		select {
-		case <-a.stopCatalog:
-		default:
-			close(a.stopCatalog)
-		}
-	}
-	if a.pool != nil {
-		_ = a.pool.Close()
-	}
-	if a.pool != nil {
-		if x := a.Checkpoints(); x != nil {
-			x.Flush()
-		}
-	}
-	if a.held != nil {
-		if err := a.held.Close(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if a.stopTables != nil {
-		select {
-		case <-a.stopTables:
-		default:
-			close(a.stopTables)
-		}
-		<-a.tables.done // no table work may reach raft once it stops
-	}
-	// The gateway's running calls end (drained, within its bound) before
-	// its last charges are sent.
-	if gwDrained != nil {
-		select {
-		case <-gwDrained:
-		case <-ctx.Done():
-			a.gw.Cut()
-		}
-	}
-	if a.gw != nil {
-		a.gw.Close()
-	}
-	select {
-	case <-a.stopLeader:
-	default:
-		close(a.stopLeader)
-	}
-	if a.gw != nil {
-		a.gw.Stop() // the last charges reach the log before raft stops
-	}
-	if a.router != nil {
-		a.router.close()
-	}
-	if a.rpc != nil {
-		a.rpc.Stop()
-		a.rpc = nil
-	}
+	return errors.Join(errs...)
+}
 
-	if a.raft != nil {
-		if err := a.raft.Shutdown(); err != nil {
-			errs = append(errs, fmt.Errorf("stopping raft: %w", err))
-		}
+// stopWorkers is the workers' part's stop: everyone on them is parked
+// (with a data dir), raft takes a snapshot for the next start, a host
+// leaves the cluster, and the workers stop; their last checkpoints are
+// flushed.
+func (a *Agent) stopWorkers(ctx context.Context) error {
+	var errs []error
+	if err := a.parkAll(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("parking: %w", err))
+	}
+	a.snapshotForStart()
+	if a.started && !a.cfg.IsServer() {
+		a.leaveCluster(ctx)
+	}
+	_ = a.pool.Close()
+	if x := a.Checkpoints(); x != nil {
+		x.Flush()
 	}
 	return errors.Join(errs...)
 }

@@ -48,7 +48,25 @@ func (a *Agent) startGateway() error {
 		return err
 	}
 	a.gw = gw
-	if err := gw.Start(a.registry, a.stopLeader); err != nil {
+	stop := make(chan struct{})
+	var drained <-chan struct{}
+	// The gateway takes no new call as the agent begins to stop; those
+	// running finish (within ctx) while the people are parked, before
+	// its last charges are sent.
+	a.parts.add("AI gateway", func(ctx context.Context) { drained = gw.Drain(ctx) }, func(ctx context.Context) error {
+		if drained != nil {
+			select {
+			case <-drained:
+			case <-ctx.Done():
+				gw.Cut()
+			}
+		}
+		gw.Close()
+		close(stop)
+		gw.Stop() // the last charges reach the log before raft stops
+		return nil
+	})
+	if err := gw.Start(a.registry, stop); err != nil {
 		return err
 	}
 	a.leadership.Add("run the gateway's submitted calls", gw.LeadJobs)
