@@ -100,7 +100,7 @@ type Agent struct {
 	// api is the full admin API (an http.Handler), stored once ready.
 	api atomic.Value
 	// parts are the running subsystems, in the order they started.
-	parts parts
+	parts      parts
 	router     *router
 	govern     *governance
 	stopGovern chan struct{}
