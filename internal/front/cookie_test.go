@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -318,4 +320,33 @@ func (f *Front) userOf(conn string) string {
 		return ""
 	}
 	return rt.User
+}
+
+// The site gets its cookies as the browser sent them, byte for byte, only
+// the front's own cookie taken out: quoted values with commas and spaces
+// (as Werkzeug and SimpleCookie write them), quotes, backslashes and bytes
+// past ASCII included.
+func TestSiteCookiesPassUnchanged(t *testing.T) {
+	f := &Front{cfg: Config{CookieName: "stickyd_conn"}}
+	for _, c := range []struct {
+		name string
+		in   []string
+		want []string
+	}{
+		{"no own cookie: unchanged", []string{`cart="apple\054pear"; spaced="a b"`}, []string{`cart="apple\054pear"; spaced="a b"`}},
+		{"own cookie first", []string{`stickyd_conn=abc.def; cart="apple\054pear"; q="x\"y"; name=José`}, []string{`cart="apple\054pear"; q="x\"y"; name=José`}},
+		{"own cookie in the middle", []string{`a=1; stickyd_conn=abc; b=2`}, []string{`a=1; b=2`}},
+		{"own cookie alone", []string{`stickyd_conn=abc`}, nil},
+		{"a value that names the cookie stays", []string{`note=stickyd_conn; stickyd_conn=x`}, []string{`note=stickyd_conn`}},
+		{"two headers (HTTP/2)", []string{`a=1`, `stickyd_conn=x; b="2 3"`}, []string{`a=1`, `b="2 3"`}},
+		{"a longer name is not ours", []string{`stickyd_conn2=keep; stickyd_conn=x`}, []string{`stickyd_conn2=keep`}},
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		for _, v := range c.in {
+			r.Header.Add("Cookie", v)
+		}
+		if got := f.stripOwnCookie(r); !slices.Equal(got, c.want) {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
 }

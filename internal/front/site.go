@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/stickyd/stickyd/internal/placement"
@@ -98,22 +99,32 @@ func (f *Front) serveSite(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// stripOwnCookie returns the request's cookies without the front's own: the
-// site names its connection through the SDK, not by reading the cookie.
+// stripOwnCookie returns the request's Cookie headers without the front's
+// own cookie, every other byte as the browser sent it: the site names its
+// connection through the SDK, not by reading the cookie, and it must get
+// its own cookies unchanged (net/http's parser drops values with a quote,
+// a backslash or a byte past ASCII, which frameworks write: Werkzeug and
+// Python's SimpleCookie quote a value with a comma or a space).
 func (f *Front) stripOwnCookie(r *http.Request) []string {
 	var out []string
-	for _, c := range r.Cookies() {
-		if c.Name == f.cfg.CookieName {
+	for _, line := range r.Header.Values("Cookie") {
+		if !strings.Contains(line, f.cfg.CookieName) {
+			out = append(out, line)
 			continue
 		}
-		out = append(out, c.String())
+		kept := make([]string, 0, strings.Count(line, ";")+1)
+		for piece := range strings.SplitSeq(line, ";") {
+			name, _, _ := strings.Cut(piece, "=")
+			if strings.TrimSpace(name) == f.cfg.CookieName {
+				continue
+			}
+			if piece = strings.TrimLeft(piece, " \t"); piece != "" {
+				kept = append(kept, piece)
+			}
+		}
+		if len(kept) > 0 {
+			out = append(out, strings.Join(kept, "; "))
+		}
 	}
-	if len(out) == 0 {
-		return nil
-	}
-	s := out[0]
-	for _, c := range out[1:] {
-		s += "; " + c
-	}
-	return []string{s}
+	return out
 }
