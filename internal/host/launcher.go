@@ -59,15 +59,22 @@ func (l *PluginLauncher) Launch(ctx context.Context, id string) (Process, channe
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
+	// The app's own output (a Python worker's stderr, where its stdout
+	// goes too; a Go worker's stdout and stderr, forwarded by go-plugin)
+	// is logged at info, attributed to the worker.
+	appLog := log.Named(id)
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  channel.Handshake,
 		Plugins:          channel.PluginMap(nil),
 		Cmd:              cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		Logger:           log.Named(id),
+		Logger:           appLog,
 		GRPCDialOptions:  channel.DialOptions(),
 		AutoMTLS:         !l.PlainChannel,
 		Managed:          false,
+		Stderr:           newAppOutput(appLog, "stderr", true),
+		SyncStdout:       newAppOutput(appLog, "stdout", false),
+		SyncStderr:       newAppOutput(appLog, "stderr", false),
 	})
 	rpc, err := client.Client()
 	if err != nil {

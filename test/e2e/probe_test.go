@@ -57,3 +57,35 @@ func TestSilentWorkerIsReplaced(t *testing.T) {
 	tb.send(map[string]any{"op": "inc"})
 	tb.drainUntil("count", 2)
 }
+
+// What a worker's app writes to its stdout and stderr reaches the agent's
+// log at info (the default level), attributed to the worker: a Go worker's
+// output forwarded by go-plugin.
+func TestAppOutputIsLoggedAtInfo(t *testing.T) {
+	p := newProc(t, 1)
+	p.start()
+	b := procBrowser(t, p)
+	if code, body := b.do("POST", "/login?user=printer"); code != 200 {
+		t.Fatalf("login: %d %s", code, body)
+	}
+	tb := b.openTab("p")
+	if ans := tb.send(map[string]any{"op": "print", "text": "hello from the app"}); string(ans.Data) != "true" {
+		t.Fatalf("print: %s", ans.Data)
+	}
+	time.Sleep(500 * time.Millisecond) // the forwarded stdio arrives on its own stream
+	if err := p.stop(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	out := p.out.String()
+	for _, want := range []string{"stdout: hello from the app", "stderr: hello from the app"} {
+		found := false
+		for line := range strings.Lines(out) {
+			if strings.Contains(line, want) && strings.Contains(line, "[INFO]") && strings.Contains(line, "web-1") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no info line with %q from the worker in the agent's log:\n%s", want, out)
+		}
+	}
+}

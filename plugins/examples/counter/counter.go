@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -224,6 +225,13 @@ func (App) Message(ctx context.Context, p *worker.Page, raw json.RawMessage) (an
 		return m.V, nil
 	case "panic":
 		panic("counter: asked to panic")
+	case "print":
+		// Writes a line to stdout and one to stderr, as an app's own
+		// output (a print, a library's complaint) does: the host logs
+		// them.
+		fmt.Fprintln(os.Stdout, "stdout: "+m.Text)
+		fmt.Fprintln(os.Stderr, "stderr: "+m.Text)
+		return true, nil
 	case "stall":
 		// Holds the person's mailbox, as a slow handler would; tests use it
 		// to make a freeze wait.

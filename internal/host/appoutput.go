@@ -1,0 +1,90 @@
+package host
+
+import (
+	"bytes"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// maxAppLine bounds a line of a worker's output held while its end is
+// awaited; a longer one is logged in pieces of this size.
+const maxAppLine = 64 << 10
+
+// appOutput logs what a worker's application writes outside the SDK's own
+// log, line by line, at info, attributed to the worker: a framework's
+// error lines (Django's "Internal Server Error", Flask's "ERROR in app"), a
+// print, a C library's complaint. go-plugin hands a plugin's stderr to it
+// (and logs the lines itself only at debug), and a Go worker's stdout and
+// stderr, forwarded over go-plugin's stdio stream.
+type appOutput struct {
+	log    hclog.Logger
+	stream string // "stdout" or "stderr"
+	// raw is set for the plugin's raw stderr, which also carries the
+	// SDK's own log lines (JSON, or with a [LEVEL] prefix): go-plugin logs
+	// those at their level, and they are skipped here.
+	raw bool
+
+	mu  sync.Mutex
+	buf []byte
+}
+
+func newAppOutput(log hclog.Logger, stream string, raw bool) *appOutput {
+	return &appOutput{log: log, stream: stream, raw: raw}
+}
+
+func (o *appOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.buf = append(o.buf, p...)
+	for {
+		i := bytes.IndexByte(o.buf, '\n')
+		if i < 0 {
+			break
+		}
+		o.emit(o.buf[:i])
+		o.buf = o.buf[i+1:]
+	}
+	for len(o.buf) >= maxAppLine {
+		o.emit(o.buf[:maxAppLine])
+		o.buf = o.buf[maxAppLine:]
+	}
+	if len(o.buf) == 0 {
+		o.buf = nil // keep no buffer between lines
+	}
+	return len(p), nil
+}
+
+// Flush logs a last line that had no end.
+func (o *appOutput) Flush() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.emit(o.buf)
+	o.buf = nil
+}
+
+func (o *appOutput) emit(line []byte) {
+	line = bytes.TrimRight(line, "\r")
+	if len(bytes.TrimSpace(line)) == 0 {
+		return
+	}
+	if o.raw && sdkLogLine(line) {
+		return
+	}
+	o.log.Info(string(line), "stream", o.stream)
+}
+
+// sdkLogLine says whether a line of a plugin's stderr is a log line
+// go-plugin logs at its own level: hclog's JSON, or text that starts with
+// a level in brackets.
+func sdkLogLine(line []byte) bool {
+	if bytes.HasPrefix(line, []byte("{")) && bytes.Contains(line, []byte(`"@message"`)) {
+		return true
+	}
+	for _, p := range [][]byte{[]byte("[TRACE]"), []byte("[DEBUG]"), []byte("[INFO]"), []byte("[WARN]"), []byte("[ERROR]")} {
+		if bytes.HasPrefix(line, p) {
+			return true
+		}
+	}
+	return false
+}
