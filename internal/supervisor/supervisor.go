@@ -59,6 +59,9 @@ type Supervisor struct {
 	fallbackDefault string
 	// connects writes new connections together (connect.go).
 	connects *connectBatcher
+	// placing picks newcomers' workers by the maps and the placements of
+	// the burst under way (placer.go).
+	placing placer
 }
 
 // ErrNoWorkers is returned when no worker is ready to take a new connection.
@@ -265,16 +268,7 @@ func (s *Supervisor) Place(ctx context.Context) (string, error) {
 	if len(ready) == 0 {
 		return "", ErrNoWorkers
 	}
-	load := s.fsm.UsersOn()
-	start := int(s.rr.Add(1))
-	best := ""
-	for i := range ready {
-		w := ready[(start+i)%len(ready)]
-		if best == "" || load[w] < load[best] {
-			best = w
-		}
-	}
-	return best, nil
+	return s.placing.pick(ready, s.fsm.UsersOn, int(s.rr.Add(1)), time.Now()), nil
 }
 
 // placeable lists the workers a newcomer may be placed on.

@@ -2,8 +2,10 @@ package supervisor
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -84,5 +86,50 @@ func TestLoginJoinsTheHome(t *testing.T) {
 	}
 	if _, ok := s.Lookup("c1"); ok {
 		t.Fatal("forgotten connection still routes")
+	}
+}
+
+// A burst of newcomers placed before any of their connections reaches the
+// maps spreads over the workers (the maps alone would put everyone on the
+// lightest); after a quiet moment the maps are read again.
+func TestPlaceCountsTheBurst(t *testing.T) {
+	f := fsm.New()
+	s := New(f, &direct{f: f}, ready{"w1", "w2"}, nil)
+	// w1 already holds two people.
+	for _, c := range []string{"a", "b"} {
+		if _, err := s.Connect(t.Context(), c, "", "w1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	placed := map[string]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 200 {
+		wg.Go(func() {
+			w, err := s.Place(t.Context())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			placed[w]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	// 202 in all, 101 each: w1 gets two fewer of the burst.
+	if placed["w1"] != 99 || placed["w2"] != 101 {
+		t.Fatalf("a burst of 200 placed %v, want w1 99 and w2 101", placed)
+	}
+	// The maps now say w2 holds 150 and w1 the 2 (the burst went
+	// elsewhere, or left): after a quiet moment they are read again.
+	for i := range 150 {
+		if _, err := s.Connect(t.Context(), "n"+strconv.Itoa(i), "", "w2"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := time.Now().Add(placedQuiet + time.Second)
+	if w := s.placing.pick([]string{"w1", "w2"}, f.UsersOn, 1, later); w != "w1" {
+		t.Fatalf("after a quiet moment the newcomer went to %s, want w1 (2 people against 150)", w)
 	}
 }

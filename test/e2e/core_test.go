@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 
+	"github.com/stickyd/stickyd/internal/agent"
 	"github.com/stickyd/stickyd/internal/host"
 )
 
@@ -437,4 +439,50 @@ func TestLongPollFallback(t *testing.T) {
 	if code, ans := op(map[string]any{"op": "pull", "id": 5, "page": "lp", "wait": -1}); code != 400 || ans.Error == "" {
 		t.Fatalf("negative wait: %d %+v", code, ans)
 	}
+}
+
+// 200 newcomers at once, none known to the maps yet, spread over the two
+// workers within ±10 %: placement counts the placements whose connections
+// are still being written.
+func TestNewcomerBurstSpreads(t *testing.T) {
+	a := startAgentWith(t, "subprocess", 2, func(c *agent.Config) {
+		off := 0.0
+		c.Front.NewcomerRate = &off // 200 newcomers from one address at once
+	})
+	const n = 200
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		on  = map[string]int{}
+		bad []string
+	)
+	for i := range n {
+		wg.Go(func() {
+			b := newBrowser(t, a)
+			code, body := b.do("GET", "/whoami")
+			var w whoami
+			if code != 200 || json.Unmarshal([]byte(body), &w) != nil || w.Worker == "" {
+				mu.Lock()
+				bad = append(bad, fmt.Sprintf("newcomer %d: %d %s", i, code, body))
+				mu.Unlock()
+				return
+			}
+			mu.Lock()
+			on[w.Worker]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if len(bad) > 0 {
+		t.Fatalf("%d newcomers failed: %v", len(bad), bad[:min(len(bad), 5)])
+	}
+	if len(on) != 2 {
+		t.Fatalf("newcomers on %v, want both workers", on)
+	}
+	for w, k := range on {
+		if k < n/2*9/10 || k > n/2*11/10 {
+			t.Fatalf("worker %s took %d of %d newcomers (%v), want %d ± 10 %%", w, k, n, on, n/2)
+		}
+	}
+	t.Logf("200 newcomers at once: %v", on)
 }
