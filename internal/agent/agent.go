@@ -34,6 +34,7 @@ import (
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/gateway/cluster"
 	"github.com/stickyd/stickyd/internal/host"
+	"github.com/stickyd/stickyd/internal/maintenance"
 	"github.com/stickyd/stickyd/internal/monitor"
 	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/park"
@@ -138,11 +139,8 @@ type Agent struct {
 	// gw is the AI gateway, with a gateway block (its listeners, and
 	// the ledger's last charges, are its own).
 	gw *cluster.Gateway
-	// maintTold is the version (raft index) of the maintenance windows
-	// this agent's workers were last told.
-	maintTold atomic.Uint64
-	// maintMaxWait is the longest max wait of the open windows (ns).
-	maintMaxWait atomic.Int64
+	// maint tells the workers the maintenance windows and serves them.
+	maint *maintenance.Keeper
 	// ranBefore says the data dir held raft state when the agent started:
 	// a cookie key missing then is refused, not made anew.
 	ranBefore bool
@@ -317,14 +315,16 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	a.stopTables = make(chan struct{})
 	go a.tables.run(a.stopTables)
-	go a.maintenanceLoop(a.stopTables)
+	a.maint = maintenance.New(maintenance.Config{Maps: a.fsm, Log: log, Pool: a.pool, KV: a.consulKV,
+		View: a.monitorView, Logger: a.log.Named("maintenance")})
+	go a.maint.Tell(a.stopTables)
 	a.parts.add("tables, the store and maintenance telling", nil, func(context.Context) error {
 		close(a.stopTables)
 		<-a.tables.done // no table work may reach raft once it stops
 		return nil
 	})
 	a.leadership.Add("expire the store's grants", a.expireLoop)
-	a.pool.FromWorker, a.pool.Ended, a.pool.Greeting = a.fromWorker, a.workerEnded, a.greeting
+	a.pool.FromWorker, a.pool.Ended, a.pool.Greeting = a.fromWorker, a.workerEnded, a.maint.Greeting
 	// The gateway is up before any worker may call it.
 	if err := a.startGateway(); err != nil {
 		return err
@@ -414,7 +414,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: checkGovernance, CheckBundle: a.checkBundle,
 		Monitor:      func(ctx context.Context, q fsm.UserQuery) (any, error) { return a.monitorPage(ctx, q) },
 		MonitorLocal: func(q api.LocalQuery) any { return a.localMonitor(q) },
-		Maintenance:  maintenanceAPI{a}, Extra: a.extraRoutes,
+		Maintenance:  a.maint, Extra: a.extraRoutes,
 		JobLog: jobLog{a}, AgentName: a.cfg.Name}))
 	a.startDeployment()
 	// Every leader task is added: the owner of raft's notifications
@@ -469,7 +469,7 @@ func (a *Agent) startFront(ctx context.Context) error {
 		Health:          a.health,
 		HealthToken:     a.token,
 		HealthReadToken: a.cfg.Admin.ReadToken,
-		ExtraWait:       a.extraWait,
+		ExtraWait:       a.maint.ExtraWait,
 		Monitor:         monitor.WebHandlerWithReadToken(a.token, a.cfg.Admin.ReadToken, a.monitorPage, a.registry),
 		Logger:          a.log.Named("front"),
 	})

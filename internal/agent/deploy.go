@@ -16,6 +16,7 @@ import (
 	"github.com/stickyd/stickyd/internal/api"
 	"github.com/stickyd/stickyd/internal/consul"
 	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/maintenance"
 	"github.com/stickyd/stickyd/internal/nomad"
 	"github.com/stickyd/stickyd/internal/placement"
 	"github.com/stickyd/stickyd/internal/raftnode"
@@ -61,6 +62,15 @@ func (a *Agent) consulClient() *consul.Client {
 		a.consul = c
 	})
 	return a.consul
+}
+
+// consulKV is the consul block's KV store for the maintenance windows,
+// nil without one.
+func (a *Agent) consulKV() maintenance.KV {
+	if c := a.consulClient(); c != nil {
+		return c
+	}
+	return nil // not a typed nil: the windows go to the maps
 }
 
 // joinAsHost asks the servers to add this agent to raft as a non-voting
@@ -184,7 +194,7 @@ func (a *Agent) startDeployment() {
 		a.leadership.Add("keep the groups' Nomad jobs", a.nomadLoop)
 	}
 	if a.cfg.Consul != nil && a.cfg.IsServer() {
-		a.leadership.Add("copy the maintenance windows from Consul", a.consulMaintenanceLoop)
+		a.leadership.Add("copy the maintenance windows from Consul", a.maint.CopyFromConsul)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/host"
+	"github.com/stickyd/stickyd/internal/maintenance"
 	"github.com/stickyd/stickyd/internal/monitor"
 )
 
@@ -265,7 +266,7 @@ func (a *Agent) monitorPage(ctx context.Context, q fsm.UserQuery) (monitor.View,
 		return v.Workers[i].ID < v.Workers[j].ID
 	})
 	v.People = monitor.PeopleOf(page.Users, a.router.GroupOf, usage)
-	v.Maintenance = windows(a.fsm.Maintenance(), v.Workers)
+	v.Maintenance = maintenance.Windows(a.fsm.Maintenance(), v.Workers)
 	return v, nil
 }
 
