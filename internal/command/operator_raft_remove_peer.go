@@ -54,9 +54,16 @@ func (c *OperatorRaftTransferLeaderCommand) Help() string {
 	return strings.TrimSpace(`
 Usage: stickyd operator raft transfer-leader [options]
 
-  Asks the raft leader to hand leadership to the most up-to-date other
-  voter, and waits until it has: before stopping the leader's machine for
-  maintenance, or to remove it from the configuration.
+  Asks the raft leader to hand leadership to another voter (the most
+  up-to-date one, or the one -id names), and waits until it has: before
+  stopping the leader's machine for maintenance, or to remove it from the
+  configuration.
+
+Options:
+
+  -id=<raft id>
+    The voter to hand leadership to (see "stickyd operator raft
+    list-peers"). Default: the most up-to-date other voter.
 ` + apiOptionsHelp)
 }
 
@@ -66,13 +73,14 @@ func (c *OperatorRaftTransferLeaderCommand) Synopsis() string {
 
 func (c *OperatorRaftTransferLeaderCommand) Run(args []string) int {
 	fs, opts := c.apiFlagSet("operator raft transfer-leader")
+	id := fs.String("id", "", "the voter to hand leadership to")
 	if _, ok := c.parseArgs(fs, args, 0, c.Help); !ok {
 		return 1
 	}
 	return c.withAPI(opts, func(ctx context.Context, api *client.Client) int {
 		// The answer is printed as it came: {"from": ..., "leader": ...}.
 		var b []byte
-		_, err := api.TransferLeader(ctx, client.KeepBody(&b))
+		_, err := api.TransferLeader(ctx, *id, client.KeepBody(&b))
 		var de *client.DecodeError
 		switch {
 		case errors.As(err, &de):

@@ -524,8 +524,8 @@ func TestReplacementOnAnotherServersRaftAddress(t *testing.T) {
 		if try == 10 {
 			t.Fatal("s4 never took the lead")
 		}
-		if code, body := adminPost(t, s4.admin, "/v1/operator/raft/transfer-leader", `{"id":"s4"}`); code != 200 {
-			t.Logf("transfer-leader to s4: %d %s", code, body)
+		if out, code := runCLI(t, live[0].admin, "operator", "raft", "transfer-leader", "-id", "s4"); code != 0 {
+			t.Logf("transfer-leader -id s4: exit %d\n%s", code, out)
 			time.Sleep(time.Second)
 			continue
 		}

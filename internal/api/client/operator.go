@@ -64,11 +64,17 @@ func (c *Client) RemovePeer(ctx context.Context, id string) error {
 	return c.decode(ctx, http.MethodPost, "/v1/operator/raft/remove-peer", nil, map[string]string{"id": id}, nil, nil)
 }
 
-// TransferLeader asks the leader to hand leadership to another voter and
-// waits until it has (POST /v1/operator/raft/transfer-leader).
-func (c *Client) TransferLeader(ctx context.Context, opts ...CallOption) (LeaderTransfer, error) {
+// TransferLeader asks the leader to hand leadership to the voter id (""
+// for the most up-to-date other voter) and waits until it has (POST
+// /v1/operator/raft/transfer-leader). An unknown id is the API's 404, a
+// non-voter its 409.
+func (c *Client) TransferLeader(ctx context.Context, id string, opts ...CallOption) (LeaderTransfer, error) {
 	var t LeaderTransfer
-	err := c.decode(ctx, http.MethodPost, "/v1/operator/raft/transfer-leader", nil, nil, &t, opts)
+	var body any
+	if id != "" {
+		body = map[string]string{"id": id}
+	}
+	err := c.decode(ctx, http.MethodPost, "/v1/operator/raft/transfer-leader", nil, body, &t, opts)
 	return t, err
 }
 
