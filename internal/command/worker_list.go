@@ -89,6 +89,10 @@ func (c *WorkerListCommand) Run(args []string) int {
 			if w.Cordoned {
 				state += ",cordoned"
 			}
+			if !w.BusySince.IsZero() {
+				// Computing in the app, its probes waiting: not mute.
+				state += ",busy"
+			}
 			placed := int64(tally.Workers[w.ID])
 			held, heap := "-", "-"
 			if !w.LastProbe.IsZero() {

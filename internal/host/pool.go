@@ -74,8 +74,13 @@ type Pool struct {
 	// its numbers and its proof of life. Zero means no probing.
 	ProbeInterval time.Duration
 	// ProbeMisses is how many probes in a row a worker may leave
-	// unanswered before it is killed and relaunched; default 3.
+	// unanswered before it is killed and relaunched; default 3. A probe
+	// left unanswered while the worker's process burns CPU (an app call
+	// holding Python's GIL) is not a miss: the worker is busy, not mute.
 	ProbeMisses int
+	// BusyTimeout bounds how long a worker may stay busy without answering
+	// a probe before it is killed all the same; default 10 minutes.
+	BusyTimeout time.Duration
 	// probesOff stops killing for silence (PauseProbes).
 	probesOff atomic.Bool
 	// checkpointsOff stops the checkpoint rounds (PauseCheckpoints).
@@ -210,6 +215,9 @@ type WorkerInfo struct {
 	PagesRefused uint64 `json:"pages_refused"`
 	// ProbeFailures counts the probes the slot's workers left unanswered.
 	ProbeFailures int64 `json:"probe_failures"`
+	// BusySince is set while the worker answers no probe but its process
+	// burns CPU: busy in the app, not killed for silence.
+	BusySince time.Time `json:"busy_since,omitzero"`
 	// MaintenanceWaiting counts, per backend, the requests waiting on a
 	// maintenance window; MaintenanceTimedOut those that gave up (this
 	// incarnation's running total).
@@ -698,6 +706,14 @@ func (s *slot) wait(ctx context.Context) bool {
 		tick = t.C
 	}
 	missed, silent, bloated := 0, false, ""
+	busyFor := s.pool.BusyTimeout
+	if busyFor <= 0 {
+		busyFor = defaultBusyTimeout
+	}
+	cpu := progress{pid: proc.Pid()}
+	busyKilled := ""
+	cpu.moved(0) // the first reading
+	busyMin := busyTicks(interval)
 	kill := func() {
 		if pid := proc.Pid(); pid > 0 {
 			if p, err := os.FindProcess(pid); err == nil {
@@ -714,6 +730,8 @@ func (s *slot) wait(ctx context.Context) bool {
 			}
 			if s.probe(ctx, peer, interval) {
 				missed = 0
+				cpu.moved(0)
+				s.busy(time.Time{})
 				if bloated == "" {
 					if bloated = s.overMemory(); bloated != "" {
 						s.log.Warn("worker over its memory ceiling; killing it", "why", bloated)
@@ -731,9 +749,24 @@ func (s *slot) wait(ctx context.Context) bool {
 				// package on the channel ahead of the answer): alive.
 				continue
 			}
-			missed++
-			if missed < misses {
+			if cpu.moved(busyMin) {
+				// Busy in the app (the probe's answer waits for the GIL,
+				// or a C call): alive, up to busyFor.
+				since := s.busy(time.Now())
+				if time.Since(since) < busyFor {
+					missed = 0
+					continue
+				}
+				busyKilled = fmt.Sprintf("killed: busy for %s without answering a probe (busy_timeout %s)", time.Since(since).Round(time.Second), busyFor)
+				s.log.Warn("worker busy without answering its probes for too long; killing it", "busy_for", time.Since(since).Round(time.Second), "busy_timeout", busyFor)
+				kill()
+				tick = nil
 				continue
+			} else {
+				missed++
+				if missed < misses {
+					continue
+				}
 			}
 			// Silence is information: a mute worker is killed and relaunched.
 			silent = true
@@ -747,6 +780,8 @@ func (s *slot) wait(ctx context.Context) bool {
 				how = "exited: " + err.Error()
 			}
 			switch {
+			case busyKilled != "":
+				how = busyKilled
 			case silent:
 				how = fmt.Sprintf("killed for silence: %d probes unanswered", missed)
 			case bloated != "":

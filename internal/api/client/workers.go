@@ -62,6 +62,9 @@ type Worker struct {
 	StateRefused  uint64    `json:"state_refused"`
 	PagesRefused  uint64    `json:"pages_refused"`
 	ProbeFailures int64     `json:"probe_failures"`
+	// BusySince is set while the worker answers no probe but its process
+	// computes: busy in the app, not killed for silence.
+	BusySince time.Time `json:"busy_since,omitzero"`
 	// MaintenanceWaiting counts, per backend, the requests waiting on a
 	// maintenance window; MaintenanceTimedOut those that gave up.
 	MaintenanceWaiting  map[string]int64  `json:"maintenance_waiting,omitempty"`

@@ -1,0 +1,60 @@
+package e2e
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/agent"
+)
+
+// A Python request that holds the GIL for seconds while it computes (a
+// backtracking regular expression) completes, and its worker is not killed
+// for silence although it answers no probe meanwhile: the host sees its
+// process compute. A worker that neither answers nor computes (stopped) is
+// still killed after probe.misses.
+func TestBusyPythonWorkerIsNotKilled(t *testing.T) {
+	root := pythonRepo(t)
+	a := startAgentWith(t, "subprocess", 1, func(c *agent.Config) {
+		c.PythonSDK = filepath.Join(root, "plugins", "python")
+		g := c.Groups[0]
+		g.Builtin = ""
+		g.Plugin = &agent.PluginConfig{Runtime: agent.RuntimePython3, Command: "busyapp:application",
+			Env: map[string]string{"PYTHONPATH": filepath.Join(root, "test", "e2e", "testdata", "pybusy")}}
+		// Three probes of 250 ms: old hosts killed a worker silent for 750 ms.
+		c.Probe = &agent.ProbeConfig{Interval: "250ms", Misses: 3}
+	})
+	b := newBrowser(t, a)
+	code, body := b.do("GET", "/spin?s=4")
+	if code != 200 {
+		t.Fatalf("the busy request: %d %s", code, body)
+	}
+	var spin struct {
+		N    int
+		Took float64
+		Pid  int
+	}
+	if err := json.Unmarshal([]byte(body), &spin); err != nil {
+		t.Fatal(err, body)
+	}
+	if spin.Took < 2 {
+		t.Fatalf("the regular expression held the GIL %.1f s only (n=%d): the test needs more than three probes' worth", spin.Took, spin.N)
+	}
+	t.Logf("held the GIL %.1f s (n=%d)", spin.Took, spin.N)
+	ws := a.Pool().Workers()
+	if len(ws) != 1 || ws[0].Pid != spin.Pid || ws[0].HowDied != "" || ws[0].Incarnation != 1 {
+		t.Fatalf("after the busy request the worker is %+v, want the same process, never killed", ws)
+	}
+
+	// Stopped: no answer, no computing. Killed for silence.
+	if err := syscall.Kill(spin.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the stopped worker killed for silence", func() bool {
+		ws := a.Pool().Workers()
+		return len(ws) == 1 && strings.Contains(ws[0].HowDied, "killed for silence")
+	})
+}
