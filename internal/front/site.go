@@ -1,6 +1,7 @@
 package front
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -20,6 +21,24 @@ var hopHeaders = map[string]bool{
 // serveSite forwards a request of the hosted site to the worker holding the
 // person, or, for a new connection, to the worker the supervisor chooses.
 func (f *Front) serveSite(w http.ResponseWriter, r *http.Request) error {
+	// A request still waiting when the front closes (held by a barrier, a
+	// maintenance window, a slow worker) is answered 503 with Retry-After,
+	// never cut: the agent lets the handlers write before it closes the
+	// connections.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer context.AfterFunc(f.root, cancel)()
+	err := f.serveSiteCtx(ctx, w, r)
+	if err != nil && f.root.Err() != nil && ctx.Err() != nil && r.Context().Err() == nil {
+		return errStopping
+	}
+	return err
+}
+
+// errStopping answers a site request the front's stop cut short.
+var errStopping = &HTTPError{Status: http.StatusServiceUnavailable, Message: "this server is stopping; retry shortly", Retry: true, RetryAfter: 5}
+
+func (f *Front) serveSiteCtx(ctx context.Context, w http.ResponseWriter, r *http.Request) error {
 	rt, known := f.route(w, r)
 	if known && !f.allowFrame(rt.Conn, rt.User, viaSite) {
 		return errRateLimited
@@ -56,21 +75,21 @@ func (f *Front) serveSite(w http.ResponseWriter, r *http.Request) error {
 	fr := &protocol.Frame{Kind: &protocol.Frame_Http{Http: req}}
 	var rep *protocol.FrameReply
 	if known {
-		rep, rt, err = f.deliver(r.Context(), rt.Conn, fr, f.cfg.FrameTimeout)
+		rep, rt, err = f.deliver(ctx, rt.Conn, fr, f.cfg.FrameTimeout)
 	} else {
-		worker, perr := f.cfg.Directory.Place(r.Context())
+		worker, perr := f.cfg.Directory.Place(ctx)
 		if errors.Is(perr, placement.ErrDiskFull) {
 			return &HTTPError{Status: http.StatusServiceUnavailable, Message: "this server's disk is full: no new session can start until it has room again; retry later", Retry: true, RetryAfter: 30, Err: perr}
 		}
 		if perr != nil {
 			return &HTTPError{Status: http.StatusServiceUnavailable, Message: "no worker can take a new session now; retry shortly", Retry: true, Err: perr}
 		}
-		rep, err = f.call(r.Context(), worker, fr, f.cfg.FrameTimeout)
+		rep, err = f.call(ctx, worker, fr, f.cfg.FrameTimeout)
 	}
 	if err != nil {
 		return err
 	}
-	if _, err := f.afterIdentity(r.Context(), w, rt, known, rep.WorkerId, rep.Identity); err != nil {
+	if _, err := f.afterIdentity(ctx, w, rt, known, rep.WorkerId, rep.Identity); err != nil {
 		return err
 	}
 	resp := rep.GetHttp()
