@@ -270,6 +270,21 @@ class Runtime:
             self._charge(env.frame.user, time.monotonic() - began)
         if r is not None:
             self._send_reply(env.id, r)
+            self._after_reply(r)
+
+    def _after_reply(self, r):
+        """Asks the host to forget the person whose connection called
+        Session.forget() during the frame just answered (a notice, after the
+        answer, as the Go SDK does)."""
+        if not r.HasField("identity") or not r.identity.conn:
+            return
+        with self._mu:
+            s = self._conns.get(r.identity.conn)
+            if s is None or not s._forget:
+                return
+            s._forget, s._forgotten = False, True
+            user = s.user_key()
+        self._send(pb.Envelope(forget=pb.Forget(user=user)))
 
     def _charge(self, key, seconds):
         """Records one handled frame of a person who still has an account."""
@@ -388,6 +403,11 @@ class Runtime:
                 self._accounts.pop(k, None)
                 self._dirty.discard(k)
                 self._left.append(k)
+
+    def connections_of(self, key):
+        """The connections (Session) this worker holds of the person key, by name."""
+        with self._mu:
+            return sorted(self._by_user.get(key, ()), key=lambda s: s.conn)
 
     def _set_user_locked(self, s, user):
         if s._user == user:

@@ -68,6 +68,8 @@ class Session:
         self._user = user  # "" while anonymous
         self._login = ""  # declared during the current frame
         self._attrs = None
+        self._forget = False  # forget() was called during the current frame
+        self._forgotten = False  # the host was asked to forget the person
         self._is_new = is_new
         self.values = Tree()  # the connection's own data (no deltas); it moves with the person
         self.pages = {}
@@ -114,6 +116,34 @@ class Session:
                 raise BadName("logging in %r: bad attribute %r" % (user, k))
         self._login = user
         self._attrs = attrs
+
+    @property
+    def pending_login(self):
+        """The person this frame's login() declared, when it is not the
+        connection's person yet, else "". Once the frame is answered the
+        front binds the connection to that person; if they live on another
+        worker, the connection joins them there and its values here are let
+        go: what must follow it carries itself in the answer (the adapters'
+        hand-over, docs/existing-apps.md)."""
+        return self._login if self._login and self._login != self._user else ""
+
+    def connections(self):
+        """The connections of this connection's person that this worker
+        holds (Session objects, this one included, by name): all of them,
+        since a person lives on one worker, once each has reached it (a
+        connection that joined the person at a login elsewhere counts from
+        its first request here). Read them only from the person's frames."""
+        return self._rt.connections_of(self.user_key())
+
+    def forget(self):
+        """Forgets the person this connection belongs to, everywhere, once
+        the current request is answered: all their connections, their
+        pages' state, their parked package and their place in the maps (as
+        `stickyd user forget` does; the Go SDK's Session.Forget). Call it at
+        a logout. The browser's next request is a newcomer's, with a new
+        connection. Asked once per connection: later calls do nothing."""
+        if not self._forgotten:
+            self._forget = True
 
     def user_key(self):
         return self._user or ANONYMOUS_PREFIX + self._name
