@@ -1,13 +1,23 @@
 """WSGI (PEP 3333) over the channel: an HTTPRequest frame becomes an
 environ, the app's status, headers and body become the HTTPResponse. The
 response is buffered and sent whole, like the Go SDK's recorder.
+
+identify() is the adapter that names the person for any WSGI app whose
+login stickyd has no adapter for (stickyd.django and stickyd.flask are the
+others: docs/existing-apps.md).
 """
 
 import io
 import sys
 from urllib.parse import unquote_to_bytes
 
+from . import adapters
 from . import stickyd_pb2 as pb
+from .session import current
+
+# UNKNOWN, returned by identify's username_of_environ, leaves the
+# connection as it is.
+UNKNOWN = adapters.UNKNOWN
 
 # MAX_BODY bounds a response body (the channel carries it in one envelope:
 # plugins/worker/site.go maxSiteBody).
@@ -134,3 +144,48 @@ def call(app, env):
     for name, values in grouped.items():
         out.headers.add(name=name, values=values)
     return out
+
+
+def identify(app, username_of_environ, attrs_of_environ=None):
+    """Wraps a WSGI app so that every request names the stickyd person:
+    once the app has answered (its body produced and closed),
+    username_of_environ(environ) says who the request's user is: a name
+    logs the connection in (once per connection: the adapters' rule),
+    None is nobody (a logout: stickyd.adapters.log_out), UNKNOWN leaves the
+    connection as it is. attrs_of_environ(environ), if given, returns the
+    person's attributes at a login. Outside stickyd the app runs as is.
+
+        application = stickyd.wsgi.identify(application, lambda env: env.get("REMOTE_USER"))
+    """
+
+    def wrapped(environ, start_response):
+        return _Identified(app(environ, start_response), environ, username_of_environ, attrs_of_environ)
+
+    return wrapped
+
+
+class _Identified:
+    """An app's answer that names the person when it is closed."""
+
+    def __init__(self, result, environ, name_of, attrs_of):
+        self._result = result
+        self._environ = environ
+        self._name_of = name_of
+        self._attrs_of = attrs_of
+
+    def __iter__(self):
+        return iter(self._result)
+
+    def close(self):
+        try:
+            close = getattr(self._result, "close", None)
+            if close is not None:
+                close()
+        finally:
+            s = current()
+            if s is not None:
+                name = self._name_of(self._environ)
+                attrs = None
+                if self._attrs_of is not None and name and name is not UNKNOWN:
+                    attrs = self._attrs_of(self._environ)
+                adapters.identify(s, name, attrs)
