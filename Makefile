@@ -37,8 +37,9 @@ doctor:
 	@$(GO) run ./test/doctor -addr $(ADDR)
 
 ## deps: what the tests need beyond Go (Debian): Chromium for test/browser,
-## and grpcio, protobuf and cryptography (AutoMTLS) for /usr/bin/python3
-## (the Python worker's tests).
+## grpcio, protobuf and cryptography (AutoMTLS) for /usr/bin/python3
+## (the Python worker's tests), and Django, Flask and Flask-Login (the
+## adapters for existing sites and their end-to-end test, test/e2e/sites_test.go).
 deps:
 	@command -v chromium >/dev/null || { \
 		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
@@ -46,6 +47,9 @@ deps:
 	@/usr/bin/python3 -c 'import grpc, google.protobuf, cryptography' 2>/dev/null || { \
 		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
 		$$sudo apt-get update && $$sudo apt-get install -y python3-grpcio python3-protobuf python3-cryptography; }
+	@/usr/bin/python3 -c 'import django, flask, flask_login' 2>/dev/null || { \
+		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get update && $$sudo apt-get install -y python3-django python3-flask python3-flask-login; }
 
 ## test: set-up (deps, and the real Consul and Nomad agents: tools), format
 ## and vet checks, every test with the race detector (the deployment suite
