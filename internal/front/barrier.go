@@ -19,9 +19,11 @@ import (
 // the number held per person and in all is capped. Past either bound the
 // caller gets a clear, retryable refusal, and a metric counts it.
 type barrier struct {
-	dir               Directory
-	wait              time.Duration
-	perUser, total    int
+	dir            Directory
+	wait           time.Duration
+	perUser, total int
+	// rolledBack is rolledBackRetry (tests lengthen it).
+	rolledBack        time.Duration
 	mu                sync.Mutex // guards held and heldTotal
 	held              map[string]int
 	heldTotal         int
@@ -30,7 +32,7 @@ type barrier struct {
 }
 
 func newBarrier(dir Directory, cfg Config, reg prometheus.Registerer) *barrier {
-	b := &barrier{dir: dir, wait: cfg.BarrierWait, perUser: cfg.MaxHeldPerUser, total: cfg.MaxHeld, held: map[string]int{}}
+	b := &barrier{dir: dir, wait: cfg.BarrierWait, perUser: cfg.MaxHeldPerUser, total: cfg.MaxHeld, held: map[string]int{}, rolledBack: rolledBackRetry}
 	b.waits = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stickyd_front_barrier_waits_total",
 		Help: "Frames held on the barrier while their person was between homes.",
@@ -93,7 +95,7 @@ func (b *barrier) route(ctx context.Context, conn string, minEpoch uint64) (plac
 		// will come; send again shortly, within the same barrier_wait.
 		var again <-chan time.Time
 		if minEpoch > 0 && !rt.Moving && rt.Epoch == minEpoch-1 {
-			again = time.After(rolledBackRetry)
+			again = time.After(b.rolledBack)
 		}
 		select {
 		case <-changed:

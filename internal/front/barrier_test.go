@@ -101,14 +101,23 @@ func TestBarrier(t *testing.T) {
 	wg.Wait()
 	waitHeld(t, b, 0)
 
-	// A MOVED answer waits for a newer epoch even when nobody is moving.
+	// A MOVED answer waits for a newer epoch even when nobody is moving
+	// (the resend to a rolled-back move's worker held off for the test).
+	b.rolledBack = time.Minute
+	b.wait = time.Minute
 	dir.set(placement.Route{Conn: "c", User: "u", Worker: "w2", Epoch: 3})
 	go func() {
-		time.Sleep(20 * time.Millisecond)
+		waitHeld(t, b, 1)
 		dir.set(placement.Route{Conn: "c", User: "u", Worker: "w3", Epoch: 4})
 	}()
 	if rt, err := b.route(t.Context(), "c", 4); err != nil || rt.Worker != "w3" {
 		t.Fatalf("wait for epoch 4: %+v %v", rt, err)
+	}
+	// A rolled-back move: no newer epoch comes; the frame goes again to
+	// the worker the maps name, after rolledBack.
+	b.rolledBack = 10 * time.Millisecond
+	if rt, err := b.route(t.Context(), "c", 5); err != nil || rt.Worker != "w3" || rt.Epoch != 4 {
+		t.Fatalf("resend after a roll-back: %+v %v", rt, err)
 	}
 	if _, err := b.route(t.Context(), "unknown", 0); err != errNoConnection {
 		t.Fatalf("unknown connection: %v", err)
