@@ -46,7 +46,7 @@ func (f *Front) serveSiteCtx(ctx context.Context, w http.ResponseWriter, r *http
 	if !known && !f.newcomers.allow(r.RemoteAddr) {
 		return errTooManyNewcomers
 	}
-	body, release, err := f.readBody(w, r, f.cfg.MaxBodyBytes)
+	body, release, err := f.readBody(w, r, bodyLimit(r, f.cfg.MaxBodyBytes))
 	defer release()
 	if err != nil {
 		return err
@@ -146,4 +146,18 @@ func (f *Front) stripOwnCookie(r *http.Request) []string {
 		}
 	}
 	return out
+}
+
+// multipartSlack is what a multipart body may hold beyond max_body_bytes:
+// its framing (boundaries, each part's headers, the form's other fields),
+// so that a file of max_body_bytes uploads as the operator expects.
+const multipartSlack = 64 << 10
+
+// bodyLimit is the bound of a site request's body: max_body_bytes, plus
+// multipartSlack for a multipart form.
+func bodyLimit(r *http.Request, limit int64) int64 {
+	if mt, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); strings.EqualFold(strings.TrimSpace(mt), "multipart/form-data") {
+		return limit + multipartSlack
+	}
+	return limit
 }

@@ -1,7 +1,9 @@
 package front
 
 import (
+	"bytes"
 	"context"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"testing"
@@ -76,5 +78,36 @@ func TestStopAnswersHeldSiteRequests(t *testing.T) {
 	}
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("the held request got %d, Retry-After %q; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+}
+
+// A multipart upload of a file of max_body_bytes goes through (its
+// framing is not counted against the file); a file over it is refused.
+func TestMultipartFileOfTheLimitUploads(t *testing.T) {
+	const limit = 1 << 20
+	f, _, srv := testFront(t, Config{MaxBodyBytes: limit})
+	cookie := f.ring().sign("c1", f.userOf("c1"), time.Now())
+	upload := func(size int) int {
+		var body bytes.Buffer
+		mw := multipart.NewWriter(&body)
+		_ = mw.WriteField("title", "a report")
+		fw, _ := mw.CreateFormFile("file", "report.bin")
+		_, _ = fw.Write(bytes.Repeat([]byte("x"), size))
+		_ = mw.Close()
+		req, _ := http.NewRequest("POST", srv.URL+"/upload", &body)
+		req.Header.Set("Content-Type", mw.FormDataContentType())
+		req.Header.Set("Cookie", "stickyd_conn="+cookie)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := upload(limit); code != 200 {
+		t.Fatalf("a file of max_body_bytes: HTTP %d, want 200", code)
+	}
+	if code := upload(limit + multipartSlack); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a file over max_body_bytes and the slack: HTTP %d, want 413", code)
 	}
 }
