@@ -33,6 +33,7 @@ import (
 	"github.com/stickyd/stickyd/internal/front"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/gateway/cluster"
+	"github.com/stickyd/stickyd/internal/governance"
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/maintenance"
 	"github.com/stickyd/stickyd/internal/monitor"
@@ -103,7 +104,7 @@ type Agent struct {
 	// parts are the running subsystems, in the order they started.
 	parts      parts
 	router     *router
-	govern     *governance
+	govern     *governance.Executor
 	stopGovern chan struct{}
 	// idle parks idle people (lifecycle.idle_park); nil when off.
 	idle     *idleParker
@@ -316,7 +317,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	a.stopTables = make(chan struct{})
 	go a.tables.run(a.stopTables)
 	a.maint = maintenance.New(maintenance.Config{Maps: a.fsm, Log: log, Pool: a.pool, KV: a.consulKV,
-		View: a.monitorView, Logger: a.log.Named("maintenance")})
+		View: a.monitorView, Logger: a.log})
 	go a.maint.Tell(a.stopTables)
 	a.parts.add("tables, the store and maintenance telling", nil, func(context.Context) error {
 		close(a.stopTables)
@@ -340,7 +341,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	if len(a.cfg.Groups) > 0 {
 		a.sup.SetFallbackDefault(a.cfg.Groups[0].Name)
 	}
-	if a.govern, err = newGovernance(a); err != nil {
+	if a.govern, err = a.newGovernance(); err != nil {
 		return fmt.Errorf("configuring governance: %w", err)
 	}
 	// The catalog's groups (replicated) start before anyone is routed: a
@@ -384,9 +385,9 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	if a.govern != nil {
 		a.stopGovern = make(chan struct{})
-		go a.govern.run(duration(a.cfg.Probe.Interval), a.stopGovern)
+		go a.govern.Run(duration(a.cfg.Probe.Interval), a.stopGovern)
 		// No governance move may race the parking.
-		a.parts.add("governance", nil, func(context.Context) error { close(a.stopGovern); a.govern.wait(); return nil })
+		a.parts.add("governance", nil, func(context.Context) error { close(a.stopGovern); a.govern.Wait(); return nil })
 	}
 	if p := newIdleParker(a, a.cfg.Lifecycle.Idle()); a.pool != nil {
 		for _, g := range a.cfg.Groups {
@@ -410,8 +411,8 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	a.api.Store(api.Handler(api.Config{Token: a.token, ReadToken: a.cfg.Admin.ReadToken, Supervisor: people{a}, Gatherer: a.registry, Logger: a.log.Named("api"),
 		Workers: a.workersView, Status: a.status,
-		Events: func() any { return a.govern.events() },
-		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: checkGovernance, CheckBundle: a.checkBundle,
+		Events: func() any { return a.govern.Events() },
+		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: governance.CheckGroup, CheckBundle: a.checkBundle,
 		Monitor:      func(ctx context.Context, q fsm.UserQuery) (any, error) { return a.monitorPage(ctx, q) },
 		MonitorLocal: func(q api.LocalQuery) any { return a.localMonitor(q) },
 		Maintenance:  a.maint, Extra: a.extraRoutes,
@@ -752,7 +753,7 @@ func (a *Agent) Park() park.Store { return a.park }
 // extraRoutes adds the gateway's and the operator's routes to the API.
 func (a *Agent) extraRoutes(mux *http.ServeMux, wrap func(func(http.ResponseWriter, *http.Request) error) http.HandlerFunc) {
 	a.gatewayRoutes(mux, wrap)
-	a.governRoutes(mux, wrap)
+	a.govern.Routes(mux, wrap)
 	if a.cfg.IsServer() {
 		a.operatorRoutes(mux, wrap)
 	}

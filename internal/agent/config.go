@@ -12,6 +12,7 @@ import (
 
 	"github.com/stickyd/stickyd/internal/bundle"
 	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/governance"
 	"github.com/stickyd/stickyd/internal/tlsutil"
 )
 
@@ -488,44 +489,9 @@ func (g *GroupConfig) limits() *fsm.GroupLimits {
 		MaxPagesPerConn: g.MaxPagesPerConn, MaxPagesPerPerson: g.MaxPagesPerPerson}
 }
 
-// GovernanceConfig turns on the governance of a group (docs/governance.md).
-// Unset values keep the defaults of policy.go.
-type GovernanceConfig struct {
-	Enabled bool `hcl:"enabled,optional" json:"enabled,omitempty"`
-	// MemoryLimitMB is what 100% memory means for one worker: its live Go
-	// heap (default 1024).
-	MemoryLimitMB int `hcl:"memory_limit_mb,optional" json:"memory_limit_mb,omitempty"`
-	// CPULimit is what 100% CPU means, in cores (default 1).
-	CPULimit float64 `hcl:"cpu_limit,optional" json:"cpu_limit,omitempty"`
-	// GoroutineLimit and MailboxLimit are 100% goroutines and 100% frames
-	// waiting in mailboxes (defaults 10000 and 1000).
-	GoroutineLimit int `hcl:"goroutine_limit,optional" json:"goroutine_limit,omitempty"`
-	MailboxLimit   int `hcl:"mailbox_limit,optional" json:"mailbox_limit,omitempty"`
-	// MinWorkers is the fewest workers compaction leaves (default: the
-	// group's workers); MaxWorkers the most saturation may start (default:
-	// the larger of the group's workers and 8).
-	MinWorkers         int    `hcl:"min_workers,optional" json:"min_workers,omitempty"`
-	MaxWorkers         int    `hcl:"max_workers,optional" json:"max_workers,omitempty"`
-	MaxConcurrentMoves int    `hcl:"max_concurrent_moves,optional" json:"max_concurrent_moves,omitempty"`
-	UserCoolDown       string `hcl:"user_cool_down,optional" json:"user_cool_down,omitempty"`
-	WorkerCoolDown     string `hcl:"worker_cool_down,optional" json:"worker_cool_down,omitempty"`
-	// ReplaceHorizon: a worker projected to reach its memory limit sooner
-	// is replaced ("30m"; "0s" turns replacement off).
-	ReplaceHorizon string `hcl:"replace_horizon,optional" json:"replace_horizon,omitempty"`
-	// GrowthWindow is the memory history the projection fits ("15m");
-	// GrowthMinSamples the fewest probe readings it needs (6).
-	GrowthWindow     string `hcl:"growth_window,optional" json:"growth_window,omitempty"`
-	GrowthMinSamples int    `hcl:"growth_min_samples,optional" json:"growth_min_samples,omitempty"`
-	// UsageWait is how many probe readings a hot worker waits for its
-	// people's numbers to show who grew before it draws a leaver anyway
-	// (default 2; 0 draws at once).
-	UsageWait *int `hcl:"usage_wait,optional" json:"usage_wait,omitempty"`
-	// CompactBelow is the load under which, held for CompactAfter, the
-	// least loaded worker is drained and retired (0.30 and "10m"; 0 turns
-	// compaction off).
-	CompactBelow *float64 `hcl:"compact_below,optional" json:"compact_below,omitempty"`
-	CompactAfter string   `hcl:"compact_after,optional" json:"compact_after,omitempty"`
-}
+// GovernanceConfig turns on the governance of a group (docs/governance.md);
+// the block is governance's (unset values keep the engine's defaults).
+type GovernanceConfig = governance.GroupConfig
 
 // group finds a group's configuration; the bool says if it is governed.
 func (c *Config) group(name string) (*GroupConfig, bool) {
@@ -759,7 +725,7 @@ func (c *Config) Finish() error {
 			return fmt.Errorf("group %q: %w", g.Name, err)
 		}
 		if g.Governance != nil && g.Governance.Enabled {
-			if _, err := g.policy(); err != nil {
+			if _, err := g.Governance.Policy(g.Workers); err != nil {
 				return fmt.Errorf("group %q: governance: %w", g.Name, err)
 			}
 		}

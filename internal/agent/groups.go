@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -177,8 +176,11 @@ func (a *Agent) startGroup(ctx context.Context, g *fsm.GroupEntry) error {
 		return err
 	}
 	if gov != nil && gov.Enabled && a.govern != nil {
-		gc := &GroupConfig{Name: g.Name, Workers: g.Workers, Governance: gov}
-		if err := a.govern.setPolicy(gc); err != nil {
+		p, err := gov.Policy(g.Workers)
+		if err == nil {
+			err = a.govern.SetPolicy(g.Name, p)
+		}
+		if err != nil {
 			a.log.Error("governing a group of the catalog", "group", g.Name, "error", err)
 		}
 	}
@@ -282,18 +284,6 @@ func (a *Agent) groupsView() api.GroupsView {
 		}
 	}
 	return v
-}
-
-// checkGovernance checks a catalog group's governance block.
-func checkGovernance(b []byte) error {
-	var gc GovernanceConfig
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&gc); err != nil {
-		return err
-	}
-	_, err := (&GroupConfig{Name: "check", Workers: 1, Governance: &gc}).policy()
-	return err
 }
 
 // checkBundle makes sure a bundle a new group names is in the archive and

@@ -172,7 +172,7 @@ func (a *Agent) localMonitor(q api.LocalQuery) LocalMonitor {
 				mw.State = monitor.StateUnreachable
 			}
 		}
-		if o, ok := a.govern.outlook(w.ID); ok {
+		if o, ok := a.govern.Outlook(w.ID); ok {
 			mw.Saturation, mw.MemoryLimit = o.Saturation, o.MemoryLimit
 			if !o.Ceiling.IsZero() {
 				c := o.Ceiling
@@ -206,7 +206,7 @@ func (a *Agent) monitorView(ctx context.Context) (monitor.View, error) {
 // page's people only, so a reading costs a page, not the population.
 func (a *Agent) monitorPage(ctx context.Context, q fsm.UserQuery) (monitor.View, error) {
 	_, leader := a.raft.Leader()
-	v := monitor.View{At: time.Now(), Agent: a.cfg.Name, Leader: leader, Default: a.sup.DefaultGroup(), Events: a.govern.events()}
+	v := monitor.View{At: time.Now(), Agent: a.cfg.Name, Leader: leader, Default: a.sup.DefaultGroup(), Events: a.govern.Events()}
 	page := (people{a}).UsersPage(q)
 	v.Tally = a.fsm.Tally()
 	v.Next = monitor.EncodeCursor(page.Next)

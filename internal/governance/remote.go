@@ -1,4 +1,4 @@
-package agent
+package governance
 
 import (
 	"context"
@@ -19,31 +19,32 @@ import (
 // authenticated as every /v1/internal route is (the admin token; the read
 // token is refused) and acts only on this host's own workers.
 
-// governCall is the body of POST /v1/internal/govern/{op}: Worker for
-// cordon, uncordon and retire (with Reason), Group for start.
-type governCall struct {
+// call is the body of POST /v1/internal/govern/{op}: Worker for cordon,
+// uncordon and retire (with Reason), Group for start.
+type call struct {
 	Worker string `json:"worker,omitempty"`
 	Group  string `json:"group,omitempty"`
 	Reason string `json:"reason,omitempty"`
 }
 
-// governAnswer names the worker acted on (the new one for start).
-type governAnswer struct {
+// answer names the worker acted on (the new one for start).
+type answer struct {
 	Worker string `json:"worker"`
 }
 
-// governRoutes serves the calls of the leader's governance.
-func (a *Agent) governRoutes(mux *http.ServeMux, wrap func(func(http.ResponseWriter, *http.Request) error) http.HandlerFunc) {
-	mux.HandleFunc("POST /v1/internal/govern/{op}", wrap(a.governHandler))
+// Routes serves the calls of the leader's governance on mux; wrap is the
+// admin API's (authentication, and an *api.Error's status).
+func (e *Executor) Routes(mux *http.ServeMux, wrap func(func(http.ResponseWriter, *http.Request) error) http.HandlerFunc) {
+	mux.HandleFunc("POST /v1/internal/govern/{op}", wrap(e.handle))
 }
 
-func (a *Agent) governHandler(w http.ResponseWriter, r *http.Request) error {
-	var c governCall
+func (e *Executor) handle(w http.ResponseWriter, r *http.Request) error {
+	var c call
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&c); err != nil {
 		return &api.Error{Status: http.StatusBadRequest, Message: `want {"worker": "<id>", "group": "<name>", "reason": "<why>"}`}
 	}
 	op := r.PathValue("op")
-	var ans governAnswer
+	var ans answer
 	var err error
 	switch op {
 	case "cordon", "uncordon", "retire":
@@ -52,19 +53,19 @@ func (a *Agent) governHandler(w http.ResponseWriter, r *http.Request) error {
 		}
 		ans.Worker = c.Worker
 		if op == "retire" {
-			err = a.govern.retire(r.Context(), c.Worker, c.Reason)
+			err = e.retire(r.Context(), c.Worker, c.Reason)
 		} else {
-			err = a.pool.Cordon(c.Worker, op == "cordon")
+			err = e.cfg.Pool.Cordon(c.Worker, op == "cordon")
 		}
 	case "start":
 		if c.Group == "" {
 			return &api.Error{Status: http.StatusBadRequest, Message: "start needs a group"}
 		}
-		if !a.pool.HasGroup(c.Group) {
-			err = fmt.Errorf("starting a worker of %s: %w %q on %s", c.Group, host.ErrUnknownGroup, c.Group, a.cfg.Name)
+		if !e.cfg.Pool.HasGroup(c.Group) {
+			err = fmt.Errorf("starting a worker of %s: %w %q on %s", c.Group, host.ErrUnknownGroup, c.Group, e.cfg.Agent)
 			break
 		}
-		ans.Worker, err = a.govern.add(r.Context(), c.Group)
+		ans.Worker, err = e.add(r.Context(), c.Group)
 	default:
 		return &api.Error{Status: http.StatusNotFound, Message: fmt.Sprintf("no governance call %q (cordon, uncordon, retire, start)", op)}
 	}
@@ -76,14 +77,15 @@ func (a *Agent) governHandler(w http.ResponseWriter, r *http.Request) error {
 	case err != nil:
 		return &api.Error{Status: http.StatusInternalServerError, Message: err.Error()}
 	}
-	writeJSONOK(w, ans)
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(ans)
 	return nil
 }
 
 // hostOf returns the admin address of the agent whose host runs worker, as
 // the maps say, and its name.
-func (g *governance) hostOf(worker string) (name, admin string, ok bool) {
-	for _, ag := range g.a.fsm.Agents() {
+func (e *Executor) hostOf(worker string) (name, admin string, ok bool) {
+	for _, ag := range e.cfg.Maps.Agents() {
 		if _, runs := ag.Workers[worker]; runs {
 			return ag.Name, ag.AdminAddr, ag.AdminAddr != ""
 		}
@@ -93,12 +95,12 @@ func (g *governance) hostOf(worker string) (name, admin string, ok bool) {
 
 // hostForStart returns another agent that runs group, the one with the
 // fewest of its workers (by name on a tie), or false.
-func (g *governance) hostForStart(group string) (name, admin string, ok bool) {
+func (e *Executor) hostForStart(group string) (name, admin string, ok bool) {
 	best := -1
-	agents := g.a.fsm.Agents()
+	agents := e.cfg.Maps.Agents()
 	sort.Slice(agents, func(i, j int) bool { return agents[i].Name < agents[j].Name })
 	for _, ag := range agents {
-		if ag.Name == g.a.cfg.Name || ag.Draining || ag.AdminAddr == "" {
+		if ag.Name == e.cfg.Agent || ag.Draining || ag.AdminAddr == "" {
 			continue
 		}
 		n := 0
@@ -115,24 +117,24 @@ func (g *governance) hostForStart(group string) (name, admin string, ok bool) {
 }
 
 // ask has the agent at admin carry out op (POST /v1/internal/govern/{op}).
-func (g *governance) ask(ctx context.Context, name, admin, op string, c governCall) (string, error) {
+func (e *Executor) ask(ctx context.Context, name, admin, op string, c call) (string, error) {
 	body, err := json.Marshal(c)
 	if err != nil {
 		return "", err
 	}
-	var ans governAnswer
-	if err := g.a.call(ctx, "POST", admin, "/v1/internal/govern/"+op, body, &ans); err != nil {
+	var ans answer
+	if err := e.cfg.Post(ctx, admin, "/v1/internal/govern/"+op, body, &ans); err != nil {
 		return "", fmt.Errorf("asking %s to %s %s%s: %w", name, op, c.Worker, c.Group, err)
 	}
 	return ans.Worker, nil
 }
 
 // cordon cordons (on) or uncordons worker on whichever host runs it.
-func (g *governance) cordon(ctx context.Context, worker string, on bool) error {
-	if g.local(worker) {
-		return g.a.pool.Cordon(worker, on)
+func (e *Executor) cordon(ctx context.Context, worker string, on bool) error {
+	if e.local(worker) {
+		return e.cfg.Pool.Cordon(worker, on)
 	}
-	name, admin, ok := g.hostOf(worker)
+	name, admin, ok := e.hostOf(worker)
 	if !ok {
 		return fmt.Errorf("cordoning %s: %w: no host runs it", worker, host.ErrUnknownWorker)
 	}
@@ -140,42 +142,42 @@ func (g *governance) cordon(ctx context.Context, worker string, on bool) error {
 	if !on {
 		op = "uncordon"
 	}
-	_, err := g.ask(ctx, name, admin, op, governCall{Worker: worker})
+	_, err := e.ask(ctx, name, admin, op, call{Worker: worker})
 	return err
 }
 
 // retireAnywhere retires worker on whichever host runs it; the leader's
 // maps are asked first (they are the freshest).
-func (g *governance) retireAnywhere(ctx context.Context, worker, reason string) error {
-	if g.local(worker) {
-		return g.retire(ctx, worker, reason)
+func (e *Executor) retireAnywhere(ctx context.Context, worker, reason string) error {
+	if e.local(worker) {
+		return e.retire(ctx, worker, reason)
 	}
-	if users := g.a.fsm.UsersOf(worker); len(users) > 0 {
+	if users := e.cfg.Maps.UsersOf(worker); len(users) > 0 {
 		return fmt.Errorf("retiring %s: %w: the maps still place %d users there", worker, host.ErrNotEmpty, len(users))
 	}
-	name, admin, ok := g.hostOf(worker)
+	name, admin, ok := e.hostOf(worker)
 	if !ok {
 		return fmt.Errorf("retiring %s: %w: no host runs it", worker, host.ErrUnknownWorker)
 	}
-	_, err := g.ask(ctx, name, admin, "retire", governCall{Worker: worker, Reason: reason})
+	_, err := e.ask(ctx, name, admin, "retire", call{Worker: worker, Reason: reason})
 	return err
 }
 
 // start starts a worker of group: on the host of near when it is set (a
 // replacement takes its old worker's place), else on this host when it runs
 // the group, else on the other host running the fewest of it.
-func (g *governance) start(ctx context.Context, group, near string) (string, error) {
-	if near != "" && !g.local(near) {
-		if name, admin, ok := g.hostOf(near); ok {
-			return g.ask(ctx, name, admin, "start", governCall{Group: group})
+func (e *Executor) start(ctx context.Context, group, near string) (string, error) {
+	if near != "" && !e.local(near) {
+		if name, admin, ok := e.hostOf(near); ok {
+			return e.ask(ctx, name, admin, "start", call{Group: group})
 		}
 	}
-	if g.a.pool.HasGroup(group) {
-		return g.add(ctx, group)
+	if e.cfg.Pool.HasGroup(group) {
+		return e.add(ctx, group)
 	}
-	name, admin, ok := g.hostForStart(group)
+	name, admin, ok := e.hostForStart(group)
 	if !ok {
 		return "", fmt.Errorf("starting a worker of %s: %w: no host runs the group", group, host.ErrUnknownGroup)
 	}
-	return g.ask(ctx, name, admin, "start", governCall{Group: group})
+	return e.ask(ctx, name, admin, "start", call{Group: group})
 }

@@ -1,34 +1,18 @@
-package agent
+package governance
 
 import (
 	"testing"
 	"time"
 
 	"github.com/stickyd/stickyd/internal/governor"
-	"github.com/stickyd/stickyd/plugins/worker"
 )
-
-func TestTemplateDirEnvIsTheSDKs(t *testing.T) {
-	if templateDirEnv != worker.TemplateDirEnv {
-		t.Fatalf("the agent sets %s, the SDK reads %s", templateDirEnv, worker.TemplateDirEnv)
-	}
-	a := &Agent{cfg: &Config{Name: "a", DataDir: "/data"}}
-	env := a.workerEnv(recipe{Group: "web", Env: map[string]string{"X": "1"}})
-	if len(env) != 2 || env[0] != templateDirEnv+"=/data/templates/web" || env[1] != "X=1" {
-		t.Fatalf("worker env %v", env)
-	}
-	env = a.workerEnv(recipe{Group: "web", Env: map[string]string{templateDirEnv: "/elsewhere"}})
-	if len(env) != 1 || env[0] != templateDirEnv+"=/elsewhere" {
-		t.Fatalf("a recipe's own template dir: %v", env)
-	}
-}
 
 func TestGroupPolicy(t *testing.T) {
 	off := 0.0
 	wait := 9
-	g := &GroupConfig{Name: "web", Workers: 3, Governance: &GovernanceConfig{Enabled: true, MemoryLimitMB: 512,
-		ReplaceHorizon: "0s", CompactBelow: &off, UserCoolDown: "1m", GrowthMinSamples: 4, UsageWait: &wait}}
-	p, err := g.policy()
+	g := &GroupConfig{Enabled: true, MemoryLimitMB: 512,
+		ReplaceHorizon: "0s", CompactBelow: &off, UserCoolDown: "1m", GrowthMinSamples: 4, UsageWait: &wait}
+	p, err := g.Policy(3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,12 +30,34 @@ func TestGroupPolicy(t *testing.T) {
 		t.Errorf("usage wait %d, want 9", p.UsageWait)
 	}
 	wait = -1
-	if _, err := g.policy(); err == nil {
+	if _, err := g.Policy(3); err == nil {
 		t.Error("a negative usage_wait was taken")
 	}
 	// Unset knobs keep the defaults; a big group keeps its size as the max.
-	p, err = (&GroupConfig{Name: "big", Workers: 12}).policy()
+	p, err = (*GroupConfig)(nil).Policy(12)
 	if err != nil || p.MaxWorkers != 12 || p.ReplaceHorizon != d.ReplaceHorizon || p.CompactBelow != d.CompactBelow {
 		t.Fatalf("defaults: %v %+v", err, p)
+	}
+}
+
+// A catalog group's block is checked whole: an unknown field or a value
+// no policy takes is refused.
+func TestCheckGroup(t *testing.T) {
+	for _, c := range []struct {
+		name, block string
+		ok          bool
+	}{
+		{"empty", `{}`, true},
+		{"enabled with knobs", `{"enabled": true, "memory_limit_mb": 64, "compact_after": "1s"}`, true},
+		{"unknown field", `{"enabled": true, "memory_limit": 64}`, false},
+		{"bad duration", `{"user_cool_down": "often"}`, false},
+		{"max under min", `{"min_workers": 3, "max_workers": 2}`, false},
+		{"not json", `enabled`, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := CheckGroup([]byte(c.block)); (err == nil) != c.ok {
+				t.Fatalf("CheckGroup(%s) = %v, want ok %v", c.block, err, c.ok)
+			}
+		})
 	}
 }
