@@ -1,0 +1,10 @@
+from django.contrib import admin
+from django.urls import path
+
+from notes import views
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("whoami", views.whoami),
+    path("note", views.note),
+]

@@ -1,0 +1,37 @@
+"""The Flask tutorial's app (flaskr), trimmed to its sessions: register, log
+in and out (auth.py), and a page that reads the session. The line marked
+brings it aboard stickyd."""
+import os
+
+from flask import Flask, g, jsonify, request, session
+
+import stickyd.flask
+
+
+def create_app():
+    app = Flask(__name__)
+    app.config.from_mapping(
+        SECRET_KEY="dev",
+        DATABASE=os.path.join(os.environ.get("STICKYD_SITE_DATA", app.instance_path), "flaskr.sqlite"),
+    )
+
+    from . import auth, db
+    db.init_app(app)
+    app.register_blueprint(auth.bp)
+
+    @app.route("/whoami")
+    def whoami():
+        import stickyd  # only to report the worker and the person
+        s = stickyd.session()
+        return jsonify(user=g.user["username"] if g.user else "", person=s.user if s else "",
+                       conn=s.conn if s else "", worker=s.worker_id if s else "", pid=os.getpid(),
+                       notes=session.get("notes", []))
+
+    @app.route("/note", methods=["POST"])
+    @auth.login_required
+    def note():
+        session["notes"] = session.get("notes", []) + [request.form["text"]]
+        return jsonify(notes=session["notes"])
+
+    stickyd.flask.init_app(app, user=lambda: g.user["username"] if g.user else None)  # stickyd
+    return app
