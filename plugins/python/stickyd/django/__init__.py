@@ -66,6 +66,10 @@ class StickydMiddleware:
             if user is not None:
                 if getattr(user, "is_authenticated", False):
                     adapters.identify(s, user.get_username(), attributes(user))
+                    session = getattr(request, "session", None)
+                    if s.pending_login and session is not None and not session.is_empty():
+                        # Saved on this response, so that it is handed over.
+                        session.modified = True
                 else:
                     adapters.identify(s, None)
         return response

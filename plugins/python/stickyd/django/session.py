@@ -69,9 +69,6 @@ def _unsign(token):
 class SessionStore(SessionBase):
     """Django's session in the connection's values (see the module doc)."""
 
-    def __init__(self, session_key=None):
-        super().__init__(session_key)
-
     @property
     def _sid(self):
         """The session's key without a hand-over token."""
@@ -109,10 +106,11 @@ class SessionStore(SessionBase):
             return
 
     def save(self, must_create=False):
+        data = self._get_session(no_load=must_create)  # loading may find no session: a new key then
         if self.session_key is None:
             return self.create()
         sid = self._sid
-        data = self.encode(self._get_session(no_load=must_create))
+        data = self.encode(data)
         expiry = time.time() + self.get_expiry_age()
         with _Values() as v:
             held = _sessions.get(v.tree, sid) is not None
