@@ -26,9 +26,11 @@ connection to another worker (docs/existing-apps.md).
   values of the worker it reaches, if the token is fresh and names that
   request's person, and the cookie goes back to the bare ID.
 
-The adapters never hold a lock of their own across a request: a person's
-frames run one at a time, so a connection's values are touched by one
-thread at a time.
+An adapter never names a person the site did not name (the user, or
+nobody), and never restores a hand-over it cannot verify. It holds no lock
+of its own under stickyd: a person's frames run one at a time, so a
+connection's values are touched by one thread at a time (outside stickyd,
+LocalValues' lock is held for one store call).
 """
 
 import hashlib
