@@ -301,6 +301,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	a.pool.Parcels = clusterParcels{a}
 	a.pool.ProbeInterval, a.pool.ProbeMisses = duration(a.cfg.Probe.Interval), a.cfg.Probe.Misses
+	a.pool.BusyTimeout = duration(a.cfg.Probe.BusyTimeout)
 	a.pool.Woken = a.woken
 	a.offline.discard = func(digest string) {
 		if a.park != nil {
@@ -427,6 +428,10 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	return nil
 }
 
+// frontDrain is how long a stop lets the front's answers to the requests it
+// held go out before it closes the connections that remain (a long pull).
+const frontDrain = 2 * time.Second
+
 // startLoop runs loop until the agent stops, as a part of its own.
 func (a *Agent) startLoop(name string, loop func(stop <-chan struct{})) {
 	stop, done := make(chan struct{}), make(chan struct{})
@@ -499,10 +504,14 @@ func (a *Agent) startFront(ctx context.Context) error {
 		}
 		a.served <- err
 	}()
-	// Abrupt: a request cut here never ran or gets its retryable error;
-	// the people it belonged to are parked next. WebSockets close.
-	a.parts.add("front", nil, func(context.Context) error {
+	a.parts.add("front", nil, func(ctx context.Context) error {
+		// The front answers the site requests it still holds (503 with
+		// Retry-After) and closes its WebSockets (1001); the server lets
+		// those answers out, for a moment, then closes what is left.
 		a.front.Close()
+		sctx, cancel := context.WithTimeout(ctx, frontDrain)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
 		return srv.Close()
 	})
 	a.log.Info("front listening", "address", a.Addr())

@@ -229,8 +229,12 @@ type ProbeConfig struct {
 	// Interval between probes ("2s"); "0s" turns probing off.
 	Interval string `hcl:"interval,optional"`
 	// Misses is how many probes in a row a worker may miss before it is
-	// killed and relaunched (default 3).
+	// killed and relaunched (default 3). A probe left unanswered while the
+	// worker's process computes is not a miss: the worker is busy.
 	Misses int `hcl:"misses,optional"`
+	// BusyTimeout bounds how long a worker may stay busy without
+	// answering a probe before it is killed all the same ("10m").
+	BusyTimeout string `hcl:"busy_timeout,optional"`
 }
 
 // MoveConfig tunes the road people take between workers.
@@ -620,6 +624,12 @@ func (c *Config) Finish() error {
 	}
 	if c.Probe.Misses < 0 {
 		return fmt.Errorf("probe: misses must be positive")
+	}
+	if c.Probe.BusyTimeout == "" {
+		c.Probe.BusyTimeout = "10m"
+	}
+	if d, err := time.ParseDuration(c.Probe.BusyTimeout); err != nil || d <= 0 {
+		return fmt.Errorf("probe: busy_timeout %q: want a positive duration like \"10m\"", c.Probe.BusyTimeout)
 	}
 	if l := c.Lifecycle; l != nil && l.IdlePark != "" && l.IdlePark != "off" {
 		if d, err := time.ParseDuration(l.IdlePark); err != nil || d < time.Second {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -232,5 +233,53 @@ func TestMaintenanceWaitIsBounded(t *testing.T) {
 	}
 	if code, _ := adminCall(t, a, "PUT", "/v1/maintenance/DB!", testToken, ""); code != http.StatusBadRequest {
 		t.Fatalf("a bad backend name: %d, want 400", code)
+	}
+}
+
+// An agent stopped while a maintenance window holds a site request answers
+// it 503 with Retry-After; the connection is never just closed.
+func TestStopAnswersRequestsAWindowHolds(t *testing.T) {
+	a := startAgent(t, "subprocess", 1)
+	b := newBrowser(t, a)
+	if code, body := b.do("GET", "/"); code != http.StatusOK {
+		t.Fatalf("loading the site: %d %s", code, body)
+	}
+	if code, body := adminCall(t, a, "PUT", "/v1/maintenance/db-a", testToken, `{"max_wait":"60s"}`); code != http.StatusOK {
+		t.Fatalf("starting the window: %d %s", code, body)
+	}
+	type result struct {
+		resp *http.Response
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		req, _ := http.NewRequest("GET", "http://"+a.Addr()+"/orders", nil)
+		req.Header.Set("Cookie", b.cookie())
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		got <- result{resp, err}
+	}()
+	waitFor(t, 10*time.Second, "the request held by the window", func() bool {
+		_, body := adminCall(t, a, "GET", "/v1/maintenance", testToken, "")
+		var v struct {
+			Backends []struct {
+				Waiting int64 `json:"waiting"`
+			} `json:"backends"`
+		}
+		return json.Unmarshal([]byte(body), &v) == nil && len(v.Backends) == 1 && v.Backends[0].Waiting >= 1
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := a.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("the held request was cut: %v", r.err)
+	}
+	if r.resp.StatusCode != http.StatusServiceUnavailable || r.resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("the held request got %d, Retry-After %q; want 503 with Retry-After", r.resp.StatusCode, r.resp.Header.Get("Retry-After"))
 	}
 }
