@@ -2,6 +2,10 @@ package host
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
@@ -27,7 +31,16 @@ type appOutput struct {
 
 	mu  sync.Mutex
 	buf []byte
+	// tail is the stream's last lines, all of them (the SDK's too), to
+	// say why a worker that never started ended.
+	tail []string
 }
+
+// tailLines and tailLineBytes bound what appOutput keeps of a stream's end.
+const (
+	tailLines     = 20
+	tailLineBytes = 4 << 10
+)
 
 func newAppOutput(log hclog.Logger, stream string, raw bool) *appOutput {
 	return &appOutput{log: log, stream: stream, raw: raw}
@@ -68,6 +81,14 @@ func (o *appOutput) emit(line []byte) {
 	if len(bytes.TrimSpace(line)) == 0 {
 		return
 	}
+	kept := line
+	if len(kept) > tailLineBytes {
+		kept = append(kept[:tailLineBytes:tailLineBytes], "…"...)
+	}
+	if len(o.tail) == tailLines {
+		o.tail = append(o.tail[:0], o.tail[1:]...)
+	}
+	o.tail = append(o.tail, string(kept))
 	if o.raw && sdkLogLine(line) {
 		return
 	}
@@ -87,4 +108,45 @@ func sdkLogLine(line []byte) bool {
 		}
 	}
 	return false
+}
+
+// Tail is the stream's last lines, oldest first.
+func (o *appOutput) Tail() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.tail...)
+}
+
+// readableLine writes a line of a worker's output for a person: an SDK
+// log line in JSON as its message and fields, a traceback among them
+// unfolded; any other line as it is.
+func readableLine(line string) string {
+	if !strings.HasPrefix(line, "{") {
+		return line
+	}
+	var m map[string]any
+	if json.Unmarshal([]byte(line), &m) != nil {
+		return line
+	}
+	msg, _ := m["@message"].(string)
+	if msg == "" {
+		return line
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		if !strings.HasPrefix(k, "@") {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	b.WriteString(msg)
+	for _, k := range keys {
+		if v, ok := m[k].(string); ok && strings.Contains(v, "\n") {
+			b.WriteString("\n    " + strings.ReplaceAll(strings.TrimRight(v, "\n"), "\n", "\n    "))
+			continue
+		}
+		fmt.Fprintf(&b, " %s=%v", k, m[k])
+	}
+	return b.String()
 }

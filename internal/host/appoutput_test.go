@@ -53,3 +53,15 @@ func TestAppOutputLogsLinesAtInfo(t *testing.T) {
 		t.Errorf("a long line: %d bytes held, logged %d bytes", len(o.buf), out.Len())
 	}
 }
+
+// A JSON log line reads as its message and fields, a traceback unfolded.
+func TestReadableLine(t *testing.T) {
+	got := readableLine(`{"@level": "error", "@message": "loading the WSGI application", "app": "shop:app", "traceback": "Traceback (most recent call last):\n  File \"x.py\"\nModuleNotFoundError: No module named 'shop'\n"}`)
+	want := "loading the WSGI application app=shop:app\n    Traceback (most recent call last):\n      File \"x.py\"\n    ModuleNotFoundError: No module named 'shop'"
+	if got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+	if got := readableLine("plain text"); got != "plain text" {
+		t.Fatalf("a plain line became %q", got)
+	}
+}

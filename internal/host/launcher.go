@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,6 +64,7 @@ func (l *PluginLauncher) Launch(ctx context.Context, id string) (Process, channe
 	// goes too; a Go worker's stdout and stderr, forwarded by go-plugin)
 	// is logged at info, attributed to the worker.
 	appLog := log.Named(id)
+	stderr := newAppOutput(appLog, "stderr", true)
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  channel.Handshake,
 		Plugins:          channel.PluginMap(nil),
@@ -72,13 +74,24 @@ func (l *PluginLauncher) Launch(ctx context.Context, id string) (Process, channe
 		GRPCDialOptions:  channel.DialOptions(),
 		AutoMTLS:         !l.PlainChannel,
 		Managed:          false,
-		Stderr:           newAppOutput(appLog, "stderr", true),
+		Stderr:           stderr,
 		SyncStdout:       newAppOutput(appLog, "stdout", false),
 		SyncStderr:       newAppOutput(appLog, "stderr", false),
 	})
 	rpc, err := client.Client()
 	if err != nil {
 		client.Kill()
+		// go-plugin's words for a process that ended before its handshake
+		// guess at the architecture; what the worker wrote says why (a
+		// Python traceback, a missing module).
+		stderr.Flush()
+		if tail := stderr.Tail(); len(tail) > 0 {
+			for i, line := range tail {
+				tail[i] = readableLine(line)
+			}
+			return nil, nil, fmt.Errorf("starting worker plugin %q: the worker ended before its handshake, saying:\n  %s\n(go-plugin: %w)",
+				l.Command, strings.Join(tail, "\n  "), err)
+		}
 		return nil, nil, fmt.Errorf("starting worker plugin %q: %w", l.Command, err)
 	}
 	raw, err := rpc.Dispense(channel.PluginName)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"path/filepath"
 	"strings"
@@ -57,4 +58,49 @@ func TestBusyPythonWorkerIsNotKilled(t *testing.T) {
 		ws := a.Pool().Workers()
 		return len(ws) == 1 && strings.Contains(ws[0].HowDied, "killed for silence")
 	})
+}
+
+// A Python app that cannot be imported says why: the worker's traceback
+// reaches the operator in the launch error, not go-plugin's guess at the
+// architecture; an application factory ("MODULE:factory()") is accepted.
+func TestPythonAppThatCannotBeImportedSaysWhy(t *testing.T) {
+	root := pythonRepo(t)
+	cfg := &agent.Config{
+		LogLevel:  "warn",
+		Name:      "e2e",
+		PythonSDK: filepath.Join(root, "plugins", "python"),
+		Front:     &agent.FrontConfig{Address: "127.0.0.1:0"},
+		Admin:     &agent.AdminConfig{Address: "127.0.0.1:0", Token: testToken},
+		Server:    &agent.ServerConfig{},
+		Groups: []*agent.GroupConfig{{Name: "web", Workers: 1, Plugin: &agent.PluginConfig{Runtime: agent.RuntimePython3,
+			Command: "busyapp_missing:application", Env: map[string]string{"PYTHONPATH": filepath.Join(root, "test", "e2e", "testdata", "pybusy")}}}},
+	}
+	a, err := agent.New(cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = a.Start(ctx)
+	defer a.Shutdown(context.Background())
+	if err == nil {
+		t.Fatal("an agent whose only app cannot be imported started")
+	}
+	t.Logf("the start says: %v", err)
+	if !strings.Contains(err.Error(), "No module named 'busyapp_missing'") {
+		t.Fatalf("the start's error does not say why: %v", err)
+	}
+
+	// A factory.
+	b := startAgentWith(t, "subprocess", 1, func(c *agent.Config) {
+		c.PythonSDK = filepath.Join(root, "plugins", "python")
+		g := c.Groups[0]
+		g.Builtin = ""
+		g.Plugin = &agent.PluginConfig{Runtime: agent.RuntimePython3, Command: "busyapp:create_app('factory')",
+			Env: map[string]string{"PYTHONPATH": filepath.Join(root, "test", "e2e", "testdata", "pybusy")}}
+	})
+	code, body := newBrowser(t, b).do("GET", "/made-by")
+	if code != 200 || !strings.Contains(body, `"factory"`) {
+		t.Fatalf("the factory's app: %d %s", code, body)
+	}
 }

@@ -10,6 +10,7 @@ close_page(page) and schemas ({kind: version | (version, oldest)}).
 """
 
 import argparse
+import ast
 import importlib
 import os
 import sys
@@ -21,12 +22,23 @@ from .runtime import Hooks, Runtime
 
 
 def load(spec):
-    """The app and its hooks from "module:callable"."""
+    """The app and its hooks from "module:callable", or from an application
+    factory as gunicorn takes it: "module:create_app()", with literal
+    arguments if it needs them ("module:create_app('prod')")."""
     modname, _, attr = spec.partition(":")
     module = importlib.import_module(modname)
+    attr = (attr or "application").strip()
+    call = None
+    if "(" in attr:
+        attr, call = _factory_call(spec, attr)
     app = module
-    for part in (attr or "application").split("."):
+    for part in attr.split("."):
         app = getattr(app, part)
+    if call is not None:
+        if not callable(app):
+            raise TypeError("%s: %s is not a function to call" % (spec, attr))
+        args, kwargs = call
+        app = app(*args, **kwargs)
     if not callable(app):
         raise TypeError("%s is not a WSGI callable" % spec)
 
@@ -37,6 +49,24 @@ def load(spec):
     hooks = Hooks(open_page=hook("open_page"), message=hook("message"), close_page=hook("close_page"),
                   schemas=hook("schemas"))
     return module, app, hooks
+
+
+def _factory_call(spec, attr):
+    """Splits "create_app('x', debug=True)" into the name and its literal
+    arguments."""
+    try:
+        node = ast.parse(attr, mode="eval").body
+    except SyntaxError as e:
+        raise ValueError("%s: cannot read the factory call %r: %s" % (spec, attr, e)) from None
+    if not isinstance(node, ast.Call):
+        raise ValueError("%s: %r is not a call" % (spec, attr))
+    name = ast.unparse(node.func)
+    try:
+        args = [ast.literal_eval(a) for a in node.args]
+        kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+    except ValueError:
+        raise ValueError("%s: the factory's arguments must be literals (strings, numbers, lists...)" % spec) from None
+    return name, (args, kwargs)
 
 
 def main(argv=None):

@@ -35,3 +35,16 @@ def application(environ, start_response):
     out = json.dumps(body).encode()
     start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(out)))])
     return [out]
+
+
+def create_app(made_by):
+    """An application factory, as "busyapp:create_app('factory')" names it."""
+
+    def app(environ, start_response):
+        if environ.get("PATH_INFO") == "/made-by":
+            out = json.dumps({"made_by": made_by}).encode()
+            start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(out)))])
+            return [out]
+        return application(environ, start_response)
+
+    return app
