@@ -35,6 +35,7 @@ import (
 	"github.com/stickyd/stickyd/internal/gateway/cluster"
 	"github.com/stickyd/stickyd/internal/governance"
 	"github.com/stickyd/stickyd/internal/host"
+	"github.com/stickyd/stickyd/internal/keyring"
 	"github.com/stickyd/stickyd/internal/maintenance"
 	"github.com/stickyd/stickyd/internal/monitor"
 	"github.com/stickyd/stickyd/internal/move"
@@ -142,15 +143,8 @@ type Agent struct {
 	gw *cluster.Gateway
 	// maint tells the workers the maintenance windows and serves them.
 	maint *maintenance.Keeper
-	// ranBefore says the data dir held raft state when the agent started:
-	// a cookie key missing then is refused, not made anew.
-	ranBefore bool
-	// ringMine is the cookie keys this server brings (configuredRing),
-	// from ringSource; ringKeys and ringRefused its metrics.
-	ringMine    [][]byte
-	ringSource  string
-	ringKeys    prometheus.Gauge
-	ringRefused prometheus.Counter
+	// keyring is this agent's side of the cookie key ring.
+	keyring *keyring.Keeper
 }
 
 // New checks the configuration and prepares an agent; Start runs it.
@@ -241,10 +235,11 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	if a.cfg.DataDir != "" {
 		rcfg.DataDir, rcfg.BindAddr, rcfg.Advertise = a.cfg.DataDir, a.cfg.Server.RaftAddr, a.cfg.Server.RaftAdvertise
 	}
-	a.ranBefore = ranBefore(a.cfg.DataDir)
 	// The cookie keys are read before raft opens: a missing key file
 	// stops the start before anything else does.
-	if a.ringMine, a.ringSource, err = a.configuredRing(); err != nil {
+	mine, err := keyring.Read(keyring.Files{Ring: a.cfg.Front.CookieKeyFiles, File: a.cfg.Front.CookieKeyFile,
+		DataDir: a.cfg.DataDir, RanBefore: ranBefore(a.cfg.DataDir)})
+	if err != nil {
 		return err
 	}
 	notify := make(chan bool, 16)
@@ -255,6 +250,8 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	a.raftSet.Store(a.raft)
 	a.parts.add("raft", nil, func(context.Context) error { return a.raft.Shutdown() })
+	a.keyring = keyring.New(keyring.Config{Mine: mine, Maps: a.fsm, Log: a.raft, Leader: a.raft,
+		Forward: a.forwardToLeader, Registry: a.registry, Logger: a.log})
 	// The leader's tasks are added as their parts start; the owner of the
 	// notifications starts last (they wait in the channel meanwhile).
 	a.leadership = server.New(a.log.Named("leadership"), notify, a.raft.Barrier)
@@ -444,11 +441,7 @@ func (a *Agent) startLoop(name string, loop func(stop <-chan struct{})) {
 
 // startFront serves the HTTP and WebSocket front.
 func (a *Agent) startFront(ctx context.Context) error {
-	var err error
-	if a.ringKeys, a.ringRefused, err = newRingMetrics(a.registry); err != nil {
-		return err
-	}
-	keys, err := a.settleCookieRing(ctx)
+	keys, err := a.keyring.Settle(ctx)
 	if err != nil {
 		return err
 	}
@@ -482,7 +475,7 @@ func (a *Agent) startFront(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.startLoop("cookie key ring watch", a.watchCookieRing)
+	a.startLoop("cookie key ring watch", func(stop <-chan struct{}) { a.keyring.Watch(stop, a.front.SetCookieKeys) })
 	a.listener, err = net.Listen("tcp", a.cfg.Front.Address)
 	if err != nil {
 		return fmt.Errorf("front: listening on %s: %w", a.cfg.Front.Address, err)
@@ -812,67 +805,6 @@ func (a *Agent) status() any {
 	_, leader := a.raft.Leader()
 	conns, users := a.fsm.Counts()
 	return Status{Name: a.cfg.Name, Leader: leader, Members: peers, Workers: a.pool.Workers(), Users: users, Conns: conns, Index: a.fsm.Index(), Term: a.raft.Raft.CurrentTerm()}
-}
-
-// The cookie key ring a server brings (configuredRing's sources).
-const (
-	// ringFromFiles: cookie_key_files or cookie_key_file, the operator's.
-	ringFromFiles = "files"
-	// ringFromLegacy: <data_dir>/cookie.key of an older version, which
-	// seeds the cluster's ring (nobody logged out by the upgrade) and is
-	// not read once the maps hold one.
-	ringFromLegacy = "legacy"
-)
-
-// configuredRing reads the cookie keys this server brings: every file of
-// cookie_key_files (each must exist: a ring is the operator's), the one
-// key of cookie_key_file (created on a first start), or the key an older
-// version kept in <data_dir>/cookie.key. None (nil): the cluster's ring,
-// in the maps, is all there is (a leader makes it at the first start).
-func (a *Agent) configuredRing() ([][]byte, string, error) {
-	if files := a.cfg.Front.CookieKeyFiles; len(files) > 0 {
-		keys := make([][]byte, 0, len(files))
-		for _, path := range files {
-			key, err := os.ReadFile(path)
-			if err != nil {
-				return nil, "", fmt.Errorf("reading the cookie key ring: %w", err)
-			}
-			if len(key) < front.MinCookieKeyBytes {
-				return nil, "", fmt.Errorf("cookie key %s holds %d bytes; it needs at least %d", path, len(key), front.MinCookieKeyBytes)
-			}
-			keys = append(keys, key)
-		}
-		return keys, ringFromFiles, nil
-	}
-	if path := a.cfg.Front.CookieKeyFile; path != "" {
-		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && a.ranBefore {
-			// A new key would give every person a new identity.
-			return nil, "", fmt.Errorf("the cookie key %s is missing, but this server has run before (raft state in %s): "+
-				"a new key would give every person a new identity. Restore the key file (the same key as the other servers'); "+
-				"to start over on purpose, remove %s too", path, filepath.Join(a.cfg.DataDir, "raft"), filepath.Join(a.cfg.DataDir, "raft"))
-		}
-		key, err := readOrCreate(path, "cookie key", func() []byte { return newCookieKey() })
-		if err != nil {
-			return nil, "", err
-		}
-		if len(key) < front.MinCookieKeyBytes {
-			return nil, "", fmt.Errorf("cookie key %s holds %d bytes; it needs at least %d", path, len(key), front.MinCookieKeyBytes)
-		}
-		return [][]byte{key}, ringFromFiles, nil
-	}
-	if a.cfg.DataDir != "" {
-		key, err := os.ReadFile(filepath.Join(a.cfg.DataDir, "cookie.key"))
-		if err == nil && len(key) >= front.MinCookieKeyBytes {
-			return [][]byte{key}, ringFromLegacy, nil
-		}
-	}
-	return nil, "", nil
-}
-
-func newCookieKey() []byte {
-	key := make([]byte, 32)
-	_, _ = rand.Read(key)
-	return key
 }
 
 // snapshotForStart has this member's raft take a snapshot on the way

@@ -397,7 +397,7 @@ func (a *Agent) establishLeadership(stop <-chan struct{}) {
 	}
 	// The barrier of abortStuckMoves is behind: the ring read is the last
 	// leader's.
-	a.seedCookieRing(ctx)
+	a.keyring.Seed(ctx)
 	if len(aborted) > 0 {
 		a.log.Info("rolled back the moves the last leader left", "users", len(aborted))
 		a.mu.Lock()

@@ -345,7 +345,7 @@ type FrontConfig struct {
 	// bytes as they are, at least 32, the same on every server; created
 	// (32 random bytes) on a first start when missing. Default none: the
 	// cluster's ring, in the maps, made by its first leader
-	// (cookiering.go). Either way the ring every front uses is the
+	// (internal/keyring). Either way the ring every front uses is the
 	// cluster's.
 	CookieKeyFile string `hcl:"cookie_key_file,optional"`
 	// CookieKeyFiles is the cookie key ring instead (docs/security.md): the

@@ -1,14 +1,9 @@
 package agent
 
 import (
-	"bytes"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/stickyd/stickyd/internal/fsm"
 )
 
 func TestParseFrontSecurity(t *testing.T) {
@@ -70,113 +65,6 @@ func TestParseFrontSecurityErrors(t *testing.T) {
 				t.Fatalf("error %v, want it to mention %q", err, tt.want)
 			}
 		})
-	}
-}
-
-// Where the keys a server brings come from: the ring's files in order
-// (none created), else one key file created on first start and read after,
-// else an older version's <data_dir>/cookie.key, else none (the cluster's
-// ring, made by its leader, is all there is).
-func TestConfiguredRing(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, key string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(key), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	newKey, oldKey := strings.Repeat("n", 32), strings.Repeat("o", 44)
-	newPath, oldPath := write("new.key", newKey), write("old.key", oldKey)
-	shortPath := write("short.key", "too short")
-	keys := func(f *FrontConfig, dataDir string) ([][]byte, string, error) {
-		return (&Agent{cfg: &Config{Front: f, DataDir: dataDir}, ranBefore: ranBefore(dataDir)}).configuredRing()
-	}
-
-	got, src, err := keys(&FrontConfig{CookieKeyFiles: []string{newPath, oldPath}}, "")
-	if err != nil || len(got) != 2 || string(got[0]) != newKey || string(got[1]) != oldKey || src != ringFromFiles {
-		t.Fatalf("ring: %q %s %v", got, src, err)
-	}
-	missing := filepath.Join(dir, "missing.key")
-	if _, _, err := keys(&FrontConfig{CookieKeyFiles: []string{missing, oldPath}}, ""); err == nil || !strings.Contains(err.Error(), "missing.key") {
-		t.Fatalf("a missing ring file: %v", err)
-	}
-	if _, err := os.Stat(missing); !os.IsNotExist(err) {
-		t.Fatal("a missing ring file was created")
-	}
-	if _, _, err := keys(&FrontConfig{CookieKeyFiles: []string{newPath, shortPath}}, ""); err == nil || !strings.Contains(err.Error(), "needs at least 32") {
-		t.Fatalf("a short ring key: %v", err)
-	}
-
-	// cookie_key_file: created on a first start, read after; missing on a
-	// server that ran before, refused.
-	data := t.TempDir()
-	created := filepath.Join(dir, "created.key")
-	first, src, err := keys(&FrontConfig{CookieKeyFile: created}, data)
-	if err != nil || len(first) != 1 || len(first[0]) != 32 || src != ringFromFiles {
-		t.Fatalf("created key: %q %v", first, err)
-	}
-	if again, _, err := keys(&FrontConfig{CookieKeyFile: created}, data); err != nil || !bytes.Equal(again[0], first[0]) {
-		t.Fatal("the key file changed across starts")
-	}
-	if err := os.MkdirAll(filepath.Join(data, "raft"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(data, "raft", "raft.db"), []byte("x"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	os.Remove(created)
-	if _, _, err := keys(&FrontConfig{CookieKeyFile: created}, data); err == nil || !strings.Contains(err.Error(), "has run before") {
-		t.Fatalf("a deleted key on a server that ran before: %v", err)
-	}
-	if _, _, err := keys(&FrontConfig{CookieKeyFile: shortPath}, ""); err == nil {
-		t.Fatal("a short cookie_key_file was taken")
-	}
-	// No files: an older version's data-dir key seeds, or nothing.
-	if got, src, err := keys(&FrontConfig{}, data); got != nil || src != "" || err != nil {
-		t.Fatalf("no files: %q %s %v", got, src, err)
-	}
-	write("legacy.key", newKey)
-	if err := os.Rename(filepath.Join(dir, "legacy.key"), filepath.Join(data, "cookie.key")); err != nil {
-		t.Fatal(err)
-	}
-	if got, src, err := keys(&FrontConfig{}, data); err != nil || string(got[0]) != newKey || src != ringFromLegacy {
-		t.Fatalf("legacy key: %q %s %v", got, src, err)
-	}
-}
-
-// A leader seeds the ring when there is none and installs files that keep
-// the ring's first key; a front with files signs with the ring's first key
-// and verifies with both, and refuses files sharing no key with it.
-func TestRingRules(t *testing.T) {
-	k := func(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }
-	if req := ringToInstall(nil, nil, ""); req == nil || len(req.Keys) != 1 || len(req.Keys[0]) != 32 || req.Source != fsm.RingGenerated || req.Expect != "" {
-		t.Fatalf("seed with nothing: %+v", req)
-	}
-	if req := ringToInstall(nil, [][]byte{k(1)}, ringFromLegacy); req == nil || !bytes.Equal(req.Keys[0], k(1)) {
-		t.Fatalf("seed from an older version's key: %+v", req)
-	}
-	ring := &fsm.CookieRing{Keys: [][]byte{k(1)}, Source: fsm.RingFiles}
-	if req := ringToInstall(ring, [][]byte{k(2), k(1)}, ringFromFiles); req == nil || req.Expect != fsm.RingID(ring.Keys) || !bytes.Equal(req.Keys[0], k(2)) {
-		t.Fatalf("rotated files: %+v", req)
-	}
-	for _, mine := range [][][]byte{{k(1)}, {k(3)}, nil} {
-		if req := ringToInstall(ring, mine, ringFromFiles); req != nil {
-			t.Fatalf("files %s installed over %s", fsm.RingID(mine), fsm.RingID(ring.Keys))
-		}
-	}
-	if req := ringToInstall(ring, [][]byte{k(2)}, ringFromLegacy); req != nil {
-		t.Fatal("a legacy key replaced the cluster's ring")
-	}
-	keys, differs, err := ringInForce(ring, [][]byte{k(2), k(1)}, ringFromFiles)
-	if err != nil || !differs || len(keys) != 2 || !bytes.Equal(keys[0], k(1)) || !bytes.Equal(keys[1], k(2)) {
-		t.Fatalf("files ahead of the ring: %s %v %v", fsm.RingID(keys), differs, err)
-	}
-	if _, _, err := ringInForce(ring, [][]byte{k(3)}, ringFromFiles); err == nil || !strings.Contains(err.Error(), "share no key") {
-		t.Fatalf("a damaged key file: %v", err)
-	}
-	if keys, differs, err := ringInForce(ring, [][]byte{k(3)}, ringFromLegacy); err != nil || differs || fsm.RingID(keys) != fsm.RingID(ring.Keys) {
-		t.Fatal("a legacy key is not the ring")
 	}
 }
 

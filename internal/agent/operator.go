@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/stickyd/stickyd/internal/api"
+	"github.com/stickyd/stickyd/internal/keyring"
 	"github.com/stickyd/stickyd/internal/raftnode"
 )
 
@@ -61,8 +62,7 @@ func (a *Agent) operatorRoutes(mux *http.ServeMux, wrap func(func(http.ResponseW
 		_, _ = io.Copy(w, rc)
 		return nil
 	}))
-	mux.HandleFunc("GET /v1/operator/keyring", wrap(a.keyringHandler))
-	mux.HandleFunc("POST /v1/operator/keyring/rotate", wrap(a.keyringRotateHandler))
+	a.keyring.Routes(mux, wrap)
 	mux.HandleFunc("POST /v1/operator/raft/transfer-leader", wrap(func(w http.ResponseWriter, r *http.Request) error {
 		// An optional body names the voter to hand leadership to:
 		// {"id": "stickyd-server-2"}; without one raft picks the most
@@ -119,6 +119,13 @@ func (a *Agent) operatorRoutes(mux *http.ServeMux, wrap func(func(http.ResponseW
 		return nil
 	}))
 }
+
+// Keyring and KeyringKey are GET /v1/operator/keyring's answer, owned by
+// internal/keyring; the names stay for the API client's drift test.
+type (
+	Keyring    = keyring.Ring
+	KeyringKey = keyring.Key
+)
 
 // forwardToLeader passes an operator call a follower got to the leader,
 // with body, and answers with the leader's answer.
