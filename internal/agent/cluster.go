@@ -251,13 +251,14 @@ func (a *Agent) register(ctx context.Context) error {
 
 // refreshPeers keeps learning the servers' admin addresses (a server that
 // restarts may come back with a new one): it asks the servers it is told
-// of (retry_join, Consul) and every agent registered in the maps (a
-// replacement the others were never told of registers there) who they
-// are.
-func (a *Agent) refreshPeers(ctx context.Context) {
+// of (retry_join, Consul) who they are, and the servers named, as the
+// maps register them (a replacement the others were never told of
+// registers there; the maps' other agents, hosts among them, are not
+// asked).
+func (a *Agent) refreshPeers(ctx context.Context, named ...string) {
 	addrs := a.serverAddrs(ctx)
 	for _, e := range a.fsm.Agents() {
-		if e.AdminAddr != "" && !slices.Contains(addrs, e.AdminAddr) {
+		if slices.Contains(named, e.Name) && e.AdminAddr != "" && !slices.Contains(addrs, e.AdminAddr) {
 			addrs = append(addrs, e.AdminAddr)
 		}
 	}
@@ -330,7 +331,7 @@ func (a *Agent) leaderAdmin(ctx context.Context) string {
 	}
 	admin := a.peers.AdminOf(leaderID, leaderAddr)
 	if admin == "" {
-		a.refreshPeers(ctx)
+		a.refreshPeers(ctx, leaderID)
 		admin = a.peers.AdminOf(leaderID, leaderAddr)
 	}
 	return admin

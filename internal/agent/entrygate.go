@@ -65,7 +65,7 @@ func (g *entryGate) ask() fsm.MessageType {
 		}
 		admin := a.peers.AdminOf(p.ID, p.Address)
 		if admin == "" {
-			a.refreshPeers(ctx)
+			a.refreshPeers(ctx, p.ID)
 			if admin = a.peers.AdminOf(p.ID, p.Address); admin == "" {
 				return 0
 			}

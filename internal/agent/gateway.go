@@ -116,7 +116,10 @@ func (s gatewayServer) Apply(ctx context.Context, entry []byte) (any, error) {
 }
 
 func (s gatewayServer) AdminOf(id, raftAddr string) string { return s.a.peers.AdminOf(id, raftAddr) }
-func (s gatewayServer) RefreshPeers(ctx context.Context)   { s.a.refreshPeers(ctx) }
+func (s gatewayServer) RefreshPeers(ctx context.Context) {
+	_, leader := s.a.raft.Leader()
+	s.a.refreshPeers(ctx, leader)
+}
 
 func (s gatewayServer) Fetch(ctx context.Context, method, addr, path string, body []byte) ([]byte, error) {
 	return s.a.fetch(ctx, method, addr, path, body)
