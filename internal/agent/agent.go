@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/stickyd/stickyd/internal/api"
+	"github.com/stickyd/stickyd/internal/api/client"
 	"github.com/stickyd/stickyd/internal/bundle"
 	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/consul"
@@ -93,9 +94,13 @@ type Agent struct {
 	registry *prometheus.Registry
 	// tls is mutual TLS on the raft and peer-link ports; nil without a
 	// tls block.
-	tls   *tlsutil.Manager
-	http  *http.Client
-	peers server.Peers
+	tls *tlsutil.Manager
+	// remote calls the other agents' admin APIs; cluster is this agent's
+	// membership and the log it writes through (set once raft is up;
+	// clusterSet for the admin handlers that may run before).
+	remote     *server.Remote
+	cluster    *server.Cluster
+	clusterSet atomic.Pointer[server.Cluster]
 	// mu guards restart.
 	mu sync.Mutex
 	// registerMu orders the agent's registrations of its workers.
@@ -115,7 +120,7 @@ type Agent struct {
 	forget     *forgetter
 	stopForget chan struct{}
 	// disk watches the data directory's free space (nil without one).
-	disk       *diskGuard
+	disk       *server.DiskGuard
 	stopDisk   chan struct{}
 	activity   *front.Activity
 	builtins   map[string]Builtin
@@ -156,7 +161,7 @@ func New(cfg *Config, builtins map[string]Builtin, log hclog.Logger) (*Agent, er
 	if err := cfg.Finish(); err != nil {
 		return nil, fmt.Errorf("checking configuration: %w", err)
 	}
-	a := &Agent{cfg: cfg, log: log, http: &http.Client{Timeout: 30 * time.Second}}
+	a := &Agent{cfg: cfg, log: log}
 	a.builtins = builtins
 	var err error
 	if a.bundles, err = openBundles(cfg); err != nil {
@@ -250,16 +255,21 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	a.raftSet.Store(a.raft)
 	a.parts.add("raft", nil, func(context.Context) error { return a.raft.Shutdown() })
+	a.cluster = server.NewCluster(server.Config{Name: a.cfg.Name, Server: a.cfg.IsServer(),
+		BootstrapExpect: a.cfg.Server.BootstrapExpect, DeadServerCleanup: a.cfg.DeadServerCleanupAfter(),
+		RetryJoin: a.cfg.Server.RetryJoin, Discover: a.discoverServers, Raft: a.raft, Maps: a.fsm, Remote: a.remote,
+		Self: a.self, Started: a.isStarted, Logger: a.log})
+	a.clusterSet.Store(a.cluster)
 	a.keyring = keyring.New(keyring.Config{Mine: mine, Maps: a.fsm, Log: a.raft, Leader: a.raft,
-		Forward: a.forwardToLeader, Registry: a.registry, Logger: a.log})
+		Forward: a.cluster.Forward, Registry: a.registry, Logger: a.log})
 	// The leader's tasks are added as their parts start; the owner of the
 	// notifications starts last (they wait in the channel meanwhile).
 	a.leadership = server.New(a.log.Named("leadership"), notify, a.raft.Barrier)
 	if a.cfg.Server.BootstrapExpect > 1 || !a.cfg.IsServer() {
 		jctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		join := a.join
+		join := a.cluster.Join
 		if !a.cfg.IsServer() {
-			join = a.joinAsHost
+			join = a.cluster.JoinAsHost
 		}
 		err := join(jctx)
 		cancel()
@@ -272,13 +282,12 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	if err := a.raft.WaitLeader(wctx); err != nil {
 		return err
 	}
-	log := forwardingLog{a}
-	gate := &entryGate{a: a}
-	a.fsm.SetEntryGate(gate.allow)
+	log := a.cluster
+	a.fsm.SetEntryGate(a.cluster.AllowEntry)
 	a.mover = move.New(move.Config{FreezeTimeout: duration(a.cfg.Move.FreezeTimeout), Logger: a.log.Named("move"), Registry: a.registry, Encode: a.fsm.EncodeEntry},
 		a.fsm, log, a.router, a.park)
 	a.sup = supervisor.New(a.fsm, log, a.router, a.mover)
-	a.sup.SetBatchGate(func() bool { return gate.allow(fsm.ConnectBatchRequestType) })
+	a.sup.SetBatchGate(func() bool { return a.cluster.AllowEntry(fsm.ConnectBatchRequestType) })
 	rep, err := a.recover(ctx)
 	if err != nil {
 		return err
@@ -293,8 +302,8 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	a.mu.Unlock()
 	a.leadership.Add("roll back interrupted moves, seed the cookie key ring", a.establishLeadership)
 	if a.cfg.IsServer() && a.cfg.Server.BootstrapExpect > 1 {
-		a.startLoop("membership", a.membershipLoop)
-		a.leadership.Add("autopilot", a.autopilotLoop)
+		a.startLoop("membership", a.cluster.Membership)
+		a.leadership.Add("autopilot", a.cluster.Autopilot)
 	}
 	a.pool.Parcels = clusterParcels{a}
 	a.pool.ProbeInterval, a.pool.ProbeMisses = duration(a.cfg.Probe.Interval), a.cfg.Probe.Misses
@@ -353,15 +362,16 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	a.served = make(chan error, 1)
 	if a.cfg.DataDir != "" {
-		g, err := newDiskGuard(a, a.cfg.DataDir, a.registry)
+		g, err := server.NewDiskGuard(server.DiskConfig{Dir: a.cfg.DataDir, Pause: a.pool.PauseCheckpoints,
+			Resume: a.pool.ResumeCheckpoints, Registry: a.registry, Logger: a.log})
 		if err != nil {
 			return fmt.Errorf("disk metrics: %w", err)
 		}
-		g.check()
+		g.Check()
 		a.disk, a.stopDisk = g, make(chan struct{})
-		a.sup.SetAdmission(g.admit)
-		go g.run(a.stopDisk)
-		a.parts.add("disk guard", func(context.Context) { g.stop() }, func(context.Context) error { close(a.stopDisk); return nil })
+		a.sup.SetAdmission(g.Admit)
+		go g.Run(a.stopDisk)
+		a.parts.add("disk guard", func(context.Context) { g.Stop() }, func(context.Context) error { close(a.stopDisk); return nil })
 	}
 	if a.cfg.FrontEnabled() {
 		a.activity = front.NewActivity()
@@ -407,14 +417,14 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 			a.parts.add("idle parking", nil, func(context.Context) error { close(a.stopIdle); a.idle.wait(); return nil })
 		}
 	}
-	a.api.Store(api.Handler(api.Config{Token: a.token, ReadToken: a.cfg.Admin.ReadToken, Supervisor: people{a}, Gatherer: a.registry, Logger: a.log.Named("api"),
+	a.api.Store(api.Handler(api.Config{Token: a.token, ReadToken: a.cfg.Admin.ReadToken, Supervisor: people{sup: a.sup, maps: a.fsm, gw: a.gw}, Gatherer: a.registry, Logger: a.log.Named("api"),
 		Workers: a.workersView, Status: a.status,
 		Events: func() any { return a.govern.Events() },
 		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: governance.CheckGroup, CheckBundle: a.checkBundle,
 		Monitor:      func(ctx context.Context, q fsm.UserQuery) (any, error) { return a.monitorPage(ctx, q) },
 		MonitorLocal: func(q api.LocalQuery) any { return a.localMonitor(q) },
 		Maintenance:  a.maint, Extra: a.extraRoutes,
-		JobLog: jobLog{a}, AgentName: a.cfg.Name}))
+		JobLog: a.cluster.Jobs(), AgentName: a.cfg.Name}))
 	a.startDeployment()
 	// Every leader task is added: the owner of raft's notifications
 	// starts, and stops first (no leader task races the parking).
@@ -538,9 +548,16 @@ func (a *Agent) startAdmin() error {
 		return err
 	}
 	a.token = tok
+	a.remote = server.NewRemote(tok, a.adminHTTPS(), a.adminTransport())
 	h := api.Cluster(api.ClusterConfig{Token: tok, Logger: a.log.Named("api"),
-		Self:  func() any { return a.self() },
-		Apply: a.applyHandler,
+		Self: func() any { return a.self() },
+		Apply: func(ctx context.Context, entry []byte) (any, uint64, int, error) {
+			c := a.clusterSet.Load()
+			if c == nil {
+				return nil, 0, http.StatusServiceUnavailable, errors.New("raft is not up yet")
+			}
+			return c.ServeApply(ctx, entry)
+		},
 		Park: func(digest string) ([]byte, error) {
 			return a.park.Get(digest)
 		},
@@ -551,8 +568,20 @@ func (a *Agent) startAdmin() error {
 			_, err := a.hold(b)
 			return err
 		},
-		Member: a.memberHandler,
-		Health: a.clusterHealth,
+		Member: func(ctx context.Context, req api.MemberRequest) (int, error) {
+			c := a.clusterSet.Load()
+			if c == nil {
+				return http.StatusServiceUnavailable, errors.New("raft is not up yet")
+			}
+			return c.ServeMember(ctx, req)
+		},
+		Health: func() (bool, any) {
+			c := a.clusterSet.Load()
+			if c == nil {
+				return false, map[string]string{"status": "starting", "error": "raft is not up yet"}
+			}
+			return c.Health()
+		},
 		Rest: func() http.Handler {
 			h, _ := a.api.Load().(http.Handler)
 			return h
@@ -575,26 +604,15 @@ func (a *Agent) startAdmin() error {
 // adminHTTPS says the admin APIs speak HTTPS (tls.https).
 func (a *Agent) adminHTTPS() bool { return a.tls != nil && a.cfg.TLS.HTTPS }
 
-// adminURL is the base URL of an agent's admin API at addr ("host:port").
-func (a *Agent) adminURL(addr string) string {
-	if strings.Contains(addr, "://") {
-		return addr
-	}
-	if a.adminHTTPS() {
-		return "https://" + addr
-	}
-	return "http://" + addr
-}
-
 // adminTransport is the transport of the calls to other agents' admin
 // APIs: with tls.https, TLS checking that the other side is an agent of
 // the cluster (a server or a host) as the peer links do.
-func (a *Agent) adminTransport() http.RoundTripper {
-	t := http.DefaultTransport.(*http.Transport).Clone()
+func (a *Agent) adminTransport() *http.Transport {
+	var tc *tls.Config
 	if a.adminHTTPS() {
-		t.TLSClientConfig = a.tls.ClientTLS(tlsutil.RoleServer, tlsutil.RoleHost)
+		tc = a.tls.ClientTLS(tlsutil.RoleServer, tlsutil.RoleHost)
 	}
-	return t
+	return client.NewTransport(tc)
 }
 
 // adminToken finds the admin token: configured, $STICKYD_TOKEN, the data
@@ -757,7 +775,9 @@ func (a *Agent) extraRoutes(mux *http.ServeMux, wrap func(func(http.ResponseWrit
 	a.gatewayRoutes(mux, wrap)
 	a.govern.Routes(mux, wrap)
 	if a.cfg.IsServer() {
-		a.operatorRoutes(mux, wrap)
+		a.cluster.OperatorRoutes(mux, wrap)
+		mux.HandleFunc("POST /v1/operator/teardown", wrap(a.teardownHandler))
+		a.keyring.Routes(mux, wrap)
 	}
 }
 
@@ -773,7 +793,7 @@ func (a *Agent) Served() <-chan error { return a.served }
 func (a *Agent) health() map[string]any {
 	conns, users := a.fsm.Counts()
 	return map[string]any{"workers": a.pool.Workers(), "ready": a.pool.Ready(), "ready_workers": a.pool.Ready(), "connections": conns, "users": users,
-		"restart": a.Restart(), "disk_full": a.disk != nil && a.disk.full.Load()}
+		"restart": a.Restart(), "disk_full": a.disk != nil && a.disk.Full()}
 }
 
 // Restart reports what the agent found of its last stop.
@@ -863,7 +883,7 @@ func (a *Agent) stopWorkers(ctx context.Context) error {
 	}
 	a.snapshotForStart()
 	if a.started && !a.cfg.IsServer() {
-		a.leaveCluster(ctx)
+		a.cluster.Leave(ctx)
 	}
 	_ = a.pool.Close()
 	if x := a.Checkpoints(); x != nil {

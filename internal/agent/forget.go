@@ -114,7 +114,7 @@ func (f *forgetter) stamp(ctx context.Context, now time.Time) {
 	if f.activity == nil {
 		return
 	}
-	if f.a.disk != nil && f.a.disk.full.Load() {
+	if f.a.disk != nil && f.a.disk.Full() {
 		// The stamps can wait for room: the reserve is raft's for the
 		// writes that cannot (those seen meanwhile stay in Activity).
 		return

@@ -3,19 +3,17 @@ package agent
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/stickyd/stickyd/internal/gateway/cluster"
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/protocol"
-	"github.com/stickyd/stickyd/internal/raftnode"
 )
 
 // The AI gateway in the server role (docs/gateway.md) lives in
 // internal/gateway/cluster; this file wires it to the agent: its block in
 // the configuration, its start and stop, its admin routes, its workers'
-// calls, and what it needs of this server (gatewayServer).
+// calls, and what it needs of this server (server.Cluster).
 
 // GatewayConfig is the gateway block; GatewayModel a model callers ask
 // for by name; GatewayDeployment one provider account serving a model.
@@ -43,7 +41,7 @@ func (a *Agent) startGateway() error {
 	if a.cfg.Gateway == nil {
 		return nil
 	}
-	gw, err := cluster.New(a.cfg.Gateway, gatewayServer{a}, a.fsm, a.log)
+	gw, err := cluster.New(a.cfg.Gateway, a.cluster, a.fsm, a.log)
 	if err != nil {
 		return err
 	}
@@ -101,40 +99,4 @@ func (a *Agent) GatewayGRPCAddr() string {
 		return ""
 	}
 	return a.gw.GRPCAddr()
-}
-
-// gatewayServer is the agent as the gateway's server.
-type gatewayServer struct{ a *Agent }
-
-var _ cluster.Server = gatewayServer{}
-
-func (s gatewayServer) Name() string         { return s.a.cfg.Name }
-func (s gatewayServer) Raft() *raftnode.Node { return s.a.raftNode() }
-
-func (s gatewayServer) Apply(ctx context.Context, entry []byte) (any, error) {
-	return forwardingLog{s.a}.Apply(ctx, entry)
-}
-
-func (s gatewayServer) AdminOf(id, raftAddr string) string { return s.a.peers.AdminOf(id, raftAddr) }
-func (s gatewayServer) RefreshPeers(ctx context.Context) {
-	_, leader := s.a.raft.Leader()
-	s.a.refreshPeers(ctx, leader)
-}
-
-func (s gatewayServer) Fetch(ctx context.Context, method, addr, path string, body []byte) ([]byte, error) {
-	return s.a.fetch(ctx, method, addr, path, body)
-}
-
-func (s gatewayServer) AdminRequest(ctx context.Context, method, addr, path string, body io.Reader) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, method, s.a.adminURL(addr)+path, body)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("X-Stickyd-Token", s.a.token)
-	return req, nil
-}
-
-// StreamClient makes calls that may last as long as an answer streams.
-func (s gatewayServer) StreamClient() *http.Client {
-	return &http.Client{Transport: s.a.http.Transport}
 }

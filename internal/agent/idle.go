@@ -61,7 +61,7 @@ func (p *idleParker) every() time.Duration {
 func (p *idleParker) run(stop <-chan struct{}) {
 	defer p.wg.Done()
 	ticking(stop, p.every(), func(ctx context.Context) {
-		if p.a.disk != nil && p.a.disk.full.Load() {
+		if p.a.disk != nil && p.a.disk.Full() {
 			return // a parked package needs the disk
 		}
 		if reqs := p.due(); len(reqs) > 0 {

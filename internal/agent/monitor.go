@@ -207,7 +207,7 @@ func (a *Agent) monitorView(ctx context.Context) (monitor.View, error) {
 func (a *Agent) monitorPage(ctx context.Context, q fsm.UserQuery) (monitor.View, error) {
 	_, leader := a.raft.Leader()
 	v := monitor.View{At: time.Now(), Agent: a.cfg.Name, Leader: leader, Default: a.sup.DefaultGroup(), Events: a.govern.Events()}
-	page := (people{a}).UsersPage(q)
+	page := (people{sup: a.sup, maps: a.fsm, gw: a.gw}).UsersPage(q)
 	v.Tally = a.fsm.Tally()
 	v.Next = monitor.EncodeCursor(page.Next)
 	names := make(map[string]bool, len(page.Users))

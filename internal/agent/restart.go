@@ -220,7 +220,7 @@ func (a *Agent) syncReplica(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	if _, err := (forwardingLog{a}).Apply(ctx, entry); err != nil {
+	if _, err := a.cluster.Apply(ctx, entry); err != nil {
 		a.log.Warn("could not catch up with the leader's maps", "error", err)
 	}
 }

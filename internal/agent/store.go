@@ -127,7 +127,7 @@ func (a *Agent) storeOp(ctx context.Context, kind string, op any) (fsm.StoreResu
 	if err != nil {
 		return fsm.StoreResult{}, err
 	}
-	v, err := (forwardingLog{a}).Apply(ctx, entry)
+	v, err := a.cluster.Apply(ctx, entry)
 	if err != nil {
 		return fsm.StoreResult{}, err
 	}

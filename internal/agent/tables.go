@@ -103,7 +103,7 @@ func (t *tables) record(worker string, set []string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := (forwardingLog{t.a}).Apply(ctx, entry); err != nil {
+	if _, err := t.a.cluster.Apply(ctx, entry); err != nil {
 		t.a.log.Error("recording table subscriptions", "worker", worker, "error", err)
 	}
 }

@@ -140,17 +140,16 @@ func waitGroupAllocs(ctx context.Context, client *nomadapi.Client, progress func
 // forwardStream sends an operator call to the leader and copies its
 // answer as it comes.
 func (a *Agent) forwardStream(w http.ResponseWriter, r *http.Request, path string) error {
-	admin := a.leaderAdmin(r.Context())
+	admin := a.cluster.LeaderAdmin(r.Context())
 	if admin == "" {
 		return &api.Error{Status: http.StatusServiceUnavailable, Message: "no leader known yet; retry"}
 	}
-	req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, a.adminURL(admin)+path, nil)
+	req, err := a.remote.AdminRequest(r.Context(), http.MethodPost, admin, path, nil)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("X-Stickyd-Token", a.token)
 	// No client timeout: the leader's answer streams until it is done.
-	resp, err := (&http.Client{Transport: a.http.Transport}).Do(req)
+	resp, err := a.remote.StreamClient().Do(req)
 	if err != nil {
 		return &api.Error{Status: http.StatusBadGateway, Message: "asking the leader: " + err.Error()}
 	}

@@ -57,10 +57,6 @@ func (a *Agent) startTLS() error {
 		})
 	}
 	a.tls = m
-	if a.cfg.TLS.HTTPS {
-		// The calls to the other agents' admin APIs go over HTTPS.
-		a.http.Transport = a.adminTransport()
-	}
 	return nil
 }
 

@@ -18,6 +18,7 @@ package client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -80,6 +81,15 @@ type Config struct {
 	// address is not one it names (server.global.stickyd). It is used
 	// with CAFile only.
 	TLSServerName string
+	// Transport, when set, carries the calls in place of one New builds
+	// (CAFile and TLSServerName are then unused): the agents share one,
+	// with their mutual TLS, across the clients of each other's APIs.
+	Transport *http.Transport
+	// Timeout bounds a whole call that is not a stream (default 60 s);
+	// MaxAnswerBytes what a call reads of an answer (default 64 MiB: a
+	// parked package fetched by another agent needs more).
+	Timeout        time.Duration
+	MaxAnswerBytes int64
 }
 
 // Client calls the admin API. It is safe for concurrent use; Close it when
@@ -88,6 +98,8 @@ type Client struct {
 	base  *url.URL // scheme://host[:port][/prefix], no trailing slash
 	token string
 	tr    *http.Transport
+	// max bounds what a call reads of an answer.
+	max int64
 	// call bounds a whole call; stream only bounds the dial and the TLS
 	// handshake, since a drain or a job answers for as long as its moves
 	// take (the caller's context ends it).
@@ -122,21 +134,34 @@ func New(cfg Config) (*Client, error) {
 	}
 	u.Path = strings.TrimRight(u.Path, "/")
 	u.RawQuery, u.Fragment = "", ""
-	tr := &http.Transport{
+	tr := cfg.Transport
+	if tr == nil {
+		tr = NewTransport(tlsCfg)
+	}
+	timeout, limit := cmp.Or(cfg.Timeout, callTimeout), cmp.Or(cfg.MaxAnswerBytes, maxBody)
+	return &Client{
+		base:   u,
+		token:  cfg.Token,
+		tr:     tr,
+		max:    limit,
+		call:   &http.Client{Transport: tr, Timeout: timeout},
+		stream: &http.Client{Transport: tr},
+	}, nil
+}
+
+// NewTransport is the transport of a client: bounded dials and TLS
+// handshakes, idle connections kept for 30 s, and tlsCfg (nil: the
+// system's roots).
+func NewTransport(tlsCfg *tls.Config) *http.Transport {
+	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
 		TLSHandshakeTimeout:   dialTimeout,
 		IdleConnTimeout:       30 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		TLSClientConfig:       tlsCfg,
+		MaxIdleConnsPerHost:   16,
 	}
-	return &Client{
-		base:   u,
-		token:  cfg.Token,
-		tr:     tr,
-		call:   &http.Client{Transport: tr, Timeout: callTimeout},
-		stream: &http.Client{Transport: tr},
-	}, nil
 }
 
 // Address is the API's base URL, as the calls use it: scheme, host and
@@ -155,6 +180,9 @@ func (c *Client) Close() { c.tr.CloseIdleConnections() }
 type Error struct {
 	Status  int
 	Message string
+	// Kind is the API's name for the refusal's cause, when it gives one
+	// ({"kind": "busy"}, fsm.KindError): agents rebuild the sentinel.
+	Kind string
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -237,12 +265,42 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		return nil, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, c.max))
 	if err != nil {
 		return nil, c.transportErr(err)
 	}
 	return b, nil
 }
+
+// Raw calls method path with body as it is (a raft entry, a parked
+// package: not JSON) and returns the answer's body as it came. Agents call
+// each other's internal routes through it.
+func (c *Client) Raw(ctx context.Context, method, path string, body []byte) ([]byte, error) {
+	var rd any
+	if body != nil {
+		rd = rawBody(body)
+	}
+	return c.do(ctx, method, path, nil, rd)
+}
+
+// rawBody is a request body sent as it is.
+type rawBody []byte
+
+// NewRequest is a request to path (with its query) carrying the client's
+// token, for a caller that reads the answer as it streams (the gateway
+// passing a streamed answer on): send it with StreamClient.
+func (c *Client) NewRequest(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base.String()+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("X-Stickyd-Token", c.token)
+	return req, nil
+}
+
+// StreamClient sends requests over the client's transport with no timeout
+// but their context's (and the dial's).
+func (c *Client) StreamClient() *http.Client { return c.stream }
 
 // open calls method path and returns the answer's body to read as it
 // comes; only ctx (and the dial timeout) bounds it. The caller closes it.
@@ -262,12 +320,16 @@ func (c *Client) send(ctx context.Context, hc *http.Client, method, path string,
 		u += "?" + q
 	}
 	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
+	switch b := body.(type) {
+	case nil:
+	case rawBody:
+		rd = bytes.NewReader(b)
+	default:
+		j, err := json.Marshal(body)
 		if err != nil {
 			return nil, fmt.Errorf("encoding the request: %w", err)
 		}
-		rd = bytes.NewReader(b)
+		rd = bytes.NewReader(j)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
@@ -275,7 +337,11 @@ func (c *Client) send(ctx context.Context, hc *http.Client, method, path string,
 	}
 	req.Header.Set("X-Stickyd-Token", c.token)
 	req.Header.Set("Accept", "application/json")
-	if body != nil {
+	switch body.(type) {
+	case nil:
+	case rawBody:
+		req.Header.Set("Content-Type", "application/octet-stream")
+	default:
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := hc.Do(req)
@@ -295,9 +361,10 @@ func (c *Client) send(ctx context.Context, hc *http.Client, method, path string,
 func errorFromBody(status int, b []byte) *Error {
 	var e struct {
 		Error string `json:"error"`
+		Kind  string `json:"kind"`
 	}
 	if json.Unmarshal(b, &e) == nil && e.Error != "" {
-		return &Error{Status: status, Message: e.Error}
+		return &Error{Status: status, Message: e.Error, Kind: e.Kind}
 	}
 	msg := fmt.Sprintf("the admin API answered %d %s", status, http.StatusText(status))
 	if line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n"); line != "" {

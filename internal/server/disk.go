@@ -1,4 +1,4 @@
-package agent
+package server
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stickyd/stickyd/internal/placement"
@@ -28,9 +29,8 @@ import (
 //     lost.
 //
 // A stop with the disk full parks whoever fits and names the others.
-type diskGuard struct {
-	a   *Agent
-	dir string
+type DiskGuard struct {
+	cfg DiskConfig
 
 	full     atomic.Bool
 	mu       sync.Mutex // serialises check
@@ -40,8 +40,21 @@ type diskGuard struct {
 	episodes prometheus.Counter
 }
 
-func newDiskGuard(a *Agent, dir string, reg prometheus.Registerer) (*diskGuard, error) {
-	g := &diskGuard{a: a, dir: dir,
+// DiskConfig is what a DiskGuard watches and tells.
+type DiskConfig struct {
+	// Dir is the data directory.
+	Dir string
+	// Pause and Resume pause the crash checkpoints while the disk is full
+	// and resume them once it has room.
+	Pause, Resume func()
+	Registry      prometheus.Registerer
+	Logger        hclog.Logger
+}
+
+// NewDiskGuard registers the guard's metrics; Run watches.
+func NewDiskGuard(cfg DiskConfig) (*DiskGuard, error) {
+	reg := cfg.Registry
+	g := &DiskGuard{cfg: cfg,
 		free: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stickyd_disk_free_bytes",
 			Help: "Free bytes of the data directory's file system, as the agent last read them."}),
 		fullG: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stickyd_disk_full",
@@ -62,18 +75,18 @@ func reserve(total uint64) uint64 {
 	return min(max(total/10, 1<<20), 64<<20)
 }
 
-// admit refuses a new session while the disk is full.
-func (g *diskGuard) admit() error {
+// Admit refuses a new session while the disk is full.
+func (g *DiskGuard) Admit() error {
 	if g.full.Load() {
 		return fmt.Errorf("%w (below its reserve of free space)", placement.ErrDiskFull)
 	}
 	return nil
 }
 
-// check reads the free space and changes the state on a crossing.
-func (g *diskGuard) check() {
+// Check reads the free space and changes the state on a crossing.
+func (g *DiskGuard) Check() {
 	var st syscall.Statfs_t
-	if err := syscall.Statfs(g.dir, &st); err != nil {
+	if err := syscall.Statfs(g.cfg.Dir, &st); err != nil {
 		return
 	}
 	total, avail := st.Blocks*uint64(st.Bsize), st.Bavail*uint64(st.Bsize)
@@ -86,35 +99,39 @@ func (g *diskGuard) check() {
 		g.full.Store(true)
 		g.fullG.Set(1)
 		g.episodes.Inc()
-		if !g.stopped && g.a.pool != nil {
-			g.a.pool.PauseCheckpoints()
+		if !g.stopped {
+			g.cfg.Pause()
 		}
-		g.a.log.Warn("the data directory is full: new sessions are refused, checkpoints and idle parking paused until it has room",
-			"dir", g.dir, "free_bytes", avail, "reserve_bytes", keep)
+		g.cfg.Logger.Warn("the data directory is full: new sessions are refused, checkpoints and idle parking paused until it has room",
+			"dir", g.cfg.Dir, "free_bytes", avail, "reserve_bytes", keep)
 	case full && avail > 2*keep:
 		g.full.Store(false)
 		g.fullG.Set(0)
-		if !g.stopped && g.a.pool != nil {
-			g.a.pool.ResumeCheckpoints()
+		if !g.stopped {
+			g.cfg.Resume()
 		}
-		g.a.log.Info("the data directory has room again: new sessions, checkpoints and idle parking resume", "dir", g.dir, "free_bytes", avail)
+		g.cfg.Logger.Info("the data directory has room again: new sessions, checkpoints and idle parking resume", "dir", g.cfg.Dir, "free_bytes", avail)
 	}
 }
 
-// stop ends the checkpoints' resumption: the agent is on its way down
+// Stop ends the checkpoints' resumption: the agent is on its way down
 // (the stop pauses them itself).
-func (g *diskGuard) stop() {
+func (g *DiskGuard) Stop() {
 	g.mu.Lock()
 	g.stopped = true
 	g.mu.Unlock()
 }
 
-// run checks twice a second until done closes.
-func (g *diskGuard) run(done <-chan struct{}) {
+// Full reports whether the data directory is below its reserve (never
+// for a nil guard: no data directory).
+func (g *DiskGuard) Full() bool { return g != nil && g.full.Load() }
+
+// Run checks twice a second until done closes.
+func (g *DiskGuard) Run(done <-chan struct{}) {
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
 	for {
-		g.check()
+		g.Check()
 		select {
 		case <-done:
 			return
