@@ -6,16 +6,13 @@ package agent
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -490,7 +487,7 @@ func (a *Agent) startFront(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("front: listening on %s: %w", a.cfg.Front.Address, err)
 	}
-	maxConns, files := frontConnections(a.cfg.Front.MaxConnections)
+	maxConns, files := front.Connections(a.cfg.Front.MaxConnections)
 	a.listener = a.front.Limit(a.listener, maxConns)
 	frontAddr := a.listener.Addr().String()
 	a.frontAddr.Store(&frontAddr)
@@ -521,29 +518,9 @@ func (a *Agent) startFront(ctx context.Context) error {
 	return nil
 }
 
-// frontConnections is front.max_connections, or when it is 0 the bound
-// derived from the process's file limit (raised to its hard limit first):
-// the limit less a fifth of it (at least 256, at most 10000), kept for
-// raft, the park store, the workers and the admin API. It also returns the
-// file limit (0 if unknown, and then no bound unless configured).
-func frontConnections(configured int) (int, uint64) {
-	files, _ := raiseFileLimit()
-	if configured > 0 {
-		return configured, files
-	}
-	if files == 0 || files > 1<<30 {
-		return 0, files
-	}
-	reserve := min(max(files/5, 256), 10000)
-	if files <= reserve {
-		return 1, files
-	}
-	return int(files - reserve), files
-}
-
 // startAdmin serves the admin API.
 func (a *Agent) startAdmin() error {
-	tok, err := a.adminToken()
+	tok, err := server.AdminToken(server.TokenSource{Token: a.cfg.Admin.Token, File: a.cfg.Admin.TokenFile, DataDir: a.cfg.DataDir}, a.log)
 	if err != nil {
 		return err
 	}
@@ -615,70 +592,6 @@ func (a *Agent) adminTransport() *http.Transport {
 	return client.NewTransport(tc)
 }
 
-// adminToken finds the admin token: configured, $STICKYD_TOKEN, the data
-// dir's admin.token (created once), or a random one (dev).
-func (a *Agent) adminToken() (string, error) {
-	if a.cfg.Admin.Token != "" {
-		return a.cfg.Admin.Token, nil
-	}
-	if path := a.cfg.Admin.TokenFile; path != "" {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return "", fmt.Errorf("reading the admin token: %w", err)
-		}
-		t := strings.TrimSpace(string(b))
-		if t == "" {
-			return "", fmt.Errorf("admin token_file %s is empty", path)
-		}
-		return t, nil
-	}
-	if t := os.Getenv("STICKYD_TOKEN"); t != "" {
-		return t, nil
-	}
-	if a.cfg.DataDir == "" {
-		return randomToken(), nil
-	}
-	path := filepath.Join(a.cfg.DataDir, "admin.token")
-	b, err := readOrCreate(path, "admin token", func() []byte {
-		return []byte(randomToken() + "\n")
-	})
-	if err != nil {
-		return "", err
-	}
-	t := strings.TrimSpace(string(b))
-	if t == "" {
-		// An empty file names no token: make one, as on a first start.
-		t = randomToken()
-		if err := os.WriteFile(path, []byte(t+"\n"), 0o600); err != nil {
-			return "", fmt.Errorf("writing admin token: %w", err)
-		}
-	}
-	// Where the token is, never the token: the CLI wants it in
-	// STICKYD_TOKEN (or -token).
-	a.log.Info("admin token in a file: export STICKYD_TOKEN=$(cat FILE) for the CLI", "file", path)
-	return t, nil
-}
-
-// readOrCreate reads a secret file, creating it (and its directory) with
-// make's content, mode 0600, when it does not exist yet.
-func readOrCreate(path, what string, make func() []byte) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if err == nil {
-		return b, nil
-	}
-	if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("reading %s: %w", what, err)
-	}
-	b = make()
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("creating the directory of the %s: %w", what, err)
-	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		return nil, fmt.Errorf("writing %s: %w", what, err)
-	}
-	return b, nil
-}
-
 // ranBefore reports whether dataDir holds raft state from an earlier run.
 func ranBefore(dataDir string) bool {
 	if dataDir == "" {
@@ -686,12 +599,6 @@ func ranBefore(dataDir string) bool {
 	}
 	entries, err := os.ReadDir(filepath.Join(dataDir, "raft"))
 	return err == nil && len(entries) > 0
-}
-
-func randomToken() string {
-	b := make([]byte, 18)
-	_, _ = rand.Read(b)
-	return base64.RawURLEncoding.EncodeToString(b)
 }
 
 // woken records a wake in the maps and drops the package it came from.

@@ -1,4 +1,4 @@
-package agent
+package tlsutil
 
 import (
 	"os"
@@ -6,18 +6,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stickyd/stickyd/internal/tlsutil"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
-// An agent refuses to start with a certificate that does not name its
+// An agent (Start) refuses to start with a certificate that does not name its
 // role, or files that do not belong together, saying which.
 func TestTLSStartRefusesTheWrongCertificate(t *testing.T) {
 	dir := t.TempDir()
-	ca, err := tlsutil.CreateCA("global", 1)
+	ca, err := CreateCA("global", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, err := tlsutil.CreateCert(ca, tlsutil.CertRequest{Role: tlsutil.RoleHost, Days: 1})
+	host, err := CreateCert(ca, CertRequest{Role: RoleHost, Days: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,15 +29,14 @@ func TestTLSStartRefusesTheWrongCertificate(t *testing.T) {
 		}
 		return p
 	}
-	cfg := &TLSConfig{CAFile: write("ca.pem", ca.Cert), CertFile: write("host.pem", host.Cert), KeyFile: write("host-key.pem", host.Key)}
-	a := &Agent{cfg: &Config{TLS: cfg, Server: &ServerConfig{}}}
-	err = a.startTLS()
+	cfg := Config{CAFile: write("ca.pem", ca.Cert), CertFile: write("host.pem", host.Cert), KeyFile: write("host-key.pem", host.Key)}
+	_, err = Start(cfg, RoleServer, prometheus.NewRegistry(), hclog.NewNullLogger())
 	if err == nil || !strings.Contains(err.Error(), "server.global.stickyd") || !strings.Contains(err.Error(), "-server") {
 		t.Fatalf("a server with a host certificate: %v", err)
 	}
-	other, _ := tlsutil.CreateCA("global", 1)
+	other, _ := CreateCA("global", 1)
 	cfg.CAFile = write("other.pem", other.Cert)
-	if err := a.startTLS(); err == nil || !strings.Contains(err.Error(), "not signed by") {
+	if _, err := Start(cfg, RoleServer, prometheus.NewRegistry(), hclog.NewNullLogger()); err == nil || !strings.Contains(err.Error(), "not signed by") {
 		t.Fatalf("a certificate of another CA: %v", err)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package agent
+package front
 
 // raiseFileLimit has no file limit to raise here.
 func raiseFileLimit() (uint64, error) { return 0, nil }
