@@ -122,3 +122,7 @@ func (g *diskGuard) run(done <-chan struct{}) {
 		}
 	}
 }
+
+// diskFull reports whether the data directory is below its reserve (never
+// without a data directory).
+func (a *Agent) diskFull() bool { return a.disk != nil && a.disk.full.Load() }
