@@ -34,6 +34,7 @@ import (
 	"github.com/stickyd/stickyd/internal/governance"
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/keyring"
+	"github.com/stickyd/stickyd/internal/lifecycle"
 	"github.com/stickyd/stickyd/internal/maintenance"
 	"github.com/stickyd/stickyd/internal/monitor"
 	"github.com/stickyd/stickyd/internal/move"
@@ -69,8 +70,8 @@ type Agent struct {
 	mover        *move.Mover
 	sup          *supervisor.Supervisor
 	restart      RestartReport
-	// offline are the people the last stop parked with no quorum.
-	offline  offlineParks
+	// life parks everyone on the way down and finds them on the way up.
+	life     *lifecycle.Parker
 	front    *front.Front
 	server   *http.Server
 	listener net.Listener
@@ -109,13 +110,11 @@ type Agent struct {
 	router     *router
 	govern     *governance.Executor
 	stopGovern chan struct{}
-	// idle parks idle people (lifecycle.idle_park); nil when off.
-	idle     *idleParker
-	stopIdle chan struct{}
+	// idle parks idle people (lifecycle.idle_park) if it is on.
+	idle *lifecycle.IdleParker
 	// forget stamps who the front saw and forgets who nobody saw
 	// (lifecycle.forget_after); activity is the front's record of it.
-	forget     *forgetter
-	stopForget chan struct{}
+	forget *lifecycle.Forgetter
 	// disk watches the data directory's free space (nil without one).
 	disk       *server.DiskGuard
 	stopDisk   chan struct{}
@@ -285,7 +284,14 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		a.fsm, log, a.router, a.park)
 	a.sup = supervisor.New(a.fsm, log, a.router, a.mover)
 	a.sup.SetBatchGate(func() bool { return a.cluster.AllowEntry(fsm.ConnectBatchRequestType) })
-	rep, err := a.recover(ctx)
+	a.idle = lifecycle.NewIdleParker(lifecycle.IdleConfig{Idle: a.cfg.Lifecycle.Idle(), Groups: a.cfg.idleParks(),
+		Pool: a.pool, Supervisor: a.sup, Mover: a.mover, Park: a.park, DiskFull: func() bool { return a.disk.Full() }, Logger: a.log})
+	a.life = lifecycle.New(lifecycle.Config{Name: a.cfg.Name, DataDir: a.cfg.DataDir, StopTimeout: a.cfg.StopTimeout(),
+		FreezeTimeout: duration(a.cfg.Move.FreezeTimeout), RehomeOnStop: a.cfg.RehomesOnStop(),
+		Maps: a.fsm, Supervisor: a.sup, Pool: a.pool, Park: a.park, Mover: a.mover, Log: log, Leader: a.raft, Router: a.router,
+		Idle: a.idle, Checkpoints: a.startCheckpoints, Logger: a.log,
+		Drain: func(ctx context.Context) error { a.draining.Store(true); return a.register(ctx) }})
+	rep, err := a.life.Recover(ctx)
 	if err != nil {
 		return err
 	}
@@ -305,13 +311,8 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	a.pool.Parcels = clusterParcels{a}
 	a.pool.ProbeInterval, a.pool.ProbeMisses = duration(a.cfg.Probe.Interval), a.cfg.Probe.Misses
 	a.pool.BusyTimeout = duration(a.cfg.Probe.BusyTimeout)
-	a.pool.Woken = a.woken
-	a.offline.discard = func(digest string) {
-		if a.park != nil {
-			_ = a.park.Delete(digest)
-		}
-	}
-	a.pool.Offline = &a.offline
+	a.pool.Woken = a.life.Woken
+	a.pool.Offline = a.life.Offline()
 	if a.tables, err = newTables(a, a.registry); err != nil {
 		return err
 	}
@@ -374,14 +375,11 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		a.activity = front.NewActivity()
 	}
 	if a.activity != nil || (a.pool != nil && a.cfg.Lifecycle.Forget() > 0) {
-		f, err := newForgetter(a, a.cfg.Lifecycle.Forget(), a.activity, a.registry)
-		if err != nil {
+		if a.forget, err = lifecycle.NewForgetter(lifecycle.ForgetConfig{After: a.cfg.Lifecycle.Forget(), Activity: a.activity,
+			Supervisor: a.sup, Pool: a.pool, Mover: a.mover, DiskFull: func() bool { return a.disk.Full() }, Registry: a.registry, Logger: a.log}); err != nil {
 			return fmt.Errorf("lifecycle metrics: %w", err)
 		}
-		a.forget, a.stopForget = f, make(chan struct{})
-		f.wg.Add(1)
-		go f.run(a.stopForget)
-		a.parts.add("forgetting", nil, func(context.Context) error { close(a.stopForget); a.forget.wait(); return nil })
+		a.startLoop("forgetting", a.forget.Run)
 	}
 	if a.cfg.FrontEnabled() {
 		if err := a.startFront(ctx); err != nil {
@@ -394,25 +392,8 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		// No governance move may race the parking.
 		a.parts.add("governance", nil, func(context.Context) error { close(a.stopGovern); a.govern.Wait(); return nil })
 	}
-	if p := newIdleParker(a, a.cfg.Lifecycle.Idle()); a.pool != nil {
-		for _, g := range a.cfg.Groups {
-			if g.IdlePark != "" {
-				if p.groups == nil {
-					p.groups = map[string]time.Duration{}
-				}
-				p.groups[g.Name] = (&LifecycleConfig{IdlePark: g.IdlePark}).Idle()
-			}
-		}
-		on := p.idle > 0
-		for _, d := range p.groups {
-			on = on || d > 0
-		}
-		if on {
-			a.idle, a.stopIdle = p, make(chan struct{})
-			a.idle.wg.Add(1)
-			go a.idle.run(a.stopIdle)
-			a.parts.add("idle parking", nil, func(context.Context) error { close(a.stopIdle); a.idle.wait(); return nil })
-		}
+	if a.idle.On() {
+		a.startLoop("idle parking", a.idle.Run)
 	}
 	a.api.Store(api.Handler(api.Config{Token: a.token, ReadToken: a.cfg.Admin.ReadToken, Supervisor: people{sup: a.sup, maps: a.fsm, gw: a.gw}, Gatherer: a.registry, Logger: a.log.Named("api"),
 		Workers: a.workersView, Status: a.status,
@@ -601,23 +582,6 @@ func ranBefore(dataDir string) bool {
 	return err == nil && len(entries) > 0
 }
 
-// woken records a wake in the maps and drops the package it came from.
-func (a *Agent) woken(user, digest, base string) {
-	a.offline.drop(user) // woken from a newer package than the one parked offline
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := a.sup.Woken(ctx, user, digest); err != nil {
-		a.log.Warn("recording a wake", "user", user, "error", err)
-		return
-	}
-	if u, ok := a.sup.User(user); !ok || u.Package != digest {
-		_ = a.park.Delete(digest)
-	}
-	if base != "" {
-		_ = a.park.Delete(base) // a precopy: nothing else names it
-	}
-}
-
 // AdminAddr is the admin API's listening address.
 func (a *Agent) AdminAddr() string {
 	if a.adminLn == nil {
@@ -655,25 +619,6 @@ func (a *Agent) FSM() *fsm.FSM { return a.fsm }
 // Supervisor is the agent's supervisor.
 func (a *Agent) Supervisor() *supervisor.Supervisor { return a.sup }
 
-// forgetFromWorker forgets a person the site asked to forget (a logout).
-func (a *Agent) forgetFromWorker(worker, user string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for {
-		_, err := a.sup.ForgetUser(ctx, user)
-		if errors.Is(err, fsm.ErrBusy) && ctx.Err() == nil {
-			time.Sleep(250 * time.Millisecond) // moving: forgotten once settled
-			continue
-		}
-		if err != nil {
-			a.log.Warn("forgetting a person the site logged out", "user", user, "worker", worker, "error", err)
-			return
-		}
-		break
-	}
-	a.log.Debug("forgot a person the site logged out", "user", user, "worker", worker)
-}
-
 // Park is the agent's store of parked packages.
 func (a *Agent) Park() park.Store { return a.park }
 
@@ -702,6 +647,15 @@ func (a *Agent) health() map[string]any {
 	return map[string]any{"workers": a.pool.Workers(), "ready": a.pool.Ready(), "ready_workers": a.pool.Ready(), "connections": conns, "users": users,
 		"restart": a.Restart(), "disk_full": a.disk != nil && a.disk.Full()}
 }
+
+// RestartReport says what the agent found of its last stop.
+type RestartReport = lifecycle.RestartReport
+
+// ParkProgress, if set, is told of each person parked while going down.
+type ParkProgress = lifecycle.ParkProgress
+
+// restartDir is where park folders live (and the crash checkpoints below).
+func (a *Agent) restartDir() string { return lifecycle.Dir(a.cfg.DataDir) }
 
 // Restart reports what the agent found of its last stop.
 func (a *Agent) Restart() RestartReport {
@@ -785,8 +739,10 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 // flushed.
 func (a *Agent) stopWorkers(ctx context.Context) error {
 	var errs []error
-	if err := a.parkAll(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("parking: %w", err))
+	if a.started {
+		if err := a.life.ParkAll(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("parking: %w", err))
+		}
 	}
 	a.snapshotForStart()
 	if a.started && !a.cfg.IsServer() {

@@ -282,6 +282,21 @@ func (l *LifecycleConfig) Idle() time.Duration {
 	return d
 }
 
+// idleParks is the idle_park of each group that sets its own (0: off for
+// that group), nil if none does.
+func (c *Config) idleParks() map[string]time.Duration {
+	var out map[string]time.Duration
+	for _, g := range c.Groups {
+		if g.IdlePark != "" {
+			if out == nil {
+				out = map[string]time.Duration{}
+			}
+			out[g.Name] = (&LifecycleConfig{IdlePark: g.IdlePark}).Idle()
+		}
+	}
+	return out
+}
+
 type MoveConfig struct {
 	// FreezeTimeout bounds the freeze; past it the move rolls back ("5s").
 	FreezeTimeout string `hcl:"freeze_timeout,optional"`

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/host"
+	"github.com/stickyd/stickyd/internal/lifecycle"
 	"github.com/stickyd/stickyd/internal/protocol"
 )
 
@@ -160,7 +161,7 @@ func (a *Agent) fromWorker(worker string, incarnation int, env *protocol.Envelop
 	case *protocol.Envelope_GatewayCall:
 		go a.gatewayFromWorker(worker, env, r)
 	case *protocol.Envelope_Forget:
-		go a.forgetFromWorker(worker, b.Forget.User)
+		go lifecycle.ForgetLoggedOut(a.sup, a.log, worker, b.Forget.User)
 	default:
 		if env.Id != 0 {
 			_ = r.ReplyError(env.Id, protocol.Error_BAD_REQUEST, fmt.Sprintf("the host does not handle %T", env.Body))

@@ -1,17 +1,21 @@
-package agent
+package lifecycle
 
 import (
 	"context"
-	"sync"
+	"errors"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/front"
+	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/placement"
 	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/internal/supervisor"
 )
 
 // Forgetting by time (lifecycle.forget_after). Two halves, joined by the
@@ -28,16 +32,37 @@ import (
 // holding them; the time in the maps is at most two intervals old for
 // anyone still active, and the interval is a tenth of forget_after, so an
 // active person is never taken for gone.
-type forgetter struct {
-	a     *Agent
-	after time.Duration // 0: this agent forgets nobody (it still stamps)
-	// activity is this agent's front's; nil without a front.
-	activity *front.Activity
+
+// ForgetConfig is what a Forgetter is built from.
+type ForgetConfig struct {
+	// After is lifecycle.forget_after; 0: this agent forgets nobody (it
+	// still stamps who its front saw, for the agents that do).
+	After time.Duration
+	// Activity is this agent's front's record of who it saw; nil without
+	// a front.
+	Activity   *front.Activity
+	Supervisor *supervisor.Supervisor
+	// Pool is this agent's workers; nil forgets nobody.
+	Pool  *host.Pool
+	Mover *move.Mover
+	// DiskFull reports whether the data directory is full: the stamps
+	// wait for room (nil: never full).
+	DiskFull func() bool
+	// Registry is where the stickyd_lifecycle_* metrics are registered.
+	Registry prometheus.Registerer
+	Logger   hclog.Logger
+}
+
+// Forgetter stamps who this agent's front saw and forgets the people (and
+// connections) of this agent's workers nobody saw for forget_after.
+type Forgetter struct {
+	cfg ForgetConfig
+	log hclog.Logger
 	// stamped is when each person was last written as seen by this
 	// front, so that a person seen all day costs one entry an interval;
-	// stampedConns the same for their connections.
+	// stampedConns the same for their connections. Run's goroutine owns
+	// both.
 	stamped, stampedConns map[string]time.Time
-	wg                    sync.WaitGroup
 
 	stampedTotal        prometheus.Counter
 	forgottenTotal      prometheus.Counter
@@ -45,8 +70,14 @@ type forgetter struct {
 	connsForgottenTotal prometheus.Counter
 }
 
-func newForgetter(a *Agent, after time.Duration, activity *front.Activity, reg prometheus.Registerer) (*forgetter, error) {
-	f := &forgetter{a: a, after: after, activity: activity, stamped: map[string]time.Time{}, stampedConns: map[string]time.Time{},
+// NewForgetter builds a Forgetter and registers its metrics; it does
+// nothing until Run.
+func NewForgetter(cfg ForgetConfig) (*Forgetter, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	f := &Forgetter{cfg: cfg, log: log, stamped: map[string]time.Time{}, stampedConns: map[string]time.Time{},
 		stampedTotal: prometheus.NewCounter(prometheus.CounterOpts{Name: "stickyd_lifecycle_seen_stamped_total",
 			Help: "People this agent's front wrote into the maps as seen (lifecycle.forget_after)."}),
 		forgottenTotal: prometheus.NewCounter(prometheus.CounterOpts{Name: "stickyd_lifecycle_forgotten_total",
@@ -56,9 +87,11 @@ func newForgetter(a *Agent, after time.Duration, activity *front.Activity, reg p
 		connsForgottenTotal: prometheus.NewCounter(prometheus.CounterOpts{Name: "stickyd_lifecycle_connections_forgotten_total",
 			Help: "Connections this agent forgot because no front saw them for lifecycle.forget_after while their person was seen on another."}),
 	}
-	for _, c := range []prometheus.Collector{f.stampedTotal, f.forgottenTotal, f.refusedTotal, f.connsForgottenTotal} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
+	if cfg.Registry != nil {
+		for _, c := range []prometheus.Collector{f.stampedTotal, f.forgottenTotal, f.refusedTotal, f.connsForgottenTotal} {
+			if err := cfg.Registry.Register(c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return f, nil
@@ -67,61 +100,39 @@ func newForgetter(a *Agent, after time.Duration, activity *front.Activity, reg p
 // every is how often the forgetter stamps and looks: a tenth of
 // forget_after, within 250 ms and 10 minutes (10 minutes when off: the
 // front still says who it saw, for agents that do forget).
-func (f *forgetter) every() time.Duration {
-	if f.after <= 0 {
+func (f *Forgetter) every() time.Duration {
+	if f.cfg.After <= 0 {
 		return 10 * time.Minute
 	}
-	return min(max(f.after/10, 250*time.Millisecond), 10*time.Minute)
+	return min(max(f.cfg.After/10, 250*time.Millisecond), 10*time.Minute)
 }
 
-// run stamps and looks until stop closes; the caller has added it to f.wg.
-func (f *forgetter) run(stop <-chan struct{}) {
-	defer f.wg.Done()
+// Run stamps and looks until stop closes; it returns once the look under
+// way has ended.
+func (f *Forgetter) Run(stop <-chan struct{}) {
 	ticking(stop, f.every(), func(ctx context.Context) {
 		f.stamp(ctx, time.Now())
-		if f.after > 0 && f.a.pool != nil {
+		if f.cfg.After > 0 && f.cfg.Pool != nil {
 			f.sweep(ctx, time.Now())
 		}
 	})
 }
 
-// ticking calls f every interval until stop closes, with a context that
-// ends when it does.
-func ticking(stop <-chan struct{}, every time.Duration, f func(ctx context.Context)) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-stop
-		cancel()
-	}()
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		f(ctx)
-	}
-}
-
-func (f *forgetter) wait() { f.wg.Wait() }
-
 // stamp writes the people this front saw since the last stamp as seen at
 // now, skipping those written less than an interval ago.
-func (f *forgetter) stamp(ctx context.Context, now time.Time) {
-	if f.activity == nil {
+func (f *Forgetter) stamp(ctx context.Context, now time.Time) {
+	if f.cfg.Activity == nil {
 		return
 	}
-	if f.a.disk != nil && f.a.disk.Full() {
+	if f.cfg.DiskFull != nil && f.cfg.DiskFull() {
 		// The stamps can wait for room: the reserve is raft's for the
 		// writes that cannot (those seen meanwhile stay in Activity).
 		return
 	}
+	sup := f.cfg.Supervisor
 	var users, conns []string
-	for _, c := range f.activity.Take() {
-		rt, ok := f.a.sup.Lookup(c)
+	for _, c := range f.cfg.Activity.Take() {
+		rt, ok := sup.Lookup(c)
 		if !ok || rt.User == "" {
 			continue
 		}
@@ -151,7 +162,7 @@ func (f *forgetter) stamp(ctx context.Context, now time.Time) {
 	if len(users) == 0 && len(conns) == 0 {
 		return
 	}
-	if err := f.a.sup.Seen(ctx, now, users, conns); err != nil {
+	if err := sup.Seen(ctx, now, users, conns); err != nil {
 		// Not written: tried again at the next interval.
 		for _, u := range users {
 			delete(f.stamped, u)
@@ -159,15 +170,15 @@ func (f *forgetter) stamp(ctx context.Context, now time.Time) {
 		for _, c := range conns {
 			delete(f.stampedConns, c)
 		}
-		f.a.log.Warn("recording who was seen", "people", len(users), "connections", len(conns), "error", err)
+		f.log.Warn("recording who was seen", "people", len(users), "connections", len(conns), "error", err)
 		return
 	}
 	f.stampedTotal.Add(float64(len(users)))
 }
 
 // connsOf is how many connections the maps bind to user.
-func (f *forgetter) connsOf(user string) int {
-	u, _ := f.a.sup.User(user)
+func (f *Forgetter) connsOf(user string) int {
+	u, _ := f.cfg.Supervisor.User(user)
 	return u.Conns
 }
 
@@ -175,27 +186,28 @@ func (f *forgetter) connsOf(user string) int {
 // forget_after; a person the maps hold no time for (they came before the
 // maps kept one, or their first stamp is on its way) is stamped now
 // instead.
-func (f *forgetter) sweep(ctx context.Context, now time.Time) {
+func (f *Forgetter) sweep(ctx context.Context, now time.Time) {
+	sup := f.cfg.Supervisor
 	mine := map[string]bool{}
-	for _, w := range f.a.pool.Workers() {
+	for _, w := range f.cfg.Pool.Workers() {
 		mine[w.ID] = true
 	}
 	if len(mine) == 0 {
 		return
 	}
 	var unstamped, gone []string
-	for _, u := range f.a.sup.UsersHomedOn(mine) {
+	for _, u := range sup.UsersHomedOn(mine) {
 		switch {
 		case u.State == placement.StateMoving:
 		case u.Seen == 0:
 			unstamped = append(unstamped, u.User)
-		case now.Sub(time.Unix(u.Seen, 0)) >= f.after:
+		case now.Sub(time.Unix(u.Seen, 0)) >= f.cfg.After:
 			gone = append(gone, u.User)
 		}
 	}
 	if len(unstamped) > 0 {
-		if err := f.a.sup.Seen(ctx, now, unstamped, nil); err != nil {
-			f.a.log.Warn("recording people with no time as seen now", "people", len(unstamped), "error", err)
+		if err := sup.Seen(ctx, now, unstamped, nil); err != nil {
+			f.log.Warn("recording people with no time as seen now", "people", len(unstamped), "error", err)
 		}
 	}
 	f.sweepConns(ctx, now, mine, gone)
@@ -203,16 +215,16 @@ func (f *forgetter) sweep(ctx context.Context, now time.Time) {
 		return
 	}
 	forgotten := 0
-	f.a.mover.Forget(ctx, gone, func(r move.Forgotten, err error) {
+	f.cfg.Mover.Forget(ctx, gone, func(r move.Forgotten, err error) {
 		if err != nil {
 			f.refusedTotal.Inc()
-			f.a.log.Debug("forgetting a person not seen", "user", r.User, "error", err)
+			f.log.Debug("forgetting a person not seen", "user", r.User, "error", err)
 			return
 		}
 		forgotten++
 	})
 	f.forgottenTotal.Add(float64(forgotten))
-	f.a.log.Info("forgot people no front saw", "forgotten", forgotten, "of", len(gone), "forget_after", f.after)
+	f.log.Info("forgot people no front saw", "forgotten", forgotten, "of", len(gone), "forget_after", f.cfg.After)
 }
 
 // sweepConns forgets the connections of this agent's people that no front
@@ -221,11 +233,12 @@ func (f *forgetter) sweep(ctx context.Context, now time.Time) {
 // from the maps in batched entries, then let go by the person's worker.
 // The people being forgotten whole (gone) are left to that; connections
 // never stamped are stamped now.
-func (f *forgetter) sweepConns(ctx context.Context, now time.Time, mine map[string]bool, gone []string) {
-	stale, unstamped := f.a.sup.StaleConns(mine, now.Add(-f.after))
+func (f *Forgetter) sweepConns(ctx context.Context, now time.Time, mine map[string]bool, gone []string) {
+	sup := f.cfg.Supervisor
+	stale, unstamped := sup.StaleConns(mine, now.Add(-f.cfg.After))
 	if len(unstamped) > 0 {
-		if err := f.a.sup.Seen(ctx, now, nil, unstamped); err != nil {
-			f.a.log.Warn("recording connections with no time as seen now", "connections", len(unstamped), "error", err)
+		if err := sup.Seen(ctx, now, nil, unstamped); err != nil {
+			f.log.Warn("recording connections with no time as seen now", "connections", len(unstamped), "error", err)
 		}
 	}
 	if len(gone) > 0 && len(stale) > 0 {
@@ -244,18 +257,18 @@ func (f *forgetter) sweepConns(ctx context.Context, now time.Time, mine map[stri
 	if len(stale) == 0 {
 		return
 	}
-	forgotten, err := f.a.sup.ForgetConns(ctx, now.Add(-f.after), stale)
+	forgotten, err := sup.ForgetConns(ctx, now.Add(-f.cfg.After), stale)
 	if err != nil {
-		f.a.log.Warn("forgetting connections no front saw", "connections", len(stale), "error", err)
+		f.log.Warn("forgetting connections no front saw", "connections", len(stale), "error", err)
 	}
 	f.connsForgottenTotal.Add(float64(len(forgotten)))
 	// Their workers let them go, with their pages.
 	var calls []*channel.Call
 	for _, fc := range forgotten {
-		c, err := f.a.pool.Send(ctx, fc.Worker, &protocol.Frame{User: fc.User, Conn: fc.Conn,
+		c, err := f.cfg.Pool.Send(ctx, fc.Worker, &protocol.Frame{User: fc.User, Conn: fc.Conn,
 			Kind: &protocol.Frame_Release{Release: &protocol.Release{}}})
 		if err != nil {
-			f.a.log.Debug("releasing a forgotten connection", "conn", fc.Conn, "worker", fc.Worker, "error", err)
+			f.log.Debug("releasing a forgotten connection", "conn", fc.Conn, "worker", fc.Worker, "error", err)
 			continue
 		}
 		calls = append(calls, c)
@@ -266,6 +279,27 @@ func (f *forgetter) sweepConns(ctx context.Context, now time.Time, mine map[stri
 		_, _ = c.Wait(wctx)
 	}
 	if len(forgotten) > 0 {
-		f.a.log.Info("forgot connections no front saw", "forgotten", len(forgotten), "of", len(stale), "forget_after", f.after)
+		f.log.Info("forgot connections no front saw", "forgotten", len(forgotten), "of", len(stale), "forget_after", f.cfg.After)
 	}
+}
+
+// ForgetLoggedOut forgets a person the site asked to forget (a logout):
+// worker is the one that asked. A person on the move is forgotten once
+// settled, within a minute.
+func ForgetLoggedOut(sup *supervisor.Supervisor, log hclog.Logger, worker, user string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		_, err := sup.ForgetUser(ctx, user)
+		if errors.Is(err, fsm.ErrBusy) && ctx.Err() == nil {
+			time.Sleep(250 * time.Millisecond) // moving: forgotten once settled
+			continue
+		}
+		if err != nil {
+			log.Warn("forgetting a person the site logged out", "user", user, "worker", worker, "error", err)
+			return
+		}
+		break
+	}
+	log.Debug("forgot a person the site logged out", "user", user, "worker", worker)
 }

@@ -1,4 +1,4 @@
-package agent
+package lifecycle
 
 import (
 	"context"
@@ -24,8 +24,8 @@ const rehomeParallel = 64
 // groups' ready workers on other agents, spreading them by the number of
 // people each already holds. It returns whoever it did not move. It uses
 // at most half of what is left of ctx, so parking the rest has time too.
-func (a *Agent) rehome(ctx context.Context, users []string) (left []string) {
-	dests := a.rehomeDestinations()
+func (p *Parker) rehome(ctx context.Context, users []string) (left []string) {
+	dests := p.rehomeDestinations()
 	if len(dests) == 0 || len(users) == 0 {
 		return users
 	}
@@ -36,7 +36,7 @@ func (a *Agent) rehome(ctx context.Context, users []string) (left []string) {
 	}
 	// Load per destination worker: people already there.
 	load := map[string]int{}
-	for _, u := range a.fsm.Users() {
+	for _, u := range p.cfg.Maps.Users() {
 		load[u.Worker]++
 	}
 	pick := func(group string) string {
@@ -54,10 +54,10 @@ func (a *Agent) rehome(ctx context.Context, users []string) (left []string) {
 	start := time.Now()
 	var reqs []move.Request
 	for _, user := range users {
-		u, ok := a.fsm.User(user)
+		u, ok := p.cfg.Maps.User(user)
 		to := ""
 		if ok {
-			to = pick(a.pool.GroupOf(u.Worker))
+			to = pick(p.cfg.Pool.GroupOf(u.Worker))
 		}
 		if to == "" {
 			left = append(left, user)
@@ -66,33 +66,33 @@ func (a *Agent) rehome(ctx context.Context, users []string) (left []string) {
 		reqs = append(reqs, move.Request{User: user, To: to})
 	}
 	moved := 0
-	a.mover.MoveSet(ctx, reqs, move.Options{Reason: "host-stop", Parallel: rehomeParallel}, func(r move.Result, err error) {
+	p.cfg.Mover.MoveSet(ctx, reqs, move.Options{Reason: "host-stop", Parallel: rehomeParallel}, func(r move.Result, err error) {
 		if err != nil {
-			a.log.Warn("moving a person off this host before it stops; parking them here instead", "user", r.User, "to", r.To, "error", err)
+			p.log.Warn("moving a person off this host before it stops; parking them here instead", "user", r.User, "to", r.To, "error", err)
 			left = append(left, r.User)
 			return
 		}
 		moved++
 	})
 	keepOrder(left, users)
-	a.log.Info("moved people to the groups' other hosts before stopping", "moved", moved, "left", len(left), "took", time.Since(start).Round(time.Millisecond))
+	p.log.Info("moved people to the groups' other hosts before stopping", "moved", moved, "left", len(left), "took", time.Since(start).Round(time.Millisecond))
 	return left
 }
 
 // rehomeDestinations lists, per group this agent runs, the ready workers
 // of that group on other agents that are not on their way down.
-func (a *Agent) rehomeDestinations() map[string][]string {
+func (p *Parker) rehomeDestinations() map[string][]string {
 	mine := map[string]bool{}
-	for _, w := range a.pool.Workers() {
+	for _, w := range p.cfg.Pool.Workers() {
 		mine[w.Group] = true
 	}
 	ready := map[string]bool{}
-	for _, w := range a.router.Ready() {
+	for _, w := range p.cfg.Router.Ready() {
 		ready[w] = true
 	}
 	out := map[string][]string{}
-	for _, ag := range a.fsm.Agents() {
-		if ag.Name == a.cfg.Name || ag.Draining {
+	for _, ag := range p.cfg.Maps.Agents() {
+		if ag.Name == p.cfg.Name || ag.Draining {
 			continue
 		}
 		for w, g := range ag.Workers {
@@ -109,11 +109,10 @@ func (a *Agent) rehomeDestinations() map[string][]string {
 
 // startDraining tells the maps this agent is on its way down, so that no
 // newcomer and no move is sent to its workers any more.
-func (a *Agent) startDraining(ctx context.Context) {
-	a.draining.Store(true)
+func (p *Parker) startDraining(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := a.register(cctx); err != nil {
-		a.log.Warn("marking this agent as draining in the maps", "error", err)
+	if err := p.cfg.Drain(cctx); err != nil {
+		p.log.Warn("marking this agent as draining in the maps", "error", err)
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package lifecycle
 
 import (
 	"sync"
@@ -12,7 +12,7 @@ import (
 func TestOfflineParksDiscardWhatNobodyWakesFrom(t *testing.T) {
 	var mu sync.Mutex
 	var discarded []string
-	o := &offlineParks{discard: func(d string) { mu.Lock(); discarded = append(discarded, d); mu.Unlock() }}
+	o := &OfflineParks{discard: func(d string) { mu.Lock(); discarded = append(discarded, d); mu.Unlock() }}
 	o.add(offlinePark{User: "ann", Worker: "w1", Epoch: 3, Package: "pa"})
 	o.add(offlinePark{User: "bob", Worker: "w1", Epoch: 3, Package: "pb"})
 	o.add(offlinePark{User: "cy", Worker: "w1", Epoch: 3, Package: "pc"})

@@ -1,4 +1,4 @@
-package agent
+package lifecycle
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/park"
 	"github.com/stickyd/stickyd/internal/placement"
@@ -35,17 +36,18 @@ type offlinePark struct {
 	Package string `json:"package"`
 }
 
-// offlineParks are the people the last stop parked offline, until each is
-// woken (host.OfflineParks).
-type offlineParks struct {
+// OfflineParks are the people the last stop parked offline, until each is
+// woken. It implements host.OfflineParks; its zero value keeps nobody.
+type OfflineParks struct {
 	mu sync.Mutex
 	m  map[string]offlinePark // by user
-	// discard deletes a package nobody will wake from (set before use;
-	// nil keeps them).
+	// discard deletes a package nobody will wake from (nil keeps them).
 	discard func(digest string)
 }
 
-func (o *offlineParks) add(p offlinePark) {
+var _ host.OfflineParks = (*OfflineParks)(nil)
+
+func (o *OfflineParks) add(p offlinePark) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.m == nil {
@@ -56,7 +58,7 @@ func (o *offlineParks) add(p offlinePark) {
 
 // drop forgets user's offline park (they woke from a newer package) and
 // deletes its package.
-func (o *offlineParks) drop(user string) {
+func (o *OfflineParks) drop(user string) {
 	o.mu.Lock()
 	p, ok := o.m[user]
 	delete(o.m, user)
@@ -66,8 +68,8 @@ func (o *offlineParks) drop(user string) {
 	}
 }
 
-// List implements host.OfflineParks.
-func (o *offlineParks) List(worker string) []string {
+// List implements host.OfflineParks: the people parked offline on worker.
+func (o *OfflineParks) List(worker string) []string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var out []string
@@ -81,7 +83,7 @@ func (o *offlineParks) List(worker string) []string {
 
 // Take implements host.OfflineParks: the package of user parked offline on
 // worker at epoch, once.
-func (o *offlineParks) Take(worker, user string, epoch uint64) (string, bool) {
+func (o *OfflineParks) Take(worker, user string, epoch uint64) (string, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	p, ok := o.m[user]
@@ -103,7 +105,7 @@ func (o *offlineParks) Take(worker, user string, epoch uint64) (string, bool) {
 }
 
 // withLeader is ctx, ended once no leader has been known for leaderGone.
-func (a *Agent) withLeader(ctx context.Context) (context.Context, context.CancelFunc) {
+func (p *Parker) withLeader(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		var since time.Time
@@ -115,7 +117,7 @@ func (a *Agent) withLeader(ctx context.Context) (context.Context, context.Cancel
 				return
 			case <-t.C:
 			}
-			if _, id := a.raft.Leader(); id != "" {
+			if _, id := p.cfg.Leader.Leader(); id != "" {
 				since = time.Time{}
 				continue
 			}
@@ -134,23 +136,23 @@ func (a *Agent) withLeader(ctx context.Context) (context.Context, context.Cancel
 var errNoQuorum = fmt.Errorf("no raft leader, the other servers are gone: %w", move.ErrLogGone)
 
 // hasLeader reports whether a leader is known now.
-func (a *Agent) hasLeader() bool {
-	_, id := a.raft.Leader()
+func (p *Parker) hasLeader() bool {
+	_, id := p.cfg.Leader.Leader()
 	return id != ""
 }
 
 // parkOffline parks users by this agent alone (no quorum): each frozen on
 // their worker, their package appended to the park. It returns those it
 // parked and the failures.
-func (a *Agent) parkOffline(ctx context.Context, users []string, freeze time.Duration) ([]offlinePark, []parkFailure) {
+func (p *Parker) parkOffline(ctx context.Context, users []string, freeze time.Duration) ([]offlinePark, []parkFailure) {
 	var parked []offlinePark
 	var lost []parkFailure
 	for _, user := range users {
-		u, ok := a.sup.User(user)
+		u, ok := p.cfg.Supervisor.User(user)
 		switch {
 		case !ok:
 			continue // not in this replica's maps: nothing here to park
-		case u.State == placement.StateParked && a.park.Has(u.Package):
+		case u.State == placement.StateParked && p.cfg.Park.Has(u.Package):
 			continue // parked already (idle parking): the maps name their package
 		case u.State == placement.StateParked:
 			lost = append(lost, parkFailure{User: user, Error: "parked, and their package is not in the park"})
@@ -160,17 +162,17 @@ func (a *Agent) parkOffline(ctx context.Context, users []string, freeze time.Dur
 		// rolls that move back, and they stay on this worker): what their
 		// worker holds is the truth.
 		fctx, cancel := context.WithTimeout(ctx, freeze)
-		fz, err := a.router.Freeze(fctx, u.Worker, user, u.Epoch+1)
+		fz, err := p.cfg.Router.Freeze(fctx, u.Worker, user, u.Epoch+1)
 		cancel()
 		if err != nil {
 			lost = append(lost, parkFailure{User: user, Error: "freezing with no quorum: " + err.Error()})
 			continue
 		}
 		var digest string
-		if ap, ok := a.park.(park.Appender); ok {
+		if ap, ok := p.cfg.Park.(park.Appender); ok {
 			digest, err = ap.Append(fz.Package, park.DigestOfSum(fz.Sha256))
 		} else {
-			digest, err = a.park.Put(fz.Package, true)
+			digest, err = p.cfg.Park.Put(fz.Package, true)
 		}
 		if err != nil {
 			lost = append(lost, parkFailure{User: user, Error: "writing the package with no quorum: " + err.Error()})
