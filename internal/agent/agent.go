@@ -39,6 +39,7 @@ import (
 	"github.com/stickyd/stickyd/internal/maintenance"
 	"github.com/stickyd/stickyd/internal/monitor"
 	"github.com/stickyd/stickyd/internal/move"
+	"github.com/stickyd/stickyd/internal/nomad"
 	"github.com/stickyd/stickyd/internal/park"
 	"github.com/stickyd/stickyd/internal/raftnode"
 	"github.com/stickyd/stickyd/internal/server"
@@ -138,6 +139,9 @@ type Agent struct {
 	// consul is the client of the consul block, made once.
 	consulOnce sync.Once
 	consul     *consul.Client
+	// nomad keeps the groups' Nomad jobs (a leader task) and serves the
+	// operator's tear-down.
+	nomad *nomad.Keeper
 	// gw is the AI gateway, with a gateway block (its listeners, and
 	// the ledger's last charges, are its own).
 	gw *cluster.Gateway
@@ -407,6 +411,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 			a.parts.add("idle parking", nil, func(context.Context) error { close(a.stopIdle); a.idle.wait(); return nil })
 		}
 	}
+	a.nomad = nomad.New(a.nomadConfig())
 	a.api.Store(api.Handler(api.Config{Token: a.token, ReadToken: a.cfg.Admin.ReadToken, Supervisor: people{a}, Gatherer: a.registry, Logger: a.log.Named("api"),
 		Workers: a.workersView, Status: a.status,
 		Events: func() any { return a.govern.Events() },
@@ -415,7 +420,18 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		MonitorLocal: func(q api.LocalQuery) any { return a.localMonitor(q) },
 		Maintenance:  a.maint, Extra: a.extraRoutes,
 		JobLog: jobLog{a}, AgentName: a.cfg.Name}))
-	a.startDeployment()
+	// The leader's publishing loops the configuration asks for.
+	if k := a.cfg.Consul; k != nil && a.cfg.IsServer() && (k.Mirror == nil || *k.Mirror) {
+		mirror := consul.NewPublisher(consul.PublisherConfig{Maps: a.fsm, Client: a.consulClient, GroupOf: a.router.GroupOf,
+			LocalGroupOf: a.pool.GroupOf, Name: a.cfg.Name, GroupsView: a.groupsView, Logger: a.log})
+		a.leadership.Add("publish the placement registry to Consul", mirror.Run)
+	}
+	if a.cfg.Nomad != nil {
+		a.leadership.Add("keep the groups' Nomad jobs", a.nomad.Run)
+	}
+	if a.cfg.Consul != nil && a.cfg.IsServer() {
+		a.leadership.Add("copy the maintenance windows from Consul", a.maint.CopyFromConsul)
+	}
 	// Every leader task is added: the owner of raft's notifications
 	// starts, and stops first (no leader task races the parking).
 	a.leadership.Start()

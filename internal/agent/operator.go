@@ -46,7 +46,7 @@ func (a *Agent) operatorRoutes(mux *http.ServeMux, wrap func(func(http.ResponseW
 		writeJSONOK(w, map[string]string{"removed": req.ID})
 		return nil
 	}))
-	mux.HandleFunc("POST /v1/operator/teardown", wrap(a.teardownHandler))
+	a.nomad.Routes(mux, wrap)
 	// The maps as a raft snapshot, as this server holds them (Nomad's
 	// operator snapshot save): a backup, and the size of the maps.
 	mux.HandleFunc("GET /v1/operator/snapshot", wrap(func(w http.ResponseWriter, r *http.Request) error {
