@@ -38,6 +38,7 @@ import (
 	"github.com/stickyd/stickyd/internal/maintenance"
 	"github.com/stickyd/stickyd/internal/monitor"
 	"github.com/stickyd/stickyd/internal/move"
+	"github.com/stickyd/stickyd/internal/nomad"
 	"github.com/stickyd/stickyd/internal/park"
 	"github.com/stickyd/stickyd/internal/raftnode"
 	"github.com/stickyd/stickyd/internal/server"
@@ -139,6 +140,9 @@ type Agent struct {
 	// consul is the client of the consul block, made once.
 	consulOnce sync.Once
 	consul     *consul.Client
+	// nomad keeps the groups' Nomad jobs (a leader task) and serves the
+	// operator's tear-down.
+	nomad *nomad.Keeper
 	// gw is the AI gateway, with a gateway block (its listeners, and
 	// the ledger's last charges, are its own).
 	gw *cluster.Gateway
@@ -395,6 +399,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	if a.idle.On() {
 		a.startLoop("idle parking", a.idle.Run)
 	}
+	a.nomad = nomad.New(a.nomadConfig())
 	a.api.Store(api.Handler(api.Config{Token: a.token, ReadToken: a.cfg.Admin.ReadToken, Supervisor: people{sup: a.sup, maps: a.fsm, gw: a.gw}, Gatherer: a.registry, Logger: a.log.Named("api"),
 		Workers: a.workersView, Status: a.status,
 		Events: func() any { return a.govern.Events() },
@@ -403,7 +408,18 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		MonitorLocal: func(q api.LocalQuery) any { return a.localMonitor(q) },
 		Maintenance:  a.maint, Extra: a.extraRoutes,
 		JobLog: a.cluster.Jobs(), AgentName: a.cfg.Name}))
-	a.startDeployment()
+	// The leader's publishing loops the configuration asks for.
+	if k := a.cfg.Consul; k != nil && a.cfg.IsServer() && (k.Mirror == nil || *k.Mirror) {
+		mirror := consul.NewPublisher(consul.PublisherConfig{Maps: a.fsm, Client: a.consulClient, GroupOf: a.router.GroupOf,
+			LocalGroupOf: a.pool.GroupOf, Name: a.cfg.Name, GroupsView: a.groupsView, Logger: a.log})
+		a.leadership.Add("publish the placement registry to Consul", mirror.Run)
+	}
+	if a.cfg.Nomad != nil {
+		a.leadership.Add("keep the groups' Nomad jobs", a.nomad.Run)
+	}
+	if a.cfg.Consul != nil && a.cfg.IsServer() {
+		a.leadership.Add("copy the maintenance windows from Consul", a.maint.CopyFromConsul)
+	}
 	// Every leader task is added: the owner of raft's notifications
 	// starts, and stops first (no leader task races the parking).
 	a.leadership.Start()
@@ -628,7 +644,7 @@ func (a *Agent) extraRoutes(mux *http.ServeMux, wrap func(func(http.ResponseWrit
 	a.govern.Routes(mux, wrap)
 	if a.cfg.IsServer() {
 		a.cluster.OperatorRoutes(mux, wrap)
-		mux.HandleFunc("POST /v1/operator/teardown", wrap(a.teardownHandler))
+		a.nomad.Routes(mux, wrap)
 		a.keyring.Routes(mux, wrap)
 	}
 }

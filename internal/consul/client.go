@@ -1,5 +1,6 @@
 // Package consul is stickyd's Consul integration: service discovery, the
-// placement mirror the Raft leader publishes to the KV store, and watches
+// placement mirror the Raft leader publishes to the KV store (Mirror, and
+// Publisher, the leader task that reads the maps and feeds it), and watches
 // of single keys an operator sets.
 //
 // Consul is a window onto stickyd's state, never its source: the Raft log

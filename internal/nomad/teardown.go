@@ -1,4 +1,4 @@
-package agent
+package nomad
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 
 	"github.com/stickyd/stickyd/internal/api"
 	"github.com/stickyd/stickyd/internal/fsm"
-	"github.com/stickyd/stickyd/internal/nomad"
 )
 
 // The tear-down (stickyd operator teardown, docs/deploy-nomad.md) takes a
@@ -36,9 +35,16 @@ type TeardownStep struct {
 	Done   bool   `json:"done,omitempty"`
 }
 
-func (a *Agent) teardownHandler(w http.ResponseWriter, r *http.Request) error {
-	if !a.raft.IsLeader() {
-		return a.forwardStream(w, r, "/v1/operator/teardown")
+// Routes serves POST /v1/operator/teardown on mux, the handler wrapped by
+// wrap (the admin API's errors and token). A follower forwards it to the
+// leader; the leader answers with its progress, one TeardownStep a line.
+func (k *Keeper) Routes(mux *http.ServeMux, wrap func(func(http.ResponseWriter, *http.Request) error) http.HandlerFunc) {
+	mux.HandleFunc("POST /v1/operator/teardown", wrap(k.teardownHandler))
+}
+
+func (k *Keeper) teardownHandler(w http.ResponseWriter, r *http.Request) error {
+	if !k.cfg.Log.IsLeader() {
+		return k.forwardStream(w, r, "/v1/operator/teardown")
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
@@ -50,7 +56,7 @@ func (a *Agent) teardownHandler(w http.ResponseWriter, r *http.Request) error {
 			flusher.Flush()
 		}
 	}
-	err := a.teardown(r.Context(), func(step, detail string) { say(TeardownStep{Step: step, Detail: detail}) })
+	err := k.Teardown(r.Context(), func(step, detail string) { say(TeardownStep{Step: step, Detail: detail}) })
 	if err != nil {
 		say(TeardownStep{Step: "failed", Error: err.Error()})
 		return nil
@@ -59,40 +65,40 @@ func (a *Agent) teardownHandler(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// teardown runs the leader's part of a tear-down, telling progress each
+// Teardown runs the leader's part of a tear-down, telling progress each
 // step. It may be run again after a failure: every step is idempotent.
-func (a *Agent) teardown(ctx context.Context, progress func(step, detail string)) error {
+func (k *Keeper) Teardown(ctx context.Context, progress func(step, detail string)) error {
 	entry, err := fsm.Encode(fsm.TeardownRequestType, fsm.TeardownRequest{Since: time.Now().UTC()})
 	if err != nil {
 		return err
 	}
-	if _, err := a.raft.Apply(ctx, entry); err != nil {
+	if _, err := k.cfg.Log.Apply(ctx, entry); err != nil {
 		return fmt.Errorf("recording the tear-down: %w", err)
 	}
 	progress("recorded", "no leader registers a group job or writes the registry from now on")
-	if a.cfg.Nomad != nil {
-		client, err := a.nomadClient()
+	if k.cfg.API != nil {
+		client, err := k.client()
 		if err != nil {
 			return fmt.Errorf("connecting to Nomad: %w", err)
 		}
-		groups, err := nomad.Jobs(ctx, client)
+		groups, err := Jobs(ctx, client)
 		if err != nil {
 			return err
 		}
 		for _, g := range groups {
-			if err := nomad.Deregister(ctx, client, g, true); err != nil {
+			if err := Deregister(ctx, client, g, true); err != nil {
 				return err
 			}
-			if err := nomad.DeleteSecrets(ctx, client, g); err != nil {
+			if err := DeleteSecrets(ctx, client, g); err != nil {
 				return err
 			}
-			progress("stopped", nomad.JobID(g)+" (purged, with its variable)")
+			progress("stopped", JobID(g)+" (purged, with its variable)")
 		}
 		if err := waitGroupAllocs(ctx, client, progress); err != nil {
 			return err
 		}
 	}
-	if c := a.consulClient(); c != nil {
+	if c := k.cfg.Consul(); c != nil {
 		if err := c.DeleteAll(ctx); err != nil {
 			return err
 		}
@@ -114,7 +120,7 @@ func waitGroupAllocs(ctx context.Context, client *nomadapi.Client, progress func
 		}
 		var live []string
 		for _, al := range allocs {
-			if strings.HasPrefix(al.JobID, nomad.JobPrefix) && (al.ClientStatus == "pending" || al.ClientStatus == "running") {
+			if strings.HasPrefix(al.JobID, JobPrefix) && (al.ClientStatus == "pending" || al.ClientStatus == "running") {
 				live = append(live, al.Name)
 			}
 		}
@@ -139,17 +145,17 @@ func waitGroupAllocs(ctx context.Context, client *nomadapi.Client, progress func
 
 // forwardStream sends an operator call to the leader and copies its
 // answer as it comes.
-func (a *Agent) forwardStream(w http.ResponseWriter, r *http.Request, path string) error {
-	admin := a.cluster.LeaderAdmin(r.Context())
+func (k *Keeper) forwardStream(w http.ResponseWriter, r *http.Request, path string) error {
+	admin := k.cfg.LeaderAdmin(r.Context())
 	if admin == "" {
 		return &api.Error{Status: http.StatusServiceUnavailable, Message: "no leader known yet; retry"}
 	}
-	req, err := a.remote.AdminRequest(r.Context(), http.MethodPost, admin, path, nil)
+	req, err := k.cfg.Remote.AdminRequest(r.Context(), http.MethodPost, admin, path, nil)
 	if err != nil {
 		return err
 	}
 	// No client timeout: the leader's answer streams until it is done.
-	resp, err := a.remote.StreamClient().Do(req)
+	resp, err := k.cfg.Remote.StreamClient().Do(req)
 	if err != nil {
 		return &api.Error{Status: http.StatusBadGateway, Message: "asking the leader: " + err.Error()}
 	}
