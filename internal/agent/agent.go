@@ -25,13 +25,12 @@ import (
 
 	"github.com/stickyd/stickyd/internal/api"
 	"github.com/stickyd/stickyd/internal/api/client"
-	"github.com/stickyd/stickyd/internal/bundle"
-	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/consul"
 	"github.com/stickyd/stickyd/internal/front"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/gateway/cluster"
 	"github.com/stickyd/stickyd/internal/governance"
+	"github.com/stickyd/stickyd/internal/groups"
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/keyring"
 	"github.com/stickyd/stickyd/internal/lifecycle"
@@ -46,10 +45,9 @@ import (
 	"github.com/stickyd/stickyd/internal/tlsutil"
 )
 
-// Builtin is an application compiled into stickyd, runnable in-process: it
-// serves one worker on its end of an in-memory channel until the channel
-// closes or ctx ends. worker.InProcess builds one from an App.
-type Builtin func(ctx context.Context, c channel.Conn) error
+// Builtin is an application compiled into stickyd, runnable in-process
+// (groups.Builtin).
+type Builtin = groups.Builtin
 
 // Agent is one running stickyd process.
 type Agent struct {
@@ -120,20 +118,17 @@ type Agent struct {
 	disk       *server.DiskGuard
 	stopDisk   chan struct{}
 	activity   *front.Activity
-	builtins   map[string]Builtin
 	tables     *tables
 	stopTables chan struct{}
 	history    history
 	usageSent  usageSent
 	monMu      sync.Mutex // guards lastParts
 	lastParts  map[string]LocalMonitor
-	bundles    *bundle.Cache
-	// catalogGroups are the groups this agent runs for the catalog (not
-	// from its configuration file); guarded by groupsMu.
-	groupsMu      sync.Mutex
-	catalogGroups map[string]bool
-	stopCatalog   chan struct{}
-	rpc           *grpc.Server
+	// launchers builds the groups' launchers; groups keeps the pool in
+	// step with the catalog's groups (from Start on).
+	launchers *groups.Launchers
+	groups    *groups.Keeper
+	rpc       *grpc.Server
 	// frontAddr and rpcAddr are the listeners' addresses, published once
 	// they listen: the admin API answers before the front opens.
 	frontAddr, rpcAddr atomic.Pointer[string]
@@ -162,25 +157,15 @@ func New(cfg *Config, builtins map[string]Builtin, log hclog.Logger) (*Agent, er
 		return nil, fmt.Errorf("checking configuration: %w", err)
 	}
 	a := &Agent{cfg: cfg, log: log}
-	a.builtins = builtins
 	var err error
-	if a.bundles, err = openBundles(cfg); err != nil {
+	if a.launchers, err = a.newLaunchers(builtins); err != nil {
 		return nil, err
 	}
-	var groups []host.GroupSpec
-	for _, g := range cfg.Groups {
-		recipe := recipe{Group: g.Name, Builtin: g.Builtin, Bundle: g.Bundle, Env: g.Env}
-		if g.Plugin != nil {
-			recipe.Runtime, recipe.Command, recipe.Args, recipe.Env = g.Plugin.Runtime, g.Plugin.Command, g.Plugin.Args, g.Plugin.Env
-			recipe.PlainChannel = g.Plugin.PlainChannel
-		}
-		launcher, err := a.launcher(recipe)
-		if err != nil {
-			return nil, fmt.Errorf("group %q: %w", g.Name, err)
-		}
-		groups = append(groups, a.groupSpec(g.Name, g.Workers, g.MemoryMaxMB, g.limits(), launcher))
+	specs, err := a.configuredSpecs()
+	if err != nil {
+		return nil, err
 	}
-	a.pool = host.New(log.Named("host"), groups)
+	a.pool = host.New(log.Named("host"), specs)
 	return a, nil
 }
 
@@ -355,10 +340,11 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	// The catalog's groups (replicated) start before anyone is routed: a
 	// parked person may wake on one of them.
-	a.syncGroups(ctx)
-	a.stopCatalog = make(chan struct{})
-	go a.catalogLoop(a.stopCatalog)
-	a.parts.add("catalog groups", nil, func(context.Context) error { close(a.stopCatalog); return nil })
+	a.groups = groups.New(groups.Config{Agent: a.cfg.Name, Configured: configuredGroups(a.cfg), Launchers: a.launchers,
+		Pool: a.pool, Maps: a.fsm, Directory: a.sup, Ready: a.router.Ready, Runs: a.cfg.runsCatalogGroup,
+		Register: a.register, Governor: a.govern, Logger: a.log})
+	a.groups.Sync(ctx)
+	a.startLoop("catalog groups", a.groups.Run)
 	if err := a.register(wctx); err != nil {
 		return fmt.Errorf("registering this agent's workers: %w", err)
 	}
@@ -403,7 +389,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	a.api.Store(api.Handler(api.Config{Token: a.token, ReadToken: a.cfg.Admin.ReadToken, Supervisor: people{sup: a.sup, maps: a.fsm, gw: a.gw}, Gatherer: a.registry, Logger: a.log.Named("api"),
 		Workers: a.workersView, Status: a.status,
 		Events: func() any { return a.govern.Events() },
-		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: governance.CheckGroup, CheckBundle: a.checkBundle,
+		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: governance.CheckGroup, CheckBundle: a.launchers.CheckBundle,
 		Monitor:      func(ctx context.Context, q fsm.UserQuery) (any, error) { return a.monitorPage(ctx, q) },
 		MonitorLocal: func(q api.LocalQuery) any { return a.localMonitor(q) },
 		Maintenance:  a.maint, Extra: a.extraRoutes,

@@ -1,22 +1,45 @@
 package agent
 
 import (
+	"slices"
 	"testing"
 
-	"github.com/stickyd/stickyd/plugins/worker"
+	"github.com/stickyd/stickyd/internal/groups"
 )
 
-func TestTemplateDirEnvIsTheSDKs(t *testing.T) {
-	if templateDirEnv != worker.TemplateDirEnv {
-		t.Fatalf("the agent sets %s, the SDK reads %s", templateDirEnv, worker.TemplateDirEnv)
+// The configuration's groups reach package groups as recipes: a plugin
+// block's runtime, command, arguments and environment.
+func TestConfiguredGroups(t *testing.T) {
+	src := `
+python_sdk = "/opt/stickyd/python"
+group "shop" {
+  workers = 2
+  plugin {
+    runtime = "python3"
+    command = "pyshop.app:application"
+    args    = ["--threads", "4"]
+    env     = { PYTHONPATH = "/srv/apps" }
+  }
+}
+group "web" {
+  builtin = "counter"
+  env     = { X = "1" }
+}
+`
+	c, err := ParseConfig("test.hcl", []byte(src))
+	if err != nil {
+		t.Fatal(err)
 	}
-	a := &Agent{cfg: &Config{Name: "a", DataDir: "/data"}}
-	env := a.workerEnv(recipe{Group: "web", Env: map[string]string{"X": "1"}})
-	if len(env) != 2 || env[0] != templateDirEnv+"=/data/templates/web" || env[1] != "X=1" {
-		t.Fatalf("worker env %v", env)
+	gs := configuredGroups(c)
+	if len(gs) != 2 {
+		t.Fatalf("groups %+v", gs)
 	}
-	env = a.workerEnv(recipe{Group: "web", Env: map[string]string{templateDirEnv: "/elsewhere"}})
-	if len(env) != 1 || env[0] != templateDirEnv+"=/elsewhere" {
-		t.Fatalf("a recipe's own template dir: %v", env)
+	shop, web := gs[0], gs[1]
+	if shop.Group != "shop" || shop.Workers != 2 || shop.Runtime != groups.RuntimePython3 || shop.Command != "pyshop.app:application" ||
+		!slices.Equal(shop.Args, []string{"--threads", "4"}) || shop.Env["PYTHONPATH"] != "/srv/apps" {
+		t.Fatalf("shop %+v", shop)
+	}
+	if web.Group != "web" || web.Builtin != "counter" || web.Env["X"] != "1" || web.Runtime != "" {
+		t.Fatalf("web %+v", web)
 	}
 }

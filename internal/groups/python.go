@@ -1,4 +1,4 @@
-package agent
+package groups
 
 import (
 	"fmt"
@@ -6,18 +6,6 @@ import (
 	"strings"
 
 	"github.com/stickyd/stickyd/internal/host"
-)
-
-// Runtimes a group's recipe may name (fsm.GroupEntry.Runtime).
-const (
-	// RuntimeGoPlugin runs a go-plugin worker binary: the recipe's
-	// command, or its bundle's entry point.
-	RuntimeGoPlugin = "go-plugin"
-	// RuntimeBuiltin runs an application compiled into stickyd.
-	RuntimeBuiltin = "builtin"
-	// RuntimePython3 runs a WSGI application in stickyd's Python worker;
-	// the recipe's command names it as MODULE:CALLABLE (docs/python.md).
-	RuntimePython3 = "python3"
 )
 
 // pythonInterpreter runs the python3 groups' workers: the system's Python,
@@ -28,18 +16,18 @@ const pythonInterpreter = "/usr/bin/python3"
 // MODULE:CALLABLE ARGS...`, a go-plugin subprocess like any other worker.
 // Its PYTHONPATH is the agent's python_sdk (the stickyd package) followed
 // by the recipe's own PYTHONPATH (where the app lives).
-func (a *Agent) pythonLauncher(r recipe) (host.Launcher, error) {
+func (l *Launchers) pythonLauncher(r Recipe) (host.Launcher, error) {
 	if r.Command == "" || strings.HasPrefix(r.Command, "-") {
 		return nil, fmt.Errorf("runtime %s: set command to the WSGI application as MODULE:CALLABLE", RuntimePython3)
 	}
 	var path []string
-	if a.cfg.PythonSDK != "" {
-		path = append(path, a.cfg.PythonSDK)
+	if l.cfg.PythonSDK != "" {
+		path = append(path, l.cfg.PythonSDK)
 	}
 	if p := r.Env["PYTHONPATH"]; p != "" {
 		path = append(path, p)
 	}
-	env := a.workerEnv(r)
+	env := l.workerEnv(r)
 	set := func(k, v string) {
 		for i, kv := range env {
 			if strings.HasPrefix(kv, k+"=") {
@@ -56,5 +44,5 @@ func (a *Agent) pythonLauncher(r recipe) (host.Launcher, error) {
 		set("PYTHONDONTWRITEBYTECODE", "1")
 	}
 	args := append([]string{"-m", "stickyd.worker", r.Command}, r.Args...)
-	return &host.PluginLauncher{Command: pythonInterpreter, Args: args, Env: env, PlainChannel: r.PlainChannel, Logger: a.log.Named("plugin")}, nil
+	return &host.PluginLauncher{Command: pythonInterpreter, Args: args, Env: env, PlainChannel: r.PlainChannel, Logger: l.cfg.Logger.Named("plugin")}, nil
 }
