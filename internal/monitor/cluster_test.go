@@ -139,7 +139,7 @@ func testCluster(t *testing.T) (*Cluster, *fakePool, *fakeAgents) {
 	return c, pool, others
 }
 
-func TestLocal(t *testing.T) {
+func TestLocalPart(t *testing.T) {
 	c, pool, _ := testCluster(t)
 	c.Seen(pool.workers[0])
 	c.Seen(pool.workers[0]) // the same probe: one sample
@@ -182,7 +182,7 @@ func TestLocal(t *testing.T) {
 	})
 }
 
-func TestPage(t *testing.T) {
+func TestPageComposesEveryAgent(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	c, _, others := testCluster(t)
 	others.set("a2:9", Part{Agent: "a2", Workers: []Worker{{ID: "w2", Agent: "a2", Group: "web", State: host.StateReady}},
@@ -239,7 +239,7 @@ func workerStates(ws []Worker) []string {
 	return out
 }
 
-func TestWorkers(t *testing.T) {
+func TestWorkersOfEveryAgent(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	c, _, others := testCluster(t)
 	if got := c.Workers(context.Background(), true).([]host.WorkerInfo); len(got) != 2 || len(others.asked) != 0 {
@@ -256,7 +256,7 @@ func TestWorkers(t *testing.T) {
 	}
 }
 
-func TestParts(t *testing.T) {
+func TestPartsForGovernance(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	c, _, others := testCluster(t)
 	others.set("a2:9", Part{Agent: "a2", Token: "t1", Usage: map[string]Person{"cid": {User: "cid", Worker: "w2"}}})
@@ -269,7 +269,7 @@ func TestParts(t *testing.T) {
 	}
 }
 
-func TestMetrics(t *testing.T) {
+func TestClusterMetrics(t *testing.T) {
 	c, _, _ := testCluster(t)
 	reg := c.cfg.Registry.(*prometheus.Registry)
 	n, err := testutil.GatherAndCount(reg, "stickyd_worker_up", "stickyd_raft_leader", "stickyd_raft_applied_index", "stickyd_supervisor_users", "stickyd_move_held_bytes")
