@@ -120,10 +120,8 @@ type Agent struct {
 	activity   *front.Activity
 	tables     *tables
 	stopTables chan struct{}
-	history    history
-	usageSent  usageSent
-	monMu      sync.Mutex // guards lastParts
-	lastParts  map[string]LocalMonitor
+	// monitor composes the monitor's reading of the whole pool.
+	monitor *monitor.Cluster
 	// launchers builds the groups' launchers; groups keeps the pool in
 	// step with the catalog's groups (from Start on).
 	launchers *groups.Launchers
@@ -305,13 +303,13 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	if a.tables, err = newTables(a, a.registry); err != nil {
 		return err
 	}
-	if err := a.registerMonitorMetrics(); err != nil {
+	if a.monitor, err = a.newMonitor(); err != nil {
 		return err
 	}
 	a.stopTables = make(chan struct{})
 	go a.tables.run(a.stopTables)
 	a.maint = maintenance.New(maintenance.Config{Maps: a.fsm, Log: log, Pool: a.pool, KV: a.consulKV,
-		View: a.monitorView, Logger: a.log})
+		View: a.monitor.View, Logger: a.log})
 	go a.maint.Tell(a.stopTables)
 	a.parts.add("tables, the store and maintenance telling", nil, func(context.Context) error {
 		close(a.stopTables)
@@ -387,11 +385,11 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	a.nomad = nomad.New(a.nomadConfig())
 	a.api.Store(api.Handler(api.Config{Token: a.token, ReadToken: a.cfg.Admin.ReadToken, Supervisor: people{sup: a.sup, maps: a.fsm, gw: a.gw}, Gatherer: a.registry, Logger: a.log.Named("api"),
-		Workers: a.workersView, Status: a.status,
+		Workers: a.monitor.Workers, Status: a.status,
 		Events: func() any { return a.govern.Events() },
 		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: governance.CheckGroup, CheckBundle: a.launchers.CheckBundle,
-		Monitor:      func(ctx context.Context, q fsm.UserQuery) (any, error) { return a.monitorPage(ctx, q) },
-		MonitorLocal: func(q api.LocalQuery) any { return a.localMonitor(q) },
+		Monitor:      func(ctx context.Context, q fsm.UserQuery) (any, error) { return a.monitor.Page(ctx, q) },
+		MonitorLocal: func(q api.LocalQuery) any { return a.monitor.Local(q) },
 		Maintenance:  a.maint, Extra: a.extraRoutes,
 		JobLog: a.cluster.Jobs(), AgentName: a.cfg.Name}))
 	// The leader's publishing loops the configuration asks for.
@@ -459,7 +457,7 @@ func (a *Agent) startFront(ctx context.Context) error {
 		HealthToken:     a.token,
 		HealthReadToken: a.cfg.Admin.ReadToken,
 		ExtraWait:       a.maint.ExtraWait,
-		Monitor:         monitor.WebHandlerWithReadToken(a.token, a.cfg.Admin.ReadToken, a.monitorPage, a.registry),
+		Monitor:         monitor.WebHandlerWithReadToken(a.token, a.cfg.Admin.ReadToken, a.monitor.Page, a.registry),
 		Logger:          a.log.Named("front"),
 	})
 	if err != nil {

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/stickyd/stickyd/internal/governance"
 	"github.com/stickyd/stickyd/internal/governor"
@@ -32,22 +31,11 @@ func (a *Agent) newGovernance() (*governance.Executor, error) {
 		Mover:      a.mover,
 		Leadership: a.leadership,
 		Register:   a.register,
-		Parts:      a.monitorParts,
+		Parts:      a.monitor.Parts,
 		Post: func(ctx context.Context, admin, path string, body []byte, out any) error {
 			return a.call(ctx, "POST", admin, path, body, out)
 		},
-		Seen:   a.history.record,
+		Seen:   a.monitor.Seen,
 		Logger: a.log, // its lines as they always were: "governance", decision, reason
 	})
-}
-
-// monitorParts asks every other agent for its part of the monitor, as
-// governance reads it.
-func (a *Agent) monitorParts(ctx context.Context, pathOf func(agent string) string, timeout time.Duration) map[string]governance.Part {
-	answers := askEach[LocalMonitor](ctx, a, pathOf, timeout)
-	out := make(map[string]governance.Part, len(answers))
-	for name, p := range answers {
-		out[name] = governance.Part{Workers: p.Workers, Usage: p.Usage, Token: p.Token, Changes: p.Changes, Gone: p.Gone}
-	}
-	return out
 }

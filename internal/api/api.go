@@ -168,18 +168,8 @@ func Handler(cfg Config) http.Handler {
 	return mux
 }
 
-// LocalQuery is what GET /v1/monitor/local asks for.
-type LocalQuery struct {
-	// Users names the people whose usage is wanted (?user=, repeated);
-	// nil: everyone's.
-	Users map[string]bool
-	// Changes (?changes=TOKEN) asks for the usage of the people whose
-	// totals changed since the answer that carried TOKEN (Since), and
-	// those gone since; everyone's when TOKEN is empty or not the last
-	// one given. The workers come without their memory history.
-	Changes bool
-	Since   string
-}
+// LocalQuery is what GET /v1/monitor/local asks for (the monitor's).
+type LocalQuery = monitor.LocalQuery
 
 type server struct {
 	cfg  Config

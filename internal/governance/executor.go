@@ -81,13 +81,7 @@ type Leadership interface {
 // usage for the next ask; Changes says Usage holds only the people whose
 // totals changed since the answer asked about, and Gone the people no
 // longer there.
-type Part struct {
-	Workers []monitor.Worker
-	Usage   map[string]monitor.Person
-	Token   string
-	Changes bool
-	Gone    []string
-}
+type Part = monitor.Part
 
 // Config is what an Executor is built from. Every field is required but
 // Policies, Seen, Rand and Logger.

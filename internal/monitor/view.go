@@ -4,7 +4,9 @@
 // agents already know (the maps, the hosts' last probe readings,
 // governance's events); it never waits on a worker, so a stopped worker
 // cannot stop the reading: it shows up as unreachable with its last known
-// numbers.
+// numbers. Cluster composes the reading from this agent's part and every
+// other agent's; it sees the agent only through its Config (the pool, the
+// maps, raft, a function to call another agent) and never imports it.
 package monitor
 
 import (

@@ -1,11 +1,9 @@
-package agent
+package monitor
 
 import (
 	"maps"
 	"slices"
 	"testing"
-
-	"github.com/stickyd/stickyd/internal/monitor"
 )
 
 // An ask for changes with the last token gets only the people whose totals
@@ -13,22 +11,22 @@ import (
 // leader merges them, the changes rebuild the whole usage.
 func TestUsageChangesSinceTheLastAnswer(t *testing.T) {
 	var s usageSent
-	usage := map[string]monitor.Person{
+	usage := map[string]Person{
 		"ann": {User: "ann", Worker: "w1", BusySeconds: 1, StateBytes: 100},
 		"bob": {User: "bob", Worker: "w1", BusySeconds: 2, StateBytes: 200},
 		"cat": {User: "cat", Worker: "w2", BusySeconds: 3, StateBytes: 300},
 	}
-	first := LocalMonitor{Usage: maps.Clone(usage)}
+	first := Part{Usage: maps.Clone(usage)}
 	s.changes(&first, "")
 	if first.Changes || len(first.Usage) != 3 || first.Token == "" {
 		t.Fatalf("first answer: %+v", first)
 	}
 	kept := maps.Clone(first.Usage)
 
-	usage["bob"] = monitor.Person{User: "bob", Worker: "w1", BusySeconds: 2.5, StateBytes: 900}
+	usage["bob"] = Person{User: "bob", Worker: "w1", BusySeconds: 2.5, StateBytes: 900}
 	delete(usage, "cat")
-	usage["dan"] = monitor.Person{User: "dan", Worker: "w2"}
-	second := LocalMonitor{Usage: maps.Clone(usage)}
+	usage["dan"] = Person{User: "dan", Worker: "w2"}
+	second := Part{Usage: maps.Clone(usage)}
 	s.changes(&second, first.Token)
 	if !second.Changes || second.Token == first.Token {
 		t.Fatalf("second answer is not changes: %+v", second)
@@ -45,7 +43,7 @@ func TestUsageChangesSinceTheLastAnswer(t *testing.T) {
 	}
 
 	// An old token (an answer lost on the way, a new leader): everyone.
-	third := LocalMonitor{Usage: maps.Clone(usage)}
+	third := Part{Usage: maps.Clone(usage)}
 	s.changes(&third, first.Token)
 	if third.Changes || len(third.Usage) != len(usage) || len(third.Gone) != 0 {
 		t.Fatalf("an old token got %+v, want everyone", third)
