@@ -24,7 +24,6 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"google.golang.org/grpc"
 
 	"github.com/stickyd/stickyd/internal/api"
 	"github.com/stickyd/stickyd/internal/bundle"
@@ -103,8 +102,11 @@ type Agent struct {
 	// api is the full admin API (an http.Handler), stored once ready.
 	api atomic.Value
 	// parts are the running subsystems, in the order they started.
-	parts      parts
-	router     *router
+	parts  parts
+	router *host.Router
+	// links serve the peer links other agents dial (nil without
+	// rpc_addr).
+	links      *host.LinkServer
 	govern     *governance.Executor
 	stopGovern chan struct{}
 	// idle parks idle people (lifecycle.idle_park); nil when off.
@@ -115,23 +117,23 @@ type Agent struct {
 	forget     *forgetter
 	stopForget chan struct{}
 	// disk watches the data directory's free space (nil without one).
-	disk       *diskGuard
-	stopDisk   chan struct{}
-	activity   *front.Activity
-	builtins   map[string]Builtin
-	tables     *tables
-	stopTables chan struct{}
-	history    history
-	usageSent  usageSent
-	monMu      sync.Mutex // guards lastParts
-	lastParts  map[string]LocalMonitor
-	bundles    *bundle.Cache
+	disk     *diskGuard
+	stopDisk chan struct{}
+	activity *front.Activity
+	builtins map[string]Builtin
+	// calls serve what workers send unasked: tables, the store, gateway
+	// calls and logouts.
+	calls     *host.WorkerCalls
+	history   history
+	usageSent usageSent
+	monMu     sync.Mutex // guards lastParts
+	lastParts map[string]LocalMonitor
+	bundles   *bundle.Cache
 	// catalogGroups are the groups this agent runs for the catalog (not
 	// from its configuration file); guarded by groupsMu.
 	groupsMu      sync.Mutex
 	catalogGroups map[string]bool
 	stopCatalog   chan struct{}
-	rpc           *grpc.Server
 	// frontAddr and rpcAddr are the listeners' addresses, published once
 	// they listen: the admin API answers before the front opens.
 	frontAddr, rpcAddr atomic.Pointer[string]
@@ -216,17 +218,19 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	// The admin API and the peer links listen first: servers find each
 	// other through them.
-	a.router = &router{a: a}
-	a.parts.add("peer links dialled", nil, func(context.Context) error { a.router.close(); return nil })
+	a.router = host.NewRouter(host.RouterConfig{Name: a.cfg.Name, Pool: a.pool, Maps: a.fsm, TLS: a.tls, Fetch: a.fetch})
+	a.parts.add("peer links dialled", nil, func(context.Context) error { a.router.Close(); return nil })
 	if err := a.startAdmin(); err != nil {
 		return err
 	}
 	a.parts.add("admin API", nil, func(context.Context) error { return a.admin.Close() })
 	if a.cfg.Server.RPCAddr != "" {
-		if err := a.serveLinks(); err != nil {
+		if a.links, err = host.ServeLinks(host.LinkServerConfig{Addr: a.cfg.Server.RPCAddr, Pool: a.pool, TLS: a.tls}); err != nil {
 			return err
 		}
-		a.parts.add("peer links served", nil, func(context.Context) error { a.rpc.Stop(); return nil })
+		addr := a.links.Addr()
+		a.rpcAddr.Store(&addr)
+		a.parts.add("peer links served", nil, func(context.Context) error { a.links.Stop(); return nil })
 	}
 	alone := a.cfg.IsServer() && a.cfg.Server.BootstrapExpect == 1
 	rcfg := raftnode.Config{ID: a.cfg.Name, Bootstrap: alone, Solo: alone, Logger: a.log,
@@ -296,7 +300,8 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		a.startLoop("membership", a.membershipLoop)
 		a.leadership.Add("autopilot", a.autopilotLoop)
 	}
-	a.pool.Parcels = clusterParcels{a}
+	a.pool.Parcels = host.NewClusterParcels(host.ClusterParcelsConfig{Name: a.cfg.Name, Store: a.park, Maps: a.fsm,
+		Fetch: a.fetch, Hold: a.hold})
 	a.pool.ProbeInterval, a.pool.ProbeMisses = duration(a.cfg.Probe.Interval), a.cfg.Probe.Misses
 	a.pool.BusyTimeout = duration(a.cfg.Probe.BusyTimeout)
 	a.pool.Woken = a.woken
@@ -306,24 +311,23 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		}
 	}
 	a.pool.Offline = &a.offline
-	if a.tables, err = newTables(a, a.registry); err != nil {
+	if a.calls, err = host.NewWorkerCalls(host.WorkerCallsConfig{Maps: a.fsm, Log: log, Router: a.router,
+		Gateway: a.gatewayFromWorker, Forget: a.forgetFromWorker, Logger: a.log, Registry: a.registry}); err != nil {
 		return err
 	}
 	if err := a.registerMonitorMetrics(); err != nil {
 		return err
 	}
-	a.stopTables = make(chan struct{})
-	go a.tables.run(a.stopTables)
+	a.calls.Start()
 	a.maint = maintenance.New(maintenance.Config{Maps: a.fsm, Log: log, Pool: a.pool, KV: a.consulKV,
 		View: a.monitorView, Logger: a.log})
-	go a.maint.Tell(a.stopTables)
+	go a.maint.Tell(a.calls.Stopping())
 	a.parts.add("tables, the store and maintenance telling", nil, func(context.Context) error {
-		close(a.stopTables)
-		<-a.tables.done // no table work may reach raft once it stops
+		a.calls.Stop() // no table work may reach raft once it stops
 		return nil
 	})
-	a.leadership.Add("expire the store's grants", a.expireLoop)
-	a.pool.FromWorker, a.pool.Ended, a.pool.Greeting = a.fromWorker, a.workerEnded, a.maint.Greeting
+	a.leadership.Add("expire the store's grants", a.calls.ExpireGrants)
+	a.pool.FromWorker, a.pool.Ended, a.pool.Greeting = a.calls.FromWorker, a.calls.Ended, a.maint.Greeting
 	// The gateway is up before any worker may call it.
 	if err := a.startGateway(); err != nil {
 		return err
