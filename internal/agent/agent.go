@@ -102,11 +102,9 @@ type Agent struct {
 	// api is the full admin API (an http.Handler), stored once ready.
 	api atomic.Value
 	// parts are the running subsystems, in the order they started.
-	parts  parts
-	router *host.Router
-	// links serve the peer links other agents dial (nil without
-	// rpc_addr).
-	links      *host.LinkServer
+	parts      parts
+	router     *host.Router
+	links      *host.LinkServer // the peer links served; nil without rpc_addr
 	govern     *governance.Executor
 	stopGovern chan struct{}
 	// idle parks idle people (lifecycle.idle_park); nil when off.
