@@ -21,7 +21,6 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"google.golang.org/grpc"
 
 	"github.com/stickyd/stickyd/internal/api"
 	"github.com/stickyd/stickyd/internal/api/client"
@@ -106,7 +105,8 @@ type Agent struct {
 	api atomic.Value
 	// parts are the running subsystems, in the order they started.
 	parts      parts
-	router     *router
+	router     *host.Router
+	links      *host.LinkServer // the peer links served; nil without rpc_addr
 	govern     *governance.Executor
 	stopGovern chan struct{}
 	// idle parks idle people (lifecycle.idle_park) if it is on.
@@ -115,18 +115,18 @@ type Agent struct {
 	// (lifecycle.forget_after); activity is the front's record of it.
 	forget *lifecycle.Forgetter
 	// disk watches the data directory's free space (nil without one).
-	disk       *server.DiskGuard
-	stopDisk   chan struct{}
-	activity   *front.Activity
-	tables     *tables
-	stopTables chan struct{}
+	disk     *server.DiskGuard
+	stopDisk chan struct{}
+	activity *front.Activity
+	// calls serve what workers send unasked: tables, the store, gateway
+	// calls and logouts.
+	calls *host.WorkerCalls
 	// monitor composes the monitor's reading of the whole pool.
 	monitor *monitor.Cluster
 	// launchers builds the groups' launchers; groups keeps the pool in
 	// step with the catalog's groups (from Start on).
 	launchers *groups.Launchers
 	groups    *groups.Keeper
-	rpc       *grpc.Server
 	// frontAddr and rpcAddr are the listeners' addresses, published once
 	// they listen: the admin API answers before the front opens.
 	frontAddr, rpcAddr atomic.Pointer[string]
@@ -204,17 +204,19 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	// The admin API and the peer links listen first: servers find each
 	// other through them.
-	a.router = &router{a: a}
-	a.parts.add("peer links dialled", nil, func(context.Context) error { a.router.close(); return nil })
+	a.router = host.NewRouter(host.RouterConfig{Name: a.cfg.Name, Pool: a.pool, Maps: a.fsm, TLS: a.tls, Fetch: a.fetch})
+	a.parts.add("peer links dialled", nil, func(context.Context) error { a.router.Close(); return nil })
 	if err := a.startAdmin(); err != nil {
 		return err
 	}
 	a.parts.add("admin API", nil, func(context.Context) error { return a.admin.Close() })
 	if a.cfg.Server.RPCAddr != "" {
-		if err := a.serveLinks(); err != nil {
+		if a.links, err = host.ServeLinks(host.LinkServerConfig{Addr: a.cfg.Server.RPCAddr, Pool: a.pool, TLS: a.tls}); err != nil {
 			return err
 		}
-		a.parts.add("peer links served", nil, func(context.Context) error { a.rpc.Stop(); return nil })
+		addr := a.links.Addr()
+		a.rpcAddr.Store(&addr)
+		a.parts.add("peer links served", nil, func(context.Context) error { a.links.Stop(); return nil })
 	}
 	alone := a.cfg.IsServer() && a.cfg.Server.BootstrapExpect == 1
 	rcfg := raftnode.Config{ID: a.cfg.Name, Bootstrap: alone, Solo: alone, Logger: a.log,
@@ -295,29 +297,30 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		a.startLoop("membership", a.cluster.Membership)
 		a.leadership.Add("autopilot", a.cluster.Autopilot)
 	}
-	a.pool.Parcels = clusterParcels{a}
+	a.pool.Parcels = host.NewClusterParcels(host.ClusterParcelsConfig{Name: a.cfg.Name, Store: a.park, Maps: a.fsm,
+		Fetch: a.fetch, Hold: a.hold})
 	a.pool.ProbeInterval, a.pool.ProbeMisses = duration(a.cfg.Probe.Interval), a.cfg.Probe.Misses
 	a.pool.BusyTimeout = duration(a.cfg.Probe.BusyTimeout)
 	a.pool.Woken = a.life.Woken
 	a.pool.Offline = a.life.Offline()
-	if a.tables, err = newTables(a, a.registry); err != nil {
+	if a.calls, err = host.NewWorkerCalls(host.WorkerCallsConfig{Maps: a.fsm, Log: log, Router: a.router,
+		Gateway: a.gatewayFromWorker, Forget: func(worker, user string) { lifecycle.ForgetLoggedOut(a.sup, a.log, worker, user) },
+		Logger: a.log, Registry: a.registry}); err != nil {
 		return err
 	}
 	if a.monitor, err = a.newMonitor(); err != nil {
 		return err
 	}
-	a.stopTables = make(chan struct{})
-	go a.tables.run(a.stopTables)
+	a.calls.Start()
 	a.maint = maintenance.New(maintenance.Config{Maps: a.fsm, Log: log, Pool: a.pool, KV: a.consulKV,
 		View: a.monitor.View, Logger: a.log})
-	go a.maint.Tell(a.stopTables)
+	go a.maint.Tell(a.calls.Stopping())
 	a.parts.add("tables, the store and maintenance telling", nil, func(context.Context) error {
-		close(a.stopTables)
-		<-a.tables.done // no table work may reach raft once it stops
+		a.calls.Stop() // no table work may reach raft once it stops
 		return nil
 	})
-	a.leadership.Add("expire the store's grants", a.expireLoop)
-	a.pool.FromWorker, a.pool.Ended, a.pool.Greeting = a.fromWorker, a.workerEnded, a.maint.Greeting
+	a.leadership.Add("expire the store's grants", a.calls.ExpireGrants)
+	a.pool.FromWorker, a.pool.Ended, a.pool.Greeting = a.calls.FromWorker, a.calls.Ended, a.maint.Greeting
 	// The gateway is up before any worker may call it.
 	if err := a.startGateway(); err != nil {
 		return err

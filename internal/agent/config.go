@@ -13,6 +13,7 @@ import (
 	"github.com/stickyd/stickyd/internal/bundle"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/governance"
+	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/tlsutil"
 )
 
@@ -746,7 +747,7 @@ func (c *Config) Finish() error {
 		if g.MaxPageBytes > 0 && g.MaxPersonBytes > 0 && g.MaxPersonBytes < g.MaxPageBytes {
 			return fmt.Errorf("group %q: max_person_bytes (%d) is less than max_page_bytes (%d): one page could never reach its bound", g.Name, g.MaxPersonBytes, g.MaxPageBytes)
 		}
-		if _, err := parseCheckpointInterval(g.CheckpointInterval); err != nil {
+		if _, err := host.ParseCheckpointInterval(g.CheckpointInterval); err != nil {
 			return fmt.Errorf("group %q: %w", g.Name, err)
 		}
 		if g.Governance != nil && g.Governance.Enabled {

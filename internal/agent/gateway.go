@@ -79,10 +79,12 @@ func (a *Agent) gatewayRoutes(mux *http.ServeMux, wrap func(func(http.ResponseWr
 	a.gw.Routes(mux, wrap)
 }
 
-// gatewayFromWorker serves one GatewayCall of worker (tables.go starts it
-// on its own goroutine).
-func (a *Agent) gatewayFromWorker(worker string, env *protocol.Envelope, r host.Replier) {
-	cluster.FromWorker(a.gw, a.cfg.Gateway != nil, a.log, a.stopTables, worker, env, r)
+// gatewayFromWorker serves one GatewayCall of worker until stop (the
+// host's WorkerCalls start it on its own goroutine). It is the agent's:
+// internal/gateway/cluster imports internal/host, so the host cannot name
+// the gateway.
+func (a *Agent) gatewayFromWorker(stop <-chan struct{}, worker string, env *protocol.Envelope, r host.Replier) {
+	cluster.FromWorker(a.gw, a.cfg.Gateway != nil, a.log, stop, worker, env, r)
 }
 
 // GatewayAddr and GatewayGRPCAddr are the gateway's listeners ("" without

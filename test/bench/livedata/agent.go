@@ -64,7 +64,7 @@ func raiseFileLimit(need int) error {
 	return nil
 }
 
-// tableCounts are the agent's table metrics (internal/agent/tables.go):
+// tableCounts are the agent's table metrics (internal/host/tables.go):
 // changes its workers published, those no other worker watched, and the
 // sends to other workers, all workers together.
 type tableCounts struct {

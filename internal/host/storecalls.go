@@ -1,4 +1,4 @@
-package agent
+package host
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/stickyd/stickyd/internal/fsm"
-	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/protocol"
 	"github.com/stickyd/stickyd/internal/store"
 )
@@ -20,7 +19,7 @@ import (
 
 // storeCall serves one store request of a worker; it may block (an acquire
 // waits its turn), so it runs on its own goroutine.
-func (a *Agent) storeCall(worker string, incarnation int, env *protocol.Envelope, r host.Replier) {
+func (c *WorkerCalls) storeCall(worker string, incarnation int, env *protocol.Envelope, r Replier) {
 	owner := fmt.Sprintf("%s#%d", worker, incarnation)
 	reply := func(body *protocol.Envelope, err error) {
 		if err == nil {
@@ -42,23 +41,23 @@ func (a *Agent) storeCall(worker string, incarnation int, env *protocol.Envelope
 	defer cancel()
 	switch b := env.Body.(type) {
 	case *protocol.Envelope_StoreGet:
-		vals, err := a.fsm.StoreGet(b.StoreGet.Paths)
+		vals, err := c.cfg.Maps.StoreGet(b.StoreGet.Paths)
 		reply(&protocol.Envelope{Body: &protocol.Envelope_StoreValues{StoreValues: &protocol.StoreValues{Values: bytesOf(vals)}}}, err)
 	case *protocol.Envelope_GrantAcquire:
-		g, err := a.acquire(ctx, owner, b.GrantAcquire)
+		g, err := c.acquire(ctx, owner, b.GrantAcquire)
 		reply(&protocol.Envelope{Body: &protocol.Envelope_GrantReply{GrantReply: g}}, err)
 	case *protocol.Envelope_GrantCommit:
-		c := b.GrantCommit
-		err := a.ownGrant(c.Id, owner)
+		gc := b.GrantCommit
+		err := c.ownGrant(gc.Id, owner)
 		if err == nil {
-			_, err = a.storeOp(ctx, fsm.StoreCommit, store.CommitOp{ID: c.Id, Token: c.Token, Set: rawOf(c.Set), Delete: c.Delete, Now: time.Now().UnixNano()})
+			_, err = c.storeOp(ctx, fsm.StoreCommit, store.CommitOp{ID: gc.Id, Token: gc.Token, Set: rawOf(gc.Set), Delete: gc.Delete, Now: time.Now().UnixNano()})
 		}
 		reply(&protocol.Envelope{Body: &protocol.Envelope_GrantCommit{GrantCommit: &protocol.GrantCommit{}}}, err)
 	case *protocol.Envelope_GrantRelease:
 		id := b.GrantRelease.Id
 		var err error
-		if a.ownGrant(id, owner) == nil {
-			_, err = a.storeOp(ctx, fsm.StoreRelease, store.ReleaseOp{ID: id, Now: time.Now().UnixNano()})
+		if c.ownGrant(id, owner) == nil {
+			_, err = c.storeOp(ctx, fsm.StoreRelease, store.ReleaseOp{ID: id, Now: time.Now().UnixNano()})
 			if errors.Is(err, store.ErrUnknownGrant) {
 				err = nil // it ended already
 			}
@@ -69,8 +68,8 @@ func (a *Agent) storeCall(worker string, incarnation int, env *protocol.Envelope
 
 // ownGrant checks that grant id belongs to owner: a worker commits or
 // releases only its own grants (a grant that ended is stale).
-func (a *Agent) ownGrant(id uint64, owner string) error {
-	g, ok := a.fsm.Grant(id)
+func (c *WorkerCalls) ownGrant(id uint64, owner string) error {
+	g, ok := c.cfg.Maps.Grant(id)
 	if !ok {
 		return fmt.Errorf("grant %d: %w", id, store.ErrStaleGrant)
 	}
@@ -82,9 +81,9 @@ func (a *Agent) ownGrant(id uint64, owner string) error {
 
 // acquire asks for a grant and waits until it is held, it ends, or the
 // request's wait runs out (the request is then withdrawn).
-func (a *Agent) acquire(ctx context.Context, owner string, req *protocol.GrantAcquire) (*protocol.GrantReply, error) {
+func (c *WorkerCalls) acquire(ctx context.Context, owner string, req *protocol.GrantAcquire) (*protocol.GrantReply, error) {
 	lease := time.Duration(req.LeaseMs) * time.Millisecond
-	res, err := a.storeOp(ctx, fsm.StoreAcquire, store.AcquireOp{Owner: store.Owner{Worker: owner, User: req.User},
+	res, err := c.storeOp(ctx, fsm.StoreAcquire, store.AcquireOp{Owner: store.Owner{Worker: owner, User: req.User},
 		Paths: req.Paths, Lease: lease, Now: time.Now().UnixNano()})
 	if err != nil {
 		return nil, err
@@ -96,8 +95,8 @@ func (a *Agent) acquire(ctx context.Context, owner string, req *protocol.GrantAc
 	timeout := time.NewTimer(wait)
 	defer timeout.Stop()
 	for {
-		changed := a.fsm.WatchGrant(res.ID)
-		g, ok := a.fsm.Grant(res.ID)
+		changed := c.cfg.Maps.WatchGrant(res.ID)
+		g, ok := c.cfg.Maps.Grant(res.ID)
 		switch {
 		case !ok:
 			return nil, fmt.Errorf("grant %d ended before it was held (its worker or person left)", res.ID)
@@ -108,9 +107,9 @@ func (a *Agent) acquire(ctx context.Context, owner string, req *protocol.GrantAc
 		case <-changed:
 		case <-timeout.C:
 			rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			_, _ = a.storeOp(rctx, fsm.StoreRelease, store.ReleaseOp{ID: res.ID, Now: time.Now().UnixNano()})
+			_, _ = c.storeOp(rctx, fsm.StoreRelease, store.ReleaseOp{ID: res.ID, Now: time.Now().UnixNano()})
 			cancel()
-			if g, ok := a.fsm.Grant(res.ID); ok && g.State == store.StateHeld {
+			if g, ok := c.cfg.Maps.Grant(res.ID); ok && g.State == store.StateHeld {
 				// Granted just as the wait ran out: released again above.
 				return nil, fmt.Errorf("no grant on %v within %v (granted too late; given back)", req.Paths, wait)
 			}
@@ -122,12 +121,12 @@ func (a *Agent) acquire(ctx context.Context, owner string, req *protocol.GrantAc
 }
 
 // storeOp applies one store operation through the leader.
-func (a *Agent) storeOp(ctx context.Context, kind string, op any) (fsm.StoreResult, error) {
+func (c *WorkerCalls) storeOp(ctx context.Context, kind string, op any) (fsm.StoreResult, error) {
 	entry, err := fsm.EncodeStoreOp(kind, op)
 	if err != nil {
 		return fsm.StoreResult{}, err
 	}
-	v, err := a.cluster.Apply(ctx, entry)
+	v, err := c.cfg.Log.Apply(ctx, entry)
 	if err != nil {
 		return fsm.StoreResult{}, err
 	}
@@ -136,20 +135,21 @@ func (a *Agent) storeOp(ctx context.Context, kind string, op any) (fsm.StoreResu
 }
 
 // releaseWorker ends the grants of a worker's ended incarnation.
-func (a *Agent) releaseWorker(worker string, incarnation int) {
+func (c *WorkerCalls) releaseWorker(worker string, incarnation int) {
 	owner := fmt.Sprintf("%s#%d", worker, incarnation)
-	if len(a.fsm.GrantsOf(owner)) == 0 {
+	if len(c.cfg.Maps.GrantsOf(owner)) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := a.storeOp(ctx, fsm.StoreReleaseWorker, store.ReleaseWorkerOp{Worker: owner, Now: time.Now().UnixNano()}); err != nil {
-		a.log.Error("releasing the grants of an ended worker", "worker", owner, "error", err)
+	if _, err := c.storeOp(ctx, fsm.StoreReleaseWorker, store.ReleaseWorkerOp{Worker: owner, Now: time.Now().UnixNano()}); err != nil {
+		c.log.Error("releasing the grants of an ended worker", "worker", owner, "error", err)
 	}
 }
 
-// expireLoop has the leader end the grants whose lease ran out.
-func (a *Agent) expireLoop(stop <-chan struct{}) {
+// ExpireGrants has the leader end the grants whose lease ran out, until
+// stop: a leader task. The expiries run on the queue, one at a time.
+func (c *WorkerCalls) ExpireGrants(stop <-chan struct{}) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	pending := false
@@ -161,17 +161,17 @@ func (a *Agent) expireLoop(stop <-chan struct{}) {
 		case <-done:
 			pending = false
 		case <-t.C:
-			next := a.fsm.NextExpiry()
+			next := c.cfg.Maps.NextExpiry()
 			if pending || next == 0 || time.Now().UnixNano() < next {
 				continue
 			}
 			pending = true
-			a.tables.push(func() {
+			c.push(func() {
 				defer func() { done <- struct{}{} }()
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				if _, err := a.storeOp(ctx, fsm.StoreExpire, store.ExpireOp{Now: time.Now().UnixNano()}); err != nil {
-					a.log.Warn("expiring grants", "error", err)
+				if _, err := c.storeOp(ctx, fsm.StoreExpire, store.ExpireOp{Now: time.Now().UnixNano()}); err != nil {
+					c.log.Warn("expiring grants", "error", err)
 				}
 			})
 		}
