@@ -532,6 +532,12 @@ type PluginConfig struct {
 	Command string            `hcl:"command"`
 	Args    []string          `hcl:"args,optional"`
 	Env     map[string]string `hcl:"env,optional"`
+	// Interpreter is the Python that runs a python3 group's workers: a
+	// virtualenv's bin/python, or any python3 by path or by name on PATH
+	// (default /usr/bin/python3). Each group has its own. It must import
+	// the SDK's dependencies (grpcio, protobuf): a virtualenv made with
+	// --system-site-packages sees the distribution's.
+	Interpreter string `hcl:"interpreter,optional"`
 	// PlainChannel turns off go-plugin's AutoMTLS on the workers'
 	// channels (default false: the host and each worker trade one-time
 	// certificates and no other local process can speak on the channel).
@@ -723,6 +729,9 @@ func (c *Config) Finish() error {
 			case "", RuntimeGoPlugin, RuntimePython3:
 			default:
 				return fmt.Errorf("group %q: plugin runtime %q: want %q or %q", g.Name, p.Runtime, RuntimeGoPlugin, RuntimePython3)
+			}
+			if p.Interpreter != "" && p.Runtime != RuntimePython3 {
+				return fmt.Errorf("group %q: plugin interpreter %q is for runtime %q (a go-plugin worker is its own binary)", g.Name, p.Interpreter, RuntimePython3)
 			}
 		}
 		if g.Bundle != "" {

@@ -88,6 +88,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"both runtimes", "group \"g\" {\n builtin = \"demo\"\n plugin { command = \"x\" }\n}", "exactly one"},
 		{"neither runtime", `group "g" { workers = 2 }`, "exactly one"},
 		{"unknown plugin runtime", "group \"g\" {\n plugin {\n runtime = \"ruby\"\n command = \"app:app\"\n }\n}", "plugin runtime \"ruby\""},
+		{"interpreter of a go-plugin worker", "group \"g\" {\n plugin {\n command = \"/bin/worker\"\n interpreter = \"/usr/bin/python3\"\n }\n}", "is for runtime \"python3\""},
 		{"duplicate group", "group \"g\" { builtin = \"demo\" }\ngroup \"g\" { builtin = \"demo\" }", "twice"},
 		{"negative workers", "group \"g\" {\n builtin = \"demo\"\n workers = -1\n}", "positive"},
 		{"bad timeout", "front { frame_timeout = \"soon\" }\ngroup \"g\" { builtin = \"demo\" }", "frame_timeout"},

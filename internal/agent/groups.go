@@ -43,6 +43,7 @@ func configuredGroups(c *Config) []groups.Group {
 		r := groups.Recipe{Group: g.Name, Builtin: g.Builtin, Bundle: g.Bundle, Env: g.Env}
 		if p := g.Plugin; p != nil {
 			r.Runtime, r.Command, r.Args, r.Env, r.PlainChannel = p.Runtime, p.Command, p.Args, p.Env, p.PlainChannel
+			r.Interpreter = p.Interpreter
 		}
 		out = append(out, groups.Group{Recipe: r, Workers: g.Workers, MemoryMaxMB: g.MemoryMaxMB, Limits: g.limits()})
 	}

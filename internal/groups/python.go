@@ -2,23 +2,39 @@ package groups
 
 import (
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
 	"github.com/stickyd/stickyd/internal/host"
 )
 
-// pythonInterpreter runs the python3 groups' workers: the system's Python,
-// whose grpcio and protobuf come from the distribution (make deps).
+// pythonInterpreter runs the python3 groups' workers that name no
+// interpreter: the system's Python, whose grpcio and protobuf come from
+// the distribution (make deps).
 const pythonInterpreter = "/usr/bin/python3"
 
-// pythonLauncher runs a python3 recipe: `python3 -m stickyd.worker
-// MODULE:CALLABLE ARGS...`, a go-plugin subprocess like any other worker.
-// Its PYTHONPATH is the agent's python_sdk (the stickyd package) followed
-// by the recipe's own PYTHONPATH (where the app lives).
+// pythonLauncher runs a python3 recipe: `PYTHON -m stickyd.worker
+// MODULE:CALLABLE ARGS...`, a go-plugin subprocess like any other worker,
+// PYTHON being the recipe's interpreter (a virtualenv's bin/python keeps
+// its path: Python finds the virtualenv from it). Its PYTHONPATH is the
+// agent's python_sdk (the stickyd package) followed by the recipe's own
+// PYTHONPATH (where the app lives).
 func (l *Launchers) pythonLauncher(r Recipe) (host.Launcher, error) {
 	if r.Command == "" || strings.HasPrefix(r.Command, "-") {
 		return nil, fmt.Errorf("runtime %s: set command to the WSGI application as MODULE:CALLABLE", RuntimePython3)
+	}
+	interpreter := pythonInterpreter
+	if r.Interpreter != "" {
+		// A name is looked up on PATH, a path must be an executable file:
+		// a wrong one stops the start here, not at every launch.
+		found, err := exec.LookPath(r.Interpreter)
+		if err != nil {
+			return nil, fmt.Errorf("interpreter %q: %w", r.Interpreter, err)
+		}
+		if interpreter, err = filepath.Abs(found); err != nil {
+			return nil, fmt.Errorf("interpreter %q: %w", r.Interpreter, err)
+		}
 	}
 	var path []string
 	if l.cfg.PythonSDK != "" {
@@ -44,5 +60,5 @@ func (l *Launchers) pythonLauncher(r Recipe) (host.Launcher, error) {
 		set("PYTHONDONTWRITEBYTECODE", "1")
 	}
 	args := append([]string{"-m", "stickyd.worker", r.Command}, r.Args...)
-	return &host.PluginLauncher{Command: pythonInterpreter, Args: args, Env: env, PlainChannel: r.PlainChannel, Logger: l.cfg.Logger.Named("plugin")}, nil
+	return &host.PluginLauncher{Command: interpreter, Args: args, Env: env, PlainChannel: r.PlainChannel, Logger: l.cfg.Logger.Named("plugin")}, nil
 }

@@ -1,7 +1,10 @@
 package groups
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stickyd/stickyd/internal/host"
@@ -29,5 +32,42 @@ func TestPythonRecipe(t *testing.T) {
 	}
 	if _, err := l.Launcher(Recipe{Group: "x", Runtime: RuntimePython3}); err == nil {
 		t.Fatal("a python3 recipe without an app was accepted")
+	}
+}
+
+// A group names its interpreter: a virtualenv's python keeps its path (the
+// virtualenv is found from it), a name is looked up on PATH, and one that
+// is not there stops the group saying which.
+func TestPythonRecipeInterpreter(t *testing.T) {
+	dir := t.TempDir()
+	venvPython := filepath.Join(dir, "venv", "bin", "python")
+	onPath := filepath.Join(dir, "path", "python3.99")
+	for _, p := range []string{venvPython, onPath} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", filepath.Dir(onPath))
+	l := NewLaunchers(LaunchersConfig{Agent: "a"})
+	for _, c := range []struct{ interpreter, want string }{
+		{venvPython, venvPython},
+		{"python3.99", onPath},
+	} {
+		got, err := l.Launcher(Recipe{Group: "shop", Runtime: RuntimePython3, Command: "app:application", Interpreter: c.interpreter})
+		if err != nil {
+			t.Fatalf("interpreter %s: %v", c.interpreter, err)
+		}
+		if pl := got.(*host.PluginLauncher); pl.Command != c.want {
+			t.Errorf("interpreter %s runs %s, want %s", c.interpreter, pl.Command, c.want)
+		}
+	}
+	for _, bad := range []string{filepath.Join(dir, "venv", "bin", "python2"), "python-nowhere", filepath.Join(dir, "venv", "bin")} {
+		_, err := l.Launcher(Recipe{Group: "shop", Runtime: RuntimePython3, Command: "app:application", Interpreter: bad})
+		if err == nil || !strings.Contains(err.Error(), "interpreter") || !strings.Contains(err.Error(), bad) {
+			t.Errorf("interpreter %s: %v, want a refusal naming it", bad, err)
+		}
 	}
 }

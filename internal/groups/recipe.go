@@ -53,6 +53,9 @@ type Recipe struct {
 	// PlainChannel turns the worker channel's AutoMTLS off
 	// (plugin.plain_channel).
 	PlainChannel bool
+	// Interpreter is the Python of a RuntimePython3 recipe ("": the
+	// system's, /usr/bin/python3).
+	Interpreter string
 }
 
 // LaunchersConfig is what Launchers builds launchers from: values of the

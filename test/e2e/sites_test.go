@@ -45,36 +45,8 @@ func TestSitesDjango(t *testing.T) {
 		dir:     "django_site",
 		command: "site_project.wsgi:application",
 		modules: "django",
-		setup: func(t *testing.T, dir, data string) {
-			for _, args := range [][]string{
-				{"migrate", "--noinput"},
-				{"createsuperuser", "--noinput", "--username", "admin", "--email", "admin@example.org"},
-			} {
-				cmd := exec.Command(pythonExe, append([]string{"manage.py"}, args...)...)
-				cmd.Dir = dir
-				cmd.Env = append(os.Environ(), "STICKYD_SITE_DATA="+data, "DJANGO_SUPERUSER_PASSWORD=secret-1",
-					"PYTHONPATH="+filepath.Join(dir, "..", "..", "..", "plugins", "python"), "PYTHONDONTWRITEBYTECODE=1")
-				if out, err := cmd.CombinedOutput(); err != nil {
-					t.Fatalf("manage.py %s: %v\n%s", args[0], err, out)
-				}
-			}
-		},
-		login: func(b *siteBrowser, user, password string) {
-			b.t.Helper()
-			code, body := b.do("GET", "/admin/login/?next=/admin/")
-			m := regexp.MustCompile(`name="csrfmiddlewaretoken" value="([^"]+)"`).FindStringSubmatch(body)
-			if code != 200 || m == nil {
-				b.t.Fatalf("the login form: %d %.300s", code, body)
-			}
-			code, loc := b.post("/admin/login/?next=/admin/", url.Values{"csrfmiddlewaretoken": {m[1]},
-				"username": {user}, "password": {password}, "next": {"/admin/"}}, nil)
-			if code != 302 || loc != "/admin/" {
-				b.t.Fatalf("logging in %s: %d to %q", user, code, loc)
-			}
-			if code, body := b.do("GET", "/admin/"); code != 200 || !strings.Contains(body, "Site administration") {
-				b.t.Fatalf("the admin after the login: %d %.300s", code, body)
-			}
-		},
+		setup:   djangoSetup,
+		login:   djangoLogin,
 		note: func(b *siteBrowser, text string) []string {
 			b.t.Helper()
 			return b.postNote(url.Values{"text": {text}}, map[string]string{"X-CSRFToken": b.cookie("csrftoken")})
@@ -86,6 +58,41 @@ func TestSitesDjango(t *testing.T) {
 			}
 		},
 	})
+}
+
+// djangoLogin logs in through the admin's login form, with its CSRF token.
+func djangoLogin(b *siteBrowser, user, password string) {
+	b.t.Helper()
+	code, body := b.do("GET", "/admin/login/?next=/admin/")
+	m := regexp.MustCompile(`name="csrfmiddlewaretoken" value="([^"]+)"`).FindStringSubmatch(body)
+	if code != 200 || m == nil {
+		b.t.Fatalf("the login form: %d %.300s", code, body)
+	}
+	code, loc := b.post("/admin/login/?next=/admin/", url.Values{"csrfmiddlewaretoken": {m[1]},
+		"username": {user}, "password": {password}, "next": {"/admin/"}}, nil)
+	if code != 302 || loc != "/admin/" {
+		b.t.Fatalf("logging in %s: %d to %q", user, code, loc)
+	}
+	if code, body := b.do("GET", "/admin/"); code != 200 || !strings.Contains(body, "Site administration") {
+		b.t.Fatalf("the admin after the login: %d %.300s", code, body)
+	}
+}
+
+// djangoSetup makes the Django site's database and its superuser (admin,
+// secret-1) in data, as its README says.
+func djangoSetup(t *testing.T, dir, data string) {
+	for _, args := range [][]string{
+		{"migrate", "--noinput"},
+		{"createsuperuser", "--noinput", "--username", "admin", "--email", "admin@example.org"},
+	} {
+		cmd := exec.Command(pythonExe, append([]string{"manage.py"}, args...)...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "STICKYD_SITE_DATA="+data, "DJANGO_SUPERUSER_PASSWORD=secret-1",
+			"PYTHONPATH="+filepath.Join(dir, "..", "..", "..", "plugins", "python"), "PYTHONDONTWRITEBYTECODE=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("manage.py %s: %v\n%s", args[0], err, out)
+		}
+	}
 }
 
 func TestSitesFlask(t *testing.T) {
@@ -180,7 +187,9 @@ func (b *siteBrowser) cookie(name string) string {
 type siteWho struct {
 	User, Person, Conn, Worker string
 	Pid                        int
-	Notes                      []string
+	// Python is the interpreter's sys.prefix (a virtualenv's directory).
+	Python string
+	Notes  []string
 }
 
 func (b *siteBrowser) who() siteWho {
@@ -357,4 +366,107 @@ group "site" {
 	if w := b.who(); w.User != "" || w.Person != "" {
 		t.Fatalf("the second browser after its logout: %+v", w)
 	}
+}
+
+// A group names its interpreter (issue 43): a Django group runs on a
+// virtualenv's Python beside a Flask group on the system's, in one agent;
+// each group's workers run their own interpreter (sys.prefix as the site
+// reports it), and a person moved from one group to the other is served by
+// the other's.
+func TestSitesOnTheirOwnInterpreters(t *testing.T) {
+	root := pythonRepo(t)
+	if out, err := exec.Command(pythonExe, "-c", "import django, flask").CombinedOutput(); err != nil {
+		t.Skipf("%s cannot import django and flask (make deps installs python3-django and python3-flask): %v %s", pythonExe, err, out)
+	}
+	venv := filepath.Join(t.TempDir(), "shop-venv")
+	// The virtualenv sees the distribution's packages (Django, grpcio,
+	// protobuf), as docs/python.md says to make one.
+	if out, err := exec.Command(pythonExe, "-m", "venv", "--without-pip", "--system-site-packages", venv).CombinedOutput(); err != nil {
+		t.Fatalf("making a virtualenv: %v\n%s", err, out)
+	}
+	sites := filepath.Join(root, "test", "sites")
+	djangoData, flaskData := t.TempDir(), t.TempDir()
+	djangoSetup(t, filepath.Join(sites, "django_site"), djangoData)
+	p := &proc{t: t, dir: t.TempDir(), front: freePort(t), admin: freePort(t)}
+	cfg := fmt.Sprintf(`
+name       = "interpreters"
+data_dir   = %q
+python_sdk = %q
+server {
+  raft_addr = %q
+  rpc_addr  = %q
+}
+front { address = %q }
+admin {
+  address = %q
+  token   = %q
+}
+group "django" {
+  workers = 1
+  plugin {
+    runtime     = "python3"
+    interpreter = %q
+    command     = "site_project.wsgi:application"
+    env         = { PYTHONPATH = %q, STICKYD_SITE_DATA = %q }
+  }
+}
+group "flask" {
+  workers = 1
+  plugin {
+    runtime = "python3"
+    command = "flaskr.wsgi:application"
+    env     = { PYTHONPATH = %q, STICKYD_SITE_DATA = %q }
+  }
+}
+`, filepath.Join(p.dir, "data"), filepath.Join(root, "plugins", "python"), freePort(t), freePort(t), p.front, p.admin,
+		testToken, filepath.Join(venv, "bin", "python"), filepath.Join(sites, "django_site"), djangoData,
+		filepath.Join(sites, "flaskr"), flaskData)
+	if err := os.WriteFile(filepath.Join(p.dir, "stickyd.hcl"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.start()
+
+	// Each group's worker process runs its interpreter.
+	code, body := adminCallAt(t, p.admin, "GET", "/v1/workers", testToken)
+	var workers []struct {
+		ID, Group string
+		Pid       int
+	}
+	if code != 200 || json.Unmarshal([]byte(body), &workers) != nil || len(workers) != 2 {
+		t.Fatalf("GET /v1/workers: %d %.500s", code, body)
+	}
+	for _, w := range workers {
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", w.Pid))
+		if err != nil {
+			t.Fatalf("worker %s: %v", w.ID, err)
+		}
+		argv0, _, _ := strings.Cut(string(cmdline), "\x00")
+		want := map[string]string{"django": filepath.Join(venv, "bin", "python"), "flask": pythonExe}[w.Group]
+		if argv0 != want {
+			t.Errorf("worker %s of group %s runs %s, want %s", w.ID, w.Group, argv0, want)
+		}
+	}
+
+	// A newcomer lands on the default group (the first): Django, in the
+	// virtualenv; logged in, they are the person admin.
+	b := &siteBrowser{procBrowser(t, p)}
+	djangoLogin(b, "admin", "secret-1")
+	w := b.who()
+	if w.Python != venv || w.Person != "admin" {
+		t.Fatalf("the Django group's site: %+v, want the person admin served in the virtualenv %s", w, venv)
+	}
+	// Moved to the Flask group, the same person is served by the system's
+	// Python.
+	out, exit := runCLI(t, p.admin, "user", "move", w.Person, "-group", "flask")
+	if exit != 0 {
+		t.Fatalf("stickyd user move %s -group flask: exit %d\n%s", w.Person, exit, out)
+	}
+	moved := b.who()
+	if moved.Person != w.Person || moved.Worker == w.Worker || moved.Python == venv || moved.Python == "" {
+		t.Fatalf("after the move to the Flask group: %+v (before %+v)", moved, w)
+	}
+	if code, body := b.do("GET", "/auth/login"); code != 200 || !strings.Contains(body, "name=username") {
+		t.Fatalf("the Flask group's login page: %d %.300s", code, body)
+	}
+	t.Logf("django on %s (%s), flask on %s (%s)", w.Worker, w.Python, moved.Worker, moved.Python)
 }

@@ -1,6 +1,7 @@
 """Pages that read and write the session, as any Django view does; whoami
 also says where stickyd served it (for the test's eyes only)."""
 import os
+import sys
 
 from django.contrib.auth.decorators import login_required
 from django.http import JsonResponse
@@ -16,6 +17,7 @@ def whoami(request):
         "conn": s.conn if s else "",
         "worker": s.worker_id if s else "",
         "pid": os.getpid(),
+        "python": sys.prefix,
         "notes": request.session.get("notes", []),
     })
 

@@ -2,6 +2,7 @@
 in and out (auth.py), and a page that reads the session. The line marked
 brings it aboard stickyd."""
 import os
+import sys
 
 from flask import Flask, g, jsonify, request, session
 
@@ -24,7 +25,7 @@ def create_app():
         import stickyd  # only to report the worker and the person
         s = stickyd.session()
         return jsonify(user=g.user["username"] if g.user else "", person=s.user if s else "",
-                       conn=s.conn if s else "", worker=s.worker_id if s else "", pid=os.getpid(),
+                       conn=s.conn if s else "", worker=s.worker_id if s else "", pid=os.getpid(), python=sys.prefix,
                        notes=session.get("notes", []))
 
     @app.route("/note", methods=["POST"])
