@@ -314,9 +314,14 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	a.calls.Start()
 	a.maint = maintenance.New(maintenance.Config{Maps: a.fsm, Log: log, Pool: a.pool, KV: a.consulKV,
 		View: a.monitor.View, Logger: a.log})
-	go a.maint.Tell(a.calls.Stopping())
+	told := make(chan struct{})
+	go func() {
+		defer close(told)
+		a.maint.Tell(a.calls.Stopping())
+	}()
 	a.parts.add("tables, the store and maintenance telling", nil, func(context.Context) error {
 		a.calls.Stop() // no table work may reach raft once it stops
+		<-told
 		return nil
 	})
 	a.leadership.Add("expire the store's grants", a.calls.ExpireGrants)
