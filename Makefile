@@ -38,8 +38,9 @@ doctor:
 
 ## deps: what the tests need beyond Go (Debian): Chromium for test/browser,
 ## grpcio, protobuf and cryptography (AutoMTLS) for /usr/bin/python3
-## (the Python worker's tests), and Django, Flask and Flask-Login (the
-## adapters for existing sites and their end-to-end test, test/e2e/sites_test.go).
+## (the Python worker's tests), Django, Flask and Flask-Login (the
+## adapters for existing sites and their end-to-end test, test/e2e/sites_test.go)
+## and venv (a site's group on its own virtualenv, in that test).
 deps:
 	@command -v chromium >/dev/null || { \
 		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
@@ -50,6 +51,9 @@ deps:
 	@/usr/bin/python3 -c 'import django, flask, flask_login' 2>/dev/null || { \
 		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
 		$$sudo apt-get update && $$sudo apt-get install -y python3-django python3-flask python3-flask-login; }
+	@/usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || { \
+		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get update && $$sudo apt-get install -y python3-venv; }
 
 ## test: set-up (deps, and the real Consul and Nomad agents: tools), format
 ## and vet checks, every test with the race detector (the deployment suite
