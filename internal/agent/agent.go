@@ -57,11 +57,9 @@ type Agent struct {
 	// leadership owns raft's leadership notifications and runs the
 	// leader-only tasks while this server leads.
 	leadership *server.Leadership
-	// raftSet is raft once it is up, for handlers that may run before.
-	raftSet atomic.Pointer[raftnode.Node]
-	pool    *host.Pool
-	park    park.Store
-	held    *park.Tiered // a.park, with data on disk
+	pool       *host.Pool
+	park       park.Store
+	held       *park.Tiered // a.park, with data on disk
 	// checkpointed is how many people the crash checkpoint journal held
 	// at start, once it is loaded (behind the start).
 	checkpointed atomic.Int64
@@ -202,9 +200,15 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	// The admin token is the cluster's: this agent's API asks for it, and
+	// its calls to the others (remote) send it.
+	if a.token, err = server.AdminToken(server.TokenSource{Token: a.cfg.Admin.Token, File: a.cfg.Admin.TokenFile, DataDir: a.cfg.DataDir}, a.log); err != nil {
+		return err
+	}
+	a.remote = server.NewRemote(a.token, a.adminHTTPS(), a.adminTransport())
 	// The admin API and the peer links listen first: servers find each
 	// other through them.
-	a.router = host.NewRouter(host.RouterConfig{Name: a.cfg.Name, Pool: a.pool, Maps: a.fsm, TLS: a.tls, Fetch: a.fetch})
+	a.router = host.NewRouter(host.RouterConfig{Name: a.cfg.Name, Pool: a.pool, Maps: a.fsm, TLS: a.tls, Fetch: a.remote.Fetch})
 	a.parts.add("peer links dialled", nil, func(context.Context) error { a.router.Close(); return nil })
 	if err := a.startAdmin(); err != nil {
 		return err
@@ -238,7 +242,6 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	a.raftSet.Store(a.raft)
 	a.parts.add("raft", nil, func(context.Context) error { return a.raft.Shutdown() })
 	a.cluster = server.NewCluster(server.Config{Name: a.cfg.Name, Server: a.cfg.IsServer(),
 		BootstrapExpect: a.cfg.Server.BootstrapExpect, DeadServerCleanup: a.cfg.DeadServerCleanupAfter(),
@@ -298,7 +301,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		a.leadership.Add("autopilot", a.cluster.Autopilot)
 	}
 	a.pool.Parcels = host.NewClusterParcels(host.ClusterParcelsConfig{Name: a.cfg.Name, Store: a.park, Maps: a.fsm,
-		Fetch: a.fetch, Hold: a.hold})
+		Fetch: a.remote.Fetch, Hold: a.hold})
 	a.pool.ProbeInterval, a.pool.ProbeMisses = duration(a.cfg.Probe.Interval), a.cfg.Probe.Misses
 	a.pool.BusyTimeout = duration(a.cfg.Probe.BusyTimeout)
 	a.pool.Woken = a.life.Woken
@@ -509,13 +512,7 @@ func (a *Agent) startFront(ctx context.Context) error {
 
 // startAdmin serves the admin API.
 func (a *Agent) startAdmin() error {
-	tok, err := server.AdminToken(server.TokenSource{Token: a.cfg.Admin.Token, File: a.cfg.Admin.TokenFile, DataDir: a.cfg.DataDir}, a.log)
-	if err != nil {
-		return err
-	}
-	a.token = tok
-	a.remote = server.NewRemote(tok, a.adminHTTPS(), a.adminTransport())
-	h := api.Cluster(api.ClusterConfig{Token: tok, Logger: a.log.Named("api"),
+	h := api.Cluster(api.ClusterConfig{Token: a.token, Logger: a.log.Named("api"),
 		Self: func() any { return a.self() },
 		Apply: func(ctx context.Context, entry []byte) (any, uint64, int, error) {
 			c := a.clusterSet.Load()
@@ -553,6 +550,7 @@ func (a *Agent) startAdmin() error {
 			return h
 		},
 	})
+	var err error
 	a.adminLn, err = net.Listen("tcp", a.cfg.Admin.Address)
 	if err != nil {
 		return fmt.Errorf("admin API: listening on %s: %w", a.cfg.Admin.Address, err)
@@ -645,7 +643,12 @@ func (a *Agent) extraRoutes(mux *http.ServeMux, wrap func(func(http.ResponseWrit
 func (a *Agent) isStarted() bool { return a.up.Load() }
 
 // raftNode is the raft member once it is up, nil before.
-func (a *Agent) raftNode() *raftnode.Node { return a.raftSet.Load() }
+func (a *Agent) raftNode() *raftnode.Node {
+	if c := a.clusterSet.Load(); c != nil {
+		return c.Raft()
+	}
+	return nil
+}
 
 // Served reports the front's end: nil after Shutdown, the error otherwise.
 func (a *Agent) Served() <-chan error { return a.served }

@@ -25,15 +25,6 @@ func (a *Agent) self() Self {
 	return s
 }
 
-// call and fetch call another agent's admin API (server.Remote).
-func (a *Agent) call(ctx context.Context, method, addr, path string, body []byte, out any) error {
-	return a.remote.Call(ctx, method, addr, path, body, out)
-}
-
-func (a *Agent) fetch(ctx context.Context, method, addr, path string, body []byte) ([]byte, error) {
-	return a.remote.Fetch(ctx, method, addr, path, body)
-}
-
 // register records this agent's workers in the maps, so every server can
 // route to them.
 func (a *Agent) register(ctx context.Context) error {

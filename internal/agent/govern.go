@@ -33,7 +33,7 @@ func (a *Agent) newGovernance() (*governance.Executor, error) {
 		Register:   a.register,
 		Parts:      a.monitor.Parts,
 		Post: func(ctx context.Context, admin, path string, body []byte, out any) error {
-			return a.call(ctx, "POST", admin, path, body, out)
+			return a.remote.Call(ctx, "POST", admin, path, body, out)
 		},
 		Seen:   a.monitor.Seen,
 		Logger: a.log, // its lines as they always were: "governance", decision, reason

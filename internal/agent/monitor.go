@@ -25,7 +25,7 @@ func (a *Agent) newMonitor() (*monitor.Cluster, error) {
 		Outlook:       func(worker string) (governor.Outlook, bool) { return a.govern.Outlook(worker) },
 		Events:        func() []governor.Event { return a.govern.Events() },
 		Windows:       maintenance.Windows,
-		Call:          a.call,
+		Call:          a.remote.Call,
 		Held:          a.held,
 		Registry:      a.registry,
 	}

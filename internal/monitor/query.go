@@ -66,24 +66,6 @@ func ParseQuery(v url.Values) (fsm.UserQuery, error) {
 	return q, nil
 }
 
-// EncodeValues writes q as URL parameters, ParseQuery's inverse (the
-// cursor encoded); zero fields are left out.
-func EncodeValues(q fsm.UserQuery) url.Values {
-	v := url.Values{}
-	for k, s := range map[string]string{"worker": q.Worker, "group": q.Group, "state": q.State} {
-		if s != "" {
-			v.Set(k, s)
-		}
-	}
-	if q.After != "" {
-		v.Set("cursor", EncodeCursor(q.After))
-	}
-	if q.Limit > 0 {
-		v.Set("limit", strconv.Itoa(q.Limit))
-	}
-	return v
-}
-
 // EncodeCursor is the cursor of the page after the person named after (a
 // page's last person, fsm.UserPage.Next); "" for none.
 func EncodeCursor(after string) string {
