@@ -378,6 +378,11 @@ func TestSitesOnTheirOwnInterpreters(t *testing.T) {
 	if out, err := exec.Command(pythonExe, "-c", "import django, flask").CombinedOutput(); err != nil {
 		t.Skipf("%s cannot import django and flask (make deps installs python3-django and python3-flask): %v %s", pythonExe, err, out)
 	}
+	prefix, err := exec.Command(pythonExe, "-c", "import sys; print(sys.prefix)").Output()
+	if err != nil {
+		t.Fatalf("%s: %v", pythonExe, err)
+	}
+	systemPrefix := strings.TrimSpace(string(prefix))
 	venv := filepath.Join(t.TempDir(), "shop-venv")
 	// The virtualenv sees the distribution's packages (Django, grpcio,
 	// protobuf), as docs/python.md says to make one.
@@ -461,12 +466,12 @@ group "flask" {
 	if exit != 0 {
 		t.Fatalf("stickyd user move %s -group flask: exit %d\n%s", w.Person, exit, out)
 	}
+	// The Flask site does not know admin, so this first answer also logs
+	// the connection out there (the adapters' logout rule): what follows
+	// it is a newcomer's, and is not looked at.
 	moved := b.who()
-	if moved.Person != w.Person || moved.Worker == w.Worker || moved.Python == venv || moved.Python == "" {
-		t.Fatalf("after the move to the Flask group: %+v (before %+v)", moved, w)
-	}
-	if code, body := b.do("GET", "/auth/login"); code != 200 || !strings.Contains(body, "name=username") {
-		t.Fatalf("the Flask group's login page: %d %.300s", code, body)
+	if moved.Person != w.Person || moved.Worker == w.Worker || moved.Python != systemPrefix {
+		t.Fatalf("after the move to the Flask group: %+v (before %+v), want the system's Python %s", moved, w, systemPrefix)
 	}
 	t.Logf("django on %s (%s), flask on %s (%s)", w.Worker, w.Python, moved.Worker, moved.Python)
 }
