@@ -73,7 +73,7 @@ func (x Delta_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Delta_Op.Descriptor instead.
 func (Delta_Op) EnumDescriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{16, 0}
+	return file_stickyd_proto_rawDescGZIP(), []int{18, 0}
 }
 
 type Error_Code int32
@@ -147,7 +147,7 @@ func (x Error_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Error_Code.Descriptor instead.
 func (Error_Code) EnumDescriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{26, 0}
+	return file_stickyd_proto_rawDescGZIP(), []int{28, 0}
 }
 
 // Envelope is the one message on the channel. A request carries a fresh id;
@@ -1298,6 +1298,7 @@ type Frame struct {
 	//	*Frame_Pull
 	//	*Frame_Close
 	//	*Frame_Release
+	//	*Frame_Read
 	Kind          isFrame_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1422,6 +1423,15 @@ func (x *Frame) GetRelease() *Release {
 	return nil
 }
 
+func (x *Frame) GetRead() *HTTPRead {
+	if x != nil {
+		if x, ok := x.Kind.(*Frame_Read); ok {
+			return x.Read
+		}
+	}
+	return nil
+}
+
 type isFrame_Kind interface {
 	isFrame_Kind()
 }
@@ -1450,6 +1460,10 @@ type Frame_Release struct {
 	Release *Release `protobuf:"bytes,15,opt,name=release,proto3,oneof"`
 }
 
+type Frame_Read struct {
+	Read *HTTPRead `protobuf:"bytes,16,opt,name=read,proto3,oneof"`
+}
+
 func (*Frame_Http) isFrame_Kind() {}
 
 func (*Frame_Open) isFrame_Kind() {}
@@ -1461,6 +1475,8 @@ func (*Frame_Pull) isFrame_Kind() {}
 func (*Frame_Close) isFrame_Kind() {}
 
 func (*Frame_Release) isFrame_Kind() {}
+
+func (*Frame_Read) isFrame_Kind() {}
 
 type Header struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1599,10 +1615,18 @@ func (x *HTTPRequest) GetHost() string {
 }
 
 type HTTPResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        int32                  `protobuf:"varint,1,opt,name=status,proto3" json:"status,omitempty"`
-	Headers       []*Header              `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty"`
-	Body          []byte                 `protobuf:"bytes,3,opt,name=body,proto3" json:"body,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Status  int32                  `protobuf:"varint,1,opt,name=status,proto3" json:"status,omitempty"`
+	Headers []*Header              `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty"`
+	Body    []byte                 `protobuf:"bytes,3,opt,name=body,proto3" json:"body,omitempty"`
+	// stream, when not 0, says the body goes on after body: the app is still
+	// writing it (a Go handler that flushed, a WSGI iterable still yielding).
+	// The front sends the status, the headers and body at once, then reads
+	// the rest from the worker that answered (FrameReply.worker_id) with
+	// HTTPRead frames naming stream, until one answers end. The rest of the
+	// body is written outside the person's mailbox: their next frames do not
+	// wait for it.
+	Stream        uint64 `protobuf:"varint,4,opt,name=stream,proto3" json:"stream,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1658,6 +1682,148 @@ func (x *HTTPResponse) GetBody() []byte {
 	return nil
 }
 
+func (x *HTTPResponse) GetStream() uint64 {
+	if x != nil {
+		return x.Stream
+	}
+	return 0
+}
+
+// HTTPRead asks a worker for the body a streamed response wrote since the
+// last read. Its frame names no user and no connection: a stream stays on
+// the worker that started it, whoever the person is and wherever they live
+// now.
+type HTTPRead struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Stream uint64                 `protobuf:"varint,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	// wait_ms bounds how long the worker waits for more body before it
+	// answers with none; it answers as soon as it has some, or the stream
+	// ended.
+	WaitMs uint32 `protobuf:"varint,2,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	// cancel says the client is gone: the worker ends the stream (the
+	// handler's context is canceled, the iterable closed) and answers end.
+	Cancel        bool `protobuf:"varint,3,opt,name=cancel,proto3" json:"cancel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HTTPRead) Reset() {
+	*x = HTTPRead{}
+	mi := &file_stickyd_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HTTPRead) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HTTPRead) ProtoMessage() {}
+
+func (x *HTTPRead) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HTTPRead.ProtoReflect.Descriptor instead.
+func (*HTTPRead) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *HTTPRead) GetStream() uint64 {
+	if x != nil {
+		return x.Stream
+	}
+	return 0
+}
+
+func (x *HTTPRead) GetWaitMs() uint32 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+func (x *HTTPRead) GetCancel() bool {
+	if x != nil {
+		return x.Cancel
+	}
+	return false
+}
+
+// HTTPBody answers an HTTPRead: the body written since the last read, in
+// order. end says the stream is over (this read's data is its last);
+// error, with end, says the handler failed after the headers were sent:
+// the front cuts the response instead of ending it cleanly. A read of a
+// stream the worker does not have (ended and read, or given up after
+// nobody read it for a while) is answered NOT_FOUND.
+type HTTPBody struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	End           bool                   `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HTTPBody) Reset() {
+	*x = HTTPBody{}
+	mi := &file_stickyd_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HTTPBody) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HTTPBody) ProtoMessage() {}
+
+func (x *HTTPBody) ProtoReflect() protoreflect.Message {
+	mi := &file_stickyd_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HTTPBody.ProtoReflect.Descriptor instead.
+func (*HTTPBody) Descriptor() ([]byte, []int) {
+	return file_stickyd_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *HTTPBody) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *HTTPBody) GetEnd() bool {
+	if x != nil {
+		return x.End
+	}
+	return false
+}
+
+func (x *HTTPBody) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // PageOpen creates a page or resumes an existing one.
 type PageOpen struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1671,7 +1837,7 @@ type PageOpen struct {
 
 func (x *PageOpen) Reset() {
 	*x = PageOpen{}
-	mi := &file_stickyd_proto_msgTypes[11]
+	mi := &file_stickyd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1683,7 +1849,7 @@ func (x *PageOpen) String() string {
 func (*PageOpen) ProtoMessage() {}
 
 func (x *PageOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[11]
+	mi := &file_stickyd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1696,7 +1862,7 @@ func (x *PageOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PageOpen.ProtoReflect.Descriptor instead.
 func (*PageOpen) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{11}
+	return file_stickyd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PageOpen) GetPage() string {
@@ -1736,7 +1902,7 @@ type PageMessage struct {
 
 func (x *PageMessage) Reset() {
 	*x = PageMessage{}
-	mi := &file_stickyd_proto_msgTypes[12]
+	mi := &file_stickyd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1748,7 +1914,7 @@ func (x *PageMessage) String() string {
 func (*PageMessage) ProtoMessage() {}
 
 func (x *PageMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[12]
+	mi := &file_stickyd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1761,7 +1927,7 @@ func (x *PageMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PageMessage.ProtoReflect.Descriptor instead.
 func (*PageMessage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{12}
+	return file_stickyd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PageMessage) GetPage() string {
@@ -1798,7 +1964,7 @@ type PagePull struct {
 
 func (x *PagePull) Reset() {
 	*x = PagePull{}
-	mi := &file_stickyd_proto_msgTypes[13]
+	mi := &file_stickyd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1810,7 +1976,7 @@ func (x *PagePull) String() string {
 func (*PagePull) ProtoMessage() {}
 
 func (x *PagePull) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[13]
+	mi := &file_stickyd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1823,7 +1989,7 @@ func (x *PagePull) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PagePull.ProtoReflect.Descriptor instead.
 func (*PagePull) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{13}
+	return file_stickyd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PagePull) GetPage() string {
@@ -1856,7 +2022,7 @@ type PageClose struct {
 
 func (x *PageClose) Reset() {
 	*x = PageClose{}
-	mi := &file_stickyd_proto_msgTypes[14]
+	mi := &file_stickyd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +2034,7 @@ func (x *PageClose) String() string {
 func (*PageClose) ProtoMessage() {}
 
 func (x *PageClose) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[14]
+	mi := &file_stickyd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +2047,7 @@ func (x *PageClose) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PageClose.ProtoReflect.Descriptor instead.
 func (*PageClose) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{14}
+	return file_stickyd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PageClose) GetPage() string {
@@ -1901,7 +2067,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_stickyd_proto_msgTypes[15]
+	mi := &file_stickyd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2079,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[15]
+	mi := &file_stickyd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2092,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{15}
+	return file_stickyd_proto_rawDescGZIP(), []int{17}
 }
 
 type Delta struct {
@@ -1944,7 +2110,7 @@ type Delta struct {
 
 func (x *Delta) Reset() {
 	*x = Delta{}
-	mi := &file_stickyd_proto_msgTypes[16]
+	mi := &file_stickyd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1956,7 +2122,7 @@ func (x *Delta) String() string {
 func (*Delta) ProtoMessage() {}
 
 func (x *Delta) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[16]
+	mi := &file_stickyd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1969,7 +2135,7 @@ func (x *Delta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delta.ProtoReflect.Descriptor instead.
 func (*Delta) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{16}
+	return file_stickyd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Delta) GetSeq() uint64 {
@@ -2026,7 +2192,7 @@ type PageState struct {
 
 func (x *PageState) Reset() {
 	*x = PageState{}
-	mi := &file_stickyd_proto_msgTypes[17]
+	mi := &file_stickyd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2204,7 @@ func (x *PageState) String() string {
 func (*PageState) ProtoMessage() {}
 
 func (x *PageState) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[17]
+	mi := &file_stickyd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2217,7 @@ func (x *PageState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PageState.ProtoReflect.Descriptor instead.
 func (*PageState) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{17}
+	return file_stickyd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PageState) GetPage() string {
@@ -2107,7 +2273,7 @@ type Deltas struct {
 
 func (x *Deltas) Reset() {
 	*x = Deltas{}
-	mi := &file_stickyd_proto_msgTypes[18]
+	mi := &file_stickyd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2285,7 @@ func (x *Deltas) String() string {
 func (*Deltas) ProtoMessage() {}
 
 func (x *Deltas) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[18]
+	mi := &file_stickyd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2298,7 @@ func (x *Deltas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deltas.ProtoReflect.Descriptor instead.
 func (*Deltas) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{18}
+	return file_stickyd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Deltas) GetPage() string {
@@ -2168,7 +2334,7 @@ type MessageResult struct {
 
 func (x *MessageResult) Reset() {
 	*x = MessageResult{}
-	mi := &file_stickyd_proto_msgTypes[19]
+	mi := &file_stickyd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2346,7 @@ func (x *MessageResult) String() string {
 func (*MessageResult) ProtoMessage() {}
 
 func (x *MessageResult) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[19]
+	mi := &file_stickyd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2359,7 @@ func (x *MessageResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageResult.ProtoReflect.Descriptor instead.
 func (*MessageResult) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{19}
+	return file_stickyd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MessageResult) GetData() []byte {
@@ -2226,7 +2392,7 @@ type Identity struct {
 
 func (x *Identity) Reset() {
 	*x = Identity{}
-	mi := &file_stickyd_proto_msgTypes[20]
+	mi := &file_stickyd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2238,7 +2404,7 @@ func (x *Identity) String() string {
 func (*Identity) ProtoMessage() {}
 
 func (x *Identity) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[20]
+	mi := &file_stickyd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2251,7 +2417,7 @@ func (x *Identity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Identity.ProtoReflect.Descriptor instead.
 func (*Identity) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{20}
+	return file_stickyd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Identity) GetConn() string {
@@ -2283,6 +2449,7 @@ type FrameReply struct {
 	//	*FrameReply_Opened
 	//	*FrameReply_Message
 	//	*FrameReply_Deltas
+	//	*FrameReply_Body
 	Kind     isFrameReply_Kind `protobuf_oneof:"kind"`
 	Identity *Identity         `protobuf:"bytes,20,opt,name=identity,proto3" json:"identity,omitempty"`
 	WorkerId string            `protobuf:"bytes,21,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -2296,7 +2463,7 @@ type FrameReply struct {
 
 func (x *FrameReply) Reset() {
 	*x = FrameReply{}
-	mi := &file_stickyd_proto_msgTypes[21]
+	mi := &file_stickyd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2308,7 +2475,7 @@ func (x *FrameReply) String() string {
 func (*FrameReply) ProtoMessage() {}
 
 func (x *FrameReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[21]
+	mi := &file_stickyd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2321,7 +2488,7 @@ func (x *FrameReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FrameReply.ProtoReflect.Descriptor instead.
 func (*FrameReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{21}
+	return file_stickyd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FrameReply) GetKind() isFrameReply_Kind {
@@ -2362,6 +2529,15 @@ func (x *FrameReply) GetDeltas() *Deltas {
 	if x != nil {
 		if x, ok := x.Kind.(*FrameReply_Deltas); ok {
 			return x.Deltas
+		}
+	}
+	return nil
+}
+
+func (x *FrameReply) GetBody() *HTTPBody {
+	if x != nil {
+		if x, ok := x.Kind.(*FrameReply_Body); ok {
+			return x.Body
 		}
 	}
 	return nil
@@ -2408,6 +2584,10 @@ type FrameReply_Deltas struct {
 	Deltas *Deltas `protobuf:"bytes,13,opt,name=deltas,proto3,oneof"`
 }
 
+type FrameReply_Body struct {
+	Body *HTTPBody `protobuf:"bytes,14,opt,name=body,proto3,oneof"`
+}
+
 func (*FrameReply_Http) isFrameReply_Kind() {}
 
 func (*FrameReply_Opened) isFrameReply_Kind() {}
@@ -2415,6 +2595,8 @@ func (*FrameReply_Opened) isFrameReply_Kind() {}
 func (*FrameReply_Message) isFrameReply_Kind() {}
 
 func (*FrameReply_Deltas) isFrameReply_Kind() {}
+
+func (*FrameReply_Body) isFrameReply_Kind() {}
 
 type Probe struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2424,7 +2606,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_stickyd_proto_msgTypes[22]
+	mi := &file_stickyd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2436,7 +2618,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[22]
+	mi := &file_stickyd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2449,7 +2631,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{22}
+	return file_stickyd_proto_rawDescGZIP(), []int{24}
 }
 
 type ProbeReply struct {
@@ -2488,7 +2670,7 @@ type ProbeReply struct {
 
 func (x *ProbeReply) Reset() {
 	*x = ProbeReply{}
-	mi := &file_stickyd_proto_msgTypes[23]
+	mi := &file_stickyd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2500,7 +2682,7 @@ func (x *ProbeReply) String() string {
 func (*ProbeReply) ProtoMessage() {}
 
 func (x *ProbeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[23]
+	mi := &file_stickyd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2513,7 +2695,7 @@ func (x *ProbeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeReply.ProtoReflect.Descriptor instead.
 func (*ProbeReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{23}
+	return file_stickyd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ProbeReply) GetUsers() int64 {
@@ -2641,7 +2823,7 @@ type UserUsage struct {
 
 func (x *UserUsage) Reset() {
 	*x = UserUsage{}
-	mi := &file_stickyd_proto_msgTypes[24]
+	mi := &file_stickyd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2653,7 +2835,7 @@ func (x *UserUsage) String() string {
 func (*UserUsage) ProtoMessage() {}
 
 func (x *UserUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[24]
+	mi := &file_stickyd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2666,7 +2848,7 @@ func (x *UserUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserUsage.ProtoReflect.Descriptor instead.
 func (*UserUsage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{24}
+	return file_stickyd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UserUsage) GetUser() string {
@@ -2721,7 +2903,7 @@ type Shutdown struct {
 
 func (x *Shutdown) Reset() {
 	*x = Shutdown{}
-	mi := &file_stickyd_proto_msgTypes[25]
+	mi := &file_stickyd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2733,7 +2915,7 @@ func (x *Shutdown) String() string {
 func (*Shutdown) ProtoMessage() {}
 
 func (x *Shutdown) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[25]
+	mi := &file_stickyd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2746,7 +2928,7 @@ func (x *Shutdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shutdown.ProtoReflect.Descriptor instead.
 func (*Shutdown) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{25}
+	return file_stickyd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Shutdown) GetReason() string {
@@ -2769,7 +2951,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_stickyd_proto_msgTypes[26]
+	mi := &file_stickyd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2781,7 +2963,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[26]
+	mi := &file_stickyd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2794,7 +2976,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{26}
+	return file_stickyd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Error) GetCode() Error_Code {
@@ -2839,7 +3021,7 @@ type Freeze struct {
 
 func (x *Freeze) Reset() {
 	*x = Freeze{}
-	mi := &file_stickyd_proto_msgTypes[27]
+	mi := &file_stickyd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2851,7 +3033,7 @@ func (x *Freeze) String() string {
 func (*Freeze) ProtoMessage() {}
 
 func (x *Freeze) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[27]
+	mi := &file_stickyd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2864,7 +3046,7 @@ func (x *Freeze) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Freeze.ProtoReflect.Descriptor instead.
 func (*Freeze) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{27}
+	return file_stickyd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Freeze) GetUser() string {
@@ -2907,7 +3089,7 @@ type Forget struct {
 
 func (x *Forget) Reset() {
 	*x = Forget{}
-	mi := &file_stickyd_proto_msgTypes[28]
+	mi := &file_stickyd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2919,7 +3101,7 @@ func (x *Forget) String() string {
 func (*Forget) ProtoMessage() {}
 
 func (x *Forget) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[28]
+	mi := &file_stickyd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2932,7 +3114,7 @@ func (x *Forget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Forget.ProtoReflect.Descriptor instead.
 func (*Forget) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{28}
+	return file_stickyd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Forget) GetUser() string {
@@ -2956,7 +3138,7 @@ type Precopy struct {
 
 func (x *Precopy) Reset() {
 	*x = Precopy{}
-	mi := &file_stickyd_proto_msgTypes[29]
+	mi := &file_stickyd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2968,7 +3150,7 @@ func (x *Precopy) String() string {
 func (*Precopy) ProtoMessage() {}
 
 func (x *Precopy) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[29]
+	mi := &file_stickyd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2981,7 +3163,7 @@ func (x *Precopy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Precopy.ProtoReflect.Descriptor instead.
 func (*Precopy) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{29}
+	return file_stickyd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Precopy) GetUser() string {
@@ -3007,7 +3189,7 @@ type Precopied struct {
 
 func (x *Precopied) Reset() {
 	*x = Precopied{}
-	mi := &file_stickyd_proto_msgTypes[30]
+	mi := &file_stickyd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3201,7 @@ func (x *Precopied) String() string {
 func (*Precopied) ProtoMessage() {}
 
 func (x *Precopied) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[30]
+	mi := &file_stickyd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3214,7 @@ func (x *Precopied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Precopied.ProtoReflect.Descriptor instead.
 func (*Precopied) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{30}
+	return file_stickyd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Precopied) GetPackage() []byte {
@@ -3080,7 +3262,7 @@ type Stage struct {
 
 func (x *Stage) Reset() {
 	*x = Stage{}
-	mi := &file_stickyd_proto_msgTypes[31]
+	mi := &file_stickyd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3092,7 +3274,7 @@ func (x *Stage) String() string {
 func (*Stage) ProtoMessage() {}
 
 func (x *Stage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[31]
+	mi := &file_stickyd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3105,7 +3287,7 @@ func (x *Stage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stage.ProtoReflect.Descriptor instead.
 func (*Stage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{31}
+	return file_stickyd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Stage) GetUser() string {
@@ -3152,7 +3334,7 @@ type Frozen struct {
 
 func (x *Frozen) Reset() {
 	*x = Frozen{}
-	mi := &file_stickyd_proto_msgTypes[32]
+	mi := &file_stickyd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3164,7 +3346,7 @@ func (x *Frozen) String() string {
 func (*Frozen) ProtoMessage() {}
 
 func (x *Frozen) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[32]
+	mi := &file_stickyd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3177,7 +3359,7 @@ func (x *Frozen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Frozen.ProtoReflect.Descriptor instead.
 func (*Frozen) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{32}
+	return file_stickyd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Frozen) GetPackage() []byte {
@@ -3233,7 +3415,7 @@ type Thaw struct {
 
 func (x *Thaw) Reset() {
 	*x = Thaw{}
-	mi := &file_stickyd_proto_msgTypes[33]
+	mi := &file_stickyd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3245,7 +3427,7 @@ func (x *Thaw) String() string {
 func (*Thaw) ProtoMessage() {}
 
 func (x *Thaw) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[33]
+	mi := &file_stickyd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3258,7 +3440,7 @@ func (x *Thaw) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Thaw.ProtoReflect.Descriptor instead.
 func (*Thaw) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{33}
+	return file_stickyd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Thaw) GetUser() string {
@@ -3301,7 +3483,7 @@ type Wake struct {
 
 func (x *Wake) Reset() {
 	*x = Wake{}
-	mi := &file_stickyd_proto_msgTypes[34]
+	mi := &file_stickyd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3313,7 +3495,7 @@ func (x *Wake) String() string {
 func (*Wake) ProtoMessage() {}
 
 func (x *Wake) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[34]
+	mi := &file_stickyd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3326,7 +3508,7 @@ func (x *Wake) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Wake.ProtoReflect.Descriptor instead.
 func (*Wake) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{34}
+	return file_stickyd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Wake) GetUser() string {
@@ -3383,7 +3565,7 @@ type Woken struct {
 
 func (x *Woken) Reset() {
 	*x = Woken{}
-	mi := &file_stickyd_proto_msgTypes[35]
+	mi := &file_stickyd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3395,7 +3577,7 @@ func (x *Woken) String() string {
 func (*Woken) ProtoMessage() {}
 
 func (x *Woken) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[35]
+	mi := &file_stickyd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3408,7 +3590,7 @@ func (x *Woken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Woken.ProtoReflect.Descriptor instead.
 func (*Woken) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{35}
+	return file_stickyd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Woken) GetPages() uint32 {
@@ -3445,7 +3627,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_stickyd_proto_msgTypes[36]
+	mi := &file_stickyd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3457,7 +3639,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[36]
+	mi := &file_stickyd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3470,7 +3652,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{36}
+	return file_stickyd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Checkpoint) GetMaxBytes() uint64 {
@@ -3502,7 +3684,7 @@ type Checkpointed struct {
 
 func (x *Checkpointed) Reset() {
 	*x = Checkpointed{}
-	mi := &file_stickyd_proto_msgTypes[37]
+	mi := &file_stickyd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3514,7 +3696,7 @@ func (x *Checkpointed) String() string {
 func (*Checkpointed) ProtoMessage() {}
 
 func (x *Checkpointed) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[37]
+	mi := &file_stickyd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3527,7 +3709,7 @@ func (x *Checkpointed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpointed.ProtoReflect.Descriptor instead.
 func (*Checkpointed) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{37}
+	return file_stickyd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Checkpointed) GetPieces() []*CheckpointPiece {
@@ -3581,7 +3763,7 @@ type CheckpointPiece struct {
 
 func (x *CheckpointPiece) Reset() {
 	*x = CheckpointPiece{}
-	mi := &file_stickyd_proto_msgTypes[38]
+	mi := &file_stickyd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3593,7 +3775,7 @@ func (x *CheckpointPiece) String() string {
 func (*CheckpointPiece) ProtoMessage() {}
 
 func (x *CheckpointPiece) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[38]
+	mi := &file_stickyd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3606,7 +3788,7 @@ func (x *CheckpointPiece) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointPiece.ProtoReflect.Descriptor instead.
 func (*CheckpointPiece) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{38}
+	return file_stickyd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CheckpointPiece) GetUser() string {
@@ -3669,7 +3851,7 @@ type CheckpointKey struct {
 
 func (x *CheckpointKey) Reset() {
 	*x = CheckpointKey{}
-	mi := &file_stickyd_proto_msgTypes[39]
+	mi := &file_stickyd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3681,7 +3863,7 @@ func (x *CheckpointKey) String() string {
 func (*CheckpointKey) ProtoMessage() {}
 
 func (x *CheckpointKey) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[39]
+	mi := &file_stickyd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3694,7 +3876,7 @@ func (x *CheckpointKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointKey.ProtoReflect.Descriptor instead.
 func (*CheckpointKey) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{39}
+	return file_stickyd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CheckpointKey) GetUser() string {
@@ -3733,7 +3915,7 @@ type Evict struct {
 
 func (x *Evict) Reset() {
 	*x = Evict{}
-	mi := &file_stickyd_proto_msgTypes[40]
+	mi := &file_stickyd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3745,7 +3927,7 @@ func (x *Evict) String() string {
 func (*Evict) ProtoMessage() {}
 
 func (x *Evict) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[40]
+	mi := &file_stickyd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3758,7 +3940,7 @@ func (x *Evict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evict.ProtoReflect.Descriptor instead.
 func (*Evict) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{40}
+	return file_stickyd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Evict) GetUser() string {
@@ -3798,7 +3980,7 @@ type UserPackage struct {
 
 func (x *UserPackage) Reset() {
 	*x = UserPackage{}
-	mi := &file_stickyd_proto_msgTypes[41]
+	mi := &file_stickyd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3810,7 +3992,7 @@ func (x *UserPackage) String() string {
 func (*UserPackage) ProtoMessage() {}
 
 func (x *UserPackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[41]
+	mi := &file_stickyd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3823,7 +4005,7 @@ func (x *UserPackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UserPackage.ProtoReflect.Descriptor instead.
 func (*UserPackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{41}
+	return file_stickyd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *UserPackage) GetFormat() uint32 {
@@ -3895,7 +4077,7 @@ type ConnPackage struct {
 
 func (x *ConnPackage) Reset() {
 	*x = ConnPackage{}
-	mi := &file_stickyd_proto_msgTypes[42]
+	mi := &file_stickyd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3907,7 +4089,7 @@ func (x *ConnPackage) String() string {
 func (*ConnPackage) ProtoMessage() {}
 
 func (x *ConnPackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[42]
+	mi := &file_stickyd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3920,7 +4102,7 @@ func (x *ConnPackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnPackage.ProtoReflect.Descriptor instead.
 func (*ConnPackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{42}
+	return file_stickyd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ConnPackage) GetName() string {
@@ -3986,7 +4168,7 @@ type PagePackage struct {
 
 func (x *PagePackage) Reset() {
 	*x = PagePackage{}
-	mi := &file_stickyd_proto_msgTypes[43]
+	mi := &file_stickyd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3998,7 +4180,7 @@ func (x *PagePackage) String() string {
 func (*PagePackage) ProtoMessage() {}
 
 func (x *PagePackage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[43]
+	mi := &file_stickyd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4011,7 +4193,7 @@ func (x *PagePackage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PagePackage.ProtoReflect.Descriptor instead.
 func (*PagePackage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{43}
+	return file_stickyd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PagePackage) GetId() string {
@@ -4116,7 +4298,7 @@ type AnsweredMessage struct {
 
 func (x *AnsweredMessage) Reset() {
 	*x = AnsweredMessage{}
-	mi := &file_stickyd_proto_msgTypes[44]
+	mi := &file_stickyd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4128,7 +4310,7 @@ func (x *AnsweredMessage) String() string {
 func (*AnsweredMessage) ProtoMessage() {}
 
 func (x *AnsweredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[44]
+	mi := &file_stickyd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4141,7 +4323,7 @@ func (x *AnsweredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnsweredMessage.ProtoReflect.Descriptor instead.
 func (*AnsweredMessage) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{44}
+	return file_stickyd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AnsweredMessage) GetMsgId() string {
@@ -4167,7 +4349,7 @@ type TableList struct {
 
 func (x *TableList) Reset() {
 	*x = TableList{}
-	mi := &file_stickyd_proto_msgTypes[45]
+	mi := &file_stickyd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4179,7 +4361,7 @@ func (x *TableList) String() string {
 func (*TableList) ProtoMessage() {}
 
 func (x *TableList) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[45]
+	mi := &file_stickyd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4192,7 +4374,7 @@ func (x *TableList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableList.ProtoReflect.Descriptor instead.
 func (*TableList) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{45}
+	return file_stickyd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TableList) GetTables() []string {
@@ -4214,7 +4396,7 @@ type Tables struct {
 
 func (x *Tables) Reset() {
 	*x = Tables{}
-	mi := &file_stickyd_proto_msgTypes[46]
+	mi := &file_stickyd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4226,7 +4408,7 @@ func (x *Tables) String() string {
 func (*Tables) ProtoMessage() {}
 
 func (x *Tables) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[46]
+	mi := &file_stickyd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4239,7 +4421,7 @@ func (x *Tables) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tables.ProtoReflect.Descriptor instead.
 func (*Tables) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{46}
+	return file_stickyd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Tables) GetTables() []string {
@@ -4265,7 +4447,7 @@ type Publish struct {
 
 func (x *Publish) Reset() {
 	*x = Publish{}
-	mi := &file_stickyd_proto_msgTypes[47]
+	mi := &file_stickyd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4277,7 +4459,7 @@ func (x *Publish) String() string {
 func (*Publish) ProtoMessage() {}
 
 func (x *Publish) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[47]
+	mi := &file_stickyd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4290,7 +4472,7 @@ func (x *Publish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Publish.ProtoReflect.Descriptor instead.
 func (*Publish) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{47}
+	return file_stickyd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Publish) GetTable() string {
@@ -4320,7 +4502,7 @@ type TableChange struct {
 
 func (x *TableChange) Reset() {
 	*x = TableChange{}
-	mi := &file_stickyd_proto_msgTypes[48]
+	mi := &file_stickyd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4332,7 +4514,7 @@ func (x *TableChange) String() string {
 func (*TableChange) ProtoMessage() {}
 
 func (x *TableChange) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[48]
+	mi := &file_stickyd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4345,7 +4527,7 @@ func (x *TableChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableChange.ProtoReflect.Descriptor instead.
 func (*TableChange) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{48}
+	return file_stickyd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TableChange) GetTable() string {
@@ -4380,7 +4562,7 @@ type StoreGet struct {
 
 func (x *StoreGet) Reset() {
 	*x = StoreGet{}
-	mi := &file_stickyd_proto_msgTypes[49]
+	mi := &file_stickyd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4392,7 +4574,7 @@ func (x *StoreGet) String() string {
 func (*StoreGet) ProtoMessage() {}
 
 func (x *StoreGet) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[49]
+	mi := &file_stickyd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4405,7 +4587,7 @@ func (x *StoreGet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreGet.ProtoReflect.Descriptor instead.
 func (*StoreGet) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{49}
+	return file_stickyd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *StoreGet) GetPaths() []string {
@@ -4425,7 +4607,7 @@ type StoreValues struct {
 
 func (x *StoreValues) Reset() {
 	*x = StoreValues{}
-	mi := &file_stickyd_proto_msgTypes[50]
+	mi := &file_stickyd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4437,7 +4619,7 @@ func (x *StoreValues) String() string {
 func (*StoreValues) ProtoMessage() {}
 
 func (x *StoreValues) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[50]
+	mi := &file_stickyd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4450,7 +4632,7 @@ func (x *StoreValues) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreValues.ProtoReflect.Descriptor instead.
 func (*StoreValues) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{50}
+	return file_stickyd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *StoreValues) GetValues() map[string][]byte {
@@ -4477,7 +4659,7 @@ type GrantAcquire struct {
 
 func (x *GrantAcquire) Reset() {
 	*x = GrantAcquire{}
-	mi := &file_stickyd_proto_msgTypes[51]
+	mi := &file_stickyd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4489,7 +4671,7 @@ func (x *GrantAcquire) String() string {
 func (*GrantAcquire) ProtoMessage() {}
 
 func (x *GrantAcquire) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[51]
+	mi := &file_stickyd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4502,7 +4684,7 @@ func (x *GrantAcquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantAcquire.ProtoReflect.Descriptor instead.
 func (*GrantAcquire) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{51}
+	return file_stickyd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GrantAcquire) GetPaths() []string {
@@ -4547,7 +4729,7 @@ type GrantReply struct {
 
 func (x *GrantReply) Reset() {
 	*x = GrantReply{}
-	mi := &file_stickyd_proto_msgTypes[52]
+	mi := &file_stickyd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4559,7 +4741,7 @@ func (x *GrantReply) String() string {
 func (*GrantReply) ProtoMessage() {}
 
 func (x *GrantReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[52]
+	mi := &file_stickyd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4572,7 +4754,7 @@ func (x *GrantReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantReply.ProtoReflect.Descriptor instead.
 func (*GrantReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{52}
+	return file_stickyd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GrantReply) GetId() uint64 {
@@ -4617,7 +4799,7 @@ type GrantCommit struct {
 
 func (x *GrantCommit) Reset() {
 	*x = GrantCommit{}
-	mi := &file_stickyd_proto_msgTypes[53]
+	mi := &file_stickyd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4629,7 +4811,7 @@ func (x *GrantCommit) String() string {
 func (*GrantCommit) ProtoMessage() {}
 
 func (x *GrantCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[53]
+	mi := &file_stickyd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4642,7 +4824,7 @@ func (x *GrantCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantCommit.ProtoReflect.Descriptor instead.
 func (*GrantCommit) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{53}
+	return file_stickyd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GrantCommit) GetId() uint64 {
@@ -4684,7 +4866,7 @@ type GrantRelease struct {
 
 func (x *GrantRelease) Reset() {
 	*x = GrantRelease{}
-	mi := &file_stickyd_proto_msgTypes[54]
+	mi := &file_stickyd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4696,7 +4878,7 @@ func (x *GrantRelease) String() string {
 func (*GrantRelease) ProtoMessage() {}
 
 func (x *GrantRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[54]
+	mi := &file_stickyd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4709,7 +4891,7 @@ func (x *GrantRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRelease.ProtoReflect.Descriptor instead.
 func (*GrantRelease) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{54}
+	return file_stickyd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GrantRelease) GetId() uint64 {
@@ -4739,7 +4921,7 @@ type GatewayCall struct {
 
 func (x *GatewayCall) Reset() {
 	*x = GatewayCall{}
-	mi := &file_stickyd_proto_msgTypes[55]
+	mi := &file_stickyd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4751,7 +4933,7 @@ func (x *GatewayCall) String() string {
 func (*GatewayCall) ProtoMessage() {}
 
 func (x *GatewayCall) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[55]
+	mi := &file_stickyd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4764,7 +4946,7 @@ func (x *GatewayCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayCall.ProtoReflect.Descriptor instead.
 func (*GatewayCall) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{55}
+	return file_stickyd_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GatewayCall) GetSession() string {
@@ -4799,7 +4981,7 @@ type GatewayReply struct {
 
 func (x *GatewayReply) Reset() {
 	*x = GatewayReply{}
-	mi := &file_stickyd_proto_msgTypes[56]
+	mi := &file_stickyd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4811,7 +4993,7 @@ func (x *GatewayReply) String() string {
 func (*GatewayReply) ProtoMessage() {}
 
 func (x *GatewayReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[56]
+	mi := &file_stickyd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4824,7 +5006,7 @@ func (x *GatewayReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayReply.ProtoReflect.Descriptor instead.
 func (*GatewayReply) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{56}
+	return file_stickyd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GatewayReply) GetResponse() []byte {
@@ -4855,7 +5037,7 @@ type GatewayChunk struct {
 
 func (x *GatewayChunk) Reset() {
 	*x = GatewayChunk{}
-	mi := &file_stickyd_proto_msgTypes[57]
+	mi := &file_stickyd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4867,7 +5049,7 @@ func (x *GatewayChunk) String() string {
 func (*GatewayChunk) ProtoMessage() {}
 
 func (x *GatewayChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_stickyd_proto_msgTypes[57]
+	mi := &file_stickyd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4880,7 +5062,7 @@ func (x *GatewayChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayChunk.ProtoReflect.Descriptor instead.
 func (*GatewayChunk) Descriptor() ([]byte, []int) {
-	return file_stickyd_proto_rawDescGZIP(), []int{57}
+	return file_stickyd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GatewayChunk) GetCallId() uint64 {
@@ -5004,7 +5186,7 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x0emax_page_bytes\x18\x01 \x01(\x03R\fmaxPageBytes\x12(\n" +
 	"\x10max_person_bytes\x18\x02 \x01(\x03R\x0emaxPersonBytes\x12+\n" +
 	"\x12max_pages_per_conn\x18\x03 \x01(\x05R\x0fmaxPagesPerConn\x12/\n" +
-	"\x14max_pages_per_person\x18\x04 \x01(\x05R\x11maxPagesPerPerson\"\xbc\x03\n" +
+	"\x14max_pages_per_person\x18\x04 \x01(\x05R\x11maxPagesPerPerson\"\xf0\x03\n" +
 	"\x05Frame\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x12\n" +
 	"\x04conn\x18\x02 \x01(\tR\x04conn\x12\x14\n" +
@@ -5016,7 +5198,8 @@ const file_stickyd_proto_rawDesc = "" +
 	"\amessage\x18\f \x01(\v2\x1f.stickyd.channel.v1.PageMessageH\x00R\amessage\x122\n" +
 	"\x04pull\x18\r \x01(\v2\x1c.stickyd.channel.v1.PagePullH\x00R\x04pull\x125\n" +
 	"\x05close\x18\x0e \x01(\v2\x1d.stickyd.channel.v1.PageCloseH\x00R\x05close\x127\n" +
-	"\arelease\x18\x0f \x01(\v2\x1b.stickyd.channel.v1.ReleaseH\x00R\areleaseB\x06\n" +
+	"\arelease\x18\x0f \x01(\v2\x1b.stickyd.channel.v1.ReleaseH\x00R\arelease\x122\n" +
+	"\x04read\x18\x10 \x01(\v2\x1c.stickyd.channel.v1.HTTPReadH\x00R\x04readB\x06\n" +
 	"\x04kind\"4\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
@@ -5028,11 +5211,20 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x04body\x18\x04 \x01(\fR\x04body\x12\x1f\n" +
 	"\vremote_addr\x18\x05 \x01(\tR\n" +
 	"remoteAddr\x12\x12\n" +
-	"\x04host\x18\x06 \x01(\tR\x04host\"p\n" +
+	"\x04host\x18\x06 \x01(\tR\x04host\"\x88\x01\n" +
 	"\fHTTPResponse\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\x05R\x06status\x124\n" +
 	"\aheaders\x18\x02 \x03(\v2\x1a.stickyd.channel.v1.HeaderR\aheaders\x12\x12\n" +
-	"\x04body\x18\x03 \x01(\fR\x04body\"H\n" +
+	"\x04body\x18\x03 \x01(\fR\x04body\x12\x16\n" +
+	"\x06stream\x18\x04 \x01(\x04R\x06stream\"S\n" +
+	"\bHTTPRead\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\x04R\x06stream\x12\x17\n" +
+	"\await_ms\x18\x02 \x01(\rR\x06waitMs\x12\x16\n" +
+	"\x06cancel\x18\x03 \x01(\bR\x06cancel\"F\n" +
+	"\bHTTPBody\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\bR\x03end\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"H\n" +
 	"\bPageOpen\x12\x12\n" +
 	"\x04page\x18\x01 \x01(\tR\x04page\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
@@ -5081,14 +5273,15 @@ const file_stickyd_proto_rawDesc = "" +
 	"attributes\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe5\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x99\x03\n" +
 	"\n" +
 	"FrameReply\x126\n" +
 	"\x04http\x18\n" +
 	" \x01(\v2 .stickyd.channel.v1.HTTPResponseH\x00R\x04http\x127\n" +
 	"\x06opened\x18\v \x01(\v2\x1d.stickyd.channel.v1.PageStateH\x00R\x06opened\x12=\n" +
 	"\amessage\x18\f \x01(\v2!.stickyd.channel.v1.MessageResultH\x00R\amessage\x124\n" +
-	"\x06deltas\x18\r \x01(\v2\x1a.stickyd.channel.v1.DeltasH\x00R\x06deltas\x128\n" +
+	"\x06deltas\x18\r \x01(\v2\x1a.stickyd.channel.v1.DeltasH\x00R\x06deltas\x122\n" +
+	"\x04body\x18\x0e \x01(\v2\x1c.stickyd.channel.v1.HTTPBodyH\x00R\x04body\x128\n" +
 	"\bidentity\x18\x14 \x01(\v2\x1c.stickyd.channel.v1.IdentityR\bidentity\x12\x1b\n" +
 	"\tworker_id\x18\x15 \x01(\tR\bworkerId\x12\x12\n" +
 	"\x04more\x18\x16 \x01(\bR\x04moreB\x06\n" +
@@ -5322,7 +5515,7 @@ func file_stickyd_proto_rawDescGZIP() []byte {
 }
 
 var file_stickyd_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_stickyd_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_stickyd_proto_goTypes = []any{
 	(Delta_Op)(0),              // 0: stickyd.channel.v1.Delta.Op
 	(Error_Code)(0),            // 1: stickyd.channel.v1.Error.Code
@@ -5337,140 +5530,144 @@ var file_stickyd_proto_goTypes = []any{
 	(*Header)(nil),             // 10: stickyd.channel.v1.Header
 	(*HTTPRequest)(nil),        // 11: stickyd.channel.v1.HTTPRequest
 	(*HTTPResponse)(nil),       // 12: stickyd.channel.v1.HTTPResponse
-	(*PageOpen)(nil),           // 13: stickyd.channel.v1.PageOpen
-	(*PageMessage)(nil),        // 14: stickyd.channel.v1.PageMessage
-	(*PagePull)(nil),           // 15: stickyd.channel.v1.PagePull
-	(*PageClose)(nil),          // 16: stickyd.channel.v1.PageClose
-	(*Release)(nil),            // 17: stickyd.channel.v1.Release
-	(*Delta)(nil),              // 18: stickyd.channel.v1.Delta
-	(*PageState)(nil),          // 19: stickyd.channel.v1.PageState
-	(*Deltas)(nil),             // 20: stickyd.channel.v1.Deltas
-	(*MessageResult)(nil),      // 21: stickyd.channel.v1.MessageResult
-	(*Identity)(nil),           // 22: stickyd.channel.v1.Identity
-	(*FrameReply)(nil),         // 23: stickyd.channel.v1.FrameReply
-	(*Probe)(nil),              // 24: stickyd.channel.v1.Probe
-	(*ProbeReply)(nil),         // 25: stickyd.channel.v1.ProbeReply
-	(*UserUsage)(nil),          // 26: stickyd.channel.v1.UserUsage
-	(*Shutdown)(nil),           // 27: stickyd.channel.v1.Shutdown
-	(*Error)(nil),              // 28: stickyd.channel.v1.Error
-	(*Freeze)(nil),             // 29: stickyd.channel.v1.Freeze
-	(*Forget)(nil),             // 30: stickyd.channel.v1.Forget
-	(*Precopy)(nil),            // 31: stickyd.channel.v1.Precopy
-	(*Precopied)(nil),          // 32: stickyd.channel.v1.Precopied
-	(*Stage)(nil),              // 33: stickyd.channel.v1.Stage
-	(*Frozen)(nil),             // 34: stickyd.channel.v1.Frozen
-	(*Thaw)(nil),               // 35: stickyd.channel.v1.Thaw
-	(*Wake)(nil),               // 36: stickyd.channel.v1.Wake
-	(*Woken)(nil),              // 37: stickyd.channel.v1.Woken
-	(*Checkpoint)(nil),         // 38: stickyd.channel.v1.Checkpoint
-	(*Checkpointed)(nil),       // 39: stickyd.channel.v1.Checkpointed
-	(*CheckpointPiece)(nil),    // 40: stickyd.channel.v1.CheckpointPiece
-	(*CheckpointKey)(nil),      // 41: stickyd.channel.v1.CheckpointKey
-	(*Evict)(nil),              // 42: stickyd.channel.v1.Evict
-	(*UserPackage)(nil),        // 43: stickyd.channel.v1.UserPackage
-	(*ConnPackage)(nil),        // 44: stickyd.channel.v1.ConnPackage
-	(*PagePackage)(nil),        // 45: stickyd.channel.v1.PagePackage
-	(*AnsweredMessage)(nil),    // 46: stickyd.channel.v1.AnsweredMessage
-	(*TableList)(nil),          // 47: stickyd.channel.v1.TableList
-	(*Tables)(nil),             // 48: stickyd.channel.v1.Tables
-	(*Publish)(nil),            // 49: stickyd.channel.v1.Publish
-	(*TableChange)(nil),        // 50: stickyd.channel.v1.TableChange
-	(*StoreGet)(nil),           // 51: stickyd.channel.v1.StoreGet
-	(*StoreValues)(nil),        // 52: stickyd.channel.v1.StoreValues
-	(*GrantAcquire)(nil),       // 53: stickyd.channel.v1.GrantAcquire
-	(*GrantReply)(nil),         // 54: stickyd.channel.v1.GrantReply
-	(*GrantCommit)(nil),        // 55: stickyd.channel.v1.GrantCommit
-	(*GrantRelease)(nil),       // 56: stickyd.channel.v1.GrantRelease
-	(*GatewayCall)(nil),        // 57: stickyd.channel.v1.GatewayCall
-	(*GatewayReply)(nil),       // 58: stickyd.channel.v1.GatewayReply
-	(*GatewayChunk)(nil),       // 59: stickyd.channel.v1.GatewayChunk
-	nil,                        // 60: stickyd.channel.v1.Identity.AttributesEntry
-	nil,                        // 61: stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
-	nil,                        // 62: stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
-	nil,                        // 63: stickyd.channel.v1.PagePackage.MarksEntry
-	nil,                        // 64: stickyd.channel.v1.StoreValues.ValuesEntry
-	nil,                        // 65: stickyd.channel.v1.GrantReply.ValuesEntry
-	nil,                        // 66: stickyd.channel.v1.GrantCommit.SetEntry
+	(*HTTPRead)(nil),           // 13: stickyd.channel.v1.HTTPRead
+	(*HTTPBody)(nil),           // 14: stickyd.channel.v1.HTTPBody
+	(*PageOpen)(nil),           // 15: stickyd.channel.v1.PageOpen
+	(*PageMessage)(nil),        // 16: stickyd.channel.v1.PageMessage
+	(*PagePull)(nil),           // 17: stickyd.channel.v1.PagePull
+	(*PageClose)(nil),          // 18: stickyd.channel.v1.PageClose
+	(*Release)(nil),            // 19: stickyd.channel.v1.Release
+	(*Delta)(nil),              // 20: stickyd.channel.v1.Delta
+	(*PageState)(nil),          // 21: stickyd.channel.v1.PageState
+	(*Deltas)(nil),             // 22: stickyd.channel.v1.Deltas
+	(*MessageResult)(nil),      // 23: stickyd.channel.v1.MessageResult
+	(*Identity)(nil),           // 24: stickyd.channel.v1.Identity
+	(*FrameReply)(nil),         // 25: stickyd.channel.v1.FrameReply
+	(*Probe)(nil),              // 26: stickyd.channel.v1.Probe
+	(*ProbeReply)(nil),         // 27: stickyd.channel.v1.ProbeReply
+	(*UserUsage)(nil),          // 28: stickyd.channel.v1.UserUsage
+	(*Shutdown)(nil),           // 29: stickyd.channel.v1.Shutdown
+	(*Error)(nil),              // 30: stickyd.channel.v1.Error
+	(*Freeze)(nil),             // 31: stickyd.channel.v1.Freeze
+	(*Forget)(nil),             // 32: stickyd.channel.v1.Forget
+	(*Precopy)(nil),            // 33: stickyd.channel.v1.Precopy
+	(*Precopied)(nil),          // 34: stickyd.channel.v1.Precopied
+	(*Stage)(nil),              // 35: stickyd.channel.v1.Stage
+	(*Frozen)(nil),             // 36: stickyd.channel.v1.Frozen
+	(*Thaw)(nil),               // 37: stickyd.channel.v1.Thaw
+	(*Wake)(nil),               // 38: stickyd.channel.v1.Wake
+	(*Woken)(nil),              // 39: stickyd.channel.v1.Woken
+	(*Checkpoint)(nil),         // 40: stickyd.channel.v1.Checkpoint
+	(*Checkpointed)(nil),       // 41: stickyd.channel.v1.Checkpointed
+	(*CheckpointPiece)(nil),    // 42: stickyd.channel.v1.CheckpointPiece
+	(*CheckpointKey)(nil),      // 43: stickyd.channel.v1.CheckpointKey
+	(*Evict)(nil),              // 44: stickyd.channel.v1.Evict
+	(*UserPackage)(nil),        // 45: stickyd.channel.v1.UserPackage
+	(*ConnPackage)(nil),        // 46: stickyd.channel.v1.ConnPackage
+	(*PagePackage)(nil),        // 47: stickyd.channel.v1.PagePackage
+	(*AnsweredMessage)(nil),    // 48: stickyd.channel.v1.AnsweredMessage
+	(*TableList)(nil),          // 49: stickyd.channel.v1.TableList
+	(*Tables)(nil),             // 50: stickyd.channel.v1.Tables
+	(*Publish)(nil),            // 51: stickyd.channel.v1.Publish
+	(*TableChange)(nil),        // 52: stickyd.channel.v1.TableChange
+	(*StoreGet)(nil),           // 53: stickyd.channel.v1.StoreGet
+	(*StoreValues)(nil),        // 54: stickyd.channel.v1.StoreValues
+	(*GrantAcquire)(nil),       // 55: stickyd.channel.v1.GrantAcquire
+	(*GrantReply)(nil),         // 56: stickyd.channel.v1.GrantReply
+	(*GrantCommit)(nil),        // 57: stickyd.channel.v1.GrantCommit
+	(*GrantRelease)(nil),       // 58: stickyd.channel.v1.GrantRelease
+	(*GatewayCall)(nil),        // 59: stickyd.channel.v1.GatewayCall
+	(*GatewayReply)(nil),       // 60: stickyd.channel.v1.GatewayReply
+	(*GatewayChunk)(nil),       // 61: stickyd.channel.v1.GatewayChunk
+	nil,                        // 62: stickyd.channel.v1.Identity.AttributesEntry
+	nil,                        // 63: stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
+	nil,                        // 64: stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
+	nil,                        // 65: stickyd.channel.v1.PagePackage.MarksEntry
+	nil,                        // 66: stickyd.channel.v1.StoreValues.ValuesEntry
+	nil,                        // 67: stickyd.channel.v1.GrantReply.ValuesEntry
+	nil,                        // 68: stickyd.channel.v1.GrantCommit.SetEntry
 }
 var file_stickyd_proto_depIdxs = []int32{
 	2,  // 0: stickyd.channel.v1.Envelope.batch:type_name -> stickyd.channel.v1.Envelope
 	6,  // 1: stickyd.channel.v1.Envelope.hello:type_name -> stickyd.channel.v1.Hello
 	7,  // 2: stickyd.channel.v1.Envelope.hello_ack:type_name -> stickyd.channel.v1.HelloAck
 	9,  // 3: stickyd.channel.v1.Envelope.frame:type_name -> stickyd.channel.v1.Frame
-	23, // 4: stickyd.channel.v1.Envelope.frame_reply:type_name -> stickyd.channel.v1.FrameReply
-	24, // 5: stickyd.channel.v1.Envelope.probe:type_name -> stickyd.channel.v1.Probe
-	25, // 6: stickyd.channel.v1.Envelope.probe_reply:type_name -> stickyd.channel.v1.ProbeReply
-	27, // 7: stickyd.channel.v1.Envelope.shutdown:type_name -> stickyd.channel.v1.Shutdown
-	28, // 8: stickyd.channel.v1.Envelope.error:type_name -> stickyd.channel.v1.Error
-	29, // 9: stickyd.channel.v1.Envelope.freeze:type_name -> stickyd.channel.v1.Freeze
-	34, // 10: stickyd.channel.v1.Envelope.frozen:type_name -> stickyd.channel.v1.Frozen
-	35, // 11: stickyd.channel.v1.Envelope.thaw:type_name -> stickyd.channel.v1.Thaw
-	36, // 12: stickyd.channel.v1.Envelope.wake:type_name -> stickyd.channel.v1.Wake
-	37, // 13: stickyd.channel.v1.Envelope.woken:type_name -> stickyd.channel.v1.Woken
-	42, // 14: stickyd.channel.v1.Envelope.evict:type_name -> stickyd.channel.v1.Evict
-	48, // 15: stickyd.channel.v1.Envelope.tables:type_name -> stickyd.channel.v1.Tables
-	49, // 16: stickyd.channel.v1.Envelope.publish:type_name -> stickyd.channel.v1.Publish
-	50, // 17: stickyd.channel.v1.Envelope.table_change:type_name -> stickyd.channel.v1.TableChange
-	51, // 18: stickyd.channel.v1.Envelope.store_get:type_name -> stickyd.channel.v1.StoreGet
-	52, // 19: stickyd.channel.v1.Envelope.store_values:type_name -> stickyd.channel.v1.StoreValues
-	53, // 20: stickyd.channel.v1.Envelope.grant_acquire:type_name -> stickyd.channel.v1.GrantAcquire
-	54, // 21: stickyd.channel.v1.Envelope.grant_reply:type_name -> stickyd.channel.v1.GrantReply
-	55, // 22: stickyd.channel.v1.Envelope.grant_commit:type_name -> stickyd.channel.v1.GrantCommit
-	56, // 23: stickyd.channel.v1.Envelope.grant_release:type_name -> stickyd.channel.v1.GrantRelease
+	25, // 4: stickyd.channel.v1.Envelope.frame_reply:type_name -> stickyd.channel.v1.FrameReply
+	26, // 5: stickyd.channel.v1.Envelope.probe:type_name -> stickyd.channel.v1.Probe
+	27, // 6: stickyd.channel.v1.Envelope.probe_reply:type_name -> stickyd.channel.v1.ProbeReply
+	29, // 7: stickyd.channel.v1.Envelope.shutdown:type_name -> stickyd.channel.v1.Shutdown
+	30, // 8: stickyd.channel.v1.Envelope.error:type_name -> stickyd.channel.v1.Error
+	31, // 9: stickyd.channel.v1.Envelope.freeze:type_name -> stickyd.channel.v1.Freeze
+	36, // 10: stickyd.channel.v1.Envelope.frozen:type_name -> stickyd.channel.v1.Frozen
+	37, // 11: stickyd.channel.v1.Envelope.thaw:type_name -> stickyd.channel.v1.Thaw
+	38, // 12: stickyd.channel.v1.Envelope.wake:type_name -> stickyd.channel.v1.Wake
+	39, // 13: stickyd.channel.v1.Envelope.woken:type_name -> stickyd.channel.v1.Woken
+	44, // 14: stickyd.channel.v1.Envelope.evict:type_name -> stickyd.channel.v1.Evict
+	50, // 15: stickyd.channel.v1.Envelope.tables:type_name -> stickyd.channel.v1.Tables
+	51, // 16: stickyd.channel.v1.Envelope.publish:type_name -> stickyd.channel.v1.Publish
+	52, // 17: stickyd.channel.v1.Envelope.table_change:type_name -> stickyd.channel.v1.TableChange
+	53, // 18: stickyd.channel.v1.Envelope.store_get:type_name -> stickyd.channel.v1.StoreGet
+	54, // 19: stickyd.channel.v1.Envelope.store_values:type_name -> stickyd.channel.v1.StoreValues
+	55, // 20: stickyd.channel.v1.Envelope.grant_acquire:type_name -> stickyd.channel.v1.GrantAcquire
+	56, // 21: stickyd.channel.v1.Envelope.grant_reply:type_name -> stickyd.channel.v1.GrantReply
+	57, // 22: stickyd.channel.v1.Envelope.grant_commit:type_name -> stickyd.channel.v1.GrantCommit
+	58, // 23: stickyd.channel.v1.Envelope.grant_release:type_name -> stickyd.channel.v1.GrantRelease
 	4,  // 24: stickyd.channel.v1.Envelope.maintenance:type_name -> stickyd.channel.v1.Maintenance
-	57, // 25: stickyd.channel.v1.Envelope.gateway_call:type_name -> stickyd.channel.v1.GatewayCall
-	58, // 26: stickyd.channel.v1.Envelope.gateway_reply:type_name -> stickyd.channel.v1.GatewayReply
-	59, // 27: stickyd.channel.v1.Envelope.gateway_chunk:type_name -> stickyd.channel.v1.GatewayChunk
-	38, // 28: stickyd.channel.v1.Envelope.checkpoint:type_name -> stickyd.channel.v1.Checkpoint
-	39, // 29: stickyd.channel.v1.Envelope.checkpointed:type_name -> stickyd.channel.v1.Checkpointed
+	59, // 25: stickyd.channel.v1.Envelope.gateway_call:type_name -> stickyd.channel.v1.GatewayCall
+	60, // 26: stickyd.channel.v1.Envelope.gateway_reply:type_name -> stickyd.channel.v1.GatewayReply
+	61, // 27: stickyd.channel.v1.Envelope.gateway_chunk:type_name -> stickyd.channel.v1.GatewayChunk
+	40, // 28: stickyd.channel.v1.Envelope.checkpoint:type_name -> stickyd.channel.v1.Checkpoint
+	41, // 29: stickyd.channel.v1.Envelope.checkpointed:type_name -> stickyd.channel.v1.Checkpointed
 	3,  // 30: stickyd.channel.v1.Envelope.package_chunk:type_name -> stickyd.channel.v1.PackageChunk
-	31, // 31: stickyd.channel.v1.Envelope.precopy:type_name -> stickyd.channel.v1.Precopy
-	32, // 32: stickyd.channel.v1.Envelope.precopied:type_name -> stickyd.channel.v1.Precopied
-	33, // 33: stickyd.channel.v1.Envelope.stage:type_name -> stickyd.channel.v1.Stage
-	30, // 34: stickyd.channel.v1.Envelope.forget:type_name -> stickyd.channel.v1.Forget
+	33, // 31: stickyd.channel.v1.Envelope.precopy:type_name -> stickyd.channel.v1.Precopy
+	34, // 32: stickyd.channel.v1.Envelope.precopied:type_name -> stickyd.channel.v1.Precopied
+	35, // 33: stickyd.channel.v1.Envelope.stage:type_name -> stickyd.channel.v1.Stage
+	32, // 34: stickyd.channel.v1.Envelope.forget:type_name -> stickyd.channel.v1.Forget
 	5,  // 35: stickyd.channel.v1.Maintenance.backends:type_name -> stickyd.channel.v1.MaintenanceBackend
 	8,  // 36: stickyd.channel.v1.HelloAck.limits:type_name -> stickyd.channel.v1.WorkerLimits
 	11, // 37: stickyd.channel.v1.Frame.http:type_name -> stickyd.channel.v1.HTTPRequest
-	13, // 38: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
-	14, // 39: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
-	15, // 40: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
-	16, // 41: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
-	17, // 42: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
-	10, // 43: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
-	10, // 44: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
-	0,  // 45: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
-	18, // 46: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
-	60, // 47: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
-	12, // 48: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
-	19, // 49: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
-	21, // 50: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
-	20, // 51: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
-	22, // 52: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
-	26, // 53: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
-	61, // 54: stickyd.channel.v1.ProbeReply.maintenance_waiting:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
-	62, // 55: stickyd.channel.v1.ProbeReply.maintenance_timed_out:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
-	1,  // 56: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
-	41, // 57: stickyd.channel.v1.Checkpoint.full:type_name -> stickyd.channel.v1.CheckpointKey
-	40, // 58: stickyd.channel.v1.Checkpointed.pieces:type_name -> stickyd.channel.v1.CheckpointPiece
-	41, // 59: stickyd.channel.v1.Checkpointed.gone:type_name -> stickyd.channel.v1.CheckpointKey
-	44, // 60: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
-	45, // 61: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
-	18, // 62: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
-	63, // 63: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
-	18, // 64: stickyd.channel.v1.PagePackage.journal:type_name -> stickyd.channel.v1.Delta
-	46, // 65: stickyd.channel.v1.PagePackage.answered:type_name -> stickyd.channel.v1.AnsweredMessage
-	21, // 66: stickyd.channel.v1.AnsweredMessage.result:type_name -> stickyd.channel.v1.MessageResult
-	64, // 67: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
-	65, // 68: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
-	66, // 69: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
-	47, // 70: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
-	2,  // 71: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
-	2,  // 72: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
-	72, // [72:73] is the sub-list for method output_type
-	71, // [71:72] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	15, // 38: stickyd.channel.v1.Frame.open:type_name -> stickyd.channel.v1.PageOpen
+	16, // 39: stickyd.channel.v1.Frame.message:type_name -> stickyd.channel.v1.PageMessage
+	17, // 40: stickyd.channel.v1.Frame.pull:type_name -> stickyd.channel.v1.PagePull
+	18, // 41: stickyd.channel.v1.Frame.close:type_name -> stickyd.channel.v1.PageClose
+	19, // 42: stickyd.channel.v1.Frame.release:type_name -> stickyd.channel.v1.Release
+	13, // 43: stickyd.channel.v1.Frame.read:type_name -> stickyd.channel.v1.HTTPRead
+	10, // 44: stickyd.channel.v1.HTTPRequest.headers:type_name -> stickyd.channel.v1.Header
+	10, // 45: stickyd.channel.v1.HTTPResponse.headers:type_name -> stickyd.channel.v1.Header
+	0,  // 46: stickyd.channel.v1.Delta.op:type_name -> stickyd.channel.v1.Delta.Op
+	20, // 47: stickyd.channel.v1.Deltas.deltas:type_name -> stickyd.channel.v1.Delta
+	62, // 48: stickyd.channel.v1.Identity.attributes:type_name -> stickyd.channel.v1.Identity.AttributesEntry
+	12, // 49: stickyd.channel.v1.FrameReply.http:type_name -> stickyd.channel.v1.HTTPResponse
+	21, // 50: stickyd.channel.v1.FrameReply.opened:type_name -> stickyd.channel.v1.PageState
+	23, // 51: stickyd.channel.v1.FrameReply.message:type_name -> stickyd.channel.v1.MessageResult
+	22, // 52: stickyd.channel.v1.FrameReply.deltas:type_name -> stickyd.channel.v1.Deltas
+	14, // 53: stickyd.channel.v1.FrameReply.body:type_name -> stickyd.channel.v1.HTTPBody
+	24, // 54: stickyd.channel.v1.FrameReply.identity:type_name -> stickyd.channel.v1.Identity
+	28, // 55: stickyd.channel.v1.ProbeReply.per_user:type_name -> stickyd.channel.v1.UserUsage
+	63, // 56: stickyd.channel.v1.ProbeReply.maintenance_waiting:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceWaitingEntry
+	64, // 57: stickyd.channel.v1.ProbeReply.maintenance_timed_out:type_name -> stickyd.channel.v1.ProbeReply.MaintenanceTimedOutEntry
+	1,  // 58: stickyd.channel.v1.Error.code:type_name -> stickyd.channel.v1.Error.Code
+	43, // 59: stickyd.channel.v1.Checkpoint.full:type_name -> stickyd.channel.v1.CheckpointKey
+	42, // 60: stickyd.channel.v1.Checkpointed.pieces:type_name -> stickyd.channel.v1.CheckpointPiece
+	43, // 61: stickyd.channel.v1.Checkpointed.gone:type_name -> stickyd.channel.v1.CheckpointKey
+	46, // 62: stickyd.channel.v1.UserPackage.conns:type_name -> stickyd.channel.v1.ConnPackage
+	47, // 63: stickyd.channel.v1.ConnPackage.pages:type_name -> stickyd.channel.v1.PagePackage
+	20, // 64: stickyd.channel.v1.PagePackage.pending:type_name -> stickyd.channel.v1.Delta
+	65, // 65: stickyd.channel.v1.PagePackage.marks:type_name -> stickyd.channel.v1.PagePackage.MarksEntry
+	20, // 66: stickyd.channel.v1.PagePackage.journal:type_name -> stickyd.channel.v1.Delta
+	48, // 67: stickyd.channel.v1.PagePackage.answered:type_name -> stickyd.channel.v1.AnsweredMessage
+	23, // 68: stickyd.channel.v1.AnsweredMessage.result:type_name -> stickyd.channel.v1.MessageResult
+	66, // 69: stickyd.channel.v1.StoreValues.values:type_name -> stickyd.channel.v1.StoreValues.ValuesEntry
+	67, // 70: stickyd.channel.v1.GrantReply.values:type_name -> stickyd.channel.v1.GrantReply.ValuesEntry
+	68, // 71: stickyd.channel.v1.GrantCommit.set:type_name -> stickyd.channel.v1.GrantCommit.SetEntry
+	49, // 72: stickyd.channel.v1.PagePackage.MarksEntry.value:type_name -> stickyd.channel.v1.TableList
+	2,  // 73: stickyd.channel.v1.Worker.Channel:input_type -> stickyd.channel.v1.Envelope
+	2,  // 74: stickyd.channel.v1.Worker.Channel:output_type -> stickyd.channel.v1.Envelope
+	74, // [74:75] is the sub-list for method output_type
+	73, // [73:74] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_stickyd_proto_init() }
@@ -5521,12 +5718,14 @@ func file_stickyd_proto_init() {
 		(*Frame_Pull)(nil),
 		(*Frame_Close)(nil),
 		(*Frame_Release)(nil),
+		(*Frame_Read)(nil),
 	}
-	file_stickyd_proto_msgTypes[21].OneofWrappers = []any{
+	file_stickyd_proto_msgTypes[23].OneofWrappers = []any{
 		(*FrameReply_Http)(nil),
 		(*FrameReply_Opened)(nil),
 		(*FrameReply_Message)(nil),
 		(*FrameReply_Deltas)(nil),
+		(*FrameReply_Body)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5534,7 +5733,7 @@ func file_stickyd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stickyd_proto_rawDesc), len(file_stickyd_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   65,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
