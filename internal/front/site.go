@@ -115,6 +115,13 @@ func (f *Front) serveSiteCtx(ctx context.Context, w http.ResponseWriter, r *http
 	}
 	w.WriteHeader(status)
 	_, _ = w.Write(resp.Body)
+	if resp.Stream != 0 {
+		if err := f.streamBody(ctx, w, rep.WorkerId, resp.Stream); err != nil {
+			// Nothing can be said after the status: the connection is
+			// cut, so the client sees the body was not whole.
+			panic(http.ErrAbortHandler)
+		}
+	}
 	return nil
 }
 

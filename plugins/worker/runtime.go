@@ -73,6 +73,9 @@ type runtime struct {
 	site *sitePool
 	// maxBody bounds a response body the recorder buffers (http.go).
 	maxBody int64
+	// streams are the site's streamed responses (stream.go); nil for
+	// other Apps.
+	streams *streams
 
 	// ck is what changed since the last checkpoint (checkpoint.go).
 	ck checkpoints
@@ -118,6 +121,16 @@ func (rt *runtime) handle(env *protocol.Envelope) {
 	case *protocol.Envelope_Frame:
 		rt.frames.Add(1)
 		f := b.Frame
+		if rd := f.GetRead(); rd != nil {
+			// A stream's read waits for its body, beside the mailboxes:
+			// the stream is no one's frame.
+			rt.wg.Add(1)
+			go func() {
+				defer rt.wg.Done()
+				rt.readStream(env.Id, rd)
+			}()
+			return
+		}
 		if f.Conn == "" {
 			// A new connection has no state yet, hence nothing to order
 			// against: run it beside the mailboxes.

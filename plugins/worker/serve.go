@@ -127,6 +127,7 @@ func serveConn(ctx context.Context, app App, opts Options, c channel.Conn, hello
 	if p, ok := app.(pooled); ok {
 		o := p.siteOptions()
 		rt.site, rt.maxBody = newSitePool(o.Workers, o.QueueMax), o.MaxBodyBytes
+		rt.streams = newStreams(ctx, o.MaxStreams)
 	}
 	go rt.releaser(ctx)
 	rt.peer = channel.NewIdlePeer(c, rt.handle)

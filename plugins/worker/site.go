@@ -27,10 +27,17 @@ import (
 // puts the person's waiting requests ahead of the pool's queue, so it waits
 // for a free goroutine of the pool, never for the whole queue.
 //
-// The response is buffered and sent whole when the handler returns (one
-// reply per request on the channel): a handler that flushes (http.Flusher,
-// http.ResponseController) does not fail, but a streamed response reaches
-// the browser at the end, all at once.
+// The response is buffered and sent whole when the handler returns, unless
+// the handler flushes (http.Flusher, http.ResponseController): the
+// response then streams. The status, the headers and what was written so
+// far reach the browser at once, and each later write as it comes
+// (chunked responses, server-sent events, big exports), for as long as the
+// handler writes. From its first flush the handler is no longer the
+// person's mailbox: their next requests run meanwhile, a move does not
+// wait for it, and it must not use the Session (whose state may have
+// moved); its context ends when the client leaves. A stream's writes wait
+// while 1 MiB is not yet read by the client; SiteOptions.MaxStreams bounds
+// the streams open at once.
 //
 // Pages: a site has a minimal page model. A page opens with an empty tree
 // (by convention of kind "site"), and a message is refused with "this app
@@ -56,6 +63,10 @@ type SiteOptions struct {
 	// envelope. Request bodies are bounded by the front (max_body_bytes,
 	// 10 MiB by default).
 	MaxBodyBytes int64
+	// MaxStreams bounds the streamed responses open at once in a worker;
+	// past it a handler's flush does nothing and its response is sent
+	// whole. Default 1024.
+	MaxStreams int
 	// Needs declares which backends the site's routes need
 	// (docs/maintenance.md); nil means none.
 	Needs *Needs
@@ -81,6 +92,9 @@ func (o SiteOptions) withDefaults() SiteOptions {
 	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = defaultSiteMaxBody
+	}
+	if o.MaxStreams <= 0 {
+		o.MaxStreams = defaultMaxStreams
 	}
 	if o.MaxBodyBytes > maxSiteBody {
 		o.MaxBodyBytes = maxSiteBody

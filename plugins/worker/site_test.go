@@ -278,12 +278,12 @@ func TestSitePoolQueue(t *testing.T) {
 	}
 	results := make(chan result, 3)
 	serve := func(user string) {
-		_, err := p.serve(user, func() {
+		_, _, err := p.serve(user, func() {
 			mu.Lock()
 			ran = append(ran, user)
 			mu.Unlock()
 			<-gate
-		})
+		}, nil)
 		results <- result{user, err}
 	}
 	go serve("a")
@@ -292,7 +292,7 @@ func TestSitePoolQueue(t *testing.T) {
 	waitUntil(t, "b to wait", func() bool { return p.waiting() == 1 })
 	go serve("c")
 	waitUntil(t, "c to wait", func() bool { return p.waiting() == 2 })
-	if _, err := p.serve("d", func() { t.Error("d ran past the bound") }); err == nil || errCode(err) != protocol.Error_UNAVAILABLE {
+	if _, _, err := p.serve("d", func() { t.Error("d ran past the bound") }, nil); err == nil || errCode(err) != protocol.Error_UNAVAILABLE {
 		t.Fatalf("past the bound: %v", err)
 	}
 	p.expedite("c")
@@ -334,20 +334,23 @@ func TestSitePoolQueue(t *testing.T) {
 	if r := <-results; r.user != "c" || r.err != nil {
 		t.Fatalf("c, running at close: %+v", r)
 	}
-	if _, err := p.serve("e", func() {}); err != errSiteStopping {
+	if _, _, err := p.serve("e", func() {}, nil); err != errSiteStopping {
 		t.Fatalf("after close: %v", err)
 	}
 	p.close() // idempotent
 }
 
-// A flushing handler works (the response arrives whole), bodies of 8 MiB
-// cross both ways, and a response past MaxBodyBytes is refused.
+// A flushing handler streams (stream_test.go has the rest), bodies of 8
+// MiB cross both ways, and a response past MaxBodyBytes is refused.
 func TestSiteBodies(t *testing.T) {
 	h := startApp(t, Site(newSiteMux(), SiteOptions{MaxBodyBytes: 2 << 20}), "w1")
 	p := newPerson(t, h)
 	r, err := h.frame(p.request("GET", "/stream", nil))
-	if err != nil || r.GetHttp().Status != 200 || string(r.GetHttp().Body) != "first second" {
+	if err != nil || r.GetHttp().Status != 200 || string(r.GetHttp().Body) != "first " || r.GetHttp().Stream == 0 {
 		t.Fatalf("flushing handler: %v %v", r, err)
+	}
+	if rest, failed := h.readAll(r.GetHttp().Stream); rest != "second" || failed != "" {
+		t.Fatalf("the stream's rest: %q %q", rest, failed)
 	}
 	big := make([]byte, 8<<20)
 	_, _ = rand.Read(big)

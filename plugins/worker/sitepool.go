@@ -45,6 +45,18 @@ type siteJob struct {
 	waited   time.Duration // from hand-over to start
 	err      error         // the request never ran
 	panicked *handlerPanic
+	// detached is set (under the pool's mu) when the request streams and
+	// its goroutine left the pool.
+	detached bool
+	// began is closed when the request starts running (waited is set).
+	began chan struct{}
+}
+
+// waitedFor is how long the job waited for a goroutine; it is called once
+// the job streams, so it has begun.
+func (j *siteJob) waitedFor() time.Duration {
+	<-j.began
+	return j.waited
 }
 
 // handlerPanic carries a handler's panic from the pool to the mailbox that
@@ -61,21 +73,50 @@ func newSitePool(workers, queueMax int) *sitePool {
 }
 
 // serve runs fn on the pool for the person with user key user and waits
-// for it. It returns how long fn waited for a goroutine, or an unavailable
-// error at once when the queue is full or the pool is closed. A panic in fn
-// is raised again here. The wait has no timeout: a request that started
-// runs to its end (its context ends with the worker), and close ends the
-// wait of one that did not.
-func (p *sitePool) serve(user string, fn func()) (time.Duration, error) {
-	j := &siteJob{user: user, serve: fn, done: make(chan struct{})}
+// for it, or until started is closed: fn's response streams, and fn goes
+// on outside the pool (detach), the person's mailbox no longer waiting for
+// it (streamed). It returns how long fn waited for a goroutine, or an
+// unavailable error at once when the queue is full or the pool is closed.
+// A panic in fn before it streams is raised again here. The wait has no
+// timeout: a request that started runs to its end (its context ends with
+// the worker), and close ends the wait of one that did not.
+func (p *sitePool) serve(user string, fn func(), started chan struct{}) (waited time.Duration, streamed bool, err error) {
+	j := &siteJob{user: user, serve: fn, done: make(chan struct{}), began: make(chan struct{})}
 	if err := p.submit(j); err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	<-j.done
+	select {
+	case <-j.done:
+	case <-started:
+		p.detach(j)
+		return j.waitedFor(), true, nil
+	}
 	if j.panicked != nil {
 		panic(j.panicked)
 	}
-	return j.waited, j.err
+	return j.waited, false, j.err
+}
+
+// detach lets j's goroutine leave the pool while it goes on serving a
+// streamed response: the pool counts it no more, and a waiting request
+// takes its place at once. The goroutine ends when the stream does.
+func (p *sitePool) detach(j *siteJob) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	j.detached = true
+	p.active--
+	if p.closed {
+		return
+	}
+	next := pop(&p.urgent)
+	if next == nil {
+		next = pop(&p.queue)
+	}
+	if next != nil {
+		p.active++
+		p.wg.Add(1)
+		go p.work(next)
+	}
 }
 
 var errSiteStopping = unavailable{fmt.Errorf("the worker is stopping; retry")}
@@ -115,16 +156,20 @@ func (p *sitePool) work(j *siteJob) {
 	defer p.wg.Done()
 	for j != nil {
 		j.run()
-		next := p.next()
+		next := p.next(j)
 		close(j.done)
 		j = next
 	}
 }
 
-// next takes the next waiting request, or retires the calling goroutine.
-func (p *sitePool) next() *siteJob {
+// next takes the next waiting request after done, or retires the calling
+// goroutine: at once when done was detached (it left the pool already).
+func (p *sitePool) next(done *siteJob) *siteJob {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if done.detached {
+		return nil
+	}
 	if j := pop(&p.urgent); j != nil {
 		return j
 	}
@@ -148,6 +193,7 @@ func pop(q *[]*siteJob) *siteJob {
 
 func (j *siteJob) run() {
 	j.waited = time.Since(j.since)
+	close(j.began)
 	defer func() {
 		if r := recover(); r != nil {
 			j.panicked = &handlerPanic{value: r, stack: debug.Stack()}

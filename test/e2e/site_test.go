@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"bufio"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +36,44 @@ func siteApp() worker.App {
 	mux.HandleFunc("POST /e2e/echo", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/octet-stream")
 		_, _ = io.Copy(w, r.Body)
+	})
+	// /e2e/stream?n=N writes N lines 300 ms apart, flushing each: "i
+	// UNIXNANO" (when it was written).
+	mux.HandleFunc("GET /e2e/stream", func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		w.Header().Set("Content-Type", "text/plain")
+		for i := range n {
+			if i > 0 {
+				select {
+				case <-time.After(300 * time.Millisecond):
+				case <-r.Context().Done():
+					return
+				}
+			}
+			fmt.Fprintf(w, "%d %d\n", i, time.Now().UnixNano())
+			if err := http.NewResponseController(w).Flush(); err != nil {
+				return
+			}
+		}
+	})
+	// /e2e/events is a server-sent events stream of three ticks.
+	mux.HandleFunc("GET /e2e/events", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache")
+		for i := range 3 {
+			fmt.Fprintf(w, "id: %d\nevent: tick\ndata: {\"n\":%d}\n\n", i, i)
+			w.(http.Flusher).Flush()
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	// /e2e/cookies answers the Cookie headers it got, one per line, and
+	// sets cookies the way frameworks write them (quoted, with a comma, a
+	// space and non-ASCII bytes).
+	mux.HandleFunc("GET /e2e/cookies", func(w http.ResponseWriter, r *http.Request) {
+		for _, c := range siteOddSetCookies {
+			w.Header().Add("Set-Cookie", c)
+		}
+		_, _ = io.WriteString(w, strings.Join(r.Header.Values("Cookie"), "\n"))
 	})
 	return worker.Site(mux, worker.SiteOptions{Workers: sitePoolWorkers, QueueMax: sitePoolQueue})
 }
@@ -268,4 +308,94 @@ func TestSiteProbesOnTimeWhileSaturated(t *testing.T) {
 	}
 	t.Logf("%d served, %d refused; %d probe readings, oldest %v, most waiting %d",
 		served.Load(), refused.Load(), len(probes), maxStale, maxWaiting)
+}
+
+// siteOddSetCookies are the cookies /e2e/cookies sets.
+var siteOddSetCookies = []string{
+	`cart="apple\054pear"; Path=/`,
+	`spaced="a b"; Path=/`,
+	`name=Zoë; Path=/`,
+}
+
+// A net/http site streams through stickyd (issue 43): each flushed block
+// reaches the client when it is written (the first line arrives before the
+// last is produced), server-sent events arrive as events, and the person's
+// other requests are served while a stream runs. The site's cookies pass
+// unchanged both ways: the Cookie header with a comma, a space, a quote
+// and non-ASCII bytes reaches the site as the browser sent it (without
+// stickyd's own cookie), and Set-Cookie headers reach the browser as the
+// site wrote them.
+func TestSiteStreamsAndCookies(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			a := startAgentWith(t, mode, 1, withApp("site"))
+			b := newBrowser(t, a)
+			b.cart()
+
+			req, _ := http.NewRequest("GET", b.base+"/e2e/stream?n=4", nil)
+			resp, err := b.http.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			lines := bufio.NewScanner(resp.Body)
+			var arrived []time.Time
+			var written []int64
+			for lines.Scan() {
+				arrived = append(arrived, time.Now())
+				var i int
+				var at int64
+				if _, err := fmt.Sscanf(lines.Text(), "%d %d", &i, &at); err != nil || i != len(written) {
+					t.Fatalf("line %q (%v)", lines.Text(), err)
+				}
+				written = append(written, at)
+				if i == 0 {
+					// While the stream runs, the person is served.
+					if c := b.cart(); c.Conn == "" {
+						t.Fatalf("a request beside the stream: %+v", c)
+					}
+				}
+			}
+			if lines.Err() != nil || len(written) != 4 || resp.StatusCode != 200 {
+				t.Fatalf("the stream: %d, %d lines, %v", resp.StatusCode, len(written), lines.Err())
+			}
+			if !arrived[0].Before(time.Unix(0, written[3])) {
+				t.Fatalf("the first line arrived at %v, after the last was written (%v): the response was not streamed",
+					arrived[0], time.Unix(0, written[3]))
+			}
+
+			req, _ = http.NewRequest("GET", b.base+"/e2e/events", nil)
+			resp, err = b.http.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+				t.Fatalf("events: Content-Type %q", ct)
+			}
+			events, err := io.ReadAll(resp.Body)
+			want := "id: 0\nevent: tick\ndata: {\"n\":0}\n\nid: 1\nevent: tick\ndata: {\"n\":1}\n\nid: 2\nevent: tick\ndata: {\"n\":2}\n\n"
+			if err != nil || string(events) != want {
+				t.Fatalf("events: %q %v", events, err)
+			}
+
+			const sent = `plain=1; cart="apple\054pear"; spaced=a b; quote="x\"y"; name=Zoë`
+			req, _ = http.NewRequest("GET", b.base+"/e2e/cookies", nil)
+			req.Header.Set("Cookie", sent) // the jar adds stickyd's after it
+			resp, err = b.http.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || string(got) != sent {
+				t.Fatalf("the site got the Cookie header %q, want %q", got, sent)
+			}
+			for _, c := range siteOddSetCookies {
+				if !slices.Contains(resp.Header.Values("Set-Cookie"), c) {
+					t.Fatalf("Set-Cookie %q did not reach the browser unchanged: %q", c, resp.Header.Values("Set-Cookie"))
+				}
+			}
+		})
+	}
 }
