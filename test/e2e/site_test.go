@@ -1,13 +1,13 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"bufio"
 	"slices"
 	"strconv"
 	"strings"
