@@ -272,7 +272,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	log := a.cluster
 	a.fsm.SetEntryGate(a.cluster.AllowEntry)
-	a.mover = move.New(move.Config{FreezeTimeout: duration(a.cfg.Move.FreezeTimeout), Logger: a.log.Named("move"), Registry: a.registry, Encode: a.fsm.EncodeEntry},
+	a.mover = move.New(move.Config{FreezeTimeout: duration(a.cfg.Move.FreezeTimeout), RequestWait: duration(a.cfg.Move.RequestWait), Logger: a.log.Named("move"), Registry: a.registry, Encode: a.fsm.EncodeEntry},
 		a.fsm, log, a.router, a.park)
 	a.sup = supervisor.New(a.fsm, log, a.router, a.mover)
 	a.sup.SetBatchGate(func() bool { return a.cluster.AllowEntry(fsm.ConnectBatchRequestType) })

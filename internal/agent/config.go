@@ -301,6 +301,10 @@ func (c *Config) idleParks() map[string]time.Duration {
 type MoveConfig struct {
 	// FreezeTimeout bounds the freeze; past it the move rolls back ("5s").
 	FreezeTimeout string `hcl:"freeze_timeout,optional"`
+	// RequestWait bounds the freeze instead while the person's frame runs
+	// in the app (a slow site request, an upload): the move waits for it
+	// rather than roll back ("30s"; at least freeze_timeout).
+	RequestWait string `hcl:"request_wait,optional"`
 	// HeldBytes bounds the moved people's packages held in memory until
 	// their next frame wakes them (or for 5 s, then they go to disk);
 	// past it a package is written to disk at once. Default 1 GiB; 0
@@ -668,7 +672,7 @@ func (c *Config) Finish() error {
 	}
 	for name, d := range map[string]string{
 		"front: frame_timeout": c.Front.FrameTimeout, "front: barrier_wait": c.Front.BarrierWait,
-		"move: freeze_timeout": c.Move.FreezeTimeout, "shutdown_timeout": c.ShutdownTimeout,
+		"move: freeze_timeout": c.Move.FreezeTimeout, "move: request_wait": c.Move.RequestWait, "shutdown_timeout": c.ShutdownTimeout,
 		"kill_timeout": c.KillTimeout,
 	} {
 		if d == "" {

@@ -94,20 +94,20 @@ func (r *Router) Send(ctx context.Context, worker string, f *protocol.Frame) (*c
 
 // Freeze, Thaw, Evict and Ready implement move.Workers.
 func (r *Router) Freeze(ctx context.Context, worker, user string, epoch uint64) (*protocol.Frozen, error) {
-	return r.FreezeFrom(ctx, worker, user, epoch, 0, "")
+	return r.FreezeWith(ctx, worker, &protocol.Freeze{User: user, Epoch: epoch})
 }
 
-// FreezeFrom, Precopy and Stage implement move.Precopier.
-func (r *Router) FreezeFrom(ctx context.Context, worker, user string, epoch, base uint64, baseDigest string) (*protocol.Frozen, error) {
-	env, err := r.call(ctx, worker, &protocol.Envelope{Body: &protocol.Envelope_Freeze{Freeze: &protocol.Freeze{User: user, Epoch: epoch, Base: base, BaseDigest: baseDigest}}})
+// FreezeWith, Precopy and Stage implement move.Precopier.
+func (r *Router) FreezeWith(ctx context.Context, worker string, fz *protocol.Freeze) (*protocol.Frozen, error) {
+	env, err := r.call(ctx, worker, &protocol.Envelope{Body: &protocol.Envelope_Freeze{Freeze: fz}})
 	if err != nil {
 		return nil, err
 	}
-	fz := env.GetFrozen()
-	if fz == nil {
+	frozen := env.GetFrozen()
+	if frozen == nil {
 		return nil, fmt.Errorf("worker %s answered a freeze with %T", worker, env.Body)
 	}
-	return fz, nil
+	return frozen, nil
 }
 
 // Precopy implements move.Precopier.

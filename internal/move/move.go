@@ -60,11 +60,13 @@ var ErrLogGone = errors.New("the log takes no entries: no quorum")
 // their move (docs/moves.md): the old worker hands over a copy of their
 // state while they go on (Precopy), the destination reads it in advance
 // (Stage), and the freeze then hands over only what changed since
-// (FreezeFrom), so the pause does not grow with the person's size.
+// (FreezeWith, naming the base), so the pause does not grow with the
+// person's size. FreezeWith also carries the freeze's own bounds, which
+// the worker enforces (Freeze.wait_ms, request_wait_ms).
 type Precopier interface {
 	Precopy(ctx context.Context, worker, user string) (*protocol.Precopied, error)
 	Stage(ctx context.Context, worker, user, digest string, pkg []byte) error
-	FreezeFrom(ctx context.Context, worker, user string, epoch, base uint64, baseDigest string) (*protocol.Frozen, error)
+	FreezeWith(ctx context.Context, worker string, fz *protocol.Freeze) (*protocol.Frozen, error)
 }
 
 // precopyTimeout bounds a precopy and its staging; one that takes longer
@@ -76,6 +78,12 @@ type Config struct {
 	// FreezeTimeout bounds the freeze: an old worker that has not handed
 	// the package over by then has the move rolled back. Default 5 s.
 	FreezeTimeout time.Duration
+	// RequestWait bounds the freeze instead while the person's frame is
+	// running in the app (a slow site request, an upload): the move waits
+	// for it to finish rather than roll back. Default 30 s; never less than
+	// FreezeTimeout. A park's freeze (Options.Park) uses its own bound for
+	// both.
+	RequestWait time.Duration
 	Logger        hclog.Logger
 	Registry      prometheus.Registerer
 	// Encode builds the road's log entries (the maps' EncodeEntry, which
@@ -144,6 +152,10 @@ func New(cfg Config, maps Maps, log Log, workers Workers, store park.Store) *Mov
 	if cfg.FreezeTimeout <= 0 {
 		cfg.FreezeTimeout = 5 * time.Second
 	}
+	if cfg.RequestWait <= 0 {
+		cfg.RequestWait = 30 * time.Second
+	}
+	cfg.RequestWait = max(cfg.RequestWait, cfg.FreezeTimeout)
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}

@@ -309,6 +309,15 @@ func (m *Mover) settled(ctx context.Context, e written, opt Options, frozen chan
 	return pending
 }
 
+// freezeSlack is what a freeze's call waits past the bounds the worker
+// enforces, for the answer to come back.
+const freezeSlack = time.Second
+
+// millis is d in whole milliseconds, at least 1, for the channel.
+func millis(d time.Duration) uint32 {
+	return uint32(max(d/time.Millisecond, 1))
+}
+
 // freeze has the person's old worker hand them over, and stores the
 // package: the old worker runs what is already in the person's mailbox (a
 // wake included), then hands over everything and refuses the rest. A
@@ -316,13 +325,25 @@ func (m *Mover) settled(ctx context.Context, e written, opt Options, frozen chan
 // stays the truth.
 func (m *Mover) freeze(ctx context.Context, t *traveller, opt Options) {
 	user, from, to := t.res.User, t.before.Worker, t.res.To
-	fctx, cancel := context.WithTimeout(ctx, opt.Freeze)
+	// The worker bounds the freeze itself (opt.Freeze, or requestWait while
+	// the person's frame runs in the app); the call's own timeout, past
+	// both, is for a worker or a host that does not answer at all.
+	requestWait := opt.Freeze
+	if !opt.Park {
+		requestWait = max(m.cfg.RequestWait, opt.Freeze)
+	}
 	fstart := time.Now()
 	var fz *protocol.Frozen
 	var err error
-	if pre, ok := m.workers.(Precopier); ok && t.base != 0 {
-		fz, err = pre.FreezeFrom(fctx, from, user, t.epoch, t.base, t.baseDigest)
+	var cancel context.CancelFunc
+	if pre, ok := m.workers.(Precopier); ok {
+		var fctx context.Context
+		fctx, cancel = context.WithTimeout(ctx, requestWait+freezeSlack)
+		fz, err = pre.FreezeWith(fctx, from, &protocol.Freeze{User: user, Epoch: t.epoch, Base: t.base, BaseDigest: t.baseDigest,
+			WaitMs: millis(opt.Freeze), RequestWaitMs: millis(requestWait)})
 	} else {
+		var fctx context.Context
+		fctx, cancel = context.WithTimeout(ctx, opt.Freeze)
 		fz, err = m.workers.Freeze(fctx, from, user, t.epoch)
 	}
 	t.res.Freeze = time.Since(fstart)

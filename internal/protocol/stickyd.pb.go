@@ -3013,8 +3013,17 @@ type Freeze struct {
 	// is sent as the writes made after it (PagePackage.from_base), and the
 	// package names base_digest. Zero, or a precopy the worker no longer
 	// has, freezes everything in full.
-	Base          uint64 `protobuf:"varint,3,opt,name=base,proto3" json:"base,omitempty"`
-	BaseDigest    string `protobuf:"bytes,4,opt,name=base_digest,json=baseDigest,proto3" json:"base_digest,omitempty"`
+	Base       uint64 `protobuf:"varint,3,opt,name=base,proto3" json:"base,omitempty"`
+	BaseDigest string `protobuf:"bytes,4,opt,name=base_digest,json=baseDigest,proto3" json:"base_digest,omitempty"`
+	// wait_ms bounds how long the freeze may wait in the person's mailbox
+	// before it begins, and request_wait_ms (at least wait_ms) how long while
+	// one of the person's frames is running in the app (a slow site request,
+	// let finish rather than rolled back). Past its bound the worker answers
+	// UNAVAILABLE at once, and the freeze, when it comes to run, is done
+	// without an answer (the mover rolls back and thaws). Zero: no bound of
+	// the worker's own (the caller's timeout).
+	WaitMs        uint32 `protobuf:"varint,5,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	RequestWaitMs uint32 `protobuf:"varint,6,opt,name=request_wait_ms,json=requestWaitMs,proto3" json:"request_wait_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3075,6 +3084,20 @@ func (x *Freeze) GetBaseDigest() string {
 		return x.BaseDigest
 	}
 	return ""
+}
+
+func (x *Freeze) GetWaitMs() uint32 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+func (x *Freeze) GetRequestWaitMs() uint32 {
+	if x != nil {
+		return x.RequestWaitMs
+	}
+	return 0
 }
 
 // Forget (worker → host, a notice) asks the host to forget a person at
@@ -5338,13 +5361,15 @@ const file_stickyd_proto_rawDesc = "" +
 	"\vUNAVAILABLE\x10\x05\x12\x0f\n" +
 	"\vSTALE_GRANT\x10\x06\x12\x0f\n" +
 	"\vMAINTENANCE\x10\a\x12\r\n" +
-	"\tEXHAUSTED\x10\b\"g\n" +
+	"\tEXHAUSTED\x10\b\"\xa8\x01\n" +
 	"\x06Freeze\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04base\x18\x03 \x01(\x04R\x04base\x12\x1f\n" +
 	"\vbase_digest\x18\x04 \x01(\tR\n" +
-	"baseDigest\"\x1c\n" +
+	"baseDigest\x12\x17\n" +
+	"\await_ms\x18\x05 \x01(\rR\x06waitMs\x12&\n" +
+	"\x0frequest_wait_ms\x18\x06 \x01(\rR\rrequestWaitMs\"\x1c\n" +
 	"\x06Forget\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\"\x1d\n" +
 	"\aPrecopy\x12\x12\n" +

@@ -52,6 +52,9 @@ type runtime struct {
 	// since the previous probe (account.go).
 	accounts map[string]*account
 	left     []string
+	// freezeWatches are the freezes waiting in mailboxes with bounds of
+	// their own, by envelope id (freezewatch.go).
+	freezeWatches map[uint64]*freezeWatch
 	// evicted is when each person evicted here left: their fence
 	// (epochs, frozen) goes tombstoneTTL later (tombstones.go); marks are
 	// the maps' high-water marks.
@@ -103,6 +106,9 @@ type user struct {
 	mu      sync.Mutex // guards queue and running
 	queue   []*protocol.Envelope
 	running bool
+	// inFrame is set while the mailbox runs one of the person's frames
+	// (freezewatch.go: a freeze waits longer for it).
+	inFrame atomic.Bool
 }
 
 func (rt *runtime) userLocked(key string) *user {
@@ -149,6 +155,7 @@ func (rt *runtime) handle(env *protocol.Envelope) {
 			rt.site.expedite(b.Freeze.User)
 		}
 		rt.freezing(b.Freeze.User)
+		rt.watchFreeze(env.Id, b.Freeze)
 		rt.enqueue(b.Freeze.User, env)
 	case *protocol.Envelope_Thaw:
 		rt.enqueue(b.Thaw.User, env)
@@ -293,7 +300,10 @@ func (u *user) run() {
 		u.queue[0] = nil
 		u.queue = u.queue[1:]
 		u.mu.Unlock()
+		_, frame := env.Body.(*protocol.Envelope_Frame)
+		u.inFrame.Store(frame)
 		u.rt.runEnvelope(u.key, env)
+		u.inFrame.Store(false)
 	}
 }
 
@@ -311,12 +321,17 @@ func (rt *runtime) runEnvelope(user string, env *protocol.Envelope) {
 		if rt.site != nil {
 			defer rt.site.settle(b.Freeze.User)
 		}
+		answer := rt.freezeBegins(env.Id)
 		fz, err := rt.freeze(b.Freeze)
-		if err != nil {
+		switch {
+		case !answer:
+			// Refused for being late: the mover rolled back, and its thaw
+			// follows in the mailbox.
+		case err != nil:
 			_ = rt.peer.ReplyError(env.Id, protocol.Error_INTERNAL, err.Error())
-			return
+		default:
+			_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Frozen{Frozen: fz}})
 		}
-		_ = rt.peer.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Frozen{Frozen: fz}})
 	case *protocol.Envelope_Precopy:
 		rt.precopy(env.Id, b.Precopy)
 	case *protocol.Envelope_Thaw:

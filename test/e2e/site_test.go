@@ -399,3 +399,51 @@ func TestSiteStreamsAndCookies(t *testing.T) {
 		})
 	}
 }
+
+// A person with a 9 s site request running is moved, by `user move` and by
+// a drain (issue 43): the move waits for the request (answered where it
+// ran), then hands the person over, instead of rolling back after
+// freeze_timeout. Their cart moves with them.
+func TestSiteMoveWaitsForASlowRequest(t *testing.T) {
+	a := startAgentWith(t, "subprocess", 2, withApp("site"))
+	b := newBrowser(t, a)
+	b.cart()
+	b.post("/login", "user=slowpoke")
+	b.post("/add", "item=anvil")
+	slowThenMove := func(move func(from, to string) (int, string)) {
+		t.Helper()
+		from := b.cart().Worker
+		to := otherWorker(a.Pool().Ready(), from)
+		answered := make(chan string, 1)
+		start := time.Now()
+		go func() {
+			code, body := b.do("GET", "/slow?ms=9000")
+			answered <- fmt.Sprintf("%d %s", code, strings.TrimSpace(body))
+		}()
+		time.Sleep(time.Second) // the request is in the app
+		code, body := move(from, to)
+		if code != 200 || !strings.Contains(body, `"outcome":"moved"`) {
+			t.Fatalf("moving slowpoke off %s with a request in the app: %d %s", from, code, body)
+		}
+		if got := <-answered; got != "200 slept 9000 ms" {
+			t.Fatalf("the slow request: %q", got)
+		}
+		if waited := time.Since(start); waited < 9*time.Second {
+			t.Fatalf("the move answered after %v, before the request ended", waited)
+		}
+		if c := b.cart(); c.Worker != to || c.User != "slowpoke" || !slices.Equal(c.Items, []string{"anvil"}) {
+			t.Fatalf("after the move: %+v, want slowpoke's anvil on %s", c, to)
+		}
+	}
+	slowThenMove(func(_, to string) (int, string) {
+		return adminCall(t, a, "POST", "/v1/users/slowpoke/move", testToken, `{"to":"`+to+`"}`)
+	})
+	slowThenMove(func(from, _ string) (int, string) {
+		// A drain answers a line per person, then its totals.
+		code, body := adminCall(t, a, "POST", "/v1/workers/"+from+"/drain", testToken, "")
+		if !strings.Contains(body, `"failed":0`) {
+			t.Fatalf("the drain: %s", body)
+		}
+		return code, body
+	})
+}
