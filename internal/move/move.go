@@ -84,8 +84,8 @@ type Config struct {
 	// FreezeTimeout. A park's freeze (Options.Park) uses its own bound for
 	// both.
 	RequestWait time.Duration
-	Logger        hclog.Logger
-	Registry      prometheus.Registerer
+	Logger      hclog.Logger
+	Registry    prometheus.Registerer
 	// Encode builds the road's log entries (the maps' EncodeEntry, which
 	// writes them binary once every server applies that). Default
 	// fsm.Encode, JSON.
