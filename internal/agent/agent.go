@@ -460,6 +460,7 @@ func (a *Agent) startFront(ctx context.Context) error {
 		MaxBodyBytes:    a.cfg.Front.MaxBodyBytes,
 		BodyBudget:      a.cfg.Front.BodyBudgetBytes,
 		FrameTimeout:    a.cfg.Front.frameTimeout(),
+		RequestTimeout:  duration(a.cfg.Front.RequestTimeout),
 		BarrierWait:     duration(a.cfg.Front.BarrierWait),
 		MaxHeldPerUser:  a.cfg.Front.MaxHeldPerUser,
 		MaxHeld:         a.cfg.Front.MaxHeld,

@@ -393,6 +393,10 @@ type FrontConfig struct {
 	BodyBudgetBytes int64 `hcl:"body_budget_bytes,optional"`
 	// FrameTimeout bounds how long a request waits for its worker ("30s").
 	FrameTimeout string `hcl:"frame_timeout,optional"`
+	// RequestTimeout bounds how long a site request waits for its answer
+	// ("5m"): a site route may run that long (a streamed body, after its
+	// headers, as long as it writes).
+	RequestTimeout string `hcl:"request_timeout,optional"`
 	// BarrierWait bounds how long a request waits for a moving person ("5s").
 	BarrierWait string `hcl:"barrier_wait,optional"`
 	// MaxHeldPerUser and MaxHeld cap the requests held on the barrier.
@@ -671,7 +675,7 @@ func (c *Config) Finish() error {
 		return fmt.Errorf("move: held_bytes %d: want a size in bytes, 0 or more", c.Move.Held())
 	}
 	for name, d := range map[string]string{
-		"front: frame_timeout": c.Front.FrameTimeout, "front: barrier_wait": c.Front.BarrierWait,
+		"front: frame_timeout": c.Front.FrameTimeout, "front: request_timeout": c.Front.RequestTimeout, "front: barrier_wait": c.Front.BarrierWait,
 		"move: freeze_timeout": c.Move.FreezeTimeout, "move: request_wait": c.Move.RequestWait, "shutdown_timeout": c.ShutdownTimeout,
 		"kill_timeout": c.KillTimeout,
 	} {

@@ -105,6 +105,12 @@ type Config struct {
 	// FrameTimeout bounds how long a frame waits for its worker (including
 	// a worker being replaced); default 30 s. Pulls wait longer by design.
 	FrameTimeout time.Duration
+	// RequestTimeout bounds how long a site request waits for its answer
+	// (a streamed response: for its status and headers; the body then runs
+	// as long as the site writes it); default 5 minutes. A site route that
+	// takes minutes (an export, a report) is answered, not cut at
+	// FrameTimeout; a worker that dies under it fails it at once.
+	RequestTimeout time.Duration
 	// PingInterval is how often the front pings an idle WebSocket; default 20 s.
 	PingInterval time.Duration
 	// WriteTimeout bounds one WebSocket write; default 10 s.
@@ -242,6 +248,9 @@ func New(cfg Config) (*Front, error) {
 	}
 	if cfg.FrameTimeout <= 0 {
 		cfg.FrameTimeout = 30 * time.Second
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 5 * time.Minute
 	}
 	if cfg.PingInterval <= 0 {
 		cfg.PingInterval = 20 * time.Second

@@ -75,7 +75,7 @@ func (f *Front) serveSiteCtx(ctx context.Context, w http.ResponseWriter, r *http
 	fr := &protocol.Frame{Kind: &protocol.Frame_Http{Http: req}}
 	var rep *protocol.FrameReply
 	if known {
-		rep, rt, err = f.deliver(ctx, rt.Conn, fr, f.cfg.FrameTimeout)
+		rep, rt, err = f.deliver(ctx, rt.Conn, fr, f.cfg.RequestTimeout)
 	} else {
 		worker, perr := f.cfg.Directory.Place(ctx)
 		if errors.Is(perr, placement.ErrDiskFull) {
@@ -84,7 +84,7 @@ func (f *Front) serveSiteCtx(ctx context.Context, w http.ResponseWriter, r *http
 		if perr != nil {
 			return &HTTPError{Status: http.StatusServiceUnavailable, Message: "no worker can take a new session now; retry shortly", Retry: true, Err: perr}
 		}
-		rep, err = f.call(ctx, worker, fr, f.cfg.FrameTimeout)
+		rep, err = f.call(ctx, worker, fr, f.cfg.RequestTimeout)
 	}
 	if err != nil {
 		return err
