@@ -14,6 +14,10 @@ contract as the Go SDK (plugins/worker/runtime.go, move.go):
 * The version rule: a woken page whose kind this build does not know, or
   whose schema version is outside [oldest, version], restarts clean with a
   notice instead of being guessed at.
+* A site response whose body is still running STREAM_AFTER after it began
+  is answered early and streamed (wsgi.py, streams.py): its thread produces
+  the rest while the person's mailbox goes on in another thread, and the
+  front reads the rest with HTTPRead frames, run beside the mailboxes.
 """
 
 import collections
@@ -27,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from . import stickyd_pb2 as pb
 from . import wsgi
 from .collector import Scheduler
+from .streams import Streams
 from .session import ANONYMOUS_PREFIX, Page, Session, _Serving, random_name
 
 PACKAGE_FORMAT = 1  # the UserPackage format this SDK writes and reads
@@ -95,12 +100,15 @@ class _Account:
 
 
 class _User:
-    __slots__ = ("key", "queue", "running")
+    __slots__ = ("key", "queue", "running", "turn")
 
     def __init__(self, key):
         self.key = key
         self.queue = collections.deque()
         self.running = False
+        # The turn of the thread running the mailbox: a frame whose response
+        # became a stream hands the mailbox to a new turn (_hand_over).
+        self.turn = 0
 
 
 def _user_of(key):
@@ -109,9 +117,11 @@ def _user_of(key):
 
 class Runtime:
     """One worker. send(envelope) writes on the channel (any thread);
-    on_shutdown() is called when the host says Shutdown."""
+    on_shutdown() is called when the host says Shutdown. At most max_streams
+    streamed responses produce at once (default: half the threads, at least
+    one), so that mailboxes keep threads."""
 
-    def __init__(self, app, hooks, send, log, name="", version="", threads=8, on_shutdown=None):
+    def __init__(self, app, hooks, send, log, name="", version="", threads=8, on_shutdown=None, max_streams=None):
         self.app = app
         self.hooks = hooks
         self.name = name
@@ -122,6 +132,9 @@ class Runtime:
         self._on_shutdown = on_shutdown
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stickyd-app")
         self._sched = Scheduler()
+        if max_streams is None:
+            max_streams = max(1, threads // 2)
+        self._streams = Streams(self._sched, log, max_streams)
         self._mu = threading.Lock()  # guards everything below
         self._users = {}  # user key -> _User, while their mailbox has work
         self._conns = {}  # connection name -> Session
@@ -149,7 +162,9 @@ class Runtime:
         if body == "frame":
             with self._mu:
                 self._frames += 1
-            if not env.frame.conn:
+            if env.frame.WhichOneof("kind") == "read":
+                self._read(env)
+            elif not env.frame.conn:
                 self._submit(self._run_frame, env)
             else:
                 self._enqueue(env.frame.user, env)
@@ -183,6 +198,7 @@ class Runtime:
     def close(self):
         """Stops taking work; what runs finishes on its own."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._streams.close()
         self._sched.stop()
 
     def _reply(self, id, **body):
@@ -207,14 +223,19 @@ class Runtime:
             u.queue.append(env)
             start = not u.running
             u.running = True
+            turn = u.turn
         if start:
-            self._submit(self._drain, u)
+            self._submit(self._drain, u, turn)
 
-    def _drain(self, u):
+    def _drain(self, u, turn):
         """Runs a mailbox until it is empty; an idle person costs no thread
-        and no map entry (their sessions stay)."""
+        and no map entry (their sessions stay). A thread whose frame's
+        response became a stream lost its turn: it leaves once the body is
+        produced, while the next turn runs the mailbox."""
         while True:
             with self._mu:
+                if u.turn != turn:
+                    return
                 if not u.queue:
                     u.running = False
                     if self._users.get(u.key) is u:
@@ -222,14 +243,22 @@ class Runtime:
                     return
                 env = u.queue.popleft()
             try:
-                self._run_envelope(env)
+                self._run_envelope(env, u)
             except Exception:  # never lose the mailbox to a bug
                 self._log.error("running a mailbox item", traceback=traceback.format_exc())
 
-    def _run_envelope(self, env):
+    def _hand_over(self, u):
+        """Lets u's mailbox go on in a new turn: the thread running it now
+        goes on producing a streamed body."""
+        with self._mu:
+            u.turn += 1
+            turn = u.turn
+        self._submit(self._drain, u, turn)
+
+    def _run_envelope(self, env, u):
         body = env.WhichOneof("body")
         if body == "frame":
-            self._run_frame(env)
+            self._run_frame(env, u)
         elif body == "freeze":
             try:
                 fz = self._freeze(env.freeze)
@@ -253,12 +282,12 @@ class Runtime:
 
     # -- frames -------------------------------------------------------------
 
-    def _run_frame(self, env):
-        """Runs one frame and answers it. An app exception is answered as an
-        internal error for that frame only."""
+    def _run_frame(self, env, u=None):
+        """Runs one frame (in u's mailbox, if given) and answers it. An app
+        exception is answered as an internal error for that frame only."""
         began = time.monotonic()
         try:
-            r = self._frame(env.frame, env.id)
+            r = self._frame(env.frame, env.id, u)
         except (_Bad, _Moved) as e:
             self._reply_error(env.id, e.code, str(e), getattr(e, "kind", ""))
             return
@@ -308,12 +337,12 @@ class Runtime:
         r.worker_id = self.worker_id
         self._reply(id, frame_reply=r)
 
-    def _frame(self, f, id):
+    def _frame(self, f, id, u):
         kind = f.WhichOneof("kind")
         if not f.conn:
             if kind != "http":
                 raise _Bad("a %s frame needs a connection" % kind)
-            return self._new_connection(f)
+            return self._new_connection(f, id)
         if kind == "release":
             self._release(f.conn)
             return pb.FrameReply()
@@ -321,7 +350,7 @@ class Runtime:
         s = self._session(f)
         with _Serving(s):
             if kind == "http":
-                return self._http_reply(s, self._serve_http(s, f.http))
+                return self._serve_http(s, f.http, id, u, lambda resp: self._http_reply(s, resp))
             if kind == "open":
                 return self._open(s, f.open)
             if kind == "message":
@@ -332,15 +361,62 @@ class Runtime:
                 return self._close(s, f.close.page)
         raise _Bad("unknown frame kind %s" % kind)
 
-    def _serve_http(self, s, req):
+    def _serve_http(self, s, req, id, u, finish):
+        """Runs the site on req and returns finish(response), the frame's
+        reply; or None when the response became a stream: finish(head) was
+        then the reply, sent early (_early)."""
         with _Serving(s):
-            return wsgi.call(self.app, wsgi.environ(req, s))
+            resp = wsgi.call(self.app, wsgi.environ(req, s), self._streams, self._early(id, u, finish))
+        return None if resp is None else finish(resp)
 
-    def _new_connection(self, f):
+    def _early(self, id, u, finish):
+        """The answer(head) of a response that becomes a stream, called on
+        the Scheduler's thread while the body runs on: it sends finish(head)
+        as the frame's reply (the identity is what the request declared
+        before its body blocked), then hands u's mailbox over, since the
+        body's thread is the stream's producer from now on. False when the
+        frame was answered with an error instead."""
+
+        def answer(head):
+            try:
+                r = finish(head)
+            except (_Bad, _Moved) as e:
+                self._reply_error(id, e.code, str(e), getattr(e, "kind", ""))
+                ok = False
+            except Exception as e:
+                self._log.error("answering a streamed response", error=repr(e), traceback=traceback.format_exc())
+                self._reply_error(id, pb.Error.INTERNAL, "application error: %r" % e)
+                ok = False
+            else:
+                self._send_reply(id, r)
+                self._after_reply(r)
+                ok = True
+            if u is not None:
+                self._hand_over(u)
+            return ok
+
+        return answer
+
+    def _read(self, env):
+        """Answers an HTTPRead on the channel's reader: it never blocks (a
+        read that waits is answered by the producer or a timer)."""
+        rd = env.frame.read
+
+        def reply(body):
+            self._send_reply(env.id, pb.FrameReply(body=body))
+
+        if not self._streams.read(rd.stream, rd.wait_ms / 1000.0, rd.cancel, reply):
+            self._reply_error(env.id, pb.Error.NOT_FOUND, "stream %d is not here (ended, canceled or idle)" % rd.stream)
+
+    def _new_connection(self, f, id):
         # The connection has a name from the start, so the site can show it
         # while serving the first request; name_connection replaces it.
         s = Session(self, random_name(), "", is_new=True)
-        resp = self._serve_http(s, f.http)
+        return self._serve_http(s, f.http, id, None, lambda resp: self._named(s, resp))
+
+    def _named(self, s, resp):
+        """The reply to a new connection's first request: from now on, the
+        connection is this worker's under its name."""
         s._is_new = False
         with self._mu:
             if s.conn in self._conns:

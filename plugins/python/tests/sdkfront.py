@@ -3,8 +3,9 @@ on an in-memory channel), for the adapters' tests: it binds new
 connections, applies a login as internal/front's afterIdentity does (the
 connection joins its person's worker; the worker that served the frame lets
 it go), moves people and restarts workers with the packages they freeze,
-and acts on the workers' Forget notices as the agent does. Browsers keep
-their cookies as a browser would."""
+and acts on the workers' Forget notices as the agent does, and reads
+streamed responses as the front does (HTTPRead frames to the worker that
+answered). Browsers keep their cookies as a browser would."""
 
 import os
 import queue
@@ -26,13 +27,13 @@ class NullLog:
 class Worker:
     """One runtime; calls wait for their answer, notices are collected."""
 
-    def __init__(self, app, worker_id, notices):
+    def __init__(self, app, worker_id, notices, log=None, max_streams=None):
         self.id = worker_id
         self._mu = threading.Lock()
         self._waiting = {}
         self._next = 0
         self._notices = notices
-        self.rt = Runtime(app, Hooks(), self._send, NullLog(), name="t", threads=4)
+        self.rt = Runtime(app, Hooks(), self._send, log or NullLog(), name="t", threads=4, max_streams=max_streams)
         self.rt.worker_id = worker_id
 
     def _send(self, env):
@@ -56,14 +57,20 @@ class Worker:
     def frame(self, user, conn, epoch=0, **kind):
         return self.call(frame=pb.Frame(user=user, conn=conn, epoch=epoch, **kind))
 
+    def read(self, stream, wait_ms=2000, cancel=False):
+        """One HTTPRead: the envelope answering it (frame_reply.body, or an
+        error)."""
+        return self.call(frame=pb.Frame(read=pb.HTTPRead(stream=stream, wait_ms=wait_ms, cancel=cancel)))
+
 
 class Response:
-    def __init__(self, status, headers, body, worker, identity):
+    def __init__(self, status, headers, body, worker, identity, stream=0):
         self.status = status
         self.headers = headers  # name -> [values]
-        self.body = body
+        self.body = body  # all of it, or a stream's head
         self.worker = worker
         self.identity = identity
+        self.stream = stream  # not 0: the rest is read with Front.read
 
     def json(self):
         import json
@@ -92,12 +99,13 @@ class Browser:
 
 
 class Front:
-    def __init__(self, app, workers=2):
+    def __init__(self, app, workers=2, log=None, max_streams=None):
         self.app = app
         self.notices = queue.Queue()
         self.workers = {}
+        self._runtime = {"log": log, "max_streams": max_streams}
         for i in range(workers):
-            w = Worker(app, "py-%d" % i, self.notices)
+            w = Worker(app, "py-%d" % i, self.notices, **self._runtime)
             self.workers[w.id] = w
         self.conns = {}  # connection -> user key
         self.home = {}  # user key -> worker id
@@ -158,7 +166,24 @@ class Front:
         self._identity(b, known, wid, r.identity)
         headers = {h.name: list(h.values) for h in r.http.headers}
         b.take(headers.get("Set-Cookie", []))
-        return Response(r.http.status, headers, r.http.body, wid, r.identity)
+        return Response(r.http.status, headers, r.http.body, wid, r.identity, r.http.stream)
+
+    def read(self, r, wait_ms=2000, cancel=False):
+        """One read of the streamed response r, on the worker that answered
+        it: the envelope (frame_reply.body, or an error)."""
+        return self.workers[r.worker].read(r.stream, wait_ms, cancel)
+
+    def read_all(self, r):
+        """The rest of the streamed response r: (body, error)."""
+        data = b""
+        while True:
+            env = self.read(r)
+            if env.HasField("error"):
+                raise AssertionError("reading stream %d: %s" % (r.stream, env.error))
+            body = env.frame_reply.body
+            data += body.data
+            if body.end:
+                return data, body.error
 
     def _identity(self, b, known, served, id):
         if not id.conn:
@@ -208,7 +233,7 @@ class Front:
             e = self.epochs.get(user, 0) + 1
             parked[user] = (wid, e, self.workers[wid].call(freeze=pb.Freeze(user=user, epoch=e)).frozen.package)
         self.close()
-        self.workers = {wid: Worker(self.app, wid, self.notices) for wid in self.workers}
+        self.workers = {wid: Worker(self.app, wid, self.notices, **self._runtime) for wid in self.workers}
         for user, (wid, e, pkg) in parked.items():
             woken = self.workers[wid].call(wake=pb.Wake(user=user, epoch=e, package=pkg))
             assert not woken.HasField("error"), woken
