@@ -100,15 +100,34 @@ class _Account:
 
 
 class _User:
-    __slots__ = ("key", "queue", "running", "turn")
+    __slots__ = ("key", "queue", "running", "turn", "in_frame")
 
     def __init__(self, key):
         self.key = key
         self.queue = collections.deque()
         self.running = False
+        # Set while the mailbox runs one of the person's frames: a freeze
+        # waits longer for it (_FreezeWatch).
+        self.in_frame = False
         # The turn of the thread running the mailbox: a frame whose response
         # became a stream hands the mailbox to a new turn (_hand_over).
         self.turn = 0
+
+
+# FREEZE_WATCH_TICK is how often an overdue freeze looks again whether the
+# person's frame still runs (seconds).
+FREEZE_WATCH_TICK = 0.05
+
+
+class _FreezeWatch:
+    """A freeze waiting in a mailbox, with its bounds (seconds)."""
+
+    def __init__(self, id, user, wait, request_wait):
+        self.id, self.user, self.wait, self.request_wait = id, user, wait, request_wait
+        self.since = time.monotonic()
+        self.timer = None
+        self.begun = False  # the mailbox runs it (guarded by Runtime._mu)
+        self.answered = False  # refused for being late
 
 
 def _user_of(key):
@@ -149,6 +168,7 @@ class Runtime:
         # What each person consumed here since they arrived, for the probes
         # (the supervisor tells who is heavy on a saturated worker): the
         # accounts changed since the last probe, and who left.
+        self._freeze_watches = {}  # envelope id -> _FreezeWatch
         self._accounts = {}  # user key -> _Account, while they have a connection
         self._dirty = set()
         self._left = []
@@ -169,6 +189,7 @@ class Runtime:
             else:
                 self._enqueue(env.frame.user, env)
         elif body == "freeze":
+            self._watch_freeze(env)
             self._enqueue(env.freeze.user, env)
         elif body == "thaw":
             self._enqueue(env.thaw.user, env)
@@ -242,10 +263,57 @@ class Runtime:
                         del self._users[u.key]
                     return
                 env = u.queue.popleft()
+                u.in_frame = env.WhichOneof("body") == "frame"
             try:
                 self._run_envelope(env, u)
             except Exception:  # never lose the mailbox to a bug
                 self._log.error("running a mailbox item", traceback=traceback.format_exc())
+            finally:
+                with self._mu:
+                    if u.turn == turn:
+                        u.in_frame = False
+
+    # -- a freeze's own bounds ----------------------------------------------
+
+    def _watch_freeze(self, env):
+        """Starts the bounds a freeze carries (Freeze.wait_ms,
+        request_wait_ms): past wait_ms in the mailbox it waits on only while
+        the person's frame runs in the app, up to request_wait_ms; then it
+        is refused UNAVAILABLE at once, and run unanswered when its turn
+        comes (as the Go SDK does: plugins/worker/freezewatch.go)."""
+        fz = env.freeze
+        if not fz.wait_ms:
+            return
+        w = _FreezeWatch(env.id, fz.user, fz.wait_ms / 1000.0, max(fz.request_wait_ms, fz.wait_ms) / 1000.0)
+        with self._mu:
+            self._freeze_watches[env.id] = w
+        w.timer = self._sched.after(w.wait, lambda: self._freeze_overdue(w))
+
+    def _freeze_overdue(self, w):
+        with self._mu:
+            if w.begun:
+                return
+            waited = time.monotonic() - w.since
+            u = self._users.get(w.user)
+            in_app = u is not None and u.in_frame
+            if in_app and waited < w.request_wait:
+                w.timer = self._sched.after(FREEZE_WATCH_TICK, lambda: self._freeze_overdue(w))
+                return
+            w.answered = True
+            self._freeze_watches.pop(w.id, None)
+        why = "the person's request in the app did not finish" if in_app else "the person's mailbox did not reach it"
+        self._reply_error(w.id, pb.Error.UNAVAILABLE, "freezing %r: %s within %.3fs" % (w.user, why, waited))
+
+    def _freeze_begins(self, id):
+        """Says the mailbox runs the freeze id; False when it was refused for
+        being late."""
+        with self._mu:
+            w = self._freeze_watches.pop(id, None)
+            if w is None:
+                return True
+            w.begun = True
+            w.timer.cancelled = True
+            return not w.answered
 
     def _hand_over(self, u):
         """Lets u's mailbox go on in a new turn: the thread running it now
@@ -253,6 +321,7 @@ class Runtime:
         with self._mu:
             u.turn += 1
             turn = u.turn
+            u.in_frame = False  # the stream's body is no frame a freeze waits for
         self._submit(self._drain, u, turn)
 
     def _run_envelope(self, env, u):
@@ -260,12 +329,15 @@ class Runtime:
         if body == "frame":
             self._run_frame(env, u)
         elif body == "freeze":
+            answer = self._freeze_begins(env.id)
             try:
                 fz = self._freeze(env.freeze)
             except Exception as e:
-                self._reply_error(env.id, pb.Error.INTERNAL, "freezing: %s" % e)
+                if answer:
+                    self._reply_error(env.id, pb.Error.INTERNAL, "freezing: %s" % e)
                 return
-            self._reply(env.id, frozen=fz)
+            if answer:  # else refused for being late: the mover's thaw follows
+                self._reply(env.id, frozen=fz)
         elif body == "thaw":
             self._thaw(env.thaw)
             self._reply(env.id, thaw=pb.Thaw())
