@@ -332,57 +332,17 @@ func TestSiteStreamsAndCookies(t *testing.T) {
 			b := newBrowser(t, a)
 			b.cart()
 
-			req, _ := http.NewRequest("GET", b.base+"/e2e/stream?n=4", nil)
-			resp, err := b.http.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			lines := bufio.NewScanner(resp.Body)
-			var arrived []time.Time
-			var written []int64
-			for lines.Scan() {
-				arrived = append(arrived, time.Now())
-				var i int
-				var at int64
-				if _, err := fmt.Sscanf(lines.Text(), "%d %d", &i, &at); err != nil || i != len(written) {
-					t.Fatalf("line %q (%v)", lines.Text(), err)
+			checkStreamed(t, b, "/e2e/stream?n=4", func() {
+				if c := b.cart(); c.Conn == "" {
+					t.Fatalf("a request beside the stream: %+v", c)
 				}
-				written = append(written, at)
-				if i == 0 {
-					// While the stream runs, the person is served.
-					if c := b.cart(); c.Conn == "" {
-						t.Fatalf("a request beside the stream: %+v", c)
-					}
-				}
-			}
-			if lines.Err() != nil || len(written) != 4 || resp.StatusCode != 200 {
-				t.Fatalf("the stream: %d, %d lines, %v", resp.StatusCode, len(written), lines.Err())
-			}
-			if !arrived[0].Before(time.Unix(0, written[3])) {
-				t.Fatalf("the first line arrived at %v, after the last was written (%v): the response was not streamed",
-					arrived[0], time.Unix(0, written[3]))
-			}
-
-			req, _ = http.NewRequest("GET", b.base+"/e2e/events", nil)
-			resp, err = b.http.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
-				t.Fatalf("events: Content-Type %q", ct)
-			}
-			events, err := io.ReadAll(resp.Body)
-			want := "id: 0\nevent: tick\ndata: {\"n\":0}\n\nid: 1\nevent: tick\ndata: {\"n\":1}\n\nid: 2\nevent: tick\ndata: {\"n\":2}\n\n"
-			if err != nil || string(events) != want {
-				t.Fatalf("events: %q %v", events, err)
-			}
+			})
+			checkEvents(t, b, "/e2e/events")
 
 			const sent = `plain=1; cart="apple\054pear"; spaced=a b; quote="x\"y"; name=Zoë`
-			req, _ = http.NewRequest("GET", b.base+"/e2e/cookies", nil)
+			req, _ := http.NewRequest("GET", b.base+"/e2e/cookies", nil)
 			req.Header.Set("Cookie", sent) // the jar adds stickyd's after it
-			resp, err = b.http.Do(req)
+			resp, err := b.http.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -446,4 +406,57 @@ func TestSiteMoveWaitsForASlowRequest(t *testing.T) {
 		}
 		return code, body
 	})
+}
+
+// checkStreamed reads path, a streamed response of 4 lines "I UNIXNANO"
+// (when the site wrote line I), as a browser does, and fails unless the
+// first line arrived before the last was written. beside runs once the
+// first line is here, while the stream goes on.
+func checkStreamed(t *testing.T, b *browser, path string, beside func()) {
+	t.Helper()
+	resp, err := b.http.Get(b.base + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := bufio.NewScanner(resp.Body)
+	var arrived []time.Time
+	var written []int64
+	for lines.Scan() {
+		arrived = append(arrived, time.Now())
+		var i int
+		var at int64
+		if _, err := fmt.Sscanf(lines.Text(), "%d %d", &i, &at); err != nil || i != len(written) {
+			t.Fatalf("%s: line %q (%v)", path, lines.Text(), err)
+		}
+		written = append(written, at)
+		if i == 0 && beside != nil {
+			beside()
+		}
+	}
+	if lines.Err() != nil || len(written) != 4 || resp.StatusCode != 200 {
+		t.Fatalf("%s: %d, %d lines, %v", path, resp.StatusCode, len(written), lines.Err())
+	}
+	if !arrived[0].Before(time.Unix(0, written[3])) {
+		t.Fatalf("%s: the first line arrived at %v, after the last was written (%v): the response was not streamed",
+			path, arrived[0], time.Unix(0, written[3]))
+	}
+}
+
+// checkEvents reads path, a server-sent events stream of three ticks.
+func checkEvents(t *testing.T, b *browser, path string) {
+	t.Helper()
+	resp, err := b.http.Get(b.base + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		t.Fatalf("%s: Content-Type %q", path, ct)
+	}
+	events, err := io.ReadAll(resp.Body)
+	want := "id: 0\nevent: tick\ndata: {\"n\":0}\n\nid: 1\nevent: tick\ndata: {\"n\":1}\n\nid: 2\nevent: tick\ndata: {\"n\":2}\n\n"
+	if err != nil || string(events) != want {
+		t.Fatalf("%s: %q %v", path, events, err)
+	}
 }

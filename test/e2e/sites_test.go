@@ -278,6 +278,15 @@ group "site" {
 	if notes := s.note(a, "first"); len(notes) == 0 || notes[len(notes)-1] != "first" {
 		t.Fatalf("the session's notes: %v", notes)
 	}
+	// The site streams (a generator's blocks reach the browser as it
+	// yields them) and serves server-sent events; the person's requests
+	// are served while a stream runs.
+	checkStreamed(t, a.browser, "/stream?n=4", func() {
+		if w := a.who(); w.User != user {
+			t.Fatalf("a request beside the stream: %+v", w)
+		}
+	})
+	checkEvents(t, a.browser, "/events")
 	code, person := sitePerson(t, p, user)
 	if code != 200 {
 		t.Fatalf("GET /v1/users/%s: %d: the adapter did not name the person", user, code)

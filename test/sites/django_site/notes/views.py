@@ -2,9 +2,10 @@
 also says where stickyd served it (for the test's eyes only)."""
 import os
 import sys
+import time
 
 from django.contrib.auth.decorators import login_required
-from django.http import JsonResponse
+from django.http import JsonResponse, StreamingHttpResponse
 from django.views.decorators.http import require_POST
 
 
@@ -27,3 +28,26 @@ def whoami(request):
 def note(request):
     request.session["notes"] = request.session.get("notes", []) + [request.POST["text"]]
     return JsonResponse({"notes": request.session["notes"]})
+
+
+def stream(request):
+    """n lines 300 ms apart, each saying when it was written (ns)."""
+    n = int(request.GET.get("n", "4"))
+
+    def lines():
+        for i in range(n):
+            if i:
+                time.sleep(0.3)
+            yield "%d %d\n" % (i, time.time_ns())
+    return StreamingHttpResponse(lines(), content_type="text/plain")
+
+
+def events(request):
+    """Three server-sent events."""
+    def ticks():
+        for i in range(3):
+            yield 'id: %d\nevent: tick\ndata: {"n":%d}\n\n' % (i, i)
+            time.sleep(0.1)
+    r = StreamingHttpResponse(ticks(), content_type="text/event-stream")
+    r["Cache-Control"] = "no-cache"
+    return r

@@ -7,4 +7,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("whoami", views.whoami),
     path("note", views.note),
+    path("stream", views.stream),
+    path("events", views.events),
 ]

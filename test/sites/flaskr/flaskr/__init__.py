@@ -3,8 +3,9 @@ in and out (auth.py), and a page that reads the session. The line marked
 brings it aboard stickyd."""
 import os
 import sys
+import time
 
-from flask import Flask, g, jsonify, request, session
+from flask import Flask, Response, g, jsonify, request, session, stream_with_context
 
 import stickyd.flask
 
@@ -33,6 +34,27 @@ def create_app():
     def note():
         session["notes"] = session.get("notes", []) + [request.form["text"]]
         return jsonify(notes=session["notes"])
+
+    @app.route("/stream")
+    def stream():
+        """n lines 300 ms apart, each saying when it was written (ns)."""
+        n = request.args.get("n", 4, type=int)
+
+        def lines():
+            for i in range(n):
+                if i:
+                    time.sleep(0.3)
+                yield "%d %d\n" % (i, time.time_ns())
+        return Response(stream_with_context(lines()), mimetype="text/plain")
+
+    @app.route("/events")
+    def events():
+        """Three server-sent events."""
+        def ticks():
+            for i in range(3):
+                yield 'id: %d\nevent: tick\ndata: {"n":%d}\n\n' % (i, i)
+                time.sleep(0.1)
+        return Response(ticks(), mimetype="text/event-stream", headers={"Cache-Control": "no-cache"})
 
     stickyd.flask.init_app(app, user=lambda: g.user["username"] if g.user else None)  # stickyd
     return app
