@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stickyd/stickyd/test/internal/sites"
 )
 
 // Existing sites aboard (issue 43): a Django site and the Flask tutorial's
@@ -81,17 +83,8 @@ func djangoLogin(b *siteBrowser, user, password string) {
 // djangoSetup makes the Django site's database and its superuser (admin,
 // secret-1) in data, as its README says.
 func djangoSetup(t *testing.T, dir, data string) {
-	for _, args := range [][]string{
-		{"migrate", "--noinput"},
-		{"createsuperuser", "--noinput", "--username", "admin", "--email", "admin@example.org"},
-	} {
-		cmd := exec.Command(pythonExe, append([]string{"manage.py"}, args...)...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "STICKYD_SITE_DATA="+data, "DJANGO_SUPERUSER_PASSWORD=secret-1",
-			"PYTHONPATH="+filepath.Join(dir, "..", "..", "..", "plugins", "python"), "PYTHONDONTWRITEBYTECODE=1")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("manage.py %s: %v\n%s", args[0], err, out)
-		}
+	if err := sites.DjangoSetup(dir, filepath.Join(dir, "..", "..", "..", "plugins", "python"), data); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -5,7 +5,7 @@ import sys
 import time
 
 from django.contrib.auth.decorators import login_required
-from django.http import JsonResponse, StreamingHttpResponse
+from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.http import require_POST
 
 
@@ -51,3 +51,22 @@ def events(request):
     r = StreamingHttpResponse(ticks(), content_type="text/event-stream")
     r["Cache-Control"] = "no-cache"
     return r
+
+
+# The cookies /cookies/set sets, as Django writes them (SimpleCookie quotes
+# a value with a comma, a space, a quote or a byte past ASCII).
+ODD_COOKIES = {"cart": "apple,pear", "spaced": "a b", "quote": 'x"y', "name": "Zo\u00eb"}
+
+
+def set_cookies(request):
+    r = HttpResponse("set", content_type="text/plain")
+    for name, value in ODD_COOKIES.items():
+        r.set_cookie(name, value)
+    return r
+
+
+def cookies(request):
+    """The cookies as Django parsed them, and whether each odd one came back
+    as it was set."""
+    return JsonResponse({"cookies": {k: v for k, v in request.COOKIES.items() if k in ODD_COOKIES},
+                         "same": all(request.COOKIES.get(k) == v for k, v in ODD_COOKIES.items())})

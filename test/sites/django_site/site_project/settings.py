@@ -65,5 +65,6 @@ USE_L10N = True
 USE_TZ = True
 
 STATIC_URL = "/static/"
+MEDIA_ROOT = DATA_DIR / "media"
 LOGIN_URL = "/admin/login/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -9,4 +9,6 @@ urlpatterns = [
     path("note", views.note),
     path("stream", views.stream),
     path("events", views.events),
+    path("cookies/set", views.set_cookies),
+    path("cookies", views.cookies),
 ]

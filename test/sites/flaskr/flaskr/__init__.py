@@ -1,6 +1,7 @@
 """The Flask tutorial's app (flaskr), trimmed to its sessions: register, log
 in and out (auth.py), and a page that reads the session. The line marked
 brings it aboard stickyd."""
+import hashlib
 import os
 import sys
 import time
@@ -55,6 +56,35 @@ def create_app():
                 yield 'id: %d\nevent: tick\ndata: {"n":%d}\n\n' % (i, i)
                 time.sleep(0.1)
         return Response(ticks(), mimetype="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    @app.route("/upload", methods=("GET", "POST"))
+    @auth.login_required
+    def upload():
+        """A form with a file; what arrived (its size and SHA-256)."""
+        if request.method == "GET":
+            return ("<form method=post enctype=multipart/form-data id=up>"
+                    "<input name=title id=title><input type=file name=file id=file></form>")
+        f = request.files["file"]
+        data = f.read()
+        return jsonify(title=request.form["title"], name=f.filename, size=len(data),
+                       sha256=hashlib.sha256(data).hexdigest())
+
+    odd = {"cart": "apple,pear", "spaced": "a b", "quote": 'x"y', "name": "Zo\u00eb"}
+
+    @app.route("/cookies/set")
+    def set_cookies():
+        """Cookies as Werkzeug writes them (quoted, escaped)."""
+        r = Response("set", mimetype="text/plain")
+        for name, value in odd.items():
+            r.set_cookie(name, value)
+        return r
+
+    @app.route("/cookies")
+    def cookies():
+        """The cookies as Werkzeug parsed them, and whether each odd one
+        came back as it was set."""
+        return jsonify(cookies={k: v for k, v in request.cookies.items() if k in odd},
+                       same=all(request.cookies.get(k) == v for k, v in odd.items()))
 
     stickyd.flask.init_app(app, user=lambda: g.user["username"] if g.user else None)  # stickyd
     return app
