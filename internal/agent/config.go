@@ -301,8 +301,8 @@ func (c *Config) idleParks() map[string]time.Duration {
 type MoveConfig struct {
 	// FreezeTimeout bounds the freeze; past it the move rolls back ("5s").
 	FreezeTimeout string `hcl:"freeze_timeout,optional"`
-	// RequestWait bounds the freeze instead while the person's frame runs
-	// in the app (a slow site request, an upload): the move waits for it
+	// RequestWait bounds the freeze instead while the person's site request
+	// runs in the app (a slow report, an upload): the move waits for it
 	// rather than roll back ("30s"; at least freeze_timeout).
 	RequestWait string `hcl:"request_wait,optional"`
 	// HeldBytes bounds the moved people's packages held in memory until

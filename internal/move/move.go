@@ -78,9 +78,9 @@ type Config struct {
 	// FreezeTimeout bounds the freeze: an old worker that has not handed
 	// the package over by then has the move rolled back. Default 5 s.
 	FreezeTimeout time.Duration
-	// RequestWait bounds the freeze instead while the person's frame is
-	// running in the app (a slow site request, an upload): the move waits
-	// for it to finish rather than roll back. Default 30 s; never less than
+	// RequestWait bounds the freeze instead while the person's site
+	// request is running in the app (a slow report, an upload): the move
+	// waits for it to finish rather than roll back. Default 30 s; never less than
 	// FreezeTimeout. A park's freeze (Options.Park) uses its own bound for
 	// both.
 	RequestWait time.Duration

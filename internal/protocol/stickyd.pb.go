@@ -3017,8 +3017,9 @@ type Freeze struct {
 	BaseDigest string `protobuf:"bytes,4,opt,name=base_digest,json=baseDigest,proto3" json:"base_digest,omitempty"`
 	// wait_ms bounds how long the freeze may wait in the person's mailbox
 	// before it begins, and request_wait_ms (at least wait_ms) how long while
-	// one of the person's frames is running in the app (a slow site request,
-	// let finish rather than rolled back). Past its bound the worker answers
+	// one of the person's site requests is running in the app (a slow report,
+	// an upload: let finish rather than rolled back; a page's message is
+	// meant to be quick and gets wait_ms). Past its bound the worker answers
 	// UNAVAILABLE at once, and the freeze, when it comes to run, is done
 	// without an answer (the mover rolls back and thaws). Zero: no bound of
 	// the worker's own (the caller's timeout).

@@ -8,11 +8,13 @@ import (
 )
 
 // A freeze waits in the person's mailbox behind the frames queued before
-// it. The mover bounds that wait (Freeze.wait_ms), and lets a frame that is
-// running in the app (a slow site request, an upload) finish up to a longer
-// bound (request_wait_ms): a move then waits for the request instead of
-// rolling back. The worker enforces both, because only it knows whether
-// the person's frame is in the app or the mailbox is just stuck.
+// it. The mover bounds that wait (Freeze.wait_ms), and lets a site request
+// that is running in the app (a slow report, an upload) finish up to a
+// longer bound (request_wait_ms): a move then waits for the request instead
+// of rolling back. A page's message is meant to be quick: one stuck past
+// wait_ms rolls the move back. The worker enforces both bounds, because
+// only it knows whether the person's request is in the app or the mailbox
+// is just stuck.
 
 // freezeWatchTick is how often an overdue freeze looks again whether the
 // person's frame is still running.
@@ -54,7 +56,7 @@ func (rt *runtime) freezeOverdue(w *freezeWatch) {
 	}
 	waited := time.Since(w.since)
 	u := rt.users[w.user]
-	inApp := u != nil && u.inFrame.Load()
+	inApp := u != nil && u.inRequest.Load()
 	if inApp && waited < time.Duration(w.requestWaitMs)*time.Millisecond {
 		w.timer.Reset(freezeWatchTick)
 		rt.mu.Unlock()

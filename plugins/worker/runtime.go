@@ -106,9 +106,9 @@ type user struct {
 	mu      sync.Mutex // guards queue and running
 	queue   []*protocol.Envelope
 	running bool
-	// inFrame is set while the mailbox runs one of the person's frames
-	// (freezewatch.go: a freeze waits longer for it).
-	inFrame atomic.Bool
+	// inRequest is set while the mailbox runs one of the person's site
+	// requests (freezewatch.go: a freeze waits longer for it).
+	inRequest atomic.Bool
 }
 
 func (rt *runtime) userLocked(key string) *user {
@@ -300,10 +300,10 @@ func (u *user) run() {
 		u.queue[0] = nil
 		u.queue = u.queue[1:]
 		u.mu.Unlock()
-		_, frame := env.Body.(*protocol.Envelope_Frame)
-		u.inFrame.Store(frame)
+		request := env.GetFrame().GetHttp() != nil
+		u.inRequest.Store(request)
 		u.rt.runEnvelope(u.key, env)
-		u.inFrame.Store(false)
+		u.inRequest.Store(false)
 	}
 }
 

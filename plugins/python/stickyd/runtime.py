@@ -106,8 +106,9 @@ class _User:
         self.key = key
         self.queue = collections.deque()
         self.running = False
-        # Set while the mailbox runs one of the person's frames: a freeze
-        # waits longer for it (_FreezeWatch).
+        # Set while the mailbox runs one of the person's site requests: a
+        # freeze waits longer for it (_FreezeWatch); a page's message is
+        # meant to be quick.
         self.in_frame = False
         # The turn of the thread running the mailbox: a frame whose response
         # became a stream hands the mailbox to a new turn (_hand_over).
@@ -263,7 +264,7 @@ class Runtime:
                         del self._users[u.key]
                     return
                 env = u.queue.popleft()
-                u.in_frame = env.WhichOneof("body") == "frame"
+                u.in_frame = env.WhichOneof("body") == "frame" and env.frame.WhichOneof("kind") == "http"
             try:
                 self._run_envelope(env, u)
             except Exception:  # never lose the mailbox to a bug
