@@ -326,7 +326,7 @@ func millis(d time.Duration) uint32 {
 func (m *Mover) freeze(ctx context.Context, t *traveller, opt Options) {
 	user, from, to := t.res.User, t.before.Worker, t.res.To
 	// The worker bounds the freeze itself (opt.Freeze, or requestWait while
-	// the person's frame runs in the app); the call's own timeout, past
+	// the person's site request runs in the app); the call's own timeout, past
 	// both, is for a worker or a host that does not answer at all.
 	requestWait := opt.Freeze
 	if !opt.Park {
