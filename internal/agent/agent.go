@@ -272,7 +272,8 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	}
 	log := a.cluster
 	a.fsm.SetEntryGate(a.cluster.AllowEntry)
-	a.mover = move.New(move.Config{FreezeTimeout: duration(a.cfg.Move.FreezeTimeout), RequestWait: duration(a.cfg.Move.RequestWait), Logger: a.log.Named("move"), Registry: a.registry, Encode: a.fsm.EncodeEntry},
+	freezeWait, requestWait := a.cfg.Move.Waits()
+	a.mover = move.New(move.Config{FreezeTimeout: freezeWait, RequestWait: requestWait, Logger: a.log.Named("move"), Registry: a.registry, Encode: a.fsm.EncodeEntry},
 		a.fsm, log, a.router, a.park)
 	a.sup = supervisor.New(a.fsm, log, a.router, a.mover)
 	a.sup.SetBatchGate(func() bool { return a.cluster.AllowEntry(fsm.ConnectBatchRequestType) })
@@ -461,7 +462,7 @@ func (a *Agent) startFront(ctx context.Context) error {
 		BodyBudget:      a.cfg.Front.BodyBudgetBytes,
 		FrameTimeout:    a.cfg.Front.frameTimeout(),
 		RequestTimeout:  duration(a.cfg.Front.RequestTimeout),
-		BarrierWait:     duration(a.cfg.Front.BarrierWait),
+		BarrierWait:     a.barrierWait(),
 		MaxHeldPerUser:  a.cfg.Front.MaxHeldPerUser,
 		MaxHeld:         a.cfg.Front.MaxHeld,
 		Registry:        a.registry,
@@ -567,6 +568,17 @@ func (a *Agent) startAdmin() error {
 }
 
 // adminHTTPS says the admin APIs speak HTTPS (tls.https).
+// barrierWait is front.barrier_wait, by default move.request_wait: the
+// frames a move holds wait as long as the move may wait for the person's
+// slow request.
+func (a *Agent) barrierWait() time.Duration {
+	if d := duration(a.cfg.Front.BarrierWait); d > 0 {
+		return d
+	}
+	_, request := a.cfg.Move.Waits()
+	return request
+}
+
 func (a *Agent) adminHTTPS() bool { return a.tls != nil && a.cfg.TLS.HTTPS }
 
 // adminTransport is the transport of the calls to other agents' admin

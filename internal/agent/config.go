@@ -316,6 +316,19 @@ type MoveConfig struct {
 const DefaultHeldBytes = 1 << 30
 
 // Held is move.held_bytes with its default.
+// DefaultRequestWait is move.request_wait's default.
+const DefaultRequestWait = 30 * time.Second
+
+// Waits are the freeze's bounds (freeze_timeout, request_wait), defaults
+// taken; 0 for freeze_timeout leaves the mover's own.
+func (m MoveConfig) Waits() (freeze, request time.Duration) {
+	freeze, request = duration(m.FreezeTimeout), duration(m.RequestWait)
+	if request <= 0 {
+		request = DefaultRequestWait
+	}
+	return freeze, max(request, freeze)
+}
+
 func (m MoveConfig) Held() int64 {
 	if m.HeldBytes == nil {
 		return DefaultHeldBytes
@@ -397,7 +410,10 @@ type FrontConfig struct {
 	// ("5m"): a site route may run that long (a streamed body, after its
 	// headers, as long as it writes).
 	RequestTimeout string `hcl:"request_timeout,optional"`
-	// BarrierWait bounds how long a request waits for a moving person ("5s").
+	// BarrierWait bounds how long a request waits for a moving person
+	// (default move.request_wait, "30s": a move that waits for the
+	// person's slow request holds their new requests that long; one that
+	// rolls back releases them at once).
 	BarrierWait string `hcl:"barrier_wait,optional"`
 	// MaxHeldPerUser and MaxHeld cap the requests held on the barrier.
 	MaxHeldPerUser int `hcl:"max_held_per_user,optional"`

@@ -44,7 +44,7 @@ type typist struct {
 }
 
 // retryFor bounds how long one inc keeps retrying: a retryable refusal
-// (barrier_wait is 5 s by default) or a front being replaced.
+// (barrier_wait, 30 s by default) or a front being replaced.
 const retryFor = 45 * time.Second
 
 // typists is everyone typing at once.

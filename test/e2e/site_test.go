@@ -363,7 +363,8 @@ func TestSiteStreamsAndCookies(t *testing.T) {
 // A person with a 9 s site request running is moved, by `user move` and by
 // a drain (issue 43): the move waits for the request (answered where it
 // ran), then hands the person over, instead of rolling back after
-// freeze_timeout. Their cart moves with them.
+// freeze_timeout; a request they send meanwhile waits and is served. Their
+// cart moves with them.
 func TestSiteMoveWaitsForASlowRequest(t *testing.T) {
 	a := startAgentWith(t, "subprocess", 2, withApp("site"))
 	b := newBrowser(t, a)
@@ -381,12 +382,23 @@ func TestSiteMoveWaitsForASlowRequest(t *testing.T) {
 			answered <- fmt.Sprintf("%d %s", code, strings.TrimSpace(body))
 		}()
 		time.Sleep(time.Second) // the request is in the app
+		// A request the person sends while the move waits is held on the
+		// barrier (default barrier_wait: move.request_wait), then served.
+		held := make(chan int, 1)
+		go func() {
+			time.Sleep(time.Second)
+			code, _ := b.do("GET", "/cart.json")
+			held <- code
+		}()
 		code, body := move(from, to)
 		if code != 200 || !strings.Contains(body, `"outcome":"moved"`) {
 			t.Fatalf("moving slowpoke off %s with a request in the app: %d %s", from, code, body)
 		}
 		if got := <-answered; got != "200 slept 9000 ms" {
 			t.Fatalf("the slow request: %q", got)
+		}
+		if code := <-held; code != 200 {
+			t.Fatalf("a request sent during the move: %d", code)
 		}
 		if waited := time.Since(start); waited < 9*time.Second {
 			t.Fatalf("the move answered after %v, before the request ended", waited)
