@@ -189,7 +189,10 @@ func parallelParam(r *http.Request) (int, error) {
 // Command and Builtin. With Runtime "python3", Command is a WSGI application
 // as MODULE:CALLABLE, run by stickyd's Python worker.
 type GroupRequest struct {
-	Runtime     string            `json:"runtime,omitempty"`
+	Runtime string `json:"runtime,omitempty"`
+	// Interpreter is the Python of a "python3" group: a path or a name on
+	// each agent's PATH ("": /usr/bin/python3).
+	Interpreter string            `json:"interpreter,omitempty"`
 	Bundle      string            `json:"bundle,omitempty"`
 	Command     string            `json:"command,omitempty"`
 	Args        []string          `json:"args,omitempty"`
@@ -231,6 +234,9 @@ func (a *server) putGroup(w http.ResponseWriter, r *http.Request) error {
 	case req.Runtime != "go-plugin" && req.Runtime != "builtin" && req.Runtime != "python3":
 		return &Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("runtime %q: this agent runs \"go-plugin\", \"builtin\" and \"python3\"", req.Runtime)}
 	}
+	if req.Interpreter != "" && req.Runtime != "python3" {
+		return &Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("interpreter %q is for runtime \"python3\" (a %s worker is its own binary)", req.Interpreter, req.Runtime)}
+	}
 	if req.Workers == 0 {
 		req.Workers = 1
 	}
@@ -255,7 +261,7 @@ func (a *server) putGroup(w http.ResponseWriter, r *http.Request) error {
 			return &Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("bundle %s: %v", req.Bundle, err)}
 		}
 	}
-	e := fsm.GroupEntry{Name: name, Runtime: req.Runtime, Bundle: req.Bundle, Command: req.Command, Args: req.Args,
+	e := fsm.GroupEntry{Name: name, Runtime: req.Runtime, Interpreter: req.Interpreter, Bundle: req.Bundle, Command: req.Command, Args: req.Args,
 		Env: req.Env, Builtin: req.Builtin, Workers: req.Workers, MemoryMaxMB: req.MemoryMaxMB, Limits: req.Limits}
 	if req.Governance != nil {
 		b, err := jsonMarshal(req.Governance)

@@ -35,6 +35,9 @@ Options:
   -runtime=python3   -command is then a WSGI application as MODULE:CALLABLE,
                      run by stickyd's Python worker (set PYTHONPATH with
                      -env to where it lives; see docs/python.md).
+  -interpreter=PATH  The Python that runs a python3 group: a virtualenv's
+                     bin/python, or a name on every agent's PATH. Default
+                     /usr/bin/python3.
   -workers=N         Workers per agent, 1 to 64. Default 1.
   -memory-max-mb=N   A worker's hard memory ceiling (0: none).
   -max-page-bytes=N, -max-person-bytes=N
@@ -60,6 +63,7 @@ func (c *GroupCreateCommand) Run(args []string) int {
 	fs.Var(&env, "env", "")
 	fs.StringVar(&req.Builtin, "builtin", "", "")
 	fs.StringVar(&req.Runtime, "runtime", "", "")
+	fs.StringVar(&req.Interpreter, "interpreter", "", "")
 	fs.IntVar(&req.Workers, "workers", 1, "")
 	fs.IntVar(&req.MemoryMaxMB, "memory-max-mb", 0, "")
 	var limits client.GroupLimits

@@ -20,6 +20,8 @@ type GroupEntry struct {
 	// "python3" (Command is a WSGI application, MODULE:CALLABLE, run by
 	// stickyd's Python worker).
 	Runtime string `json:"runtime"`
+	// Interpreter is the Python of a "python3" group ("": the system's).
+	Interpreter string `json:"interpreter,omitempty"`
 	// Bundle is the digest of the application bundle ("sha256:…").
 	Bundle  string   `json:"bundle,omitempty"`
 	Command string   `json:"command,omitempty"`

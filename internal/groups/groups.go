@@ -184,7 +184,7 @@ func (k *Keeper) Sync(ctx context.Context) {
 // startGroup starts a catalog group's workers here, governed if its
 // governance says so.
 func (k *Keeper) startGroup(ctx context.Context, g *fsm.GroupEntry) error {
-	l, err := k.cfg.Launchers.Launcher(Recipe{Group: g.Name, Runtime: g.Runtime, Builtin: g.Builtin, Command: g.Command, Args: g.Args, Env: g.Env, Bundle: g.Bundle})
+	l, err := k.cfg.Launchers.Launcher(Recipe{Group: g.Name, Runtime: g.Runtime, Interpreter: g.Interpreter, Builtin: g.Builtin, Command: g.Command, Args: g.Args, Env: g.Env, Bundle: g.Bundle})
 	if err != nil {
 		return err
 	}

@@ -454,6 +454,38 @@ group "flask" {
 		}
 	}
 
+	// A group of the catalog names its interpreter too (the command line),
+	// and only a python3 group may.
+	venvPython := filepath.Join(venv, "bin", "python")
+	if out, exit := runCLI(t, p.admin, "group", "create", "-command", "/bin/true", "-interpreter", venvPython, "refused"); exit == 0 || !strings.Contains(out, "is for runtime") {
+		t.Fatalf("an interpreter for a go-plugin group: exit %d\n%s", exit, out)
+	}
+	if out, exit := runCLI(t, p.admin, "group", "create", "-runtime", "python3", "-interpreter", venvPython,
+		"-command", "flaskr.wsgi:application", "-env", "PYTHONPATH="+filepath.Join(sites, "flaskr"), "-env", "STICKYD_SITE_DATA="+flaskData, "shop"); exit != 0 {
+		t.Fatalf("stickyd group create shop: exit %d\n%s", exit, out)
+	}
+	waitFor(t, 30*time.Second, "the catalog group's worker on the virtualenv's Python", func() bool {
+		code, body := adminCallAt(t, p.admin, "GET", "/v1/workers", testToken)
+		var ws []struct {
+			Group, State string
+			Pid          int
+		}
+		if code != 200 || json.Unmarshal([]byte(body), &ws) != nil {
+			return false
+		}
+		for _, w := range ws {
+			if w.Group == "shop" && w.State == "ready" {
+				cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", w.Pid))
+				argv0, _, _ := strings.Cut(string(cmdline), "\x00")
+				if argv0 != venvPython {
+					t.Fatalf("the catalog group's worker runs %q, want %s", argv0, venvPython)
+				}
+				return true
+			}
+		}
+		return false
+	})
+
 	// A newcomer lands on the default group (the first): Django, in the
 	// virtualenv; logged in, they are the person admin.
 	b := &siteBrowser{procBrowser(t, p)}

@@ -16,6 +16,8 @@ type GroupRecipe struct {
 	// Runtime is "go-plugin" (Bundle's entry point or Command), "builtin"
 	// or "python3" (Command is a WSGI application, MODULE:CALLABLE).
 	Runtime string `json:"runtime"`
+	// Interpreter is the Python of a "python3" group ("": the system's).
+	Interpreter string `json:"interpreter,omitempty"`
 	// Bundle is the digest of the application bundle ("sha256:…").
 	Bundle  string            `json:"bundle,omitempty"`
 	Command string            `json:"command,omitempty"`
@@ -87,7 +89,9 @@ type Rule struct {
 // GroupRequest is the body of PUT /v1/groups/{group}: exactly one of
 // Bundle, Command and Builtin.
 type GroupRequest struct {
-	Runtime     string            `json:"runtime,omitempty"`
+	Runtime string `json:"runtime,omitempty"`
+	// Interpreter is the Python of a "python3" group ("": the system's).
+	Interpreter string            `json:"interpreter,omitempty"`
 	Bundle      string            `json:"bundle,omitempty"`
 	Command     string            `json:"command,omitempty"`
 	Args        []string          `json:"args,omitempty"`
