@@ -50,6 +50,7 @@ type groupModel struct {
 	ID          types.String `tfsdk:"id"`
 	Name        types.String `tfsdk:"name"`
 	Runtime     types.String `tfsdk:"runtime"`
+	Interpreter types.String `tfsdk:"interpreter"`
 	Bundle      types.String `tfsdk:"bundle"`
 	Command     types.String `tfsdk:"command"`
 	Args        types.List   `tfsdk:"args"`
@@ -95,6 +96,11 @@ func (r *groupResource) Schema(_ context.Context, _ resource.SchemaRequest, resp
 					stringplanmodifier.UseStateForUnknown(),
 					stringplanmodifier.RequiresReplace(),
 				},
+			},
+			"interpreter": schema.StringAttribute{
+				Description:   "The Python that runs a \"python3\" group's workers: a virtualenv's bin/python or a name on every agent's PATH. Default /usr/bin/python3.",
+				Optional:      true,
+				PlanModifiers: replace,
 			},
 			"bundle": schema.StringAttribute{
 				Description:   "The application bundle (sha256:...) from the agents' archive. Exactly one of bundle, command and builtin.",
@@ -193,6 +199,7 @@ func (r *groupResource) Create(ctx context.Context, req resource.CreateRequest, 
 	}
 	greq := apiclient.GroupRequest{
 		Runtime:     plan.Runtime.ValueString(),
+		Interpreter: plan.Interpreter.ValueString(),
 		Bundle:      plan.Bundle.ValueString(),
 		Command:     plan.Command.ValueString(),
 		Builtin:     plan.Builtin.ValueString(),
@@ -329,6 +336,7 @@ func (m *groupModel) fromEntry(ctx context.Context, e apiclient.GroupRecipe) dia
 	m.ID = types.StringValue(e.Name)
 	m.Name = types.StringValue(e.Name)
 	m.Runtime = types.StringValue(e.Runtime)
+	m.Interpreter = stringValue(m.Interpreter, e.Interpreter)
 	m.Bundle = stringValue(m.Bundle, e.Bundle)
 	m.Command = stringValue(m.Command, e.Command)
 	m.Builtin = stringValue(m.Builtin, e.Builtin)
