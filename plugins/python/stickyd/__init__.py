@@ -21,13 +21,23 @@ Inside the app:
   read) for the version rule of docs/moves.md.
 * Writes to ``page.tree`` become deltas the page pulls. Trees hold JSON-like
   data only; live objects go in ``page.local``, which does not move.
+* Live data (docs/data.md), as in the Go SDK: ``page.subscribe(*tables)``,
+  ``page.cached(key, tables, compute)``, ``stickyd.publish(table, data)``
+  and the hook ``on_table_change(page, change)`` (tables.py);
+  ``stickyd.store.get(*paths)`` and ``stickyd.store.acquire(paths,
+  lease=…)``, a grant to ``commit(set, delete)`` or ``release()``, refused
+  with ``stickyd.StaleGrant`` once the store no longer holds it (store.py).
 
 The SDK never listens on the network beyond the go-plugin socket on
 127.0.0.1, and knows nothing of the supervisor.
 """
 
+from . import store
 from .runtime import Refused
 from .session import BadName, Named, Page, Session, current as session
+from .store import Grant, StaleGrant, StoreError
+from .tables import BadTable, TableChange, publish
 from .tree import BadPath, NotData, Tree
 
-__all__ = ["BadName", "BadPath", "Named", "NotData", "Page", "Refused", "Session", "Tree", "session"]
+__all__ = ["BadName", "BadPath", "BadTable", "Grant", "Named", "NotData", "Page", "Refused", "Session", "StaleGrant",
+           "StoreError", "TableChange", "Tree", "publish", "session", "store"]

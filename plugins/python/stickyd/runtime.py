@@ -18,6 +18,11 @@ contract as the Go SDK (plugins/worker/runtime.go, move.go):
   is answered early and streamed (wsgi.py, streams.py): its thread produces
   the rest while the person's mailbox goes on in another thread, and the
   front reads the rest with HTTPRead frames, run beside the mailboxes.
+* Table changes run in the mailboxes of the people whose pages subscribe,
+  and the worker tells the host its set of subscribed tables after each
+  mailbox item that changed it (tables.py). The app's calls to its host
+  (the global store: store.py) are made from the thread that serves it and
+  wait for their answer, which the channel's reader routes by id.
 """
 
 import collections
@@ -33,6 +38,7 @@ from . import wsgi
 from .collector import Scheduler
 from .streams import Streams
 from .session import ANONYMOUS_PREFIX, Page, Session, _Serving, random_name
+from .tables import Subscriptions, TableChange, check_tables, decode_data, encode_data
 
 PACKAGE_FORMAT = 1  # the UserPackage format this SDK writes and reads
 MAX_PULL_WAIT = 60.0
@@ -41,6 +47,10 @@ MAX_PULL_WAIT = 60.0
 MAX_ANSWERED = 64
 # How long an evicted person's fence stays: far longer than any frame waits.
 TOMBSTONE_TTL = 120.0
+# CALL_WAIT bounds how long a call to the host waits for its answer
+# (seconds): the host answers a store call within 2 minutes, and 30 s more
+# when it withdraws an acquire whose wait ran out (internal/host/storecalls.go).
+CALL_WAIT = 160.0
 
 NOTICE_LOST = "This page restarted clean: the worker that held its state is gone."
 NOTICE_CHANGED = "This page was reset because the application changed."
@@ -66,16 +76,48 @@ class _Moved(Exception):
         super().__init__("user %r has moved (epoch %d here)" % (user, epoch))
 
 
+class HostError(Exception):
+    """A call to the host answered with an Error envelope (code, message),
+    or not answered: the channel closed, or CALL_WAIT passed (code
+    UNAVAILABLE). store.py turns it into the app's exceptions."""
+
+    def __init__(self, code, message):
+        super().__init__("%s: %s" % (code_name(code), message))
+        self.code, self.message = code, message
+
+
+def code_name(code):
+    """The name of an Error code ("STALE_GRANT"), or its number when this
+    SDK does not know it (a newer host's)."""
+    try:
+        return pb.Error.Code.Name(code)
+    except ValueError:
+        return str(code)
+
+
+class _Call:
+    """A call to the host waiting for its answer (env: None when the
+    channel closed first)."""
+
+    __slots__ = ("done", "env")
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.env = None
+
+
 class Hooks:
     """What the app provides besides its WSGI callable, all optional:
-    open_page(page), message(page, msg) -> answer, close_page(page), and
-    schemas {kind: version | (version, oldest)}."""
+    open_page(page), message(page, msg) -> answer, close_page(page),
+    on_table_change(page, change) (tables.py; the Go SDK's TableWatcher),
+    and schemas {kind: version | (version, oldest)}."""
 
-    def __init__(self, open_page=None, message=None, close_page=None, schemas=None):
+    def __init__(self, open_page=None, message=None, close_page=None, schemas=None, on_table_change=None):
         self.open_page = open_page
         self.message = message
         self.close_page = close_page
         self.schemas = schemas
+        self.on_table_change = on_table_change
 
     def schema(self, kind):
         """(version, oldest, known) for a page kind; a bare version reads
@@ -173,12 +215,24 @@ class Runtime:
         self._accounts = {}  # user key -> _Account, while they have a connection
         self._dirty = set()
         self._left = []
+        # The pages subscribed to each table (tables.py).
+        self._subs = Subscriptions()
+        # The calls to the host waiting for their answer, by id: each holds
+        # the thread that made it, so there are at most as many as threads
+        # serve the app. Their ids are the worker's own (a reply is told
+        # from a request by its reply flag).
+        self._calls = {}
+        self._next_call = 1  # the Hello was 1
+        self._closed = False
 
     # -- the channel --------------------------------------------------------
 
     def handle(self, env):
         """Routes one envelope from the host without blocking: called by the
         channel's reader, in arrival order."""
+        if env.reply:
+            self._answered(env)
+            return
         body = env.WhichOneof("body")
         if body == "frame":
             with self._mu:
@@ -200,7 +254,8 @@ class Runtime:
             self._evict(env.evict.user, env.evict.forget)
             self._reply(env.id, evict=pb.Evict())
         elif body == "table_change":
-            if env.id:  # this SDK's pages subscribe to no table
+            self._deliver_table(env.table_change)
+            if env.id:
                 self._reply(env.id, table_change=pb.TableChange())
         elif body == "maintenance":
             if env.id:  # this SDK's requests declare no backend needs
@@ -212,16 +267,53 @@ class Runtime:
             self._reply(env.id, shutdown=pb.Shutdown())
             if self._on_shutdown is not None:
                 self._on_shutdown()
-        elif body == "gateway_chunk" or env.reply:
-            pass  # answers to calls this SDK does not make
+        elif body == "gateway_chunk":
+            pass  # a piece of a gateway call, which this SDK does not make
         elif env.id:
             self._reply_error(env.id, pb.Error.BAD_REQUEST, "worker does not handle %s" % body)
 
     def close(self):
-        """Stops taking work; what runs finishes on its own."""
+        """Stops taking work; what runs finishes on its own, and the calls
+        waiting for the host fail."""
+        with self._mu:
+            self._closed = True
+            calls, self._calls = self._calls, {}
+        for c in calls.values():
+            c.done.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._streams.close()
         self._sched.stop()
+
+    def call(self, timeout=CALL_WAIT, **body):
+        """Sends the host a request and waits, on the calling thread, for
+        its answer: the reply envelope. Raises HostError for an Error
+        answer, a closed channel, or no answer within timeout (seconds)."""
+        c = _Call()
+        with self._mu:
+            if self._closed:
+                raise HostError(pb.Error.UNAVAILABLE, "the worker is stopping")
+            self._next_call += 1
+            id = self._next_call
+            self._calls[id] = c
+        self._send(pb.Envelope(id=id, **body))
+        if not c.done.wait(timeout):
+            with self._mu:
+                self._calls.pop(id, None)
+            raise HostError(pb.Error.UNAVAILABLE, "the host did not answer within %gs" % timeout)
+        if c.env is None:
+            raise HostError(pb.Error.UNAVAILABLE, "the channel closed before the host answered")
+        if c.env.WhichOneof("body") == "error":
+            raise HostError(c.env.error.code, c.env.error.message)
+        return c.env
+
+    def _answered(self, env):
+        """Hands a reply to the call waiting for it; one nobody waits for
+        (given up, or a call this SDK does not make) is dropped."""
+        with self._mu:
+            c = self._calls.pop(env.id, None)
+        if c is not None:
+            c.env = env
+            c.done.set()
 
     def _reply(self, id, **body):
         self._send(pb.Envelope(id=id, reply=True, **body))
@@ -273,6 +365,7 @@ class Runtime:
                 with self._mu:
                     if u.turn == turn:
                         u.in_frame = False
+                self._sync_tables()
 
     # -- a freeze's own bounds ----------------------------------------------
 
@@ -329,6 +422,8 @@ class Runtime:
         body = env.WhichOneof("body")
         if body == "frame":
             self._run_frame(env, u)
+        elif body == "table_change":
+            self._apply_table(u.key, env.table_change)
         elif body == "freeze":
             answer = self._freeze_begins(env.id)
             try:
@@ -540,6 +635,11 @@ class Runtime:
         self._dirty.add(k)
 
     def _drop_conn_locked(self, s):
+        """Forgets a connection, and its pages' subscriptions (the pages
+        keep their tables: a connection registered again subscribes them
+        again)."""
+        for p in s.pages.values():
+            self._subs.remove(p, p._tables)
         if self._conns.get(s.conn) is s:
             del self._conns[s.conn]
         k = s.user_key()
@@ -564,6 +664,9 @@ class Runtime:
         self._drop_conn_locked(s)
         s._user = user
         self._add_conn_locked(s)
+        # The connection's pages stay: so do their subscriptions.
+        for p in s.pages.values():
+            self._subs.add(p, p._tables)
 
     def _count_pages_locked(self, s, n):
         """Counts n pages opened (closed, n < 0) on s, for the worker and
@@ -602,6 +705,7 @@ class Runtime:
                     self.hooks.open_page(p)
             except Exception as e:
                 del s.pages[o.page]
+                self._subs.remove(p, p._tables)
                 with self._mu:
                     self._count_pages_locked(s, -1)
                 if not isinstance(e, Refused):
@@ -675,6 +779,7 @@ class Runtime:
     def _close(self, s, page):
         p = s.pages.pop(page, None)
         if p is not None:
+            self._subs.remove(p, p._tables)
             with self._mu:
                 self._count_pages_locked(s, -1)
             p.coll.cancel()
@@ -708,6 +813,10 @@ class Runtime:
                 seq, floor, pending = p.coll.state()
                 pp = cp.pages.add(id=p.id, kind=p.kind, schema=p.schema, tree=p.tree.encode(), seq=seq, floor=floor)
                 pp.pending.extend(pending)
+                # Subscriptions and cache marks travel with the page.
+                pp.tables.extend(p.tables())
+                for path, tables in p._marks.items():
+                    pp.marks[path].tables.extend(tables)
                 for mid, res in p.answered.items():
                     pp.answered.add(msg_id=mid).result.CopyFrom(res)
                 # A pull waiting here is answered now (with nothing): the
@@ -738,6 +847,7 @@ class Runtime:
                 self._drop_marks_locked(user)
             else:
                 self._evicted[user] = time.monotonic()
+        self._sync_tables()
 
     def _drop_marks_locked(self, user):
         self._epochs.pop(user, None)
@@ -790,6 +900,12 @@ class Runtime:
                 if known_kind and oldest <= pp.schema <= version:
                     p.tree.load(pp.tree)
                     p.coll.restore(pp.seq, pp.floor, pp.pending)
+                    # Subscriptions and cache marks travel with the page.
+                    p._marks = {path: list(tl.tables) for path, tl in pp.marks.items()}
+                    try:
+                        p.subscribe(*pp.tables)
+                    except (TypeError, ValueError) as e:
+                        self._log.warn("restoring a page's subscriptions", page=p.id, error=str(e))
                     continue
                 # Not guessed at: the page starts over, numbering on from
                 # where it was, and its first delta says why.
@@ -805,7 +921,72 @@ class Runtime:
             with self._mu:
                 self._add_conn_locked(s)
                 self._count_pages_locked(s, len(s.pages))
+        self._signal_arrival(w.user)
         return out
+
+    def _signal_arrival(self, user):
+        """Tells a person's pages that arrived from a move, once per table
+        they subscribe to, that the table may have changed while they
+        travelled (a change published then went to the worker they left):
+        their cached values marked with it are invalidated and the app hears
+        of it with no data and no origin. Queued in the person's mailbox,
+        after the wake that runs there now."""
+        with self._mu:
+            sessions = list(self._by_user.get(user, ()))
+        tables = sorted({t for s in sessions for p in s.pages.values() for t in p._tables})
+        for t in tables:
+            self._enqueue(user, pb.Envelope(table_change=pb.TableChange(table=t)))
+
+    # -- tables (tables.py) -------------------------------------------------
+
+    def publish(self, table, data):
+        """stickyd.publish: this worker's subscribed pages first, then the
+        host, which carries the change to the other workers that watch the
+        table."""
+        check_tables([table])
+        raw = encode_data(table, data)
+        self._deliver_table(pb.TableChange(table=table, data=raw, origin=self.worker_id))
+        self._send(pb.Envelope(publish=pb.Publish(table=table, data=raw)))
+
+    def _deliver_table(self, c):
+        """Queues a change in the mailbox of every person with a page
+        subscribed to its table."""
+        for user in self._subs.users(c.table):
+            self._enqueue(user, pb.Envelope(table_change=c))
+
+    def _apply_table(self, user, c):
+        """Runs in a person's mailbox: each of their pages subscribed to the
+        table drops its cached values marked with it, then the app hears of
+        it (its writes reach a waiting pull together, as a message's do). A
+        failure of the app is logged: the change is not the app's to
+        refuse."""
+        hook = self.hooks.on_table_change
+        for p in self._subs.pages_of(c.table, user):
+            for path, tables in list(p._marks.items()):
+                if c.table in tables:
+                    p.tree.delete(path)
+                    del p._marks[path]
+            if hook is None:
+                continue
+            try:
+                data = decode_data(c.data)  # each page its own copy
+            except ValueError as e:
+                self._log.warn("a table change whose data is not JSON", table=c.table, origin=c.origin, error=str(e))
+                data = None
+            p.coll.hold()
+            try:
+                with _Serving(p.session):
+                    hook(p, TableChange(c.table, data, c.origin))
+            except Exception:
+                self._log.warn("the app failed on a table change", table=c.table, page=p.id,
+                               traceback=traceback.format_exc())
+            finally:
+                p.coll.release()
+
+    def _sync_tables(self):
+        """Tells the host the worker's set of subscribed tables when it
+        changed since the last time."""
+        self._subs.sync(lambda tables: self._send(pb.Envelope(tables=pb.Tables(tables=tables))))
 
     # -- probes -------------------------------------------------------------
 

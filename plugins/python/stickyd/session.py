@@ -15,6 +15,7 @@ import threading
 
 from . import stickyd_pb2 as pb
 from .collector import Collector
+from .tables import CACHE_PREFIX, check_tables
 from .tree import DELETE, Tree
 
 ANONYMOUS_PREFIX = "~"  # internal/protocol.AnonymousPrefix
@@ -152,7 +153,8 @@ class Session:
 class Page:
     """One browser tab of a connection, with its own Tree: the truth of its
     state. local holds live objects derived from the tree (an index, a
-    cursor); it is a cache that does not travel when the person moves."""
+    cursor); it is a cache that does not travel when the person moves.
+    Its table subscriptions and cached values do (tables.py)."""
 
     def __init__(self, session, id, kind, schema, scheduler):
         self.id = id
@@ -165,9 +167,53 @@ class Page:
         # (at most MAX_ANSWERED): a message sent again is answered from
         # here, never run twice; they travel with the page.
         self.answered = collections.OrderedDict()
+        # The tables the page subscribes to, and the tables each cached
+        # value's tree path came from (cached): used from the person's
+        # mailbox; both travel with the page.
+        self._tables = set()
+        self._marks = {}
 
         def emit(op, path, value):
             session._rt.wrote(session, len(path) + len(value or b""))
             self.coll.add(pb.Delta.DELETE if op == DELETE else pb.Delta.SET, path, value)
 
         self.tree = Tree(emit)
+
+    def subscribe(self, *tables):
+        """Makes the page receive the changes of tables (the app's
+        on_table_change runs for each, in the person's mailbox).
+        Subscriptions travel with the page when its person moves. Raises
+        BadTable for a name stickyd cannot carry."""
+        tables = check_tables(tables)
+        self._tables.update(tables)
+        self.session._rt._subs.add(self, tables)
+
+    def unsubscribe(self, *tables):
+        """Stops the page receiving the changes of tables."""
+        self._tables.difference_update(tables)
+        self.session._rt._subs.remove(self, tables)
+
+    def tables(self):
+        """The tables the page subscribes to, sorted."""
+        return sorted(self._tables)
+
+    def cached(self, key, tables, compute):
+        """The value cached in the page under key, computed by compute() and
+        cached if there is none. The value is marked with tables (a list;
+        the page subscribes to them): when one of them changes, the value is
+        deleted from the tree (a delta the page receives like any other),
+        and the next call computes it afresh. It lives at "cache/<key>" in
+        the tree, so it is also what the page shows; compute must return
+        JSON-like data. A person's arrival from a move invalidates it too:
+        the tables may have changed on the way (tables.py)."""
+        if not isinstance(key, str) or not key or "/" in key:
+            raise ValueError("cache key %r: want a non-empty name without /" % (key,))
+        path = CACHE_PREFIX + key
+        v = self.tree.get(path)
+        if v is not None:
+            return v
+        tables = check_tables(tables)
+        self.subscribe(*tables)
+        self.tree.set(path, compute())
+        self._marks[path] = tables
+        return self.tree.get(path)
