@@ -100,6 +100,16 @@ func withApp(name string) option {
 	}
 }
 
+// eachRuntime runs test twice, as the subtests "go" and "python": with app
+// making the group's workers the Go counter, then pycounter (the same
+// pages, messages and routes in Python, plugins/examples/pycounter) on the
+// Python worker. The python subtest is skipped where /usr/bin/python3
+// cannot run the worker.
+func eachRuntime(t *testing.T, test func(t *testing.T, app option)) {
+	t.Run("go", func(t *testing.T) { test(t, withApp("counter")) })
+	t.Run("python", func(t *testing.T) { test(t, withPycounter(pythonRepo(t))) })
+}
+
 func startAgentWith(t *testing.T, mode string, workers int, opts ...option) *agent.Agent {
 	t.Helper()
 	g := &agent.GroupConfig{Name: "web", Workers: workers}

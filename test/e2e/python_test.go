@@ -39,12 +39,20 @@ func pythonRepo(t *testing.T) string {
 }
 
 // withPyshop makes the agent's group run pyshop on the Python worker.
-func withPyshop(root string) option {
+func withPyshop(root string) option { return withPythonApp(root, "pyshop.app:application") }
+
+// withPycounter makes the agent's group run pycounter, the counter's
+// live-data part in Python (plugins/examples/pycounter).
+func withPycounter(root string) option { return withPythonApp(root, "pycounter.app:application") }
+
+// withPythonApp makes the agent's group run command, an app of
+// plugins/examples, on the Python worker.
+func withPythonApp(root, command string) option {
 	return func(c *agent.Config) {
 		c.PythonSDK = filepath.Join(root, "plugins", "python")
 		g := c.Groups[0]
 		g.Builtin = ""
-		g.Plugin = &agent.PluginConfig{Runtime: agent.RuntimePython3, Command: "pyshop.app:application",
+		g.Plugin = &agent.PluginConfig{Runtime: agent.RuntimePython3, Command: command,
 			Env: map[string]string{"PYTHONPATH": filepath.Join(root, "plugins", "examples")}}
 	}
 }

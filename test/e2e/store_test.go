@@ -13,13 +13,18 @@ import (
 // The global store through real workers: 50 people on 3 workers increment
 // one shared counter under grants on overlapping path sets; no update is
 // lost. A holder's worker SIGKILLed releases its grant at once; a commit
-// after the lease ran out is refused and writes nothing.
+// after the lease ran out is refused and writes nothing. Once with Go
+// workers, once with Python workers.
 func TestGrantsAcrossWorkers(t *testing.T) {
+	eachRuntime(t, testGrantsAcrossWorkers)
+}
+
+func testGrantsAcrossWorkers(t *testing.T, app option) {
 	people, each := 50, envInt("STICKYD_GRANT_INCREMENTS", 40)
 	if raceEnabled {
 		each = envInt("STICKYD_GRANT_INCREMENTS", 10)
 	}
-	a := startAgentWith(t, "subprocess", 3, withDataDir(t))
+	a := startAgentWith(t, "subprocess", 3, withDataDir(t), app)
 	workers := a.Pool().Ready()
 	tabs := make([]*tab, people)
 	for i := range tabs {

@@ -35,9 +35,14 @@ func metric(t *testing.T, a *agent.Agent, sample string) float64 {
 // Table changes go to the subscribed pages and only to them: the workers
 // without subscribers get no send (the metrics say so), the originator's
 // own page hears first, cached values marked with the table are invalidated
-// by a delta, and subscriptions travel with a person who moves.
+// by a delta, and subscriptions travel with a person who moves. Once with
+// Go workers, once with Python workers.
 func TestTablesReachSubscribersOnly(t *testing.T) {
-	a := startAgentWith(t, "subprocess", 3, withDataDir(t))
+	eachRuntime(t, testTablesReachSubscribersOnly)
+}
+
+func testTablesReachSubscribersOnly(t *testing.T, app option) {
+	a := startAgentWith(t, "subprocess", 3, withDataDir(t), app)
 	w := a.Pool().Ready()
 	tabs := map[string]*tab{}
 	place := func(user, worker string) {
