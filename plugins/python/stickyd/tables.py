@@ -94,11 +94,12 @@ def decode_data(raw):
 
 class Subscriptions:
     """The worker's index of the pages subscribed to each table, and the set
-    last told to the host. It holds each subscribed page once per table:
-    its size is bounded by the pages the worker holds (the runtime's page
-    bounds) times the tables each subscribes to. Guarded by its own lock:
-    pages subscribe from their person's mailbox, changes are routed from
-    the channel's reader and from any mailbox."""
+    last told to the host. It holds each subscribed page once per table it
+    subscribes to, as the pages do (Page._tables; a table name is at most
+    64 bytes): it is as large as what the worker's people hold, and shrinks
+    as pages close and people leave. Guarded by its own lock: pages
+    subscribe from their person's mailbox, changes are routed from the
+    channel's reader and from any mailbox."""
 
     def __init__(self):
         self._mu = threading.Lock()
