@@ -79,10 +79,10 @@ func placeOn(t *testing.T, p, leader *proc, user, worker string) pooled {
 // the one road, explained in its /v1/events; the followers decide nothing;
 // the person's page comes through intact.
 func TestPoolWideGovernanceMovesTheBurstFirst(t *testing.T) {
-	// usage_wait: 20 readings (5 s at the test's 250 ms probe) for the
+	// usage_wait: 40 readings (10 s at the test's 250 ms probe) for the
 	// burst to show in its person's numbers; a busy machine under the
 	// race detector shows the heap long before.
-	ps, leader := startGovernedPool(t, "    memory_limit_mb = 12\n    compact_below = 0\n    user_cool_down = \"10m\"\n    usage_wait = 20\n")
+	ps, leader := startGovernedPool(t, "    memory_limit_mb = 12\n    compact_below = 0\n    user_cool_down = \"10m\"\n    usage_wait = 40\n")
 	hot := (leader + 1) % 3
 	hotWorker := "s" + strconv.Itoa(hot+1) + ".web-1"
 	for i := range 5 {
