@@ -64,6 +64,10 @@ type runtime struct {
 	// set last told to the host (tables.go).
 	subs       map[string]map[*Page]struct{}
 	sentTables []string
+	// tablesChanged says subs gained or lost a table since the last
+	// syncTables; tablesMu orders the syncs (tables.go).
+	tablesChanged atomic.Bool
+	tablesMu      sync.Mutex
 
 	// maint is the backends in maintenance; needs says which ones each
 	// route and message needs (maintenance.go).
@@ -699,8 +703,13 @@ func (rt *runtime) open(ctx context.Context, s *Session, o *protocol.PageOpen) (
 		s.pages[o.Page] = p
 		rt.countPages(s, 1)
 		if err := rt.app.OpenPage(ctx, p); err != nil {
+			// Whatever it subscribed to goes with it.
+			rt.mu.Lock()
+			rt.dropPageLocked(p)
+			rt.mu.Unlock()
 			delete(s.pages, o.Page)
 			rt.countPages(s, -1)
+			p.coll.cancel()
 			return nil, badf("opening page %q: %v", o.Page, err)
 		}
 		p.changed() // a new page is checkpointed even if it wrote nothing

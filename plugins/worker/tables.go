@@ -166,6 +166,7 @@ func (rt *runtime) subscribeLocked(table string, p *Page) {
 	}
 	if rt.subs[table] == nil {
 		rt.subs[table] = map[*Page]struct{}{}
+		rt.tablesChanged.Store(true)
 	}
 	rt.subs[table][p] = struct{}{}
 }
@@ -173,6 +174,9 @@ func (rt *runtime) subscribeLocked(table string, p *Page) {
 func (rt *runtime) unsubscribeLocked(table string, p *Page) {
 	delete(rt.subs[table], p)
 	if len(rt.subs[table]) == 0 {
+		if _, ok := rt.subs[table]; ok {
+			rt.tablesChanged.Store(true)
+		}
 		delete(rt.subs, table)
 	}
 }
@@ -237,9 +241,17 @@ func (rt *runtime) applyTable(user string, c *protocol.TableChange) {
 }
 
 // syncTables tells the host the worker's set of subscribed tables when it
-// changed since the last time.
+// changed since the last time. Mailboxes call it side by side: tablesMu
+// keeps the reading of the set and its sending together, so an older set
+// never reaches the host after a newer one.
 func (rt *runtime) syncTables() {
+	if !rt.tablesChanged.Load() {
+		return
+	}
+	rt.tablesMu.Lock()
+	defer rt.tablesMu.Unlock()
 	rt.mu.Lock()
+	rt.tablesChanged.Store(false)
 	set := make([]string, 0, len(rt.subs))
 	for t := range rt.subs {
 		set = append(set, t)

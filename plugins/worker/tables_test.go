@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -189,5 +191,86 @@ func TestTablesReachSubscribedPagesOnly(t *testing.T) {
 	waitFor("b's delta after the login", func() bool { db = pull(b); return db["heard/stock"] == "SET 2" })
 	if err := checkTables([]string{"Bad Name"}); err == nil {
 		t.Fatal("a bad table name was accepted")
+	}
+}
+
+// failingOpenApp subscribes a page to "orders" in OpenPage, then fails it
+// when the page's kind is "fail".
+type failingOpenApp struct{ tableApp }
+
+func (failingOpenApp) OpenPage(_ context.Context, p *Page) error {
+	if err := p.Subscribe("orders"); err != nil {
+		return err
+	}
+	if p.Kind() == "fail" {
+		return errors.New("no such page")
+	}
+	return nil
+}
+
+// A page whose OpenPage subscribed and then failed leaves no subscription
+// behind: the worker's set stays empty and a change reaches no one. Pages
+// opened and closed side by side by many people leave the host with the
+// set the worker holds at the end, never an older one.
+func TestFailedOpenAndTableSetOrder(t *testing.T) {
+	h, w := channel.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = ServeConn(ctx, failingOpenApp{}, Options{Name: "tables"}, w)
+	}()
+	if _, err := channel.Accept(t.Context(), h, &protocol.HelloAck{WorkerId: "w1"}); err != nil {
+		t.Fatal(err)
+	}
+	var got notices
+	hs := &host{t: t, done: done}
+	hs.peer = channel.NewPeer(h, got.add)
+	t.Cleanup(func() { cancel(); hs.peer.Close(); <-done })
+
+	conn := hs.get("", "", "/").Identity.Conn
+	user := "~" + conn
+	if _, err := hs.frame(&protocol.Frame{User: user, Conn: conn, Kind: &protocol.Frame_Open{Open: &protocol.PageOpen{Page: "p", Kind: "fail"}}}); err == nil {
+		t.Fatal("the failing open succeeded")
+	}
+	// The person's next frame runs after the failed open's table sync.
+	hs.get(user, conn, "/")
+	if e := got.last("tables"); e != nil && len(e.GetTables().Tables) != 0 {
+		t.Fatalf("the host was told %v after a failed open", e.GetTables().Tables)
+	}
+
+	// Many people open and close pages on "orders" at once; the last set
+	// the host hears is the worker's at the end.
+	var wg sync.WaitGroup
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := hs.get("", "", "/").Identity.Conn
+			u := "~" + c
+			for j := range 5 {
+				page := fmt.Sprintf("p%d-%d", i, j)
+				if _, err := hs.frame(&protocol.Frame{User: u, Conn: c, Kind: &protocol.Frame_Open{Open: &protocol.PageOpen{Page: page, Kind: "k"}}}); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := hs.frame(&protocol.Frame{User: u, Conn: c, Kind: &protocol.Frame_Close{Close: &protocol.PageClose{Page: page}}}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		e := got.last("tables")
+		if e != nil && len(e.GetTables().Tables) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after every page closed, the host's last table set is %v", e.GetTables().GetTables())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
