@@ -51,6 +51,19 @@ func (o *Opened) EntryPath() string {
 	return filepath.Join(o.Dir, filepath.FromSlash(o.Manifest.Entry))
 }
 
+// PythonPath returns the directories of a python3 bundle's python path in
+// Dir, in the manifest's order (nil for another runtime).
+func (o *Opened) PythonPath() []string {
+	if o.Manifest.Python == nil {
+		return nil
+	}
+	dirs := make([]string, len(o.Manifest.Python.Path))
+	for i, d := range o.Manifest.Python.Path {
+		dirs[i] = filepath.Join(o.Dir, filepath.FromSlash(d))
+	}
+	return dirs
+}
+
 // Open returns the unpacked bundle named by digest.
 //
 // If <Dir>/<hex>/ exists, every file is checked against the manifest there

@@ -24,8 +24,11 @@ const (
 	// RuntimeGoPlugin is a go-plugin worker binary: the entry is executed
 	// with Args. It is the default.
 	RuntimeGoPlugin = "go-plugin"
-	// RuntimePython3 is reserved for workers written in Python; Validate
-	// refuses it until stickyd can run one.
+	// RuntimePython3 is a WSGI application run by stickyd's Python
+	// worker: the manifest's Python block says which application, which
+	// of the bundle's directories go on PYTHONPATH and which Python it
+	// needs; the entry is the application module's file, and Args go to
+	// the worker (stickyd.worker's options, such as --threads).
 	RuntimePython3 = "python3"
 )
 
@@ -84,13 +87,18 @@ type Manifest struct {
 	// Version of the application, as its authors number it: 1 to 128 of
 	// [A-Za-z0-9._+~-], starting with a letter or digit.
 	Version string `json:"version"`
-	// Runtime says how the entry is run: RuntimeGoPlugin (Pack's default).
+	// Runtime says how the entry is run: RuntimeGoPlugin (Pack's default)
+	// or RuntimePython3.
 	Runtime string `json:"runtime"`
 	// Entry is the path of the entry point inside the bundle. It must be a
-	// listed file, executable (ModeExec) for RuntimeGoPlugin.
+	// listed file: executable (ModeExec) for RuntimeGoPlugin; for
+	// RuntimePython3 the file of the WSGI module (Pack fills it).
 	Entry string `json:"entry"`
-	// Args are the entry point's arguments.
+	// Args are the entry point's arguments (for RuntimePython3, the
+	// Python worker's).
 	Args []string `json:"args,omitempty"`
+	// Python is how a RuntimePython3 bundle runs; nil for the others.
+	Python *Python `json:"python,omitempty"`
 	// Sources are the repositories the build came from, at least one.
 	Sources []Source `json:"sources"`
 	// Toolchain records what built it, e.g. {"go": "go1.26.8", "goos":
@@ -130,13 +138,17 @@ func (m *Manifest) Validate() error {
 		add("version %q: want 1 to 128 of A-Z a-z 0-9 . _ + ~ - starting with a letter or digit", m.Version)
 	}
 	switch m.Runtime {
-	case RuntimeGoPlugin:
-	case RuntimePython3:
-		add("runtime %q is reserved and not supported yet", m.Runtime)
+	case RuntimeGoPlugin, RuntimePython3:
 	case "":
-		add("runtime is empty (want %q)", RuntimeGoPlugin)
+		add("runtime is empty (want %q or %q)", RuntimeGoPlugin, RuntimePython3)
 	default:
-		add("runtime %q is unknown (want %q)", m.Runtime, RuntimeGoPlugin)
+		add("runtime %q is unknown (want %q or %q)", m.Runtime, RuntimeGoPlugin, RuntimePython3)
+	}
+	switch {
+	case m.Runtime == RuntimePython3 && m.Python == nil:
+		add("python: missing (a %s bundle says its WSGI application, its python path and the Python it needs)", RuntimePython3)
+	case m.Runtime != RuntimePython3 && m.Python != nil:
+		add("python: only a %s bundle has one (runtime is %q)", RuntimePython3, m.Runtime)
 	}
 	for i, a := range m.Args {
 		if strings.ContainsRune(a, 0) || !utf8.ValidString(a) {
@@ -212,12 +224,19 @@ func (m *Manifest) Validate() error {
 		}
 	}
 
-	if m.Entry == "" {
+	if m.Entry == "" && m.Runtime == RuntimePython3 && m.Python != nil {
+		// Reported with the python block's problems: the module's file.
+	} else if m.Entry == "" {
 		add("entry is empty (want the path of the entry point, e.g. bin/app)")
 	} else if f, ok := listed[m.Entry]; !ok {
 		add("entry %q is not a listed file", m.Entry)
 	} else if m.Runtime == RuntimeGoPlugin && f.Mode != ModeExec {
 		add("entry %q has mode %s: a %s entry must be executable (%s)", m.Entry, f.Mode, RuntimeGoPlugin, ModeExec)
+	}
+	if m.Runtime == RuntimePython3 && m.Python != nil {
+		for _, p := range m.Python.problems(m.Entry, listed) {
+			add("%s", p)
+		}
 	}
 
 	if len(problems) == 0 {

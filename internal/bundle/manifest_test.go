@@ -29,7 +29,7 @@ func TestValidate(t *testing.T) {
 		{"empty version", func(m *Manifest) { m.Version = "" }, `version ""`},
 		{"version with a space", func(m *Manifest) { m.Version = "1.0 beta" }, `version "1.0 beta"`},
 		{"no runtime", func(m *Manifest) { m.Runtime = "" }, "runtime is empty"},
-		{"python3 reserved", func(m *Manifest) { m.Runtime = RuntimePython3 }, `runtime "python3" is reserved`},
+		{"python3 without its block", func(m *Manifest) { m.Runtime = RuntimePython3 }, `python: missing`},
 		{"unknown runtime", func(m *Manifest) { m.Runtime = "jvm" }, `runtime "jvm" is unknown`},
 		{"NUL in args", func(m *Manifest) { m.Args = []string{"a\x00b"} }, "args[0]"},
 		{"no sources", func(m *Manifest) { m.Sources = nil }, "sources: none"},

@@ -25,9 +25,11 @@ var epoch = time.Unix(0, 0)
 // and returns its digest ("sha256:<hex>" of the bytes written).
 //
 // Pack fills m's Format (when zero), Runtime (RuntimeGoPlugin when empty),
-// the Toolchain's "go", "goos" and "goarch" when unset (from the entry's Go
-// build information when it is a Go binary, else from the Go runtime running
-// Pack), and Files (replacing any given). A file is ModeExec when any
+// for RuntimeGoPlugin the Toolchain's "go", "goos" and "goarch" when unset
+// (from the entry's Go build information when it is a Go binary, else from
+// the Go runtime running Pack), for RuntimePython3 the Entry when empty (the
+// file of the Python block's WSGI module, found in its Path; see
+// PackPython), and Files (replacing any given). A file is ModeExec when any
 // execute bit is set, else ModePlain; owners, times and other bits are not
 // kept. Empty directories are not kept. The manifest must then validate.
 //
@@ -44,18 +46,23 @@ var epoch = time.Unix(0, 0)
 // Nothing is written to w before dir has been read and the manifest
 // validated.
 func Pack(dir string, m Manifest, w io.Writer) (digest string, err error) {
+	return pack(dir, dir, m, w)
+}
+
+// pack is Pack, naming the build label in its errors.
+func pack(dir, label string, m Manifest, w io.Writer) (digest string, err error) {
 	root, err := filepath.EvalSymlinks(dir)
 	if err != nil {
-		return "", fmt.Errorf("packing %s: %w", dir, err)
+		return "", fmt.Errorf("packing %s: %w", label, err)
 	}
 	if fi, err := os.Stat(root); err != nil {
-		return "", fmt.Errorf("packing %s: %w", dir, err)
+		return "", fmt.Errorf("packing %s: %w", label, err)
 	} else if !fi.IsDir() {
-		return "", fmt.Errorf("packing %s: not a directory", dir)
+		return "", fmt.Errorf("packing %s: not a directory", label)
 	}
 	files, err := scan(root)
 	if err != nil {
-		return "", fmt.Errorf("packing %s: %w", dir, err)
+		return "", fmt.Errorf("packing %s: %w", label, err)
 	}
 
 	m.Files = files
@@ -72,36 +79,52 @@ func Pack(dir string, m Manifest, w io.Writer) (digest string, err error) {
 	if m.Runtime == RuntimeGoPlugin {
 		fillToolchain(m.Toolchain, filepath.Join(root, filepath.FromSlash(m.Entry)))
 	}
+	if m.Runtime == RuntimePython3 && m.Python != nil {
+		py := *m.Python
+		py.Path = append([]string(nil), py.Path...)
+		m.Python = &py
+		if m.Entry == "" {
+			// The entry of a python3 bundle is its WSGI module's file.
+			listed := make(map[string]File, len(files))
+			for _, f := range files {
+				listed[f.Path] = f
+			}
+			module, _ := SplitWSGI(py.WSGI)
+			if moduleRE.MatchString(module) {
+				m.Entry, _ = ModuleFile(module, py.Path, listed)
+			}
+		}
+	}
 	if err := m.Validate(); err != nil {
-		return "", fmt.Errorf("packing %s: %w", dir, err)
+		return "", fmt.Errorf("packing %s: %w", label, err)
 	}
 	manifest, err := m.encode()
 	if err != nil {
-		return "", fmt.Errorf("packing %s: %w", dir, err)
+		return "", fmt.Errorf("packing %s: %w", label, err)
 	}
 
 	sum := sha256.New()
 	gz, err := gzip.NewWriterLevel(io.MultiWriter(w, sum), gzip.BestCompression)
 	if err != nil {
-		return "", fmt.Errorf("packing %s: %w", dir, err)
+		return "", fmt.Errorf("packing %s: %w", label, err)
 	}
 	tw := tar.NewWriter(gz)
 	if err := tw.WriteHeader(header(ManifestName, int64(len(manifest)), ModePlain)); err != nil {
-		return "", fmt.Errorf("packing %s: writing manifest: %w", dir, err)
+		return "", fmt.Errorf("packing %s: writing manifest: %w", label, err)
 	}
 	if _, err := tw.Write(manifest); err != nil {
-		return "", fmt.Errorf("packing %s: writing manifest: %w", dir, err)
+		return "", fmt.Errorf("packing %s: writing manifest: %w", label, err)
 	}
 	for _, f := range files {
 		if err := writeFile(tw, root, f); err != nil {
-			return "", fmt.Errorf("packing %s: file %s: %w", dir, f.Path, err)
+			return "", fmt.Errorf("packing %s: file %s: %w", label, f.Path, err)
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return "", fmt.Errorf("packing %s: %w", dir, err)
+		return "", fmt.Errorf("packing %s: %w", label, err)
 	}
 	if err := gz.Close(); err != nil {
-		return "", fmt.Errorf("packing %s: %w", dir, err)
+		return "", fmt.Errorf("packing %s: %w", label, err)
 	}
 	return DigestPrefix + hex.EncodeToString(sum.Sum(nil)), nil
 }

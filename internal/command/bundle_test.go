@@ -70,3 +70,55 @@ func TestBundleCommands(t *testing.T) {
 	run(t, "bundle", "push", "-archive", archive, tampered).expect(t, 1, nil, nil)
 	run(t, "bundle", "ls", "-archive", archive).expect(t, 0, []string{digest}, nil)
 }
+
+// A Python app packed as a python3 bundle: its directory and a vendored
+// dependency, the manifest's WSGI application and Python requirement shown
+// by verify and ls; the flags of one runtime refused for the other.
+func TestBundlePackPython(t *testing.T) {
+	t.Setenv("STICKYD_BUNDLE_ARCHIVE", "")
+	src := t.TempDir()
+	for name, body := range map[string]string{
+		"app/shop/__init__.py":         "",
+		"app/shop/wsgi.py":             "def application(environ, start_response):\n    return []\n",
+		"app/shop/__pycache__/x.pyc":   "bytecode",
+		"vendor/tally/__init__.py":     "N = 1\n",
+		"sdk/stickyd/__init__.py":      "",
+		"sdk/stickyd/worker.py":        "",
+		"sdk/tests/test_not_packed.py": "",
+	} {
+		p := filepath.Join(src, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "shop.tar.gz")
+	source := "https://git.example.com/acme/shop.git@" + strings.Repeat("ab", 20)
+	args := []string{"bundle", "pack", "-app", filepath.Join(src, "app"), "-deps", filepath.Join(src, "vendor"), "-sdk", filepath.Join(src, "sdk"),
+		"-wsgi", "shop.wsgi:application", "-requires-python", ">=3.9", "-name", "shop", "-version", "1.0.0", "-arg", "--threads", "-arg", "16",
+		"-source", source, "-o", out}
+	r := run(t, args...)
+	r.expect(t, 0, []string{"Packed shop 1.0.0", "sha256:"}, nil)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	digest := lines[len(lines)-1]
+	run(t, args...).expect(t, 0, []string{digest}, nil)
+	run(t, "bundle", "verify", out).expect(t, 0, []string{"Verified " + digest, "Runtime   = python3", "Entry     = app/shop/wsgi.py --threads 16",
+		"WSGI      = shop.wsgi:application", "Python    = >=3.9", "Path      = app deps", "Files     = 5"}, nil)
+	archive := t.TempDir()
+	run(t, "bundle", "push", "-archive", archive, out).expect(t, 0, []string{digest}, nil)
+	run(t, "bundle", "ls", "-archive", archive).expect(t, 0, []string{digest, "shop", "1.0.0", "python3"}, nil)
+
+	app := filepath.Join(src, "app")
+	run(t, "bundle", "pack", "-app", app, "-name", "shop", "-version", "1", "-source", source, "-o", out).
+		expect(t, 1, nil, []string{"missing -wsgi, -requires-python (or -interpreter)"})
+	run(t, "bundle", "pack", "-runtime", "python3", "-dir", app, "-entry", "shop/wsgi.py", "-wsgi", "shop.wsgi:application", "-interpreter", "python3",
+		"-name", "shop", "-version", "1", "-source", source, "-o", out).expect(t, 1, nil, []string{"takes -app", "not -dir and -entry"})
+	run(t, "bundle", "pack", "-runtime", "go-plugin", "-dir", app, "-entry", "shop/wsgi.py", "-wsgi", "shop.wsgi:application",
+		"-name", "shop", "-version", "1", "-source", source, "-o", out).expect(t, 1, nil, []string{"are for -runtime python3"})
+	run(t, "bundle", "pack", "-app", app, "-wsgi", "shop.missing:application", "-requires-python", ">=3.9",
+		"-name", "shop", "-version", "1", "-source", source, "-o", out).expect(t, 1, nil, []string{"module shop.missing is not in the bundle"})
+	run(t, "bundle", "pack", "-app", app, "-wsgi", "shop.wsgi:application", "-requires-python", "3.11",
+		"-name", "shop", "-version", "1", "-source", source, "-o", out).expect(t, 1, nil, []string{`"3.11" is not a version specifier`})
+}

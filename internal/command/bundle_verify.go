@@ -76,8 +76,21 @@ func manifestSummary(digest string, m *bundle.Manifest) string {
 		fmt.Sprintf("Version   = %s", m.Version),
 		fmt.Sprintf("Runtime   = %s", m.Runtime),
 		fmt.Sprintf("Entry     = %s %s", m.Entry, strings.Join(m.Args, " ")),
-		fmt.Sprintf("Files     = %d (%s)", len(m.Files), formatBytes(size)),
 	}
+	if py := m.Python; py != nil {
+		python := py.RequiresPython
+		switch {
+		case python == "":
+			python = py.Interpreter
+		case py.Interpreter != "":
+			python += " (" + py.Interpreter + ")"
+		}
+		lines = append(lines, fmt.Sprintf("WSGI      = %s", py.WSGI), fmt.Sprintf("Python    = %s", python),
+			fmt.Sprintf("Path      = %s", strings.Join(py.Path, " ")))
+	}
+	lines = append(lines,
+		fmt.Sprintf("Files     = %d (%s)", len(m.Files), formatBytes(size)),
+	)
 	keys := make([]string, 0, len(m.Toolchain))
 	for k := range m.Toolchain {
 		keys = append(keys, k)

@@ -2,9 +2,12 @@ package groups
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/stickyd/stickyd/internal/bundle"
@@ -49,9 +52,11 @@ func OpenBundles(src *BundleSource, dataDir string) (*bundle.Cache, error) {
 }
 
 // bundleLauncher opens a group's bundle from the archive (through the local
-// cache: verified, unpacked read-only) and runs its entry point with the
-// manifest's arguments. Nothing is installed or built: a bundle that is not
-// in the archive, or fails verification, is refused with the reason.
+// cache: verified, unpacked read-only) and runs it: a go-plugin bundle's
+// entry point with the manifest's arguments, a python3 bundle's WSGI
+// application in the Python worker (pythonBundleLauncher). Nothing is
+// installed or built: a bundle that is not in the archive, or fails
+// verification, is refused with the reason.
 func (l *Launchers) bundleLauncher(r Recipe) (host.Launcher, error) {
 	if l.cfg.Bundles == nil {
 		return nil, fmt.Errorf("bundle %s: this agent has no bundles block naming an archive", r.Bundle)
@@ -64,8 +69,12 @@ func (l *Launchers) bundleLauncher(r Recipe) (host.Launcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rt := o.Manifest.Runtime; rt != "" && rt != "go-plugin" {
-		return nil, fmt.Errorf("bundle %s needs runtime %q; this agent runs go-plugin bundles", r.Bundle, rt)
+	switch rt := o.Manifest.Runtime; rt {
+	case "", bundle.RuntimeGoPlugin:
+	case bundle.RuntimePython3:
+		return l.pythonBundleLauncher(ctx, r, o)
+	default:
+		return nil, fmt.Errorf("bundle %s needs runtime %q; this agent runs go-plugin and python3 bundles", r.Bundle, rt)
 	}
 	env := append(l.workerEnv(r), "STICKYD_BUNDLE="+o.Digest)
 	l.cfg.Logger.Info("running a bundle", "bundle", o.Digest, "name", o.Manifest.Name, "version", o.Manifest.Version, "entry", o.EntryPath())
@@ -73,8 +82,114 @@ func (l *Launchers) bundleLauncher(r Recipe) (host.Launcher, error) {
 		PlainChannel: r.PlainChannel, Logger: l.cfg.Logger.Named("plugin")}, nil
 }
 
+// pythonBundleLauncher runs a python3 bundle through the python3 recipe's
+// launcher (pythonLauncher): `PYTHON -m stickyd.worker WSGI --name NAME
+// --version VERSION ARGS...` with the bundle's python path (its app and
+// its dependencies, read-only in the cache) on PYTHONPATH after the
+// agent's python_sdk and before the recipe's own PYTHONPATH, on the
+// interpreter the recipe names, else the one the manifest names, else
+// the system's; that interpreter must meet the manifest's
+// requires_python.
+func (l *Launchers) pythonBundleLauncher(ctx context.Context, r Recipe, o *bundle.Opened) (host.Launcher, error) {
+	m := o.Manifest
+	interp, err := bundlePython(ctx, r.Interpreter, m)
+	if err != nil {
+		return nil, fmt.Errorf("bundle %s (%s %s): %w", o.Digest, m.Name, m.Version, err)
+	}
+	pr := Recipe{Group: r.Group, Runtime: RuntimePython3, Interpreter: interp, Command: m.Python.WSGI, PlainChannel: r.PlainChannel}
+	pr.Args = append([]string{"--name", m.Name, "--version", m.Version}, m.Args...)
+	pr.Args = append(pr.Args, r.Args...)
+	pr.Env = make(map[string]string, len(r.Env)+2)
+	for k, v := range r.Env {
+		pr.Env[k] = v
+	}
+	path := o.PythonPath()
+	if p := r.Env["PYTHONPATH"]; p != "" {
+		path = append(path, p)
+	}
+	pr.Env["PYTHONPATH"] = strings.Join(path, string(filepath.ListSeparator))
+	pr.Env["STICKYD_BUNDLE"] = o.Digest
+	l.cfg.Logger.Info("running a bundle", "bundle", o.Digest, "name", m.Name, "version", m.Version, "runtime", m.Runtime,
+		"wsgi", m.Python.WSGI, "interpreter", interp)
+	return l.pythonLauncher(pr)
+}
+
+// errNoInterpreter is bundlePython's error for an interpreter this agent
+// does not have.
+var errNoInterpreter = errors.New("no such interpreter on this agent")
+
+// pythonProbeTimeout bounds the run of an interpreter that reports its
+// version.
+const pythonProbeTimeout = 15 * time.Second
+
+// bundlePython resolves the interpreter a python3 bundle's workers run on
+// (the recipe's, else the manifest's, else the system's /usr/bin/python3)
+// to an absolute path, and checks that its version meets the manifest's
+// requires_python. A name is looked up on PATH; a virtualenv's bin/python
+// keeps its path.
+func bundlePython(ctx context.Context, recipeInterpreter string, m *bundle.Manifest) (string, error) {
+	name, whose := recipeInterpreter, "the group's interpreter"
+	if name == "" && m.Python.Interpreter != "" {
+		name, whose = m.Python.Interpreter, "the bundle's interpreter"
+	}
+	if name == "" {
+		name, whose = pythonInterpreter, "the system's Python"
+	}
+	found, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%w: it runs on %s %q: %v", errNoInterpreter, whose, name, err)
+	}
+	abs, err := filepath.Abs(found)
+	if err != nil {
+		return "", fmt.Errorf("interpreter %q: %w", name, err)
+	}
+	if m.Python.RequiresPython == "" {
+		return abs, nil
+	}
+	req, err := bundle.ParseRequiresPython(m.Python.RequiresPython)
+	if err != nil {
+		return "", err // Validate let it through: it parses
+	}
+	v, err := pythonVersion(ctx, abs)
+	if err != nil {
+		return "", fmt.Errorf("reading the version of %s %s: %w", whose, abs, err)
+	}
+	ok, err := req.Allows(v)
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %w", whose, abs, err)
+	}
+	if !ok {
+		return "", fmt.Errorf("needs Python %s (its requires_python); %s here, %s, is Python %s", m.Python.RequiresPython, whose, abs, v)
+	}
+	return abs, nil
+}
+
+// pythonVersion runs an interpreter to learn its version, "3.11.2"
+// (sys.version_info's release numbers), isolated from the environment's
+// PYTHON* variables and the user's site-packages.
+func pythonVersion(ctx context.Context, interp string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, pythonProbeTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, interp, "-I", "-c", `import sys; print("%d.%d.%d" % sys.version_info[:3])`)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if len(msg) > 300 {
+			msg = msg[len(msg)-300:]
+		}
+		return "", fmt.Errorf("%v %s", err, msg)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
 // CheckBundle makes sure a bundle a new group names is in the archive and
-// verifies (it is unpacked into the cache on the way).
+// verifies (it is unpacked into the cache on the way), and that this agent
+// can run its runtime. For a python3 bundle, the interpreter it names (or
+// the system's) must meet its requires_python when this agent has it; an
+// interpreter this agent lacks is left to the agents that run the group,
+// which check it at launch.
 func (l *Launchers) CheckBundle(ctx context.Context, digest string) error {
 	if l.cfg.Bundles == nil {
 		return fmt.Errorf("this agent has no bundles block naming an archive")
@@ -83,8 +198,21 @@ func (l *Launchers) CheckBundle(ctx context.Context, digest string) error {
 	if err != nil {
 		return err
 	}
-	if rt := o.Manifest.Runtime; rt != "" && rt != "go-plugin" {
-		return fmt.Errorf("bundle %s needs runtime %q; agents run go-plugin bundles", digest, rt)
+	switch rt := o.Manifest.Runtime; rt {
+	case "", bundle.RuntimeGoPlugin:
+		return nil
+	case bundle.RuntimePython3:
+		_, err := bundlePython(ctx, "", o.Manifest)
+		if errors.Is(err, errNoInterpreter) {
+			l.cfg.Logger.Warn("a python3 bundle's interpreter is not on this agent; the agents that run its group check it at launch",
+				"bundle", o.Digest, "error", err)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s %s %w", o.Manifest.Name, o.Manifest.Version, err)
+		}
+		return nil
+	default:
+		return fmt.Errorf("bundle %s needs runtime %q; agents run go-plugin and python3 bundles", digest, rt)
 	}
-	return nil
 }

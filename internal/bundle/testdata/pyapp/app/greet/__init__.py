@@ -1,0 +1,1 @@
+"""A WSGI app for the bundle tests: it greets with its dependency."""

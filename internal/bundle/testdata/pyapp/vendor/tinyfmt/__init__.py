@@ -1,0 +1,5 @@
+__version__ = "1.0"
+
+
+def shout(s):
+    return s.upper() + "!"
