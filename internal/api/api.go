@@ -69,8 +69,9 @@ type Config struct {
 	GroupsView      func() GroupsView
 	CheckGovernance func(governance []byte) error
 	// CheckBundle, if set, checks that a new group's bundle is in the
-	// archive and verifies.
-	CheckBundle func(ctx context.Context, digest string) error
+	// archive and verifies, and that interpreter ("": the bundle's own)
+	// suits it; it returns the bundle's runtime (go-plugin or python3).
+	CheckBundle func(ctx context.Context, digest, interpreter string) (string, error)
 	// Monitor composes the whole pool's reading with the page of people q
 	// selects (GET /v1/monitor); MonitorLocal this agent's part of it
 	// (GET /v1/monitor/local), with the usage of the people q names.

@@ -214,6 +214,7 @@ func (a *server) putGroup(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &req); err != nil {
 		return err
 	}
+	explicit := req.Runtime // as asked, before the defaults
 	set := 0
 	for _, s := range []string{req.Bundle, req.Command, req.Builtin} {
 		if s != "" {
@@ -228,13 +229,14 @@ func (a *server) putGroup(w http.ResponseWriter, r *http.Request) error {
 		req.Runtime = "builtin"
 	case req.Runtime == "":
 		req.Runtime = "go-plugin"
-	case req.Runtime == "python3" && req.Command == "":
-		// The Python worker hosts a WSGI app: command names it.
-		return &Error{Status: http.StatusBadRequest, Message: "runtime \"python3\": give \"command\", the WSGI application as MODULE:CALLABLE"}
+	case req.Runtime == "python3" && req.Command == "" && req.Bundle == "":
+		// The Python worker hosts a WSGI app: command (or a bundle's
+		// manifest) names it.
+		return &Error{Status: http.StatusBadRequest, Message: "runtime \"python3\": give \"command\", the WSGI application as MODULE:CALLABLE, or a python3 bundle"}
 	case req.Runtime != "go-plugin" && req.Runtime != "builtin" && req.Runtime != "python3":
 		return &Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("runtime %q: this agent runs \"go-plugin\", \"builtin\" and \"python3\"", req.Runtime)}
 	}
-	if req.Interpreter != "" && req.Runtime != "python3" {
+	if req.Interpreter != "" && req.Runtime != "python3" && req.Bundle == "" {
 		return &Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("interpreter %q is for runtime \"python3\" (a %s worker is its own binary)", req.Interpreter, req.Runtime)}
 	}
 	if req.Workers == 0 {
@@ -257,9 +259,15 @@ func (a *server) putGroup(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if req.Bundle != "" && a.cfg.CheckBundle != nil {
-		if err := a.cfg.CheckBundle(r.Context(), req.Bundle); err != nil {
+		// The bundle's manifest says what runs it.
+		rt, err := a.cfg.CheckBundle(r.Context(), req.Bundle, req.Interpreter)
+		if err != nil {
 			return &Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("bundle %s: %v", req.Bundle, err)}
 		}
+		if explicit != "" && explicit != rt {
+			return &Error{Status: http.StatusBadRequest, Message: fmt.Sprintf("bundle %s is a %s bundle, not %s", req.Bundle, rt, explicit)}
+		}
+		req.Runtime = rt
 	}
 	e := fsm.GroupEntry{Name: name, Runtime: req.Runtime, Interpreter: req.Interpreter, Bundle: req.Bundle, Command: req.Command, Args: req.Args,
 		Env: req.Env, Builtin: req.Builtin, Workers: req.Workers, MemoryMaxMB: req.MemoryMaxMB, Limits: req.Limits}

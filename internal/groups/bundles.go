@@ -186,33 +186,37 @@ func pythonVersion(ctx context.Context, interp string) (string, error) {
 
 // CheckBundle makes sure a bundle a new group names is in the archive and
 // verifies (it is unpacked into the cache on the way), and that this agent
-// can run its runtime. For a python3 bundle, the interpreter it names (or
-// the system's) must meet its requires_python when this agent has it; an
-// interpreter this agent lacks is left to the agents that run the group,
-// which check it at launch.
-func (l *Launchers) CheckBundle(ctx context.Context, digest string) error {
+// can run its runtime, which it returns (go-plugin or python3). For a
+// python3 bundle, interpreter (the group's; "": the one the bundle names,
+// or the system's) must meet its requires_python when this agent has it;
+// an interpreter this agent lacks is left to the agents that run the
+// group, which check it at launch.
+func (l *Launchers) CheckBundle(ctx context.Context, digest, interpreter string) (string, error) {
 	if l.cfg.Bundles == nil {
-		return fmt.Errorf("this agent has no bundles block naming an archive")
+		return "", fmt.Errorf("this agent has no bundles block naming an archive")
 	}
 	o, err := l.cfg.Bundles.Open(ctx, digest)
 	if err != nil {
-		return err
+		return "", err
 	}
 	switch rt := o.Manifest.Runtime; rt {
 	case "", bundle.RuntimeGoPlugin:
-		return nil
+		if interpreter != "" {
+			return "", fmt.Errorf("interpreter %q is for a python3 bundle; %s %s is a go-plugin bundle (its own binary)", interpreter, o.Manifest.Name, o.Manifest.Version)
+		}
+		return bundle.RuntimeGoPlugin, nil
 	case bundle.RuntimePython3:
-		_, err := bundlePython(ctx, "", o.Manifest)
+		_, err := bundlePython(ctx, interpreter, o.Manifest)
 		if errors.Is(err, errNoInterpreter) {
 			l.cfg.Logger.Warn("a python3 bundle's interpreter is not on this agent; the agents that run its group check it at launch",
 				"bundle", o.Digest, "error", err)
-			return nil
+			return bundle.RuntimePython3, nil
 		}
 		if err != nil {
-			return fmt.Errorf("%s %s %w", o.Manifest.Name, o.Manifest.Version, err)
+			return "", fmt.Errorf("%s %s %w", o.Manifest.Name, o.Manifest.Version, err)
 		}
-		return nil
+		return bundle.RuntimePython3, nil
 	default:
-		return fmt.Errorf("bundle %s needs runtime %q; agents run go-plugin and python3 bundles", digest, rt)
+		return "", fmt.Errorf("bundle %s needs runtime %q; agents run go-plugin and python3 bundles", digest, rt)
 	}
 }

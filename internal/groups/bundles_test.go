@@ -137,7 +137,7 @@ func TestPythonBundleInterpreterChecks(t *testing.T) {
 			t.Fatalf("the system's Python 3 for a bundle needing <3: %v", err)
 		}
 		// Refused when the group is created too, with the same words.
-		err = l.CheckBundle(context.Background(), never)
+		_, err = l.CheckBundle(context.Background(), never, "")
 		if err == nil || !strings.Contains(err.Error(), "shop 1.2.0 needs Python <3") {
 			t.Fatalf("CheckBundle of a bundle needing <3: %v", err)
 		}
@@ -148,7 +148,7 @@ func TestPythonBundleInterpreterChecks(t *testing.T) {
 	}
 	// An agent without it accepts the group: the agents that run it
 	// check it at launch.
-	if err := l.CheckBundle(context.Background(), missing); err != nil {
+	if _, err := l.CheckBundle(context.Background(), missing, ""); err != nil {
 		t.Fatalf("CheckBundle with the interpreter elsewhere: %v", err)
 	}
 }
@@ -163,14 +163,19 @@ func TestCheckPythonBundle(t *testing.T) {
 	ok := pyBundle(t, ar, bundle.Python{RequiresPython: "==3.42.*", Interpreter: "python3.42"})
 	bad := pyBundle(t, ar, bundle.Python{RequiresPython: "~=3.43", Interpreter: "python3.42"})
 	l := NewLaunchers(LaunchersConfig{Agent: "a", Bundles: &bundle.Cache{Dir: t.TempDir(), Archive: ar}})
-	if err := l.CheckBundle(context.Background(), ok); err != nil {
-		t.Fatalf("a bundle this agent can run: %v", err)
+	if rt, err := l.CheckBundle(context.Background(), ok, ""); err != nil || rt != bundle.RuntimePython3 {
+		t.Fatalf("a bundle this agent can run: %q %v", rt, err)
 	}
-	err := l.CheckBundle(context.Background(), bad)
+	// The group's own interpreter, instead of the bundle's, is checked.
+	fakePython(t, bin, "python3.43", "3.43.1")
+	if _, err := l.CheckBundle(context.Background(), bad, "python3.43"); err != nil {
+		t.Fatalf("a bundle with a group interpreter that meets it: %v", err)
+	}
+	_, err := l.CheckBundle(context.Background(), bad, "")
 	if err == nil || !strings.Contains(err.Error(), "needs Python ~=3.43 (its requires_python); the bundle's interpreter here, "+filepath.Join(bin, "python3.42")+", is Python 3.42.0") {
 		t.Fatalf("a bundle needing another Python: %v", err)
 	}
-	if err := l.CheckBundle(context.Background(), "sha256:"+strings.Repeat("1", 64)); err == nil || !strings.Contains(err.Error(), "not found") {
+	if _, err := l.CheckBundle(context.Background(), "sha256:"+strings.Repeat("1", 64), ""); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Fatalf("a bundle not in the archive: %v", err)
 	}
 }

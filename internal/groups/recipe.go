@@ -104,7 +104,7 @@ func NewLaunchers(cfg LaunchersConfig) *Launchers {
 // application in the Python worker.
 func (l *Launchers) Launcher(r Recipe) (host.Launcher, error) {
 	switch {
-	case r.Runtime == RuntimePython3:
+	case r.Runtime == RuntimePython3 && r.Bundle == "":
 		return l.pythonLauncher(r)
 	case r.Builtin != "":
 		b, ok := l.cfg.Builtins[r.Builtin]

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -149,6 +150,14 @@ group "v1" {
 		t.Fatalf("stickyd group create v2: exit %d\n%s", code, out)
 	}
 	waitFor(t, 60*time.Second, "group v2's 2 workers ready", func() bool { return len(pyWorkers(t, p, "v2")) == 2 })
+	// The catalog says what runs it: the bundle's runtime.
+	if code, body := adminCallAt(t, p.admin, "GET", "/v1/groups", testToken); code != 200 || !regexp.MustCompile(`"name":"v2"[^}]*"runtime":"python3"`).MatchString(body) {
+		t.Fatalf("GET /v1/groups: the python3 bundle's group: %d %.600s", code, body)
+	}
+	// A go-plugin runtime asked for a python3 bundle is refused.
+	if out, code := runCLI(t, p.admin, "group", "create", "-bundle", r2, "-runtime", "go-plugin", "v8"); code != 1 || !strings.Contains(out, "is a python3 bundle, not go-plugin") {
+		t.Fatalf("a go-plugin group of a python3 bundle: exit %d\n%s", code, out)
+	}
 
 	// Six people log in; everyone keeps adding notes from now on.
 	const people = 6
