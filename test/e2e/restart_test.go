@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -67,6 +68,9 @@ type procSpec struct {
 	// nofile, when set, is the open-file limit (soft and hard) the agent
 	// runs under.
 	nofile int
+	// app is the application the group's workers serve (this binary as
+	// its worker); default counter.
+	app string
 }
 
 // onIP moves a loopback address picked by freePort to ip.
@@ -118,10 +122,10 @@ group "web" {
   workers = %d
   plugin {
     command = %q
-    env     = { %s = "counter" }
+    env     = { %s = %q }
   }
 %s}
-`, name, filepath.Join(p.dir, "data"), expect, raftBind, onIP(freePort(t), sp.ip), joins, raftExtra, p.front, sp.front, p.admin, testToken, sp.adminExtra, workers, exe, workerEnv, sp.group)
+`, name, filepath.Join(p.dir, "data"), expect, raftBind, onIP(freePort(t), sp.ip), joins, raftExtra, p.front, sp.front, p.admin, testToken, sp.adminExtra, workers, exe, workerEnv, cmp.Or(sp.app, "counter"), sp.group)
 	cfg += strings.Join(extra, "\n")
 	if err := os.WriteFile(filepath.Join(p.dir, "stickyd.hcl"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

@@ -472,3 +472,24 @@ func checkEvents(t *testing.T, b *browser, path string) {
 		t.Fatalf("%s: %q %v", path, events, err)
 	}
 }
+
+// A stream crosses agents: the browser's front is one agent's, the
+// person's worker another's; the reads of the rest of the body travel the
+// peer link to the worker that answered, and each block still arrives as
+// it is written.
+func TestSiteStreamsAcrossAgents(t *testing.T) {
+	ps, leader := startClusterSpec(t, 2, func(int) procSpec { return procSpec{workers: 1, app: "site"} })
+	b := procBrowser(t, ps[0])
+	b.cart()
+	b.post("/login", "user=streamer")
+	if w := b.cart().Worker; w != "s2.web-1" {
+		if code, body := adminPost(t, ps[leader].admin, "/v1/users/streamer/move", `{"to":"s2.web-1"}`); code != 200 {
+			t.Fatalf("moving streamer to s2.web-1: %d %s", code, body)
+		}
+	}
+	if w := b.cart().Worker; w != "s2.web-1" {
+		t.Fatalf("streamer is on %s, want s2.web-1 behind s1's front", w)
+	}
+	checkStreamed(t, b, "/e2e/stream?n=4", nil)
+	checkEvents(t, b, "/e2e/events")
+}
