@@ -173,7 +173,11 @@ type Front struct {
 	// older_key, invalid).
 	cookieChecks   *prometheus.CounterVec
 	cookieRenewals prometheus.Counter
-	upgrader       websocket.Upgrader
+	// streams counts the streamed site responses being sent (stream.go);
+	// streamsEnded counts them by how they ended.
+	streams      atomic.Int64
+	streamsEnded *prometheus.CounterVec
+	upgrader     websocket.Upgrader
 	mux            *http.ServeMux
 	// root is the front's context; Close cancels it and closes the
 	// sockets open.
@@ -290,8 +294,18 @@ func New(cfg Config) (*Front, error) {
 	for _, r := range []string{"current_key", "older_key", "older_form", "invalid", "expired"} {
 		f.cookieChecks.WithLabelValues(r)
 	}
+	f.streamsEnded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "stickyd_front_site_streams_ended_total",
+		Help: "Streamed site responses by how they ended: whole (the handler finished), client_left (the client or a write timed out), worker (a read failed: the worker or its host is gone, or gave the stream up), handler_failed (after the headers), stopping (the front's stop).",
+	}, []string{"how"})
+	for _, r := range []string{streamWhole, streamClientLeft, streamWorker, streamHandlerFailed, streamStopping} {
+		f.streamsEnded.WithLabelValues(r)
+	}
 	if cfg.Registry != nil {
-		cfg.Registry.MustRegister(f.cookieChecks, f.cookieRenewals,
+		cfg.Registry.MustRegister(f.cookieChecks, f.cookieRenewals, f.streamsEnded,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "stickyd_front_site_streams", Help: "Streamed site responses being sent (each holds its client's connection and one goroutine; its worker holds at most 1 MiB of it unread)."}, func() float64 {
+				return float64(f.streams.Load())
+			}),
 			// Routers and writers are bounded by the sockets with work
 			// (a frame routing, answers waiting); idle ones stop after a
 			// ping interval (route.go).

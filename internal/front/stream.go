@@ -24,6 +24,26 @@ const streamReadWait = 15 * time.Second
 // front's stop cancels the stream in the worker and cuts the response (the
 // status is sent: the client sees a body that stops without its end).
 func (f *Front) streamBody(ctx context.Context, w http.ResponseWriter, worker string, stream uint64) error {
+	f.streams.Add(1)
+	defer f.streams.Add(-1)
+	how, err := f.sendStream(ctx, w, worker, stream)
+	if how == streamClientLeft && f.root.Err() != nil {
+		how = streamStopping
+	}
+	f.streamsEnded.WithLabelValues(how).Inc()
+	return err
+}
+
+// How a streamed response ended (stickyd_front_site_streams_ended_total).
+const (
+	streamWhole         = "whole"
+	streamClientLeft    = "client_left"
+	streamWorker        = "worker"
+	streamHandlerFailed = "handler_failed"
+	streamStopping      = "stopping"
+)
+
+func (f *Front) sendStream(ctx context.Context, w http.ResponseWriter, worker string, stream uint64) (string, error) {
 	rc := http.NewResponseController(w)
 	flush := func() error {
 		_ = rc.SetWriteDeadline(time.Now().Add(f.cfg.WriteTimeout))
@@ -31,23 +51,24 @@ func (f *Front) streamBody(ctx context.Context, w http.ResponseWriter, worker st
 	}
 	if err := flush(); err != nil {
 		f.cancelStream(worker, stream)
-		return errStreamCut
+		return streamClientLeft, errStreamCut
 	}
 	read := &protocol.Frame{Kind: &protocol.Frame_Read{Read: &protocol.HTTPRead{Stream: stream, WaitMs: uint32(streamReadWait / time.Millisecond)}}}
 	for {
 		rep, err := f.call(ctx, worker, read, streamReadWait+f.cfg.FrameTimeout)
 		if err != nil {
 			f.cancelStream(worker, stream)
-			if ctx.Err() == nil {
-				f.log.Warn("a streamed response was cut: its worker did not answer a read", "worker", worker, "stream", stream, "error", err)
+			if ctx.Err() != nil {
+				return streamClientLeft, errStreamCut
 			}
-			return errStreamCut
+			f.log.Warn("a streamed response was cut: its worker did not answer a read", "worker", worker, "stream", stream, "error", err)
+			return streamWorker, errStreamCut
 		}
 		b := rep.GetBody()
 		if b == nil {
 			f.cancelStream(worker, stream)
 			f.log.Warn("a streamed response was cut: its worker answered a read without a body", "worker", worker, "stream", stream)
-			return errStreamCut
+			return streamWorker, errStreamCut
 		}
 		if len(b.Data) > 0 {
 			_ = rc.SetWriteDeadline(time.Now().Add(f.cfg.WriteTimeout))
@@ -55,19 +76,19 @@ func (f *Front) streamBody(ctx context.Context, w http.ResponseWriter, worker st
 				if !b.End {
 					f.cancelStream(worker, stream)
 				}
-				return errStreamCut
+				return streamClientLeft, errStreamCut
 			}
 			if err := flush(); err != nil && !b.End {
 				f.cancelStream(worker, stream)
-				return errStreamCut
+				return streamClientLeft, errStreamCut
 			}
 		}
 		if b.End {
 			if b.Error != "" {
 				f.log.Warn("a streamed response was cut: its handler failed after the headers", "worker", worker, "stream", stream, "error", b.Error)
-				return errStreamCut
+				return streamHandlerFailed, errStreamCut
 			}
-			return nil
+			return streamWhole, nil
 		}
 	}
 }

@@ -339,10 +339,27 @@ func TestSiteStreamsAndCookies(t *testing.T) {
 			})
 			checkEvents(t, b, "/e2e/events")
 
+			// A client that leaves mid-stream: the front cancels the stream
+			// in the worker and counts how it ended.
+			resp, err := b.http.Get(b.base + "/e2e/stream?n=50")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			waitFor(t, 20*time.Second, "the streams counted", func() bool {
+				_, m := adminCall(t, a, "GET", "/v1/metrics", testToken, "")
+				return strings.Contains(m, `stickyd_front_site_streams_ended_total{how="whole"} 2`) &&
+					strings.Contains(m, `stickyd_front_site_streams_ended_total{how="client_left"} 1`) &&
+					strings.Contains(m, "stickyd_front_site_streams 0")
+			})
+
 			const sent = `plain=1; cart="apple\054pear"; spaced=a b; quote="x\"y"; name=Zoë`
 			req, _ := http.NewRequest("GET", b.base+"/e2e/cookies", nil)
 			req.Header.Set("Cookie", sent) // the jar adds stickyd's after it
-			resp, err := b.http.Do(req)
+			resp, err = b.http.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
