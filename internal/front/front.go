@@ -178,7 +178,7 @@ type Front struct {
 	streams      atomic.Int64
 	streamsEnded *prometheus.CounterVec
 	upgrader     websocket.Upgrader
-	mux            *http.ServeMux
+	mux          *http.ServeMux
 	// root is the front's context; Close cancels it and closes the
 	// sockets open.
 	root     context.Context
