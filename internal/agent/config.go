@@ -567,6 +567,16 @@ type PluginConfig struct {
 	// certificates and no other local process can speak on the channel).
 	// For a worker binary built with a go-plugin older than AutoMTLS.
 	PlainChannel bool `hcl:"plain_channel,optional"`
+	// Template, for a python3 group, builds the app once in a template
+	// process and forks every worker from it (docs/templates.md).
+	Template *PluginTemplate `hcl:"template,block"`
+}
+
+// PluginTemplate is a python3 group's template.
+type PluginTemplate struct {
+	// Build is the build step, MODULE:FUNCTION, run once in the template
+	// after the app is imported (loading data, warming caches).
+	Build string `hcl:"build"`
 }
 
 // LoadConfig reads and checks an HCL configuration file.
@@ -756,6 +766,14 @@ func (c *Config) Finish() error {
 			}
 			if p.Interpreter != "" && p.Runtime != RuntimePython3 {
 				return fmt.Errorf("group %q: plugin interpreter %q is for runtime %q (a go-plugin worker is its own binary)", g.Name, p.Interpreter, RuntimePython3)
+			}
+			if t := p.Template; t != nil {
+				if p.Runtime != RuntimePython3 {
+					return fmt.Errorf("group %q: a plugin template is for runtime %q (a Go worker maps an engine image instead: docs/templates.md)", g.Name, RuntimePython3)
+				}
+				if mod, fn, ok := strings.Cut(t.Build, ":"); !ok || mod == "" || fn == "" {
+					return fmt.Errorf("group %q: template build %q: give the build step as MODULE:FUNCTION", g.Name, t.Build)
+				}
 			}
 		}
 		if g.Bundle != "" {

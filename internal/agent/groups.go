@@ -44,6 +44,9 @@ func configuredGroups(c *Config) []groups.Group {
 		if p := g.Plugin; p != nil {
 			r.Runtime, r.Command, r.Args, r.Env, r.PlainChannel = p.Runtime, p.Command, p.Args, p.Env, p.PlainChannel
 			r.Interpreter = p.Interpreter
+			if p.Template != nil {
+				r.TemplateBuild = p.Template.Build
+			}
 		}
 		out = append(out, groups.Group{Recipe: r, Workers: g.Workers, MemoryMaxMB: g.MemoryMaxMB, Limits: g.limits()})
 	}

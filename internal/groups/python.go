@@ -59,6 +59,11 @@ func (l *Launchers) pythonLauncher(r Recipe) (host.Launcher, error) {
 		// checkout: the worker leaves no __pycache__ behind.
 		set("PYTHONDONTWRITEBYTECODE", "1")
 	}
+	if r.TemplateBuild != "" {
+		args := append([]string{"-m", "stickyd.template", "--build", r.TemplateBuild, r.Command}, r.Args...)
+		return &host.TemplateLauncher{Command: interpreter, Args: args, Env: env, PlainChannel: r.PlainChannel,
+			Logger: l.cfg.Logger.Named("plugin").With("group", r.Group)}, nil
+	}
 	args := append([]string{"-m", "stickyd.worker", r.Command}, r.Args...)
 	return &host.PluginLauncher{Command: interpreter, Args: args, Env: env, PlainChannel: r.PlainChannel, Logger: l.cfg.Logger.Named("plugin")}, nil
 }

@@ -56,6 +56,10 @@ type Recipe struct {
 	// Interpreter is the Python of a RuntimePython3 recipe ("": the
 	// system's, /usr/bin/python3).
 	Interpreter string
+	// TemplateBuild, for a RuntimePython3 recipe, is the build step
+	// (MODULE:FUNCTION) of the template process its workers are forked
+	// from; "" starts each worker on its own.
+	TemplateBuild string
 }
 
 // LaunchersConfig is what Launchers builds launchers from: values of the

@@ -56,7 +56,13 @@ func (l *PluginLauncher) Launch(ctx context.Context, id string) (Process, channe
 	cmd.Env = append(cmd.Environ(), l.Env...)
 	cmd.Env = append(cmd.Env, "STICKYD_WORKER_ID="+id)
 	setDeathSignal(cmd)
-	log := l.Logger
+	return launchPlugin(ctx, id, l.Command, l.PlainChannel, l.Logger, func(c *plugin.ClientConfig) { c.Cmd = cmd }, cmd)
+}
+
+// launchPlugin starts a go-plugin worker (set gives the client its Cmd or
+// its RunnerFunc; cmd, if not nil, is the process it runs) and opens its
+// channel.
+func launchPlugin(ctx context.Context, id, name string, plain bool, log hclog.Logger, set func(*plugin.ClientConfig), cmd *exec.Cmd) (Process, channel.Conn, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
@@ -65,19 +71,20 @@ func (l *PluginLauncher) Launch(ctx context.Context, id string) (Process, channe
 	// is logged at info, attributed to the worker.
 	appLog := log.Named(id)
 	stderr := newAppOutput(appLog, "stderr", true)
-	client := plugin.NewClient(&plugin.ClientConfig{
+	cfg := &plugin.ClientConfig{
 		HandshakeConfig:  channel.Handshake,
 		Plugins:          channel.PluginMap(nil),
-		Cmd:              cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		Logger:           appLog,
 		GRPCDialOptions:  channel.DialOptions(),
-		AutoMTLS:         !l.PlainChannel,
+		AutoMTLS:         !plain,
 		Managed:          false,
 		Stderr:           stderr,
 		SyncStdout:       newAppOutput(appLog, "stdout", false),
 		SyncStderr:       newAppOutput(appLog, "stderr", false),
-	})
+	}
+	set(cfg)
+	client := plugin.NewClient(cfg)
 	rpc, err := client.Client()
 	if err != nil {
 		client.Kill()
@@ -90,9 +97,9 @@ func (l *PluginLauncher) Launch(ctx context.Context, id string) (Process, channe
 				tail[i] = readableLine(line)
 			}
 			return nil, nil, fmt.Errorf("starting worker plugin %q: the worker ended before its handshake, saying:\n  %s\n(go-plugin: %w)",
-				l.Command, strings.Join(tail, "\n  "), err)
+				name, strings.Join(tail, "\n  "), err)
 		}
-		return nil, nil, fmt.Errorf("starting worker plugin %q: %w", l.Command, err)
+		return nil, nil, fmt.Errorf("starting worker plugin %q: %w", name, err)
 	}
 	raw, err := rpc.Dispense(channel.PluginName)
 	if err != nil {
@@ -134,7 +141,12 @@ func (p *pluginProcess) ExitStatus(wait time.Duration) string {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	// go-plugin sets Exited under its lock after cmd.Wait returned.
+	// go-plugin sets Exited under its lock after cmd.Wait returned. A
+	// worker forked from a template is no child of the agent's: its end
+	// is not told.
+	if p.cmd == nil {
+		return ""
+	}
 	if st := p.cmd.ProcessState; st != nil {
 		return st.String()
 	}

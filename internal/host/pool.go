@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -274,9 +276,19 @@ func (p *Pool) RemoveGroup(ctx context.Context, name, reason string) error {
 		}
 	}
 	p.mu.Lock()
+	g := p.groups[name]
 	delete(p.groups, name)
 	p.mu.Unlock()
+	closeLauncher(g.Launcher)
 	return nil
+}
+
+// closeLauncher lets go what a group's launcher holds besides its workers
+// (a template process).
+func closeLauncher(l Launcher) {
+	if c, ok := l.(io.Closer); ok {
+		_ = c.Close()
+	}
 }
 
 // Retire stops an empty worker for good and forgets its slot; the monitor
@@ -495,5 +507,11 @@ func (p *Pool) Close() error {
 		p.cancel()
 	}
 	p.wg.Wait()
+	p.mu.Lock()
+	groups := maps.Clone(p.groups)
+	p.mu.Unlock()
+	for _, g := range groups {
+		closeLauncher(g.Launcher)
+	}
 	return nil
 }

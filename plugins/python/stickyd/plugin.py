@@ -158,6 +158,17 @@ class _Channel:
             self._done.set()
 
 
+def _alive(pid):
+    """Whether process pid exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def check_host():
     """Exits, saying why, unless a go-plugin host that speaks this worker's
     plugin protocol started the process."""
@@ -261,10 +272,13 @@ def serve(make_runtime, hello, log, handshake):
     handshake.write("%d|%d|tcp|127.0.0.1:%d|grpc%s\n" % (CORE_PROTOCOL, APP_PROTOCOL, port, cert_field))
     handshake.flush()
     # Pdeathsig (Linux) kills a worker whose host died; elsewhere, notice
-    # that the parent changed.
+    # that the parent changed. A worker forked from a group's template
+    # (stickyd.template) has the template for its parent: it watches the
+    # host, whose pid the host gave it, instead.
     parent = os.getppid()
+    host = int(os.environ.get("STICKYD_HOST_PID") or 0)
     while not done.wait(1.0):
-        if os.getppid() != parent:
+        if (host and not _alive(host)) or (not host and os.getppid() != parent):
             log.warn("the host is gone; stopping")
             break
     server.stop(grace=1).wait(2)

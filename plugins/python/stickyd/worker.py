@@ -70,25 +70,42 @@ def _factory_call(spec, attr):
     return name, (args, kwargs)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python3 -m stickyd.worker", description="Runs a WSGI app as a stickyd worker.")
+def parser(prog, description):
+    """The worker's arguments (the template's take the same, and more)."""
+    ap = argparse.ArgumentParser(prog=prog, description=description)
     ap.add_argument("app", help="the WSGI application, MODULE[:CALLABLE]")
     ap.add_argument("--threads", type=int, default=8, help="threads running the app (default 8)")
     ap.add_argument("--name", default="", help="the app's name in the host's logs (default: the module)")
     ap.add_argument("--version", default="", help="the app's version (default: the module's __version__)")
-    args = ap.parse_args(argv)
-    check_host()
-    log = Log()
-    # stdout carries go-plugin's handshake line and nothing else: whatever
-    # the app (or a C extension, or a child process) prints to fd 1 goes to
-    # stderr, the host's log, from before the app is imported.
+    return ap
+
+
+def take_handshake():
+    """The file go-plugin reads the handshake line from: the process's
+    stdout. From now on stdout carries that line and nothing else: whatever
+    the app (or a C extension, or a child process) prints to fd 1 goes to
+    stderr, the host's log."""
     handshake = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
+    return handshake
+
+
+def main(argv=None):
+    args = parser("python3 -m stickyd.worker", "Runs a WSGI app as a stickyd worker.").parse_args(argv)
+    check_host()
+    log = Log()
+    handshake = take_handshake()
     try:
         module, app, hooks = load(args.app)
     except Exception as e:
         log.error("loading the WSGI application", app=args.app, error=repr(e), traceback=traceback.format_exc())
         return 1
+    run(args, log, handshake, module, app, hooks)
+
+
+def run(args, log, handshake, module, app, hooks):
+    """Serves the loaded app as a worker until its channel ends (the process
+    then exits)."""
     name = args.name or args.app.partition(":")[0]
     version = args.version or str(getattr(module, "__version__", ""))
     hello = pb.Hello(protocol_version=PROTOCOL_VERSION, app=name, app_version=version, pid=os.getpid())
