@@ -182,6 +182,19 @@ def check_host():
         sys.exit(1)
 
 
+def prepare():
+    """Readies what a worker's start needs besides the app (AutoMTLS's
+    cryptography): a template calls it before it forks, so each fork only
+    makes its own key and certificate."""
+    try:
+        import cryptography  # noqa: F401
+    except ImportError:
+        return  # said by the worker's start, with what to do
+    # One certificate made and dropped: the library's first one costs
+    # about 50 ms (its backend's start), a fork's then about 15.
+    _one_time_cert()
+
+
 def _one_time_cert():
     """A P-256 key and a self-signed certificate for this process's life,
     as go-plugin makes for AutoMTLS: named localhost, for both ends of TLS

@@ -32,7 +32,7 @@ import sys
 import time
 import traceback
 
-from .plugin import Log, check_host
+from .plugin import Log, check_host, prepare
 from .worker import load, parser, run, take_handshake
 
 # MAX_REQUEST bounds a fork request (the worker's environment).
@@ -69,6 +69,7 @@ def main(argv=None):
         log.error("building the template", app=args.app, build=args.build, error=repr(e),
                   traceback=traceback.format_exc())
         return 1
+    prepare()
     # What the build made stays where it is: the collector no longer walks
     # (and writes to) those objects, so the forks share their pages.
     gc.collect()

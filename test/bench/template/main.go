@@ -55,6 +55,7 @@ type options struct {
 	runs     int
 	worker   string // a built demo-worker; "" builds one
 	dir      string // where the temporary directories are made
+	python   bool   // measure the Python rows too
 	logLevel hclog.Level
 }
 
@@ -63,10 +64,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	runs := fs.Int("runs", 5, "measured starts per way")
 	worker := fs.String("worker", "", "a built demo-worker binary to start (default: build one with go build)")
 	dir := fs.String("dir", "", "where to make the temporary template directories (default: the OS's temporary directory)")
+	python := fs.Bool("python", true, "also measure the Python rows (a python3 group's template by fork vs cold starts)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	o := &options{runs: *runs, worker: *worker, dir: *dir}
+	o := &options{runs: *runs, worker: *worker, dir: *dir, python: *python}
 	if fs.QuickDefault("runs") {
 		o.runs = 2
 	}
@@ -95,7 +97,8 @@ type results struct {
 	ways       []way
 	samples    [][]sample // by way, then start
 	imageBytes int64
-	load       string // the machine's load averages before and after
+	load       string     // the machine's load averages before and after
+	py         *pyResults // nil without -python
 }
 
 func measure(ctx context.Context, o *options, stderr io.Writer) (*results, error) {
@@ -153,6 +156,11 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (*results, error
 			s := slowest(ss)
 			fmt.Fprintf(stderr, "ready in %s, first sort in %s\n", benchkit.FormatDuration(s.ready), benchkit.FormatDuration(s.firstSort))
 			r.samples[i] = append(r.samples[i], s)
+		}
+	}
+	if o.python {
+		if r.py, err = measurePython(ctx, o.runs, tmp, stderr); err != nil {
+			return nil, err
 		}
 	}
 	return r, nil
@@ -234,6 +242,7 @@ func printReport(w io.Writer, o *options, r *results) {
 			med(func(e *engineLine) time.Duration { return e.Build }), med(func(e *engineLine) time.Duration { return e.Save }),
 			med(func(e *engineLine) time.Duration { return e.Map }), med(func(e *engineLine) time.Duration { return e.Load }))
 	}
+	printPython(w, r.py)
 }
 
 func sorted(ss []sample, f func(sample) time.Duration) []time.Duration {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,8 +40,8 @@ type engineLine struct {
 	Took, Key, Wait, Build, Save, Map, Load time.Duration
 }
 
-// buildWorker builds the demo worker into dir, from this module's source.
-func buildWorker(ctx context.Context, dir string) (string, error) {
+// moduleRoot is the stickyd module's directory.
+func moduleRoot(ctx context.Context) (string, error) {
 	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("finding the module: %w", err)
@@ -49,9 +50,26 @@ func buildWorker(ctx context.Context, dir string) (string, error) {
 	if gomod == "" || gomod == os.DevNull {
 		return "", errors.New("run the benchmark inside the stickyd module (go run ./test/bench/template)")
 	}
+	return filepath.Dir(gomod), nil
+}
+
+// execCommand runs a command and returns its combined output.
+func execCommand(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	return string(out), err
+}
+
+func sortDurations(d []time.Duration) { slices.Sort(d) }
+
+// buildWorker builds the demo worker into dir, from this module's source.
+func buildWorker(ctx context.Context, dir string) (string, error) {
+	root, err := moduleRoot(ctx)
+	if err != nil {
+		return "", err
+	}
 	exe := filepath.Join(dir, "demo-worker")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", exe, "./plugins/examples/demo/cmd/demo-worker")
-	cmd.Dir = filepath.Dir(gomod)
+	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building the demo worker: %w\n%s", err, out)
 	}
