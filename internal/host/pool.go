@@ -441,12 +441,23 @@ func (p *Pool) Workers() []WorkerInfo {
 	for _, id := range p.order {
 		slots = append(slots, p.slots[id])
 	}
+	templates := map[string]*TemplateLauncher{}
+	for name, g := range p.groups {
+		if tl, ok := g.Launcher.(*TemplateLauncher); ok {
+			templates[name] = tl
+		}
+	}
 	p.mu.Unlock()
 	out := make([]WorkerInfo, 0, len(slots))
 	for _, s := range slots {
 		s.mu.Lock()
-		out = append(out, s.infoLocked())
+		info := s.infoLocked()
 		s.mu.Unlock()
+		if tl := templates[info.Group]; tl != nil {
+			t := tl.Info()
+			info.Template = &t
+		}
+		out = append(out, info)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Group < out[j].Group })
 	return out

@@ -65,6 +65,9 @@ type WorkerInfo struct {
 	LaunchError string `json:"launch_error,omitempty"`
 	App         string `json:"app,omitempty"`
 	AppVersion  string `json:"app_version,omitempty"`
+	// Template is the group's template process, for a worker forked from
+	// one (a python3 group's template).
+	Template *TemplateInfo `json:"template,omitempty"`
 	// Cordoned is set while the worker takes no newcomers (it is being
 	// drained or replaced).
 	Cordoned bool `json:"cordoned,omitempty"`

@@ -65,6 +65,11 @@ func TestPythonTemplateForks(t *testing.T) {
 			t.Fatalf("worker %s (pid %d) has parent %s, want the template %s", w.ID, w.Pid, ppid, template)
 		}
 	}
+	// The admin API shows each worker's template.
+	_, body := adminCall(t, a, "GET", "/v1/workers", testToken, "")
+	if !strings.Contains(body, `"template":{"pid":`+template+`,"builds":1}`) {
+		t.Fatalf("GET /v1/workers does not show the template %s: %.600s", template, body)
+	}
 
 	b := newBrowser(t, a)
 	b.tmplWho("/login?user=tia")
