@@ -77,13 +77,24 @@ class _Moved(Exception):
 
 
 class HostError(Exception):
-    """A call to the host answered with an Error envelope (code, message),
-    or not answered: the channel closed, or CALL_WAIT passed (code
-    UNAVAILABLE). store.py turns it into the app's exceptions."""
+    """A call to the host answered with an Error envelope (code, message,
+    and the refusing subsystem's kind, if it said one), or not answered:
+    the channel closed, or the wait passed (code UNAVAILABLE, kind "").
+    store.py and gateway.py turn it into the app's exceptions."""
 
-    def __init__(self, code, message):
+    def __init__(self, code, message, kind=""):
         super().__init__("%s: %s" % (code_name(code), message))
-        self.code, self.message = code, message
+        self.code, self.message, self.kind = code, message, kind
+
+
+def answer_of(c):
+    """The reply envelope of a settled _Call; HostError for an Error answer
+    or a channel that closed first."""
+    if c.env is None:
+        raise HostError(pb.Error.UNAVAILABLE, "the channel closed before the host answered")
+    if c.env.WhichOneof("body") == "error":
+        raise HostError(c.env.error.code, c.env.error.message, c.env.error.kind)
+    return c.env
 
 
 def code_name(code):
@@ -97,13 +108,21 @@ def code_name(code):
 
 class _Call:
     """A call to the host waiting for its answer (env: None when the
-    channel closed first)."""
+    channel closed first); wake, if set, is called once it is settled (a
+    gateway stream waits on its own condition)."""
 
-    __slots__ = ("done", "env")
+    __slots__ = ("done", "env", "wake")
 
-    def __init__(self):
+    def __init__(self, wake=None):
         self.done = threading.Event()
         self.env = None
+        self.wake = wake
+
+    def settle(self, env):
+        self.env = env
+        self.done.set()
+        if self.wake is not None:
+            self.wake()
 
 
 class Hooks:
@@ -222,6 +241,8 @@ class Runtime:
         # serve the app. Their ids are the worker's own (a reply is told
         # from a request by its reply flag).
         self._calls = {}
+        # The gateway streams' chunk takers, by their call's id (gateway.py).
+        self._chunks = {}
         self._next_call = 1  # the Hello was 1
         self._closed = False
 
@@ -268,7 +289,7 @@ class Runtime:
             if self._on_shutdown is not None:
                 self._on_shutdown()
         elif body == "gateway_chunk":
-            pass  # a piece of a gateway call, which this SDK does not make
+            self._chunk(env.gateway_chunk)
         elif env.id:
             self._reply_error(env.id, pb.Error.BAD_REQUEST, "worker does not handle %s" % body)
 
@@ -278,8 +299,9 @@ class Runtime:
         with self._mu:
             self._closed = True
             calls, self._calls = self._calls, {}
+            self._chunks = {}
         for c in calls.values():
-            c.done.set()
+            c.settle(None)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._streams.close()
         self._sched.stop()
@@ -288,32 +310,56 @@ class Runtime:
         """Sends the host a request and waits, on the calling thread, for
         its answer: the reply envelope. Raises HostError for an Error
         answer, a closed channel, or no answer within timeout (seconds)."""
-        c = _Call()
+        id, c = self.start_call(body)
+        if not c.done.wait(timeout):
+            self.forget_call(id)
+            raise HostError(pb.Error.UNAVAILABLE, "the host did not answer within %gs" % timeout)
+        return answer_of(c)
+
+    def start_call(self, body, chunks=None, wake=None):
+        """Sends the host the request body ({field: message}) and returns
+        its id and its _Call, settled when the answer comes. chunks, if
+        given, takes the GatewayChunk notices that name the call, on the
+        channel's reader, every one before the answer; wake is the _Call's."""
+        c = _Call(wake)
         with self._mu:
             if self._closed:
                 raise HostError(pb.Error.UNAVAILABLE, "the worker is stopping")
             self._next_call += 1
             id = self._next_call
             self._calls[id] = c
+            if chunks is not None:
+                # Known before the call leaves: its first chunk cannot
+                # arrive before it.
+                self._chunks[id] = chunks
         self._send(pb.Envelope(id=id, **body))
-        if not c.done.wait(timeout):
-            with self._mu:
-                self._calls.pop(id, None)
-            raise HostError(pb.Error.UNAVAILABLE, "the host did not answer within %gs" % timeout)
-        if c.env is None:
-            raise HostError(pb.Error.UNAVAILABLE, "the channel closed before the host answered")
-        if c.env.WhichOneof("body") == "error":
-            raise HostError(c.env.error.code, c.env.error.message)
-        return c.env
+        return id, c
+
+    def forget_call(self, id):
+        """Gives up a call: its answer and its chunks, if they come, are
+        dropped."""
+        with self._mu:
+            self._calls.pop(id, None)
+            self._chunks.pop(id, None)
 
     def _answered(self, env):
         """Hands a reply to the call waiting for it; one nobody waits for
-        (given up, or a call this SDK does not make) is dropped."""
+        (given up, or a call this SDK does not make) is dropped. No chunk
+        of the call comes after its answer."""
         with self._mu:
             c = self._calls.pop(env.id, None)
+            self._chunks.pop(env.id, None)
         if c is not None:
-            c.env = env
-            c.done.set()
+            c.settle(env)
+
+    def _chunk(self, ch):
+        """Hands a gateway stream's chunk to its stream; one of a stream
+        given up is dropped. Called on the channel's reader: it never waits
+        for the app."""
+        with self._mu:
+            take = self._chunks.get(ch.call_id)
+        if take is not None:
+            take(ch)
 
     def _reply(self, id, **body):
         self._send(pb.Envelope(id=id, reply=True, **body))
