@@ -32,6 +32,10 @@ Inside the app:
   ``GatewayResponse``) or ``.stream(req)`` (``GatewayChunk`` pieces);
   refusals are ``stickyd.GatewayError`` with the gateway's ``kind``
   (gateway.py).
+* Maintenance windows (docs/maintenance.md): ``needs =
+  stickyd.Needs().route("/orders", "db-a").op("order", "db-a")`` beside the
+  hooks; a request or message that needs a backend in maintenance waits
+  before its handler runs (maintenance.py).
 
 The SDK never listens on the network beyond the go-plugin socket on
 127.0.0.1, and knows nothing of the supervisor.
@@ -40,6 +44,7 @@ The SDK never listens on the network beyond the go-plugin socket on
 from . import store
 from .gateway import (Gateway, GatewayChunk, GatewayError, GatewayMessage, GatewayRequest, GatewayResponse,
                       GatewayStream, GatewayUsage)
+from .maintenance import Needs
 from .runtime import Refused
 from .session import BadName, Named, Page, Session, current as session
 from .store import Grant, StaleGrant, StoreError
@@ -47,6 +52,6 @@ from .tables import BadTable, TableChange, publish
 from .tree import BadPath, NotData, Tree
 
 __all__ = ["BadName", "BadPath", "BadTable", "Gateway", "GatewayChunk", "GatewayError", "GatewayMessage",
-           "GatewayRequest", "GatewayResponse", "GatewayStream", "GatewayUsage", "Grant", "Named",
+           "GatewayRequest", "GatewayResponse", "GatewayStream", "GatewayUsage", "Grant", "Named", "Needs",
            "NotData", "Page", "Refused", "Session", "StaleGrant", "StoreError", "TableChange", "Tree", "publish",
            "session", "store"]

@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from . import stickyd_pb2 as pb
 from . import wsgi
 from .collector import Scheduler
+from .maintenance import STOPPING, YIELDED, Hold, Maintenance, MaintenanceError, Needs, request_path
 from .streams import Streams
 from .session import ANONYMOUS_PREFIX, Page, Session, _Serving, random_name
 from .tables import Subscriptions, TableChange, check_tables, decode_data, encode_data
@@ -74,6 +75,24 @@ class _Moved(Exception):
 
     def __init__(self, user, epoch):
         super().__init__("user %r has moved (epoch %d here)" % (user, epoch))
+
+
+class _Stopping(Exception):
+    """A held frame's answer when the worker stops (the Go SDK answers its
+    context's end, INTERNAL)."""
+
+    code = pb.Error.INTERNAL
+
+    def __init__(self):
+        super().__init__("the worker is stopping")
+
+
+class _NeedsHold(Exception):
+    """The frame needs a backend in maintenance: it waits (maintenance.py)."""
+
+    def __init__(self, user, backends):
+        super().__init__(user, backends)
+        self.user, self.backends = user, backends
 
 
 class HostError(Exception):
@@ -129,14 +148,19 @@ class Hooks:
     """What the app provides besides its WSGI callable, all optional:
     open_page(page), message(page, msg) -> answer, close_page(page),
     on_table_change(page, change) (tables.py; the Go SDK's TableWatcher),
-    and schemas {kind: version | (version, oldest)}."""
+    schemas {kind: version | (version, oldest)}, and needs, a Needs saying
+    which backends its routes and messages need (maintenance.py)."""
 
-    def __init__(self, open_page=None, message=None, close_page=None, schemas=None, on_table_change=None):
+    def __init__(self, open_page=None, message=None, close_page=None, schemas=None, on_table_change=None,
+                 needs=None):
+        if needs is not None and not isinstance(needs, Needs):
+            raise TypeError("needs must be a stickyd.Needs, not %s" % type(needs).__name__)
         self.open_page = open_page
         self.message = message
         self.close_page = close_page
         self.schemas = schemas
         self.on_table_change = on_table_change
+        self.needs = needs
 
     def schema(self, kind):
         """(version, oldest, known) for a page kind; a bare version reads
@@ -245,6 +269,9 @@ class Runtime:
         self._chunks = {}
         self._next_call = 1  # the Hello was 1
         self._closed = False
+        # The backends in maintenance and the requests held for them
+        # (maintenance.py): a held request parks its mailbox.
+        self._maint = Maintenance(self._sched, self._unhold)
 
     # -- the channel --------------------------------------------------------
 
@@ -266,6 +293,9 @@ class Runtime:
                 self._enqueue(env.frame.user, env)
         elif body == "freeze":
             self._watch_freeze(env)
+            # The person's held requests go with them: they are what the
+            # freeze would wait for.
+            self._maint.freezing(env.freeze.user)
             self._enqueue(env.freeze.user, env)
         elif body == "thaw":
             self._enqueue(env.thaw.user, env)
@@ -279,7 +309,8 @@ class Runtime:
             if env.id:
                 self._reply(env.id, table_change=pb.TableChange())
         elif body == "maintenance":
-            if env.id:  # this SDK's requests declare no backend needs
+            self._maint.set(env.maintenance)
+            if env.id:
                 self._reply(env.id, maintenance=pb.Maintenance())
         elif body == "probe":
             self._reply(env.id, probe_reply=self._probe())
@@ -302,6 +333,7 @@ class Runtime:
             self._chunks = {}
         for c in calls.values():
             c.settle(None)
+        self._maint_closed(self._maint.close())
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._streams.close()
         self._sched.stop()
@@ -387,31 +419,41 @@ class Runtime:
         if start:
             self._submit(self._drain, u, turn)
 
-    def _drain(self, u, turn):
+    def _drain(self, u, turn, hold=None):
         """Runs a mailbox until it is empty; an idle person costs no thread
         and no map entry (their sessions stay). A thread whose frame's
         response became a stream lost its turn: it leaves once the body is
-        produced, while the next turn runs the mailbox."""
+        produced, while the next turn runs the mailbox. A frame held for a
+        backend in maintenance parks the mailbox: the thread leaves, the
+        person's later frames queue, and _unhold takes the mailbox up again
+        with that frame (hold) when its wait ends."""
         while True:
             with self._mu:
                 if u.turn != turn:
                     return
-                if not u.queue:
+                if hold is not None:
+                    env = hold.env
+                elif not u.queue:
                     u.running = False
                     if self._users.get(u.key) is u:
                         del self._users[u.key]
                     return
-                env = u.queue.popleft()
+                else:
+                    env = u.queue.popleft()
                 u.in_frame = env.WhichOneof("body") == "frame" and env.frame.WhichOneof("kind") == "http"
+            parked = False
             try:
-                self._run_envelope(env, u)
+                parked = self._run_envelope(env, u, turn, hold)
             except Exception:  # never lose the mailbox to a bug
                 self._log.error("running a mailbox item", traceback=traceback.format_exc())
             finally:
+                hold = None
                 with self._mu:
                     if u.turn == turn:
                         u.in_frame = False
                 self._sync_tables()
+            if parked:
+                return
 
     # -- a freeze's own bounds ----------------------------------------------
 
@@ -464,10 +506,12 @@ class Runtime:
             u.in_frame = False  # the stream's body is no frame a freeze waits for
         self._submit(self._drain, u, turn)
 
-    def _run_envelope(self, env, u):
+    def _run_envelope(self, env, u, turn=0, hold=None):
+        """Runs one mailbox item; True when it is a frame held for a backend
+        in maintenance (the mailbox parks)."""
         body = env.WhichOneof("body")
         if body == "frame":
-            self._run_frame(env, u)
+            return self._run_frame(env, u, turn, hold)
         elif body == "table_change":
             self._apply_table(u.key, env.table_change)
         elif body == "freeze":
@@ -496,24 +540,85 @@ class Runtime:
 
     # -- frames -------------------------------------------------------------
 
-    def _run_frame(self, env, u=None):
+    def _run_frame(self, env, u=None, turn=0, hold=None):
         """Runs one frame (in u's mailbox, if given) and answers it. An app
-        exception is answered as an internal error for that frame only."""
-        began = time.monotonic()
+        exception is answered as an internal error for that frame only.
+        A frame that needs a backend in maintenance is held before its
+        handler runs: it returns True, and _unhold runs it again (hold,
+        with the wait's outcome) when the wait ends."""
+        began = time.monotonic() if hold is None else hold.began
         try:
-            r = self._frame(env.frame, env.id, u)
-        except (_Bad, _Moved) as e:
+            while True:
+                try:
+                    if hold is not None and hold.outcome is not None:
+                        raise self._unheld_error(hold)
+                    r = self._frame(env.frame, env.id, u, hold is not None)
+                    break
+                except _NeedsHold as n:
+                    hold = Hold(n.user, n.backends)
+                    hold.env, hold.u, hold.turn, hold.began = env, u, turn, began
+                    if self._maint.hold(hold):
+                        began = None  # charged once, when it is answered
+                        return True
+                    # Not held after all (the window ended meanwhile, or the
+                    # person's freeze is on its way): its outcome now.
+        except (_Bad, _Moved, _Stopping, MaintenanceError) as e:
             self._reply_error(env.id, e.code, str(e), getattr(e, "kind", ""))
-            return
+            return False
         except Exception as e:
             self._log.error("app raised", error=repr(e), traceback=traceback.format_exc())
             self._reply_error(env.id, pb.Error.INTERNAL, "application error: %r" % e)
-            return
+            return False
         finally:
-            self._charge(env.frame.user, time.monotonic() - began)
+            if began is not None:
+                self._charge(env.frame.user, time.monotonic() - began)
         if r is not None:
             self._send_reply(env.id, r)
             self._after_reply(r)
+        return False
+
+    # -- maintenance holds (maintenance.py) ---------------------------------
+
+    def _route_needs(self, url):
+        """The backends a request for url needs; the URL is read only when
+        the app declared routes."""
+        needs = self.hooks.needs
+        if needs is None or not needs.has_routes:
+            return ()
+        return needs.for_path(request_path(url))
+
+    def _check_hold(self, user, backends):
+        """Raises _NeedsHold when backends include one in maintenance: the
+        frame waits (in user's mailbox; "" for a new connection) before its
+        handler runs."""
+        if backends and self._maint.needed(backends):
+            raise _NeedsHold(user, backends)
+
+    def _unhold(self, h):
+        """Takes up a held frame whose wait ended, on the thread pool: it
+        runs (or is answered with its outcome), then its mailbox goes on.
+        Called by maintenance.py from the reader or the timer thread."""
+        if h.u is None:
+            self._submit(self._run_frame, h.env, None, 0, h)
+        else:
+            self._submit(self._drain, h.u, h.turn, h)
+
+    def _unheld_error(self, h):
+        """The answer of a held frame whose wait ended without it running."""
+        if h.outcome == YIELDED:
+            # The person is moving: the request, which has not run, goes
+            # with them; the front sends it again to their new home.
+            with self._mu:
+                epoch = self._epochs.get(h.user, 0)
+            return _Moved(h.user, epoch)
+        if h.outcome == STOPPING:
+            return _Stopping()
+        return h.outcome  # a MaintenanceError
+
+    def _maint_closed(self, holds):
+        """Answers the frames held when the worker stops."""
+        for h in holds:
+            self._reply_error(h.env.id, _Stopping.code, str(_Stopping()))
 
     def _after_reply(self, r):
         """Asks the host to forget the person whose connection called
@@ -551,17 +656,27 @@ class Runtime:
         r.worker_id = self.worker_id
         self._reply(id, frame_reply=r)
 
-    def _frame(self, f, id, u):
+    def _frame(self, f, id, u, waited=False):
         kind = f.WhichOneof("kind")
         if not f.conn:
             if kind != "http":
                 raise _Bad("a %s frame needs a connection" % kind)
+            if not waited:
+                self._check_hold("", self._route_needs(f.http.url))
             return self._new_connection(f, id)
         if kind == "release":
             self._release(f.conn)
             return pb.FrameReply()
         self._fence(f)
         s = self._session(f)
+        if not waited:
+            if kind == "http":
+                self._check_hold(f.user, self._route_needs(f.http.url))
+            elif kind == "message" and self._maint.open and self.hooks.needs is not None:
+                # A message is looked into for what it needs only while a
+                # window is open: one that arrives before the window's
+                # notice is not held either way.
+                self._check_hold(f.user, self.hooks.needs.for_message(f.message.data))
         with _Serving(s):
             if kind == "http":
                 return self._serve_http(s, f.http, id, u, lambda resp: self._http_reply(s, resp))
@@ -851,6 +966,8 @@ class Runtime:
             if fr.epoch > self._epochs.get(fr.user, 0):
                 self._epochs[fr.user] = fr.epoch
             sessions = list(self._by_user.get(fr.user, ()))
+        # The freeze is here: the person's held requests went with it.
+        self._maint.froze(fr.user)
         pkg = pb.UserPackage(format=PACKAGE_FORMAT, user=fr.user, epoch=fr.epoch, app=self.name, app_version=self.version)
         out = pb.Frozen(absent=not sessions)
         for s in sessions:
@@ -1058,6 +1175,7 @@ class Runtime:
         # Python's heap lives in its resident memory: the closest reading of
         # what governance calls the heap.
         r.heap_bytes = r.rss_bytes
+        self._maint.report(r)
         return r
 
 
