@@ -27,14 +27,13 @@ contract as the Go SDK (plugins/worker/runtime.go, move.go):
 
 import collections
 import json
-import os
 import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
 from . import stickyd_pb2 as pb
-from . import wsgi
+from . import usage, wsgi
 from .collector import Scheduler
 from .maintenance import STOPPING, YIELDED, Hold, Maintenance, MaintenanceError, Needs, request_path
 from .streams import Streams
@@ -52,6 +51,10 @@ TOMBSTONE_TTL = 120.0
 # (seconds): the host answers a store call within 2 minutes, and 30 s more
 # when it withdraws an acquire whose wait ran out (internal/host/storecalls.go).
 CALL_WAIT = 160.0
+# The memory of people who left goes back at most once per RELEASE_EVERY,
+# RELEASE_MIN after they left (seconds; the Go SDK's releaser).
+RELEASE_EVERY = 10.0
+RELEASE_MIN = 1.0
 
 NOTICE_LOST = "This page restarted clean: the worker that held its state is gone."
 NOTICE_CHANGED = "This page was reset because the application changed."
@@ -272,6 +275,9 @@ class Runtime:
         # The backends in maintenance and the requests held for them
         # (maintenance.py): a held request parks its mailbox.
         self._maint = Maintenance(self._sched, self._unhold)
+        # The memory people left behind goes back soon (_released).
+        self._release_due = False
+        self._last_release = float("-inf")
 
     # -- the channel --------------------------------------------------------
 
@@ -1011,6 +1017,7 @@ class Runtime:
             else:
                 self._evicted[user] = time.monotonic()
         self._sync_tables()
+        self._released()
 
     def _drop_marks_locked(self, user):
         self._epochs.pop(user, None)
@@ -1019,12 +1026,15 @@ class Runtime:
 
     def _tidy_locked(self, now):
         """Lets the fences past their time go; those of people who came
-        back are theirs again."""
+        back are theirs again. True when some went."""
+        dropped = False
         for user, at in list(self._evicted.items()):
             if self._by_user.get(user) or user in self._users:
                 del self._evicted[user]
             elif now - at >= TOMBSTONE_TTL:
                 self._drop_marks_locked(user)
+                dropped = True
+        return dropped
 
     def _wake(self, w):
         pkg = pb.UserPackage()
@@ -1154,8 +1164,13 @@ class Runtime:
     # -- probes -------------------------------------------------------------
 
     def _probe(self):
+        """The worker's numbers, as the Go SDK's probe says them: CPU
+        seconds (user + system) since it began, its resident memory, its
+        live heap (usage.py: what Python objects and the C allocations hold,
+        not RSS, which keeps what was freed), its threads (the goroutines
+        field), and per person what they consumed here."""
         with self._mu:
-            self._tidy_locked(time.monotonic())
+            release = self._tidy_locked(time.monotonic())
             depth = sum(len(u.queue) for u in self._users.values())
             r = pb.ProbeReply(users=len(self._by_user), conns=len(self._conns), pages=self._pages,
                               frames=self._frames, mailbox_depth=depth)
@@ -1168,20 +1183,29 @@ class Runtime:
             r.left.extend(self._left)
             self._dirty.clear()
             self._left = []
-        t = os.times()
-        r.cpu_seconds = t.user + t.system
-        r.goroutines = threading.active_count()
-        r.rss_bytes = _rss()
-        # Python's heap lives in its resident memory: the closest reading of
-        # what governance calls the heap.
-        r.heap_bytes = r.rss_bytes
+        if release:
+            self._released()
+        r.cpu_seconds = usage.cpu_seconds()
+        r.rss_bytes = usage.rss_bytes()
+        r.heap_bytes = usage.heap_bytes()
+        r.goroutines = usage.threads()
         self._maint.report(r)
         return r
 
+    def _released(self):
+        """People left this worker: the memory they held is collected and
+        given back to the system soon (within a second, at most once per
+        RELEASE_EVERY; usage.release), rather than when it happens to be,
+        so that the probes show the heap and RSS of who is left."""
+        with self._mu:
+            if self._release_due or self._closed:
+                return
+            self._release_due = True
+            wait = max(RELEASE_MIN, RELEASE_EVERY - (time.monotonic() - self._last_release))
+        self._sched.after(wait, lambda: self._submit(self._give_back))
 
-def _rss():
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
+    def _give_back(self):
+        with self._mu:
+            self._release_due = False
+            self._last_release = time.monotonic()
+        usage.release()
