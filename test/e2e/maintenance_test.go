@@ -85,8 +85,13 @@ func (ty *typist) count() int {
 // need db-a) wait and go on when it ends, in order, with no failure; people
 // typing (which needs nothing) are untouched and keep working throughout.
 // The waiting requests are visible in the API, the monitor and /metrics.
+// Once with Go workers, once with Python workers.
 func TestMaintenanceWindowIsHidden(t *testing.T) {
-	a := startAgent(t, "subprocess", 2)
+	eachRuntime(t, testMaintenanceWindowIsHidden)
+}
+
+func testMaintenanceWindowIsHidden(t *testing.T, app option) {
+	a := startAgentWith(t, "subprocess", 2, app)
 	stop := make(chan struct{})
 	var orderers, typists []*typist
 	for i := range 4 {
@@ -179,9 +184,13 @@ func TestMaintenanceWindowIsHidden(t *testing.T) {
 // A window longer than its max wait: the held order is refused as
 // retryable (WebSocket error code "maintenance", HTTP 503 + Retry-After),
 // counted, and nothing was half done: the next order after the window
-// counts one.
+// counts one. Once with Go workers, once with Python workers.
 func TestMaintenanceWaitIsBounded(t *testing.T) {
-	a := startAgent(t, "subprocess", 1)
+	eachRuntime(t, testMaintenanceWaitIsBounded)
+}
+
+func testMaintenanceWaitIsBounded(t *testing.T, app option) {
+	a := startAgentWith(t, "subprocess", 1, app)
 	b := newBrowser(t, a)
 	if code, body := b.do("GET", "/"); code != http.StatusOK {
 		t.Fatalf("loading the site: %d %s", code, body)
@@ -237,9 +246,14 @@ func TestMaintenanceWaitIsBounded(t *testing.T) {
 }
 
 // An agent stopped while a maintenance window holds a site request answers
-// it 503 with Retry-After; the connection is never just closed.
+// it 503 with Retry-After; the connection is never just closed. Once with
+// Go workers, once with Python workers.
 func TestStopAnswersRequestsAWindowHolds(t *testing.T) {
-	a := startAgent(t, "subprocess", 1)
+	eachRuntime(t, testStopAnswersRequestsAWindowHolds)
+}
+
+func testStopAnswersRequestsAWindowHolds(t *testing.T, app option) {
+	a := startAgentWith(t, "subprocess", 1, app)
 	b := newBrowser(t, a)
 	if code, body := b.do("GET", "/"); code != http.StatusOK {
 		t.Fatalf("loading the site: %d %s", code, body)

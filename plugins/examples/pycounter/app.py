@@ -1,16 +1,28 @@
 """pycounter: the part of the Go counter example (plugins/examples/counter)
-that the live-data end-to-end tests use, in Python, so that they run the
-same steps against Go workers and Python workers (test/e2e tables_test.go,
-store_test.go, python_live_test.go). Run it as a group with runtime
-"python3" and command "pycounter.app:application" (docs/python.md).
+that the live-data, AI gateway and maintenance end-to-end tests use, in
+Python, so that they run the same steps against Go workers and Python
+workers (test/e2e tables_test.go, store_test.go, python_live_test.go,
+gateway_worker_test.go, maintenance_test.go). Run it as a group with
+runtime "python3" and command "pycounter.app:application"
+(docs/python.md).
 
 Routes, as the counter's:
+  GET  /               "counter: connection C on W"
+  GET  /orders         "orders: connection C on W" (needs db-a)
   GET  /whoami         {"conn", "user", "worker"} as JSON
   POST /login?user=N   logs the person in (every other query parameter is an
                        attribute of the person)
 
 Pages of kind "counter" start with {"count": 0} and take the counter's
-messages for live data (docs/data.md):
+messages:
+  inc                  count one more: {"count", "worker"}
+  order                an inc of "orders" that needs db-a: it waits out
+                       db-a's maintenance windows (docs/maintenance.md)
+  ask {text}           text to the AI gateway's model "small", charged to
+                       the person: {"answer", "cost_micros"}
+  ask_stream {text}    the same, streamed into the page tree at "answer",
+                       one delta per piece: {"answer", "output_tokens"}
+and for live data (docs/data.md):
   sub {table}          subscribe the page to table
   pub {table, v}       publish a change of table that says v
   cache {key, table, v}  the value cached under key, marked with table
@@ -53,6 +65,10 @@ def application(environ, start_response):
         return _text(start_response, "not running under stickyd\n", "500 Internal Server Error")
     path, method = environ["PATH_INFO"], environ["REQUEST_METHOD"]
     q = {k: v[0] for k, v in parse_qs(environ.get("QUERY_STRING", "")).items()}
+    if path == "/":
+        return _text(start_response, "counter: connection %s on %s\n" % (s.conn, s.worker_id), "200 OK")
+    if path == "/orders":
+        return _text(start_response, "orders: connection %s on %s\n" % (s.conn, s.worker_id), "200 OK")
     if path == "/whoami":
         return _json(start_response, {"conn": s.conn, "user": s.user, "worker": s.worker_id})
     if path == "/login" and method == "POST":
@@ -62,6 +78,14 @@ def application(environ, start_response):
             return _text(start_response, "%s\n" % e, "400 Bad Request")
         return _json(start_response, {"user": s.user, "worker": s.worker_id})
     return _text(start_response, "404 page not found\n", "404 Not Found")
+
+
+# The backends its routes and ops need (docs/maintenance.md): an order (the
+# "order" op, the /orders route) writes to db-a; the rest needs no backend.
+needs = stickyd.Needs().route("/orders", "db-a").op("order", "db-a")
+
+# The gateway's model the ask ops use.
+ASK_MODEL = "small"
 
 
 def open_page(page):
@@ -74,7 +98,23 @@ def message(page, msg):
     message's answer, as the Go counter returns its errors."""
     msg = msg or {}
     op = msg.get("op")
+    t = page.tree
     try:
+        if op == "inc":
+            n = t.number("count") + 1
+            t.set("count", n)
+            return {"count": n, "worker": page.session.worker_id}
+        if op == "order":
+            # An inc that needs db-a: it waits out db-a's maintenance windows.
+            n = t.number("orders") + 1
+            t.set("orders", n)
+            return {"orders": n, "worker": page.session.worker_id, "at": time.time_ns()}
+        if op == "ask":
+            # The call holds this person's mailbox until the answer comes.
+            r = page.gateway().complete(_ask_request(msg.get("text", "")))
+            return {"answer": r.content, "cost_micros": r.cost_micros}
+        if op == "ask_stream":
+            return _ask_stream(page, msg.get("text", ""))
         if op == "sub":
             return page.subscribe(msg.get("table", ""))
         if op == "pub":
@@ -93,9 +133,28 @@ def message(page, msg):
         if op == "shold":
             # Kept: it ends with its lease, its worker or its person's move.
             return stickyd.store.acquire(msg.get("paths", []), lease=msg.get("lease_ms", 0) / 1000.0).token
-    except (stickyd.StoreError, ValueError, TypeError) as e:
+    except (stickyd.StoreError, stickyd.GatewayError, ValueError, TypeError) as e:
         raise stickyd.Refused(str(e))
     raise stickyd.Refused("unknown op %r" % op)
+
+
+def _ask_request(text):
+    return stickyd.GatewayRequest(ASK_MODEL, [stickyd.GatewayMessage("user", text)])
+
+
+def _ask_stream(page, text):
+    """Streams the answer to text into the page tree at "answer", one delta
+    per piece, and returns the whole answer with its usage."""
+    answer, last = "", None
+    with page.gateway().stream(_ask_request(text)) as st:
+        for c in st:
+            if c.delta:
+                answer += c.delta
+                page.tree.set("answer", answer)
+            last = c
+    if last is None or not last.done:
+        raise stickyd.Refused("ask_stream: the stream ended without its last piece")
+    return {"answer": answer, "output_tokens": last.usage.output}
 
 
 def _incr(msg, pause):

@@ -27,17 +27,31 @@ Inside the app:
   ``stickyd.store.get(*paths)`` and ``stickyd.store.acquire(paths,
   lease=…)``, a grant to ``commit(set, delete)`` or ``release()``, refused
   with ``stickyd.StaleGrant`` once the store no longer holds it (store.py).
+* The AI gateway (docs/gateway.md), charged to the person:
+  ``page.gateway()`` or ``session.gateway()``, then ``.complete(req)`` (a
+  ``GatewayResponse``) or ``.stream(req)`` (``GatewayChunk`` pieces);
+  refusals are ``stickyd.GatewayError`` with the gateway's ``kind``
+  (gateway.py).
+* Maintenance windows (docs/maintenance.md): ``needs =
+  stickyd.Needs().route("/orders", "db-a").op("order", "db-a")`` beside the
+  hooks; a request or message that needs a backend in maintenance waits
+  before its handler runs (maintenance.py).
 
 The SDK never listens on the network beyond the go-plugin socket on
 127.0.0.1, and knows nothing of the supervisor.
 """
 
 from . import store
+from .gateway import (Gateway, GatewayChunk, GatewayError, GatewayMessage, GatewayRequest, GatewayResponse,
+                      GatewayStream, GatewayUsage)
+from .maintenance import Needs
 from .runtime import Refused
 from .session import BadName, Named, Page, Session, current as session
 from .store import Grant, StaleGrant, StoreError
 from .tables import BadTable, TableChange, publish
 from .tree import BadPath, NotData, Tree
 
-__all__ = ["BadName", "BadPath", "BadTable", "Grant", "Named", "NotData", "Page", "Refused", "Session", "StaleGrant",
-           "StoreError", "TableChange", "Tree", "publish", "session", "store"]
+__all__ = ["BadName", "BadPath", "BadTable", "Gateway", "GatewayChunk", "GatewayError", "GatewayMessage",
+           "GatewayRequest", "GatewayResponse", "GatewayStream", "GatewayUsage", "Grant", "Named", "Needs",
+           "NotData", "Page", "Refused", "Session", "StaleGrant", "StoreError", "TableChange", "Tree", "publish",
+           "session", "store"]

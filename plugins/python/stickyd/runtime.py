@@ -27,15 +27,15 @@ contract as the Go SDK (plugins/worker/runtime.go, move.go):
 
 import collections
 import json
-import os
 import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
 from . import stickyd_pb2 as pb
-from . import wsgi
+from . import usage, wsgi
 from .collector import Scheduler
+from .maintenance import STOPPING, YIELDED, Hold, Maintenance, MaintenanceError, Needs, request_path
 from .streams import Streams
 from .session import ANONYMOUS_PREFIX, Page, Session, _Serving, random_name
 from .tables import Subscriptions, TableChange, check_tables, decode_data, encode_data
@@ -51,6 +51,10 @@ TOMBSTONE_TTL = 120.0
 # (seconds): the host answers a store call within 2 minutes, and 30 s more
 # when it withdraws an acquire whose wait ran out (internal/host/storecalls.go).
 CALL_WAIT = 160.0
+# The memory of people who left goes back at most once per RELEASE_EVERY,
+# RELEASE_MIN after they left (seconds; the Go SDK's releaser).
+RELEASE_EVERY = 10.0
+RELEASE_MIN = 1.0
 
 NOTICE_LOST = "This page restarted clean: the worker that held its state is gone."
 NOTICE_CHANGED = "This page was reset because the application changed."
@@ -76,14 +80,43 @@ class _Moved(Exception):
         super().__init__("user %r has moved (epoch %d here)" % (user, epoch))
 
 
-class HostError(Exception):
-    """A call to the host answered with an Error envelope (code, message),
-    or not answered: the channel closed, or CALL_WAIT passed (code
-    UNAVAILABLE). store.py turns it into the app's exceptions."""
+class _Stopping(Exception):
+    """A held frame's answer when the worker stops (the Go SDK answers its
+    context's end, INTERNAL)."""
 
-    def __init__(self, code, message):
+    code = pb.Error.INTERNAL
+
+    def __init__(self):
+        super().__init__("the worker is stopping")
+
+
+class _NeedsHold(Exception):
+    """The frame needs a backend in maintenance: it waits (maintenance.py)."""
+
+    def __init__(self, user, backends):
+        super().__init__(user, backends)
+        self.user, self.backends = user, backends
+
+
+class HostError(Exception):
+    """A call to the host answered with an Error envelope (code, message,
+    and the refusing subsystem's kind, if it said one), or not answered:
+    the channel closed, or the wait passed (code UNAVAILABLE, kind "").
+    store.py and gateway.py turn it into the app's exceptions."""
+
+    def __init__(self, code, message, kind=""):
         super().__init__("%s: %s" % (code_name(code), message))
-        self.code, self.message = code, message
+        self.code, self.message, self.kind = code, message, kind
+
+
+def answer_of(c):
+    """The reply envelope of a settled _Call; HostError for an Error answer
+    or a channel that closed first."""
+    if c.env is None:
+        raise HostError(pb.Error.UNAVAILABLE, "the channel closed before the host answered")
+    if c.env.WhichOneof("body") == "error":
+        raise HostError(c.env.error.code, c.env.error.message, c.env.error.kind)
+    return c.env
 
 
 def code_name(code):
@@ -97,27 +130,40 @@ def code_name(code):
 
 class _Call:
     """A call to the host waiting for its answer (env: None when the
-    channel closed first)."""
+    channel closed first); wake, if set, is called once it is settled (a
+    gateway stream waits on its own condition)."""
 
-    __slots__ = ("done", "env")
+    __slots__ = ("done", "env", "wake")
 
-    def __init__(self):
+    def __init__(self, wake=None):
         self.done = threading.Event()
         self.env = None
+        self.wake = wake
+
+    def settle(self, env):
+        self.env = env
+        self.done.set()
+        if self.wake is not None:
+            self.wake()
 
 
 class Hooks:
     """What the app provides besides its WSGI callable, all optional:
     open_page(page), message(page, msg) -> answer, close_page(page),
     on_table_change(page, change) (tables.py; the Go SDK's TableWatcher),
-    and schemas {kind: version | (version, oldest)}."""
+    schemas {kind: version | (version, oldest)}, and needs, a Needs saying
+    which backends its routes and messages need (maintenance.py)."""
 
-    def __init__(self, open_page=None, message=None, close_page=None, schemas=None, on_table_change=None):
+    def __init__(self, open_page=None, message=None, close_page=None, schemas=None, on_table_change=None,
+                 needs=None):
+        if needs is not None and not isinstance(needs, Needs):
+            raise TypeError("needs must be a stickyd.Needs, not %s" % type(needs).__name__)
         self.open_page = open_page
         self.message = message
         self.close_page = close_page
         self.schemas = schemas
         self.on_table_change = on_table_change
+        self.needs = needs
 
     def schema(self, kind):
         """(version, oldest, known) for a page kind; a bare version reads
@@ -222,8 +268,16 @@ class Runtime:
         # serve the app. Their ids are the worker's own (a reply is told
         # from a request by its reply flag).
         self._calls = {}
+        # The gateway streams' chunk takers, by their call's id (gateway.py).
+        self._chunks = {}
         self._next_call = 1  # the Hello was 1
         self._closed = False
+        # The backends in maintenance and the requests held for them
+        # (maintenance.py): a held request parks its mailbox.
+        self._maint = Maintenance(self._sched, self._unhold)
+        # The memory people left behind goes back soon (_released).
+        self._release_due = False
+        self._last_release = float("-inf")
 
     # -- the channel --------------------------------------------------------
 
@@ -245,6 +299,9 @@ class Runtime:
                 self._enqueue(env.frame.user, env)
         elif body == "freeze":
             self._watch_freeze(env)
+            # The person's held requests go with them: they are what the
+            # freeze would wait for.
+            self._maint.freezing(env.freeze.user)
             self._enqueue(env.freeze.user, env)
         elif body == "thaw":
             self._enqueue(env.thaw.user, env)
@@ -258,7 +315,8 @@ class Runtime:
             if env.id:
                 self._reply(env.id, table_change=pb.TableChange())
         elif body == "maintenance":
-            if env.id:  # this SDK's requests declare no backend needs
+            self._maint.set(env.maintenance)
+            if env.id:
                 self._reply(env.id, maintenance=pb.Maintenance())
         elif body == "probe":
             self._reply(env.id, probe_reply=self._probe())
@@ -268,7 +326,7 @@ class Runtime:
             if self._on_shutdown is not None:
                 self._on_shutdown()
         elif body == "gateway_chunk":
-            pass  # a piece of a gateway call, which this SDK does not make
+            self._chunk(env.gateway_chunk)
         elif env.id:
             self._reply_error(env.id, pb.Error.BAD_REQUEST, "worker does not handle %s" % body)
 
@@ -278,8 +336,10 @@ class Runtime:
         with self._mu:
             self._closed = True
             calls, self._calls = self._calls, {}
+            self._chunks = {}
         for c in calls.values():
-            c.done.set()
+            c.settle(None)
+        self._maint_closed(self._maint.close())
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._streams.close()
         self._sched.stop()
@@ -288,32 +348,56 @@ class Runtime:
         """Sends the host a request and waits, on the calling thread, for
         its answer: the reply envelope. Raises HostError for an Error
         answer, a closed channel, or no answer within timeout (seconds)."""
-        c = _Call()
+        id, c = self.start_call(body)
+        if not c.done.wait(timeout):
+            self.forget_call(id)
+            raise HostError(pb.Error.UNAVAILABLE, "the host did not answer within %gs" % timeout)
+        return answer_of(c)
+
+    def start_call(self, body, chunks=None, wake=None):
+        """Sends the host the request body ({field: message}) and returns
+        its id and its _Call, settled when the answer comes. chunks, if
+        given, takes the GatewayChunk notices that name the call, on the
+        channel's reader, every one before the answer; wake is the _Call's."""
+        c = _Call(wake)
         with self._mu:
             if self._closed:
                 raise HostError(pb.Error.UNAVAILABLE, "the worker is stopping")
             self._next_call += 1
             id = self._next_call
             self._calls[id] = c
+            if chunks is not None:
+                # Known before the call leaves: its first chunk cannot
+                # arrive before it.
+                self._chunks[id] = chunks
         self._send(pb.Envelope(id=id, **body))
-        if not c.done.wait(timeout):
-            with self._mu:
-                self._calls.pop(id, None)
-            raise HostError(pb.Error.UNAVAILABLE, "the host did not answer within %gs" % timeout)
-        if c.env is None:
-            raise HostError(pb.Error.UNAVAILABLE, "the channel closed before the host answered")
-        if c.env.WhichOneof("body") == "error":
-            raise HostError(c.env.error.code, c.env.error.message)
-        return c.env
+        return id, c
+
+    def forget_call(self, id):
+        """Gives up a call: its answer and its chunks, if they come, are
+        dropped."""
+        with self._mu:
+            self._calls.pop(id, None)
+            self._chunks.pop(id, None)
 
     def _answered(self, env):
         """Hands a reply to the call waiting for it; one nobody waits for
-        (given up, or a call this SDK does not make) is dropped."""
+        (given up, or a call this SDK does not make) is dropped. No chunk
+        of the call comes after its answer."""
         with self._mu:
             c = self._calls.pop(env.id, None)
+            self._chunks.pop(env.id, None)
         if c is not None:
-            c.env = env
-            c.done.set()
+            c.settle(env)
+
+    def _chunk(self, ch):
+        """Hands a gateway stream's chunk to its stream; one of a stream
+        given up is dropped. Called on the channel's reader: it never waits
+        for the app."""
+        with self._mu:
+            take = self._chunks.get(ch.call_id)
+        if take is not None:
+            take(ch)
 
     def _reply(self, id, **body):
         self._send(pb.Envelope(id=id, reply=True, **body))
@@ -341,31 +425,41 @@ class Runtime:
         if start:
             self._submit(self._drain, u, turn)
 
-    def _drain(self, u, turn):
+    def _drain(self, u, turn, hold=None):
         """Runs a mailbox until it is empty; an idle person costs no thread
         and no map entry (their sessions stay). A thread whose frame's
         response became a stream lost its turn: it leaves once the body is
-        produced, while the next turn runs the mailbox."""
+        produced, while the next turn runs the mailbox. A frame held for a
+        backend in maintenance parks the mailbox: the thread leaves, the
+        person's later frames queue, and _unhold takes the mailbox up again
+        with that frame (hold) when its wait ends."""
         while True:
             with self._mu:
                 if u.turn != turn:
                     return
-                if not u.queue:
+                if hold is not None:
+                    env = hold.env
+                elif not u.queue:
                     u.running = False
                     if self._users.get(u.key) is u:
                         del self._users[u.key]
                     return
-                env = u.queue.popleft()
+                else:
+                    env = u.queue.popleft()
                 u.in_frame = env.WhichOneof("body") == "frame" and env.frame.WhichOneof("kind") == "http"
+            parked = False
             try:
-                self._run_envelope(env, u)
+                parked = self._run_envelope(env, u, turn, hold)
             except Exception:  # never lose the mailbox to a bug
                 self._log.error("running a mailbox item", traceback=traceback.format_exc())
             finally:
+                hold = None
                 with self._mu:
                     if u.turn == turn:
                         u.in_frame = False
                 self._sync_tables()
+            if parked:
+                return
 
     # -- a freeze's own bounds ----------------------------------------------
 
@@ -418,10 +512,12 @@ class Runtime:
             u.in_frame = False  # the stream's body is no frame a freeze waits for
         self._submit(self._drain, u, turn)
 
-    def _run_envelope(self, env, u):
+    def _run_envelope(self, env, u, turn=0, hold=None):
+        """Runs one mailbox item; True when it is a frame held for a backend
+        in maintenance (the mailbox parks)."""
         body = env.WhichOneof("body")
         if body == "frame":
-            self._run_frame(env, u)
+            return self._run_frame(env, u, turn, hold)
         elif body == "table_change":
             self._apply_table(u.key, env.table_change)
         elif body == "freeze":
@@ -450,24 +546,85 @@ class Runtime:
 
     # -- frames -------------------------------------------------------------
 
-    def _run_frame(self, env, u=None):
+    def _run_frame(self, env, u=None, turn=0, hold=None):
         """Runs one frame (in u's mailbox, if given) and answers it. An app
-        exception is answered as an internal error for that frame only."""
-        began = time.monotonic()
+        exception is answered as an internal error for that frame only.
+        A frame that needs a backend in maintenance is held before its
+        handler runs: it returns True, and _unhold runs it again (hold,
+        with the wait's outcome) when the wait ends."""
+        began = time.monotonic() if hold is None else hold.began
         try:
-            r = self._frame(env.frame, env.id, u)
-        except (_Bad, _Moved) as e:
+            while True:
+                try:
+                    if hold is not None and hold.outcome is not None:
+                        raise self._unheld_error(hold)
+                    r = self._frame(env.frame, env.id, u, hold is not None)
+                    break
+                except _NeedsHold as n:
+                    hold = Hold(n.user, n.backends)
+                    hold.env, hold.u, hold.turn, hold.began = env, u, turn, began
+                    if self._maint.hold(hold):
+                        began = None  # charged once, when it is answered
+                        return True
+                    # Not held after all (the window ended meanwhile, or the
+                    # person's freeze is on its way): its outcome now.
+        except (_Bad, _Moved, _Stopping, MaintenanceError) as e:
             self._reply_error(env.id, e.code, str(e), getattr(e, "kind", ""))
-            return
+            return False
         except Exception as e:
             self._log.error("app raised", error=repr(e), traceback=traceback.format_exc())
             self._reply_error(env.id, pb.Error.INTERNAL, "application error: %r" % e)
-            return
+            return False
         finally:
-            self._charge(env.frame.user, time.monotonic() - began)
+            if began is not None:
+                self._charge(env.frame.user, time.monotonic() - began)
         if r is not None:
             self._send_reply(env.id, r)
             self._after_reply(r)
+        return False
+
+    # -- maintenance holds (maintenance.py) ---------------------------------
+
+    def _route_needs(self, url):
+        """The backends a request for url needs; the URL is read only when
+        the app declared routes."""
+        needs = self.hooks.needs
+        if needs is None or not needs.has_routes:
+            return ()
+        return needs.for_path(request_path(url))
+
+    def _check_hold(self, user, backends):
+        """Raises _NeedsHold when backends include one in maintenance: the
+        frame waits (in user's mailbox; "" for a new connection) before its
+        handler runs."""
+        if backends and self._maint.needed(backends):
+            raise _NeedsHold(user, backends)
+
+    def _unhold(self, h):
+        """Takes up a held frame whose wait ended, on the thread pool: it
+        runs (or is answered with its outcome), then its mailbox goes on.
+        Called by maintenance.py from the reader or the timer thread."""
+        if h.u is None:
+            self._submit(self._run_frame, h.env, None, 0, h)
+        else:
+            self._submit(self._drain, h.u, h.turn, h)
+
+    def _unheld_error(self, h):
+        """The answer of a held frame whose wait ended without it running."""
+        if h.outcome == YIELDED:
+            # The person is moving: the request, which has not run, goes
+            # with them; the front sends it again to their new home.
+            with self._mu:
+                epoch = self._epochs.get(h.user, 0)
+            return _Moved(h.user, epoch)
+        if h.outcome == STOPPING:
+            return _Stopping()
+        return h.outcome  # a MaintenanceError
+
+    def _maint_closed(self, holds):
+        """Answers the frames held when the worker stops."""
+        for h in holds:
+            self._reply_error(h.env.id, _Stopping.code, str(_Stopping()))
 
     def _after_reply(self, r):
         """Asks the host to forget the person whose connection called
@@ -505,17 +662,27 @@ class Runtime:
         r.worker_id = self.worker_id
         self._reply(id, frame_reply=r)
 
-    def _frame(self, f, id, u):
+    def _frame(self, f, id, u, waited=False):
         kind = f.WhichOneof("kind")
         if not f.conn:
             if kind != "http":
                 raise _Bad("a %s frame needs a connection" % kind)
+            if not waited:
+                self._check_hold("", self._route_needs(f.http.url))
             return self._new_connection(f, id)
         if kind == "release":
             self._release(f.conn)
             return pb.FrameReply()
         self._fence(f)
         s = self._session(f)
+        if not waited:
+            if kind == "http":
+                self._check_hold(f.user, self._route_needs(f.http.url))
+            elif kind == "message" and self._maint.open and self.hooks.needs is not None:
+                # A message is looked into for what it needs only while a
+                # window is open: one that arrives before the window's
+                # notice is not held either way.
+                self._check_hold(f.user, self.hooks.needs.for_message(f.message.data))
         with _Serving(s):
             if kind == "http":
                 return self._serve_http(s, f.http, id, u, lambda resp: self._http_reply(s, resp))
@@ -805,6 +972,8 @@ class Runtime:
             if fr.epoch > self._epochs.get(fr.user, 0):
                 self._epochs[fr.user] = fr.epoch
             sessions = list(self._by_user.get(fr.user, ()))
+        # The freeze is here: the person's held requests went with it.
+        self._maint.froze(fr.user)
         pkg = pb.UserPackage(format=PACKAGE_FORMAT, user=fr.user, epoch=fr.epoch, app=self.name, app_version=self.version)
         out = pb.Frozen(absent=not sessions)
         for s in sessions:
@@ -848,6 +1017,7 @@ class Runtime:
             else:
                 self._evicted[user] = time.monotonic()
         self._sync_tables()
+        self._released()
 
     def _drop_marks_locked(self, user):
         self._epochs.pop(user, None)
@@ -856,12 +1026,15 @@ class Runtime:
 
     def _tidy_locked(self, now):
         """Lets the fences past their time go; those of people who came
-        back are theirs again."""
+        back are theirs again. True when some went."""
+        dropped = False
         for user, at in list(self._evicted.items()):
             if self._by_user.get(user) or user in self._users:
                 del self._evicted[user]
             elif now - at >= TOMBSTONE_TTL:
                 self._drop_marks_locked(user)
+                dropped = True
+        return dropped
 
     def _wake(self, w):
         pkg = pb.UserPackage()
@@ -991,8 +1164,13 @@ class Runtime:
     # -- probes -------------------------------------------------------------
 
     def _probe(self):
+        """The worker's numbers, as the Go SDK's probe says them: CPU
+        seconds (user + system) since it began, its resident memory, its
+        live heap (usage.py: what Python objects and the C allocations hold,
+        not RSS, which keeps what was freed), its threads (the goroutines
+        field), and per person what they consumed here."""
         with self._mu:
-            self._tidy_locked(time.monotonic())
+            release = self._tidy_locked(time.monotonic())
             depth = sum(len(u.queue) for u in self._users.values())
             r = pb.ProbeReply(users=len(self._by_user), conns=len(self._conns), pages=self._pages,
                               frames=self._frames, mailbox_depth=depth)
@@ -1005,19 +1183,29 @@ class Runtime:
             r.left.extend(self._left)
             self._dirty.clear()
             self._left = []
-        t = os.times()
-        r.cpu_seconds = t.user + t.system
-        r.goroutines = threading.active_count()
-        r.rss_bytes = _rss()
-        # Python's heap lives in its resident memory: the closest reading of
-        # what governance calls the heap.
-        r.heap_bytes = r.rss_bytes
+        if release:
+            self._released()
+        r.cpu_seconds = usage.cpu_seconds()
+        r.rss_bytes = usage.rss_bytes()
+        r.heap_bytes = usage.heap_bytes()
+        r.goroutines = usage.threads()
+        self._maint.report(r)
         return r
 
+    def _released(self):
+        """People left this worker: the memory they held is collected and
+        given back to the system soon (within a second, at most once per
+        RELEASE_EVERY; usage.release), rather than when it happens to be,
+        so that the probes show the heap and RSS of who is left."""
+        with self._mu:
+            if self._release_due or self._closed:
+                return
+            self._release_due = True
+            wait = max(RELEASE_MIN, RELEASE_EVERY - (time.monotonic() - self._last_release))
+        self._sched.after(wait, lambda: self._submit(self._give_back))
 
-def _rss():
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
+    def _give_back(self):
+        with self._mu:
+            self._release_due = False
+            self._last_release = time.monotonic()
+        usage.release()

@@ -149,6 +149,13 @@ class Session:
     def user_key(self):
         return self._user or ANONYMOUS_PREFIX + self._name
 
+    def gateway(self):
+        """The AI gateway client that charges this connection's person
+        (their user key as of this frame: a login takes effect from the
+        connection's next frame); gateway.py."""
+        from .gateway import Gateway
+        return Gateway(self._rt, self.user_key())
+
 
 class Page:
     """One browser tab of a connection, with its own Tree: the truth of its
@@ -178,6 +185,10 @@ class Page:
             self.coll.add(pb.Delta.DELETE if op == DELETE else pb.Delta.SET, path, value)
 
         self.tree = Tree(emit)
+
+    def gateway(self):
+        """The AI gateway client that charges the page's person."""
+        return self.session.gateway()
 
     def subscribe(self, *tables):
         """Makes the page receive the changes of tables (the app's

@@ -6,8 +6,9 @@ MODULE:CALLABLE; CALLABLE defaults to "application").
 
 Besides the WSGI callable, the app may provide page hooks, looked up on the
 callable first and then in its module: open_page(page), message(page, msg),
-close_page(page), on_table_change(page, change) and schemas
-({kind: version | (version, oldest)}).
+close_page(page), on_table_change(page, change), schemas
+({kind: version | (version, oldest)}) and needs (a stickyd.Needs: the
+backends its routes and messages need, docs/maintenance.md).
 """
 
 import argparse
@@ -48,7 +49,7 @@ def load(spec):
         return v if v is not None else getattr(module, name, None)
 
     hooks = Hooks(open_page=hook("open_page"), message=hook("message"), close_page=hook("close_page"),
-                  schemas=hook("schemas"), on_table_change=hook("on_table_change"))
+                  schemas=hook("schemas"), on_table_change=hook("on_table_change"), needs=hook("needs"))
     return module, app, hooks
 
 

@@ -8,7 +8,8 @@ streamed responses as the front does (HTTPRead frames to the worker that
 answered). Browsers keep their cookies as a browser would. Its Host answers
 what workers send their host unasked as the agent does: their subscribed
 tables, their publishes (carried to the other workers that watch the
-table), and the global store's reads and grants."""
+table), the global store's reads and grants, and AI gateway calls (a fake
+gateway: internal/gateway/cluster's FromWorker, in a few lines)."""
 
 import json
 import os
@@ -308,6 +309,12 @@ class Host:
         self.grants = {}  # grant id -> _Grant, held or waiting, in request order
         self._next_grant = 0
         self._next_token = 0
+        # The gateway: False refuses every call as an agent without a
+        # gateway block does. calls are (worker id, session, call JSON,
+        # stream) as they came; release lets the "wait" model answer.
+        self.gateway = True
+        self.gateway_calls = []
+        self.release = threading.Event()
 
     def from_worker(self, w, env):
         """Handles what worker w sent unasked; False for what the front
@@ -323,7 +330,62 @@ class Host:
         if body in ("store_get", "grant_acquire", "grant_commit", "grant_release"):
             threading.Thread(target=self._store_call, args=(w, env), daemon=True).start()
             return True
+        if body == "gateway_call":
+            threading.Thread(target=self._gateway_call, args=(w, env), daemon=True).start()
+            return True
         return False
+
+    def _gateway_call(self, w, env):
+        """Answers a GatewayCall as the agent does, for the models: "small"
+        answers "hello world" (streamed in two pieces, then the last with
+        its usage), "midway" fails after one piece, "cut" ends without its
+        last piece, "wait" answers "waited" once release is set, "never"
+        never answers, "budget" is refused as a spent budget; anything else
+        is an unknown model."""
+        gc = env.gateway_call
+        call = json.loads(gc.call)
+        with self._mu:
+            self.gateway_calls.append((w.id, gc.session, call, gc.stream))
+
+        def reply(**body):
+            w.rt.handle(pb.Envelope(id=env.id, reply=True, **body))
+
+        def refuse(code, kind, message):
+            reply(error=pb.Error(code=code, kind=kind, message=message))
+
+        def chunk(c, error="", kind=""):
+            w.rt.handle(pb.Envelope(gateway_chunk=pb.GatewayChunk(
+                call_id=env.id, chunk=json.dumps(c).encode(), last=bool(c.get("done")) or bool(error),
+                error=error, error_kind=kind)))
+
+        model = call["request"]["model"]
+        if not self.gateway:
+            return refuse(pb.Error.UNAVAILABLE, "", "this agent has no gateway block")
+        if model == "budget":
+            return refuse(pb.Error.EXHAUSTED, "budget_exceeded", "the session's budget is spent")
+        if model == "never":
+            return
+        if model == "wait":
+            self.release.wait(10)
+            if not gc.stream:
+                return reply(gateway_reply=pb.GatewayReply(response=json.dumps({"content": "waited"}).encode()))
+        elif model not in ("small", "midway", "cut"):
+            return refuse(pb.Error.BAD_REQUEST, "unknown_model", 'unknown model "%s"' % model)
+        if not gc.stream:
+            resp = {"id": "r1", "model": "small-v1", "content": "hello world", "finish_reason": "stop",
+                    "usage": {"input_tokens": 12, "cached_input_tokens": 30, "output_tokens": 7},
+                    "provider": "openai", "deployment": "local", "cost_micros": 55}
+            return reply(gateway_reply=pb.GatewayReply(response=json.dumps(resp).encode()))
+        if model == "midway":
+            chunk({"delta": "hel"})
+            chunk({}, "the provider did not answer: server", "server")
+            return refuse(pb.Error.UNAVAILABLE, "server", "the provider did not answer: server")
+        chunk({"delta": "hello", "provider": "openai", "deployment": "local"})
+        chunk({"delta": " world"})
+        if model != "cut":
+            chunk({"done": True, "finish_reason": "stop", "usage": {"input_tokens": 12, "output_tokens": 7},
+                   "provider": "openai", "deployment": "local", "cost_micros": 40})
+        reply(gateway_reply=pb.GatewayReply())
 
     def _fan_out(self, origin, p):
         with self._mu:
