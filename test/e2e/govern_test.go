@@ -15,8 +15,19 @@ import (
 // memory are moved off it by the one road, the decision is explained in
 // /v1/events, and their pages come through intact.
 func TestMemorySaturationMovesPeople(t *testing.T) {
+	t.Run("go", func(t *testing.T) { memorySaturationMovesPeople(t, nil) })
+	// The same with Python workers (issue 44): their probes report the
+	// objects' heap, which governance reads as it reads Go's.
+	t.Run("python", func(t *testing.T) { memorySaturationMovesPeople(t, withPycounter(pythonRepo(t))) })
+}
+
+func memorySaturationMovesPeople(t *testing.T, runtime option) {
+	opts := []option{withDataDir(t), withFreezeTimeout("30s")}
+	if runtime != nil {
+		opts = append(opts, runtime)
+	}
 	// The race detector makes big freezes slow: a generous freeze bound.
-	a := startAgentWith(t, "subprocess", 2, withDataDir(t), withFreezeTimeout("30s"), func(c *agent.Config) {
+	a := startAgentWith(t, "subprocess", 2, append(opts, func(c *agent.Config) {
 		// Frequent probes for the engine; silence-killing only after 10 s
 		// (a worker filling 6 MB pages under the race detector on a busy
 		// machine can miss 2 s of probes and must not be killed for it).
@@ -26,7 +37,7 @@ func TestMemorySaturationMovesPeople(t *testing.T) {
 		// of pages, which under the race detector on a busy machine can
 		// starve them. This test is about governance.
 		c.Groups[0].CheckpointInterval = "off"
-	})
+	})...)
 	workers := a.Pool().Ready()
 	heapOf := func(id string) (heap uint64, probed bool) {
 		for _, w := range a.Pool().Workers() {

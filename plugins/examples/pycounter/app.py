@@ -104,6 +104,13 @@ def message(page, msg):
             n = t.number("count") + 1
             t.set("count", n)
             return {"count": n, "worker": page.session.worker_id}
+        if op == "fill":
+            # The page holds a blob of that many bytes (governance's tests).
+            n = int(msg.get("bytes") or 0)
+            if n < 0 or n > 256 << 20:
+                raise ValueError("fill: bytes must be 0..256 MiB")
+            t.set("blob", "x" * n)
+            return n
         if op == "order":
             # An inc that needs db-a: it waits out db-a's maintenance windows.
             n = t.number("orders") + 1
