@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -41,6 +42,10 @@ type TemplateLauncher struct {
 	BuildTimeout time.Duration
 	PlainChannel bool
 	Logger       hclog.Logger
+
+	// closing is set by Close before it stops the template: its end is
+	// then no news.
+	closing atomic.Bool
 
 	mu     sync.Mutex // guards the fields below
 	tmpl   *templateProc
@@ -88,6 +93,7 @@ func (l *TemplateLauncher) Info() TemplateInfo {
 
 // Close stops the template (its workers stay, until the pool stops them).
 func (l *TemplateLauncher) Close() error {
+	l.closing.Store(true)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
@@ -153,7 +159,11 @@ func (l *TemplateLauncher) template(ctx context.Context) (*templateProc, error) 
 	}()
 	go func() {
 		err := cmd.Wait()
-		log.Warn("the group's template ended; the next worker's start builds it again", "pid", cmd.Process.Pid, "status", err)
+		if l.closing.Load() {
+			log.Debug("the group's template stopped", "pid", cmd.Process.Pid)
+		} else {
+			log.Warn("the group's template ended; the next worker's start builds it again", "pid", cmd.Process.Pid, "status", err)
+		}
 		close(t.done)
 	}()
 	bound := l.BuildTimeout
