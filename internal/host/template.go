@@ -47,7 +47,10 @@ type TemplateLauncher struct {
 	// then no news.
 	closing atomic.Bool
 
-	mu     sync.Mutex // guards the fields below
+	// build makes the builds take turns (held for one's length).
+	build sync.Mutex
+
+	mu     sync.Mutex // guards the fields below, never held for long
 	tmpl   *templateProc
 	builds int
 	closed bool
@@ -95,28 +98,39 @@ func (l *TemplateLauncher) Info() TemplateInfo {
 func (l *TemplateLauncher) Close() error {
 	l.closing.Store(true)
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.closed = true
-	if l.tmpl != nil && l.tmpl.alive() {
-		_ = l.tmpl.cmd.Process.Kill()
-		<-l.tmpl.done
-	}
+	t, dir := l.tmpl, ""
 	if l.ownDir {
-		_ = os.RemoveAll(l.Dir)
+		dir = l.Dir
+	}
+	l.mu.Unlock()
+	if t != nil && t.alive() {
+		_ = t.cmd.Process.Kill()
+		<-t.done
+	}
+	// A build in progress sees the process end and gives up.
+	l.build.Lock()
+	defer l.build.Unlock()
+	if dir != "" {
+		_ = os.RemoveAll(dir)
 	}
 	return nil
 }
 
 // template returns the running template, starting it (and waiting for its
-// build) if it is not.
+// build) if it is not. Builds take turns (build); the fields the monitor
+// reads (mu) are never held during one.
 func (l *TemplateLauncher) template(ctx context.Context) (*templateProc, error) {
+	l.build.Lock()
+	defer l.build.Unlock()
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
+	closed, running := l.closed, l.tmpl
+	l.mu.Unlock()
+	if closed {
 		return nil, errors.New("the group's template is closed")
 	}
-	if l.tmpl != nil && l.tmpl.alive() {
-		return l.tmpl, nil
+	if running != nil && running.alive() {
+		return running, nil
 	}
 	if l.Dir == "" {
 		// A socket's path is short (108 bytes): a directory of its own
@@ -125,7 +139,9 @@ func (l *TemplateLauncher) template(ctx context.Context) (*templateProc, error) 
 		if err != nil {
 			return nil, fmt.Errorf("template directory: %w", err)
 		}
+		l.mu.Lock()
 		l.Dir, l.ownDir = dir, true
+		l.mu.Unlock()
 	}
 	if err := os.MkdirAll(l.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("template directory: %w", err)
@@ -146,8 +162,11 @@ func (l *TemplateLauncher) template(ctx context.Context) (*templateProc, error) 
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting the template %q: %w", l.Command, err)
 	}
-	l.builds++
 	t := &templateProc{cmd: cmd, socket: socket, done: make(chan struct{})}
+	l.mu.Lock()
+	l.builds++
+	l.tmpl = t // Close stops it even while it builds
+	l.mu.Unlock()
 	ready := make(chan error, 1)
 	go func() {
 		line, err := bufio.NewReader(out).ReadString('\n')
@@ -192,7 +211,6 @@ func (l *TemplateLauncher) template(ctx context.Context) (*templateProc, error) 
 		return nil, fmt.Errorf("building the group's template: %w", err)
 	}
 	log.Info("the group's template is built", "pid", cmd.Process.Pid, "took", time.Since(began).Round(time.Millisecond))
-	l.tmpl = t
 	return t, nil
 }
 
