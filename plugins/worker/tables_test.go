@@ -41,6 +41,26 @@ func (tableApp) OnTableChange(ctx context.Context, p *Page, c TableChange) error
 	return p.Tree().Set("heard/"+c.Table, n+1)
 }
 
+// startNoticedApp serves app on a pipe; the host's side collects what the
+// worker tells it unasked.
+func startNoticedApp(t *testing.T, app App) (*host, *notices) {
+	h, w := channel.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = ServeConn(ctx, app, Options{Name: "tables"}, w)
+	}()
+	if _, err := channel.Accept(t.Context(), h, &protocol.HelloAck{WorkerId: "w1"}); err != nil {
+		t.Fatal(err)
+	}
+	got := &notices{}
+	hs := &host{t: t, done: done}
+	hs.peer = channel.NewPeer(h, got.add)
+	t.Cleanup(func() { cancel(); hs.peer.Close(); <-done })
+	return hs, got
+}
+
 // notices collects what a worker tells its host unasked.
 type notices struct {
 	mu   sync.Mutex
@@ -72,20 +92,7 @@ func (n *notices) last(kind string) *protocol.Envelope {
 }
 
 func TestTablesReachSubscribedPagesOnly(t *testing.T) {
-	h, w := channel.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = ServeConn(ctx, tableApp{}, Options{Name: "tables"}, w)
-	}()
-	if _, err := channel.Accept(t.Context(), h, &protocol.HelloAck{WorkerId: "w1"}); err != nil {
-		t.Fatal(err)
-	}
-	var got notices
-	hs := &host{t: t, done: done}
-	hs.peer = channel.NewPeer(h, got.add)
-	t.Cleanup(func() { cancel(); hs.peer.Close(); <-done })
+	hs, got := startNoticedApp(t, tableApp{})
 
 	type person struct {
 		user, conn string
@@ -213,20 +220,7 @@ func (failingOpenApp) OpenPage(_ context.Context, p *Page) error {
 // opened and closed side by side by many people leave the host with the
 // set the worker holds at the end, never an older one.
 func TestFailedOpenAndTableSetOrder(t *testing.T) {
-	h, w := channel.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = ServeConn(ctx, failingOpenApp{}, Options{Name: "tables"}, w)
-	}()
-	if _, err := channel.Accept(t.Context(), h, &protocol.HelloAck{WorkerId: "w1"}); err != nil {
-		t.Fatal(err)
-	}
-	var got notices
-	hs := &host{t: t, done: done}
-	hs.peer = channel.NewPeer(h, got.add)
-	t.Cleanup(func() { cancel(); hs.peer.Close(); <-done })
+	hs, got := startNoticedApp(t, failingOpenApp{})
 
 	conn := hs.get("", "", "/").Identity.Conn
 	user := "~" + conn

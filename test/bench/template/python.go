@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -170,26 +166,11 @@ func pyStart(ctx context.Context, l host.Launcher, id string) (pySample, host.Pr
 // privateMemory reads a process's proportional set size and its unique
 // (private) set size from /proc/PID/smaps_rollup.
 func privateMemory(pid int) (pss, uss int64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	kb, err := procKB(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
 	if err != nil {
 		return 0, 0, fmt.Errorf("reading a worker's memory: %w", err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), ":")
-		f := strings.Fields(v)
-		if len(f) != 2 || f[1] != "kB" {
-			continue
-		}
-		n, _ := strconv.ParseInt(f[0], 10, 64)
-		switch k {
-		case "Pss":
-			pss = n << 10
-		case "Private_Clean", "Private_Dirty":
-			uss += n << 10
-		}
-	}
-	return pss, uss, nil
+	return kb["Pss"], kb["Private_Clean"] + kb["Private_Dirty"], nil
 }
 
 func runPython(args ...string) (string, error) {

@@ -187,10 +187,20 @@ func frame(ctx context.Context, peer *channel.Peer, f *protocol.Frame) (*protoco
 // residentMemory reads a process's resident set and its file-backed part
 // from /proc.
 func residentMemory(pid int) (rss, file int64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	kb, err := procKB(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, 0, fmt.Errorf("reading the worker's memory: %w", err)
 	}
+	return kb["VmRSS"], kb["RssFile"], nil
+}
+
+// procKB reads the "Key: N kB" lines of a /proc file, in bytes.
+func procKB(path string) (map[string]int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		k, v, _ := strings.Cut(sc.Text(), ":")
@@ -199,14 +209,9 @@ func residentMemory(pid int) (rss, file int64, err error) {
 			continue
 		}
 		n, _ := strconv.ParseInt(f[0], 10, 64)
-		switch k {
-		case "VmRSS":
-			rss = n << 10
-		case "RssFile":
-			file = n << 10
-		}
+		out[k] = n << 10
 	}
-	return rss, file, nil
+	return out, nil
 }
 
 // findEngineLine reads the "engine ready" line out of the host logger's
