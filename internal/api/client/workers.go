@@ -23,6 +23,13 @@ const (
 	WorkerUnreachable = "unreachable"
 )
 
+// WorkerTemplate is a group's template process: its pid (0 while none
+// runs) and how many times it was built.
+type WorkerTemplate struct {
+	Pid    int `json:"pid"`
+	Builds int `json:"builds"`
+}
+
 // Worker is a worker slot as its agent sees it (GET /v1/workers, and the
 // workers of a Status).
 type Worker struct {
@@ -46,6 +53,9 @@ type Worker struct {
 	LaunchError string `json:"launch_error,omitempty"`
 	App         string `json:"app,omitempty"`
 	AppVersion  string `json:"app_version,omitempty"`
+	// Template is the group's template process, for a worker forked from
+	// one (a python3 group's template).
+	Template *WorkerTemplate `json:"template,omitempty"`
 	// Cordoned is set while the worker takes no newcomers.
 	Cordoned bool `json:"cordoned,omitempty"`
 	// The last probe's answer.
