@@ -747,12 +747,16 @@ class Runtime:
         # The connection has a name from the start, so the site can show it
         # while serving the first request; name_connection replaces it.
         s = Session(self, random_name(), "", is_new=True)
-        return self._serve_http(s, f.http, id, None, lambda resp: self._named(s, resp))
+        return self._serve_http(s, f.http, id, None, lambda resp: self._named(s, f.http, resp))
 
-    def _named(self, s, resp):
+    def _named(self, s, req, resp):
         """The reply to a new connection's first request: from now on, the
-        connection is this worker's under its name."""
+        connection is this worker's under its name; or, for a request that
+        names nobody, an answer with no identity (no cookie, nothing in the
+        maps, nothing here)."""
         s._is_new = False
+        if s.leaves_no_trace(req.method, req.url, resp.status):
+            return pb.FrameReply(http=resp)
         with self._mu:
             if s.conn in self._conns:
                 # Named after a connection this worker holds: the newcomer

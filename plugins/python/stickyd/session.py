@@ -60,6 +60,12 @@ def random_name():
     return base64.b32encode(os.urandom(16)).decode("ascii").rstrip("=").lower()
 
 
+# ASSET_EXTENSIONS are the paths' endings of static files (as the Go SDK's).
+ASSET_EXTENSIONS = frozenset((".css", ".js", ".mjs", ".map", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".ico",
+                              ".webp", ".avif", ".woff", ".woff2", ".ttf", ".otf", ".eot", ".txt", ".xml",
+                              ".webmanifest"))
+
+
 class Session:
     """One connection of a person. Touched only from the person's mailbox."""
 
@@ -72,6 +78,7 @@ class Session:
         self._forget = False  # forget() was called during the current frame
         self._forgotten = False  # the host was asked to forget the person
         self._is_new = is_new
+        self._keep = False  # the first request touched the connection: see keep()
         self.values = Tree()  # the connection's own data (no deltas); it moves with the person
         self.pages = {}
 
@@ -102,6 +109,29 @@ class Session:
         if not _NAME_RE.match(name or ""):
             raise BadName("naming connection %r: bad name" % name)
         self._name = name
+        self._keep = True
+
+    def keep(self):
+        """Says the connection of this first request is a visitor's even if
+        the request is one that names nobody by default (a HEAD, a GET of a
+        static asset or answered with an error, whose handler did not touch
+        the session): the answer sets the cookie and the connection is
+        recorded."""
+        self._keep = True
+
+    def leaves_no_trace(self, method, url, status):
+        """Whether a new connection's first request names nobody (as the Go
+        SDK's leavesNoTrace): a HEAD, or a GET of a static asset (by its
+        path's ending) or answered with an error, whose handler did not
+        name the connection, log in, write a value or call keep()."""
+        if self._keep or self._login or self.values.get(""):
+            return False
+        if method == "HEAD":
+            return True
+        if method != "GET":
+            return False
+        path = url.partition("?")[0]
+        return status >= 400 or os.path.splitext(path)[1].lower() in ASSET_EXTENSIONS
 
     def login(self, user, attrs=None):
         """Declares who the person is, with attributes (customer, plan...)
