@@ -12,12 +12,18 @@ import (
 // the SDK's defaults. Past them an open or a write is refused with a
 // message the page sees; the worker goes on serving.
 func TestGroupPageBounds(t *testing.T) {
-	for _, mode := range modes {
+	// Go workers in both modes, and Python ones (issue 44): the same
+	// bounds, the same refusals.
+	for _, mode := range append(modes, "python") {
 		t.Run(mode, func(t *testing.T) {
-			a := startAgentWith(t, mode, 1, func(c *agent.Config) {
+			opts := []option{func(c *agent.Config) {
 				c.Groups[0].MaxPagesPerConn = 2
 				c.Groups[0].MaxPageBytes = 1 << 20
-			})
+			}}
+			if mode == "python" {
+				mode, opts = "subprocess", append(opts, withPycounter(pythonRepo(t)))
+			}
+			a := startAgentWith(t, mode, 1, opts...)
 			b := newBrowser(t, a)
 			b.do("POST", "/login?user=lim")
 			one := b.openTab("one")

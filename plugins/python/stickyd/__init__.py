@@ -49,9 +49,9 @@ from .runtime import Refused
 from .session import BadName, Named, Page, Session, current as session
 from .store import Grant, StaleGrant, StoreError
 from .tables import BadTable, TableChange, publish
-from .tree import BadPath, NotData, Tree
+from .tree import BadPath, NotData, StateTooLarge, Tree
 
 __all__ = ["BadName", "BadPath", "BadTable", "Gateway", "GatewayChunk", "GatewayError", "GatewayMessage",
            "GatewayRequest", "GatewayResponse", "GatewayStream", "GatewayUsage", "Grant", "Named", "Needs",
-           "NotData", "Page", "Refused", "Session", "StaleGrant", "StoreError", "TableChange", "Tree", "publish",
+           "NotData", "Page", "Refused", "Session", "StaleGrant", "StateTooLarge", "StoreError", "TableChange", "Tree", "publish",
            "session", "store"]

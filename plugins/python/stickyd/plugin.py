@@ -142,6 +142,8 @@ class _Channel:
                 return
             rt = self._make_runtime(self.send, self.close)
             rt.worker_id = first.hello_ack.worker_id
+            if first.hello_ack.HasField("limits"):
+                rt.set_limits(first.hello_ack.limits)
             self._log.info("worker ready", worker=rt.worker_id, group=first.hello_ack.group)
             for env in requests:
                 rt.handle(env)

@@ -38,6 +38,7 @@ from .collector import Scheduler
 from .maintenance import STOPPING, YIELDED, Hold, Maintenance, MaintenanceError, Needs, request_path
 from .streams import Streams
 from .session import ANONYMOUS_PREFIX, Page, Session, _Serving, random_name
+from .tree import StateTooLarge
 from .tables import Subscriptions, TableChange, check_tables, decode_data, encode_data
 
 PACKAGE_FORMAT = 1  # the UserPackage format this SDK writes and reads
@@ -59,6 +60,13 @@ RELEASE_MIN = 1.0
 NOTICE_LOST = "This page restarted clean: the worker that held its state is gone."
 NOTICE_CHANGED = "This page was reset because the application changed."
 
+
+
+# The page bounds' defaults, as the Go SDK's (worker.DefaultMaxPageBytes...).
+DEFAULT_MAX_PAGE_BYTES = 256 << 20
+DEFAULT_MAX_PERSON_BYTES = 1 << 30
+DEFAULT_MAX_PAGES_PER_CONN = 100
+DEFAULT_MAX_PAGES_PER_PERSON = 500
 
 class Refused(Exception):
     """Raised by a page's message handler (or open_page) to refuse: the
@@ -235,6 +243,12 @@ class Runtime:
         self.name = name
         self.version = version
         self.worker_id = ""
+        # The page bounds (the Go SDK's defaults; the group's limits, from
+        # the host's HelloAck, over them: set_limits); 0 is no bound.
+        self.max_page_bytes, self.max_person_bytes = DEFAULT_MAX_PAGE_BYTES, DEFAULT_MAX_PERSON_BYTES
+        self.max_pages_per_conn, self.max_pages_per_person = DEFAULT_MAX_PAGES_PER_CONN, DEFAULT_MAX_PAGES_PER_PERSON
+        self._state_refused = 0
+        self._pages_refused = 0
         self._send = send
         self._log = log
         self._on_shutdown = on_shutdown
@@ -857,6 +871,61 @@ class Runtime:
         for p in s.pages.values():
             p.coll.cancel()
 
+    def set_limits(self, limits):
+        """Applies the group's bounds (WorkerLimits): a value set replaces
+        the default, a negative one means no bound."""
+        def pick(v, cur):
+            if v == 0:
+                return cur
+            return 0 if v < 0 else v
+        self.max_page_bytes = pick(limits.max_page_bytes, self.max_page_bytes)
+        self.max_person_bytes = pick(limits.max_person_bytes, self.max_person_bytes)
+        self.max_pages_per_conn = pick(limits.max_pages_per_conn, self.max_pages_per_conn)
+        self.max_pages_per_person = pick(limits.max_pages_per_person, self.max_pages_per_person)
+
+    def room(self, page, delta):
+        """Refuses (StateTooLarge) a write of delta more bytes into page's
+        tree past the page's or its person's bound. It runs in the person's
+        mailbox, so their other pages are still."""
+        size = page.tree.size + delta
+        if self.max_page_bytes and size > self.max_page_bytes:
+            with self._mu:
+                self._state_refused += 1
+            raise StateTooLarge("state too large: the page's state would be %d bytes; at most %d are allowed per page"
+                                % (size, self.max_page_bytes))
+        if not self.max_person_bytes:
+            return
+        s = page.session
+        with self._mu:
+            sessions = set(self._by_user.get(s.user_key(), ())) | {s}
+            total = delta + sum(p.tree.size for c in sessions for p in c.pages.values())
+            if total > self.max_person_bytes:
+                self._state_refused += 1
+                refused = True
+            else:
+                refused = False
+        if refused:
+            raise StateTooLarge("state too large: this person's pages would hold %d bytes; at most %d are allowed per person"
+                                % (total, self.max_person_bytes))
+
+    def _room_for_page(self, s):
+        """Refuses a new page past the connection's or the person's bound."""
+        if self.max_pages_per_conn and len(s.pages) >= self.max_pages_per_conn:
+            with self._mu:
+                self._pages_refused += 1
+            raise _Bad("opening a page: this connection has %d pages open, the most it may; close one first" % len(s.pages))
+        if not self.max_pages_per_person:
+            return
+        with self._mu:
+            n = sum(len(c.pages) for c in self._by_user.get(s.user_key(), ()) if c is not s) + len(s.pages)
+            if n >= self.max_pages_per_person:
+                self._pages_refused += 1
+                full = True
+            else:
+                full = False
+        if full:
+            raise _Bad("opening a page: this person has %d pages open, the most they may; close one first" % n)
+
     def _new_page(self, s, id, kind):
         version, _, _ = self.hooks.schema(kind)
         return Page(s, id, kind, version, self._sched)
@@ -867,6 +936,7 @@ class Runtime:
         p = s.pages.get(o.page)
         st = pb.PageState(page=o.page)
         if p is None:
+            self._room_for_page(s)
             p = self._new_page(s, o.page, o.kind)
             s.pages[o.page] = p
             with self._mu:
@@ -919,7 +989,9 @@ class Runtime:
             p.coll.hold()
             try:
                 v = self.hooks.message(p, msg)
-            except Refused as e:
+            except (Refused, StateTooLarge) as e:
+                # A bound's refusal is the page's answer, as a refusal is
+                # (the Go SDK answers its handler's error).
                 res.error = str(e) or "refused"
             else:
                 if v is not None:
@@ -1177,7 +1249,8 @@ class Runtime:
             release = self._tidy_locked(time.monotonic())
             depth = sum(len(u.queue) for u in self._users.values())
             r = pb.ProbeReply(users=len(self._by_user), conns=len(self._conns), pages=self._pages,
-                              frames=self._frames, mailbox_depth=depth)
+                              frames=self._frames, mailbox_depth=depth, state_refused=self._state_refused,
+                              pages_refused=self._pages_refused)
             for k in self._dirty:
                 a = self._accounts[k]
                 u = self._users.get(k)

@@ -16,7 +16,7 @@ import threading
 from . import stickyd_pb2 as pb
 from .collector import Collector
 from .tables import CACHE_PREFIX, check_tables
-from .tree import DELETE, Tree
+from .tree import DELETE, StateTooLarge, Tree  # noqa: F401 (StateTooLarge: the apps')
 
 ANONYMOUS_PREFIX = "~"  # internal/protocol.AnonymousPrefix
 
@@ -214,7 +214,12 @@ class Page:
             session._rt.wrote(session, len(path) + len(value or b""))
             self.coll.add(pb.Delta.DELETE if op == DELETE else pb.Delta.SET, path, value)
 
-        self.tree = Tree(emit)
+        self.tree = Tree(emit, self._room)
+
+    def _room(self, delta):
+        """Refuses a write that would take the page's state, or its
+        person's pages here, past their bounds (runtime.state_bounds)."""
+        self.session._rt.room(self, delta)
 
     def gateway(self):
         """The AI gateway client that charges the page's person."""

@@ -57,13 +57,25 @@ def dumps(v):
     return json.dumps(v, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode("utf-8")
 
 
+class StateTooLarge(Exception):
+    """A write that would take a page's state, or its person's pages, past
+    its bound (the group's max_page_bytes, max_person_bytes); the Go SDK's
+    ErrStateTooLarge."""
+
+
 class Tree:
     """A page's data (or a connection's values): see the module doc."""
 
-    def __init__(self, emit=None):
+    def __init__(self, emit=None, room=None):
         self._root = {}
         # emit(op, path, value_json_bytes_or_None) is called for every write.
         self._emit = emit
+        # room(delta), when set, is asked before a write that changes the
+        # tree's size by delta bytes; it raises StateTooLarge to refuse it.
+        self._room = room
+        # size is the tree's size as its JSON (dumps) writes it, kept as it
+        # is written: the bounds of a page's state read it.
+        self.size = 2
 
     def get(self, path="", default=None):
         """The value at path, or default when there is none."""
@@ -100,14 +112,20 @@ class Tree:
         """Stores a copy of value at path, creating the dicts on the way.
         Setting the root replaces the whole tree and requires a dict."""
         nv = normalize(value)
+        enc = dumps(nv)
         if path == "":
             if not isinstance(nv, dict):
                 raise BadPath("setting the root: the root must be a dict")
+            delta = len(enc) - self.size
+            self._ask(delta)
             self._root = nv
         else:
+            delta = len(enc) - self._weight(path)
+            self._ask(delta)
             self._place(path, nv, False)
+        self.size += delta
         if self._emit is not None:
-            self._emit(SET, path, dumps(nv))
+            self._emit(SET, path, enc)
 
     def delete(self, path):
         """Removes the value at path; deleting what is not there is a no-op
@@ -121,12 +139,27 @@ class Tree:
                 return
         elif self.get(path) is None:
             return
+        delta = -self._weight(path)
         try:
             self._place(path, None, True)
         except BadPath:
             return
+        self.size += delta
         if self._emit is not None:
             self._emit(DELETE, path, None)
+
+    def _weight(self, path):
+        """What the value at path adds to the tree's JSON: its own, and, in
+        a dict, its key, colon and comma (0 when there is none)."""
+        old = self.get(path)
+        if old is None:
+            return 0
+        key = path.rpartition("/")[2]
+        return len(dumps(old)) + len(dumps(key)) + 2
+
+    def _ask(self, delta):
+        if self._room is not None and delta > 0:
+            self._room(delta)
 
     def _place(self, path, v, delete):
         segs = path.split("/")
@@ -172,6 +205,7 @@ class Tree:
         """Replaces the content with an encoded root, without deltas."""
         if not data:
             self._root = {}
+            self.size = 2
             return
         v, rest = _decode(memoryview(data), 0)
         if len(rest):
@@ -179,6 +213,7 @@ class Tree:
         if not isinstance(v, dict):
             raise ValueError("damaged tree encoding: the root is not a map")
         self._root = v
+        self.size = len(dumps(v))
 
 
 def _index(seg):
