@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
+	"time"
 )
 
 // HTTPError is what a handler returns for a request it cannot serve: the
@@ -75,7 +77,30 @@ func (f *Front) handle(h func(http.ResponseWriter, *http.Request) error) http.Ha
 			w.Header().Set("Retry-After", he.retryAfter())
 		}
 		_ = writeJSON(w, he.Status, map[string]any{"error": he.Message, "retry": he.Retry})
+		if he.Status == http.StatusServiceUnavailable || he.Status == http.StatusRequestEntityTooLarge {
+			linger(w, r)
+		}
 	}
+}
+
+// A refusal that leaves a body unread (the body budget is full, the body
+// is too large) is sent at once, then what the client goes on sending is
+// read and dropped for a moment: a server that closes with bytes unread
+// resets the connection, and a client still writing its body then sees
+// "connection reset" instead of the 503 (or 413) that says to retry.
+const (
+	lingerTime  = 2 * time.Second
+	lingerBytes = 32 << 20
+)
+
+func linger(w http.ResponseWriter, r *http.Request) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	_ = rc.SetReadDeadline(time.Now().Add(lingerTime))
+	_, _ = io.CopyN(io.Discard, r.Body, lingerBytes)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) error {
