@@ -104,6 +104,10 @@ type Mover struct {
 	// noPrecopy names the workers that answered a precopy or a stage as
 	// something they do not handle (another SDK, an older build).
 	noPrecopy sync.Map
+	// onRoad holds the people whose barrier this mover raised and has not
+	// settled yet (user → *traveller): a new term's roll-back leaves them
+	// to it.
+	onRoad sync.Map
 }
 
 // Outcomes of a move, as reported and counted.

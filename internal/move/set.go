@@ -92,6 +92,7 @@ func (m *Mover) MoveSet(ctx context.Context, reqs []Request, opt Options, done f
 		opt.Reason = "admin"
 	}
 	finish := func(t *traveller, err error) {
+		m.onRoad.CompareAndDelete(t.res.User, t)
 		t.res.Duration = time.Since(t.start)
 		m.moves.WithLabelValues(opt.Reason, t.res.Outcome).Inc()
 		if t.res.Outcome == Moved {
@@ -212,6 +213,9 @@ func (m *Mover) write(ctx context.Context, e written, done chan<- written) {
 	now := time.Now()
 	for _, t := range e.begin {
 		t.start = now
+		// Marked before the entry: a roll-back that reads the maps after
+		// it must find the person already claimed.
+		m.onRoad.LoadOrStore(t.res.User, t)
 		req.Begin = append(req.Begin, fsm.MoveBeginRequest{User: t.res.User, From: t.before.Worker, To: t.res.To, Epoch: t.before.Epoch})
 	}
 	for _, t := range e.settle {

@@ -52,6 +52,10 @@ type scripted struct {
 	mu     sync.Mutex
 	thawed map[string]bool
 	evict  map[string]bool
+	// gate, when set, holds the freeze of people named "gated…" until
+	// closed; frozen is told each one that reached it.
+	gate   chan struct{}
+	frozen chan string
 }
 
 func (w *scripted) Freeze(ctx context.Context, worker, user string, epoch uint64) (*protocol.Frozen, error) {
@@ -63,6 +67,9 @@ func (w *scripted) Freeze(ctx context.Context, worker, user string, epoch uint64
 		return nil, &channel.RemoteError{Code: protocol.Error_INTERNAL, Message: "no"}
 	case strings.HasPrefix(user, "dead"):
 		return nil, errors.New("worker exited")
+	case strings.HasPrefix(user, "gated"):
+		w.frozen <- user
+		<-w.gate
 	}
 	return &protocol.Frozen{Package: []byte("state of " + user), Conns: 1, Pages: 1}, nil
 }
@@ -223,4 +230,44 @@ func (l *failAfter) Apply(ctx context.Context, entry []byte) (any, error) {
 		return nil, errors.New("timed out enqueuing")
 	}
 	return l.countingLog.Apply(ctx, entry)
+}
+
+// A new term's roll-back leaves alone the moves this mover is making (it
+// ran as the term began, after a move had raised its barrier) and rolls
+// back the ones nobody is making.
+func TestRollBackStuckLeavesTheMoversOwn(t *testing.T) {
+	f, l, w, m := setup(t, []string{"gated1", "orphan1"})
+	w.gate, w.frozen = make(chan struct{}), make(chan string, 1)
+	// orphan1's barrier was raised by a leader that is gone.
+	o, _ := f.User("orphan1")
+	b, _ := fsm.Encode(fsm.MoveBatchRequestType, fsm.MoveBatchRequest{Begin: []fsm.MoveBeginRequest{{User: "orphan1", From: "a", To: "b", Epoch: o.Epoch}}})
+	if _, err := l.Apply(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go m.MoveSet(context.Background(), []Request{{User: "gated1", To: "b"}}, Options{Freeze: 5 * time.Second}, func(r Result, err error) { done <- err })
+	<-w.frozen
+	if u, _ := f.User("gated1"); u.State != placement.StateMoving {
+		t.Fatalf("gated1 during its freeze: %+v", u)
+	}
+	back, err := m.RollBackStuck(t.Context(), f.Users())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back) != 1 || back[0] != "orphan1" {
+		t.Fatalf("rolled back %v, want only orphan1", back)
+	}
+	close(w.gate)
+	if err := <-done; err != nil {
+		t.Fatalf("the move under way was disturbed: %v", err)
+	}
+	if u, _ := f.User("gated1"); u.Worker != "b" {
+		t.Fatalf("gated1 after its move: %+v", u)
+	}
+	if u, _ := f.User("orphan1"); u.State != placement.StateLive || u.Worker != "a" {
+		t.Fatalf("orphan1 after the roll-back: %+v", u)
+	}
+	if _, left := m.onRoad.Load("gated1"); left {
+		t.Fatal("a settled move is still marked as on the road")
+	}
 }

@@ -16,10 +16,16 @@ const stuckBatch = 1000
 // Each stuck person (State moving) goes back home in the maps, in entries
 // of up to stuckBatch people, and their old worker is told to thaw them:
 // it may have frozen them for the dead leader, and a frozen person
-// answers nothing until thawed. It returns the people rolled back.
+// answers nothing until thawed. Moves this mover is making are left to
+// it. It returns the people rolled back.
 func (m *Mover) RollBackStuck(ctx context.Context, users []placement.UserInfo) ([]string, error) {
 	var stuck []placement.UserInfo
 	for _, u := range users {
+		if _, mine := m.onRoad.Load(u.User); mine {
+			// This mover raised the barrier in this process (a move begun
+			// as the term began): it settles the move itself.
+			continue
+		}
 		if u.State == placement.StateMoving {
 			stuck = append(stuck, u)
 		}
