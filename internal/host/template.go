@@ -150,6 +150,11 @@ func (l *TemplateLauncher) template(ctx context.Context) (*templateProc, error) 
 	cmd := exec.Command(l.Command, append(append([]string(nil), l.Args...), "--socket", socket)...)
 	cmd.Env = append(cmd.Environ(), l.Env...)
 	cmd.Env = append(cmd.Env, "STICKYD_TEMPLATE_SOCKET="+socket, channel.Handshake.MagicCookieKey+"="+channel.Handshake.MagicCookieValue)
+	if !l.PlainChannel {
+		// The template keeps a fork ready for AutoMTLS (its key made, its
+		// server listening): the next start is then only its handshake.
+		cmd.Env = append(cmd.Env, "STICKYD_TEMPLATE_SPARE=tls")
+	}
 	setDeathSignal(cmd)
 	log := l.logger().Named("template")
 	stderr := newAppOutput(log, "stderr", true)

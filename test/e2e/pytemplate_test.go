@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -85,14 +86,31 @@ func TestPythonTemplateForks(t *testing.T) {
 		t.Fatalf("after the move: %+v", moved)
 	}
 
-	// The template dies: the workers go on.
+	// The template keeps one spare fork ready (the host uses AutoMTLS):
+	// its child that is no worker.
 	var tpid int
 	if _, err := fmt.Sscan(template, &tpid); err != nil {
 		t.Fatal(err)
 	}
+	var spare []int
+	waitFor(t, 20*time.Second, "the template's spare fork", func() bool {
+		spare = nil
+		for _, c := range childrenOf(t, tpid) {
+			if !slices.ContainsFunc(a.Pool().Workers(), func(w host.WorkerInfo) bool { return w.Pid == c }) {
+				spare = append(spare, c)
+			}
+		}
+		return len(spare) == 1
+	})
+
+	// The template dies: the workers go on, and the spare goes with it.
 	if err := syscall.Kill(tpid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, 10*time.Second, "the spare fork to exit with its template", func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", spare[0]))
+		return err != nil || strings.Contains(procState(spare[0]), "Z")
+	})
 	time.Sleep(300 * time.Millisecond)
 	if again := b.tmplWho("/note?third"); again.Worker != to || len(again.Notes) != 3 {
 		t.Fatalf("after the template died: %+v", again)
@@ -117,6 +135,34 @@ func TestPythonTemplateForks(t *testing.T) {
 	})
 }
 
+// childrenOf is the pids of p's children, as /proc says them.
+func childrenOf(t *testing.T, pid int) []int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		t.Fatalf("process %d: %v", pid, err)
+	}
+	var out []int
+	for f := range strings.FieldsSeq(string(b)) {
+		var c int
+		if _, err := fmt.Sscan(f, &c); err == nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// procState is the State line of /proc/PID/status ("" once it is gone).
+func procState(pid int) string {
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for line := range strings.SplitSeq(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "State:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
 // parentOf is the pid of p's parent, as /proc says it.
 func parentOf(t *testing.T, pid int) string {
 	t.Helper()
@@ -130,4 +176,34 @@ func parentOf(t *testing.T, pid int) string {
 		}
 	}
 	return ""
+}
+
+// A template whose host asks for plain channels (plain_channel = true)
+// keeps no spare: each worker is forked when asked, and serves.
+func TestPythonTemplateForksPlainChannel(t *testing.T) {
+	root := pythonRepo(t)
+	data := t.TempDir()
+	a := startAgentWith(t, "inprocess", 2, withDataDir(t), func(c *agent.Config) {
+		c.PythonSDK = filepath.Join(root, "plugins", "python")
+		g := c.Groups[0]
+		g.Builtin = ""
+		g.Plugin = &agent.PluginConfig{Runtime: agent.RuntimePython3, Command: "tmplapp:application", PlainChannel: true,
+			Template: &agent.PluginTemplate{Build: "tmplapp:build"},
+			Env:      map[string]string{"PYTHONPATH": filepath.Join(root, "test", "e2e", "testdata", "pytemplate"), "STICKYD_SITE_DATA": data}}
+	})
+	b, _ := os.ReadFile(filepath.Join(data, "builds"))
+	var tpid int
+	if _, err := fmt.Sscan(string(b), &tpid); err != nil {
+		t.Fatal(err)
+	}
+	workers := a.Pool().Workers()
+	time.Sleep(500 * time.Millisecond) // a spare, if one were made, would be there by now
+	if kids := childrenOf(t, tpid); len(kids) != len(workers) {
+		t.Fatalf("the template has %d children (%v) for %d workers: a spare was forked for plain channels", len(kids), kids, len(workers))
+	}
+	br := newBrowser(t, a)
+	br.tmplWho("/login?user=pia")
+	if w := br.tmplWho("/note?first"); w.Rows != 100_000 || w.User != "pia" || w.Ppid != tpid {
+		t.Fatalf("a fork's answer over a plain channel: %+v", w)
+	}
 }

@@ -239,65 +239,104 @@ def serve(make_runtime, hello, log, handshake):
     exits the process. make_runtime(send, close) builds the runtime once the
     host has accepted the Hello; handshake is the file go-plugin reads the
     handshake line from (the process's original stdout)."""
-    # A Ctrl-C in the terminal reaches the whole process group: the host
-    # decides when its workers stop (go-plugin's servers ignore it too).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    done = threading.Event()
-    ch = _Channel(make_runtime, hello, log, done)
-
-    def check(raw, context):
-        if _health_service(raw) in ("", "plugin"):
-            return _SERVING
-        context.abort(grpc.StatusCode.NOT_FOUND, "unknown service")
-
-    def shutdown(raw, context):
-        ch.close()
-        done.set()
-        return b""
-
-    ident = lambda b: b  # noqa: E731 (messages encoded by hand)
-    handlers = [
-        grpc.method_handlers_generic_handler("stickyd.channel.v1.Worker", {
-            "Channel": grpc.stream_stream_rpc_method_handler(
-                ch.serve, request_deserializer=pb.Envelope.FromString,
-                response_serializer=pb.Envelope.SerializeToString),
-        }),
-        grpc.method_handlers_generic_handler("grpc.health.v1.Health", {
-            "Check": grpc.unary_unary_rpc_method_handler(check, request_deserializer=ident, response_serializer=ident),
-        }),
-        grpc.method_handlers_generic_handler("plugin.GRPCController", {
-            "Shutdown": grpc.unary_unary_rpc_method_handler(shutdown, request_deserializer=ident, response_serializer=ident),
-        }),
-    ]
-    server = grpc.server(ThreadPoolExecutor(max_workers=4, thread_name_prefix="stickyd-grpc"), handlers=handlers,
-                         options=[("grpc.max_receive_message_length", MAX_ENVELOPE),
-                                  ("grpc.max_send_message_length", MAX_ENVELOPE)])
     client_cert = os.environ.get("PLUGIN_CLIENT_CERT", "")
-    cert_field = ""
-    if client_cert:
-        key_pem, cert_pem, cert_der = _one_time_cert()
-        creds = grpc.ssl_server_credentials([(key_pem, cert_pem)], root_certificates=client_cert.encode(),
-                                            require_client_auth=True)
-        port = server.add_secure_port("127.0.0.1:0", creds)
-        cert_field = "|" + base64.b64encode(cert_der).decode().rstrip("=")
-    else:
-        port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    handshake.write("%d|%d|tcp|127.0.0.1:%d|grpc%s\n" % (CORE_PROTOCOL, APP_PROTOCOL, port, cert_field))
-    handshake.flush()
-    # Pdeathsig (Linux) kills a worker whose host died; elsewhere, notice
-    # that the parent changed. A worker forked from a group's template
-    # (stickyd.template) has the template for its parent: it watches the
-    # host, whose pid the host gave it, instead.
-    parent = os.getppid()
-    host = int(os.environ.get("STICKYD_HOST_PID") or 0)
-    while not done.wait(1.0):
-        if (host and not _alive(host)) or (not host and os.getppid() != parent):
-            log.warn("the host is gone; stopping")
-            break
-    server.stop(grace=1).wait(2)
-    sys.__stderr__.flush()
-    # One channel per process: when the host is done with it, so is the
-    # worker (threads still running an app call are not waited for).
-    os._exit(0)
+    Listener(make_runtime, hello, log, tls=bool(client_cert)).serve(handshake, client_cert)
+
+
+class Listener:
+    """A worker's gRPC server, made and listening before the host that will
+    use it is known: a template's spare fork (stickyd.template) makes it
+    ahead, so that the start the host waits for is only serve. With tls,
+    its key and certificate are its own, made here, and the host's
+    certificate (go-plugin's AutoMTLS) is given by serve: until then no
+    client can finish a TLS handshake with it, since none holds the key of
+    the only root it trusts (its own certificate)."""
+
+    def __init__(self, make_runtime, hello, log, tls):
+        # A Ctrl-C in the terminal reaches the whole process group: the
+        # host decides when its workers stop (go-plugin's servers ignore it
+        # too).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self._log = log
+        self._tls = tls
+        self._done = threading.Event()
+        self._ch = _Channel(make_runtime, hello, log, self._done)
+        self._mu = threading.Lock()
+        self._next = None  # the certificate configuration serve sets
+
+        def check(raw, context):
+            if _health_service(raw) in ("", "plugin"):
+                return _SERVING
+            context.abort(grpc.StatusCode.NOT_FOUND, "unknown service")
+
+        def shutdown(raw, context):
+            self._ch.close()
+            self._done.set()
+            return b""
+
+        ident = lambda b: b  # noqa: E731 (messages encoded by hand)
+        handlers = [
+            grpc.method_handlers_generic_handler("stickyd.channel.v1.Worker", {
+                "Channel": grpc.stream_stream_rpc_method_handler(
+                    self._ch.serve, request_deserializer=pb.Envelope.FromString,
+                    response_serializer=pb.Envelope.SerializeToString),
+            }),
+            grpc.method_handlers_generic_handler("grpc.health.v1.Health", {
+                "Check": grpc.unary_unary_rpc_method_handler(check, request_deserializer=ident, response_serializer=ident),
+            }),
+            grpc.method_handlers_generic_handler("plugin.GRPCController", {
+                "Shutdown": grpc.unary_unary_rpc_method_handler(shutdown, request_deserializer=ident,
+                                                                response_serializer=ident),
+            }),
+        ]
+        self._server = grpc.server(ThreadPoolExecutor(max_workers=4, thread_name_prefix="stickyd-grpc"),
+                                   handlers=handlers,
+                                   options=[("grpc.max_receive_message_length", MAX_ENVELOPE),
+                                            ("grpc.max_send_message_length", MAX_ENVELOPE)])
+        self._cert_field = ""
+        if tls:
+            key_pem, cert_pem, cert_der = _one_time_cert()
+            self._pair = (key_pem, cert_pem)
+            initial = grpc.ssl_server_certificate_configuration([self._pair], root_certificates=cert_pem)
+            creds = grpc.dynamic_ssl_server_credentials(initial, self._fetch, require_client_authentication=True)
+            self.port = self._server.add_secure_port("127.0.0.1:0", creds)
+            self._cert_field = "|" + base64.b64encode(cert_der).decode().rstrip("=")
+        else:
+            self.port = self._server.add_insecure_port("127.0.0.1:0")
+        self._server.start()
+
+    def _fetch(self):
+        """The configuration for the next TLS handshake: called by gRPC
+        before each; None keeps the current one."""
+        with self._mu:
+            nxt, self._next = self._next, None
+        return nxt
+
+    def serve(self, handshake, client_cert):
+        """Trusts the host's certificate (tls), tells go-plugin where the
+        worker listens, and serves until the channel ends; then exits the
+        process."""
+        if bool(client_cert) != self._tls:
+            sys.stderr.write("the worker was made for %s but the host asks for %s\n" % (
+                "AutoMTLS" if self._tls else "a plain channel", "AutoMTLS" if client_cert else "a plain channel"))
+            os._exit(1)
+        if client_cert:
+            with self._mu:
+                self._next = grpc.ssl_server_certificate_configuration([self._pair], root_certificates=client_cert.encode())
+        handshake.write("%d|%d|tcp|127.0.0.1:%d|grpc%s\n" % (CORE_PROTOCOL, APP_PROTOCOL, self.port, self._cert_field))
+        handshake.flush()
+        # Pdeathsig (Linux) kills a worker whose host died; elsewhere,
+        # notice that the parent changed. A worker forked from a group's
+        # template (stickyd.template) has the template for its parent: it
+        # watches the host, whose pid the host gave it, instead.
+        parent = os.getppid()
+        host = int(os.environ.get("STICKYD_HOST_PID") or 0)
+        while not self._done.wait(1.0):
+            if (host and not _alive(host)) or (not host and os.getppid() != parent):
+                self._log.warn("the host is gone; stopping")
+                break
+        self._server.stop(grace=1).wait(2)
+        sys.__stderr__.flush()
+        # One channel per process: when the host is done with it, so is the
+        # worker (threads still running an app call are not waited for).
+        os._exit(0)

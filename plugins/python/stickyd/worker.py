@@ -19,7 +19,7 @@ import sys
 import traceback
 
 from . import stickyd_pb2 as pb
-from .plugin import PROTOCOL_VERSION, Log, check_host, serve
+from .plugin import PROTOCOL_VERSION, Listener, Log, check_host
 from .runtime import Hooks, Runtime
 
 
@@ -107,6 +107,13 @@ def main(argv=None):
 def run(args, log, handshake, module, app, hooks):
     """Serves the loaded app as a worker until its channel ends (the process
     then exits)."""
+    client_cert = os.environ.get("PLUGIN_CLIENT_CERT", "")
+    listen(args, log, module, app, hooks, tls=bool(client_cert)).serve(handshake, client_cert)
+
+
+def listen(args, log, module, app, hooks, tls):
+    """The worker's listener, made and listening: serve(handshake,
+    client_cert) then serves the app on it."""
     name = args.name or args.app.partition(":")[0]
     version = args.version or str(getattr(module, "__version__", ""))
     hello = pb.Hello(protocol_version=PROTOCOL_VERSION, app=name, app_version=version, pid=os.getpid())
@@ -115,7 +122,7 @@ def run(args, log, handshake, module, app, hooks):
         return Runtime(app, hooks, send, log, name=name, version=version, threads=max(1, args.threads),
                        on_shutdown=close)
 
-    serve(make_runtime, hello, log, handshake)
+    return Listener(make_runtime, hello, log, tls)
 
 
 if __name__ == "__main__":

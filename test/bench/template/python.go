@@ -25,7 +25,9 @@ import (
 //     (benchcold:application, host.PluginLauncher);
 //   - template fork: the group's template imported and built once
 //     (unmeasured here, its time reported), each worker forked from it
-//     (host.TemplateLauncher).
+//     (host.TemplateLauncher): one at a time (250 ms apart, the template's
+//     spare fork ready), and back to back (each start waits for the spare
+//     the last one left).
 //
 // With pyWorkers forks running, each one's private memory (USS: its
 // Private_Clean + Private_Dirty in /proc/PID/smaps_rollup) and
@@ -33,6 +35,9 @@ import (
 
 // pyWorkers is how many forks are kept running for the memory reading.
 const pyWorkers = 4
+
+// spareGap spaces the starts of the "one at a time" row.
+const spareGap = 250 * time.Millisecond
 
 // pySample is one Python worker's start.
 type pySample struct {
@@ -43,6 +48,7 @@ type pySample struct {
 // pyResults are the Python rows.
 type pyResults struct {
 	cold, fork  []pySample
+	burst       []pySample // forks started back to back
 	build       time.Duration // the first start: the template built, then forked
 	templateRSS int64
 	uss, pss    []int64 // of the forks kept running
@@ -99,22 +105,37 @@ func measurePython(ctx context.Context, runs int, tmp string, stderr io.Writer) 
 			p.Kill()
 		}
 	}()
-	for run := range max(runs, pyWorkers) {
-		fmt.Fprintf(stderr, "  python template fork, start %d of %d ... ", run+1, max(runs, pyWorkers))
-		s, proc, err := pyStart(ctx, tl, fmt.Sprintf("fork-%d", run+1))
-		if err != nil {
-			fmt.Fprintln(stderr, "error")
-			if proc != nil {
+	// One at a time, as a pool replaces or adds a worker: the template's
+	// spare is ready (made within about 50 ms of the last start). Back to
+	// back, as a group starts its workers together: each start waits for
+	// the spare the last one left.
+	for i, way := range []struct {
+		name string
+		gap  time.Duration
+		into *[]pySample
+	}{{"one at a time", spareGap, &r.fork}, {"back to back", 0, &r.burst}} {
+		n := runs
+		if i == 0 {
+			n = max(runs, pyWorkers)
+		}
+		for run := range n {
+			fmt.Fprintf(stderr, "  python template fork, %s, start %d of %d ... ", way.name, run+1, n)
+			time.Sleep(way.gap)
+			s, proc, err := pyStart(ctx, tl, fmt.Sprintf("fork-%d-%d", i, run+1))
+			if err != nil {
+				fmt.Fprintln(stderr, "error")
+				if proc != nil {
+					proc.Kill()
+				}
+				return nil, fmt.Errorf("python fork %d (%s): %w", run+1, way.name, err)
+			}
+			fmt.Fprintf(stderr, "ready in %s\n", benchkit.FormatDuration(s.ready))
+			*way.into = append(*way.into, s)
+			if len(running) < pyWorkers {
+				running = append(running, proc)
+			} else {
 				proc.Kill()
 			}
-			return nil, fmt.Errorf("python fork %d: %w", run+1, err)
-		}
-		fmt.Fprintf(stderr, "ready in %s\n", benchkit.FormatDuration(s.ready))
-		r.fork = append(r.fork, s)
-		if len(running) < pyWorkers {
-			running = append(running, proc)
-		} else {
-			proc.Kill()
 		}
 	}
 	info := tl.Info()
@@ -194,7 +215,7 @@ func printPython(w io.Writer, r *pyResults) {
 	for _, row := range []struct {
 		name string
 		ss   []pySample
-	}{{"cold (each worker builds)", r.cold}, {"template fork", r.fork}} {
+	}{{"cold (each worker builds)", r.cold}, {"template fork, one at a time", r.fork}, {"template fork, back to back", r.burst}} {
 		ready := make([]time.Duration, len(row.ss))
 		answer := make([]time.Duration, len(row.ss))
 		for i, s := range row.ss {
