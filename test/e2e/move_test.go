@@ -297,9 +297,18 @@ func countingPerson(t *testing.T, a *agent.Agent, user string) (*browser, *tab, 
 // replacement has no staged copy: the host sends it with the wake, and the
 // person is served with everything.
 func TestMoveWithPrecopy(t *testing.T) {
-	for _, mode := range modes {
-		t.Run(mode, func(t *testing.T) {
-			a := startAgentWith(t, mode, 3, withDataDir(t))
+	cases := []struct {
+		name, mode string
+		python     bool
+	}{{"inprocess", "inprocess", false}, {"subprocess", "subprocess", false}, {"python", "subprocess", true}}
+	for _, c := range cases {
+		mode := c.mode
+		t.Run(c.name, func(t *testing.T) {
+			opts := []option{withDataDir(t)}
+			if c.python {
+				opts = append(opts, withPycounter(pythonRepo(t)))
+			}
+			a := startAgentWith(t, mode, 3, opts...)
 			b := newBrowser(t, a)
 			b.do("POST", "/login?user=pia")
 			tb := b.openTab("notes")

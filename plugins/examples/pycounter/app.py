@@ -104,6 +104,13 @@ def message(page, msg):
             n = t.number("count") + 1
             t.set("count", n)
             return {"count": n, "worker": page.session.worker_id}
+        if op == "note":
+            # Notes append one entry each: the page receives exactly one
+            # delta per note, so order and completeness can be checked.
+            n = int(t.number("notes"))
+            t.set("note/%d" % n, msg.get("text", ""))
+            t.set("notes", n + 1)
+            return n + 1
         if op == "fill":
             # The page holds a blob of that many bytes (governance's tests).
             n = int(msg.get("bytes") or 0)

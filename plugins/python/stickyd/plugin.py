@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 
 from . import stickyd_pb2 as pb
+from .chunks import Assembler, ChunkError, split
 
 MAGIC_COOKIE_KEY = "STICKYD_WORKER_PLUGIN"
 MAGIC_COOKIE_VALUE = "3f1c0b1e-stickyd-worker"
@@ -108,10 +109,19 @@ class _Channel:
         self._out = queue.Queue()
         self._used = threading.Lock()
         self._closed = threading.Event()
+        # Whether the host reads packages in chunks (HelloAck): then large
+        # ones are sent so (chunks.py).
+        self._split = False
 
     def send(self, env):
-        if not self._closed.is_set():
+        if self._closed.is_set():
+            return
+        if not self._split:
             self._out.put(env)
+            return
+        # One sender's pieces in order; another's may pass between them.
+        for e in split(env):
+            self._out.put(e)
 
     def close(self):
         if not self._closed.is_set():
@@ -140,17 +150,23 @@ class _Channel:
             if first.WhichOneof("body") != "hello_ack":
                 self._log.error("the host answered hello with %s" % first.WhichOneof("body"))
                 return
+            self._split = first.hello_ack.package_chunks
             rt = self._make_runtime(self.send, self.close)
             rt.worker_id = first.hello_ack.worker_id
             if first.hello_ack.HasField("limits"):
                 rt.set_limits(first.hello_ack.limits)
             self._log.info("worker ready", worker=rt.worker_id, group=first.hello_ack.group)
+            pieces = Assembler()
             for env in requests:
-                rt.handle(env)
+                env = pieces.take(env)
+                if env is not None:
+                    rt.handle(env)
         except grpc.RpcError:
             pass  # the host closed the stream
         except StopIteration:
             pass
+        except ChunkError as e:
+            self._log.error("the host sent chunks this worker cannot put together; ending the channel", error=str(e))
         except Exception as e:  # a bug here ends the worker: say why
             self._log.error("channel reader failed", error=repr(e))
         finally:

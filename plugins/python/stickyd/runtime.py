@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from . import stickyd_pb2 as pb
 from . import usage, wsgi
 from .collector import Scheduler
+from . import precopy as precopies
 from .maintenance import STOPPING, YIELDED, Hold, Maintenance, MaintenanceError, Needs, request_path
 from .streams import Streams
 from .session import ANONYMOUS_PREFIX, Page, Session, _Serving, random_name
@@ -289,6 +290,8 @@ class Runtime:
         # The backends in maintenance and the requests held for them
         # (maintenance.py): a held request parks its mailbox.
         self._maint = Maintenance(self._sched, self._unhold)
+        # The precopies staged here for wakes to come (precopy.py).
+        self._staged = precopies.Staging(PACKAGE_FORMAT)
         # The memory people left behind goes back soon (_released).
         self._release_due = False
         self._last_release = float("-inf")
@@ -319,6 +322,13 @@ class Runtime:
             self._enqueue(env.freeze.user, env)
         elif body == "thaw":
             self._enqueue(env.thaw.user, env)
+        elif body == "precopy":
+            if precopies.person_size(self, env.precopy.user) < precopies.PRECOPY_MIN:
+                self._reply(env.id, precopied=pb.Precopied(small=True))
+            else:
+                self._enqueue(env.precopy.user, env)
+        elif body == "stage":
+            threading.Thread(target=self._stage, args=(env,), name="stickyd-stage", daemon=True).start()
         elif body == "wake":
             self._enqueue(env.wake.user, env)
         elif body == "evict":
@@ -547,11 +557,16 @@ class Runtime:
         elif body == "thaw":
             self._thaw(env.thaw)
             self._reply(env.id, thaw=pb.Thaw())
+        elif body == "precopy":
+            precopies.precopy(self, env.id, env.precopy)
         elif body == "wake":
             try:
                 w = self._wake(env.wake)
             except _Moved as e:
                 self._reply_error(env.id, pb.Error.MOVED, str(e))
+                return
+            except precopies.NotStaged as e:
+                self._reply_error(env.id, pb.Error.NOT_FOUND, str(e))
                 return
             except Exception as e:
                 self._reply_error(env.id, pb.Error.BAD_REQUEST, "waking %r: %s" % (env.wake.user, e))
@@ -1052,12 +1067,18 @@ class Runtime:
         self._maint.froze(fr.user)
         pkg = pb.UserPackage(format=PACKAGE_FORMAT, user=fr.user, epoch=fr.epoch, app=self.name, app_version=self.version)
         out = pb.Frozen(absent=not sessions)
+        base = fr.base if fr.base_digest else 0
         for s in sessions:
             cp = pkg.conns.add(name=s.conn, user=s._user, values=s.values.encode())
             for p in s.pages.values():
                 seq, floor, pending = p.coll.state()
-                pp = cp.pages.add(id=p.id, kind=p.kind, schema=p.schema, tree=p.tree.encode(), seq=seq, floor=floor)
-                pp.pending.extend(pending)
+                pp = cp.pages.add(id=p.id, kind=p.kind, schema=p.schema, seq=seq, floor=floor)
+                if precopies.from_base(p, pp, base, pending):
+                    # The destination holds the tree as the precopy saw it.
+                    pkg.base_digest = fr.base_digest
+                    out.from_base += 1
+                else:
+                    pp.tree = p.tree.encode()
                 # Subscriptions and cache marks travel with the page.
                 pp.tables.extend(p.tables())
                 for path, tables in p._marks.items():
@@ -1112,12 +1133,26 @@ class Runtime:
                 dropped = True
         return dropped
 
+    def _stage(self, env):
+        """Stages a precopy for a wake to come (off the channel's reader)."""
+        try:
+            self._staged.stage(env.stage)
+        except ValueError as e:
+            self._reply_error(env.id, pb.Error.BAD_REQUEST, str(e))
+            return
+        self._reply(env.id, stage=pb.Stage())
+
     def _wake(self, w):
         pkg = pb.UserPackage()
         if w.package:
             pkg.ParseFromString(w.package)
             if pkg.format != PACKAGE_FORMAT:
                 raise ValueError("package has format %d; this SDK reads %d" % (pkg.format, PACKAGE_FORMAT))
+        base = None
+        if pkg.base_digest:
+            # Read before anything changes: a wake answered NOT_FOUND is
+            # sent again with its base.
+            base = self._staged.take(w, pkg.base_digest)
         with self._mu:
             known = self._epochs.get(w.user, 0)
             if known > w.epoch:
@@ -1147,7 +1182,7 @@ class Runtime:
                 out.pages += 1
                 version, oldest, known_kind = self.hooks.schema(pp.kind)
                 if known_kind and oldest <= pp.schema <= version:
-                    p.tree.load(pp.tree)
+                    precopies.load_page(p.tree, cp.name, pp, base)
                     p.coll.restore(pp.seq, pp.floor, pp.pending)
                     # Subscriptions and cache marks travel with the page.
                     p._marks = {path: list(tl.tables) for path, tl in pp.marks.items()}

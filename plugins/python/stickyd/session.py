@@ -209,10 +209,16 @@ class Page:
         # mailbox; both travel with the page.
         self._tables = set()
         self._marks = {}
+        # The page's writes since a precopy, while a move is on its way
+        # (precopy.py); used from the person's mailbox.
+        self.journal = None
 
         def emit(op, path, value):
             session._rt.wrote(session, len(path) + len(value or b""))
-            self.coll.add(pb.Delta.DELETE if op == DELETE else pb.Delta.SET, path, value)
+            o = pb.Delta.DELETE if op == DELETE else pb.Delta.SET
+            self.coll.add(o, path, value)
+            if self.journal is not None:
+                self.journal.note(o, path, value)
 
         self.tree = Tree(emit, self._room)
 

@@ -16,8 +16,13 @@ read-only (write it back with set()).
 import json
 import math
 import struct
+import threading
 
 SET, DELETE = 0, 1
+
+# Guards every tree's count of views (taken in a mailbox, released by the
+# thread that encoded them).
+_views_mu = threading.Lock()
 
 
 class BadPath(ValueError):
@@ -76,6 +81,44 @@ class Tree:
         # size is the tree's size as its JSON (dumps) writes it, kept as it
         # is written: the bounds of a page's state read it.
         self.size = 2
+        # While views are held (view()), the containers that existed when
+        # the last was taken are shared with them: a write copies the
+        # containers on its path first, unless they are in _fresh (made
+        # since, by id: each is alive while it is in the tree, and an id
+        # reused later is a new object's, never a shared one's).
+        self._views = 0
+        self._fresh = None
+
+    def view(self):
+        """The root as it is now, unchanged by later writes until release()
+        (copy-on-write: a write copies the dicts and lists on its path). It
+        may be read from another thread while the tree is written: a
+        precopy or a checkpoint encodes it outside the person's mailbox.
+        Taken where the tree is written (its person's mailbox)."""
+        with _views_mu:
+            self._views += 1
+        self._fresh = set()
+        return self._root
+
+    def release(self):
+        """Ends a view taken by view(); from any thread."""
+        with _views_mu:
+            self._views -= 1
+
+    def _own(self, c):
+        """c, or its copy when a view shares it: the container a write may
+        change in place. _fresh is only touched where the tree is written."""
+        fresh = self._fresh
+        if fresh is None:
+            return c
+        if not self._views:
+            self._fresh = None  # the last view went
+            return c
+        if id(c) in fresh:
+            return c
+        c = dict(c) if isinstance(c, dict) else list(c)
+        fresh.add(id(c))
+        return c
 
     def get(self, path="", default=None):
         """The value at path, or default when there is none."""
@@ -163,7 +206,7 @@ class Tree:
 
     def _place(self, path, v, delete):
         segs = path.split("/")
-        cur = self._root
+        cur = self._root = self._own(self._root)
         for i, seg in enumerate(segs):
             last = i == len(segs) - 1
             if isinstance(cur, dict):
@@ -178,7 +221,9 @@ class Tree:
                     if delete:
                         return
                     nxt = {}
-                    cur[seg] = nxt
+                elif isinstance(nxt, (dict, list)):
+                    nxt = self._own(nxt)
+                cur[seg] = nxt
                 cur = nxt
             elif isinstance(cur, list):
                 idx = _index(seg)
@@ -189,9 +234,38 @@ class Tree:
                         raise BadPath("%r: cannot delete a list element, set the list" % path)
                     cur[idx] = v
                     return
-                cur = cur[idx]
+                nxt = cur[idx]
+                if isinstance(nxt, (dict, list)):
+                    nxt = cur[idx] = self._own(nxt)
+                cur = nxt
             else:
                 raise BadPath("%r: %r is not a dict or a list" % (path, "/".join(segs[:i])))
+
+    def replay(self, deltas):
+        """Applies a journal of writes (pb.Delta SET and DELETE, values in
+        JSON) without deltas or bounds: a page woken from a precopy or a
+        checkpoint chain, brought to where its person left it."""
+        for d in deltas:
+            if d.op == 0:  # SET
+                try:
+                    v = normalize(json.loads(d.value))
+                except (ValueError, TypeError) as e:
+                    raise ValueError("replaying %r: %s" % (d.path, e))
+                if d.path == "":
+                    if not isinstance(v, dict):
+                        raise BadPath("replaying the root: not a map")
+                    self._root = v
+                    self.size = len(dumps(v))
+                    continue
+                delta = len(dumps(v)) - self._weight(d.path)
+                self._place(d.path, v, False)
+                self.size += delta
+            elif d.op == 1:  # DELETE
+                delta = -self._weight(d.path)
+                self._place(d.path, None, True)
+                self.size += delta
+            else:
+                raise ValueError("replaying %r: a journal holds no op %d" % (d.path, d.op))
 
     def snapshot(self):
         """The JSON of the whole tree (a RESET delta's value)."""
