@@ -62,10 +62,15 @@ const restoredNotice = "restored from its last checkpoint"
 // (what was typed after it is lost), told by a notice; a page opened after
 // the checkpoint restarts clean with a notice, as without checkpoints.
 func TestKilledWorkerWakesFromCheckpoint(t *testing.T) {
+	t.Run("go", func(t *testing.T) { testKilledWorkerWakesFromCheckpoint(t) })
+	t.Run("python", func(t *testing.T) { testKilledWorkerWakesFromCheckpoint(t, withPycounter(pythonRepo(t))) })
+}
+
+func testKilledWorkerWakesFromCheckpoint(t *testing.T, opts ...option) {
 	// Rounds are run by hand here (the hour never passes), so the test
 	// knows which state each one caught; TestCheckpointsEveryInterval
 	// leaves them to the timer.
-	a := startAgentWith(t, "subprocess", 1, withCheckpoints("1h"))
+	a := startAgentWith(t, "subprocess", 1, append([]option{withCheckpoints("1h")}, opts...)...)
 	ann := newBrowser(t, a)
 	ann.do("POST", "/login?user=ann")
 	id := ann.whoami().Worker

@@ -36,6 +36,7 @@ from . import stickyd_pb2 as pb
 from . import usage, wsgi
 from .collector import Scheduler
 from . import precopy as precopies
+from .checkpoint import NOTICE_RESTORED, Checkpoints, restore as restore_checkpoint
 from .maintenance import STOPPING, YIELDED, Hold, Maintenance, MaintenanceError, Needs, request_path
 from .streams import Streams
 from .session import ANONYMOUS_PREFIX, Page, Session, _Serving, random_name
@@ -290,6 +291,8 @@ class Runtime:
         # The backends in maintenance and the requests held for them
         # (maintenance.py): a held request parks its mailbox.
         self._maint = Maintenance(self._sched, self._unhold)
+        # What changed since the last checkpoint (checkpoint.py).
+        self._ck = Checkpoints(self)
         # The precopies staged here for wakes to come (precopy.py).
         self._staged = precopies.Staging(PACKAGE_FORMAT)
         # The memory people left behind goes back soon (_released).
@@ -329,6 +332,10 @@ class Runtime:
                 self._enqueue(env.precopy.user, env)
         elif body == "stage":
             threading.Thread(target=self._stage, args=(env,), name="stickyd-stage", daemon=True).start()
+        elif body == "checkpoint":
+            # It waits for mailboxes: never on the reader.
+            threading.Thread(target=self._ck.answer, args=(env.id, env.checkpoint), name="stickyd-checkpoint",
+                             daemon=True).start()
         elif body == "wake":
             self._enqueue(env.wake.user, env)
         elif body == "evict":
@@ -559,6 +566,8 @@ class Runtime:
             self._reply(env.id, thaw=pb.Thaw())
         elif body == "precopy":
             precopies.precopy(self, env.id, env.precopy)
+        elif body == "checkpoint":
+            self._ck.run(u.key, env.id)  # a turn of a checkpoint round
         elif body == "wake":
             try:
                 w = self._wake(env.wake)
@@ -864,6 +873,7 @@ class Runtime:
         self._drop_conn_locked(s)
         s._user = user
         self._add_conn_locked(s)
+        self._ck.changed_user(s.user_key())  # its pieces go under the new key
         # The connection's pages stay: so do their subscriptions.
         for p in s.pages.values():
             self._subs.add(p, p._tables)
@@ -883,6 +893,7 @@ class Runtime:
                 return
             self._drop_conn_locked(s)
             self._count_pages_locked(s, -len(s.pages))
+        self._ck.conn_gone(s)
         for p in s.pages.values():
             p.coll.cancel()
 
@@ -954,6 +965,7 @@ class Runtime:
             self._room_for_page(s)
             p = self._new_page(s, o.page, o.kind)
             s.pages[o.page] = p
+            self._ck.page_changed(p)  # a new page is checkpointed even if it wrote nothing
             with self._mu:
                 self._count_pages_locked(s, 1)
             try:
@@ -973,6 +985,9 @@ class Runtime:
             seq, floor, _ = p.coll.state()
             if o.after < floor or o.after > seq:
                 st.resync, st.base = True, p.coll.resync()
+            if p.ck.restored_at and o.after < p.ck.restored_at:
+                # Restored from a checkpoint and not yet seen so: say so.
+                st.notice = NOTICE_RESTORED
         st.kind, st.seq = p.kind, p.coll.last()
         r = pb.FrameReply(opened=st)
         r.identity.CopyFrom(self._identity(s))
@@ -1017,6 +1032,7 @@ class Runtime:
             p.answered[m.msg_id] = res
             while len(p.answered) > MAX_ANSWERED:
                 p.answered.popitem(last=False)
+            self._ck.page_changed(p)  # the memory is in the page's next checkpoint
         r = pb.FrameReply(message=res)
         r.identity.CopyFrom(self._identity(s))
         return r
@@ -1037,6 +1053,7 @@ class Runtime:
     def _close(self, s, page):
         p = s.pages.pop(page, None)
         if p is not None:
+            self._ck.page_gone(s, p)
             self._subs.remove(p, p._tables)
             with self._mu:
                 self._count_pages_locked(s, -1)
@@ -1190,6 +1207,8 @@ class Runtime:
                         p.subscribe(*pp.tables)
                     except (TypeError, ValueError) as e:
                         self._log.warn("restoring a page's subscriptions", page=p.id, error=str(e))
+                    if w.checkpoint:
+                        restore_checkpoint(p, pp.seq, w.generation, NOTICE_RESTORED)
                     continue
                 # Not guessed at: the page starts over, numbering on from
                 # where it was, and its first delta says why.
@@ -1201,6 +1220,9 @@ class Runtime:
                             self.hooks.open_page(p)
                     except Exception:
                         self._log.warn("reopening a page that restarted clean", page=p.id, traceback=traceback.format_exc())
+                if w.checkpoint:
+                    restore_checkpoint(p, pp.seq, w.generation, NOTICE_CHANGED)
+                    continue
                 p.coll.restart_clean(NOTICE_CHANGED)
             with self._mu:
                 self._add_conn_locked(s)

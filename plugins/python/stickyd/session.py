@@ -14,6 +14,7 @@ import re
 import threading
 
 from . import stickyd_pb2 as pb
+from .checkpoint import PageMarks
 from .collector import Collector
 from .tables import CACHE_PREFIX, check_tables
 from .tree import DELETE, StateTooLarge, Tree  # noqa: F401 (StateTooLarge: the apps')
@@ -79,8 +80,17 @@ class Session:
         self._forgotten = False  # the host was asked to forget the person
         self._is_new = is_new
         self._keep = False  # the first request touched the connection: see keep()
-        self.values = Tree()  # the connection's own data (no deltas); it moves with the person
+        # The connection's own data (no deltas); it moves with the person.
+        self.values = Tree(self._values_changed)
         self.pages = {}
+        # Its last checkpoint piece's (user, epoch), and whether its values
+        # changed since (checkpoint.py).
+        self.ck_mark = None
+        self.ck_dirty = False
+
+    def _values_changed(self, op, path, value):
+        if self._rt is not None:
+            self._rt._ck.conn_changed(self)
 
     @property
     def conn(self):
@@ -210,8 +220,10 @@ class Page:
         self._tables = set()
         self._marks = {}
         # The page's writes since a precopy, while a move is on its way
-        # (precopy.py); used from the person's mailbox.
+        # (precopy.py), and its checkpoint bookkeeping (checkpoint.py);
+        # used from the person's mailbox.
         self.journal = None
+        self.ck = PageMarks()
 
         def emit(op, path, value):
             session._rt.wrote(session, len(path) + len(value or b""))
@@ -219,6 +231,11 @@ class Page:
             self.coll.add(o, path, value)
             if self.journal is not None:
                 self.journal.note(o, path, value)
+            ck = self.ck
+            if ck.log is not None:
+                ck.log.note(o, path, value)
+            if not ck.dirty:
+                session._rt._ck.page_changed(self)
 
         self.tree = Tree(emit, self._room)
 
@@ -239,11 +256,13 @@ class Page:
         tables = check_tables(tables)
         self._tables.update(tables)
         self.session._rt._subs.add(self, tables)
+        self.session._rt._ck.page_changed(self)  # subscriptions are in its checkpoint
 
     def unsubscribe(self, *tables):
         """Stops the page receiving the changes of tables."""
         self._tables.difference_update(tables)
         self.session._rt._subs.remove(self, tables)
+        self.session._rt._ck.page_changed(self)
 
     def tables(self):
         """The tables the page subscribes to, sorted."""
