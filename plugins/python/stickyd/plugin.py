@@ -153,11 +153,22 @@ class _Channel:
             self._split = first.hello_ack.package_chunks
             rt = self._make_runtime(self.send, self.close)
             rt.worker_id = first.hello_ack.worker_id
+            rt.batches = first.hello_ack.batches
             if first.hello_ack.HasField("limits"):
                 rt.set_limits(first.hello_ack.limits)
             self._log.info("worker ready", worker=rt.worker_id, group=first.hello_ack.group)
             pieces = Assembler()
             for env in requests:
+                if env.batch:
+                    # Envelopes sent together (Hello.batches): each as if
+                    # it had come alone, in order.
+                    if env.WhichOneof("body") or env.id:
+                        raise ChunkError("a batch's carrier has a body or an id of its own")
+                    for member in env.batch:
+                        if member.batch or member.WhichOneof("body") == "package_chunk":
+                            raise ChunkError("a batch holds a batch or a piece of a package")
+                        rt.handle(member)
+                    continue
                 env = pieces.take(env)
                 if env is not None:
                     rt.handle(env)

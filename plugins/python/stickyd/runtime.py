@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from . import stickyd_pb2 as pb
 from . import usage, wsgi
 from .collector import Scheduler
+from . import chunks
 from . import precopy as precopies
 from .checkpoint import NOTICE_RESTORED, Checkpoints, restore as restore_checkpoint
 from .maintenance import STOPPING, YIELDED, Hold, Maintenance, MaintenanceError, Needs, request_path
@@ -293,6 +294,10 @@ class Runtime:
         self._maint = Maintenance(self._sched, self._unhold)
         # What changed since the last checkpoint (checkpoint.py).
         self._ck = Checkpoints(self)
+        # Whether the host reads envelopes sent together (HelloAck.batches),
+        # and the answers a thread gathers for one (_out).
+        self.batches = False
+        self._together = threading.local()
         # The precopies staged here for wakes to come (precopy.py).
         self._staged = precopies.Staging(PACKAGE_FORMAT)
         # The memory people left behind goes back soon (_released).
@@ -431,10 +436,30 @@ class Runtime:
             take(ch)
 
     def _reply(self, id, **body):
-        self._send(pb.Envelope(id=id, reply=True, **body))
+        self._out(pb.Envelope(id=id, reply=True, **body))
 
     def _reply_error(self, id, code, message, kind=""):
-        self._send(pb.Envelope(id=id, reply=True, error=pb.Error(code=code, message=message, kind=kind)))
+        self._out(pb.Envelope(id=id, reply=True, error=pb.Error(code=code, message=message, kind=kind)))
+
+    def _out(self, env):
+        """Sends an answer, or keeps it for the batch this thread gathers
+        (_run_frame: a message's reply and the pulls it woke go together)."""
+        held = getattr(self._together, "held", None)
+        if held is not None:
+            held.append(env)
+            return
+        self._send(env)
+
+    def _send_together(self, envs):
+        """Sends envs in order, in one batch when the host reads them and
+        none carries a package or is large."""
+        if len(envs) > 1 and self.batches and not any(chunks.package_fields(e) for e in envs):
+            carrier = pb.Envelope(batch=envs)
+            if carrier.ByteSize() <= chunks.CHUNK_BYTES:
+                self._send(carrier)
+                return
+        for e in envs:
+            self._send(e)
 
     def _submit(self, fn, *args):
         try:
@@ -585,6 +610,20 @@ class Runtime:
     # -- frames -------------------------------------------------------------
 
     def _run_frame(self, env, u=None, turn=0, hold=None):
+        """Runs one frame (in u's mailbox, if given) and answers it; a
+        page's message is answered in one batch with the pulls its deltas
+        woke (the host reads batches), so the front has both at once."""
+        if not self.batches or env.frame.WhichOneof("kind") != "message":
+            return self._run_one_frame(env, u, turn, hold)
+        self._together.held = []
+        try:
+            return self._run_one_frame(env, u, turn, hold)
+        finally:
+            held, self._together.held = self._together.held, None
+            if held:
+                self._send_together(held)
+
+    def _run_one_frame(self, env, u=None, turn=0, hold=None):
         """Runs one frame (in u's mailbox, if given) and answers it. An app
         exception is answered as an internal error for that frame only.
         A frame that needs a backend in maintenance is held before its
@@ -676,7 +715,7 @@ class Runtime:
                 return
             s._forget, s._forgotten = False, True
             user = s.user_key()
-        self._send(pb.Envelope(forget=pb.Forget(user=user)))
+        self._out(pb.Envelope(forget=pb.Forget(user=user)))
 
     def _charge(self, key, seconds):
         """Records one handled frame of a person who still has an account."""

@@ -117,7 +117,8 @@ def listen(args, log, module, app, hooks, tls):
     name = args.name or args.app.partition(":")[0]
     version = args.version or str(getattr(module, "__version__", ""))
     hello = pb.Hello(protocol_version=PROTOCOL_VERSION, app=name, app_version=version, pid=os.getpid(),
-                     package_chunks=True, checkpoints=True)
+                     package_chunks=True, checkpoints=True,
+                     batches=True)
 
     def make_runtime(send, close):
         return Runtime(app, hooks, send, log, name=name, version=version, threads=max(1, args.threads),

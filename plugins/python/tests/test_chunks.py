@@ -5,6 +5,7 @@ import os
 import sys
 import unittest
 
+sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from stickyd import stickyd_pb2 as pb  # noqa: E402
@@ -82,3 +83,31 @@ class ChunksTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class BatchTest(unittest.TestCase):
+    def test_a_message_and_the_pull_it_woke_go_together(self):
+        from test_precopy import Worker
+        w = Worker("py-1")
+        w.rt.batches = True
+        try:
+            conn = w.frame("", "", http=pb.HTTPRequest(method="GET", url="/")).frame_reply.identity.conn
+            user = "~" + conn
+            w.frame(user, conn, 1, open=pb.PageOpen(page="p", kind="grid"))
+            w.rt.handle(pb.Envelope(id=1, frame=pb.Frame(user=user, conn=conn, epoch=1,
+                                                         pull=pb.PagePull(page="p", after=0, wait_ms=5000))))
+            w.rt.handle(pb.Envelope(id=2, frame=pb.Frame(user=user, conn=conn, epoch=1,
+                                                         message=pb.PageMessage(page="p", data=b'{"op":"note","k":"a","v":1}'))))
+            carrier = w.out.get(timeout=5)
+            self.assertEqual(len(carrier.batch), 2, carrier)
+            self.assertEqual([(e.id, e.WhichOneof("body")) for e in carrier.batch], [(1, "frame_reply"), (2, "frame_reply")])
+            self.assertEqual(carrier.batch[0].frame_reply.deltas.deltas[0].path, "notes/a")
+            # Without batches the two go one by one.
+            w.rt.batches = False
+            w.rt.handle(pb.Envelope(id=3, frame=pb.Frame(user=user, conn=conn, epoch=1,
+                                                         pull=pb.PagePull(page="p", after=1, wait_ms=5000))))
+            w.rt.handle(pb.Envelope(id=4, frame=pb.Frame(user=user, conn=conn, epoch=1,
+                                                         message=pb.PageMessage(page="p", data=b'{"op":"note","k":"b","v":1}'))))
+            self.assertEqual([w.out.get(timeout=5).id for _ in range(2)], [3, 4])
+        finally:
+            w.rt.close()
