@@ -419,3 +419,34 @@ func TestPythonKilledWorkerIsReplaced(t *testing.T) {
 	tb.send(map[string]any{"op": "inc"})
 	tb.drainUntil("count", 1)
 }
+
+// A Python worker offers the framed channel as the Go SDK does: the host
+// takes it, and the envelopes go on its socket, not the gRPC stream;
+// STICKYD_WORKER_CHANNEL=grpc keeps them on the stream.
+func TestPythonFramedChannel(t *testing.T) {
+	root := pythonRepo(t)
+	for _, keep := range []bool{false, true} {
+		t.Run(map[bool]string{false: "framed", true: "grpc"}[keep], func(t *testing.T) {
+			before := channel.ReadFramedStats().Envelopes
+			a := startAgentWith(t, "subprocess", 1, withPycounter(root), func(c *agent.Config) {
+				if keep {
+					c.Groups[0].Plugin.Env["STICKYD_WORKER_CHANNEL"] = "grpc"
+				}
+			})
+			b := newBrowser(t, a)
+			b.do("POST", "/login?user=fay")
+			tb := b.openTab("p")
+			for range 20 {
+				tb.send(map[string]any{"op": "inc"})
+			}
+			tb.drainUntil("count", 20)
+			sent := channel.ReadFramedStats().Envelopes - before
+			if keep && sent != 0 {
+				t.Fatalf("%d envelopes went on a framed channel with STICKYD_WORKER_CHANNEL=grpc", sent)
+			}
+			if !keep && sent < 20 {
+				t.Fatalf("%d envelopes went on the framed channel for 20 messages and their pulls", sent)
+			}
+		})
+	}
+}

@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 
 from . import stickyd_pb2 as pb
+from . import framed
 from .chunks import Assembler, ChunkError, split
 
 MAGIC_COOKIE_KEY = "STICKYD_WORKER_PLUGIN"
@@ -46,6 +47,9 @@ CORE_PROTOCOL = 1
 APP_PROTOCOL = 1
 PROTOCOL_VERSION = 1  # internal/protocol.Version: the channel's
 MAX_ENVELOPE = 512 << 20  # channel.MaxEnvelopeBytes
+# CHANNEL_ENV set to "grpc" keeps every envelope on the gRPC stream (no
+# framed channel is offered), as for the Go SDK.
+CHANNEL_ENV = "STICKYD_WORKER_CHANNEL"
 
 # grpc.health.v1 by hand: HealthCheckRequest{string service = 1} and
 # HealthCheckResponse{ServingStatus status = 1}, SERVING = 1.
@@ -112,27 +116,43 @@ class _Channel:
         # Whether the host reads packages in chunks (HelloAck): then large
         # ones are sent so (chunks.py).
         self._split = False
+        # The framed channel offered in the Hello, and taken when the host
+        # says it dialed it (framed.py): then every envelope goes on it.
+        self._offer = None
+        self._framed = None
 
     def send(self, env):
         if self._closed.is_set():
             return
+        put = self._out.put if self._framed is None else self._framed.send
         if not self._split:
-            self._out.put(env)
+            put(env)
             return
         # One sender's pieces in order; another's may pass between them.
         for e in split(env):
-            self._out.put(e)
+            put(e)
 
     def close(self):
         if not self._closed.is_set():
             self._closed.set()
             self._out.put(None)
+            if self._framed is not None:
+                self._framed.close()
 
     def serve(self, requests, context):
         if not self._used.acquire(blocking=False):
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this worker already has its channel")
         context.add_callback(self._done.set)
-        self._out.put(pb.Envelope(id=1, hello=self._hello))
+        hello = pb.Hello()
+        hello.CopyFrom(self._hello)
+        if os.environ.get(CHANNEL_ENV) != "grpc":
+            try:
+                self._offer = framed.Offer()
+                self._offer.fill(hello)
+            except OSError as e:
+                self._log.warn("the framed channel is not offered; envelopes go on the gRPC stream", error=str(e))
+                self._offer = None
+        self._out.put(pb.Envelope(id=1, hello=hello))
         threading.Thread(target=self._read, args=(requests,), name="stickyd-channel-reader", daemon=True).start()
         while True:
             env = self._out.get()
@@ -150,15 +170,25 @@ class _Channel:
             if first.WhichOneof("body") != "hello_ack":
                 self._log.error("the host answered hello with %s" % first.WhichOneof("body"))
                 return
-            self._split = first.hello_ack.package_chunks
+            ack = first.hello_ack
+            incoming = requests
+            if self._offer is not None:
+                offer, self._offer = self._offer, None
+                if ack.framed:
+                    self._framed = offer.take()
+                    incoming = self._framed_envelopes(requests)
+                else:
+                    offer.close()
+            self._split = ack.package_chunks
             rt = self._make_runtime(self.send, self.close)
-            rt.worker_id = first.hello_ack.worker_id
-            rt.batches = first.hello_ack.batches
-            if first.hello_ack.HasField("limits"):
-                rt.set_limits(first.hello_ack.limits)
-            self._log.info("worker ready", worker=rt.worker_id, group=first.hello_ack.group)
+            rt.worker_id = ack.worker_id
+            rt.batches = ack.batches
+            if ack.HasField("limits"):
+                rt.set_limits(ack.limits)
+            self._log.info("worker ready", worker=rt.worker_id, group=ack.group,
+                           channel="framed" if self._framed is not None else "grpc")
             pieces = Assembler()
-            for env in requests:
+            for env in incoming:
                 if env.batch:
                     # Envelopes sent together (Hello.batches): each as if
                     # it had come alone, in order.
@@ -176,15 +206,37 @@ class _Channel:
             pass  # the host closed the stream
         except StopIteration:
             pass
-        except ChunkError as e:
-            self._log.error("the host sent chunks this worker cannot put together; ending the channel", error=str(e))
+        except (ChunkError, framed.FramedError) as e:
+            self._log.error("the channel broke its rules or could not be taken; ending it", error=str(e))
         except Exception as e:  # a bug here ends the worker: say why
             self._log.error("channel reader failed", error=repr(e))
         finally:
+            if self._offer is not None:
+                self._offer.close()
             if rt is not None:
                 rt.close()
             self.close()
             self._done.set()
+
+    def _framed_envelopes(self, requests):
+        """The envelopes of the framed channel, until it ends or the gRPC
+        stream beside it does (the worker stops when either ends)."""
+        fc = self._framed
+
+        def watch():
+            try:
+                for _ in requests:
+                    pass  # nothing comes here once framed
+            except grpc.RpcError:
+                pass
+            fc.close()
+
+        threading.Thread(target=watch, name="stickyd-stream-watch", daemon=True).start()
+        while True:
+            env = fc.recv()
+            if env is None:
+                return
+            yield env
 
 
 def _alive(pid):

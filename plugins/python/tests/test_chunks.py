@@ -111,3 +111,42 @@ class BatchTest(unittest.TestCase):
             self.assertEqual([w.out.get(timeout=5).id for _ in range(2)], [3, 4])
         finally:
             w.rt.close()
+
+
+class FramedTest(unittest.TestCase):
+    def test_the_host_proves_itself_and_a_stranger_is_closed(self):
+        import socket
+        import threading
+        from stickyd import framed
+        offer = framed.Offer()
+        hello = pb.Hello()
+        offer.fill(hello)
+        self.assertEqual(os.stat(os.path.dirname(hello.framed_socket)).st_mode & 0o777, 0o700)
+        got = {}
+        t = threading.Thread(target=lambda: got.setdefault("conn", offer.take()))
+        t.start()
+        stranger = socket.socket(socket.AF_UNIX)
+        stranger.connect(hello.framed_socket)
+        stranger.sendall(b"x" * framed.TOKEN_BYTES)
+        self.assertEqual(stranger.recv(1), b"")  # closed on it
+        host = socket.socket(socket.AF_UNIX)
+        host.connect(hello.framed_socket)
+        host.sendall(bytes.fromhex(hello.framed_token))
+        t.join(5)
+        conn = got["conn"]
+        self.assertFalse(os.path.exists(hello.framed_socket))
+        # Envelopes both ways, length-prefixed.
+        conn.send(pb.Envelope(id=3, reply=True, frozen=pb.Frozen(pages=2)))
+        head = host.recv(4)
+        body = b""
+        while len(body) < int.from_bytes(head, "big"):
+            body += host.recv(65536)
+        self.assertEqual(pb.Envelope.FromString(body).frozen.pages, 2)
+        data = pb.Envelope(id=4, probe=pb.Probe()).SerializeToString()
+        host.sendall(len(data).to_bytes(4, "big") + data)
+        self.assertEqual(conn.recv().id, 4)
+        host.sendall((framed.MAX_ENVELOPE + 1).to_bytes(4, "big"))
+        with self.assertRaises(framed.FramedError):
+            conn.recv()
+        host.close()
+        conn.close()
