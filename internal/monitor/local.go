@@ -147,7 +147,7 @@ func (c *Cluster) Local(q LocalQuery) Part {
 	now := time.Now()
 	for _, w := range append(c.cfg.Pool.Workers(), c.cfg.Pool.Retired()...) {
 		mw := Worker{ID: w.ID, Agent: c.cfg.Agent, Group: w.Group, Runtime: c.groupRuntime(w.Group), State: w.State, Cordoned: w.Cordoned, Pid: w.Pid, SharedProcess: w.SharedProcess,
-			Incarnation: w.Incarnation, Born: w.Born, DiedAt: w.DiedAt, HowDied: w.HowDied, AppVersion: w.AppVersion,
+			Incarnation: w.Incarnation, Born: w.Born, DiedAt: w.DiedAt, HowDied: w.HowDied, AppVersion: w.AppVersion, Template: w.Template,
 			LastProbe: w.LastProbe, Users: w.Users, Conns: w.Conns, Pages: w.Pages, HeapBytes: w.HeapBytes, RSSBytes: w.RSSBytes,
 			CPUSeconds: w.CPUSeconds, Goroutines: w.Goroutines, Mailbox: w.Mailbox, Frames: w.Frames, StateRefused: w.StateRefused, PagesRefused: w.PagesRefused, ProbeFailures: w.ProbeFailures,
 			MaintenanceWaiting: w.MaintenanceWaiting, MaintenanceTimedOut: w.MaintenanceTimedOut}

@@ -12,6 +12,8 @@ package monitor
 import (
 	"time"
 
+	"github.com/stickyd/stickyd/internal/host"
+
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/governor"
 )
@@ -89,6 +91,9 @@ type Worker struct {
 	DiedAt        time.Time `json:"died_at,omitzero"`
 	HowDied       string    `json:"how_died,omitempty"`
 	AppVersion    string    `json:"app_version,omitempty"`
+	// Template is the group's template process, for a worker forked from
+	// one (a python3 group's template by fork).
+	Template *host.TemplateInfo `json:"template,omitempty"`
 	// LastProbe is when the numbers below were read.
 	LastProbe  time.Time `json:"last_probe,omitzero"`
 	Users      int64     `json:"users"`

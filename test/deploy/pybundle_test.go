@@ -80,7 +80,17 @@ func TestNomadPythonBundles(t *testing.T) {
 		run(t, nil, 0, stickyd, "bundle", "push", "-archive", archiveDir, file)
 		return lastLine(out)
 	}
-	r1 := pack("1.0.0", filepath.Join(example, "vendor"), ">=3.9")
+	// Each release carries Flask and its dependencies, as a wheelhouse
+	// installed with pip install --target would: copied here from the
+	// system's packages, and imported from the bundle, not from there.
+	vendor1 := filepath.Join(root, "vendor1")
+	if err := os.CopyFS(vendor1, os.DirFS(filepath.Join(example, "vendor"))); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{vendor1, vendor2} {
+		copyFlask(t, dir)
+	}
+	r1 := pack("1.0.0", vendor1, ">=3.9")
 	r2 := pack("2.0.0", vendor2, ">=3.9")
 	future := pack("3.0.0", vendor2, ">=3.99")
 	dist := serveDist(t, stickyd, archiveDir)
@@ -168,6 +178,27 @@ func TestNomadPythonBundles(t *testing.T) {
 	checkNoPythonWorkers(t, nomad.Dir)
 }
 
+// flaskPackages are Flask and what it imports, as Debian installs them.
+var flaskPackages = []string{"flask", "werkzeug", "jinja2", "markupsafe", "itsdangerous", "click", "blinker",
+	"Flask-2.2.2.egg-info", "Werkzeug-2.2.2.egg-info", "Jinja2-3.1.2.egg-info", "MarkupSafe-2.1.2.egg-info",
+	"itsdangerous-2.1.2.egg-info", "click-8.1.3.egg-info", "blinker-1.5.dist-info"}
+
+// copyFlask copies Flask and its dependencies from the system's Python
+// packages into dir.
+func copyFlask(t *testing.T, dir string) {
+	t.Helper()
+	const system = "/usr/lib/python3/dist-packages"
+	for _, name := range flaskPackages {
+		src := filepath.Join(system, name)
+		if _, err := os.Stat(src); err != nil {
+			t.Fatalf("Flask's dependencies as Debian installs them (make deps installs python3-flask): %v", err)
+		}
+		if err := os.CopyFS(filepath.Join(dir, name), os.DirFS(src)); err != nil {
+			t.Fatalf("copying %s: %v", name, err)
+		}
+	}
+}
+
 func writeTree(t *testing.T, dir string, files map[string]string) {
 	t.Helper()
 	for name, body := range files {
@@ -188,6 +219,7 @@ type noteAnswer struct {
 	Notes                int
 	Last                 string
 	Bundle, Tally        string
+	Flask                string // the directory Flask was imported from
 }
 
 // writer is a person at a front who adds a note to their Flask session
@@ -254,6 +286,9 @@ func startWriters(t *testing.T, fronts []string, n int) *writers {
 				}
 				text := fmt.Sprintf("%s-%d", w.user, w.count+1)
 				a, err := w.post("/note", url.Values{"text": {text}})
+				if err == nil && (a.Flask == "" || strings.HasPrefix(a.Flask, "/usr/lib/python3")) {
+					err = fmt.Errorf("%s: Flask was imported from the system (%s), not from the bundle", w.user, a.Flask)
+				}
 				if err == nil && (a.User != w.user || a.Person != w.user || a.Notes != w.count+1 || a.Last != text) {
 					err = fmt.Errorf("%s: note %d answered %+v: a lost login, or a lost or doubled note", w.user, w.count+1, a)
 				}

@@ -66,10 +66,14 @@ func TestPythonTemplateForks(t *testing.T) {
 			t.Fatalf("worker %s (pid %d) has parent %s, want the template %s", w.ID, w.Pid, ppid, template)
 		}
 	}
-	// The admin API shows each worker's template.
+	// The admin API and the monitor show each worker's template.
 	_, body := adminCall(t, a, "GET", "/v1/workers", testToken, "")
 	if !strings.Contains(body, `"template":{"pid":`+template+`,"builds":1}`) {
 		t.Fatalf("GET /v1/workers does not show the template %s: %.600s", template, body)
+	}
+	_, body = adminCall(t, a, "GET", "/v1/monitor/local", testToken, "")
+	if strings.Count(body, `"template":{"pid":`+template+`,"builds":1}`) != 2 {
+		t.Fatalf("the monitor does not show the template %s on both workers: %.800s", template, body)
 	}
 
 	b := newBrowser(t, a)

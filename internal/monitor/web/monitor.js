@@ -357,7 +357,7 @@
   }
 
   const FACTS = [["pid", "pid"], ["incarnation", "incarnation"], ["born", "born"], ["died", "died"],
-    ["probe", "last probe"], ["failures", "missed probes"], ["version", "app version"]];
+    ["probe", "last probe"], ["failures", "missed probes"], ["version", "app version"], ["template", "template"]];
   const NUMBERS = [["users", "users"], ["conns", "conns"], ["pages", "pages"],
     ["heap", "heap"], ["rss", "RSS"], ["goroutines", "goroutines"],
     ["cpu", "CPU now"], ["cputime", "CPU time"], ["mailbox", "mailbox"], ["frames", "frames"]];
@@ -416,6 +416,9 @@
     fact("failures", w.probe_failures ? fmtInt(w.probe_failures) : "");
     c.f.failures.dd.classList.toggle("late", !!w.probe_failures);
     fact("version", w.app_version || "");
+    // A worker forked from its group's template: the template's pid, and
+    // how many times it was built (more than once: it died and was rebuilt).
+    fact("template", w.template ? `pid ${w.template.pid || "–"} · built ${fmtInt(w.template.builds)}×` : "");
 
     const num = (k, text) => setText(c.n[k].dd, text);
     num("users", fmtInt(w.users));

@@ -13,12 +13,14 @@ Routes (JSON answers):
   POST /note   text=T      adds a note to the session (403 without a login)
   GET  /whoami             the user, the stickyd person and worker, the
                            notes, and the release serving it: the bundle's
-                           digest ($STICKYD_BUNDLE) and its dependency's
-                           version (tally.__version__)
+                           digest ($STICKYD_BUNDLE), its dependency's
+                           version (tally.__version__) and where Flask
+                           was imported from
 """
 
 import os
 
+import flask
 import tally
 from flask import Flask, jsonify, request, session
 
@@ -37,7 +39,8 @@ def create_app():
         notes = session.get("notes", [])
         return {"user": session.get("user", ""), "person": s.user if s else "", "worker": s.worker_id if s else "",
                 "notes": len(notes), "last": notes[-1] if notes else "", "summary": tally.summary(notes),
-                "bundle": os.environ.get("STICKYD_BUNDLE", ""), "tally": tally.__version__, "pid": os.getpid()}
+                "bundle": os.environ.get("STICKYD_BUNDLE", ""), "tally": tally.__version__, "pid": os.getpid(),
+                "flask": os.path.dirname(flask.__file__)}
 
     @app.post("/login")
     def login():
