@@ -2,8 +2,10 @@ package deploy
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -84,9 +86,7 @@ func TestNomadPythonBundles(t *testing.T) {
 	// installed with pip install --target would: copied here from the
 	// system's packages, and imported from the bundle, not from there.
 	vendor1 := filepath.Join(root, "vendor1")
-	if err := os.CopyFS(vendor1, os.DirFS(filepath.Join(example, "vendor"))); err != nil {
-		t.Fatal(err)
-	}
+	copyResolved(t, filepath.Join(example, "vendor"), vendor1)
 	for _, dir := range []string{vendor1, vendor2} {
 		copyFlask(t, dir)
 	}
@@ -193,9 +193,35 @@ func copyFlask(t *testing.T, dir string) {
 		if _, err := os.Stat(src); err != nil {
 			t.Fatalf("Flask's dependencies as Debian installs them (make deps installs python3-flask): %v", err)
 		}
-		if err := os.CopyFS(filepath.Join(dir, name), os.DirFS(src)); err != nil {
-			t.Fatalf("copying %s: %v", name, err)
+		copyResolved(t, src, filepath.Join(dir, name))
+	}
+}
+
+// copyResolved copies the tree src to dst, a symbolic link as the file it
+// names (as pip installs the files Debian links to shared copies; one that
+// names nothing is left out).
+func copyResolved(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
 		}
+		rel, _ := filepath.Rel(src, path)
+		to := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(to, 0o755)
+		}
+		b, err := os.ReadFile(path) // follows a link
+		if errors.Is(err, fs.ErrNotExist) && d.Type()&fs.ModeSymlink != 0 {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(to, b, 0o644)
+	})
+	if err != nil {
+		t.Fatalf("copying %s: %v", src, err)
 	}
 }
 
