@@ -25,6 +25,7 @@ func TestAppendReplyMatchesJSON(t *testing.T) {
 		{WorkerId: "w1", Kind: &protocol.FrameReply_Opened{Opened: &protocol.PageState{Page: "p<1>", Kind: "grid", Seq: 7, Base: 3, Resync: true, Notice: "restarted \"clean\""}}},
 		{WorkerId: "w-é", Kind: &protocol.FrameReply_Message{Message: &protocol.MessageResult{Data: []byte(`{"a":[1,2,{"b":"x\"y"}],"c":null}`)}}},
 		{Kind: &protocol.FrameReply_Message{Message: &protocol.MessageResult{Error: "no\nsuch row & <tag>"}}},
+		{Kind: &protocol.FrameReply_Message{Message: &protocol.MessageResult{Error: "sold out", Code: "sold_out", Retry: true}}},
 		{Kind: &protocol.FrameReply_Message{Message: &protocol.MessageResult{}}},
 		{WorkerId: "w1", Kind: &protocol.FrameReply_Deltas{Deltas: &protocol.Deltas{Last: 12, Deltas: []*protocol.Delta{
 			{Seq: 10, Op: protocol.Delta_SET, Path: "rows/3/qty", Value: []byte("42")},
@@ -137,8 +138,8 @@ func TestBatchedFrames(t *testing.T) {
 	msg := `{"op":"msg","id":2,"page":"p","msg_id":"m1","data":{"v":1}}`
 
 	ws := dial("?batch=1")
-	if got := read(ws); got != string(batchHello) {
-		t.Fatalf("first frame %s, want the hello", got)
+	if got := read(ws); got != `{"op":"hello","batch":true,"max_message_bytes":1048576}` {
+		t.Fatalf("first frame %s, want the hello with the front's message limit", got)
 	}
 	if err := ws.WriteMessage(websocket.TextMessage, []byte("["+pull+","+msg+"]")); err != nil {
 		t.Fatal(err)

@@ -49,6 +49,11 @@ func appendReply(b []byte, id uint64, rep *protocol.FrameReply) (out []byte, bad
 		case m.Error != "":
 			b = append(b, `,"error":`...)
 			b = appendString(b, m.Error)
+			b = append(b, `,"code":`...)
+			b = appendString(b, appCode(m))
+			if m.Retry {
+				b = append(b, `,"retry":true`...)
+			}
 		case len(m.Data) > 0:
 			b = append(b, `,"data":`...)
 			b, bad = appendRaw(b, m.Data)

@@ -178,7 +178,9 @@ type Front struct {
 	streams      atomic.Int64
 	streamsEnded *prometheus.CounterVec
 	upgrader     websocket.Upgrader
-	mux          *http.ServeMux
+	// hello is a batching page's first frame (helloFrame).
+	hello []byte
+	mux   *http.ServeMux
 	// root is the front's context; Close cancels it and closes the
 	// sockets open.
 	root     context.Context
@@ -277,7 +279,7 @@ func New(cfg Config) (*Front, error) {
 	if cfg.MaxHeld <= 0 {
 		cfg.MaxHeld = 10000
 	}
-	f := &Front{cfg: cfg, log: cfg.Logger}
+	f := &Front{cfg: cfg, log: cfg.Logger, hello: helloFrame(cfg.MaxMessageBytes)}
 	f.cookie.Store(ring)
 	f.barrier = newBarrier(cfg.Directory, cfg, cfg.Registry)
 	f.limiter = newFrameLimiter(cfg, cfg.Registry)

@@ -37,7 +37,8 @@ func (d *mapDir) Login(_ context.Context, conn, user string, _ map[string]string
 func (d *mapDir) Watch(string) <-chan struct{} { return make(chan struct{}) }
 
 // echoWorker is a Dispatcher whose one worker answers every frame at once:
-// a message with its own data, an HTTP request with 200 and the frame's
+// a message with its own data (`"sold out"` and `"refuse"` with the app's
+// refusals, with a code and without), an HTTP request with 200 and the frame's
 // connection. It counts the frames it served, by connection.
 type echoWorker struct {
 	client *channel.Peer
@@ -57,7 +58,14 @@ func newEchoWorker(t *testing.T) *echoWorker {
 		rep := &protocol.FrameReply{WorkerId: "w1"}
 		switch k := fr.Kind.(type) {
 		case *protocol.Frame_Message:
-			rep.Kind = &protocol.FrameReply_Message{Message: &protocol.MessageResult{Data: k.Message.Data}}
+			res := &protocol.MessageResult{Data: k.Message.Data}
+			switch string(k.Message.Data) {
+			case `"sold out"`: // the app's refusal, with its code
+				res = &protocol.MessageResult{Error: "the last one just went", Code: "sold_out", Retry: true}
+			case `"refuse"`: // the app's refusal, without one
+				res = &protocol.MessageResult{Error: "no such op"}
+			}
+			rep.Kind = &protocol.FrameReply_Message{Message: res}
 		case *protocol.Frame_Http:
 			rep.Kind = &protocol.FrameReply_Http{Http: &protocol.HTTPResponse{Status: 200, Body: []byte(fr.Conn)}}
 		}

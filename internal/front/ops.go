@@ -31,7 +31,10 @@ type op struct {
 
 // answer is what the front sends back for an op.
 type answer struct {
-	Op     string          `json:"op"` // "reply" or "error"
+	// Op is "reply" or "error". A reply with Error is the app's refusal
+	// (the message ran), with the app's Code ("refused" unless it said
+	// one) and Retry.
+	Op     string          `json:"op"`
 	ID     uint64          `json:"id"`
 	Worker string          `json:"worker,omitempty"`
 	Opened *opened         `json:"opened,omitempty"`
@@ -106,7 +109,7 @@ func toAnswer(id uint64, rep *protocol.FrameReply) *answer {
 		a.Opened = &opened{Page: o.Page, Kind: o.Kind, Seq: o.Seq, Notice: o.Notice, Resync: o.Resync, Base: o.Base}
 	case *protocol.FrameReply_Message:
 		if k.Message.Error != "" {
-			a.Error = k.Message.Error
+			a.Error, a.Code, a.Retry = k.Message.Error, appCode(k.Message), k.Message.Retry
 		} else if len(k.Message.Data) > 0 {
 			a.Data = k.Message.Data
 		}
@@ -121,6 +124,15 @@ func toAnswer(id uint64, rep *protocol.FrameReply) *answer {
 		}
 	}
 	return a
+}
+
+// appCode is the code of an app's refusal: its own, or "refused" (an SDK
+// that does not say one).
+func appCode(m *protocol.MessageResult) string {
+	if m.Code != "" {
+		return m.Code
+	}
+	return "refused"
 }
 
 func errAnswer(id uint64, err error) *answer {
@@ -163,7 +175,11 @@ func (f *Front) runOp(ctx context.Context, conn string, o *op) *answer {
 // WebSocket. Every answer, refusals included, is an op answer ("op":
 // "error" with its code, and "retry" for what did not run and may be sent
 // again), with the HTTP status that goes with it.
+//
+// Every answer says the largest op the front reads (maxMessageHeader), so
+// a page on the fallback refuses a bigger message itself.
 func (f *Front) serveOp(w http.ResponseWriter, r *http.Request) error {
+	w.Header().Set(maxMessageHeader, strconv.FormatInt(f.cfg.MaxMessageBytes, 10))
 	var o op
 	a := f.fallbackOp(w, r, &o)
 	status := http.StatusOK
@@ -188,8 +204,18 @@ func (f *Front) serveOp(w http.ResponseWriter, r *http.Request) error {
 			}
 		}
 	}
-	return writeJSON(w, status, a)
+	err := writeJSON(w, status, a)
+	if status == http.StatusRequestEntityTooLarge || status == http.StatusServiceUnavailable {
+		// The body may be unread (too large, or no room in the budget):
+		// the client still writing it gets this answer, not a reset.
+		linger(w, r)
+	}
+	return err
 }
+
+// maxMessageHeader is the header of POST /_stickyd/op's answers that says
+// front.max_message_bytes.
+const maxMessageHeader = "X-Stickyd-Max-Message-Bytes"
 
 // fallbackOp reads and runs one op of the fallback, refusals as answers.
 func (f *Front) fallbackOp(w http.ResponseWriter, r *http.Request, o *op) *answer {

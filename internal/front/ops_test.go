@@ -1,7 +1,9 @@
 package front
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -114,5 +116,115 @@ func TestIdleSocketsArePinged(t *testing.T) {
 	// The answering socket is still open: an op goes through.
 	if err := answering.WriteJSON(op{Op: "msg", ID: 1, Page: "p", Data: json.RawMessage(`{"n":1}`)}); err != nil {
 		t.Fatalf("the answering socket: %v", err)
+	}
+}
+
+// The front says the largest message it reads, and holds to it: a batching
+// socket's hello and every fallback answer carry front.max_message_bytes;
+// a WebSocket message of that size is read, one byte more closes the socket
+// with 1009; a fallback op past it is answered 413 too_large whole, its
+// body still being sent (with a length, or chunked), never a reset.
+func TestMessageLimitIsSaidAndHeld(t *testing.T) {
+	const limit = 1024
+	f, _, srv := testFront(t, Config{MaxMessageBytes: limit})
+	c1 := f.ring().sign("c1", f.userOf("c1"), time.Now())
+	// sized is a msg op of exactly n bytes.
+	sized := func(id, n int) []byte {
+		o := `{"op":"msg","id":` + itoa(id) + `,"page":"p","data":"`
+		return []byte(o + strings.Repeat("x", n-len(o)-2) + `"}`)
+	}
+
+	h := http.Header{"Cookie": {"stickyd_conn=" + c1}}
+	ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http")+Prefix+"ws?batch=1", h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ws.Close() })
+	_ = ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var hello struct {
+		Op              string `json:"op"`
+		MaxMessageBytes int64  `json:"max_message_bytes"`
+	}
+	if err := ws.ReadJSON(&hello); err != nil || hello.Op != "hello" || hello.MaxMessageBytes != limit {
+		t.Fatalf("hello %+v (%v), want max_message_bytes %d", hello, err, limit)
+	}
+	if err := ws.WriteMessage(websocket.TextMessage, sized(1, limit)); err != nil {
+		t.Fatal(err)
+	}
+	var a answer
+	if err := ws.ReadJSON(&a); err != nil || a.Op != "reply" || a.ID != 1 {
+		t.Fatalf("a message of the limit: %+v %v", a, err)
+	}
+	if err := ws.WriteMessage(websocket.TextMessage, sized(2, limit+1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ws.ReadMessage(); !websocket.IsCloseError(err, websocket.CloseMessageTooBig) {
+		t.Fatalf("a message one byte over the limit: %v, want close 1009", err)
+	}
+
+	big := sized(3, 2<<20)
+	for _, chunked := range []bool{false, true} {
+		var body io.Reader = bytes.NewReader(big)
+		if chunked {
+			body = io.MultiReader(body) // no length known: sent chunked
+		}
+		req, _ := http.NewRequest("POST", srv.URL+Prefix+"op", body)
+		req.Header.Set("Cookie", "stickyd_conn="+c1)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("chunked %v: a 2 MiB op: %v, want its 413", chunked, err)
+		}
+		var a answer
+		err = json.NewDecoder(resp.Body).Decode(&a)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusRequestEntityTooLarge || a.Code != "too_large" || a.Retry {
+			t.Fatalf("chunked %v: a 2 MiB op: %d %+v %v, want 413 too_large", chunked, resp.StatusCode, a, err)
+		}
+		if got := resp.Header.Get(maxMessageHeader); got != itoa(limit) {
+			t.Fatalf("chunked %v: %s %q, want %d", chunked, maxMessageHeader, got, limit)
+		}
+	}
+}
+
+// An app's refusal reaches the page as a reply with the app's error, code
+// ("refused" when the app said none) and retry, on the WebSocket and on the
+// fallback alike.
+func TestAppRefusalCarriesCodeAndRetry(t *testing.T) {
+	f, _, srv := testFront(t, Config{})
+	c1 := f.ring().sign("c1", f.userOf("c1"), time.Now())
+	ws := dialAs(t, srv, c1)
+	for i, tc := range []struct {
+		data, code string
+		retry      bool
+	}{
+		{`"sold out"`, "sold_out", true},
+		{`"refuse"`, "refused", false},
+	} {
+		body := `{"op":"msg","id":` + itoa(i+1) + `,"page":"p","data":` + tc.data + `}`
+		if err := ws.WriteMessage(websocket.TextMessage, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		_ = ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+		var onWS answer
+		if err := ws.ReadJSON(&onWS); err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest("POST", srv.URL+Prefix+"op", strings.NewReader(body))
+		req.Header.Set("Cookie", "stickyd_conn="+c1)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var onPost answer
+		err = json.NewDecoder(resp.Body).Decode(&onPost)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s on the fallback: %d %v", tc.data, resp.StatusCode, err)
+		}
+		for via, a := range map[string]answer{"the WebSocket": onWS, "the fallback": onPost} {
+			if a.Op != "reply" || a.Error == "" || a.Code != tc.code || a.Retry != tc.retry {
+				t.Errorf("%s on %s: %+v, want a reply with error, code %q, retry %v", tc.data, via, a, tc.code, tc.retry)
+			}
+		}
 	}
 }

@@ -87,9 +87,14 @@ type outbound struct {
 	raw []byte
 }
 
-// batchHello tells a page that asked for batched frames that this front
-// reads and writes them; a page sends arrays only once it has read it.
-var batchHello = []byte(`{"op":"hello","batch":true}`)
+// helloFrame is the first frame a page that asked for batched frames gets:
+// this front reads and writes them (a page sends arrays only once it has
+// read it), and reads messages of at most maxMessage bytes (a page refuses
+// a bigger one itself, too_large, rather than have the socket closed with
+// 1009 and lose the other ops in flight).
+func helloFrame(maxMessage int64) []byte {
+	return fmt.Appendf(nil, `{"op":"hello","batch":true,"max_message_bytes":%d}`, maxMessage)
+}
 
 // maxBatchOps bounds the ops of one batched frame.
 const maxBatchOps = 64
@@ -141,7 +146,7 @@ func (f *Front) serveWS(w http.ResponseWriter, r *http.Request) error {
 	c := &wsConn{f: f, ws: ws, conn: conn, user: user, ctx: ctx, stop: cancel, cookieIssued: issued,
 		changed: make(chan struct{}, 1), batch: r.URL.Query().Get("batch") == "1"}
 	if c.batch {
-		c.queue(outbound{raw: batchHello})
+		c.queue(outbound{raw: f.hello})
 	}
 	ws.SetReadLimit(f.cfg.MaxMessageBytes)
 	c.pingAt.Store(time.Now().Add(f.cfg.PingInterval).UnixNano())

@@ -2327,7 +2327,13 @@ type MessageResult struct {
 	// data is the app's answer, JSON.
 	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
 	// error is the app's refusal, shown to the page; data is then empty.
-	Error         string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// code names the app's refusal for the page (the SDK's Refusal.Code,
+	// "state_too_large"; empty: the front says "refused"); only with error.
+	Code string `protobuf:"bytes,3,opt,name=code,proto3" json:"code,omitempty"`
+	// retry is the app's word that the same request may succeed later (the
+	// message ran; the page decides whether to send it again).
+	Retry         bool `protobuf:"varint,4,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2374,6 +2380,20 @@ func (x *MessageResult) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *MessageResult) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *MessageResult) GetRetry() bool {
+	if x != nil {
+		return x.Retry
+	}
+	return false
 }
 
 // Identity is what the app declared while serving the frame: the name of the
@@ -5285,10 +5305,12 @@ const file_stickyd_proto_rawDesc = "" +
 	"\x06Deltas\x12\x12\n" +
 	"\x04page\x18\x01 \x01(\tR\x04page\x121\n" +
 	"\x06deltas\x18\x02 \x03(\v2\x19.stickyd.channel.v1.DeltaR\x06deltas\x12\x12\n" +
-	"\x04last\x18\x03 \x01(\x04R\x04last\"9\n" +
+	"\x04last\x18\x03 \x01(\x04R\x04last\"c\n" +
 	"\rMessageResult\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error\"\xbf\x01\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x12\n" +
+	"\x04code\x18\x03 \x01(\tR\x04code\x12\x14\n" +
+	"\x05retry\x18\x04 \x01(\bR\x05retry\"\xbf\x01\n" +
 	"\bIdentity\x12\x12\n" +
 	"\x04conn\x18\x01 \x01(\tR\x04conn\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\tR\x04user\x12L\n" +

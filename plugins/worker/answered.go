@@ -21,7 +21,7 @@ type answered struct {
 	bytes int // of the answers held
 }
 
-func resultBytes(r *protocol.MessageResult) int { return len(r.Data) + len(r.Error) }
+func resultBytes(r *protocol.MessageResult) int { return len(r.Data) + len(r.Error) + len(r.Code) }
 
 func (a *answered) get(id string) (*protocol.MessageResult, bool) {
 	r, ok := a.byID[id]

@@ -35,7 +35,8 @@ type App interface {
 
 	// Message handles one message from a page. Writes to p.Tree() become
 	// deltas for the page; the returned value (JSON-encodable) is the answer
-	// to this message. An error is shown to the page as a refusal.
+	// to this message. An error is shown to the page as a refusal: a
+	// *Refusal says its code and whether it may succeed later.
 	//
 	// A message whose answer was lost with the connection is reported to the
 	// page as retryable, and the page decides whether to send it again: ops

@@ -800,7 +800,7 @@ func (rt *runtime) message(ctx context.Context, s *Session, m *protocol.PageMess
 	*woken = p.coll.releaseTaking(*woken)
 	released = true
 	if err != nil {
-		res.Error = err.Error()
+		refusalOf(err, res)
 	} else if v != nil {
 		b, err := json.Marshal(v)
 		if err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/stickyd/stickyd/internal/agent"
+	"github.com/stickyd/stickyd/internal/command"
 	"github.com/stickyd/stickyd/plugins/examples/counter"
 	"github.com/stickyd/stickyd/plugins/examples/demo"
 	"github.com/stickyd/stickyd/plugins/worker"
@@ -42,6 +43,12 @@ func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) == "demo" {
 		worker.Serve(demo.New(), worker.Options{Name: "demo", Version: "1"})
 		os.Exit(0)
+	}
+	if os.Getenv(agentEnv) == "1" {
+		// A stickyd agent process (agentProcess), its workers in-process.
+		os.Exit(command.Run(os.Args[1:], map[string]agent.Builtin{
+			"counter": worker.InProcess(counter.New(), worker.Options{Name: "counter", Version: "1"}),
+		}))
 	}
 	os.Exit(m.Run())
 }
@@ -94,8 +101,9 @@ func runAgent(t *testing.T, cfg *agent.Config) *agent.Agent {
 	t.Helper()
 	log := hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Warn, Output: newTestWriter(t)})
 	builtins := map[string]agent.Builtin{
-		"demo":    worker.InProcess(demo.New(), worker.Options{Name: "demo", Version: "1", Logger: log.Named("worker")}),
-		"counter": worker.InProcess(counter.New(), worker.Options{Name: "counter", Version: "1", Logger: log.Named("worker")}),
+		"demo":     worker.InProcess(demo.New(), worker.Options{Name: "demo", Version: "1", Logger: log.Named("worker")}),
+		"counter":  worker.InProcess(counter.New(), worker.Options{Name: "counter", Version: "1", Logger: log.Named("worker")}),
+		"refusing": worker.InProcess(refusingApp{counter.New()}, worker.Options{Name: "refusing", Version: "1", Logger: log.Named("worker")}),
 	}
 	a, err := agent.New(cfg, builtins, log)
 	if err != nil {

@@ -37,9 +37,20 @@ export interface PageOptions {
   transport?: "poll";
 }
 
-/** A refusal of a message: code names it; retry says it did not run. */
+/**
+ * A refusal of a message. code names it: the front's (docs/protocol.md,
+ * "Refusals"), the client's own ("too_large": over the front's
+ * max_message_bytes, never sent; "gave_up": sent 11 times without an
+ * answer, it may have run; "closed": page.close() came first; "bad_request":
+ * not JSON), or the app's ("refused" unless the app said another, as the Go
+ * SDK's worker.Refusal does; "state_too_large": a write past the page's
+ * bound). retry: the front's refusals set it when the message did not run;
+ * the app's when it says the same request may succeed later. A rejected
+ * message is never sent again by the client.
+ */
 export interface PageError extends Error {
-  code?: "bad_request" | "no_connection" | "too_large" | "timeout" | "unavailable" | "maintenance" | "rate_limited" | "internal" | string;
+  code?: "bad_request" | "no_connection" | "too_large" | "timeout" | "unavailable" | "maintenance" | "rate_limited" | "internal"
+    | "gave_up" | "closed" | "refused" | "state_too_large" | string;
   retry?: boolean;
 }
 
@@ -54,9 +65,18 @@ export interface Page {
   readonly worker: string;
   readonly status: Status;
   /**
+   * What the page uses now: "websocket", or "poll" (the long-poll fallback,
+   * asked for or fallen back to after refused connects; from the latter the
+   * page tries the WebSocket again in the background, backing off to 15 s,
+   * and goes back to it once it opens).
+   */
+  readonly transport: "websocket" | "poll";
+  /**
    * Sends a message to the page's worker and resolves with the app's
    * answer. It runs once: sent again after a lost answer, it is answered
-   * from the worker's memory. Rejects with a PageError.
+   * from the worker's memory. Rejects with a PageError: at once for a
+   * message over the front's limit (too_large), after at most 10 resends
+   * (gave_up), or with the app's refusal.
    */
   send(data: JSON): Promise<JSON>;
   /** Stops the page's connection. */

@@ -8,8 +8,9 @@
 //     transport: "poll",                   // optional: the long-poll fallback from the start
 //   });
 //   const answer = await page.send({op: "filter", text: "abc"});
-//   page.tree    // the page's data tree, kept equal to the worker's
-//   page.worker  // the worker holding the page now
+//   page.tree       // the page's data tree, kept equal to the worker's
+//   page.worker     // the worker holding the page now
+//   page.transport  // "websocket" | "poll": what the page uses now
 //
 // Delivery is pulled: the client keeps one pull outstanding and applies the
 // deltas it gets, in sequence order; a reconnect resumes after the last
@@ -19,23 +20,34 @@
 // Every message carries a msg_id of its own. One in flight when the
 // connection drops (a restart, a move, a network blip) is sent again after
 // the reconnect with the same msg_id, and the worker answers a msg_id it
-// already ran from memory: each message runs once and gets its answer.
+// already ran from memory: each message runs once and gets its answer. A
+// message is sent at most MAX_RESENDS times again, then its promise rejects
+// (gave_up); one over the front's limit is never sent (too_large).
 (function (global) {
   "use strict";
   const PREFIX = "/_stickyd";
   const PULL_WAIT = 25000;
   const MAX_BACKOFF = 30000;
-  // MAX_RESENDS bounds how often one message is sent again after a lost
-  // answer or a refusal for now (with the backoff, about two minutes).
+  // MAX_RESENDS bounds how often one message is sent again, whatever the
+  // cause (a refusal for now, a lost answer, a socket that closed with it in
+  // flight); with the backoff, one to two minutes.
   const MAX_RESENDS = 10;
+  // MAX_BATCH is the most ops the front reads in one frame.
+  const MAX_BATCH = 64;
+  // PROBE_MAX bounds the wait between two tries of the WebSocket while a
+  // page is on the long-poll fallback.
+  const PROBE_MAX = 15000;
+  // LIMIT_HEADER is how the fallback's answers say the front's limit.
+  const LIMIT_HEADER = "X-Stickyd-Max-Message-Bytes";
 
-  // backoff is a retry delay that doubles from base to MAX_BACKOFF, each
-  // one jittered (half to the whole of it), so that pages that failed
-  // together do not come back together; ok resets it.
-  function backoff(base) {
+  // backoff is a retry delay that doubles from base to cap (MAX_BACKOFF
+  // unless given), each one jittered (half to the whole of it), so that
+  // pages that failed together do not come back together; ok resets it.
+  function backoff(base, cap) {
     let n = 0;
+    cap = cap || MAX_BACKOFF;
     return {
-      next() { const d = Math.min(MAX_BACKOFF, base * 2 ** n++); return d / 2 + Math.random() * d / 2; },
+      next() { const d = Math.min(cap, base * 2 ** n++); return d / 2 + Math.random() * d / 2; },
       ok() { n = 0; },
     };
   }
@@ -49,6 +61,29 @@
     ch.port1.onmessage = () => { for (const fn of fns.splice(0)) fn(); };
     return (fn) => { fns.push(fn); if (fns.length === 1) ch.port2.postMessage(0); };
   })();
+
+  // utf8Length is the length of s in UTF-8, as a WebSocket or fetch sends
+  // it (a lone surrogate becomes U+FFFD, three bytes).
+  function utf8Length(s) {
+    let n = 0;
+    for (let i = 0; i < s.length; i++) {
+      const c = s.charCodeAt(i);
+      if (c < 0x80) n += 1;
+      else if (c < 0x800) n += 2;
+      else if (c >= 0xd800 && c < 0xdc00 && i + 1 < s.length && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00) { n += 4; i++; }
+      else n += 3;
+    }
+    return n;
+  }
+
+  // refusal is the error a page's promise rejects with (client.d.ts's
+  // PageError).
+  function refusal(message, code, retry) {
+    const e = new Error(message);
+    e.code = code;
+    e.retry = !!retry;
+    return e;
+  }
 
   function setPath(tree, path, value) {
     const segs = path.split("/");
@@ -86,22 +121,37 @@
       id = newID();
       global.sessionStorage.setItem(key, id);
     }
+    const forcePoll = opts.transport === "poll";
     const p = {
       id: id, kind: kind, tree: {}, last: 0, worker: "", status: "connecting",
+      transport: forcePoll ? "poll" : "websocket",
       send: send, close: close,
     };
+    // pending holds the ops sent or waiting on the WebSocket, by op id: a
+    // waiter {resolve, reject, msg, sent, tries, retry, backingOff, frame}.
+    // queue holds the ops not sent yet, in order.
     let ws = null, nextID = 1, pending = new Map(), opened = false, closed = false;
     // batching is set once the front said it reads ops sent together
     // (its hello on a socket opened with ?batch=1): the ops of one turn
     // then leave in one frame, a JSON array (an older front never says so).
     let batching = false, outbox = [];
+    // maxBytes is the largest op the front reads (front.max_message_bytes,
+    // said by its hello and by the fallback's answers; 0 until known): a
+    // bigger message is refused here, too_large, and never sent. guessed
+    // says it was learned from a 1009 close instead (an upper bound).
+    let maxBytes = 0, guessed = false;
     // Messages are named msgPrefix-n: unique to this page object (a reload
     // starts another), so the worker's memory of one never answers another.
     const msgPrefix = newID().slice(1, 13);
     let nextMsg = 1;
     let failures = 0, polling = false, pulling = false, queue = [];
     let toldUnauthorized = false;
+    // On the fallback: pollTimer opens the page again after a refusal,
+    // pollPull can abort the pull waiting there, probeTimer tries the
+    // WebSocket again (probing while one try is under way).
+    let pollTimer = 0, pollPull = null, probeTimer = 0, probing = false;
     const pullRetry = backoff(250), openRetry = backoff(1000), connectRetry = backoff(200);
+    const probeRetry = backoff(1000, PROBE_MAX);
 
     function status(s) {
       if (p.status !== s) { p.status = s; opts.onStatus && opts.onStatus(s); }
@@ -129,71 +179,155 @@
       msg.id = nextID++;
       msg.page = id;
       return new Promise((resolve, reject) => {
-        if (polling) { poll(msg, resolve, reject); return; }
-        const w = { resolve, reject, msg, sent: false };
-        pending.set(msg.id, w);
-        if (ws && ws.readyState === 1 && (opened || msg.op === "open")) { wsSend(msg); w.sent = true; }
-        else queue.push(msg); // sent once the page is open again
+        if (polling) { poll(msg, resolve, reject, 0); return; }
+        pending.set(msg.id, { resolve, reject, msg, sent: false, tries: 0 });
+        queue.push(msg);
+        drain();
       });
     }
 
-    // poll sends one op on the long-poll fallback.
-    function poll(msg, resolve, reject) {
-      const retry = backoff(250);
-      const post = (tries) => fetch(PREFIX + "/op", { method: "POST", credentials: "same-origin", body: JSON.stringify(msg) })
-        .then((r) => r.json().catch(() => ({})).then((m) => {
-          // Every answer but a 200 is a refusal, whatever its shape.
-          if (!r.ok && m.op !== "error") m = { op: "error", error: m.error || "HTTP " + r.status, retry: r.status >= 500 || !!m.retry };
-          if (!r.ok && !m.code && r.status === 401) m.code = "no_connection";
-          return m;
-        }))
-        .then((m) => {
-          // Refused for now (the person is moving, the worker restarting):
-          // it did not run; a message is sent again after a while.
-          if (m.op === "error" && m.retry && msg.op === "msg" && tries < MAX_RESENDS && !closed) { setTimeout(() => post(tries + 1), retry.next()); return; }
-          handle(m, resolve, reject);
-        }, (e) => {
-          // The answer was lost on the way: a message is sent again (its
-          // msg_id answers it from memory if it ran).
-          if (msg.op === "msg" && tries < MAX_RESENDS && !closed) { setTimeout(() => post(tries + 1), retry.next()); return; }
-          e.retry = true; reject(e);
-        });
-      post(0);
+    // over reports an op the front would refuse as too large (more bytes
+    // as sent than it reads), and tooLarge is that refusal.
+    function over(s) {
+      return maxBytes > 0 && s.length * 3 > maxBytes && (s.length > maxBytes || utf8Length(s) > maxBytes);
+    }
+    function tooLarge(s) {
+      const why = guessed ? "the front closed the socket on it (1009: over front.max_message_bytes); it is not sent again"
+        : "the front reads at most " + maxBytes + " (front.max_message_bytes); it was not sent";
+      return refusal("the message is " + utf8Length(s) + " bytes as sent; " + why, "too_large", false);
     }
 
-    // resend sends a message again over the WebSocket (or once the page is
-    // open again), with a new op id and the same msg_id.
+    // gaveUp is the refusal of a message sent MAX_RESENDS times again
+    // without an answer; why is the last failure.
+    function gaveUp(why) {
+      return refusal("no answer after " + (MAX_RESENDS + 1) + " sends (last: " + why + "); it may have run", "gave_up", false);
+    }
+
+    // poll sends one op on the long-poll fallback; a message is sent again
+    // after a refusal for now or a lost answer, tries counting the resends
+    // so far.
+    function poll(msg, resolve, reject, tries) {
+      const retry = backoff(250);
+      const post = () => {
+        const body = JSON.stringify(msg);
+        if (msg.op === "msg" && over(body)) { reject(tooLarge(body)); return; }
+        // The pull that waits here is aborted when the page goes back to
+        // the WebSocket.
+        const ctl = msg.op === "pull" && typeof AbortController !== "undefined" ? new AbortController() : null;
+        if (ctl) pollPull = ctl;
+        const done = () => { if (pollPull === ctl) pollPull = null; };
+        fetch(PREFIX + "/op", { method: "POST", credentials: "same-origin", body: body, signal: ctl ? ctl.signal : undefined })
+          .then((r) => {
+            const limit = +r.headers.get(LIMIT_HEADER);
+            if (limit > 0) { maxBytes = limit; guessed = false; }
+            return r.json().catch(() => ({})).then((m) => {
+              // Every answer but a 200 is a refusal, whatever its shape.
+              if (!r.ok && m.op !== "error") m = { op: "error", error: m.error || "HTTP " + r.status, retry: r.status >= 500 || !!m.retry };
+              if (!r.ok && !m.code && r.status === 401) m.code = "no_connection";
+              if (!r.ok && !m.code && r.status === 413) m.code = "too_large";
+              return m;
+            });
+          })
+          .then((m) => {
+            done();
+            // Refused for now (the person is moving, the worker restarting):
+            // it did not run; a message is sent again after a while.
+            if (m.op === "error" && m.retry && msg.op === "msg" && !closed) {
+              if (tries++ < MAX_RESENDS) setTimeout(post, retry.next());
+              else reject(gaveUp(m.error));
+              return;
+            }
+            handle(m, resolve, reject);
+          }, (e) => {
+            done();
+            // The answer was lost on the way: a message is sent again (its
+            // msg_id answers it from memory if it ran).
+            if (msg.op === "msg" && !closed) {
+              if (tries++ < MAX_RESENDS) setTimeout(post, retry.next());
+              else reject(gaveUp(e.message));
+              return;
+            }
+            e.retry = true; reject(e);
+          });
+      };
+      post();
+    }
+
+    // resend sends a message again (or once the page is open again), with
+    // a new op id and the same msg_id.
     function resend(w) {
+      if (closed) return; // close() refused it
       w.msg.id = nextID++;
       w.sent = false;
+      w.frame = null;
       pending.set(w.msg.id, w);
-      if (ws && ws.readyState === 1 && opened) { wsSend(w.msg); w.sent = true; }
-      else queue.push(w.msg);
+      queue.push(w.msg);
+      drain();
+    }
+
+    // drain sends what waits, in order: on the fallback once the page is
+    // open there, on the socket once it is open (an open at once, the rest
+    // once the page is open). A message sent again waits out its backoff,
+    // and holds the messages behind it: they still run in the order sent.
+    function drain() {
+      const rest = [];
+      let hold = false;
+      for (const q of queue) {
+        const w = pending.get(q.id);
+        if (!w) continue; // failed meanwhile
+        if (polling) {
+          if (!opened) { rest.push(q); continue; }
+          pending.delete(q.id);
+          poll(q, w.resolve, w.reject, w.tries);
+          continue;
+        }
+        if (!ws || ws.readyState !== 1 || !(opened || q.op === "open")) { rest.push(q); continue; }
+        if (q.op === "msg" && (hold || w.backingOff)) { hold = true; rest.push(q); continue; }
+        w.sent = wsSend(w);
+      }
+      queue = rest;
     }
 
     // wsSend sends an op on the open socket: at once, or, to a front that
     // reads batches, with the other ops of this turn in one frame (a pull
     // sent again as an answer arrives and the message the app sends on
-    // that answer go together).
-    function wsSend(msg) {
-      if (!batching) { ws.send(JSON.stringify(msg)); return; }
-      outbox.push(msg);
+    // that answer go together). A message over the front's limit is
+    // refused here instead; it reports whether the op went.
+    function wsSend(w) {
+      const s = JSON.stringify(w.msg);
+      if (w.msg.op === "msg" && over(s)) {
+        pending.delete(w.msg.id);
+        w.reject(tooLarge(s));
+        return false;
+      }
+      if (!batching) { w.frame = s; ws.send(s); return true; }
+      outbox.push({ s: s, w: w });
       if (outbox.length === 1) afterTurn(flush);
+      return true;
     }
 
+    // flush sends the ops of this turn, as few frames as the front reads:
+    // at most MAX_BATCH ops and maxBytes each (one op alone never is over
+    // it: wsSend refused it).
     function flush() {
       const ops = outbox.splice(0);
       // A socket that closed meanwhile: its onclose sends them again.
-      if (!ws || ws.readyState !== 1 || !ops.length) return;
-      ws.send(JSON.stringify(ops.length === 1 ? ops[0] : ops));
+      if (!ws || ws.readyState !== 1) return;
+      const size = (o) => (maxBytes ? utf8Length(o.s) : 0);
+      while (ops.length) {
+        let n = 1, bytes = size(ops[0]) + 2;
+        while (n < ops.length && n < MAX_BATCH && (!maxBytes || bytes + 1 + size(ops[n]) <= maxBytes)) bytes += 1 + size(ops[n++]);
+        const part = ops.splice(0, n);
+        const frame = n === 1 ? part[0].s : "[" + part.map((o) => o.s).join(",") + "]";
+        for (const o of part) o.w.frame = frame;
+        ws.send(frame);
+      }
     }
 
     function handle(m, resolve, reject) {
       if (m.worker) p.worker = m.worker;
-      if (m.op === "error") {
-        const e = new Error(m.error); e.retry = !!m.retry; e.code = m.code;
-        reject(e);
-      } else resolve(m);
+      if (m.op === "error") reject(refusal(m.error, m.code, m.retry));
+      else resolve(m);
     }
 
     function onOpened(m) {
@@ -202,15 +336,13 @@
       if (o.notice && opts.onNotice) opts.onNotice(o.notice);
       opened = true;
       openRetry.ok();
+      // A socket that opens the page is one that works: the next
+      // reconnect starts from the shortest wait again (a socket that only
+      // opens, then closes, keeps backing off).
+      if (!polling) connectRetry.ok();
       toldUnauthorized = false;
       status(polling ? "polling" : "live");
-      for (const q of queue.splice(0)) {
-        const w = pending.get(q.id);
-        if (!w) continue;
-        if (polling) { pending.delete(q.id); poll(q, w.resolve, w.reject); }
-        else if (ws && ws.readyState === 1) { wsSend(q); w.sent = true; }
-        else queue.push(q);
-      }
+      drain();
       pullLoop();
     }
 
@@ -240,10 +372,21 @@
       if (e && e.code === "no_connection") { unauthorized(); return; }
       if (e && e.code === "bad_request") {
         opened = false;
-        request({ op: "open", kind: kind, after: p.last }).then(onOpened, openFailed);
+        openPage();
         return;
       }
       setTimeout(pullLoop, pullRetry.next());
+    }
+
+    // openPage opens the page on the transport used now; an answer that
+    // comes once the page uses another (a socket that closed, the fallback
+    // left for the WebSocket) is dropped.
+    function openPage() {
+      const via = polling ? null : ws;
+      const current = () => !closed && (via ? ws === via : polling);
+      request({ op: "open", kind: kind, after: p.last }).then(
+        (m) => { if (current()) onOpened(m); },
+        (e) => { if (current()) openFailed(e); });
     }
 
     // unauthorized is a fallback whose cookie no longer names a
@@ -255,7 +398,8 @@
       if (!toldUnauthorized && opts.onNotice) opts.onNotice("This page lost its connection to the site: reload the page.");
       toldUnauthorized = true;
       status("unauthorized");
-      setTimeout(startPolling, openRetry.next());
+      clearTimeout(pollTimer);
+      pollTimer = setTimeout(startPolling, openRetry.next());
     }
 
     // openFailed handles a refused open: a transient failure retries, a
@@ -263,7 +407,7 @@
     function openFailed(e) {
       if (e && e.code === "no_connection" && polling) { unauthorized(); return; }
       if (e && e.retry) {
-        if (polling) setTimeout(startPolling, openRetry.next());
+        if (polling) { clearTimeout(pollTimer); pollTimer = setTimeout(startPolling, openRetry.next()); }
         else if (ws) ws.close();
         return;
       }
@@ -273,26 +417,40 @@
       if (ws) ws.close();
     }
 
+    function newSocket() {
+      const proto = global.location.protocol === "https:" ? "wss:" : "ws:";
+      return new WebSocket(proto + "//" + global.location.host + PREFIX + "/ws?batch=1");
+    }
+
     function connect() {
       if (closed) return;
       status("connecting");
-      const proto = global.location.protocol === "https:" ? "wss:" : "ws:";
+      use(newSocket());
+    }
+
+    // use makes sock the page's socket (a new one, or an open one a probe
+    // found while the page was on the fallback).
+    function use(sock) {
       batching = false;
       outbox = [];
-      ws = new WebSocket(proto + "//" + global.location.host + PREFIX + "/ws?batch=1");
-      ws.onopen = () => {
+      ws = sock;
+      p.transport = "websocket";
+      sock.onopen = () => {
         failures = 0;
-        connectRetry.ok();
-        request({ op: "open", kind: kind, after: p.last }).then(onOpened, openFailed);
+        openPage();
       };
-      ws.onmessage = (ev) => {
+      sock.onmessage = (ev) => {
         const m = JSON.parse(ev.data);
         if (Array.isArray(m)) m.forEach(answer);
         else answer(m);
       };
       // answer takes one answer of the front, in the order they came.
       const answer = (m) => {
-        if (m.op === "hello") { batching = !!m.batch; return; }
+        if (m.op === "hello") {
+          batching = !!m.batch;
+          if (m.max_message_bytes > 0) { maxBytes = m.max_message_bytes; guessed = false; }
+          return;
+        }
         if (m.op === "renew") {
           // The connection cookie is past half its life: fetch a new one,
           // so that the next reconnect still names this session.
@@ -302,32 +460,53 @@
         const w = pending.get(m.id);
         if (!w) return;
         pending.delete(m.id);
-        if (m.op === "error" && m.retry && w.msg.op === "msg" && (w.tries = (w.tries || 0) + 1) <= MAX_RESENDS) {
-          // Refused for now, did not run: sent again after a while.
+        if (m.op === "error" && m.retry && w.msg.op === "msg") {
+          // Refused for now, did not run: sent again after a while, at
+          // most MAX_RESENDS times.
+          if (++w.tries > MAX_RESENDS) { w.reject(gaveUp(m.error)); return; }
           w.retry = w.retry || backoff(250);
           setTimeout(() => resend(w), w.retry.next());
           return;
         }
         handle(m, w.resolve, w.reject);
       };
-      ws.onclose = (ev) => {
+      sock.onclose = (ev) => {
+        if (ws !== sock) return;
         opened = false;
         ws = null;
+        // 1009: the front refused a frame as too large (it did not say
+        // its limit, or a frame grew past it). The largest frame in
+        // flight is one such (those after it were never read): the front
+        // reads less than it, and a message that alone is over that now
+        // is refused below rather than sent again.
+        if (ev && ev.code === 1009) {
+          let largest = 0;
+          for (const w of pending.values()) if (w.sent && w.frame) largest = Math.max(largest, utf8Length(w.frame));
+          if (largest > 0 && (!maxBytes || largest <= maxBytes)) { maxBytes = largest - 1; guessed = true; }
+        }
         // A message in flight is sent again after the reconnect (its
-        // msg_id keeps it from running twice); any other request is failed
-        // with a retryable error. The pull loop resumes on its own after
-        // the reconnect, from the sequence it really has.
+        // msg_id keeps it from running twice), after a backoff and at most
+        // MAX_RESENDS times, before the messages that wait; any other
+        // request is failed with a retryable error. The pull loop resumes
+        // on its own after the reconnect, from the sequence it really has.
+        const again = [];
         for (const [k, w] of pending) {
           if (!w.sent) continue; // still queued: goes out after the reconnect
           pending.delete(k);
-          if (w.msg.op === "msg") {
-            // Sent again once the page is open: its msg_id makes the
-            // worker answer it from memory if it already ran.
-            resend(w);
-            continue;
-          }
-          const e = new Error("connection lost"); e.retry = true; w.reject(e);
+          if (w.msg.op !== "msg") { w.reject(refusal("connection lost", undefined, true)); continue; }
+          const s = JSON.stringify(w.msg);
+          if (over(s)) { w.reject(tooLarge(s)); continue; }
+          if (++w.tries > MAX_RESENDS) { w.reject(gaveUp("the connection closed (" + (ev ? ev.code : "") + ")")); continue; }
+          w.retry = w.retry || backoff(250);
+          w.backingOff = true;
+          setTimeout(() => { w.backingOff = false; drain(); }, w.retry.next());
+          w.msg.id = nextID++;
+          w.sent = false;
+          w.frame = null;
+          pending.set(w.msg.id, w);
+          again.push(w.msg);
         }
+        queue = again.concat(queue);
         if (closed) return;
         // A front going away (1001: it is stopping) is back in a moment:
         // a restart gets more tries on the WebSocket before the fallback.
@@ -337,27 +516,75 @@
         status("offline");
         setTimeout(connect, Math.min(5000, connectRetry.next()));
       };
+      if (sock.readyState === 1) sock.onopen();
     }
 
     function startPolling() {
+      pollTimer = 0;
+      if (closed) return;
       polling = true;
+      p.transport = "poll";
       status("polling");
-      request({ op: "open", kind: kind, after: p.last }).then(onOpened, openFailed);
+      openPage();
+      probeLater();
+    }
+
+    // probeLater has the WebSocket tried again, after a backoff, while the
+    // page is on a fallback it did not ask for (it fell back after
+    // refused connects: an agent restarting, a crash).
+    function probeLater() {
+      if (forcePoll || probeTimer || probing || closed) return;
+      probeTimer = setTimeout(probe, probeRetry.next());
+    }
+
+    // probe opens a WebSocket; once one opens, the page goes back to it:
+    // the pull waiting on the fallback is aborted, and the page opens on
+    // the socket. Messages on their way over the fallback finish there.
+    function probe() {
+      probeTimer = 0;
+      if (closed || !polling) return;
+      let sock;
+      try { sock = newSocket(); } catch (e) { probeLater(); return; }
+      probing = true;
+      sock.onclose = () => { probing = false; probeLater(); };
+      sock.onopen = () => {
+        probing = false;
+        if (closed || !polling) { sock.onclose = null; sock.close(); return; }
+        probeRetry.ok();
+        polling = false;
+        opened = false;
+        clearTimeout(pollTimer);
+        pollTimer = 0;
+        if (pollPull) { pollPull.abort(); pollPull = null; }
+        status("connecting");
+        use(sock);
+      };
     }
 
     function send(data) {
+      // A value JSON cannot say is refused here, never sent.
+      let body;
+      try { body = JSON.stringify(data); } catch (e) { return Promise.reject(refusal("the message is not JSON: " + e.message, "bad_request", false)); }
+      if (body === undefined) return Promise.reject(refusal("the message is not JSON: " + typeof data, "bad_request", false));
       return request({ op: "msg", data: data, msg_id: msgPrefix + "-" + nextMsg++ }).then((m) => {
-        if (m.error) throw new Error(m.error);
+        // The app refused it (it ran): its code and retry, as it said them.
+        if (m.error) throw refusal(m.error, m.code || "refused", m.retry);
         return m.data;
       });
     }
 
+    // close stops the page; what it still waits for is refused (closed).
     function close() {
       closed = true;
+      clearTimeout(probeTimer);
+      clearTimeout(pollTimer);
+      queue = [];
+      for (const w of pending.values()) w.reject(refusal("the page was closed", "closed", false));
+      pending.clear();
       if (ws) ws.close();
     }
 
-    if (opts.transport === "poll") startPolling(); // no WebSocket at all (a proxy that does not pass them)
+    if (forcePoll) startPolling(); // no WebSocket at all (a proxy that does not pass them)
     else connect();
     return p;
   }
