@@ -73,7 +73,17 @@ DEFAULT_MAX_PAGES_PER_PERSON = 500
 
 class Refused(Exception):
     """Raised by a page's message handler (or open_page) to refuse: the
-    page is shown the message. Any other exception is an application error."""
+    page is shown the message. Any other exception is an application error.
+
+    code is a short word the page's code switches on ("sold_out"; empty is
+    "refused"); retry says the same request may succeed later. The page's
+    promise (client.js) rejects with both, as the Go SDK's worker.Refusal.
+    The message ran: the refusal is its answer, remembered by its msg_id."""
+
+    def __init__(self, message="", code="", retry=False):
+        super().__init__(message)
+        self.code = code
+        self.retry = retry
 
 
 class _Bad(Exception):
@@ -1062,6 +1072,10 @@ class Runtime:
                 # A bound's refusal is the page's answer, as a refusal is
                 # (the Go SDK answers its handler's error).
                 res.error = str(e) or "refused"
+                if isinstance(e, StateTooLarge):
+                    res.code = "state_too_large"
+                else:
+                    res.code, res.retry = e.code or "", bool(e.retry)
             else:
                 if v is not None:
                     res.data = json.dumps(v, separators=(",", ":")).encode("utf-8")

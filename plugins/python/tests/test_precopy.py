@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from stickyd import stickyd_pb2 as pb  # noqa: E402
 from stickyd.precopy import PRECOPY_MIN  # noqa: E402
-from stickyd.runtime import Hooks, Runtime  # noqa: E402
+from stickyd.runtime import Hooks, Refused, Runtime  # noqa: E402
 from stickyd.tree import Tree  # noqa: E402
 
 
@@ -40,6 +40,8 @@ def message(page, msg):
         page.tree.set("rows/%s/text" % msg["row"], msg["v"])
     elif op == "drop":
         page.tree.delete("rows/%s" % msg["row"])
+    elif op == "refuse":
+        raise Refused(msg.get("text", ""), code=msg.get("code", ""), retry=msg.get("retry", False))
     return True
 
 
