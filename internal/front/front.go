@@ -206,7 +206,7 @@ var clientJS []byte
 var clientTypes []byte
 
 var clientModule = append(append([]byte(nil), clientJS...),
-	"\nexport const page = window.stickyd.page;\nexport default window.stickyd;\n"...)
+	"\nexport const page = window.stickyd.page;\nexport const html = window.stickyd.html;\nexport default window.stickyd;\n"...)
 
 // New checks cfg and returns a Front.
 func New(cfg Config) (*Front, error) {

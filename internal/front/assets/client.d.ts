@@ -2,7 +2,7 @@
 // client itself is /_stickyd/client.js (a script: window.stickyd) or
 // /_stickyd/client.mjs (an ES module exporting the same):
 //
-//   import { page } from "/_stickyd/client.mjs";
+//   import { page, html } from "/_stickyd/client.mjs";
 //   const grid = page({ kind: "grid", onChange: render });
 //   const answer = await grid.send({ op: "filter", text: "abc" });
 
@@ -81,12 +81,42 @@ export interface Page {
   send(data: JSON): Promise<JSON>;
   /** Stops the page's connection. */
   close(): void;
+  /**
+   * Draws the value at path into el with render, now and whenever a delta
+   * touches it (a write at, under or above path). render returns a string
+   * (el's text, never parsed as HTML), a Node (el's content), or nothing
+   * (it drew el itself). Returns a function that unbinds.
+   */
+  bind(el: Element, path: string, render: (value: JSON | undefined, el: Element) => string | Node | void): () => void;
+  /**
+   * Keeps one child of el per entry of the map (or list) at path, drawn by
+   * item and marked data-key: a delta under one entry draws that entry
+   * again; one at or above path draws every entry. Returns a function that
+   * unbinds.
+   */
+  bindList(el: Element, path: string, item: (value: JSON, key: string) => Node | string,
+    opts?: {
+      /** Orders the children, over [key, value] pairs (default: by key). */
+      order?: (a: [string, JSON], b: [string, JSON]) => number;
+      /** Shown while there is no entry. */
+      empty?: Node | string;
+    }): () => void;
 }
 
 export function page(opts?: PageOptions): Page;
 
+/**
+ * Builds DOM from markup whose interpolations are text, never markup:
+ * html`<li class="${cls}">${title}</li>` returns the element (a fragment
+ * for several). A Node, or an array of them, may be interpolated as
+ * content. Quote attribute values; an on* attribute takes no
+ * interpolation (it throws), and a URL attribute that would run script is
+ * dropped.
+ */
+export function html(strings: TemplateStringsArray, ...values: unknown[]): Node;
+
 declare global {
   interface Window {
-    stickyd: { page: typeof page };
+    stickyd: { page: typeof page; html: typeof html };
   }
 }

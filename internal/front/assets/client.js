@@ -12,6 +12,11 @@
 //   page.worker     // the worker holding the page now
 //   page.transport  // "websocket" | "poll": what the page uses now
 //
+//   // Optional binding: parts of the DOM drawn from the tree, drawn again
+//   // when a delta touches them.
+//   page.bind(el, "filter", (f) => f || "everything");
+//   page.bindList(ul, "tasks", (t) => stickyd.html`<li>${t.title}</li>`);
+//
 // Delivery is pulled: the client keeps one pull outstanding and applies the
 // deltas it gets, in sequence order; a reconnect resumes after the last
 // sequence applied, so nothing is lost or applied twice. The page id lives in
@@ -106,6 +111,74 @@
     delete cur[segs[segs.length - 1]];
   }
 
+  // touches says whether delta d changes the value at path (a reset, or a
+  // write at, under or above it).
+  function touches(d, path) {
+    if (d.op === "reset" || !d.path || !path) return true;
+    return d.path === path || d.path.startsWith(path + "/") || path.startsWith(d.path + "/");
+  }
+
+  function valueAt(tree, path) {
+    let cur = tree;
+    for (const s of path ? path.split("/") : []) {
+      if (cur === null || typeof cur !== "object") return undefined;
+      cur = cur[s];
+    }
+    return cur;
+  }
+
+  // node is what a render returned, as a DOM node: a Node as is, anything
+  // else as text (never parsed as HTML).
+  function node(v) {
+    if (v && typeof v === "object" && typeof v.nodeType === "number") return v;
+    return global.document.createTextNode(v === undefined || v === null ? "" : String(v));
+  }
+
+  // draw puts what a render returned in el (undefined: it drew el itself).
+  function draw(el, v) {
+    if (v === undefined) return;
+    if (v && typeof v === "object" && typeof v.nodeType === "number") el.replaceChildren(v);
+    else el.textContent = v === null ? "" : String(v);
+  }
+
+  // html is a tagged template that builds DOM from markup whose
+  // interpolations are text, never markup: html`<li>${task.title}</li>`
+  // returns the element (or a fragment, for several). A Node or an array
+  // of them may be interpolated as content.
+  function html(strings, ...values) {
+    const slots = [];
+    let markup = strings[0];
+    values.forEach((v, i) => {
+      slots.push(v);
+      markup += "<!--s" + i + "-->" + strings[i + 1];
+    });
+    const t = global.document.createElement("template");
+    t.innerHTML = markup;
+    const walker = global.document.createTreeWalker(t.content, 128 /* comments */);
+    const marks = [];
+    while (walker.nextNode()) marks.push(walker.currentNode);
+    for (const m of marks) {
+      const i = /^s(\d+)$/.exec(m.data);
+      if (!i) continue;
+      const v = slots[+i[1]];
+      const parts = Array.isArray(v) ? v : [v];
+      m.replaceWith(...parts.map(node));
+    }
+    // In an attribute the marks are text: each becomes its value, as text
+    // (an on* handler may not take one; a URL that would run script is
+    // dropped).
+    for (const e of t.content.querySelectorAll("*")) {
+      for (const a of Array.from(e.attributes)) {
+        if (!a.value.includes("<!--s")) continue;
+        if (/^on/i.test(a.name)) throw new Error("stickyd.html: no value may be interpolated into " + a.name);
+        let v = a.value.replace(/<!--s(\d+)-->/g, (_, i) => String(slots[+i] ?? ""));
+        if (/^(href|src|action|formaction|xlink:href)$/i.test(a.name) && /^\s*(javascript|vbscript|data):/i.test(v)) v = "";
+        e.setAttribute(a.name, v);
+      }
+    }
+    return t.content.childNodes.length === 1 ? t.content.firstChild : t.content;
+  }
+
   function newID() {
     const a = new Uint8Array(12);
     (global.crypto || {}).getRandomValues ? global.crypto.getRandomValues(a) : a.forEach((_, i) => (a[i] = Math.random() * 256));
@@ -125,8 +198,11 @@
     const p = {
       id: id, kind: kind, tree: {}, last: 0, worker: "", status: "connecting",
       transport: forcePoll ? "poll" : "websocket",
-      send: send, close: close,
+      send: send, close: close, bind: bind, bindList: bindList,
     };
+    // bindings are the parts of the page's DOM drawn from paths of its
+    // tree (bind, bindList): each is drawn again when a delta touches it.
+    const bindings = new Set();
     // pending holds the ops sent or waiting on the WebSocket, by op id: a
     // waiter {resolve, reject, msg, sent, tries, retry, backingOff, frame}.
     // queue holds the ops not sent yet, in order.
@@ -173,6 +249,70 @@
         fresh.push(d);
       }
       if (fresh.length && opts.onChange) opts.onChange(p.tree, fresh);
+      if (fresh.length) for (const b of bindings) b.update(fresh);
+    }
+
+    // bind draws the value at path into el with render(value, el), now and
+    // whenever a delta touches that value (a write at, under or above
+    // path). render returns a string (el's text), a Node (el's content), or
+    // nothing (it drew el itself). It returns a function that unbinds.
+    function bind(el, path, render) {
+      const b = {
+        update(deltas) {
+          if (deltas && !deltas.some((d) => touches(d, path))) return;
+          draw(el, render(valueAt(p.tree, path), el));
+        },
+      };
+      bindings.add(b);
+      b.update(null);
+      return () => bindings.delete(b);
+    }
+
+    // bindList keeps one child of el per entry of the map (or list) at
+    // path, drawn by item(value, key) (a Node, or a string for a text
+    // child) and marked data-key: a delta under one entry draws that entry
+    // again, one at or above path every entry. opts.order(a, b), over
+    // [key, value] pairs, orders the children (default: by key); opts.empty,
+    // a Node or string, is shown while there is no entry.
+    function bindList(el, path, item, opts) {
+      opts = opts || {};
+      const children = new Map();
+      const b = {
+        update(deltas) {
+          const all = valueAt(p.tree, path);
+          const entries = all && typeof all === "object" ? Object.entries(all) : [];
+          let dirty = null; // keys to draw again; null: all
+          if (deltas) {
+            dirty = new Set();
+            for (const d of deltas) {
+              if (!touches(d, path)) continue;
+              const rest = d.op === "reset" || !d.path || d.path.length <= path.length ? null : d.path.slice(path.length + (path ? 1 : 0));
+              if (rest === null) { dirty = null; break; }
+              dirty.add(rest.split("/")[0]);
+            }
+            if (dirty && dirty.size === 0) return;
+          }
+          const keep = new Set();
+          for (const [key, value] of entries) {
+            keep.add(key);
+            let c = children.get(key);
+            if (!c || !dirty || dirty.has(key)) {
+              const n = node(item(value, key));
+              if (n.nodeType === 1) n.dataset.key = key;
+              if (c) c.replaceWith(n);
+              children.set(key, (c = n));
+            }
+          }
+          for (const [key, c] of children) if (!keep.has(key)) { c.remove(); children.delete(key); }
+          const order = opts.order || ((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+          const want = entries.filter(([k]) => children.has(k)).sort(order).map(([k]) => children.get(k));
+          if (!want.length && opts.empty !== undefined) { draw(el, opts.empty); return; }
+          if (want.length !== el.childNodes.length || want.some((c, i) => el.childNodes[i] !== c)) el.replaceChildren(...want);
+        },
+      };
+      bindings.add(b);
+      b.update(null);
+      return () => bindings.delete(b);
     }
 
     function request(msg) {
@@ -589,5 +729,5 @@
     return p;
   }
 
-  global.stickyd = { page: page };
+  global.stickyd = { page: page, html: html };
 })(window);
