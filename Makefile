@@ -4,6 +4,9 @@ BIN     ?= bin
 VERSION ?= 0.1.0-dev
 LDFLAGS := -X github.com/stickyd/stickyd/internal/command.Version=$(VERSION)
 ADDR    ?= 127.0.0.1:8080
+# ADMIN_ADDR, when set, is where make run's admin API listens (default: a
+# free port beside the front, printed at start).
+ADMIN_ADDR ?=
 
 .PHONY: all build run run-subprocess screenshots doctor deps test test-deploy lint unit bench bench-peers bench-peers-deps bench-profiles proto tools fuzz clean
 
@@ -14,13 +17,14 @@ build:
 	$(GO) build -o $(BIN)/demo-worker ./plugins/examples/demo/cmd/demo-worker
 	$(GO) build -o $(BIN)/counter-worker ./plugins/examples/counter/cmd/counter-worker
 
-## run: stickyd dev with the demo app on http://$(ADDR) (in-process workers).
+## run: stickyd dev with the demo app on http://$(ADDR) (in-process workers;
+## ADMIN_ADDR=HOST:PORT chooses the admin API's address).
 run: build
-	./$(BIN)/stickyd dev -addr $(ADDR)
+	./$(BIN)/stickyd dev -addr $(ADDR) $(if $(ADMIN_ADDR),-admin-addr $(ADMIN_ADDR))
 
 ## run-subprocess: the same with the demo as go-plugin subprocess workers.
 run-subprocess: build
-	./$(BIN)/stickyd dev -addr $(ADDR) -plugin ./$(BIN)/demo-worker
+	./$(BIN)/stickyd dev -addr $(ADDR) $(if $(ADMIN_ADDR),-admin-addr $(ADMIN_ADDR)) -plugin ./$(BIN)/demo-worker
 
 ## screenshots: the demo and the monitor as `make run` serves them, at
 ## 1280, 1400, 1440 and 1920 px, in headless Chromium, checked (nothing

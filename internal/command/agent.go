@@ -93,6 +93,7 @@ func runAgent(m Meta, cfg *agent.Config, builtins map[string]agent.Builtin, log 
 	}
 	if a.Addr() != "" {
 		m.UI.Output(fmt.Sprintf("stickyd is serving on http://%s", a.Addr()))
+		m.UI.Output(fmt.Sprintf("the monitor: http://%s/_stickyd/monitor/ (its login is the admin token)", a.Addr()))
 	} else {
 		m.UI.Output(fmt.Sprintf("stickyd is running as a host (no front), %d workers", len(a.Pool().Workers())))
 	}
@@ -100,6 +101,7 @@ func runAgent(m Meta, cfg *agent.Config, builtins map[string]agent.Builtin, log 
 	if cfg.DataDir == "" && cfg.Admin.Token == "" && os.Getenv("STICKYD_TOKEN") == "" {
 		// Dev: the token lives only in this process; show it.
 		m.UI.Output(fmt.Sprintf("for the CLI (dev): export STICKYD_ADDR=http://%s STICKYD_TOKEN=%s", a.AdminAddr(), a.Token()))
+		m.UI.Output(fmt.Sprintf("admin token (the monitor's login too): %s", a.Token()))
 	}
 	// SIGHUP reads the TLS certificates again.
 	hup := make(chan os.Signal, 1)

@@ -47,6 +47,10 @@ Options:
                      Default: the one it was built around, else demo.
   -plugin=PATH       Run the workers as go-plugin subprocesses of this
                      worker binary instead of in-process.
+  -group=NAME        The group's name (what user move -group and the
+                     monitor say). Default: -app's name; with -plugin, the
+                     worker binary's name without "-worker" (taskboard for
+                     bin/taskboard-worker).
   -log-level=LEVEL   trace, debug, info, warn or error. Default info.
 `)
 }
@@ -54,7 +58,7 @@ Options:
 func (c *DevCommand) Synopsis() string { return "Run stickyd in development mode with the demo app" }
 
 func (c *DevCommand) Run(args []string) int {
-	var addr, adminAddr, plugin, level, app string
+	var addr, adminAddr, plugin, level, app, group string
 	var workers int
 	fs := c.flagSet("dev", c.Help)
 	fs.StringVar(&addr, "addr", "127.0.0.1:8080", "")
@@ -62,6 +66,7 @@ func (c *DevCommand) Run(args []string) int {
 	fs.StringVar(&app, "app", "", "")
 	fs.IntVar(&workers, "workers", 2, "")
 	fs.StringVar(&plugin, "plugin", "", "")
+	fs.StringVar(&group, "group", "", "")
 	fs.StringVar(&level, "log-level", "info", "")
 	if err := fs.Parse(args); err != nil {
 		return 1
@@ -116,6 +121,16 @@ func (c *DevCommand) Run(args []string) int {
 		g := cfg.Groups[0]
 		g.Name, g.Builtin = app, app
 	}
+	if group == "" && plugin != "" {
+		group = pluginGroup(plugin)
+	}
+	if group != "" {
+		if !validGroupName(group) {
+			c.UI.Error(fmt.Sprintf("-group=%s: a group name is 1-63 letters, digits, '-' and '_'", group))
+			return 1
+		}
+		cfg.Groups[0].Name = group
+	}
 	if plugin != "" {
 		dir, cleanup, err := devTemplateDir(cfg.Groups[0].Name)
 		if err != nil {
@@ -126,6 +141,30 @@ func (c *DevCommand) Run(args []string) int {
 		cfg.Groups[0].Plugin.Env = map[string]string{worker.TemplateDirEnv: dir}
 	}
 	return runAgent(c.Meta, cfg, c.Builtins, c.logger("stickyd", level))
+}
+
+// pluginGroup names dev's group after its worker binary: its base name
+// without an extension or a "-worker" suffix ("demo" when nothing is left).
+func pluginGroup(plugin string) string {
+	name := strings.TrimSuffix(filepath.Base(plugin), filepath.Ext(plugin))
+	name = strings.TrimSuffix(name, "-worker")
+	if !validGroupName(name) {
+		return "demo"
+	}
+	return name
+}
+
+// validGroupName reports whether name can name a group.
+func validGroupName(name string) bool {
+	if name == "" || len(name) > 63 {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // devTemplateDir is where dev's plugin workers keep an engine image

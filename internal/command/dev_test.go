@@ -166,3 +166,19 @@ func TestDevTemplateDir(t *testing.T) {
 		t.Fatalf("the user's template dir removed: %v", err)
 	}
 }
+
+// stickyd dev -plugin names its group after the worker binary, so that
+// user move -group and the monitor say the app's name.
+func TestDevPluginGroupName(t *testing.T) {
+	for plugin, want := range map[string]string{
+		"bin/taskboard-worker": "taskboard",
+		"/x/demo-worker":       "demo",
+		"./shop":               "shop",
+		"bin/my app-worker":    "demo",
+		"bin/-worker":          "demo",
+	} {
+		if got := pluginGroup(plugin); got != want {
+			t.Errorf("pluginGroup(%q) = %q, want %q", plugin, got, want)
+		}
+	}
+}

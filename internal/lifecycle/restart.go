@@ -380,11 +380,17 @@ func (p *Parker) Recover(ctx context.Context) (RestartReport, error) {
 		}
 		for _, u := range m.Parked {
 			rep.Parked++
+			if info, ok := p.placement(u.User); !ok || info.Package != u.Package {
+				// Woken since that stop (the package went with the wake),
+				// or forgotten: the folder is older than the maps.
+				continue
+			}
 			// Presence only: the wake checks each package's digest when it
 			// reads it, so the front need not wait for every checksum.
 			if !p.cfg.Park.Has(u.Package) {
 				rep.Missing++
-				p.log.Warn("a parked package is missing; the person's pages will restart clean", "user", u.User, "package", u.Package)
+				p.log.Warn("a parked package is missing; the person wakes from their crash checkpoint if they have one, else their pages restart clean",
+					"user", u.User, "package", u.Package)
 			}
 		}
 		for _, o := range m.Offline {
@@ -401,6 +407,15 @@ func (p *Parker) Recover(ctx context.Context) (RestartReport, error) {
 		"incomplete_folders", len(rep.Incomplete), "aborted_moves", len(rep.AbortedMoves), "checkpointed", rep.Checkpointed,
 		"took", time.Since(start).Round(time.Millisecond), "checkpoints_took", tookCheckpoints.Round(time.Millisecond))
 	return rep, nil
+}
+
+// placement is user's placement in the maps (none without a supervisor:
+// a test's parker).
+func (p *Parker) placement(user string) (placement.UserInfo, bool) {
+	if p.cfg.Supervisor == nil {
+		return placement.UserInfo{}, false
+	}
+	return p.cfg.Supervisor.User(user)
 }
 
 // Woken records a wake in the maps and drops the package it came from
