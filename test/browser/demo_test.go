@@ -179,3 +179,46 @@ func allContain(cells []string, text string) bool {
 	}
 	return true
 }
+
+// At 800x600 the demo's panes need more room than the window has: they
+// scroll inside the page, never under the status bar, so a click on the
+// note lands on the note. After a move the status bar says the HTML's
+// worker is not where the person is now.
+func TestDemoSmallScreen(t *testing.T) {
+	t.Parallel()
+	tb := startBrowser(t, "small")
+	a := startAgent(t, "inprocess", 2)
+	tb.do("a small window", chromedp.EmulateViewport(800, 600))
+	tb.do("loading the demo", chromedp.Navigate("http://"+a.Addr()+"/"))
+	first := tb.waitView("the demo live", firstLoad, func(v view) bool {
+		return v.GridStatus == "live" && v.DocStatus == "live" && workerID.MatchString(v.GridWorker)
+	})
+	hit, err := eval[string](tb, `(() => {
+		const body = document.getElementById("d-body");
+		body.scrollIntoView({ block: "center" });
+		const r = body.getBoundingClientRect(), f = document.querySelector("footer.status").getBoundingClientRect();
+		if (r.bottom > f.top + 1 && r.top < f.top) return "the note runs under the status bar";
+		const at = document.elementFromPoint(r.left + r.width / 2, Math.min(r.bottom - 4, f.top - 4));
+		return at === body ? "note" : "a click lands on " + (at ? at.tagName + "#" + at.id + "." + at.className : "nothing");
+	})()`)
+	if err != nil || hit != "note" {
+		t.Fatalf("at 800x600: %s %v", hit, err)
+	}
+	if shown, _ := eval[bool](tb, `!document.getElementById("s-moved").hidden`); shown {
+		t.Fatal("the status bar says the person moved before any move")
+	}
+	to := ""
+	for _, w := range a.Pool().Ready() {
+		if w != first.GridWorker {
+			to = w
+		}
+	}
+	if _, err := a.Supervisor().Move(t.Context(), "~"+first.Conn, to, "test"); err != nil {
+		t.Fatal(err)
+	}
+	tb.do("typing after the move", chromedp.SendKeys(chromedp.ID("d-body"), "moved"))
+	waitJS(t, tb, "the status bar to say the person moved", 10*time.Second, `!document.getElementById("s-moved").hidden`)
+	if got, _ := eval[string](tb, `document.getElementById("s-doc-worker").textContent`); got != to {
+		t.Fatalf("the doc is on %q after the move, want %q", got, to)
+	}
+}

@@ -59,6 +59,9 @@
   function renderStatus() {
     const pages = [[grid, "grid"], [doc, "doc"]];
     const server = document.body.dataset.worker;
+    // The HTML's worker is where the person was when it was rendered: say
+    // so once their pages live elsewhere.
+    $("s-moved").hidden = !pages.some(([p]) => p && p.worker && server && p.worker !== server);
     for (const [p, name] of pages) {
       if (!p) continue;
       const w = $("s-" + name + "-worker"), st = $("s-" + name + "-status");

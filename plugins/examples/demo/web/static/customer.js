@@ -63,6 +63,7 @@
     const w = $("s-customer-worker"), st = $("s-customer-status");
     w.textContent = page.worker || "–";
     const moved = !!(page.worker && server && page.worker !== server);
+    $("s-moved").hidden = !moved;
     w.classList.toggle("moved", moved);
     w.title = moved ? "not the worker that rendered this page: the person moved" : "";
     st.textContent = page.status;
