@@ -12,9 +12,13 @@ import (
 	"unsafe"
 )
 
-// Tree is a page's data: JSON-like values only (nil, bool, float64, string,
-// []any, map[string]any), so it is serialisable by construction and can move
-// with its person. Every write produces a delta that the page pulls.
+// Tree is a page's data, held as JSON-like values only (nil, bool, float64,
+// string, []any, map[string]any), so it is serialisable by construction and
+// can move with its person. Set takes those, and any value that marshals to
+// JSON (an int, a struct, a slice of them), stored as the JSON-like values
+// it marshals to: Get returns those (a number as float64, a struct as a
+// map[string]any), never the value given. Every write produces a delta that
+// the page pulls.
 //
 // Paths name a value by its keys separated by "/": "grid/filter/text". A
 // numeric segment indexes an array. The empty path is the root, a map.
