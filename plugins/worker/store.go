@@ -32,8 +32,10 @@ const (
 )
 
 // Get reads the global store: every value stored at or under each path,
-// by path ("customers/42/name" → its JSON).
-func Get(ctx context.Context, paths ...string) (map[string]json.RawMessage, error) {
+// by path ("customers/42/name" → its JSON). It sees every commit this
+// worker made before it, and every commit a table change it received was
+// published after (read your writes; see Publish).
+func Get(ctx context.Context, paths ...string) (Values, error) {
 	rt, err := runtimeOf(ctx, "reading the store")
 	if err != nil {
 		return nil, err
@@ -52,7 +54,7 @@ type Grant struct {
 	ID, Token uint64
 	// Values is the master's content at or under the grant's paths when it
 	// was granted.
-	Values map[string]json.RawMessage
+	Values Values
 	// Lease is how long the grant lasts unless committed or released.
 	Lease time.Duration
 
@@ -127,6 +129,51 @@ func (g *Grant) Release(ctx context.Context) error {
 	return nil
 }
 
+// GetInto reads the value at path, with everything stored under it, into
+// dst (a pointer, as for json.Unmarshal): a record into a struct, a
+// collection into a map. Nothing stored there returns ErrNotFound.
+func GetInto(ctx context.Context, path string, dst any) error {
+	v, err := Get(ctx, path)
+	if err != nil {
+		return err
+	}
+	return v.Decode(path, dst)
+}
+
+// List names the members stored under path, sorted ("board/tasks" → the
+// tasks' ids).
+func List(ctx context.Context, path string) ([]string, error) {
+	v, err := Get(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	return v.Children(path), nil
+}
+
+// Update is a read-modify-write of paths under a grant: fn gets their
+// content and returns what to set (path → JSON-like value, or a struct)
+// and delete, which is committed. A grant that went stale under fn (its
+// lease ran out) is acquired again and fn runs again, up to 3 times. An
+// error from fn releases the grant and is returned as it is.
+func Update(ctx context.Context, paths []string, fn func(cur Values) (set map[string]any, del []string, err error)) error {
+	var err error
+	for range 3 {
+		var g *Grant
+		if g, err = Acquire(ctx, paths, 0); err != nil {
+			return err
+		}
+		set, del, ferr := fn(g.Values)
+		if ferr != nil {
+			_ = g.Release(context.WithoutCancel(ctx))
+			return ferr
+		}
+		if err = g.Commit(ctx, set, del...); !errors.Is(err, ErrStaleGrant) {
+			return err
+		}
+	}
+	return err
+}
+
 func runtimeOf(ctx context.Context, what string) (*runtime, error) {
 	s := SessionFrom(ctx)
 	if s == nil || s.rt == nil || s.rt.peer == nil {
@@ -143,8 +190,8 @@ func storeErr(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-func raw(m map[string][]byte) map[string]json.RawMessage {
-	out := make(map[string]json.RawMessage, len(m))
+func raw(m map[string][]byte) Values {
+	out := make(Values, len(m))
 	for k, v := range m {
 		out[k] = v
 	}
