@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -122,7 +123,7 @@ func TestChatRequest(t *testing.T) {
 		t.Fatalf("messages %+v", req.Messages)
 	}
 	for i := range want {
-		if req.Messages[i] != want[i] {
+		if !reflect.DeepEqual(req.Messages[i], want[i]) {
 			t.Fatalf("message %d: %+v, want %+v", i, req.Messages[i], want[i])
 		}
 	}

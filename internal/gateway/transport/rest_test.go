@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -42,7 +43,7 @@ func TestSubmit(t *testing.T) {
 	}
 	req := call.Request
 	if req.Model != "m" || req.MaxTokens != 50 || req.Temperature == nil || *req.Temperature != 0 ||
-		len(req.Stop) != 1 || req.Stop[0] != "END" || len(req.Messages) != 1 || req.Messages[0] != hello[0] {
+		len(req.Stop) != 1 || req.Stop[0] != "END" || len(req.Messages) != 1 || !reflect.DeepEqual(req.Messages[0], hello[0]) {
 		t.Fatalf("request %+v", req)
 	}
 }

@@ -256,7 +256,7 @@ func TestCompleteWithCache(t *testing.T) {
 		FinishReason: "stop",
 		Usage:        gateway.Usage{Input: 12, CachedInput: 2048, CacheWrite: 1500, Output: 6},
 	}
-	if resp != want {
+	if !reflect.DeepEqual(resp, want) {
 		t.Errorf("Complete =\n%+v\nwant\n%+v", resp, want)
 	}
 
