@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -189,16 +190,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// decodeBody reads r's JSON body into v, within opts.MaxBodyBytes.
-func (h *httpServer) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+// decodeBody reads r's JSON body into v, within opts.MaxBodyBytes, and
+// returns its bytes as they came.
+func (h *httpServer) decodeBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, ErrCode: "request_too_large",
+			return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, ErrCode: "request_too_large",
 				Message: fmt.Sprintf("the request body is larger than %d bytes", mbe.Limit)}
 		}
-		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, ErrCode: "invalid_request",
+		return nil, &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, ErrCode: "invalid_request",
 			Message: "the request body could not be read", Err: err}
 	}
 	if err := json.Unmarshal(b, v); err != nil {
@@ -206,11 +208,14 @@ func (h *httpServer) decodeBody(w http.ResponseWriter, r *http.Request, v any) e
 		if errors.As(err, &te) && te.Field != "" {
 			// The path names embedded structs by their Go names.
 			field := strings.TrimPrefix(te.Field, "completionBody.")
-			return badRequest(field, "invalid JSON body: %s must be %s, not %s", field, jsonKind(te.Type), te.Value)
+			return nil, badRequest(field, "invalid JSON body: %s must be %s, not %s", field, jsonKind(te.Type), te.Value)
 		}
-		return badRequest("", "invalid JSON body: %v", err)
+		return nil, badRequest("", "invalid JSON body: %v", err)
 	}
-	return nil
+	if len(bytes.TrimSpace(b)) == 0 || bytes.TrimSpace(b)[0] != '{' {
+		return nil, badRequest("", "the request body must be a JSON object")
+	}
+	return b, nil
 }
 
 // jsonKind words a Go type as the JSON type a caller sends.
