@@ -50,6 +50,10 @@ const (
 const (
 	requestsPath     = "/v1/gateway/requests"
 	completionsPath  = "/v1/chat/completions"
+	messagesPath     = "/v1/messages"
+	responsesPath    = "/v1/responses"
+	embeddingsPath   = "/v1/embeddings"
+	modelsPath       = "/v1/models"
 	idempotencyKey   = "Idempotency-Key"
 	providerHeader   = "X-Stickyd-Provider"
 	deploymentHeader = "X-Stickyd-Deployment"
@@ -64,6 +68,10 @@ const (
 //	GET    /v1/gateway/requests/{id}  the job; ?wait=10s long-polls until it ends (at most 60s)
 //	DELETE /v1/gateway/requests/{id}  cancel it (409 when it already ended)
 //	POST   /v1/chat/completions       OpenAI's chat completions, JSON or SSE (stream: true)
+//	POST   /v1/messages               Anthropic's Messages API, JSON or SSE (errors in Anthropic's shape)
+//	POST   /v1/responses              OpenAI's Responses API (text and function tools), JSON or SSE
+//	POST   /v1/embeddings             OpenAI's embeddings
+//	GET    /v1/models                 the configured models
 //
 // Every error answer has OpenAI's shape, {"error": {"message", "type",
 // "param", "code"}}. The session that pays is the REST body's "session",
@@ -89,6 +97,10 @@ func HTTPHandler(svc gateway.Service, opts HTTPOptions) http.Handler {
 	mux.Handle(requestsPath, h.handle(map[string]handlerFunc{http.MethodPost: h.submit}))
 	mux.Handle(requestsPath+"/{id}", h.handle(map[string]handlerFunc{http.MethodGet: h.getJob, http.MethodDelete: h.cancelJob}))
 	mux.Handle(completionsPath, h.handle(map[string]handlerFunc{http.MethodPost: h.chatCompletions}))
+	mux.Handle(messagesPath, h.handleAs(map[string]handlerFunc{http.MethodPost: h.messages}, writeAnthropicError))
+	mux.Handle(responsesPath, h.handle(map[string]handlerFunc{http.MethodPost: h.responses}))
+	mux.Handle(embeddingsPath, h.handle(map[string]handlerFunc{http.MethodPost: h.embeddings}))
+	mux.Handle(modelsPath, h.handle(map[string]handlerFunc{http.MethodGet: h.models}))
 	mux.Handle("/", h.handle(nil))
 	return mux
 }
@@ -104,8 +116,14 @@ type httpServer struct {
 // handler already wrote its answer's first byte.
 type handlerFunc func(w http.ResponseWriter, r *http.Request, caller string) error
 
-// handle authenticates, dispatches on the method and answers errors.
+// handle authenticates, dispatches on the method and answers errors in
+// OpenAI's shape.
 func (h *httpServer) handle(methods map[string]handlerFunc) http.Handler {
+	return h.handleAs(methods, writeError)
+}
+
+// handleAs is handle with errors written by writeErr.
+func (h *httpServer) handleAs(methods map[string]handlerFunc, writeErr func(http.ResponseWriter, *apiError)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		err := h.serve(w, r, methods)
 		if err == nil {
@@ -121,7 +139,7 @@ func (h *httpServer) handle(methods map[string]handlerFunc) http.Handler {
 		if ae.Status == statusClientClosed {
 			return
 		}
-		writeError(w, ae)
+		writeErr(w, ae)
 	})
 }
 
@@ -182,6 +200,14 @@ func writeError(w http.ResponseWriter, ae *apiError) {
 		w.Header().Set("Retry-After", strconv.FormatInt(int64((ae.RetryAfter+time.Second-1)/time.Second), 10))
 	}
 	writeJSON(w, ae.Status, newErrorBody(ae))
+}
+
+// writeAnthropicError answers an error in Anthropic's shape.
+func writeAnthropicError(w http.ResponseWriter, ae *apiError) {
+	if ae.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((ae.RetryAfter+time.Second-1)/time.Second), 10))
+	}
+	writeJSON(w, ae.Status, anthropicError(ae))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

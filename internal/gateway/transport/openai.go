@@ -385,6 +385,10 @@ func (s sseWriter) write(data []byte) error {
 	if _, err := fmt.Fprintf(s.w, "data: %s\n\n", data); err != nil {
 		return err
 	}
+	return s.flush()
+}
+
+func (s sseWriter) flush() error {
 	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return err
 	}
