@@ -48,10 +48,15 @@ type Adapter interface {
 }
 
 // Price is what a deployment charges, in US dollars per million tokens.
+// A configured deployment states one: Free, or at least one price above 0
+// (cluster.Config.Finish refuses one without).
 // CacheWrite prices the prompt tokens a provider writes to its cache
 // (Anthropic's cache_creation_input_tokens); zero means 1.25 × Input,
 // Anthropic's rate for its 5-minute cache.
 type Price struct {
+	// Free says the deployment costs nothing (a local model): the way to
+	// price it at 0, since a deployment without a price is refused.
+	Free        bool    `json:"free,omitempty" hcl:"free,optional"`
 	Input       float64 `json:"input" hcl:"input,optional"`
 	CachedInput float64 `json:"cached_input" hcl:"cached_input,optional"`
 	CacheWrite  float64 `json:"cache_write,omitempty" hcl:"cache_write,optional"`
