@@ -299,7 +299,7 @@ func (rs *responseState) response(finish string, u gateway.Usage, meta *streamMe
 	r := map[string]any{"id": rs.id, "object": "response", "created_at": rs.created, "status": status, "model": rs.model,
 		"output": out, "error": nil, "incomplete_details": incomplete, "instructions": nilIfEmpty(rs.body.Instructions),
 		"metadata": orEmpty(rs.body.Metadata), "parallel_tool_calls": rs.body.ParallelToolCalls == nil || *rs.body.ParallelToolCalls,
-		"temperature": rs.body.Temperature, "top_p": rs.body.TopP, "tool_choice": rawOr(rs.body.ToolChoice, "auto"),
+		"temperature": rs.body.Temperature, "top_p": rs.body.TopP, "tool_choice": rawOr(rs.body.ToolChoice, `"auto"`),
 		"tools": rawOr(mustJSON(rs.body.Tools), "[]"), "previous_response_id": nil, "store": false, "truncation": "disabled",
 		"max_output_tokens": rs.body.MaxOutputTokens, "user": nilIfEmpty(rs.body.User)}
 	if finish != "" {
