@@ -61,11 +61,11 @@ type Deployment struct {
 	Model string `hcl:"model"`
 	// APIKeyEnv names the environment variable holding the key, or
 	// APIKeyFile a file holding it. Neither: no key (local servers).
-	APIKeyEnv   string         `hcl:"api_key_env,optional"`
-	APIKeyFile  string         `hcl:"api_key_file,optional"`
-	Concurrency int            `hcl:"concurrency,optional"`
+	APIKeyEnv   string `hcl:"api_key_env,optional"`
+	APIKeyFile  string `hcl:"api_key_file,optional"`
+	Concurrency int    `hcl:"concurrency,optional"`
 	// Price is required: what the deployment costs, or free = true.
-	Price       *gateway.Price `hcl:"price,block"`
+	Price *gateway.Price `hcl:"price,block"`
 	// StallTimeout is how long a stream may send nothing (not even the
 	// provider's pings) before it fails as a timeout (default "30s"); the
 	// gateway's call_timeout bounds the whole stream.
