@@ -131,7 +131,9 @@ func TestMessages(t *testing.T) {
 // A stream from an Anthropic deployment reaches a /v1/messages caller as
 // its events came, message_delta carrying the gateway's word.
 func TestMessagesNativeStream(t *testing.T) {
-	ev := func(name, data string) *gateway.NativeEvent { return &gateway.NativeEvent{Event: name, Data: []byte(data)} }
+	ev := func(name, data string) *gateway.NativeEvent {
+		return &gateway.NativeEvent{Event: name, Data: []byte(data)}
+	}
 	chunks := []gateway.Chunk{
 		{Native: ev("message_start", `{"type":"message_start"}`), Usage: &gateway.Usage{Input: 3}},
 		{Native: ev("ping", `{"type":"ping"}`)},
