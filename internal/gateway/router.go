@@ -564,7 +564,7 @@ func (r *Router) chargePartial(ctx context.Context, call Call, m *model, d *depl
 	} else {
 		prompt := 0
 		for _, msg := range call.Request.Messages {
-			prompt += len(msg.Content)
+			prompt += len(msg.Text())
 		}
 		u = Usage{Input: estimateTokens(prompt), Output: estimateTokens(produced)}
 	}
