@@ -34,17 +34,23 @@ screenshots:
 
 ## doctor: what this machine lacks for make run and make test, one plain
 ## line each: Go as new as go.mod's, a free port for make run (ADDR),
-## Chromium, python3 with grpc, protobuf and cryptography. It installs
+## Chromium, python3 with grpc, protobuf and cryptography, and (a note)
+## node with the gateway's npm clients. It installs
 ## nothing (make deps does) and exits 1 when something required is missing.
 doctor:
 	@command -v $(GO) >/dev/null || { echo "MISSING  go: install Go $$(sed -n 's/^go //p' go.mod) or newer"; exit 1; }
+	@if [ -d test/e2e/testdata/npmclients/node_modules ] && command -v node >/dev/null; then echo "ok       node $$(node --version) with the npm clients of the gateway's e2e test"; \
+	else echo "note     node or the gateway's npm clients are missing: make deps installs them (test/e2e/gateway_clients_test.go skips without)"; fi
 	@$(GO) run ./test/doctor -addr $(ADDR)
 
 ## deps: what the tests need beyond Go (Debian): Chromium for test/browser,
 ## grpcio, protobuf and cryptography (AutoMTLS) for /usr/bin/python3
 ## (the Python worker's tests), Django, Flask and Flask-Login (the
 ## adapters for existing sites and their end-to-end test, test/e2e/sites_test.go)
-## and venv (a site's group on its own virtualenv, in that test).
+## and venv (a site's group on its own virtualenv, in that test); node and
+## the official openai and @anthropic-ai/sdk clients, pinned by
+## test/e2e/testdata/npmclients/package-lock.json (the gateway's end-to-end
+## test, test/e2e/gateway_clients_test.go).
 deps:
 	@command -v chromium >/dev/null || { \
 		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
@@ -58,6 +64,10 @@ deps:
 	@/usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || { \
 		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
 		$$sudo apt-get update && $$sudo apt-get install -y python3-venv; }
+	@command -v npm >/dev/null || { \
+		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get update && $$sudo apt-get install -y nodejs npm; }
+	@[ -d test/e2e/testdata/npmclients/node_modules ] || (cd test/e2e/testdata/npmclients && npm ci --no-audit --no-fund)
 
 ## test: set-up (deps, and the real Consul and Nomad agents: tools), format
 ## and vet checks, every test with the race detector (the deployment suite

@@ -15,7 +15,7 @@ func FuzzParseConfig(f *testing.F) {
 		"group \"g\" { builtin = \"demo\" }",
 		"data_dir = \"/x\"\nserver { enabled = false }\nhost { join = [\"s:4650\"] }",
 		"consul {}\nnomad { stickyd_command = \"/bin/x\"\n archive = \"http://a\" }",
-		"gateway {\n model \"m\" {\n concurrency = 1\n deployment \"d\" {\n provider = \"openai\"\n model = \"x\"\n }\n }\n}",
+		"gateway {\n model \"m\" {\n concurrency = 1\n deployment \"d\" {\n provider = \"openai\"\n model = \"x\"\n price {\n free = true\n }\n }\n }\n}",
 		"group \"g\" {\n builtin = \"demo\"\n governance {\n enabled = true\n compact_below = 0.2\n }\n}",
 		"server { bootstrap_expect = 3 }", "{{{", "",
 	} {

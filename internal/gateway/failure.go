@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 )
 
 // The words for a failed call that are the gateway's own, not a
@@ -65,4 +68,48 @@ func FailureError(kind, msg string) error {
 		return fmt.Errorf("%w: %s", context.DeadlineExceeded, msg)
 	}
 	return &ProviderError{Kind: ErrorKind(kind), Message: msg}
+}
+
+// failureJSON is an error as one server tells another (a forwarded
+// call's failure): enough to give the caller the same answer as the
+// server that ran the call would have.
+type failureJSON struct {
+	Kind       string        `json:"gateway_failure"`
+	Message    string        `json:"message"`
+	Status     int           `json:"status,omitempty"`
+	Type       string        `json:"type,omitempty"`
+	Param      string        `json:"param,omitempty"`
+	RetryAfter time.Duration `json:"retry_after,omitempty"`
+}
+
+// EncodeFailure words err for another server: DecodeFailure gives back an
+// error of the same kind, the provider's status, type, parameter and
+// Retry-After included.
+func EncodeFailure(err error) string {
+	f := failureJSON{Kind: FailureKind(err), Message: err.Error()}
+	var pe *ProviderError
+	if errors.As(err, &pe) {
+		f.Message, f.Status, f.Type, f.Param, f.RetryAfter = pe.Message, pe.Status, pe.Type, pe.Param, pe.RetryAfter
+	}
+	b, _ := json.Marshal(f)
+	return string(b)
+}
+
+// DecodeFailure reads what EncodeFailure wrote; ok is false for any other
+// text (an older server's plain message).
+func DecodeFailure(s string) (err error, ok bool) {
+	var f failureJSON
+	if !strings.HasPrefix(s, `{"gateway_failure"`) || json.Unmarshal([]byte(s), &f) != nil || f.Kind == "" {
+		return nil, false
+	}
+	if s, gw := sentinels[f.Kind]; gw {
+		if rest, ok := strings.CutPrefix(f.Message, s.Error()); ok {
+			return fmt.Errorf("%w%s", s, rest), true
+		}
+		return FailureError(f.Kind, f.Message), true
+	}
+	if f.Kind == FailCancelled {
+		return FailureError(f.Kind, f.Message), true
+	}
+	return &ProviderError{Kind: ErrorKind(f.Kind), Status: f.Status, Type: f.Type, Message: f.Message, Param: f.Param, RetryAfter: f.RetryAfter}, true
 }

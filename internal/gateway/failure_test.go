@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 )
 
 // A failure recorded by its word and message reads back as the same kind
@@ -41,5 +42,28 @@ func TestCacheWritePrice(t *testing.T) {
 	}
 	if got := (Price{Input: 3, CachedInput: 0.3, CacheWrite: 6, Output: 15}).Cost(u); got != 3_000_000+6_000_000+300_000+15_000_000 {
 		t.Fatalf("a cache-write price of its own: %d micro-dollars", got)
+	}
+}
+
+// A failure told to another server comes back the same: a provider's
+// status, message, parameter and wait, the gateway's own words.
+func TestFailureAcrossServers(t *testing.T) {
+	for _, err := range []error{
+		&ProviderError{Kind: KindServer, Status: 500, Type: "server_error", Message: "boom"},
+		&ProviderError{Kind: KindRateLimited, Status: 429, RetryAfter: 3 * time.Second},
+		Unsupported("response_format", "no JSON mode"),
+		fmt.Errorf("%w: session %q spent it", ErrBudget, "s"),
+	} {
+		back, ok := DecodeFailure(EncodeFailure(err))
+		if !ok || back.Error() != err.Error() || FailureKind(back) != FailureKind(err) {
+			t.Fatalf("%v came back as %v (%v)", err, back, ok)
+		}
+		var pe, bpe *ProviderError
+		if errors.As(err, &pe) && (!errors.As(back, &bpe) || *bpe != *pe) {
+			t.Fatalf("%+v came back as %+v", pe, back)
+		}
+	}
+	if _, ok := DecodeFailure("unknown model \"x\""); ok {
+		t.Fatal("a plain message decoded")
 	}
 }

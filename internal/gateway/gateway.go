@@ -12,6 +12,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -47,10 +48,15 @@ type Adapter interface {
 }
 
 // Price is what a deployment charges, in US dollars per million tokens.
+// A configured deployment states one: Free, or at least one price above 0
+// (cluster.Config.Finish refuses one without).
 // CacheWrite prices the prompt tokens a provider writes to its cache
 // (Anthropic's cache_creation_input_tokens); zero means 1.25 × Input,
 // Anthropic's rate for its 5-minute cache.
 type Price struct {
+	// Free says the deployment costs nothing (a local model): the way to
+	// price it at 0, since a deployment without a price is refused.
+	Free        bool    `json:"free,omitempty" hcl:"free,optional"`
 	Input       float64 `json:"input" hcl:"input,optional"`
 	CachedInput float64 `json:"cached_input" hcl:"cached_input,optional"`
 	CacheWrite  float64 `json:"cache_write,omitempty" hcl:"cache_write,optional"`
@@ -77,6 +83,12 @@ func (p Price) Cost(u Usage) int64 {
 type Chunk struct {
 	// Delta is the text added by this chunk.
 	Delta string `json:"delta,omitempty"`
+	// ToolCalls are the pieces of tool calls this chunk adds.
+	ToolCalls []ToolCallDelta `json:"tool_calls,omitempty"`
+	// Native is the provider's event as it sent it, when the adapter sent
+	// the caller's Native request (the same shape); a chunk may carry
+	// Native alone (an event with nothing for the fields above).
+	Native *NativeEvent `json:"native,omitempty"`
 	// Done marks the last chunk of a stream that ended well: Usage and
 	// FinishReason are then set (ID and Model when the provider said).
 	Done         bool   `json:"done,omitempty"`
@@ -92,6 +104,70 @@ type Chunk struct {
 	CostMicros int64  `json:"cost_micros,omitempty"`
 	// Err is set on the last chunk of a stream that failed midway.
 	Err error `json:"-"`
+}
+
+// ToolCallDelta is a piece of a streamed tool call: the first piece of a
+// call names its ID and Name, the next ones add to its Arguments. Index
+// tells the calls of one answer apart.
+type ToolCallDelta struct {
+	Index     int    `json:"index"`
+	ID        string `json:"id,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments,omitempty"`
+}
+
+// NativeEvent is one server-sent event of a provider's stream, as it
+// sent it: its event name ("" when it gave none) and its data.
+type NativeEvent struct {
+	Event string `json:"event,omitempty"`
+	Data  []byte `json:"data"`
+}
+
+// Embedder is the optional ability of an Adapter to embed text; the
+// router sends embeddings only to deployments whose adapter has it.
+type Embedder interface {
+	Embed(ctx context.Context, req EmbedRequest) (Embedding, error)
+}
+
+// EmbedRequest asks for the embeddings of Input.
+type EmbedRequest struct {
+	// Model is the caller's model; the router replaces it with the
+	// deployment's upstream name.
+	Model string `json:"model"`
+	// Input is a string, an array of strings, or arrays of token ids, as
+	// OpenAI's API takes it.
+	Input json.RawMessage `json:"input"`
+	// EncodingFormat is "float" or "base64" ("": float).
+	EncodingFormat string `json:"encoding_format,omitempty"`
+	Dimensions     *int   `json:"dimensions,omitempty"`
+	User           string `json:"user,omitempty"`
+	// Extra and Native are as Request's.
+	Extra  []string `json:"extra,omitempty"`
+	Native *Native  `json:"native,omitempty"`
+}
+
+// Embedding is the answer to an EmbedRequest.
+type Embedding struct {
+	Model string `json:"model"`
+	// Vectors are the embeddings in the order of the input, each as the
+	// provider wrote it (an array of numbers, or base64).
+	Vectors []json.RawMessage `json:"vectors"`
+	Usage   Usage             `json:"usage"`
+	// Native is the provider's answer as it sent it (see Response).
+	Native *Native `json:"native,omitempty"`
+	// Set by the router: who served it and what it cost.
+	Provider   string `json:"provider,omitempty"`
+	Deployment string `json:"deployment,omitempty"`
+	CostMicros int64  `json:"cost_micros"`
+}
+
+// EmbedCall is one caller's embedding request as the gateway takes it
+// (see Call).
+type EmbedCall struct {
+	Request  EmbedRequest `json:"request"`
+	Session  string       `json:"session"`
+	Key      string       `json:"key,omitempty"`
+	Deadline time.Time    `json:"deadline,omitzero"`
 }
 
 // ErrorKind classifies a provider's refusal, so the router knows what to do
@@ -118,7 +194,19 @@ const (
 	KindTimeout ErrorKind = "timeout"
 	// KindNetwork: the provider could not be reached.
 	KindNetwork ErrorKind = "network"
+	// KindUnsupported: the adapter cannot carry a parameter of the
+	// request (Param names it) to its provider, so it refused before
+	// calling it; another deployment may carry it. Never a health
+	// failure.
+	KindUnsupported ErrorKind = "unsupported"
 )
+
+// Unsupported is an adapter's refusal of a parameter it cannot carry:
+// param names it as the caller wrote it ("response_format",
+// "messages[2].content[0].image_url.detail").
+func Unsupported(param, format string, args ...any) *ProviderError {
+	return &ProviderError{Kind: KindUnsupported, Param: param, Message: fmt.Sprintf(format, args...)}
+}
 
 // ProviderError is an adapter's error: what kind of refusal it is, and
 // what the provider said.
@@ -129,6 +217,8 @@ type ProviderError struct {
 	// Type and Message are the provider's error type and message.
 	Type    string
 	Message string
+	// Param names the request's parameter at fault, when known.
+	Param string
 	// RetryAfter is how long the provider asked to wait (retry-after,
 	// retry-after-ms headers); 0 when it did not say.
 	RetryAfter time.Duration

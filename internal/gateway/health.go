@@ -232,5 +232,5 @@ func (h *health) state(now time.Time) HealthState {
 func countsAgainst(err error) bool {
 	// A rate limit is the provider asking to wait, not ill health.
 	k := KindOf(err)
-	return k != KindBadRequest && k != KindRateLimited
+	return k != KindBadRequest && k != KindRateLimited && k != KindUnsupported
 }

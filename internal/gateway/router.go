@@ -269,12 +269,13 @@ func (r *Router) Slots(name string) (*Slots, bool) {
 	return m.slots, true
 }
 
-// Models lists the configured models' names.
+// Models lists the configured models' names, sorted.
 func (r *Router) Models() []string {
 	out := make([]string, 0, len(r.models))
 	for n := range r.models {
 		out = append(out, n)
 	}
+	slices.Sort(out)
 	return out
 }
 
@@ -290,12 +291,14 @@ func (r *Router) Complete(ctx context.Context, call Call) (Response, error) {
 			return Response{}, err
 		}
 	}
-	var last error
+	var last, refusal error
 	left := r.cfg.RetryAfterCap
 	for round := 0; ; round++ {
 		limitedAll := true
-		for attempt, d := range r.plan(m) {
-			if (attempt > 0 || round > 0) && d.limitedFor(r.cfg.Clock()) == 0 && !sleep(ctx, jitter(r.cfg.Backoff)) {
+		for _, d := range r.plan(m) {
+			// Another deployment is tried at once; only a deployment tried
+			// again (a later round: its rate limit lifted) waits a backoff.
+			if round > 0 && d.limitedFor(r.cfg.Clock()) == 0 && !sleep(ctx, jitter(r.cfg.Backoff)) {
 				return Response{}, ctx.Err()
 			}
 			if !r.waitLimit(ctx, d, &left) {
@@ -305,6 +308,10 @@ func (r *Router) Complete(ctx context.Context, call Call) (Response, error) {
 				continue // held past the cap: only another may answer
 			}
 			resp, err := r.completeOn(ctx, d, call)
+			if KindOf(err) == KindUnsupported {
+				refusal = cmp.Or(refusal, err)
+				continue // another deployment may carry it
+			}
 			if err == nil {
 				resp.Provider, resp.Deployment = d.Provider, d.Name
 				resp.CostMicros = d.Price.Cost(resp.Usage)
@@ -330,17 +337,24 @@ func (r *Router) Complete(ctx context.Context, call Call) (Response, error) {
 			break
 		}
 	}
-	return Response{}, gaveUp(last)
+	return Response{}, gaveUp(last, refusal)
 }
 
-// gaveUp is the error of a call no deployment answered, last the last
-// refusal: a rate limit is told as it is (the caller may wait its
-// Retry-After), anything else as ErrNoDeployment.
-func gaveUp(last error) error {
+// gaveUp is the error of a call no deployment answered: last is the last
+// provider's failure, refusal the first adapter's refusal of a parameter
+// it cannot carry. The provider's failure is told as it is (its kind, its
+// status and its message: the caller sees a 4xx as a 4xx, a 5xx as a
+// 502 or 503 with the provider's words, a rate limit with its
+// Retry-After); when every deployment refused a parameter, the refusal
+// names it.
+func gaveUp(last, refusal error) error {
+	var pe *ProviderError
 	switch {
+	case last == nil && refusal != nil:
+		return refusal
 	case last == nil:
 		return ErrNoDeployment
-	case KindOf(last) == KindRateLimited:
+	case errors.As(last, &pe):
 		return last
 	}
 	return fmt.Errorf("%w: last: %v", ErrNoDeployment, last)
@@ -394,12 +408,12 @@ func (r *Router) Stream(ctx context.Context, call Call) (<-chan Chunk, error) {
 			return nil, err
 		}
 	}
-	var last error
+	var last, refusal error
 	left := r.cfg.RetryAfterCap
 	for round := 0; ; round++ {
 		limitedAll := true
-		for attempt, d := range r.plan(m) {
-			if (attempt > 0 || round > 0) && d.limitedFor(r.cfg.Clock()) == 0 && !sleep(ctx, jitter(r.cfg.Backoff)) {
+		for _, d := range r.plan(m) {
+			if round > 0 && d.limitedFor(r.cfg.Clock()) == 0 && !sleep(ctx, jitter(r.cfg.Backoff)) {
 				release()
 				return nil, ctx.Err()
 			}
@@ -413,6 +427,10 @@ func (r *Router) Stream(ctx context.Context, call Call) (<-chan Chunk, error) {
 			out, err := r.streamOn(ctx, call, m, d, release)
 			if err == nil {
 				return out, nil
+			}
+			if KindOf(err) == KindUnsupported {
+				refusal = cmp.Or(refusal, err)
+				continue
 			}
 			last = err
 			if d.limited(r.cfg.Clock(), err) {
@@ -429,7 +447,7 @@ func (r *Router) Stream(ctx context.Context, call Call) (<-chan Chunk, error) {
 		}
 	}
 	release()
-	return nil, gaveUp(last)
+	return nil, gaveUp(last, refusal)
 }
 
 // streamOn starts the stream on one deployment and waits for its first
@@ -546,7 +564,7 @@ func (r *Router) chargePartial(ctx context.Context, call Call, m *model, d *depl
 	} else {
 		prompt := 0
 		for _, msg := range call.Request.Messages {
-			prompt += len(msg.Content)
+			prompt += len(msg.Text())
 		}
 		u = Usage{Input: estimateTokens(prompt), Output: estimateTokens(produced)}
 	}
@@ -567,12 +585,18 @@ func estimateTokens(n int) int64 { return int64((n + 3) / 4) }
 // admit checks the model and the budgets and takes a slot of the model,
 // waiting in line; it returns the call's context (with its deadline).
 func (r *Router) admit(ctx context.Context, call Call) (*model, context.Context, func(), error) {
+	if _, ok := r.models[call.Request.Model]; ok && len(call.Request.Messages) == 0 {
+		return nil, nil, nil, &ProviderError{Kind: KindBadRequest, Message: "a call needs at least one message"}
+	}
+	return r.admitModel(ctx, call)
+}
+
+// admitModel is admit without the check of the messages (an embedding
+// has none).
+func (r *Router) admitModel(ctx context.Context, call Call) (*model, context.Context, func(), error) {
 	m, ok := r.models[call.Request.Model]
 	if !ok {
 		return nil, nil, nil, fmt.Errorf("%w %q", ErrUnknownModel, call.Request.Model)
-	}
-	if len(call.Request.Messages) == 0 {
-		return nil, nil, nil, &ProviderError{Kind: KindBadRequest, Message: "a call needs at least one message"}
 	}
 	if err := r.withinBudgets(call); err != nil {
 		return nil, nil, nil, err
@@ -666,6 +690,9 @@ func (d *deployment) acquire(ctx context.Context) (func(), error) {
 }
 
 func (r *Router) record(d *deployment, err error) {
+	if KindOf(err) == KindUnsupported {
+		return // refused before the provider was called: no outcome
+	}
 	if d.health.record(r.cfg.Clock(), err) {
 		st := d.health.state(r.cfg.Clock())
 		r.log.Warn("deployment degraded: skipped and probed until it answers", "deployment", d.Name, "reason", st.Reason, "error", err)
@@ -737,7 +764,7 @@ func (r *Router) day() string { return r.cfg.Clock().In(r.cfg.Zone).Format(time.
 func failOver(err error) bool {
 	var pe *ProviderError
 	if errors.As(err, &pe) {
-		return pe.Retryable() || pe.Kind == KindQuotaExceeded || pe.Kind == KindAuth
+		return pe.Retryable() || pe.Kind == KindQuotaExceeded || pe.Kind == KindAuth || pe.Kind == KindUnsupported
 	}
 	return !errors.Is(err, context.Canceled)
 }

@@ -20,6 +20,28 @@ type (
 	Usage = gatewaywire.Usage
 	// Response is a whole answer.
 	Response = gatewaywire.Response
+
+	// Part is one piece of a message's content.
+	Part = gatewaywire.Part
+	// ToolCall is a model's call of a tool.
+	ToolCall = gatewaywire.ToolCall
+	// Tool is a function the model may call.
+	Tool = gatewaywire.Tool
+	// ToolChoice says whether and which tool the model must call.
+	ToolChoice = gatewaywire.ToolChoice
+	// ResponseFormat asks for structured output.
+	ResponseFormat = gatewaywire.ResponseFormat
+	// Native is a request or answer in one provider API's own shape.
+	Native = gatewaywire.Native
+)
+
+// The part types and native shapes (see gatewaywire).
+const (
+	PartText               = gatewaywire.PartText
+	PartImage              = gatewaywire.PartImage
+	ShapeOpenAIChat        = gatewaywire.ShapeOpenAIChat
+	ShapeOpenAIEmbeddings  = gatewaywire.ShapeOpenAIEmbeddings
+	ShapeAnthropicMessages = gatewaywire.ShapeAnthropicMessages
 )
 
 // A submitted call.

@@ -13,14 +13,37 @@ package gatewaywire
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
 // Message is one turn of a conversation.
 type Message struct {
-	// Role is "system", "user" or "assistant".
+	// Role is "system", "user", "assistant" or "tool" (the answer of a
+	// tool call, ToolCallID).
 	Role    string `json:"role"`
 	Content string `json:"content"`
+	// Parts is the content as parts (text, images...) when the caller
+	// sent it so; Content is then empty.
+	Parts []Part `json:"parts,omitempty"`
+	// ToolCalls are an assistant's calls of tools.
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// ToolCallID is the call a "tool" message answers.
+	ToolCallID string `json:"tool_call_id,omitempty"`
+	// Name is the author's name (OpenAI's name field).
+	Name string `json:"name,omitempty"`
+}
+
+// Text is the message's text: Content, or its text parts joined.
+func (m Message) Text() string {
+	if len(m.Parts) == 0 {
+		return m.Content
+	}
+	var b strings.Builder
+	for _, p := range m.Parts {
+		b.WriteString(p.Text)
+	}
+	return b.String()
 }
 
 // Request is a completion request in the gateway's own terms.
@@ -37,6 +60,40 @@ type Request struct {
 	Stop        []string `json:"stop,omitempty"`
 	// User is passed to providers that take an end-user id.
 	User string `json:"user,omitempty"`
+
+	// MaxCompletionTokens is OpenAI's newer bound, reasoning tokens
+	// included; it is sent as itself, never as max_tokens (OpenAI's
+	// reasoning models refuse that).
+	MaxCompletionTokens int `json:"max_completion_tokens,omitempty"`
+	// TopK is Anthropic's top_k.
+	TopK *int `json:"top_k,omitempty"`
+	// N is how many answers to make (0 and 1: one).
+	N    int    `json:"n,omitempty"`
+	Seed *int64 `json:"seed,omitempty"`
+	// The penalties, logit_bias and logprobs of OpenAI's API.
+	PresencePenalty  *float64           `json:"presence_penalty,omitempty"`
+	FrequencyPenalty *float64           `json:"frequency_penalty,omitempty"`
+	LogitBias        map[string]float64 `json:"logit_bias,omitempty"`
+	Logprobs         bool               `json:"logprobs,omitempty"`
+	TopLogprobs      *int               `json:"top_logprobs,omitempty"`
+	// Metadata is OpenAI's key-value metadata.
+	Metadata        map[string]string `json:"metadata,omitempty"`
+	ServiceTier     string            `json:"service_tier,omitempty"`
+	ReasoningEffort string            `json:"reasoning_effort,omitempty"`
+	// Tools the model may call, which one it must, and whether it may
+	// call several at once.
+	Tools             []Tool      `json:"tools,omitempty"`
+	ToolChoice        *ToolChoice `json:"tool_choice,omitempty"`
+	ParallelToolCalls *bool       `json:"parallel_tool_calls,omitempty"`
+	// ResponseFormat asks for JSON output.
+	ResponseFormat *ResponseFormat `json:"response_format,omitempty"`
+	// Extra names the parameters the caller sent that only its own API
+	// has (Anthropic's thinking, cache_control; OpenAI's audio...): an
+	// adapter of that API carries them in Native, another refuses the
+	// request naming the first.
+	Extra []string `json:"extra,omitempty"`
+	// Native is the caller's request as it sent it.
+	Native *Native `json:"native,omitempty"`
 }
 
 // Call is one caller's request as the gateway takes it.
@@ -95,6 +152,12 @@ type Response struct {
 	// the provider's own word, lower case.
 	FinishReason string `json:"finish_reason"`
 	Usage        Usage  `json:"usage"`
+	// ToolCalls are the model's calls of tools (FinishReason
+	// "tool_calls").
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// Native is the provider's answer as it sent it, when the adapter
+	// sent the caller's Native request (the same shape).
+	Native *Native `json:"native,omitempty"`
 	// Set by the router: who served it and what it cost.
 	Provider   string        `json:"provider,omitempty"`
 	Deployment string        `json:"deployment,omitempty"`

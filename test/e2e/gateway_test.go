@@ -615,7 +615,7 @@ func TestGatewayStopDrains(t *testing.T) {
 func TestGatewayLimitThroughLeaderStop(t *testing.T) {
 	const calls, limit = 60, 4
 	p := newProvider(t, 150*time.Millisecond)
-	ps, leader, gwAddrs := startGatewayCluster(t, p, limit, "  queue_timeout = \"2m\"\n", "")
+	ps, leader, gwAddrs := startGatewayCluster(t, p, limit, "  queue_timeout = \"2m\"\n", "      price {\n        free = true\n      }\n")
 	client := &http.Client{Timeout: 3 * time.Minute}
 	var wg sync.WaitGroup
 	var failed atomic.Int64

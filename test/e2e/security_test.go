@@ -220,7 +220,8 @@ func TestNoSecretsInLogs(t *testing.T) {
 		Gateway: &agent.GatewayConfig{Address: "127.0.0.1:0", GRPCAddress: "127.0.0.1:0",
 			APIKeys: map[string]string{"billing": gatewayKey},
 			Models: []*agent.GatewayModel{{Name: "small", Concurrency: 2, Deployments: []*agent.GatewayDeployment{{
-				Name: "local", Provider: "openai", BaseURL: p.srv.URL + "/v1", Model: "small-v1", APIKeyEnv: "E2E_PROVIDER_KEY"}}}}},
+				Name: "local", Provider: "openai", BaseURL: p.srv.URL + "/v1", Model: "small-v1", APIKeyEnv: "E2E_PROVIDER_KEY",
+				Price: &gateway.Price{Free: true}}}}}},
 	}
 	logs := &syncBuffer{}
 	log := hclog.New(&hclog.LoggerOptions{Name: "agent", Level: hclog.Trace, Output: logs})

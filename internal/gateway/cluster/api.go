@@ -66,9 +66,24 @@ func (g *Gateway) Routes(mux *http.ServeMux, wrap func(func(http.ResponseWriter,
 		}
 		resp, err := g.router.Complete(r.Context(), call)
 		if err != nil {
-			return &api.Error{Status: gatewayStatus(err), Message: err.Error()}
+			return &api.Error{Status: gatewayStatus(err), Message: gateway.EncodeFailure(err)}
 		}
 		writeJSONTo(w, http.StatusOK, resp)
+		return nil
+	}))
+	mux.HandleFunc("POST /v1/internal/gateway/embed", wrap(func(w http.ResponseWriter, r *http.Request) error {
+		var call gateway.EmbedCall
+		if err := json.NewDecoder(io.LimitReader(r.Body, 16<<20)).Decode(&call); err != nil {
+			return &api.Error{Status: http.StatusBadRequest, Message: "decoding the call: " + err.Error()}
+		}
+		if !g.srv.Raft().IsLeader() {
+			return &api.Error{Status: http.StatusMisdirectedRequest, Message: "not the leader"}
+		}
+		out, err := g.router.Embed(r.Context(), call)
+		if err != nil {
+			return &api.Error{Status: gatewayStatus(err), Message: gateway.EncodeFailure(err)}
+		}
+		writeJSONTo(w, http.StatusOK, out)
 		return nil
 	}))
 	mux.HandleFunc("POST /v1/internal/gateway/stream", wrap(func(w http.ResponseWriter, r *http.Request) error {
@@ -81,7 +96,7 @@ func (g *Gateway) Routes(mux *http.ServeMux, wrap func(func(http.ResponseWriter,
 		}
 		ch, err := g.router.Stream(r.Context(), call)
 		if err != nil {
-			return &api.Error{Status: gatewayStatus(err), Message: err.Error()}
+			return &api.Error{Status: gatewayStatus(err), Message: gateway.EncodeFailure(err)}
 		}
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		w.WriteHeader(http.StatusOK)
@@ -91,6 +106,7 @@ func (g *Gateway) Routes(mux *http.ServeMux, wrap func(func(http.ResponseWriter,
 			line := wireChunk{Chunk: c}
 			if c.Err != nil {
 				line.Error, line.Kind = c.Err.Error(), string(gateway.KindOf(c.Err))
+				line.Failure = gateway.EncodeFailure(c.Err)
 			}
 			if err := enc.Encode(line); err != nil {
 				return nil // the follower left; the router sees the context end
@@ -146,6 +162,9 @@ type wireChunk struct {
 	gateway.Chunk
 	Error string `json:"error,omitempty"`
 	Kind  string `json:"kind,omitempty"`
+	// Failure is the error as gateway.EncodeFailure words it (what an
+	// older leader does not send: Error and Kind then do).
+	Failure string `json:"failure,omitempty"`
 }
 
 func readCall(r *http.Request) (gateway.Call, error) {
@@ -166,7 +185,7 @@ func gatewayStatus(err error) int {
 		return http.StatusTooManyRequests
 	case errors.Is(err, gateway.ErrQueueTimeout):
 		return http.StatusGatewayTimeout
-	case errors.As(err, &pe) && pe.Kind == gateway.KindBadRequest:
+	case errors.As(err, &pe) && (pe.Kind == gateway.KindBadRequest || pe.Kind == gateway.KindUnsupported):
 		return http.StatusBadRequest
 	}
 	return http.StatusBadGateway
@@ -214,6 +233,9 @@ func (g *Gateway) forwardStream(ctx context.Context, call gateway.Call) (<-chan 
 			c := wc.Chunk
 			if wc.Error != "" {
 				c.Err = &gateway.ProviderError{Kind: gateway.ErrorKind(wc.Kind), Message: wc.Error}
+				if err, ok := gateway.DecodeFailure(wc.Failure); ok {
+					c.Err = err
+				}
 			}
 			select {
 			case out <- c:

@@ -61,10 +61,11 @@ type Deployment struct {
 	Model string `hcl:"model"`
 	// APIKeyEnv names the environment variable holding the key, or
 	// APIKeyFile a file holding it. Neither: no key (local servers).
-	APIKeyEnv   string         `hcl:"api_key_env,optional"`
-	APIKeyFile  string         `hcl:"api_key_file,optional"`
-	Concurrency int            `hcl:"concurrency,optional"`
-	Price       *gateway.Price `hcl:"price,block"`
+	APIKeyEnv   string `hcl:"api_key_env,optional"`
+	APIKeyFile  string `hcl:"api_key_file,optional"`
+	Concurrency int    `hcl:"concurrency,optional"`
+	// Price is required: what the deployment costs, or free = true.
+	Price *gateway.Price `hcl:"price,block"`
 	// StallTimeout is how long a stream may send nothing (not even the
 	// provider's pings) before it fails as a timeout (default "30s"); the
 	// gateway's call_timeout bounds the whole stream.
@@ -129,12 +130,32 @@ func (g *Config) Finish() error {
 			if d.APIKeyEnv != "" && d.APIKeyFile != "" {
 				return fmt.Errorf("gateway: model %q, deployment %q: set api_key_env or api_key_file, not both", m.Name, d.Name)
 			}
+			if err := checkPrice(d.Price); err != nil {
+				return fmt.Errorf("gateway: model %q, deployment %q: %w", m.Name, d.Name, err)
+			}
 			if d.StallTimeout != "" {
 				if v, err := time.ParseDuration(d.StallTimeout); err != nil || v <= 0 {
 					return fmt.Errorf("gateway: model %q, deployment %q: stall_timeout %q: want a positive duration like \"30s\"", m.Name, d.Name, d.StallTimeout)
 				}
 			}
 		}
+	}
+	return nil
+}
+
+// checkPrice refuses a deployment whose price is not stated: a missing
+// price block would silently cost 0, so pricing at 0 is said explicitly.
+func checkPrice(p *gateway.Price) error {
+	const how = `price it in dollars per million tokens, price { input = 3  output = 15 }, or say it costs nothing, price { free = true }`
+	switch {
+	case p == nil:
+		return fmt.Errorf("no price block: %s", how)
+	case p.Input < 0 || p.CachedInput < 0 || p.CacheWrite < 0 || p.Output < 0:
+		return fmt.Errorf("price: prices must not be negative")
+	case p.Free && (p.Input != 0 || p.CachedInput != 0 || p.CacheWrite != 0 || p.Output != 0):
+		return fmt.Errorf("price: free = true with prices set: choose one")
+	case !p.Free && p.Input == 0 && p.CachedInput == 0 && p.CacheWrite == 0 && p.Output == 0:
+		return fmt.Errorf("price: no price above 0 set: %s", how)
 	}
 	return nil
 }

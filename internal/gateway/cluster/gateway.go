@@ -100,7 +100,11 @@ type Gateway struct {
 	ledgerDone     chan struct{} // closed once the last charges are sent
 }
 
-var _ gateway.Service = (*Gateway)(nil)
+var (
+	_ gateway.Service      = (*Gateway)(nil)
+	_ gateway.EmbedService = (*Gateway)(nil)
+	_ gateway.ModelLister  = (*Gateway)(nil)
+)
 
 // New builds the router from c (a block Finish checked) for a gateway on
 // srv, which reads the queue and the counters from the replica maps and
@@ -215,6 +219,33 @@ func (g *Gateway) Stream(ctx context.Context, call gateway.Call) (<-chan gateway
 	}
 	return g.forwardStream(ctx, call)
 }
+
+// Embed runs an embedding call on the leader.
+func (g *Gateway) Embed(ctx context.Context, call gateway.EmbedCall) (gateway.Embedding, error) {
+	if g.srv.Raft().IsLeader() {
+		out, err := g.router.Embed(ctx, call)
+		if !errors.Is(err, gateway.ErrNotLeader) {
+			return out, err
+		}
+	}
+	body, err := json.Marshal(call)
+	if err != nil {
+		return gateway.Embedding{}, err
+	}
+	admin, err := g.leaderAdmin(ctx)
+	if err != nil {
+		return gateway.Embedding{}, err
+	}
+	b, err := g.srv.Fetch(ctx, http.MethodPost, admin, "/v1/internal/gateway/embed", body)
+	if err != nil {
+		return gateway.Embedding{}, gatewayError(err)
+	}
+	var out gateway.Embedding
+	return out, json.Unmarshal(b, &out)
+}
+
+// Models lists the configured models (every server has the same).
+func (g *Gateway) Models() []string { return g.router.Models() }
 
 // Submit records the call in the maps; the leader runs it.
 func (g *Gateway) Submit(ctx context.Context, call gateway.Call) (string, error) {
@@ -471,6 +502,9 @@ func gatewayError(err error) error {
 // refused is the gateway's error for a leader's refusal with status and
 // msg.
 func refused(status int, msg string) error {
+	if err, ok := gateway.DecodeFailure(msg); ok {
+		return err
+	}
 	for _, s := range []error{gateway.ErrUnknownModel, gateway.ErrQueueFull, gateway.ErrQueueTimeout, gateway.ErrBudget,
 		gateway.ErrNoDeployment, gateway.ErrInterrupted, gateway.ErrNoJob} {
 		if strings.HasPrefix(msg, s.Error()) {

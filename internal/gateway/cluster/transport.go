@@ -32,7 +32,7 @@ func (g *Gateway) serve() error {
 		}
 		tok, ok := strings.CutPrefix(auth, "Bearer ")
 		if !ok {
-			return "", errors.New("an API key is required: Authorization: Bearer <key>")
+			return "", errors.New("an API key is required: Authorization: Bearer <key> (or x-api-key: <key>)")
 		}
 		for key, n := range keys {
 			if subtle.ConstantTimeCompare([]byte(key), []byte(tok)) == 1 {
@@ -43,7 +43,13 @@ func (g *Gateway) serve() error {
 	}
 	log := g.log.Named("gateway")
 	h := transport.HTTPHandler(g, transport.HTTPOptions{Logger: log,
-		Auth: func(r *http.Request) (string, error) { return name(r.Header.Get("Authorization")) }})
+		Auth: func(r *http.Request) (string, error) {
+			auth := r.Header.Get("Authorization")
+			if k := r.Header.Get("X-Api-Key"); auth == "" && k != "" {
+				auth = "Bearer " + k // Anthropic's clients send their key so
+			}
+			return name(auth)
+		}})
 	ln, err := net.Listen("tcp", c.Address)
 	if err != nil {
 		return fmt.Errorf("gateway: listening on %s: %w", c.Address, err)

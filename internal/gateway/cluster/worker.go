@@ -182,6 +182,8 @@ func gatewayFailure(err error) (protocol.Error_Code, string, string) {
 	case errors.As(err, &pe):
 		kind := string(pe.Kind)
 		switch {
+		case pe.Kind == gateway.KindUnsupported:
+			return protocol.Error_BAD_REQUEST, kind, pe.Message
 		case pe.Kind == gateway.KindBadRequest:
 			msg := "the provider refused the request"
 			if pe.Message != "" {

@@ -5,67 +5,103 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
+	"slices"
 
 	"github.com/stickyd/stickyd/internal/gateway"
 )
 
-// completionBody is a completion request as HTTP callers send it: the
-// fields of OpenAI's chat completion request the gateway serves, on both
-// the REST and the OpenAI-compatible routes. Other fields are ignored, as
-// OpenAI-compatible servers do, except those whose loss would change the
-// answer's meaning (n > 1, tools), which are refused.
+// chatParams are the members of OpenAI's chat completion request the
+// gateway reads into its own fields (gateway.Request); every other member
+// the caller sends is named in Request.Extra and carried only in the
+// caller's own request (gateway.Native), which an OpenAI-compatible
+// deployment sends on as it is and any other refuses, naming it.
+var chatParams = map[string]bool{
+	"model": true, "messages": true, "max_tokens": true, "max_completion_tokens": true, "temperature": true, "top_p": true,
+	"stop": true, "user": true, "n": true, "seed": true, "presence_penalty": true, "frequency_penalty": true, "logit_bias": true,
+	"logprobs": true, "top_logprobs": true, "metadata": true, "service_tier": true, "reasoning_effort": true, "tools": true,
+	"tool_choice": true, "parallel_tool_calls": true, "response_format": true, "stream": true, "stream_options": true,
+}
+
+// messageFields are the members of a message the gateway reads; others
+// are named in Extra as messages[i].member.
+var messageFields = map[string]bool{"role": true, "content": true, "name": true, "tool_calls": true, "tool_call_id": true, "refusal": true}
+
+// completionBody is a completion request as HTTP callers send it: OpenAI's
+// chat completion request, on both the REST and the OpenAI-compatible
+// routes.
 type completionBody struct {
-	Model    string        `json:"model"`
-	Messages []bodyMessage `json:"messages"`
-	// MaxCompletionTokens is OpenAI's newer name for MaxTokens; it wins
-	// when both are set.
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	Temperature         *float64        `json:"temperature"`
-	TopP                *float64        `json:"top_p"`
-	Stop                stopList        `json:"stop"`
-	User                string          `json:"user"`
-	N                   *int            `json:"n"`
-	Tools               json.RawMessage `json:"tools"`
-	Functions           json.RawMessage `json:"functions"`
+	Model               string             `json:"model"`
+	Messages            []bodyMessage      `json:"messages"`
+	MaxTokens           *int               `json:"max_tokens"`
+	MaxCompletionTokens *int               `json:"max_completion_tokens"`
+	Temperature         *float64           `json:"temperature"`
+	TopP                *float64           `json:"top_p"`
+	Stop                stopList           `json:"stop"`
+	User                string             `json:"user"`
+	N                   *int               `json:"n"`
+	Seed                *int64             `json:"seed"`
+	PresencePenalty     *float64           `json:"presence_penalty"`
+	FrequencyPenalty    *float64           `json:"frequency_penalty"`
+	LogitBias           map[string]float64 `json:"logit_bias"`
+	Logprobs            *bool              `json:"logprobs"`
+	TopLogprobs         *int               `json:"top_logprobs"`
+	Metadata            map[string]string  `json:"metadata"`
+	ServiceTier         string             `json:"service_tier"`
+	ReasoningEffort     string             `json:"reasoning_effort"`
+	Tools               []bodyTool         `json:"tools"`
+	ToolChoice          json.RawMessage    `json:"tool_choice"`
+	ParallelToolCalls   *bool              `json:"parallel_tool_calls"`
+	ResponseFormat      *bodyFormat        `json:"response_format"`
+
+	// extra are the members of the body not read above (set by parse).
+	extra []string
 }
 
 type bodyMessage struct {
-	Role    string      `json:"role"`
-	Content bodyContent `json:"content"`
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	Name       string          `json:"name"`
+	ToolCalls  []bodyToolCall  `json:"tool_calls"`
+	ToolCallID string          `json:"tool_call_id"`
 }
 
-// bodyContent is a message's content: a string, null, or an array of text
-// parts, which are joined by newlines.
-type bodyContent string
+type bodyToolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
 
-func (c *bodyContent) UnmarshalJSON(b []byte) error {
-	if bytes.Equal(b, []byte("null")) {
-		*c = ""
-		return nil
-	}
-	var s string
-	if err := json.Unmarshal(b, &s); err == nil {
-		*c = bodyContent(s)
-		return nil
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(b, &parts); err != nil {
-		return errors.New("a message's content must be a string or an array of text parts")
-	}
-	texts := make([]string, 0, len(parts))
-	for _, p := range parts {
-		if p.Type != "text" {
-			return fmt.Errorf("a message's content part of type %q is not supported: only text", p.Type)
-		}
-		texts = append(texts, p.Text)
-	}
-	*c = bodyContent(strings.Join(texts, "\n"))
-	return nil
+type bodyTool struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+		Strict      *bool           `json:"strict"`
+	} `json:"function"`
+}
+
+type bodyFormat struct {
+	Type       string `json:"type"`
+	JSONSchema *struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Schema      json.RawMessage `json:"schema"`
+		Strict      *bool           `json:"strict"`
+	} `json:"json_schema"`
+}
+
+// bodyPart is a content part of OpenAI's messages.
+type bodyPart struct {
+	Type     string `json:"type"`
+	Text     string `json:"text"`
+	ImageURL *struct {
+		URL    string `json:"url"`
+		Detail string `json:"detail"`
+	} `json:"image_url"`
 }
 
 // stopList is OpenAI's stop: a string, an array of strings, or null.
@@ -89,37 +125,167 @@ func (s *stopList) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// findExtra names the members of the body (and of its messages) the
+// gateway's fields do not hold; skip are members a route reads itself.
+func findExtra(raw []byte, skip ...string) []string {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(raw, &top) != nil {
+		return nil
+	}
+	var extra []string
+	for k := range top {
+		if !chatParams[k] && !contains(skip, k) {
+			extra = append(extra, k)
+		}
+	}
+	var msgs []map[string]json.RawMessage
+	if json.Unmarshal(top["messages"], &msgs) == nil {
+		for i, m := range msgs {
+			for k := range m {
+				if !messageFields[k] {
+					extra = append(extra, fmt.Sprintf("messages[%d].%s", i, k))
+				}
+			}
+		}
+	}
+	sortStrings(extra)
+	return extra
+}
+
 // toRequest turns the body into the gateway's request, or refuses it with a
 // 400 naming the field at fault.
 func (b *completionBody) toRequest() (gateway.Request, error) {
-	if b.N != nil && *b.N != 1 {
-		return gateway.Request{}, badRequest("n", "n must be 1: the gateway returns one choice")
+	req := gateway.Request{Model: b.Model, Temperature: b.Temperature, TopP: b.TopP, Stop: b.Stop, User: b.User,
+		Seed: b.Seed, PresencePenalty: b.PresencePenalty, FrequencyPenalty: b.FrequencyPenalty, LogitBias: b.LogitBias,
+		TopLogprobs: b.TopLogprobs, Metadata: b.Metadata, ServiceTier: b.ServiceTier, ReasoningEffort: b.ReasoningEffort,
+		ParallelToolCalls: b.ParallelToolCalls, Extra: b.extra}
+	if b.N != nil {
+		if *b.N < 1 {
+			return gateway.Request{}, badRequest("n", "n must be at least 1")
+		}
+		req.N = *b.N
 	}
-	if present(b.Tools) || present(b.Functions) {
-		return gateway.Request{}, badRequest("tools", "tools and functions are not supported by the gateway")
+	if b.Logprobs != nil {
+		req.Logprobs = *b.Logprobs
 	}
-	req := gateway.Request{Model: b.Model, Temperature: b.Temperature, TopP: b.TopP, Stop: b.Stop, User: b.User}
-	switch {
-	case b.MaxCompletionTokens != nil:
+	if b.MaxTokens != nil {
+		if *b.MaxTokens < 0 {
+			return gateway.Request{}, badRequest("max_tokens", "max_tokens must not be negative")
+		}
+		req.MaxTokens = *b.MaxTokens
+	}
+	if b.MaxCompletionTokens != nil {
 		if *b.MaxCompletionTokens < 0 {
 			return gateway.Request{}, badRequest("max_completion_tokens", "max_completion_tokens must not be negative")
 		}
-		req.MaxTokens = *b.MaxCompletionTokens
-	case b.MaxTokens != nil:
-		req.MaxTokens = *b.MaxTokens
+		req.MaxCompletionTokens = *b.MaxCompletionTokens
 	}
-	for _, m := range b.Messages {
-		role := m.Role
-		if role == "developer" {
-			// OpenAI's newer name for system instructions.
-			role = "system"
+	for i, t := range b.Tools {
+		if t.Type != "function" {
+			req.Extra = append(req.Extra, fmt.Sprintf("tools[%d]", i))
+			continue
 		}
-		req.Messages = append(req.Messages, gateway.Message{Role: role, Content: string(m.Content)})
+		req.Tools = append(req.Tools, gateway.Tool{Name: t.Function.Name, Description: t.Function.Description,
+			Parameters: nullToNil(t.Function.Parameters), Strict: t.Function.Strict})
+	}
+	tc, err := toolChoice(b.ToolChoice)
+	if err != nil {
+		return gateway.Request{}, err
+	}
+	req.ToolChoice = tc
+	if f := b.ResponseFormat; f != nil {
+		switch f.Type {
+		case "text", "json_object", "json_schema":
+		default:
+			return gateway.Request{}, badRequest("response_format.type", "response_format.type %q: want text, json_object or json_schema", f.Type)
+		}
+		req.ResponseFormat = &gateway.ResponseFormat{Type: f.Type}
+		if s := f.JSONSchema; s != nil {
+			req.ResponseFormat.Name, req.ResponseFormat.Description = s.Name, s.Description
+			req.ResponseFormat.Schema, req.ResponseFormat.Strict = nullToNil(s.Schema), s.Strict
+		}
+	}
+	for i, m := range b.Messages {
+		msg, err := toMessage(i, m)
+		if err != nil {
+			return gateway.Request{}, err
+		}
+		req.Messages = append(req.Messages, msg)
 	}
 	if err := checkRequest(req); err != nil {
 		return gateway.Request{}, err
 	}
 	return req, nil
+}
+
+// toolChoice reads OpenAI's tool_choice: "auto", "none", "required" or
+// {"type": "function", "function": {"name"}}.
+func toolChoice(raw json.RawMessage) (*gateway.ToolChoice, error) {
+	if !present(raw) {
+		return nil, nil
+	}
+	var mode string
+	if json.Unmarshal(raw, &mode) == nil {
+		switch mode {
+		case "auto", "none", "required":
+			return &gateway.ToolChoice{Mode: mode}, nil
+		}
+		return nil, badRequest("tool_choice", "tool_choice %q: want auto, none, required or a function", mode)
+	}
+	var named struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if json.Unmarshal(raw, &named) != nil || named.Type != "function" || named.Function.Name == "" {
+		return nil, badRequest("tool_choice", "tool_choice must be auto, none, required or {\"type\": \"function\", \"function\": {\"name\": ...}}")
+	}
+	return &gateway.ToolChoice{Mode: "tool", Name: named.Function.Name}, nil
+}
+
+// toMessage reads one of OpenAI's messages; its content is a string, null,
+// or an array of parts (text and images read; other types named by their
+// type, which only an OpenAI-compatible deployment carries).
+func toMessage(i int, m bodyMessage) (gateway.Message, error) {
+	role := m.Role
+	if role == "developer" {
+		// OpenAI's newer name for system instructions.
+		role = "system"
+	}
+	msg := gateway.Message{Role: role, Name: m.Name, ToolCallID: m.ToolCallID}
+	for _, tc := range m.ToolCalls {
+		msg.ToolCalls = append(msg.ToolCalls, gateway.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+	}
+	c := bytes.TrimSpace(m.Content)
+	switch {
+	case len(c) == 0 || bytes.Equal(c, []byte("null")):
+	case c[0] == '"':
+		if err := json.Unmarshal(c, &msg.Content); err != nil {
+			return msg, badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content: %v", i, err)
+		}
+	default:
+		var parts []bodyPart
+		if err := json.Unmarshal(c, &parts); err != nil {
+			return msg, badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content must be a string or an array of parts", i)
+		}
+		for j, p := range parts {
+			switch p.Type {
+			case "text":
+				msg.Parts = append(msg.Parts, gateway.Part{Type: gateway.PartText, Text: p.Text})
+			case "image_url":
+				if p.ImageURL == nil || p.ImageURL.URL == "" {
+					return msg, badRequest(fmt.Sprintf("messages[%d].content[%d].image_url", i, j), "an image_url part needs its url")
+				}
+				msg.Parts = append(msg.Parts, gateway.Part{Type: gateway.PartImage, URL: p.ImageURL.URL, Detail: p.ImageURL.Detail})
+			case "":
+				return msg, badRequest(fmt.Sprintf("messages[%d].content[%d].type", i, j), "a content part needs its type")
+			default:
+				msg.Parts = append(msg.Parts, gateway.Part{Type: p.Type})
+			}
+		}
+	}
+	return msg, nil
 }
 
 // present reports whether a raw JSON field holds something other than
@@ -128,3 +294,14 @@ func present(raw json.RawMessage) bool {
 	s := string(bytes.TrimSpace(raw))
 	return s != "" && s != "null" && s != "[]"
 }
+
+func nullToNil(raw json.RawMessage) json.RawMessage {
+	if !present(raw) {
+		return nil
+	}
+	return raw
+}
+
+func contains(ss []string, s string) bool { return slices.Contains(ss, s) }
+
+func sortStrings(ss []string) { slices.Sort(ss) }

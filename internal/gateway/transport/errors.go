@@ -64,9 +64,11 @@ func badRequest(param, format string, args ...any) *apiError {
 
 // toAPIError maps err, from the Service or a transport, to what the caller
 // sees. The gateway's own errors carry client-safe text (the model's name,
-// the budget spent); a provider's message is shown only when the request
-// was at fault, since other messages may name the gateway's provider
-// account. Anything unknown is a 500 whose cause stays in the log.
+// the budget spent). A provider's failure keeps its status class (a 4xx
+// stays a 4xx, a 5xx is a 502 or 503) and its message, except a refusal
+// of the gateway's credentials or quota, whose message may name the
+// gateway's provider account. Anything unknown is a 500 whose cause stays
+// in the log.
 func toAPIError(err error) *apiError {
 	var ae *apiError
 	if errors.As(err, &ae) {
@@ -117,35 +119,49 @@ func toAPIError(err error) *apiError {
 	return set(http.StatusInternalServerError, codes.Internal, typeServer, "internal_error")
 }
 
-// providerAPIError maps a provider's refusal by its kind. An auth refusal is
-// the gateway's credentials failing, not the caller's: HTTP says 502 so an
-// OpenAI client does not take it for its own key being wrong (gRPC keeps
-// PermissionDenied, as the API documents).
+// providerAPIError maps a provider's refusal by its kind: what the request
+// got wrong stays the caller's 4xx (the provider's own status, with its
+// message), what the provider failed is a 502 or 503 with its message. A
+// rate limit's or quota's message names the gateway's account and is not
+// shown. An
+// auth refusal is the gateway's credentials failing, not the caller's: HTTP
+// says 502 so an OpenAI client does not take it for its own key being
+// wrong, and the provider's message (which may quote the key) is not shown
+// (gRPC keeps PermissionDenied, as the API documents).
 func providerAPIError(e *apiError, pe *gateway.ProviderError) *apiError {
 	e.RetryAfter = pe.RetryAfter
+	e.Param = pe.Param
 	set := func(status int, code codes.Code, typ, errCode, msg string) *apiError {
 		e.Status, e.Code, e.Type, e.ErrCode, e.Message = status, code, typ, errCode, msg
 		return e
 	}
-	switch pe.Kind {
-	case gateway.KindBadRequest:
-		msg := "the provider refused the request"
+	with := func(msg string) string {
 		if pe.Message != "" {
 			msg += ": " + pe.Message
 		}
-		return set(http.StatusBadRequest, codes.InvalidArgument, typeInvalidRequest, "provider_bad_request", msg)
+		return msg
+	}
+	switch pe.Kind {
+	case gateway.KindUnsupported:
+		return set(http.StatusBadRequest, codes.InvalidArgument, typeInvalidRequest, "unsupported_parameter", pe.Message)
+	case gateway.KindBadRequest:
+		status := http.StatusBadRequest
+		if pe.Status >= 400 && pe.Status < 500 && pe.Status != http.StatusUnauthorized && pe.Status != http.StatusForbidden {
+			status = pe.Status // 404 (the provider's model), 413, 422
+		}
+		return set(status, codes.InvalidArgument, typeInvalidRequest, "provider_bad_request", with("the provider refused the request"))
 	case gateway.KindAuth:
 		return set(http.StatusBadGateway, codes.PermissionDenied, typeServer, "provider_auth",
 			"the provider refused the gateway's credentials")
 	case gateway.KindRateLimited:
 		return set(http.StatusTooManyRequests, codes.ResourceExhausted, typeRateLimit, "provider_rate_limited",
-			"the provider is rate limiting the gateway; retry later")
+			"the provider is rate limiting the gateway; retry later") // its message names the account's limits
 	case gateway.KindQuotaExceeded:
 		return set(http.StatusTooManyRequests, codes.ResourceExhausted, typeQuota, "provider_quota_exceeded",
 			"the gateway's quota at the provider is spent")
 	case gateway.KindOverloaded:
 		return set(http.StatusServiceUnavailable, codes.Unavailable, typeServer, "provider_overloaded",
-			"the provider is overloaded; retry later")
+			with("the provider is overloaded; retry later"))
 	case gateway.KindTimeout:
 		return set(http.StatusGatewayTimeout, codes.DeadlineExceeded, typeTimeout, "provider_timeout",
 			"the provider did not answer in time")
@@ -153,5 +169,9 @@ func providerAPIError(e *apiError, pe *gateway.ProviderError) *apiError {
 		return set(http.StatusBadGateway, codes.Unavailable, typeServer, "provider_unreachable",
 			"the provider could not be reached")
 	}
-	return set(http.StatusBadGateway, codes.Unavailable, typeServer, "provider_error", "the provider failed")
+	msg := "the provider failed"
+	if pe.Status != 0 {
+		msg += fmt.Sprintf(" (HTTP %d)", pe.Status)
+	}
+	return set(http.StatusBadGateway, codes.Unavailable, typeServer, "provider_error", with(msg))
 }

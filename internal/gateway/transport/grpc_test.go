@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -74,7 +75,7 @@ func TestGRPCComplete(t *testing.T) {
 	call := svc.lastCall(t)
 	req := call.Request
 	if call.Session != "s-md" || call.IdempotencyKey != "k1" || req.MaxTokens != 30 || req.Temperature == nil || *req.Temperature != 0 ||
-		req.TopP != nil || req.User != "u1" || len(req.Stop) != 1 || len(req.Messages) != 1 || req.Messages[0] != hello[0] {
+		req.TopP != nil || req.User != "u1" || len(req.Stop) != 1 || len(req.Messages) != 1 || !reflect.DeepEqual(req.Messages[0], hello[0]) {
 		t.Fatalf("call %+v", call)
 	}
 	// The server's deadline is the client's as grpc-timeout carries it: a

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +50,10 @@ const (
 const (
 	requestsPath     = "/v1/gateway/requests"
 	completionsPath  = "/v1/chat/completions"
+	messagesPath     = "/v1/messages"
+	responsesPath    = "/v1/responses"
+	embeddingsPath   = "/v1/embeddings"
+	modelsPath       = "/v1/models"
 	idempotencyKey   = "Idempotency-Key"
 	providerHeader   = "X-Stickyd-Provider"
 	deploymentHeader = "X-Stickyd-Deployment"
@@ -63,6 +68,10 @@ const (
 //	GET    /v1/gateway/requests/{id}  the job; ?wait=10s long-polls until it ends (at most 60s)
 //	DELETE /v1/gateway/requests/{id}  cancel it (409 when it already ended)
 //	POST   /v1/chat/completions       OpenAI's chat completions, JSON or SSE (stream: true)
+//	POST   /v1/messages               Anthropic's Messages API, JSON or SSE (errors in Anthropic's shape)
+//	POST   /v1/responses              OpenAI's Responses API (text and function tools), JSON or SSE
+//	POST   /v1/embeddings             OpenAI's embeddings
+//	GET    /v1/models                 the configured models
 //
 // Every error answer has OpenAI's shape, {"error": {"message", "type",
 // "param", "code"}}. The session that pays is the REST body's "session",
@@ -88,6 +97,10 @@ func HTTPHandler(svc gateway.Service, opts HTTPOptions) http.Handler {
 	mux.Handle(requestsPath, h.handle(map[string]handlerFunc{http.MethodPost: h.submit}))
 	mux.Handle(requestsPath+"/{id}", h.handle(map[string]handlerFunc{http.MethodGet: h.getJob, http.MethodDelete: h.cancelJob}))
 	mux.Handle(completionsPath, h.handle(map[string]handlerFunc{http.MethodPost: h.chatCompletions}))
+	mux.Handle(messagesPath, h.handleAs(map[string]handlerFunc{http.MethodPost: h.messages}, writeAnthropicError))
+	mux.Handle(responsesPath, h.handle(map[string]handlerFunc{http.MethodPost: h.responses}))
+	mux.Handle(embeddingsPath, h.handle(map[string]handlerFunc{http.MethodPost: h.embeddings}))
+	mux.Handle(modelsPath, h.handle(map[string]handlerFunc{http.MethodGet: h.models}))
 	mux.Handle("/", h.handle(nil))
 	return mux
 }
@@ -103,8 +116,14 @@ type httpServer struct {
 // handler already wrote its answer's first byte.
 type handlerFunc func(w http.ResponseWriter, r *http.Request, caller string) error
 
-// handle authenticates, dispatches on the method and answers errors.
+// handle authenticates, dispatches on the method and answers errors in
+// OpenAI's shape.
 func (h *httpServer) handle(methods map[string]handlerFunc) http.Handler {
+	return h.handleAs(methods, writeError)
+}
+
+// handleAs is handle with errors written by writeErr.
+func (h *httpServer) handleAs(methods map[string]handlerFunc, writeErr func(http.ResponseWriter, *apiError)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		err := h.serve(w, r, methods)
 		if err == nil {
@@ -120,7 +139,7 @@ func (h *httpServer) handle(methods map[string]handlerFunc) http.Handler {
 		if ae.Status == statusClientClosed {
 			return
 		}
-		writeError(w, ae)
+		writeErr(w, ae)
 	})
 }
 
@@ -183,22 +202,31 @@ func writeError(w http.ResponseWriter, ae *apiError) {
 	writeJSON(w, ae.Status, newErrorBody(ae))
 }
 
+// writeAnthropicError answers an error in Anthropic's shape.
+func writeAnthropicError(w http.ResponseWriter, ae *apiError) {
+	if ae.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((ae.RetryAfter+time.Second-1)/time.Second), 10))
+	}
+	writeJSON(w, ae.Status, anthropicError(ae))
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// decodeBody reads r's JSON body into v, within opts.MaxBodyBytes.
-func (h *httpServer) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+// decodeBody reads r's JSON body into v, within opts.MaxBodyBytes, and
+// returns its bytes as they came.
+func (h *httpServer) decodeBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, ErrCode: "request_too_large",
+			return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, ErrCode: "request_too_large",
 				Message: fmt.Sprintf("the request body is larger than %d bytes", mbe.Limit)}
 		}
-		return &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, ErrCode: "invalid_request",
+		return nil, &apiError{Status: http.StatusBadRequest, Type: typeInvalidRequest, ErrCode: "invalid_request",
 			Message: "the request body could not be read", Err: err}
 	}
 	if err := json.Unmarshal(b, v); err != nil {
@@ -206,11 +234,14 @@ func (h *httpServer) decodeBody(w http.ResponseWriter, r *http.Request, v any) e
 		if errors.As(err, &te) && te.Field != "" {
 			// The path names embedded structs by their Go names.
 			field := strings.TrimPrefix(te.Field, "completionBody.")
-			return badRequest(field, "invalid JSON body: %s must be %s, not %s", field, jsonKind(te.Type), te.Value)
+			return nil, badRequest(field, "invalid JSON body: %s must be %s, not %s", field, jsonKind(te.Type), te.Value)
 		}
-		return badRequest("", "invalid JSON body: %v", err)
+		return nil, badRequest("", "invalid JSON body: %v", err)
 	}
-	return nil
+	if len(bytes.TrimSpace(b)) == 0 || bytes.TrimSpace(b)[0] != '{' {
+		return nil, badRequest("", "the request body must be a JSON object")
+	}
+	return b, nil
 }
 
 // jsonKind words a Go type as the JSON type a caller sends.

@@ -43,9 +43,24 @@ type chatChoice struct {
 }
 
 type chatMessage struct {
-	Role    string  `json:"role"`
-	Content string  `json:"content"`
-	Refusal *string `json:"refusal"` // always null
+	Role string `json:"role"`
+	// Content is null when the answer is tool calls only.
+	Content   *string        `json:"content"`
+	Refusal   *string        `json:"refusal"` // always null
+	ToolCalls []chatToolCall `json:"tool_calls,omitempty"`
+}
+
+type chatToolCall struct {
+	// Index is set in a stream's deltas only.
+	Index    *int         `json:"index,omitempty"`
+	ID       string       `json:"id,omitempty"`
+	Type     string       `json:"type,omitempty"`
+	Function chatFunction `json:"function"`
+}
+
+type chatFunction struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
 }
 
 // chatUsage is OpenAI's usage: prompt tokens count the cached ones, which
@@ -93,8 +108,9 @@ type chunkChoice struct {
 }
 
 type chunkDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string         `json:"role,omitempty"`
+	Content   *string        `json:"content,omitempty"`
+	ToolCalls []chatToolCall `json:"tool_calls,omitempty"`
 }
 
 // jsonNull is a usage of null on a stream's chunks.
@@ -107,13 +123,17 @@ var errStreamCut = &gateway.ProviderError{Kind: gateway.KindServer, Message: "th
 // X-Stickyd-Session header, else the body's user, else the caller's name.
 func (h *httpServer) chatCompletions(w http.ResponseWriter, r *http.Request, caller string) error {
 	var body chatBody
-	if err := h.decodeBody(w, r, &body); err != nil {
+	raw, err := h.decodeBody(w, r, &body)
+	if err != nil {
 		return err
 	}
+	body.extra = findExtra(raw)
 	req, err := body.toRequest()
 	if err != nil {
 		return err
 	}
+	// An OpenAI-compatible deployment gets the request as it came.
+	req.Native = &gateway.Native{Shape: gateway.ShapeOpenAIChat, Body: raw}
 	call := gateway.Call{
 		Request:        req,
 		Session:        sessionOf(caller, r.Header.Get(SessionHeader), req.User),
@@ -134,17 +154,35 @@ func (h *httpServer) chatCompletions(w http.ResponseWriter, r *http.Request, cal
 		w.Header().Set(deploymentHeader, resp.Deployment)
 	}
 	w.Header().Set(costTrailer, strconv.FormatInt(resp.CostMicros, 10)) // a header here: the answer is whole
+	meta := &streamMeta{Provider: resp.Provider, Deployment: resp.Deployment, CostMicros: resp.CostMicros}
+	if resp.Native != nil && resp.Native.Shape == gateway.ShapeOpenAIChat {
+		// The provider's own answer, every choice and field, with the
+		// gateway's word added.
+		if b, err := gateway.SetJSONField(resp.Native.Body, "stickyd", meta); err == nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(b)
+			return nil
+		}
+	}
+	msg := chatMessage{Role: "assistant", Content: &resp.Content}
+	for _, tc := range resp.ToolCalls {
+		msg.ToolCalls = append(msg.ToolCalls, chatToolCall{ID: tc.ID, Type: "function", Function: chatFunction{Name: tc.Name, Arguments: tc.Arguments}})
+	}
+	if len(msg.ToolCalls) > 0 && resp.Content == "" {
+		msg.Content = nil
+	}
 	writeJSON(w, http.StatusOK, chatCompletion{
 		ID:      firstOf(resp.ID, newChatID()),
 		Object:  "chat.completion",
 		Created: h.opts.Now().Unix(),
 		Model:   firstOf(resp.Model, req.Model),
 		Choices: []chatChoice{{
-			Message:      chatMessage{Role: "assistant", Content: resp.Content},
+			Message:      msg,
 			FinishReason: openAIFinish(resp.FinishReason),
 		}},
 		Usage:   openAIUsage(resp.Usage),
-		Stickyd: &streamMeta{Provider: resp.Provider, Deployment: resp.Deployment, CostMicros: resp.CostMicros},
+		Stickyd: meta,
 	})
 	return nil
 }
@@ -204,18 +242,53 @@ func (h *httpServer) streamChat(w http.ResponseWriter, r *http.Request, call gat
 		return nil
 	}
 
-	empty := ""
-	if err := event([]chunkChoice{{Delta: chunkDelta{Role: "assistant", Content: &empty}}}, usage); err != nil {
-		return gone(err)
+	// A stream in the caller's own shape (the provider speaks it too)
+	// passes the provider's events on as they came; the event that ends
+	// it (a finish reason, or the usage) is held until the stream's cost
+	// is known, and carries the gateway's word.
+	native := c.Native != nil
+	var held []byte
+	if !native {
+		empty := ""
+		if err := event([]chunkChoice{{Delta: chunkDelta{Role: "assistant", Content: &empty}}}, usage); err != nil {
+			return gone(err)
+		}
 	}
 	for {
-		if c.Delta != "" {
-			if err := event([]chunkChoice{{Delta: chunkDelta{Content: &c.Delta}}}, usage); err != nil {
+		switch {
+		case c.Native != nil:
+			if held != nil {
+				if err := sse.write(held); err != nil {
+					return gone(err)
+				}
+				held = nil
+			}
+			if endsChat(c.Native.Data) {
+				held = c.Native.Data
+			} else if err := sse.write(c.Native.Data); err != nil {
+				return gone(err)
+			}
+		case native:
+		case c.Delta != "" || len(c.ToolCalls) > 0:
+			d := chunkDelta{}
+			if c.Delta != "" {
+				d.Content = &c.Delta
+			}
+			for _, tc := range c.ToolCalls {
+				d.ToolCalls = append(d.ToolCalls, chatToolCall{Index: &tc.Index, ID: tc.ID, Type: typeIfID(tc.ID),
+					Function: chatFunction{Name: tc.Name, Arguments: tc.Arguments}})
+			}
+			if err := event([]chunkChoice{{Delta: d}}, usage); err != nil {
 				return gone(err)
 			}
 		}
 		switch {
 		case c.Err != nil:
+			if held != nil {
+				if err := sse.write(held); err != nil {
+					return gone(err)
+				}
+			}
 			ae := toAPIError(c.Err)
 			h.log.Warn("gateway stream failed midway", "model", model, "session", call.Session, "error", c.Err)
 			if err := sse.event(newErrorBody(ae)); err != nil {
@@ -223,13 +296,26 @@ func (h *httpServer) streamChat(w http.ResponseWriter, r *http.Request, call gat
 			}
 			return nil
 		case c.Done:
-			finish := openAIFinish(c.FinishReason)
 			meta := &streamMeta{Provider: c.Provider, Deployment: c.Deployment, CostMicros: c.CostMicros}
+			hdr.Set(costTrailer, strconv.FormatInt(c.CostMicros, 10))
+			if native {
+				last, err := gateway.SetJSONField(held, "stickyd", meta)
+				if held == nil || err != nil {
+					last, _ = json.Marshal(chatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model, Choices: []chunkChoice{}, Stickyd: meta})
+				}
+				if err := sse.write(last); err != nil {
+					return gone(err)
+				}
+				if err := sse.write([]byte("[DONE]")); err != nil {
+					return gone(err)
+				}
+				return nil
+			}
+			finish := openAIFinish(c.FinishReason)
 			if err := sse.event(chatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model,
 				Choices: []chunkChoice{{Delta: chunkDelta{}, FinishReason: &finish}}, Usage: usage, Stickyd: meta}); err != nil {
 				return gone(err)
 			}
-			hdr.Set(costTrailer, strconv.FormatInt(c.CostMicros, 10))
 			if includeUsage {
 				var u gateway.Usage
 				if c.Usage != nil {
@@ -250,6 +336,37 @@ func (h *httpServer) streamChat(w http.ResponseWriter, r *http.Request, call gat
 	}
 }
 
+// endsChat reports whether a chat.completion.chunk ends its stream's
+// text: one with a finish reason, or with no choice (the usage chunk).
+func endsChat(data []byte) bool {
+	var probe struct {
+		Choices []struct {
+			FinishReason *string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	if json.Unmarshal(data, &probe) != nil {
+		return false
+	}
+	if len(probe.Choices) == 0 {
+		return true
+	}
+	for _, c := range probe.Choices {
+		if c.FinishReason != nil && *c.FinishReason != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// typeIfID is a streamed tool call's type, on its first delta (the one
+// with its id).
+func typeIfID(id string) string {
+	if id == "" {
+		return ""
+	}
+	return "function"
+}
+
 // sseWriter writes server-sent events, flushing each.
 type sseWriter struct {
 	w  http.ResponseWriter
@@ -268,6 +385,10 @@ func (s sseWriter) write(data []byte) error {
 	if _, err := fmt.Fprintf(s.w, "data: %s\n\n", data); err != nil {
 		return err
 	}
+	return s.flush()
+}
+
+func (s sseWriter) flush() error {
 	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -117,16 +118,17 @@ func TestChatRequest(t *testing.T) {
 	}
 	call := svc.lastCall(t)
 	req := call.Request
-	want := []gateway.Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "one\ntwo"}, {Role: "assistant", Content: ""}}
+	want := []gateway.Message{{Role: "system", Content: "be brief"}, {Role: "user", Parts: []gateway.Part{{Type: "text", Text: "one"}, {Type: "text", Text: "two"}}},
+		{Role: "assistant", Content: ""}}
 	if len(req.Messages) != len(want) {
 		t.Fatalf("messages %+v", req.Messages)
 	}
 	for i := range want {
-		if req.Messages[i] != want[i] {
+		if !reflect.DeepEqual(req.Messages[i], want[i]) {
 			t.Fatalf("message %d: %+v, want %+v", i, req.Messages[i], want[i])
 		}
 	}
-	if req.MaxTokens != 20 || req.Temperature == nil || *req.Temperature != 0 || req.TopP == nil || *req.TopP != 0.5 ||
+	if req.MaxTokens != 10 || req.MaxCompletionTokens != 20 || *req.PresencePenalty != 0.1 || req.Native == nil || string(req.Native.Body) != body || req.Temperature == nil || *req.Temperature != 0 || req.TopP == nil || *req.TopP != 0.5 ||
 		strings.Join(req.Stop, ",") != "a,b" || req.User != "u1" || call.Session != "u1" || call.IdempotencyKey != "k1" {
 		t.Fatalf("call %+v", call)
 	}

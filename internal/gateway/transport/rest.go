@@ -1,7 +1,9 @@
 package transport
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -19,6 +21,33 @@ type submitBody struct {
 	IdempotencyKey string `json:"idempotency_key"`
 	// Stream is refused: an async request's answer is read whole.
 	Stream bool `json:"stream"`
+}
+
+// restOnly are the members of submitBody that are the route's own, not
+// the chat completion request's.
+var restOnly = []string{"session", "idempotency_key", "stream"}
+
+// withoutMembers returns the JSON object raw without the named members
+// (its members then in the order of their names).
+func withoutMembers(raw []byte, names ...string) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, badRequest("", "invalid JSON body: %v", err)
+	}
+	n := len(m)
+	for _, k := range names {
+		delete(m, k)
+	}
+	if len(m) == n {
+		return raw, nil
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSpace(b.Bytes()), nil
 }
 
 // submitted is the 202 answer to a submission.
@@ -39,16 +68,25 @@ type submittedLinks struct {
 // submit serves POST /v1/gateway/requests.
 func (h *httpServer) submit(w http.ResponseWriter, r *http.Request, caller string) error {
 	var body submitBody
-	if err := h.decodeBody(w, r, &body); err != nil {
+	raw, err := h.decodeBody(w, r, &body)
+	if err != nil {
 		return err
 	}
 	if body.Stream {
 		return badRequest("stream", "stream is not supported on async requests: use POST %s", completionsPath)
 	}
+	body.extra = findExtra(raw, restOnly...)
 	req, err := body.toRequest()
 	if err != nil {
 		return err
 	}
+	// The provider gets the chat completion request without the members
+	// that are this route's own.
+	native, err := withoutMembers(raw, restOnly...)
+	if err != nil {
+		return err
+	}
+	req.Native = &gateway.Native{Shape: gateway.ShapeOpenAIChat, Body: native}
 	call := gateway.Call{
 		Request:        req,
 		Session:        sessionOf(caller, body.Session, r.Header.Get(SessionHeader), req.User),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -42,7 +43,7 @@ func TestSubmit(t *testing.T) {
 	}
 	req := call.Request
 	if req.Model != "m" || req.MaxTokens != 50 || req.Temperature == nil || *req.Temperature != 0 ||
-		len(req.Stop) != 1 || req.Stop[0] != "END" || len(req.Messages) != 1 || req.Messages[0] != hello[0] {
+		len(req.Stop) != 1 || req.Stop[0] != "END" || len(req.Messages) != 1 || !reflect.DeepEqual(req.Messages[0], hello[0]) {
 		t.Fatalf("request %+v", req)
 	}
 }
@@ -130,12 +131,14 @@ func TestBadInput(t *testing.T) {
 		{"no model", "/v1/gateway/requests", `{"messages": [{"role":"user","content":"x"}]}`, 400, "model"},
 		{"no messages", "/v1/chat/completions", `{"model": "m"}`, 400, "messages"},
 		{"empty messages", "/v1/chat/completions", `{"model": "m", "messages": []}`, 400, "messages"},
-		{"tool role", "/v1/chat/completions", `{"model": "m", "messages": [{"role":"tool","content":"x"}]}`, 400, "messages[0].role"},
+		{"tool without call", "/v1/chat/completions", `{"model": "m", "messages": [{"role":"tool","content":"x"}]}`, 400, "messages[0].tool_call_id"},
+		{"function role", "/v1/chat/completions", `{"model": "m", "messages": [{"role":"function","content":"x"}]}`, 400, "messages[0].role"},
 		{"wrong type", "/v1/chat/completions", `{"model": "m", "messages": [{"role":"user","content":"x"}], "max_tokens": "ten"}`, 400, "max_tokens"},
 		{"negative max", "/v1/chat/completions", `{"model": "m", "messages": [{"role":"user","content":"x"}], "max_completion_tokens": -1}`, 400, "max_completion_tokens"},
-		{"image part", "/v1/chat/completions", `{"model": "m", "messages": [{"role":"user","content":[{"type":"image_url"}]}]}`, 400, ""},
-		{"n", "/v1/chat/completions", `{"model": "m", "messages": [{"role":"user","content":"x"}], "n": 2}`, 400, "n"},
-		{"tools", "/v1/chat/completions", `{"model": "m", "messages": [{"role":"user","content":"x"}], "tools": [{"type":"function"}]}`, 400, "tools"},
+		{"image without url", "/v1/chat/completions", `{"model": "m", "messages": [{"role":"user","content":[{"type":"image_url"}]}]}`, 400, "messages[0].content[0].image_url"},
+		{"n", "/v1/chat/completions", `{"model": "m", "messages": [{"role":"user","content":"x"}], "n": 0}`, 400, "n"},
+		{"tool choice", "/v1/chat/completions", `{"model": "m", "messages": [{"role":"user","content":"x"}], "tool_choice": "sometimes"}`, 400, "tool_choice"},
+		{"format", "/v1/chat/completions", `{"model": "m", "messages": [{"role":"user","content":"x"}], "response_format": {"type":"yaml"}}`, 400, "response_format.type"},
 		{"async stream", "/v1/gateway/requests", `{"model": "m", "messages": [{"role":"user","content":"x"}], "stream": true}`, 400, "stream"},
 		{"too large", "/v1/chat/completions", `{"model": "m", "messages": [{"role":"user","content":"` + strings.Repeat("x", 300) + `"}]}`, 413, ""},
 		{"unknown model", "/v1/gateway/requests", `{"model": "nope", "messages": [{"role":"user","content":"x"}]}`, 404, "model"},

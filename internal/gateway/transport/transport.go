@@ -57,9 +57,13 @@ func checkRequest(req gateway.Request) error {
 	for i, m := range req.Messages {
 		switch m.Role {
 		case "system", "user", "assistant":
+		case "tool":
+			if m.ToolCallID == "" {
+				return badRequest(fmt.Sprintf("messages[%d].tool_call_id", i), "messages[%d] is a tool's answer without its tool_call_id", i)
+			}
 		default:
 			return badRequest(fmt.Sprintf("messages[%d].role", i),
-				"messages[%d].role is %q: only system, user and assistant messages are supported", i, m.Role)
+				"messages[%d].role is %q: only system, developer, user, assistant and tool messages are supported", i, m.Role)
 		}
 	}
 	if req.MaxTokens < 0 {

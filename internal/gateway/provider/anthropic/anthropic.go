@@ -129,30 +129,15 @@ func New(cfg Config) (*Adapter, error) {
 
 // Wire shapes of the Messages API (only the fields the gateway uses).
 type (
-	messagesRequest struct {
-		Model         string           `json:"model"`
-		System        string           `json:"system,omitempty"`
-		Messages      []wireMessage    `json:"messages"`
-		MaxTokens     int              `json:"max_tokens"`
-		Temperature   *float64         `json:"temperature,omitempty"`
-		TopP          *float64         `json:"top_p,omitempty"`
-		StopSequences []string         `json:"stop_sequences,omitempty"`
-		Metadata      *requestMetadata `json:"metadata,omitempty"`
-		Stream        bool             `json:"stream,omitempty"`
-	}
-	wireMessage struct {
-		Role    string `json:"role"`
-		Content string `json:"content"`
-	}
-	requestMetadata struct {
-		UserID string `json:"user_id"`
-	}
 	messagesResponse struct {
 		ID      string `json:"id"`
 		Model   string `json:"model"`
 		Content []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
+			Type  string          `json:"type"`
+			Text  string          `json:"text"`
+			ID    string          `json:"id"`
+			Name  string          `json:"name"`
+			Input json.RawMessage `json:"input"`
 		} `json:"content"`
 		StopReason string    `json:"stop_reason"`
 		Usage      wireUsage `json:"usage"`
@@ -194,46 +179,11 @@ func finishReason(stopReason string) string {
 	return strings.ToLower(stopReason)
 }
 
-// buildRequest turns req into Anthropic's shape: system (and OpenAI's
-// "developer") messages go, joined, into the top-level system field.
-func (a *Adapter) buildRequest(req gateway.Request, stream bool) (messagesRequest, error) {
-	mr := messagesRequest{
-		Model:         req.Model,
-		Messages:      make([]wireMessage, 0, len(req.Messages)),
-		MaxTokens:     cmp.Or(req.MaxTokens, a.maxTokens),
-		Temperature:   req.Temperature,
-		TopP:          req.TopP,
-		StopSequences: req.Stop,
-		Stream:        stream,
-	}
-	var system []string
-	for i, m := range req.Messages {
-		switch m.Role {
-		case "system", "developer":
-			system = append(system, m.Content)
-		case "user", "assistant":
-			mr.Messages = append(mr.Messages, wireMessage{Role: m.Role, Content: m.Content})
-		default:
-			return mr, &gateway.ProviderError{Kind: gateway.KindBadRequest, Type: "invalid_request_error",
-				Message: fmt.Sprintf("message %d: unknown role %q", i, m.Role)}
-		}
-	}
-	mr.System = strings.Join(system, systemSeparator)
-	if req.User != "" {
-		mr.Metadata = &requestMetadata{UserID: req.User}
-	}
-	return mr, nil
-}
-
 // newRequest returns an HTTP request to path with Anthropic's headers.
-func (a *Adapter) newRequest(ctx context.Context, method, path string, body any) (*http.Request, error) {
+func (a *Adapter) newRequest(ctx context.Context, method, path string, body []byte) (*http.Request, error) {
 	var rd io.Reader
 	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, fmt.Errorf("encoding request: %w", err)
-		}
-		rd = bytes.NewReader(b)
+		rd = bytes.NewReader(body)
 	}
 	hr, err := http.NewRequestWithContext(ctx, method, a.baseURL+path, rd)
 	if err != nil {
@@ -251,7 +201,7 @@ func (a *Adapter) newRequest(ctx context.Context, method, path string, body any)
 // Errors are *gateway.ProviderError, except when ctx is cancelled: the
 // error then wraps ctx.Err().
 func (a *Adapter) Complete(ctx context.Context, req gateway.Request) (gateway.Response, error) {
-	mr, err := a.buildRequest(req, false)
+	mr, err := a.requestBody(req, false)
 	if err != nil {
 		return gateway.Response{}, err
 	}
@@ -284,9 +234,17 @@ func (a *Adapter) Complete(ctx context.Context, req gateway.Request) (gateway.Re
 			Message: fmt.Sprintf("decoding response: %v", err)}
 	}
 	var text strings.Builder
+	var calls []gateway.ToolCall
 	for _, block := range mresp.Content {
-		if block.Type == "text" {
+		switch block.Type {
+		case "text":
 			text.WriteString(block.Text)
+		case "tool_use":
+			args := string(block.Input)
+			if args == "" || args == "null" {
+				args = "{}"
+			}
+			calls = append(calls, gateway.ToolCall{ID: block.ID, Name: block.Name, Arguments: args})
 		}
 	}
 	out := gateway.Response{
@@ -294,8 +252,14 @@ func (a *Adapter) Complete(ctx context.Context, req gateway.Request) (gateway.Re
 		Model:        mresp.Model,
 		Content:      text.String(),
 		FinishReason: finishReason(mresp.StopReason),
+		ToolCalls:    calls,
 	}
 	mresp.Usage.mergeInto(&out.Usage)
+	if native(req) {
+		// The caller speaks this API: it gets the answer as it is
+		// (thinking blocks, citations... included).
+		out.Native = &gateway.Native{Shape: gateway.ShapeAnthropicMessages, Body: body}
+	}
 	return out, nil
 }
 

@@ -23,16 +23,23 @@ type streamEvent struct {
 		Model string    `json:"model"`
 		Usage wireUsage `json:"usage"`
 	} `json:"message"`
+	// content_block_start, _delta and _stop: the block's place
+	Index int `json:"index"`
 	// content_block_start
 	ContentBlock struct {
 		Type string `json:"type"`
 		Text string `json:"text"`
+		// tool_use
+		ID   string `json:"id"`
+		Name string `json:"name"`
 	} `json:"content_block"`
-	// content_block_delta (Type, Text) and message_delta (StopReason)
+	// content_block_delta (Type, Text, PartialJSON) and message_delta
+	// (StopReason)
 	Delta struct {
-		Type       string `json:"type"`
-		Text       string `json:"text"`
-		StopReason string `json:"stop_reason"`
+		Type        string `json:"type"`
+		Text        string `json:"text"`
+		PartialJSON string `json:"partial_json"`
+		StopReason  string `json:"stop_reason"`
 	} `json:"delta"`
 	// message_delta: cumulative counts
 	Usage wireUsage `json:"usage"`
@@ -52,7 +59,7 @@ type streamEvent struct {
 // error wrapping ctx.Err(). The caller must read the channel until it is
 // closed, or cancel ctx: the stream's goroutine waits for one or the other.
 func (a *Adapter) Stream(ctx context.Context, req gateway.Request) (<-chan gateway.Chunk, error) {
-	mr, err := a.buildRequest(req, true)
+	mr, err := a.requestBody(req, true)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +103,7 @@ func (a *Adapter) Stream(ctx context.Context, req gateway.Request) (<-chan gatew
 		body := newStallReader(resp.Body, a.stallTimeout, cancel)
 		defer body.stop()
 
-		last, reported := readEvents(ctx, newSSEReader(body, maxEventLineBytes), ch)
+		last, reported := readEvents(ctx, newSSEReader(body, maxEventLineBytes), ch, native(req))
 		switch {
 		case last.Err == nil:
 		case ctx.Err() != nil:
@@ -119,21 +126,33 @@ func (a *Adapter) Stream(ctx context.Context, req gateway.Request) (<-chan gatew
 	return ch, nil
 }
 
-// readEvents sends the text deltas of the events in r to ch, and returns
-// the stream's last chunk: Done at message_stop, or Err, with the usage
-// the events reported so far. It returns when ctx is cancelled too (the
-// Err chunk then says nothing: the caller replaces it).
-func readEvents(ctx context.Context, r *sseReader, ch chan<- gateway.Chunk) (last gateway.Chunk, reported gateway.Usage) {
+// readEvents sends the text and tool-call deltas of the events in r to
+// ch, and returns the stream's last chunk: Done at message_stop, or Err,
+// with the usage the events reported so far. From message_start on, every
+// chunk carries that usage (the input counted at the start, the output at
+// the last message_delta), so that a caller who leaves is charged what the
+// provider reported. With native, every event is passed on as it came
+// (Chunk.Native), message_stop's on the Done chunk. It returns when ctx is
+// cancelled too (the Err chunk then says nothing: the caller replaces it).
+func readEvents(ctx context.Context, r *sseReader, ch chan<- gateway.Chunk, native bool) (last gateway.Chunk, reported gateway.Usage) {
 	var (
 		id, model, stopReason string
 		usage                 gateway.Usage
+		started               bool
+		tools                 = map[int]*toolBlock{} // by the block's index
 	)
-	sendText := func(text string) bool {
-		if text == "" {
-			return true
+	var sentUsage gateway.Usage
+	send := func(c gateway.Chunk) bool {
+		if !started {
+			return true // nothing before message_start
 		}
+		if c.Delta == "" && len(c.ToolCalls) == 0 && c.Native == nil && usage == sentUsage {
+			return true // a ping, a block's stop: nothing new
+		}
+		u := usage
+		c.Usage, sentUsage = &u, u
 		select {
-		case ch <- gateway.Chunk{Delta: text}:
+		case ch <- c:
 			return true
 		case <-ctx.Done():
 			return false
@@ -153,19 +172,40 @@ func readEvents(ctx context.Context, r *sseReader, ch chan<- gateway.Chunk) (las
 		if typ == "" {
 			typ = raw.name
 		}
+		var c gateway.Chunk
+		if native {
+			c.Native = &gateway.NativeEvent{Event: raw.name, Data: raw.data}
+		}
 		switch typ {
 		case "message_start":
 			id, model = ev.Message.ID, ev.Message.Model
 			ev.Message.Usage.mergeInto(&usage)
+			started = true
 		case "content_block_start":
-			if ev.ContentBlock.Type == "text" && !sendText(ev.ContentBlock.Text) {
-				return gateway.Chunk{Err: ctx.Err()}, usage
+			switch ev.ContentBlock.Type {
+			case "text":
+				c.Delta = ev.ContentBlock.Text
+			case "tool_use":
+				tb := &toolBlock{index: len(tools)}
+				tools[ev.Index] = tb
+				c.ToolCalls = []gateway.ToolCallDelta{{Index: tb.index, ID: ev.ContentBlock.ID, Name: ev.ContentBlock.Name}}
 			}
 		case "content_block_delta":
-			// Other deltas (input_json_delta, thinking_delta, ...) are
-			// not text the gateway passes on.
-			if ev.Delta.Type == "text_delta" && !sendText(ev.Delta.Text) {
-				return gateway.Chunk{Err: ctx.Err()}, usage
+			// Other deltas (thinking_delta, citations_delta...) are not
+			// what the gateway's fields carry; a native caller gets them.
+			switch ev.Delta.Type {
+			case "text_delta":
+				c.Delta = ev.Delta.Text
+			case "input_json_delta":
+				if tb := tools[ev.Index]; tb != nil && ev.Delta.PartialJSON != "" {
+					tb.args = true
+					c.ToolCalls = []gateway.ToolCallDelta{{Index: tb.index, Arguments: ev.Delta.PartialJSON}}
+				}
+			}
+		case "content_block_stop":
+			if tb := tools[ev.Index]; tb != nil && !tb.args {
+				// A call without arguments: its input is {}.
+				c.ToolCalls = []gateway.ToolCallDelta{{Index: tb.index, Arguments: "{}"}}
 			}
 		case "message_delta":
 			if ev.Delta.StopReason != "" {
@@ -174,16 +214,27 @@ func readEvents(ctx context.Context, r *sseReader, ch chan<- gateway.Chunk) (las
 			// The counts are cumulative: the latest replaces, never adds.
 			ev.Usage.mergeInto(&usage)
 		case "message_stop":
-			return gateway.Chunk{Done: true, FinishReason: finishReason(stopReason), Usage: &usage, ID: id, Model: model}, usage
+			u := usage
+			return gateway.Chunk{Done: true, FinishReason: finishReason(stopReason), Usage: &u, ID: id, Model: model, Native: c.Native}, usage
 		case "error":
 			return gateway.Chunk{Err: &gateway.ProviderError{Kind: streamErrorKind(ev.Error.Type),
 				Type: ev.Error.Type, Message: ev.Error.Message}}, usage
 		default:
-			// ping, content_block_stop, and the event types Anthropic
-			// may add (its versioning policy says clients must ignore
-			// the ones they do not know).
+			// ping, and the event types Anthropic may add (its versioning
+			// policy says clients must ignore the ones they do not know);
+			// a native caller gets them as they came.
+		}
+		if !send(c) {
+			return gateway.Chunk{Err: ctx.Err()}, usage
 		}
 	}
+}
+
+// toolBlock is a tool_use block of a stream: its place among the answer's
+// tool calls, and whether it sent arguments.
+type toolBlock struct {
+	index int
+	args  bool
 }
 
 // readError classifies why a stream could not be read to message_stop.

@@ -140,10 +140,14 @@ func New(cfg Config) (*Adapter, error) {
 // first choice. Errors are *gateway.ProviderError, or the context's error
 // when ctx was cancelled.
 func (a *Adapter) Complete(ctx context.Context, req gateway.Request) (gateway.Response, error) {
+	reqBody, _, err := requestBody(req, false)
+	if err != nil {
+		return gateway.Response{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 
-	resp, err := a.do(ctx, http.MethodPost, "/chat/completions", "application/json", newChatRequest(req, false))
+	resp, err := a.do(ctx, http.MethodPost, "/chat/completions", "application/json", reqBody)
 	if err != nil {
 		return gateway.Response{}, err
 	}
@@ -177,13 +181,28 @@ func (a *Adapter) Complete(ctx context.Context, req gateway.Request) (gateway.Re
 	if cc.Usage == nil {
 		a.log.Warn("completion without usage", "model", req.Model, "id", cc.ID)
 	}
-	return gateway.Response{
+	out := gateway.Response{
 		ID:           cc.ID,
 		Model:        cc.Model,
 		Content:      choice.Message.Content,
 		FinishReason: choice.FinishReason,
 		Usage:        cc.Usage.usage(),
-	}, nil
+	}
+	for _, tc := range choice.Message.ToolCalls {
+		out.ToolCalls = append(out.ToolCalls, gateway.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+	}
+	if native(req) {
+		// The caller speaks this API: it gets the answer as it is, every
+		// choice and field (logprobs, refusal...) included.
+		out.Native = &gateway.Native{Shape: gateway.ShapeOpenAIChat, Body: body}
+	}
+	return out, nil
+}
+
+// native reports whether req is the caller's own Chat Completions request,
+// sent as it is and answered with the provider's own answer.
+func native(req gateway.Request) bool {
+	return req.Native != nil && req.Native.Shape == gateway.ShapeOpenAIChat
 }
 
 // HealthCheck lists the models (GET {BaseURL}/models): any 2xx answer is
@@ -202,9 +221,9 @@ func (a *Adapter) HealthCheck(ctx context.Context) error {
 }
 
 // do sends a request with the adapter's headers, accepting accept, and
-// a JSON body (nil for none). It returns the answer when its status is 2xx; otherwise the
+// a JSON body (nil for none), sent as it is. It returns the answer when its status is 2xx; otherwise the
 // classified error, with the body read and closed.
-func (a *Adapter) do(ctx context.Context, method, path, accept string, body any) (*http.Response, error) {
+func (a *Adapter) do(ctx context.Context, method, path, accept string, body []byte) (*http.Response, error) {
 	req, err := a.newRequest(ctx, method, path, accept, body)
 	if err != nil {
 		return nil, err
@@ -222,14 +241,10 @@ func (a *Adapter) do(ctx context.Context, method, path, accept string, body any)
 	return resp, nil
 }
 
-func (a *Adapter) newRequest(ctx context.Context, method, path, accept string, body any) (*http.Request, error) {
+func (a *Adapter) newRequest(ctx context.Context, method, path, accept string, body []byte) (*http.Request, error) {
 	var rd io.Reader
 	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, fmt.Errorf("encoding request: %w", err)
-		}
-		rd = bytes.NewReader(b)
+		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, a.base+path, rd)
 	if err != nil {

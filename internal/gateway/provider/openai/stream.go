@@ -31,9 +31,13 @@ var (
 // gateway.Adapter). The stream's goroutine ends, and the channel closes,
 // when the stream ends or ctx is cancelled.
 func (a *Adapter) Stream(ctx context.Context, req gateway.Request) (<-chan gateway.Chunk, error) {
+	body, usageAsked, err := requestBody(req, true)
+	if err != nil {
+		return nil, err
+	}
 	sctx, cancel := context.WithCancelCause(ctx)
 	headers := time.AfterFunc(a.timeout, func() { cancel(errHeaderTimeout) })
-	resp, err := a.do(sctx, http.MethodPost, "/chat/completions", "text/event-stream", newChatRequest(req, true))
+	resp, err := a.do(sctx, http.MethodPost, "/chat/completions", "text/event-stream", body)
 	fired := !headers.Stop()
 	if err != nil || fired {
 		if err == nil {
@@ -56,6 +60,8 @@ func (a *Adapter) Stream(ctx context.Context, req gateway.Request) (<-chan gatew
 		cancel:       cancel,
 		body:         resp.Body,
 		ch:           ch,
+		native:       native(req),
+		usageAsked:   usageAsked,
 	}
 	go s.run()
 	return ch, nil
@@ -72,6 +78,9 @@ type stream struct {
 	ch           chan<- gateway.Chunk
 	stall        *time.Timer // cancels sctx with errStalled
 	line         []byte      // scratch for lines longer than the read buffer
+	// native passes each event on as it came (the caller speaks this
+	// API), but the usage chunk the adapter asked for unless usageAsked.
+	native, usageAsked bool
 
 	// What the chunks said so far.
 	id, model, finish string
@@ -164,6 +173,7 @@ func (s *stream) event(data []byte) (done bool, err error) {
 		u := c.Usage.usage()
 		s.usage = &u
 	}
+	var out gateway.Chunk
 	for _, choice := range c.Choices {
 		if choice.Index != 0 {
 			continue
@@ -171,11 +181,20 @@ func (s *stream) event(data []byte) (done bool, err error) {
 		if choice.FinishReason != "" {
 			s.finish = choice.FinishReason
 		}
-		if choice.Delta.Content != "" && !s.send(gateway.Chunk{Delta: choice.Delta.Content}) {
-			return true, nil
+		out.Delta = choice.Delta.Content
+		for _, tc := range choice.Delta.ToolCalls {
+			out.ToolCalls = append(out.ToolCalls, gateway.ToolCallDelta{Index: tc.Index, ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 		}
 	}
-	return false, nil
+	if s.native && (len(c.Choices) > 0 || s.usageAsked || c.Usage == nil) {
+		// An event with no choice is the usage chunk: passed on only if
+		// the caller asked for it.
+		out.Native = &gateway.NativeEvent{Data: bytes.Clone(data)}
+	}
+	if out.Delta == "" && len(out.ToolCalls) == 0 && out.Native == nil {
+		return false, nil
+	}
+	return !s.send(out), nil
 }
 
 // done sends the last chunk of a stream that ended well.
