@@ -190,10 +190,10 @@ bench-profiles: bench-peers-deps
 proto:
 	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
-	cd internal/protocol && PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc \
+	cd plugins/worker/protocol && PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc \
 		--go_out=. --go_opt=paths=source_relative \
 		--go-grpc_out=. --go-grpc_opt=paths=source_relative stickyd.proto
-	protoc -I internal/protocol --python_out=plugins/python/stickyd internal/protocol/stickyd.proto
+	protoc -I plugins/worker/protocol --python_out=plugins/python/stickyd plugins/worker/protocol/stickyd.proto
 	cd internal/gateway/gatewaypb && PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc \
 		--go_out=. --go_opt=paths=source_relative \
 		--go-grpc_out=. --go-grpc_opt=paths=source_relative gateway.proto

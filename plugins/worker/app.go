@@ -14,13 +14,13 @@
 package worker
 
 import (
-	"github.com/stickyd/stickyd/internal/protocol"
-
 	"context"
 	"encoding/json"
 	"net/http"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // App is what an application implements.

@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 func sample() []*protocol.Envelope {

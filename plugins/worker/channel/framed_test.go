@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // Over go-plugin, a worker that offers the framed channel gets the host's
