@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,7 +17,12 @@ import (
 	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(pluginHelperEnv) != "" {
+		os.Exit(servePluginHelper())
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // fakeLauncher runs a worker that greets with version and then serves
 // probes until its channel closes. Its hello does not say it checkpoints.

@@ -1,7 +1,8 @@
 // Package channel owns the one stream of Envelopes between a host and a
 // worker, whatever carries it: gRPC on the go-plugin socket (grpc.go,
-// plugin.go) or a pair of in-memory queues carrying the same encoded bytes
-// (mem.go). On top of a Conn, a Peer (peer.go) correlates requests with their
+// plugin.go; the worker's end of go-plugin's protocol in pluginserve.go,
+// without go-plugin) or a pair of in-memory queues carrying the same
+// encoded bytes (mem.go). On top of a Conn, a Peer (peer.go) correlates requests with their
 // replies, and the handshake (handshake.go) checks the protocol version.
 //
 // The channel is shared by the host (internal/host) and the SDK (package
