@@ -22,6 +22,9 @@ func Serve(app App, opts Options) {
 	prepareEngine(app)
 	err := channel.ServePlugin(func(ctx context.Context, c channel.Conn) error {
 		err := ServeConn(ctx, app, opts, c)
+		if err != nil {
+			log.Error("worker channel ended", "error", err)
+		}
 		// One channel per process: when the host is done with it, so
 		// is the worker.
 		go func() { os.Exit(0) }()

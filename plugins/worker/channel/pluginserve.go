@@ -73,7 +73,7 @@ func ServePlugin(serve func(context.Context, Conn) error, log hclog.Logger) erro
 	if os.Getenv(Handshake.MagicCookieKey) != Handshake.MagicCookieValue {
 		return ErrNoHost
 	}
-	s, err := listenPlugin(os.Getenv, serve, log)
+	s, err := listenPlugin(os.Getenv, serve)
 	if err != nil {
 		return err
 	}
@@ -120,7 +120,7 @@ type pluginServer struct {
 
 // listenPlugin makes the listener and the server, reading go-plugin's
 // variables with getenv; nothing is served before Serve.
-func listenPlugin(getenv func(string) string, serve func(context.Context, Conn) error, log hclog.Logger) (*pluginServer, error) {
+func listenPlugin(getenv func(string) string, serve func(context.Context, Conn) error) (*pluginServer, error) {
 	if v := getenv("PLUGIN_PROTOCOL_VERSIONS"); v != "" {
 		want := strconv.FormatUint(uint64(Handshake.ProtocolVersion), 10)
 		if !slices.Contains(strings.Split(v, ","), want) {
@@ -158,13 +158,7 @@ func listenPlugin(getenv func(string) string, serve func(context.Context, Conn) 
 	grpc_health_v1.RegisterHealthServer(s.grpc, hs)
 	s.grpc.RegisterService(&controllerService, s)
 	s.grpc.RegisterService(&stdioService, s)
-	RegisterServer(s.grpc, func(ctx context.Context, c Conn) error {
-		err := serve(ctx, c)
-		if err != nil {
-			log.Error("worker channel ended", "error", err)
-		}
-		return err
-	})
+	RegisterServer(s.grpc, serve)
 	return s, nil
 }
 

@@ -51,7 +51,7 @@ func startPlugin(t *testing.T, mtls bool, serve func(context.Context, Conn) erro
 		}
 		env["PLUGIN_CLIENT_CERT"] = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: clientCert.Certificate[0]}))
 	}
-	s, err := listenPlugin(func(k string) string { return env[k] }, serve, hclog.NewNullLogger())
+	s, err := listenPlugin(func(k string) string { return env[k] }, serve)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestPluginServerChecksTheHost(t *testing.T) {
 			}
 			return ""
 		}
-		_, err := listenPlugin(getenv, nil, hclog.NewNullLogger())
+		_, err := listenPlugin(getenv, nil)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", env, err, want)
 		}
