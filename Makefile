@@ -7,6 +7,10 @@ ADDR    ?= 127.0.0.1:8080
 # ADMIN_ADDR, when set, is where make run's admin API listens (default: a
 # free port beside the front, printed at start).
 ADMIN_ADDR ?=
+# The Go SDK is a module of its own (docs/sdk.md): `go test ./...` at the
+# top does not reach it, so every target that runs over all packages runs
+# in it too.
+SDK     := plugins/worker
 
 .PHONY: all build run run-subprocess screenshots doctor deps test test-deploy lint unit bench bench-peers bench-peers-deps bench-profiles proto tools fuzz clean
 
@@ -70,16 +74,19 @@ deps:
 	@[ -d test/e2e/testdata/npmclients/node_modules ] || (cd test/e2e/testdata/npmclients && npm ci --no-audit --no-fund)
 
 ## test: set-up (deps, and the real Consul and Nomad agents: tools), format
-## and vet checks, every test with the race detector (the deployment suite
-## of test/deploy included: real Consul and Nomad agents), then the moves
-## stress test at full size (200 users typing through 10,000 moves) without it.
+## and vet checks, every test of both modules (the product's, the SDK's) with
+## the race detector (the deployment suite of test/deploy included: real
+## Consul and Nomad agents), then the moves stress test at full size (200
+## users typing through 10,000 moves) without it, then the fuzz targets.
 test: deps tools lint
 	STICKYD_REQUIRE_AGENTS=1 $(GO) test -race -count=1 -timeout 25m ./...
+	cd $(SDK) && $(GO) test -race -count=1 -timeout 10m ./...
 	$(GO) test -count=1 -timeout 10m -run TestMovesUnderLoad ./test/e2e/
 	$(MAKE) fuzz FUZZTIME=3s
 
 ## fuzz: every fuzz target of a decoder that takes outside input, for
-## FUZZTIME each (make fuzz FUZZTIME=10m for a long run).
+## FUZZTIME each (make fuzz FUZZTIME=10m for a long run). Each runs in its
+## package's folder, so that the SDK's run in the SDK's module.
 FUZZTIME ?= 30s
 FUZZ_TARGETS = \
 	./internal/front:FuzzCookieVerify ./internal/front:FuzzOp ./internal/front:FuzzDecodeOp \
@@ -91,7 +98,7 @@ fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
-		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		(cd $$pkg && $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) .) || exit 1; \
 	done
 
 ## test-deploy: the deployment suite alone (real Consul and Nomad agents,
@@ -144,12 +151,14 @@ soak-pages:
 lint:
 	@out="$$(gofmt -l cmd internal plugins test)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd $(SDK) && $(GO) vet ./...
 	@if command -v terraform >/dev/null; then terraform fmt -check -recursive terraform/; \
 	else echo "terraform not installed: terraform fmt -check skipped"; fi
 
 ## unit: the tests without the race detector (quick).
 unit:
 	$(GO) test -count=1 ./...
+	cd $(SDK) && $(GO) test -count=1 ./...
 
 ## bench: benchmark tables (see docs/benchmarks.md).
 bench:
@@ -204,10 +213,10 @@ bench-profiles: bench-peers-deps
 proto:
 	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
-	cd internal/protocol && PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc \
+	cd plugins/worker/protocol && PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc \
 		--go_out=. --go_opt=paths=source_relative \
 		--go-grpc_out=. --go-grpc_opt=paths=source_relative stickyd.proto
-	protoc -I internal/protocol --python_out=plugins/python/stickyd internal/protocol/stickyd.proto
+	protoc -I plugins/worker/protocol --python_out=plugins/python/stickyd plugins/worker/protocol/stickyd.proto
 	cd internal/gateway/gatewaypb && PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc \
 		--go_out=. --go_opt=paths=source_relative \
 		--go-grpc_out=. --go-grpc_opt=paths=source_relative gateway.proto

@@ -22,6 +22,7 @@ require (
 	github.com/prometheus/common v0.72.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/sashabaranov/go-openai v1.43.0
+	github.com/stickyd/stickyd/plugins/worker v0.0.0
 	github.com/zclconf/go-cty v1.19.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sync v0.23.0
@@ -100,3 +101,5 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/tools v0.49.0 // indirect
 )
+
+replace github.com/stickyd/stickyd/plugins/worker => ./plugins/worker

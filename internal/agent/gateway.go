@@ -7,7 +7,7 @@ import (
 
 	"github.com/stickyd/stickyd/internal/gateway/cluster"
 	"github.com/stickyd/stickyd/internal/host"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // The AI gateway in the server role (docs/gateway.md) lives in

@@ -22,12 +22,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/monitor"
 	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/placement"
 	"github.com/stickyd/stickyd/internal/supervisor"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
 )
 
 // Supervisor is what the API calls.

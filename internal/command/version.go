@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // VersionCommand prints the version.

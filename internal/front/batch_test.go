@@ -13,9 +13,9 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/placement"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // The hand-written encoder gives what json.Marshal of the answer gives,

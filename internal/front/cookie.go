@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // MinCookieKeyBytes is the shortest key the cookie key ring takes.

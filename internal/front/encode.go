@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // The WebSocket's answers are written by hand, straight from the worker's

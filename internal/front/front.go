@@ -29,9 +29,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/placement"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // Prefix is the front's reserved path prefix; the site never sees it.

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // maxPullWait bounds how long one pull waits for a first delta.

@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/stickyd/stickyd/internal/placement"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // hopHeaders are connection-level headers that are not forwarded.

@@ -17,9 +17,9 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/placement"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // wsConn is one browser WebSocket. An idle one holds one goroutine, its

@@ -18,8 +18,8 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/stickyd/stickyd/internal/placement"
-	"github.com/stickyd/stickyd/internal/protocol"
 	"github.com/stickyd/stickyd/internal/store"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // FSM holds the maps. Reads take the read lock and see the last applied entry.

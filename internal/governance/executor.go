@@ -38,7 +38,7 @@ import (
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/monitor"
 	"github.com/stickyd/stickyd/internal/move"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // Pool is this host's worker pool as governance reads and changes it

@@ -23,7 +23,7 @@ import (
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/monitor"
 	"github.com/stickyd/stickyd/internal/move"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 const mib = 1 << 20

@@ -11,10 +11,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/stickyd/stickyd/internal/bundle"
-	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/host"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // Builtin is an application compiled into stickyd, runnable in-process: it

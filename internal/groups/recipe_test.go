@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/plugins/worker"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
 )
 
 func TestTemplateDirEnvIsTheSDKs(t *testing.T) {

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/stickyd/stickyd/internal/park"
-	"github.com/stickyd/stickyd/internal/protocol"
 	"github.com/stickyd/stickyd/plugins/examples/counter"
 	"github.com/stickyd/stickyd/plugins/worker"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // piece builds a checkpoint piece of conn (page "" for the connection's

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/channel"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // What the host sends a worker: frames and envelopes, each waiting for the

@@ -10,8 +10,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
 
-	"github.com/stickyd/stickyd/internal/channel"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
 )
 
 // Launcher starts one worker process and opens its channel.
@@ -72,8 +73,8 @@ func launchPlugin(ctx context.Context, id, name string, plain bool, log hclog.Lo
 	appLog := log.Named(id)
 	stderr := newAppOutput(appLog, "stderr", true)
 	cfg := &plugin.ClientConfig{
-		HandshakeConfig:  channel.Handshake,
-		Plugins:          channel.PluginMap(nil),
+		HandshakeConfig:  pluginHandshake,
+		Plugins:          pluginSet,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		Logger:           appLog,
 		GRPCDialOptions:  channel.DialOptions(),
@@ -101,18 +102,18 @@ func launchPlugin(ctx context.Context, id, name string, plain bool, log hclog.Lo
 		}
 		return nil, nil, fmt.Errorf("starting worker plugin %q: %w", name, err)
 	}
-	raw, err := rpc.Dispense(channel.PluginName)
+	raw, err := rpc.Dispense(pluginName)
 	if err != nil {
 		client.Kill()
 		return nil, nil, fmt.Errorf("dispensing worker plugin: %w", err)
 	}
-	pc, ok := raw.(*channel.PluginClient)
+	cc, ok := raw.(*grpc.ClientConn)
 	if !ok {
 		client.Kill()
 		return nil, nil, fmt.Errorf("worker plugin dispensed %T", raw)
 	}
 	// The stream must outlive ctx: it is the worker's channel for life.
-	conn, err := pc.Open(context.WithoutCancel(ctx))
+	conn, err := channel.Dial(context.WithoutCancel(ctx), cc)
 	if err != nil {
 		client.Kill()
 		return nil, nil, fmt.Errorf("opening worker channel: %w", err)

@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,13 +11,18 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/stickyd/stickyd/internal/channel"
-	"github.com/stickyd/stickyd/internal/protocol"
 	"github.com/stickyd/stickyd/plugins/examples/counter"
 	"github.com/stickyd/stickyd/plugins/worker"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(pluginHelperEnv) != "" {
+		os.Exit(servePluginHelper())
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // fakeLauncher runs a worker that greets with version and then serves
 // probes until its channel closes. Its hello does not say it checkpoints.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/stickyd/stickyd/internal/fsm"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // startPool runs a pool of n workers of group whose ids start with prefix.

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/stickyd/stickyd/internal/fsm"
-	"github.com/stickyd/stickyd/internal/protocol"
 	"github.com/stickyd/stickyd/internal/store"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // The global store's calls from workers: reads from this agent's replica,

@@ -21,7 +21,7 @@ import (
 	"github.com/hashicorp/go-plugin/runner"
 	"golang.org/x/sys/unix"
 
-	"github.com/stickyd/stickyd/internal/channel"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
 )
 
 // fork has the template fork a worker for id and opens its channel.

@@ -6,7 +6,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/stickyd/stickyd/internal/channel"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
 )
 
 // fork needs Linux's pidfds to watch a worker that is not the agent's child.

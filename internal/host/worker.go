@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/stickyd/stickyd/internal/channel"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // A worker's slot: its process's start (the handshake, the greeting, the

@@ -8,14 +8,14 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/front"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/placement"
-	"github.com/stickyd/stickyd/internal/protocol"
 	"github.com/stickyd/stickyd/internal/supervisor"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // Forgetting by time (lifecycle.forget_after). Two halves, joined by the

@@ -19,7 +19,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // Log writes entries to the maps through the leader, from any server (the

@@ -18,8 +18,8 @@ import (
 	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/park"
 	"github.com/stickyd/stickyd/internal/placement"
-	"github.com/stickyd/stickyd/internal/protocol"
 	"github.com/stickyd/stickyd/internal/supervisor"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // A restart loses no session. Going down, the agent parks every person its

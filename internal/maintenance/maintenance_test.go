@@ -13,11 +13,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/stickyd/stickyd/internal/api"
-	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/monitor"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // memLog applies entries straight to a replica of the maps, as a

@@ -13,7 +13,7 @@ import (
 	"github.com/stickyd/stickyd/internal/governor"
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/park"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // The monitor's reading: each agent describes its own workers (from its

@@ -19,7 +19,7 @@ import (
 	"github.com/stickyd/stickyd/internal/governor"
 	"github.com/stickyd/stickyd/internal/host"
 	"github.com/stickyd/stickyd/internal/placement"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // fakePool is a host with fixed workers and usage.

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/stickyd/stickyd/internal/channel"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
 )
 
 // registerMetrics publishes the workers' probe readings and the raft

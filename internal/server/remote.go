@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/stickyd/stickyd/internal/api/client"
-	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
 )
 
 // Remote calls the admin APIs of the other agents (servers and hosts),

@@ -10,7 +10,7 @@ import (
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/move"
 	"github.com/stickyd/stickyd/internal/park"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // grouped is a fixed set of ready workers with their groups.

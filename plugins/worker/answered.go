@@ -1,6 +1,6 @@
 package worker
 
-import "github.com/stickyd/stickyd/internal/protocol"
+import "github.com/stickyd/stickyd/plugins/worker/protocol"
 
 // maxAnswered is how many of a page's recent messages are remembered by
 // their msg_id (a client resends only what was in flight when its

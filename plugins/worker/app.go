@@ -14,13 +14,13 @@
 package worker
 
 import (
-	"github.com/stickyd/stickyd/internal/protocol"
-
 	"context"
 	"encoding/json"
 	"net/http"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // App is what an application implements.
@@ -96,7 +96,7 @@ type Options struct {
 	Name    string
 	Version string
 	// Logger receives the SDK's logs. nil means stderr: JSON lines under
-	// Serve, which go-plugin forwards to the host's log; text lines under
+	// Serve, which the host's go-plugin client logs; text lines under
 	// InProcess, in the host's own format.
 	Logger hclog.Logger
 	// MaxPagesPerConn and MaxPagesPerPerson bound the pages open at once

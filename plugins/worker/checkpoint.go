@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // Crash checkpoints (docs/checkpoints.md). Now and then the host asks

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // maxPending is how many deltas a silent page keeps. Past it, deltas that a

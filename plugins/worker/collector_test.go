@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 func pullNow(c *collector, after uint64) ([]*protocol.Delta, uint64) {

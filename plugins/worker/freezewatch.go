@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // A freeze waits in the person's mailbox behind the frames queued before

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // A freeze with bounds of its own: while the person's request runs in the

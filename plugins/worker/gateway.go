@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/channel"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // The AI gateway (docs/gateway.md) as an app sees it: a call goes to the

@@ -1,16 +1,19 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/channel"
-	"github.com/stickyd/stickyd/internal/gateway"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // gwApp asks the gateway from a message: {"model": M, "stream": bool}. A
@@ -63,7 +66,7 @@ func fakeGateway(t *testing.T, peer **channel.Peer, sessions chan<- string) chan
 		}
 		p := *peer
 		go func() {
-			var call gateway.Call
+			var call gatewayCall
 			if err := json.Unmarshal(gc.Call, &call); err != nil || call.IdempotencyKey == "" {
 				t.Errorf("call %s: %v", gc.Call, err)
 			}
@@ -71,7 +74,7 @@ func fakeGateway(t *testing.T, peer **channel.Peer, sessions chan<- string) chan
 			refuse := func(code protocol.Error_Code, kind, msg string) {
 				_ = p.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_Error{Error: &protocol.Error{Code: code, Kind: kind, Message: msg}}})
 			}
-			chunk := func(c gateway.Chunk, errText, kind string) {
+			chunk := func(c GatewayChunk, errText, kind string) {
 				b, _ := json.Marshal(c)
 				_ = p.Notify(&protocol.Envelope{Body: &protocol.Envelope_GatewayChunk{GatewayChunk: &protocol.GatewayChunk{
 					CallId: env.Id, Chunk: b, Last: c.Done || errText != "", Error: errText, ErrorKind: kind}}})
@@ -80,17 +83,17 @@ func fakeGateway(t *testing.T, peer **channel.Peer, sessions chan<- string) chan
 			case call.Request.Model != "small" && call.Request.Model != "midway":
 				refuse(protocol.Error_BAD_REQUEST, "unknown_model", `unknown model "`+call.Request.Model+`"`)
 			case !gc.Stream:
-				b, _ := json.Marshal(gateway.Response{Content: "hello world", FinishReason: "stop", CostMicros: 55,
-					Usage: gateway.Usage{Input: 12, CachedInput: 30, Output: 7}, Provider: "openai", Deployment: "local"})
+				b, _ := json.Marshal(GatewayResponse{Content: "hello world", FinishReason: "stop", CostMicros: 55,
+					Usage: GatewayUsage{Input: 12, CachedInput: 30, Output: 7}, Provider: "openai", Deployment: "local"})
 				_ = p.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_GatewayReply{GatewayReply: &protocol.GatewayReply{Response: b}}})
 			case call.Request.Model == "midway":
-				chunk(gateway.Chunk{Delta: "hel"}, "", "")
-				chunk(gateway.Chunk{}, "the provider did not answer: server", "server")
+				chunk(GatewayChunk{Delta: "hel"}, "", "")
+				chunk(GatewayChunk{}, "the provider did not answer: server", "server")
 				refuse(protocol.Error_UNAVAILABLE, "server", "the provider did not answer: server")
 			default:
-				chunk(gateway.Chunk{Delta: "hello"}, "", "")
-				chunk(gateway.Chunk{Delta: " world"}, "", "")
-				chunk(gateway.Chunk{Done: true, FinishReason: "stop", Usage: &gateway.Usage{Output: 7}}, "", "")
+				chunk(GatewayChunk{Delta: "hello"}, "", "")
+				chunk(GatewayChunk{Delta: " world"}, "", "")
+				chunk(GatewayChunk{Done: true, FinishReason: "stop", Usage: GatewayUsage{Output: 7}}, "", "")
 				_ = p.Reply(env.Id, &protocol.Envelope{Body: &protocol.Envelope_GatewayReply{GatewayReply: &protocol.GatewayReply{}}})
 			}
 		}()
@@ -174,38 +177,60 @@ func TestGatewayDetached(t *testing.T) {
 	}
 }
 
-// The SDK's mirror types read and write the gateway's own JSON: a field
-// renamed on either side fails here.
+var update = flag.Bool("update", false, "rewrite testdata/gateway/call.json, the call the SDK sends")
+
+// The SDK's mirror types write and read the gateway's own JSON, as kept in
+// testdata/gateway: call.json is what the SDK sends (-update rewrites it),
+// response.json and chunk.json what the host answers. The gateway's side
+// checks the same files and writes its two (internal/gateway
+// TestGatewayWireMatchesTheSDK, in the product's module, which this module
+// cannot import), so a field renamed on either side fails one of the two.
 func TestGatewayWireMatchesTheGateway(t *testing.T) {
 	temp := 0.5
 	deadline := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	b, _ := json.Marshal(gatewayCall{Request: GatewayRequest{Model: "small", Messages: []GatewayMessage{{Role: "user", Content: "hi"}},
+	b, err := json.Marshal(gatewayCall{Request: GatewayRequest{Model: "small", Messages: []GatewayMessage{{Role: "user", Content: "hi"}},
 		MaxTokens: 9, Temperature: &temp}, IdempotencyKey: "k", Deadline: deadline})
-	var call gateway.Call
-	if err := json.Unmarshal(b, &call); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
-	want := gateway.Call{Request: gateway.Request{Model: "small", Messages: []gateway.Message{{Role: "user", Content: "hi"}}, MaxTokens: 9,
-		Temperature: &temp}, IdempotencyKey: "k", Deadline: deadline}
-	if !reflect.DeepEqual(call, want) {
-		t.Fatalf("call %+v, want %+v", call, want)
+	if *update {
+		var out bytes.Buffer
+		_ = json.Indent(&out, b, "", "  ")
+		out.WriteByte('\n')
+		if err := os.WriteFile(filepath.Join("testdata", "gateway", "call.json"), out.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	u := gateway.Usage{Input: 1, CachedInput: 2, CacheWrite: 3, Output: 4}
-	b, _ = json.Marshal(gateway.Response{ID: "i", Model: "m", Content: "c", FinishReason: "stop", Usage: u, Provider: "p", Deployment: "d", CostMicros: 5})
+	if want := gatewayGolden(t, "call.json"); !bytes.Equal(b, want) {
+		t.Fatalf("call %s, want %s", b, want)
+	}
 	var resp GatewayResponse
-	if err := json.Unmarshal(b, &resp); err != nil {
+	if err := json.Unmarshal(gatewayGolden(t, "response.json"), &resp); err != nil {
 		t.Fatal(err)
 	}
 	gu := GatewayUsage{Input: 1, CachedInput: 2, CacheWrite: 3, Output: 4}
 	if want := (GatewayResponse{ID: "i", Model: "m", Content: "c", FinishReason: "stop", Usage: gu, Provider: "p", Deployment: "d", CostMicros: 5}); resp != want {
 		t.Fatalf("response %+v, want %+v", resp, want)
 	}
-	b, _ = json.Marshal(gateway.Chunk{Delta: "x", Done: true, FinishReason: "stop", Usage: &u, Provider: "p", Deployment: "d", CostMicros: 6})
 	var c GatewayChunk
-	if err := json.Unmarshal(b, &c); err != nil {
+	if err := json.Unmarshal(gatewayGolden(t, "chunk.json"), &c); err != nil {
 		t.Fatal(err)
 	}
-	if c.Delta != "x" || !c.Done || c.FinishReason != "stop" || c.Usage != gu || c.Provider != "p" || c.Deployment != "d" || c.CostMicros != 6 {
-		t.Fatalf("chunk %+v", c)
+	if want := (GatewayChunk{Delta: "x", Done: true, FinishReason: "stop", Usage: gu, Provider: "p", Deployment: "d", CostMicros: 6}); !reflect.DeepEqual(c, want) {
+		t.Fatalf("chunk %+v, want %+v", c, want)
 	}
+}
+
+// gatewayGolden is testdata/gateway/name, compacted.
+func gatewayGolden(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "gateway", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := json.Compact(&out, b); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return out.Bytes()
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // packageFormat is the UserPackage format this SDK writes and reads.

@@ -41,9 +41,10 @@ func heapAfterGC() uint64 {
 // first write into one row then costs (time, and heap beside the page's)
 // and a second into another row (heap), the time to encode it again (a
 // move or a checkpoint), and to build it with Tree.Set (an app's OpenPage),
-// without a delta and with one (a page's tree). Run it alone:
+// without a delta and with one (a page's tree). Run it alone, in
+// plugins/worker (the SDK's module):
 //
-//	go test -run '^$' -bench Page10MB -benchtime 3x ./plugins/worker/
+//	go test -run '^$' -bench Page10MB -benchtime 3x .
 func BenchmarkPage10MB(b *testing.B) {
 	rows := gridRows(100_000)
 	src := &Tree{root: map[string]any{}}

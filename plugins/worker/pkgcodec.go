@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // A package is a UserPackage on the wire, but its trees are neither
@@ -22,7 +22,7 @@ import (
 // UserPackage (protobuf allows a message's fields in any order, and the
 // trees come last in theirs): anything that reads protobuf reads them.
 
-// Field numbers of the package messages (internal/protocol/stickyd.proto).
+// Field numbers of the package messages (protocol/stickyd.proto).
 const (
 	fieldUserConns  protowire.Number = 6
 	fieldConnValues protowire.Number = 3

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // Precopy (docs/moves.md): ahead of a move, the host asks for a copy of a

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // A view of a tree stays as it was while the tree is written, at any depth,

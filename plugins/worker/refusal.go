@@ -3,7 +3,7 @@ package worker
 import (
 	"errors"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // Refusal is an error a Message returns to refuse a message with a code the

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/channel"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // testApp counts messages in its page tree and logs in on /login.

@@ -1,42 +1,46 @@
 package worker
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/go-plugin"
-	"google.golang.org/grpc"
 
-	"github.com/stickyd/stickyd/internal/channel"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // Serve runs app as a stickyd worker plugin. It is the whole of an
 // application's main; it returns only when the host stops the worker. Run by
-// hand (not by a stickyd host), it explains itself and exits.
+// hand (not by a stickyd host), it explains itself and exits with 1.
 func Serve(app App, opts Options) {
 	log := opts.logger()
 	opts.Logger = log
 	prepareEngine(app)
-	plugin.Serve(&plugin.ServeConfig{
-		HandshakeConfig: channel.Handshake,
-		Plugins: channel.PluginMap(func(ctx context.Context, c channel.Conn) error {
-			err := ServeConn(ctx, app, opts, c)
-			if err != nil {
-				log.Error("worker channel ended", "error", err)
-			}
-			// One channel per process: when the host is done with it, so
-			// is the worker.
-			go func() { os.Exit(0) }()
-			return err
-		}),
-		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
-			return plugin.DefaultGRPCServer(append(opts, channel.ServerOptions()...))
-		},
-		Logger: log,
-	})
+	err := channel.ServePlugin(func(ctx context.Context, c channel.Conn) error {
+		err := ServeConn(ctx, app, opts, c)
+		if err != nil {
+			log.Error("worker channel ended", "error", err)
+		}
+		// One channel per process: when the host is done with it, so
+		// is the worker.
+		go func() { os.Exit(0) }()
+		return err
+	}, log)
+	switch {
+	case errors.Is(err, channel.ErrNoHost):
+		name := cmp.Or(opts.Name, "app")
+		fmt.Fprintf(os.Stderr, "This is the stickyd worker of %s: a stickyd agent starts it, for a group whose command\n"+
+			"(or bundle) it is, or `stickyd dev -plugin %s` while developing (docs/sdk.md).\n"+
+			"It is not meant to be run by hand.\n", name, os.Args[0])
+		os.Exit(1)
+	case err != nil:
+		log.Error("serving the host", "error", err)
+		os.Exit(1)
+	}
 }
 
 // InProcess returns a function that serves app on one end of an in-memory

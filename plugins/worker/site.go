@@ -6,7 +6,7 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/stickyd/stickyd/internal/channel"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
 )
 
 // Site mounts an existing net/http site as a stickyd App, unchanged: every

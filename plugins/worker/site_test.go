@@ -18,8 +18,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/stickyd/stickyd/internal/channel"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // siteMux is an ordinary net/http site for the tests. Its per-person state

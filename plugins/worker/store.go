@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/channel"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // The global store is one tree shared by every worker of the pool; its

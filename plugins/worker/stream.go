@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // A Site's handler that flushes (http.Flusher, http.ResponseController)

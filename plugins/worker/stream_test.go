@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // read sends one HTTPRead of stream and returns its answer.

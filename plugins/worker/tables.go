@@ -10,7 +10,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // Tables: a page subscribes to the tables it shows; when the app changes a

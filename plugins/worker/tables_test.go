@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/channel"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // tableApp subscribes, publishes and caches on demand; it records every

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // An evicted person's fence stays tombstoneTTL, then goes; a forgotten

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/stickyd/stickyd/internal/agent"
-	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/host"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // The Python runtime: a group with runtime "python3" runs pyshop
@@ -106,8 +106,8 @@ func TestPythonSDK(t *testing.T) {
 	// The generated module matches the .proto (make proto regenerates it).
 	if protoc, err := exec.LookPath("protoc"); err == nil {
 		dir := t.TempDir()
-		if out, err := exec.Command(protoc, "-I", filepath.Join(root, "internal", "protocol"), "--python_out="+dir,
-			filepath.Join(root, "internal", "protocol", "stickyd.proto")).CombinedOutput(); err != nil {
+		if out, err := exec.Command(protoc, "-I", filepath.Join(root, "plugins", "worker", "protocol"), "--python_out="+dir,
+			filepath.Join(root, "plugins", "worker", "protocol", "stickyd.proto")).CombinedOutput(); err != nil {
 			t.Fatalf("protoc: %v %s", err, out)
 		}
 		fresh, _ := os.ReadFile(filepath.Join(dir, "stickyd_pb2.py"))

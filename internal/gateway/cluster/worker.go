@@ -11,7 +11,7 @@ import (
 
 	"github.com/stickyd/stickyd/internal/gateway"
 	"github.com/stickyd/stickyd/internal/host"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // The AI gateway's calls from this agent's workers (GatewayCall on their

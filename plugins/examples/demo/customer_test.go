@@ -12,8 +12,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/stickyd/stickyd/internal/protocol"
 	"github.com/stickyd/stickyd/plugins/worker"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // record is customer id as the store holds it, field by field.

@@ -12,10 +12,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/stickyd/stickyd/internal/channel"
-	"github.com/stickyd/stickyd/internal/protocol"
 	"github.com/stickyd/stickyd/internal/store"
 	"github.com/stickyd/stickyd/plugins/worker"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // testHost is a stickyd host in one process, for the tests of what the demo

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/protocol"
 	"github.com/stickyd/stickyd/plugins/worker"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // Store is the global store's stand-in, with the real one's model (docs

@@ -11,9 +11,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/host"
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 	"github.com/stickyd/stickyd/test/internal/benchkit"
 )
 
@@ -48,7 +48,7 @@ type pySample struct {
 // pyResults are the Python rows.
 type pyResults struct {
 	cold, fork  []pySample
-	burst       []pySample // forks started back to back
+	burst       []pySample    // forks started back to back
 	build       time.Duration // the first start: the template built, then forked
 	templateRSS int64
 	uss, pss    []int64 // of the forks kept running

@@ -19,10 +19,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/stickyd/stickyd/internal/channel"
 	"github.com/stickyd/stickyd/internal/host"
-	"github.com/stickyd/stickyd/internal/protocol"
 	"github.com/stickyd/stickyd/plugins/worker"
+	"github.com/stickyd/stickyd/plugins/worker/channel"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // sample is one worker's start.

@@ -3,13 +3,13 @@
 // serves it on http://127.0.0.1:8080 on in-process workers, as stickyd dev
 // serves its demo; `site-dev -help` lists stickyd's commands, all of which
 // it runs. It is how an application's own main embeds stickyd (package dev
-// of the Go SDK).
+// beside the Go SDK).
 package main
 
 import (
+	"github.com/stickyd/stickyd/plugins/dev"
 	"github.com/stickyd/stickyd/plugins/examples/site"
 	"github.com/stickyd/stickyd/plugins/worker"
-	"github.com/stickyd/stickyd/plugins/worker/dev"
 )
 
 func main() {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // Greet is the worker's side of the handshake: it sends hello and waits for

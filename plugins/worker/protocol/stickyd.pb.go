@@ -5548,7 +5548,7 @@ const file_stickyd_proto_rawDesc = "" +
 	"\n" +
 	"error_kind\x18\x05 \x01(\tR\terrorKind2S\n" +
 	"\x06Worker\x12I\n" +
-	"\aChannel\x12\x1c.stickyd.channel.v1.Envelope\x1a\x1c.stickyd.channel.v1.Envelope(\x010\x01B.Z,github.com/stickyd/stickyd/internal/protocolb\x06proto3"
+	"\aChannel\x12\x1c.stickyd.channel.v1.Envelope\x1a\x1c.stickyd.channel.v1.Envelope(\x010\x01B4Z2github.com/stickyd/stickyd/plugins/worker/protocolb\x06proto3"
 
 var (
 	file_stickyd_proto_rawDescOnce sync.Once

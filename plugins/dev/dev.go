@@ -7,6 +7,11 @@
 // application), and the same App runs unchanged as a go-plugin worker with
 // worker.Serve.
 //
+// Package dev belongs to the product's module (github.com/stickyd/stickyd),
+// not to the SDK's (github.com/stickyd/stickyd/plugins/worker): it compiles
+// all of stickyd into the application's binary, which is what it is for. A
+// plugin worker imports package worker alone and needs none of it.
+//
 //	func main() {
 //		dev.Main(myapp.New(), worker.Options{Name: "myapp", Version: "1.2.0"})
 //	}

@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-plugin"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 func sample() []*protocol.Envelope {
@@ -34,7 +33,7 @@ func TestMemBytesMatchGRPC(t *testing.T) {
 	defer memHost.Close()
 
 	got := make(chan *protocol.Envelope, 16)
-	client, server := plugin.TestPluginGRPCConn(t, false, PluginMap(func(ctx context.Context, c Conn) error {
+	h := startPlugin(t, true, func(ctx context.Context, c Conn) error {
 		for {
 			env, err := c.Recv()
 			if err != nil {
@@ -42,14 +41,8 @@ func TestMemBytesMatchGRPC(t *testing.T) {
 			}
 			got <- env
 		}
-	}))
-	defer client.Close()
-	defer server.Stop()
-	raw, err := client.Dispense(PluginName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	grpcConn, err := raw.(*PluginClient).Open(t.Context())
+	})
+	grpcConn, err := Dial(t.Context(), h.cc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
 // Envelopes sent together travel as one message to a side that reads

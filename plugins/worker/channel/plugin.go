@@ -1,16 +1,26 @@
 package channel
 
 import (
-	"context"
-
-	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 )
+
+// HandshakeConfig is go-plugin's handshake (plugin.HandshakeConfig, field
+// for field, so that the host converts one into the other): the worker
+// reads it without linking go-plugin (ServePlugin).
+type HandshakeConfig struct {
+	// ProtocolVersion is the plugin transport's version, the "app
+	// protocol" of go-plugin's handshake line.
+	ProtocolVersion uint
+	// MagicCookieKey and MagicCookieValue are the environment variable the
+	// host sets for its workers, by which a worker knows a host started it.
+	MagicCookieKey   string
+	MagicCookieValue string
+}
 
 // Handshake is the go-plugin handshake shared by host and worker. Its
 // ProtocolVersion is the plugin transport's; the channel protocol version is
 // checked separately in the first envelope (see Accept and Greet).
-var Handshake = plugin.HandshakeConfig{
+var Handshake = HandshakeConfig{
 	ProtocolVersion:  1,
 	MagicCookieKey:   "STICKYD_WORKER_PLUGIN",
 	MagicCookieValue: "3f1c0b1e-stickyd-worker",
@@ -62,38 +72,3 @@ func DialOptions() []grpc.DialOption {
 		grpc.WithInitialWindowSize(windowBytes), grpc.WithInitialConnWindowSize(windowBytes),
 		grpc.WithReadBufferSize(bufferBytes), grpc.WithWriteBufferSize(bufferBytes)}
 }
-
-// PluginName is the name the worker plugin is dispensed under.
-const PluginName = "worker"
-
-// WorkerPlugin is the go-plugin glue. On the worker side Serve is set and
-// called for the channel; on the host side it is nil and Dispense returns a
-// *PluginClient.
-type WorkerPlugin struct {
-	plugin.NetRPCUnsupportedPlugin
-	Serve func(context.Context, Conn) error
-}
-
-var _ plugin.GRPCPlugin = (*WorkerPlugin)(nil)
-
-// GRPCServer registers the Worker service in the plugin process.
-func (p *WorkerPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	RegisterServer(s, p.Serve)
-	return nil
-}
-
-// GRPCClient returns the host's handle on a plugin.
-func (p *WorkerPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, cc *grpc.ClientConn) (interface{}, error) {
-	return &PluginClient{cc: cc}, nil
-}
-
-// PluginMap is the plugin set for plugin.ClientConfig and plugin.ServeConfig.
-func PluginMap(serve func(context.Context, Conn) error) map[string]plugin.Plugin {
-	return map[string]plugin.Plugin{PluginName: &WorkerPlugin{Serve: serve}}
-}
-
-// PluginClient is the host's handle on a worker plugin.
-type PluginClient struct{ cc *grpc.ClientConn }
-
-// Open starts the channel with the worker.
-func (c *PluginClient) Open(ctx context.Context) (Conn, error) { return Dial(ctx, c.cc) }

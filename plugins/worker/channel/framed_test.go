@@ -10,18 +10,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-plugin"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/stickyd/stickyd/internal/protocol"
+	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
-// Over go-plugin, a worker that offers the framed channel gets the host's
+// Over the plugin server (go-plugin's protocol), a worker that offers the framed channel gets the host's
 // dial: every envelope after the handshake goes on the socket, in order,
 // the same messages the gRPC stream carries; the socket is gone once taken.
 func TestFramedChannelOverPlugin(t *testing.T) {
 	served := make(chan []*protocol.Envelope, 1)
-	client, server := plugin.TestPluginGRPCConn(t, false, PluginMap(func(ctx context.Context, c Conn) error {
+	h := startPlugin(t, true, func(ctx context.Context, c Conn) error {
 		hello := &protocol.Hello{ProtocolVersion: protocol.Version, App: "t"}
 		offer, err := OfferFramed(hello)
 		if err != nil {
@@ -55,14 +54,8 @@ func TestFramedChannelOverPlugin(t *testing.T) {
 		served <- got
 		<-ctx.Done()
 		return nil
-	}))
-	defer client.Close()
-	defer server.Stop()
-	raw, err := client.Dispense(PluginName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := raw.(*PluginClient).Open(t.Context())
+	})
+	stream, err := Dial(t.Context(), h.cc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,9 @@
 // Package protocol owns the wire format of the channel between a host and a
 // worker: the protobuf Envelope and everything it carries, and the protocol
-// version both sides compare in the handshake. It knows nothing of the
-// supervisor, the front or the SDK; it must never import them.
+// version both sides compare in the handshake. It is shared by the host and
+// the SDK, and lives in the SDK's module so that an application's worker
+// needs nothing else of stickyd; it is not an API for applications. It knows
+// nothing of the supervisor, the front or the SDK; it must never import them.
 //
 // The Go code in stickyd.pb.go and stickyd_grpc.pb.go is generated from
 // stickyd.proto by `make proto` and committed.
