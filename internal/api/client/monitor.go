@@ -47,6 +47,9 @@ type MonitorWorker struct {
 	DiedAt        time.Time `json:"died_at,omitzero"`
 	HowDied       string    `json:"how_died,omitempty"`
 	AppVersion    string    `json:"app_version,omitempty"`
+	// Template is the group's template process, for a worker forked from
+	// one.
+	Template *WorkerTemplate `json:"template,omitempty"`
 	// LastProbe is when the numbers below were read.
 	LastProbe           time.Time         `json:"last_probe,omitzero"`
 	Users               int64             `json:"users"`
