@@ -11,6 +11,9 @@ ADMIN_ADDR ?=
 # top does not reach it, so every target that runs over all packages runs
 # in it too.
 SDK     := plugins/worker
+# APPS are example apps kept in modules of their own (as an app author's
+# would be): their tests run in their modules too.
+APPS    := plugins/examples/taskboard
 
 .PHONY: all build run run-subprocess screenshots doctor deps test test-deploy lint unit bench bench-peers bench-peers-deps bench-profiles proto tools fuzz clean
 
@@ -81,6 +84,7 @@ deps:
 test: deps tools lint
 	STICKYD_REQUIRE_AGENTS=1 $(GO) test -race -count=1 -timeout 25m ./...
 	cd $(SDK) && $(GO) test -race -count=1 -timeout 10m ./...
+	for app in $(APPS); do (cd $$app && GOWORK=off $(GO) test -race -count=1 ./...) || exit 1; done
 	$(GO) test -count=1 -timeout 10m -run TestMovesUnderLoad ./test/e2e/
 	$(MAKE) fuzz FUZZTIME=3s
 
@@ -152,6 +156,7 @@ lint:
 	@out="$$(gofmt -l cmd internal plugins test)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd $(SDK) && $(GO) vet ./...
+	for app in $(APPS) $(APPS:=/dev); do (cd $$app && GOWORK=off $(GO) vet ./...) || exit 1; done
 	@if command -v terraform >/dev/null; then terraform fmt -check -recursive terraform/; \
 	else echo "terraform not installed: terraform fmt -check skipped"; fi
 
@@ -159,6 +164,7 @@ lint:
 unit:
 	$(GO) test -count=1 ./...
 	cd $(SDK) && $(GO) test -count=1 ./...
+	for app in $(APPS); do (cd $$app && GOWORK=off $(GO) test -count=1 ./...) || exit 1; done
 
 ## bench: benchmark tables (see docs/benchmarks.md).
 bench:

@@ -3,7 +3,7 @@
 package main
 
 import (
-	"github.com/stickyd/stickyd/plugins/examples/taskboard"
+	"example.com/taskboard"
 	"github.com/stickyd/stickyd/plugins/worker"
 )
 
