@@ -41,8 +41,13 @@ func (c *WorkerCalls) storeCall(worker string, incarnation int, env *protocol.En
 	defer cancel()
 	switch b := env.Body.(type) {
 	case *protocol.Envelope_StoreGet:
+		if err := c.caughtUp(ctx, b.StoreGet.MinIndex); err != nil {
+			reply(nil, err)
+			return
+		}
+		index := c.cfg.Maps.Index()
 		vals, err := c.cfg.Maps.StoreGet(b.StoreGet.Paths)
-		reply(&protocol.Envelope{Body: &protocol.Envelope_StoreValues{StoreValues: &protocol.StoreValues{Values: bytesOf(vals)}}}, err)
+		reply(&protocol.Envelope{Body: &protocol.Envelope_StoreValues{StoreValues: &protocol.StoreValues{Values: bytesOf(vals), Index: index}}}, err)
 	case *protocol.Envelope_GrantAcquire:
 		g, err := c.acquire(ctx, owner, b.GrantAcquire)
 		reply(&protocol.Envelope{Body: &protocol.Envelope_GrantReply{GrantReply: g}}, err)
@@ -52,7 +57,10 @@ func (c *WorkerCalls) storeCall(worker string, incarnation int, env *protocol.En
 		if err == nil {
 			_, err = c.storeOp(ctx, fsm.StoreCommit, store.CommitOp{ID: gc.Id, Token: gc.Token, Set: rawOf(gc.Set), Delete: gc.Delete, Now: time.Now().UnixNano()})
 		}
-		reply(&protocol.Envelope{Body: &protocol.Envelope_GrantCommit{GrantCommit: &protocol.GrantCommit{}}}, err)
+		// The write went through the leader, and this replica has it
+		// (Log.Apply waits for that): its index now is one at which the
+		// commit is applied.
+		reply(&protocol.Envelope{Body: &protocol.Envelope_GrantCommit{GrantCommit: &protocol.GrantCommit{Index: c.cfg.Maps.Index()}}}, err)
 	case *protocol.Envelope_GrantRelease:
 		id := b.GrantRelease.Id
 		var err error
@@ -64,6 +72,30 @@ func (c *WorkerCalls) storeCall(worker string, incarnation int, env *protocol.En
 		}
 		reply(&protocol.Envelope{Body: &protocol.Envelope_GrantRelease{GrantRelease: &protocol.GrantRelease{}}}, err)
 	}
+}
+
+// replicaWait bounds a read's wait for this agent's replica to reach the
+// index the worker asks for (a commit it made, or one a table change it
+// received was published after).
+var replicaWait = 5 * time.Second
+
+// errReplicaBehind refuses a read this replica cannot answer fresh enough.
+var errReplicaBehind = errors.New("this agent's replica of the store is behind the index the read needs")
+
+// caughtUp waits until this agent's replica has applied the log up to
+// index (0: no wait), polling, at most replicaWait.
+func (c *WorkerCalls) caughtUp(ctx context.Context, index uint64) error {
+	if index == 0 || c.cfg.Maps.Index() >= index {
+		return nil
+	}
+	deadline := time.Now().Add(replicaWait)
+	for c.cfg.Maps.Index() < index {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%w (%d, applied %d)", errReplicaBehind, index, c.cfg.Maps.Index())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
 }
 
 // ownGrant checks that grant id belongs to owner: a worker commits or

@@ -71,7 +71,7 @@ func (c *WorkerCalls) fanOut(origin string, p *protocol.Publish) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	var calls sync.WaitGroup
 	for _, w := range to {
-		env := &protocol.Envelope{Body: &protocol.Envelope_TableChange{TableChange: &protocol.TableChange{Table: p.Table, Data: p.Data, Origin: origin}}}
+		env := &protocol.Envelope{Body: &protocol.Envelope_TableChange{TableChange: &protocol.TableChange{Table: p.Table, Data: p.Data, Origin: origin, StoreIndex: p.StoreIndex}}}
 		call, err := c.cfg.Router.start(ctx, w, env)
 		if err != nil {
 			c.log.Warn("sending a table change", "table", p.Table, "to", w, "error", err)

@@ -212,3 +212,43 @@ func TestWorkerCallsDispatch(t *testing.T) {
 		t.Fatalf("a gateway call without a gateway: %v", r.wait(t, 3))
 	}
 }
+
+// Read your writes: a commit's answer says an index at which it is
+// applied; a read that asks for an index this replica has not reached
+// waits for it (the replica catching up answers it), and past the bound is
+// refused, never answered stale.
+func TestWorkerCallsReadYourWrites(t *testing.T) {
+	l := newMemLog()
+	c := startWorkerCalls(t, WorkerCallsConfig{Maps: l.f, Log: l})
+	r := newReplies()
+	c.FromWorker("web-1", 1, &protocol.Envelope{Id: 1, Body: &protocol.Envelope_GrantAcquire{GrantAcquire: &protocol.GrantAcquire{
+		Paths: []string{"k"}, LeaseMs: 60_000}}}, r)
+	g := r.wait(t, 1).GetGrantReply()
+	c.FromWorker("web-1", 1, &protocol.Envelope{Id: 2, Body: &protocol.Envelope_GrantCommit{GrantCommit: &protocol.GrantCommit{
+		Id: g.Id, Token: g.Token, Set: map[string][]byte{"k": []byte("1")}}}}, r)
+	committed := r.wait(t, 2).GetGrantCommit().GetIndex()
+	if committed == 0 || committed < l.f.Index() {
+		t.Fatalf("the commit's answer says index %d; the maps are at %d", committed, l.f.Index())
+	}
+	// A read that needs an index the replica has not reached waits for it.
+	c.FromWorker("web-1", 1, &protocol.Envelope{Id: 3, Body: &protocol.Envelope_StoreGet{StoreGet: &protocol.StoreGet{Paths: []string{"k"}, MinIndex: committed + 1}}}, r)
+	time.Sleep(100 * time.Millisecond)
+	r.mu.Lock()
+	early := r.got[3]
+	r.mu.Unlock()
+	if early != nil {
+		t.Fatalf("a read needing index %d was answered at %d: %v", committed+1, l.f.Index(), early)
+	}
+	c.FromWorker("web-1", 1, &protocol.Envelope{Id: 4, Body: &protocol.Envelope_GrantAcquire{GrantAcquire: &protocol.GrantAcquire{
+		Paths: []string{"other"}, LeaseMs: 60_000}}}, r) // an entry: the replica moves on
+	if v := r.wait(t, 3).GetStoreValues(); v == nil || v.Index < committed+1 || string(v.Values["k"]) != "1" {
+		t.Fatalf("the waiting read: %v", r.wait(t, 3))
+	}
+	// Past the bound: refused.
+	replicaWait = 50 * time.Millisecond
+	t.Cleanup(func() { replicaWait = 5 * time.Second })
+	c.FromWorker("web-1", 1, &protocol.Envelope{Id: 5, Body: &protocol.Envelope_StoreGet{StoreGet: &protocol.StoreGet{Paths: []string{"k"}, MinIndex: l.f.Index() + 100}}}, r)
+	if e := r.wait(t, 5).GetError(); e == nil || e.Code != protocol.Error_UNAVAILABLE || !strings.Contains(e.Message, "behind") {
+		t.Fatalf("a read its replica cannot reach: %v", r.wait(t, 5))
+	}
+}

@@ -26,6 +26,10 @@ const maxPullWait = 60 * time.Second
 
 // runtime is one worker: its users and their mailboxes, on one channel.
 type runtime struct {
+	// storeIndex is the newest index of the global store this worker
+	// knows: its commits and reads, and the table changes it received.
+	// Its reads wait for it (read your writes).
+	storeIndex atomic.Uint64
 	app      App
 	opts     Options
 	log      hclog.Logger

@@ -40,10 +40,11 @@ func Get(ctx context.Context, paths ...string) (Values, error) {
 	if err != nil {
 		return nil, err
 	}
-	env, err := rt.peer.Call(ctx, &protocol.Envelope{Body: &protocol.Envelope_StoreGet{StoreGet: &protocol.StoreGet{Paths: paths}}})
+	env, err := rt.peer.Call(ctx, &protocol.Envelope{Body: &protocol.Envelope_StoreGet{StoreGet: &protocol.StoreGet{Paths: paths, MinIndex: rt.storeIndex.Load()}}})
 	if err != nil {
 		return nil, storeErr("reading the store", err)
 	}
+	rt.sawStoreIndex(env.GetStoreValues().GetIndex())
 	return raw(env.GetStoreValues().GetValues()), nil
 }
 
@@ -107,10 +108,12 @@ func (g *Grant) Commit(ctx context.Context, set map[string]any, del ...string) e
 		}
 		c.Set[p] = b
 	}
-	_, err := g.rt.peer.Call(ctx, &protocol.Envelope{Body: &protocol.Envelope_GrantCommit{GrantCommit: c}})
+	env, err := g.rt.peer.Call(ctx, &protocol.Envelope{Body: &protocol.Envelope_GrantCommit{GrantCommit: c}})
 	if err != nil {
 		return storeErr(fmt.Sprintf("committing grant %d", g.ID), err)
 	}
+	// This worker's reads from now on see the commit.
+	g.rt.sawStoreIndex(env.GetGrantCommit().GetIndex())
 	g.done = true
 	return nil
 }
@@ -172,6 +175,16 @@ func Update(ctx context.Context, paths []string, fn func(cur Values) (set map[st
 		}
 	}
 	return err
+}
+
+// sawStoreIndex raises the store index this worker's reads wait for.
+func (rt *runtime) sawStoreIndex(i uint64) {
+	for {
+		cur := rt.storeIndex.Load()
+		if i <= cur || rt.storeIndex.CompareAndSwap(cur, i) {
+			return
+		}
+	}
 }
 
 func runtimeOf(ctx context.Context, what string) (*runtime, error) {

@@ -157,7 +157,7 @@ func (rt *runtime) publish(table string, data any) error {
 	if rt.peer == nil {
 		return nil
 	}
-	return rt.peer.Notify(&protocol.Envelope{Body: &protocol.Envelope_Publish{Publish: &protocol.Publish{Table: table, Data: raw}}})
+	return rt.peer.Notify(&protocol.Envelope{Body: &protocol.Envelope_Publish{Publish: &protocol.Publish{Table: table, Data: raw, StoreIndex: rt.storeIndex.Load()}}})
 }
 
 func (rt *runtime) subscribeLocked(table string, p *Page) {
@@ -191,6 +191,8 @@ func (rt *runtime) dropPageLocked(p *Page) {
 // deliverTable queues a change in the mailbox of every person with a page
 // subscribed to its table.
 func (rt *runtime) deliverTable(c *protocol.TableChange) {
+	// What the publisher committed before publishing is read after this.
+	rt.sawStoreIndex(c.StoreIndex)
 	rt.mu.Lock()
 	users := map[string]bool{}
 	for p := range rt.subs[c.Table] {

@@ -99,3 +99,82 @@ func testGrantsAcrossWorkers(t *testing.T, app option) {
 		t.Fatalf("the dead holder's grant lasted %v", waited)
 	}
 }
+
+// Read your writes on three servers, each with its worker: people on every
+// worker (two of them on followers, whose replicas trail the leader) make
+// 10,000 commits in all, and a Get on the worker right after each commit
+// sees it, every time. A commit published as a table change is seen by the
+// subscribers' reads on the other workers, every time: the change carries
+// the publisher's store index and their reads wait for it.
+func TestReadYourWrites(t *testing.T) {
+	commits := envInt("STICKYD_RYW_COMMITS", 10_000)
+	ps, leader := startCluster(t, 3)
+	workers := []string{"s1.web-1", "s2.web-1", "s3.web-1"}
+	tabs := make([]*tab, len(workers))
+	for i, w := range workers {
+		b := procBrowser(t, ps[i])
+		user := "ryw" + strconv.Itoa(i)
+		if code, body := b.do("POST", "/login?user="+user); code != 200 {
+			t.Fatalf("login: %d %s", code, body)
+		}
+		if b.whoami().Worker != w {
+			if code, body := adminPost(t, ps[leader].admin, "/v1/users/"+user+"/move", `{"to":"`+w+`"}`); code != 200 {
+				t.Fatalf("moving %s to %s: %d %s", user, w, code, body)
+			}
+		}
+		tabs[i] = b.openTab("p")
+	}
+	// The subscribers, on the two workers that do not publish.
+	for _, tb := range tabs[1:] {
+		tb.send(map[string]any{"op": "sub", "table": "rw-t"})
+	}
+	began := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(tabs))
+	for i, tb := range tabs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := "ryw/" + strconv.Itoa(i)
+			for n := i; n < commits; n += len(tabs) {
+				op := "sincrget"
+				if i == 0 && n%10 == 0 {
+					op = "sincrpub"
+				}
+				ans, err := tb.tryOp(map[string]any{"op": "msg", "data": map[string]any{"op": op, "key": key, "paths": []string{key}, "table": "rw-t"}})
+				if err != nil || ans.Op != "reply" || ans.Error != "" {
+					errs <- fmt.Errorf("worker %s, commit %d: %v %+v", workers[i], n, err, ans)
+					return
+				}
+				if op != "sincrget" {
+					continue
+				}
+				var rw struct{ Wrote, Read float64 }
+				if err := json.Unmarshal(ans.Data, &rw); err != nil || rw.Read != rw.Wrote {
+					errs <- fmt.Errorf("worker %s, commit %d: wrote %v, then read %v (%v)", workers[i], n, rw.Wrote, rw.Read, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	elapsed := time.Since(began)
+	published := 0
+	for n := 0; n < commits; n += len(tabs) {
+		if n%10 == 0 {
+			published++
+		}
+	}
+	for i, tb := range tabs[1:] {
+		tb.drainUntil("rw_heard", float64(published))
+		if stale := tb.tree["rw_stale"]; stale != nil {
+			t.Fatalf("the subscriber on %s read a value older than the one published %v times in %d", workers[i+1], stale, published)
+		}
+	}
+	t.Logf("%d commits on 3 servers' workers, each read back on its worker at once: none stale; %d published changes read by 2 subscribers on other servers: none stale (%v, %.0f commits/s)",
+		commits, published, elapsed.Round(time.Millisecond), float64(commits)/elapsed.Seconds())
+}

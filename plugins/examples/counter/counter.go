@@ -197,6 +197,29 @@ func (App) Message(ctx context.Context, p *worker.Page, raw json.RawMessage) (an
 		// Read-modify-write of a shared counter at Key under a grant on
 		// Paths (which must hold Key).
 		return incr(ctx, m.Key, m.Paths, time.Duration(m.Lease)*time.Millisecond, 0)
+	case "sincrget":
+		// An sincr, then a read of Key on this worker: read your writes
+		// says the read sees the commit.
+		n, err := incr(ctx, m.Key, m.Paths, time.Duration(m.Lease)*time.Millisecond, 0)
+		if err != nil {
+			return nil, err
+		}
+		vals, err := worker.Get(ctx, m.Key)
+		if err != nil {
+			return nil, err
+		}
+		var read float64
+		_ = json.Unmarshal(vals[m.Key], &read)
+		return map[string]any{"wrote": n, "read": read}, nil
+	case "sincrpub":
+		// An sincr, then a publish of the new value on Table: a
+		// subscriber reads Key when it hears (OnTableChange, tables
+		// "rw-…") and must see at least that value.
+		n, err := incr(ctx, m.Key, m.Paths, time.Duration(m.Lease)*time.Millisecond, 0)
+		if err != nil {
+			return nil, err
+		}
+		return n, worker.Publish(ctx, m.Table, map[string]any{"key": m.Key, "v": n})
 	case "slate":
 		// The same with a pause of Ms between the grant and the commit:
 		// past the lease, the commit must be refused.
@@ -307,6 +330,9 @@ func editGrid(t *worker.Tree) (int, error) {
 // when the last one arrived (unix nanoseconds) and what it said.
 func (App) OnTableChange(ctx context.Context, p *worker.Page, c worker.TableChange) error {
 	t := p.Tree()
+	if strings.HasPrefix(c.Table, "rw-") {
+		return readBack(ctx, t, c)
+	}
 	if err := t.Set("heard/"+c.Table, t.Number("heard/"+c.Table)+1); err != nil {
 		return err
 	}
@@ -318,6 +344,30 @@ func (App) OnTableChange(ctx context.Context, p *worker.Page, c worker.TableChan
 		_ = json.Unmarshal(c.Data, &v)
 	}
 	return t.Set("heard_data/"+c.Table, v)
+}
+
+// readBack reads the key a "rw-" table change names and counts, in the
+// tree, the reads that saw less than the value published (stale reads).
+func readBack(ctx context.Context, t *worker.Tree, c worker.TableChange) error {
+	var d struct {
+		Key string  `json:"key"`
+		V   float64 `json:"v"`
+	}
+	if err := json.Unmarshal(c.Data, &d); err != nil {
+		return err
+	}
+	vals, err := worker.Get(ctx, d.Key)
+	if err != nil {
+		return err
+	}
+	var read float64
+	_ = json.Unmarshal(vals[d.Key], &read)
+	if read < d.V {
+		if err := t.Set("rw_stale", t.Number("rw_stale")+1); err != nil {
+			return err
+		}
+	}
+	return t.Set("rw_heard", t.Number("rw_heard")+1)
 }
 
 // incr adds one to the number at key of the global store under a grant on

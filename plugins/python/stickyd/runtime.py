@@ -304,6 +304,9 @@ class Runtime:
         self._maint = Maintenance(self._sched, self._unhold)
         # What changed since the last checkpoint (checkpoint.py).
         self._ck = Checkpoints(self)
+        # The newest store index this worker knows (its commits and reads,
+        # the table changes it received): its reads wait for it.
+        self.store_index = 0
         # Whether the host reads envelopes sent together (HelloAck.batches),
         # and the answers a thread gathers for one (_out).
         self.batches = False
@@ -1305,11 +1308,19 @@ class Runtime:
         check_tables([table])
         raw = encode_data(table, data)
         self._deliver_table(pb.TableChange(table=table, data=raw, origin=self.worker_id))
-        self._send(pb.Envelope(publish=pb.Publish(table=table, data=raw)))
+        self._send(pb.Envelope(publish=pb.Publish(table=table, data=raw, store_index=self.store_index)))
+
+    def saw_store_index(self, i):
+        """Raises the store index this worker's reads wait for."""
+        with self._mu:
+            if i > self.store_index:
+                self.store_index = i
 
     def _deliver_table(self, c):
         """Queues a change in the mailbox of every person with a page
         subscribed to its table."""
+        # What the publisher committed before publishing is read after this.
+        self.saw_store_index(c.store_index)
         for user in self._subs.users(c.table):
             self._enqueue(user, pb.Envelope(table_change=c))
 

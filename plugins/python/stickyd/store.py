@@ -73,9 +73,12 @@ def _values(m, what):
 def get(*paths):
     """Reads the global store: every value stored at or under each path, by
     path ({"customers/42/name": "Acme", ...}), from the replica of the
-    worker's own agent."""
+    worker's own agent. It sees every commit this worker made before it,
+    and every commit a table change it received was published after (read
+    your writes)."""
     s = _serving("reading the store")
-    env = _call(s._rt, "reading the store", store_get=pb.StoreGet(paths=paths))
+    env = _call(s._rt, "reading the store", store_get=pb.StoreGet(paths=paths, min_index=s._rt.store_index))
+    s._rt.saw_store_index(env.store_values.index)
     return _values(env.store_values.values, "reading the store")
 
 
@@ -134,7 +137,9 @@ class Grant:
                 c.set[path] = dumps(normalize(v))
             except (TypeError, ValueError) as e:
                 raise type(e)("%s: encoding %r: %s" % (what, path, e)) from None
-        _call(self._rt, what, grant_commit=c)
+        env = _call(self._rt, what, grant_commit=c)
+        # This worker's reads from now on see the commit.
+        self._rt.saw_store_index(env.grant_commit.index)
         self._done = True
 
     def release(self):

@@ -4484,7 +4484,11 @@ type Publish struct {
 	Table string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
 	// data is what the app says about the change (JSON), handed as is to the
 	// subscribers.
-	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// store_index is the newest store index the publishing worker knows
+	// (its commits, its reads): a subscriber's reads after the change wait
+	// for it, so they see what the publisher committed before publishing.
+	StoreIndex    uint64 `protobuf:"varint,3,opt,name=store_index,json=storeIndex,proto3" json:"store_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4533,13 +4537,22 @@ func (x *Publish) GetData() []byte {
 	return nil
 }
 
+func (x *Publish) GetStoreIndex() uint64 {
+	if x != nil {
+		return x.StoreIndex
+	}
+	return 0
+}
+
 // TableChange (host → worker, a notice) delivers a change published by
 // another worker (origin).
 type TableChange struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Table         string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
-	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
-	Origin        string                 `protobuf:"bytes,3,opt,name=origin,proto3" json:"origin,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Table  string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	Data   []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Origin string                 `protobuf:"bytes,3,opt,name=origin,proto3" json:"origin,omitempty"`
+	// store_index is the publisher's (Publish.store_index).
+	StoreIndex    uint64 `protobuf:"varint,4,opt,name=store_index,json=storeIndex,proto3" json:"store_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4595,11 +4608,23 @@ func (x *TableChange) GetOrigin() string {
 	return ""
 }
 
+func (x *TableChange) GetStoreIndex() uint64 {
+	if x != nil {
+		return x.StoreIndex
+	}
+	return 0
+}
+
 // StoreGet (worker → host) reads the global store: every value at or under
 // each path. Answered with StoreValues.
 type StoreGet struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Paths         []string               `protobuf:"bytes,1,rep,name=paths,proto3" json:"paths,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Paths []string               `protobuf:"bytes,1,rep,name=paths,proto3" json:"paths,omitempty"`
+	// min_index makes the host answer from a replica that has applied the
+	// store's log at least that far (read your writes: the worker's last
+	// commit, or a table change's store_index); it waits a little for its
+	// replica, then refuses UNAVAILABLE.
+	MinIndex      uint64 `protobuf:"varint,2,opt,name=min_index,json=minIndex,proto3" json:"min_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4641,10 +4666,19 @@ func (x *StoreGet) GetPaths() []string {
 	return nil
 }
 
+func (x *StoreGet) GetMinIndex() uint64 {
+	if x != nil {
+		return x.MinIndex
+	}
+	return 0
+}
+
 type StoreValues struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// values maps each stored path to its JSON value.
-	Values        map[string][]byte `protobuf:"bytes,1,rep,name=values,proto3" json:"values,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Values map[string][]byte `protobuf:"bytes,1,rep,name=values,proto3" json:"values,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// index is how far the replica that answered had applied the log.
+	Index         uint64 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4684,6 +4718,13 @@ func (x *StoreValues) GetValues() map[string][]byte {
 		return x.Values
 	}
 	return nil
+}
+
+func (x *StoreValues) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
 }
 
 // GrantAcquire (worker → host) asks for an ordered, all-or-nothing grant on
@@ -4832,11 +4873,14 @@ func (x *GrantReply) GetLeaseMs() int64 {
 // GrantCommit (worker → host) writes within a held grant and releases it.
 // Answered with an empty GrantCommit, or an Error (a stale grant).
 type GrantCommit struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
-	Set           map[string][]byte      `protobuf:"bytes,3,rep,name=set,proto3" json:"set,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Delete        []string               `protobuf:"bytes,4,rep,name=delete,proto3" json:"delete,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Token  uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	Set    map[string][]byte      `protobuf:"bytes,3,rep,name=set,proto3" json:"set,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Delete []string               `protobuf:"bytes,4,rep,name=delete,proto3" json:"delete,omitempty"`
+	// index, in the host's answer, is a store index at which the commit is
+	// applied: a read with min_index at least this sees it.
+	Index         uint64 `protobuf:"varint,5,opt,name=index,proto3" json:"index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4897,6 +4941,13 @@ func (x *GrantCommit) GetDelete() []string {
 		return x.Delete
 	}
 	return nil
+}
+
+func (x *GrantCommit) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
 }
 
 // GrantRelease (worker → host) releases a grant without writing, or gives
@@ -5495,18 +5546,24 @@ const file_stickyd_proto_rawDesc = "" +
 	"\tTableList\x12\x16\n" +
 	"\x06tables\x18\x01 \x03(\tR\x06tables\" \n" +
 	"\x06Tables\x12\x16\n" +
-	"\x06tables\x18\x01 \x03(\tR\x06tables\"3\n" +
+	"\x06tables\x18\x01 \x03(\tR\x06tables\"T\n" +
 	"\aPublish\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"O\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x1f\n" +
+	"\vstore_index\x18\x03 \x01(\x04R\n" +
+	"storeIndex\"p\n" +
 	"\vTableChange\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x16\n" +
-	"\x06origin\x18\x03 \x01(\tR\x06origin\" \n" +
+	"\x06origin\x18\x03 \x01(\tR\x06origin\x12\x1f\n" +
+	"\vstore_index\x18\x04 \x01(\x04R\n" +
+	"storeIndex\"=\n" +
 	"\bStoreGet\x12\x14\n" +
-	"\x05paths\x18\x01 \x03(\tR\x05paths\"\x8d\x01\n" +
+	"\x05paths\x18\x01 \x03(\tR\x05paths\x12\x1b\n" +
+	"\tmin_index\x18\x02 \x01(\x04R\bminIndex\"\xa3\x01\n" +
 	"\vStoreValues\x12C\n" +
-	"\x06values\x18\x01 \x03(\v2+.stickyd.channel.v1.StoreValues.ValuesEntryR\x06values\x1a9\n" +
+	"\x06values\x18\x01 \x03(\v2+.stickyd.channel.v1.StoreValues.ValuesEntryR\x06values\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x1a9\n" +
 	"\vValuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"l\n" +
@@ -5523,12 +5580,13 @@ const file_stickyd_proto_rawDesc = "" +
 	"\blease_ms\x18\x04 \x01(\x03R\aleaseMs\x1a9\n" +
 	"\vValuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xbf\x01\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xd5\x01\n" +
 	"\vGrantCommit\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12:\n" +
 	"\x03set\x18\x03 \x03(\v2(.stickyd.channel.v1.GrantCommit.SetEntryR\x03set\x12\x16\n" +
-	"\x06delete\x18\x04 \x03(\tR\x06delete\x1a6\n" +
+	"\x06delete\x18\x04 \x03(\tR\x06delete\x12\x14\n" +
+	"\x05index\x18\x05 \x01(\x04R\x05index\x1a6\n" +
 	"\bSetEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\x1e\n" +
