@@ -30,12 +30,12 @@ type runtime struct {
 	// knows: its commits and reads, and the table changes it received.
 	// Its reads wait for it (read your writes).
 	storeIndex atomic.Uint64
-	app      App
-	opts     Options
-	log      hclog.Logger
-	peer     *channel.Peer
-	workerID string
-	ctx      context.Context
+	app        App
+	opts       Options
+	log        hclog.Logger
+	peer       *channel.Peer
+	workerID   string
+	ctx        context.Context
 	// freed wakes the releaser: people left (see released).
 	freed chan struct{}
 
