@@ -107,12 +107,20 @@ func testGrantsAcrossWorkers(t *testing.T, app option) {
 // subscribers' reads on the other workers, every time: the change carries
 // the publisher's store index and their reads wait for it.
 func TestReadYourWrites(t *testing.T) {
+	// make test runs it at full size without the race detector (after the
+	// race run, beside TestMovesUnderLoad).
 	commits := envInt("STICKYD_RYW_COMMITS", 10_000)
+	if raceEnabled {
+		commits = envInt("STICKYD_RYW_COMMITS", 1_500)
+	}
 	ps, leader := startCluster(t, 3)
 	workers := []string{"s1.web-1", "s2.web-1", "s3.web-1"}
-	tabs := make([]*tab, len(workers))
-	for i, w := range workers {
-		b := procBrowser(t, ps[i])
+	// Four people on each worker, each with a key of their own.
+	const perWorker = 4
+	tabs := make([]*tab, len(workers)*perWorker)
+	for i := range tabs {
+		w := workers[i%len(workers)]
+		b := procBrowser(t, ps[i%len(workers)])
 		user := "ryw" + strconv.Itoa(i)
 		if code, body := b.do("POST", "/login?user="+user); code != 200 {
 			t.Fatalf("login: %d %s", code, body)
@@ -124,8 +132,10 @@ func TestReadYourWrites(t *testing.T) {
 		}
 		tabs[i] = b.openTab("p")
 	}
-	// The subscribers, on the two workers that do not publish.
-	for _, tb := range tabs[1:] {
+	// The publisher is the first person (on s1.web-1); the subscribers are
+	// on the two other workers.
+	subscribers := []*tab{tabs[1], tabs[2]}
+	for _, tb := range subscribers {
 		tb.send(map[string]any{"op": "sub", "table": "rw-t"})
 	}
 	began := time.Now()
@@ -143,7 +153,7 @@ func TestReadYourWrites(t *testing.T) {
 				}
 				ans, err := tb.tryOp(map[string]any{"op": "msg", "data": map[string]any{"op": op, "key": key, "paths": []string{key}, "table": "rw-t"}})
 				if err != nil || ans.Op != "reply" || ans.Error != "" {
-					errs <- fmt.Errorf("worker %s, commit %d: %v %+v", workers[i], n, err, ans)
+					errs <- fmt.Errorf("worker %s, commit %d: %v %+v", workers[i%len(workers)], n, err, ans)
 					return
 				}
 				if op != "sincrget" {
@@ -151,7 +161,7 @@ func TestReadYourWrites(t *testing.T) {
 				}
 				var rw struct{ Wrote, Read float64 }
 				if err := json.Unmarshal(ans.Data, &rw); err != nil || rw.Read != rw.Wrote {
-					errs <- fmt.Errorf("worker %s, commit %d: wrote %v, then read %v (%v)", workers[i], n, rw.Wrote, rw.Read, err)
+					errs <- fmt.Errorf("worker %s, commit %d: wrote %v, then read %v (%v)", workers[i%len(workers)], n, rw.Wrote, rw.Read, err)
 					return
 				}
 			}
@@ -169,12 +179,12 @@ func TestReadYourWrites(t *testing.T) {
 			published++
 		}
 	}
-	for i, tb := range tabs[1:] {
+	for i, tb := range subscribers {
 		tb.drainUntil("rw_heard", float64(published))
 		if stale := tb.tree["rw_stale"]; stale != nil {
 			t.Fatalf("the subscriber on %s read a value older than the one published %v times in %d", workers[i+1], stale, published)
 		}
 	}
-	t.Logf("%d commits on 3 servers' workers, each read back on its worker at once: none stale; %d published changes read by 2 subscribers on other servers: none stale (%v, %.0f commits/s)",
-		commits, published, elapsed.Round(time.Millisecond), float64(commits)/elapsed.Seconds())
+	t.Logf("%d commits by %d people on 3 servers' workers, each read back on its worker at once: none stale; %d published changes read by 2 subscribers on other servers: none stale (%v, %.0f commits/s)",
+		commits, len(tabs), published, elapsed.Round(time.Millisecond), float64(commits)/elapsed.Seconds())
 }
