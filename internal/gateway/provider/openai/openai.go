@@ -153,12 +153,12 @@ func New(cfg Config) (*Adapter, error) {
 		return nil, fmt.Errorf("configuring openai adapter: auth header %q is not a header name", cfg.AuthHeader)
 	}
 	a := &Adapter{
-		base:         strings.TrimRight(base, "/"),
-		apiKey:       cfg.APIKey,
-		organization: cfg.Organization,
-		client:       cfg.HTTPClient,
-		timeout:      cfg.Timeout,
-		stallTimeout: cfg.StallTimeout,
+		base:            strings.TrimRight(base, "/"),
+		apiKey:          cfg.APIKey,
+		organization:    cfg.Organization,
+		client:          cfg.HTTPClient,
+		timeout:         cfg.Timeout,
+		stallTimeout:    cfg.StallTimeout,
 		log:             cfg.Logger,
 		headers:         cfg.Headers,
 		authHeader:      cfg.AuthHeader,
