@@ -118,9 +118,9 @@ func TransportError(ctx context.Context, doing string, err error) error {
 	return &gateway.ProviderError{Kind: gateway.KindNetwork, Message: fmt.Sprintf("%s: %v", doing, err)}
 }
 
-// Refusals of the parameters that only OpenAI's Chat Completions carries,
-// or that the gateway's answer cannot bring back, for an adapter of api.
-// It checks the ones every non-OpenAI adapter refuses alike: Extra (a
+// Common refuses, for an adapter of api, the parameters that only
+// OpenAI's Chat Completions carries or that the gateway's answer cannot
+// bring back, the ones every non-OpenAI adapter refuses alike: Extra (a
 // parameter of the caller's own API), n > 1 and logprobs (the gateway's
 // answer has one choice and no logprobs).
 func Common(req gateway.Request, api string) error {
