@@ -98,7 +98,7 @@ FUZZ_TARGETS = \
 	./internal/agent:FuzzParseConfig ./internal/bundle:FuzzVerify \
 	./internal/store:FuzzOps ./internal/store:FuzzUnmarshal \
 	./plugins/worker:FuzzDecodeTree ./plugins/worker:FuzzPackage \
-	./internal/gateway/provider/openai:FuzzStream ./internal/gateway/provider/anthropic:FuzzStream
+	./internal/gateway/provider/openai:FuzzStream ./internal/gateway/provider/anthropic:FuzzStream ./internal/gateway/provider/gemini:FuzzStream ./internal/gateway/provider/bedrock:FuzzStream
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \

@@ -48,7 +48,15 @@ func (r *recording) of(path string) []string {
 // are answered when asked.
 func fakeOpenAI(t *testing.T) (*httptest.Server, *recording) {
 	rec := &recording{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(openAIHandler(rec))
+	t.Cleanup(srv.Close)
+	return srv, rec
+}
+
+// openAIHandler is fakeOpenAI's handler, for the fakes that speak
+// OpenAI's wire behind their own addressing (Azure, vLLM).
+func openAIHandler(rec *recording) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		rec.add(r.URL.Path, body)
 		var req struct {
@@ -141,9 +149,7 @@ func fakeOpenAI(t *testing.T) (*httptest.Server, *recording) {
 			fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-e2e\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":%q,\"choices\":[],\"usage\":%s}\n\n", req.Model, usage)
 		}
 		io.WriteString(w, "data: [DONE]\n\n")
-	}))
-	t.Cleanup(srv.Close)
-	return srv, rec
+	})
 }
 
 // fakeAnthropic speaks Anthropic's Messages API, whole and streamed: a

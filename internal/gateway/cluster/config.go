@@ -53,12 +53,36 @@ type Model struct {
 // written.
 type Deployment struct {
 	Name string `hcl:"name,label"`
-	// Provider is "openai" (also any OpenAI-compatible server: vLLM,
-	// Ollama, LM Studio) or "anthropic".
+	// Provider is "openai", "compat" (an OpenAI-compatible server: vLLM,
+	// Ollama, LM Studio, llama.cpp, TGI), "anthropic", "gemini", "azure"
+	// (Azure OpenAI) or "bedrock" (Amazon Bedrock's Converse API).
 	Provider string `hcl:"provider"`
-	BaseURL  string `hcl:"base_url,optional"`
-	// Model is the provider's name of the model.
+	// BaseURL is the API's root: required for compat (the server's /v1
+	// root) and azure (the resource's https://NAME.openai.azure.com);
+	// for bedrock, an endpoint replacing the region's (optional).
+	BaseURL string `hcl:"base_url,optional"`
+	// Model is the provider's name of the model (for azure, the Azure
+	// deployment's name; for bedrock, the model or inference profile id).
 	Model string `hcl:"model"`
+
+	// Headers are sent with every call (openai, compat). AuthHeader names
+	// the header of the key (default Authorization: Bearer; another name
+	// gets the key alone). NoStreamOptions is for servers that refuse
+	// stream_options; ContinuousUsage asks for the usage on every chunk
+	// (vLLM's continuous_usage_stats). Compat and openai only.
+	Headers         map[string]string `hcl:"headers,optional"`
+	AuthHeader      string            `hcl:"auth_header,optional"`
+	NoStreamOptions bool              `hcl:"no_stream_options,optional"`
+	ContinuousUsage bool              `hcl:"continuous_usage,optional"`
+	// APIVersion is azure's api-version ("2024-10-21" by default; "v1"
+	// for its v1 API) or gemini's path version ("v1beta" by default).
+	APIVersion string `hcl:"api_version,optional"`
+	// Region is bedrock's AWS region (required); AWSProfile a profile of
+	// the shared AWS files (optional). Bedrock's credentials come from
+	// the AWS SDK's standard chain, never from api_key_env or
+	// api_key_file.
+	Region     string `hcl:"region,optional"`
+	AWSProfile string `hcl:"aws_profile,optional"`
 	// APIKeyEnv names the environment variable holding the key, or
 	// APIKeyFile a file holding it. Neither: no key (local servers).
 	APIKeyEnv   string `hcl:"api_key_env,optional"`
@@ -121,8 +145,8 @@ func (g *Config) Finish() error {
 			return fmt.Errorf("gateway: model %q: add a deployment block", m.Name)
 		}
 		for _, d := range m.Deployments {
-			if d.Provider != "openai" && d.Provider != "anthropic" {
-				return fmt.Errorf("gateway: model %q, deployment %q: provider %q: want \"openai\" or \"anthropic\"", m.Name, d.Name, d.Provider)
+			if err := d.checkProvider(); err != nil {
+				return fmt.Errorf("gateway: model %q, deployment %q: %w", m.Name, d.Name, err)
 			}
 			if d.Model == "" {
 				return fmt.Errorf("gateway: model %q, deployment %q: model (the provider's name of it) is empty", m.Name, d.Name)
@@ -139,6 +163,66 @@ func (g *Config) Finish() error {
 				}
 			}
 		}
+	}
+	return nil
+}
+
+// providers are the deployment providers, and the fields each may set
+// beyond the common ones.
+var providers = map[string][]string{
+	"openai":    {"headers", "auth_header", "no_stream_options", "continuous_usage"},
+	"compat":    {"headers", "auth_header", "no_stream_options", "continuous_usage"},
+	"anthropic": nil,
+	"gemini":    {"api_version"},
+	"azure":     {"api_version"},
+	"bedrock":   {"region", "aws_profile"},
+}
+
+// checkProvider checks the provider and the fields that are its own.
+func (d *Deployment) checkProvider() error {
+	own, ok := providers[d.Provider]
+	if !ok {
+		return fmt.Errorf("provider %q: want one of openai, compat, anthropic, gemini, azure, bedrock", d.Provider)
+	}
+	set := map[string]bool{
+		"headers": len(d.Headers) > 0, "auth_header": d.AuthHeader != "", "no_stream_options": d.NoStreamOptions,
+		"continuous_usage": d.ContinuousUsage, "api_version": d.APIVersion != "", "region": d.Region != "", "aws_profile": d.AWSProfile != "",
+	}
+	for _, f := range own {
+		delete(set, f)
+	}
+	for f, isSet := range set {
+		if isSet {
+			return fmt.Errorf("%s is not a setting of provider %q", f, d.Provider)
+		}
+	}
+	hasKey := d.APIKeyEnv != "" || d.APIKeyFile != ""
+	switch d.Provider {
+	case "compat":
+		if d.BaseURL == "" {
+			return fmt.Errorf("provider \"compat\" needs base_url, the server's API root (http://vllm.service.consul:8000/v1)")
+		}
+	case "azure":
+		if d.BaseURL == "" {
+			return fmt.Errorf("provider \"azure\" needs base_url, the resource's endpoint (https://NAME.openai.azure.com)")
+		}
+		if !hasKey {
+			return fmt.Errorf("provider \"azure\" needs its key: api_key_env or api_key_file")
+		}
+	case "anthropic", "gemini":
+		if !hasKey {
+			return fmt.Errorf("provider %q needs its key: api_key_env or api_key_file", d.Provider)
+		}
+	case "bedrock":
+		if d.Region == "" {
+			return fmt.Errorf("provider \"bedrock\" needs region (us-east-1, eu-central-1...)")
+		}
+		if hasKey {
+			return fmt.Errorf("provider \"bedrock\" takes its credentials from the AWS SDK's chain (the environment, the shared files, a role), not from api_key_env or api_key_file")
+		}
+	}
+	if d.NoStreamOptions && d.ContinuousUsage {
+		return fmt.Errorf("continuous_usage is asked for in stream_options, which no_stream_options says the server refuses: set one")
 	}
 	return nil
 }

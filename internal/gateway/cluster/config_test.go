@@ -37,7 +37,28 @@ func TestFinish(t *testing.T) {
 		{"bad zone", func(c *Config) { c.DayZone = "Mars/Olympus" }, "day_zone"},
 		{"negative budget", func(c *Config) { c.DayBudget = -1 }, "must not be negative"},
 		{"unknown key budget", func(c *Config) { c.KeyBudgets = map[string]float64{"k": 1} }, "not in api_keys"},
-		{"provider", func(c *Config) { c.Models[0].Deployments[0].Provider = "x" }, "want \"openai\" or \"anthropic\""},
+		{"provider", func(c *Config) { c.Models[0].Deployments[0].Provider = "x" }, "want one of openai, compat, anthropic, gemini, azure, bedrock"},
+		{"compat without base_url", func(c *Config) { c.Models[0].Deployments[0].Provider = "compat" }, "needs base_url"},
+		{"azure without key", func(c *Config) {
+			d := c.Models[0].Deployments[0]
+			d.Provider, d.BaseURL = "azure", "https://res.openai.azure.com"
+		}, "needs its key"},
+		{"gemini without key", func(c *Config) { c.Models[0].Deployments[0].Provider = "gemini" }, "needs its key"},
+		{"bedrock without region", func(c *Config) { c.Models[0].Deployments[0].Provider = "bedrock" }, "needs region"},
+		{"bedrock with a key", func(c *Config) {
+			d := c.Models[0].Deployments[0]
+			d.Provider, d.Region, d.APIKeyEnv = "bedrock", "us-east-1", "K"
+		}, "AWS SDK's chain"},
+		{"region elsewhere", func(c *Config) { c.Models[0].Deployments[0].Region = "us-east-1" }, "region is not a setting of provider \"openai\""},
+		{"api_version elsewhere", func(c *Config) { c.Models[0].Deployments[0].APIVersion = "v1" }, "api_version is not a setting"},
+		{"headers elsewhere", func(c *Config) {
+			d := c.Models[0].Deployments[0]
+			d.Provider, d.Region, d.Headers = "bedrock", "us-east-1", map[string]string{"X": "y"}
+		}, "headers is not a setting of provider \"bedrock\""},
+		{"quirks at odds", func(c *Config) {
+			d := c.Models[0].Deployments[0]
+			d.NoStreamOptions, d.ContinuousUsage = true, true
+		}, "set one"},
 		{"two keys", func(c *Config) {
 			d := c.Models[0].Deployments[0]
 			d.APIKeyEnv, d.APIKeyFile = "K", "/k"
@@ -56,5 +77,29 @@ func TestFinish(t *testing.T) {
 				t.Fatalf("got %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// Every provider a deployment may name builds its adapter from the
+// deployment's own settings.
+func TestNewAdapter(t *testing.T) {
+	t.Setenv("TEST_PROVIDER_KEY", "k")
+	t.Setenv("AWS_CA_BUNDLE", "")
+	price := &gateway.Price{Input: 1}
+	for _, d := range []*Deployment{
+		{Name: "o", Provider: "openai", Model: "m", Price: price},
+		{Name: "c", Provider: "compat", Model: "m", BaseURL: "http://vllm:8000/v1", Headers: map[string]string{"X-Team": "a"}, AuthHeader: "X-Key", ContinuousUsage: true, Price: price},
+		{Name: "a", Provider: "anthropic", Model: "m", APIKeyEnv: "TEST_PROVIDER_KEY", Price: price},
+		{Name: "g", Provider: "gemini", Model: "m", APIKeyEnv: "TEST_PROVIDER_KEY", Price: price},
+		{Name: "z", Provider: "azure", Model: "m", BaseURL: "https://res.openai.azure.com", APIVersion: "2024-10-21", APIKeyEnv: "TEST_PROVIDER_KEY", Price: price},
+		{Name: "b", Provider: "bedrock", Model: "m", Region: "eu-central-1", Price: price},
+	} {
+		c := &Config{Models: []*Model{{Name: "m", Concurrency: 1, Deployments: []*Deployment{d}}}}
+		if err := c.Finish(); err != nil {
+			t.Fatalf("%s: %v", d.Provider, err)
+		}
+		if _, err := newAdapter(d); err != nil {
+			t.Fatalf("%s: %v", d.Provider, err)
+		}
 	}
 }

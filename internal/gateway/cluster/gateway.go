@@ -33,6 +33,9 @@ import (
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/gateway"
 	"github.com/stickyd/stickyd/internal/gateway/provider/anthropic"
+	"github.com/stickyd/stickyd/internal/gateway/provider/azure"
+	"github.com/stickyd/stickyd/internal/gateway/provider/bedrock"
+	"github.com/stickyd/stickyd/internal/gateway/provider/gemini"
 	"github.com/stickyd/stickyd/internal/gateway/provider/openai"
 	"github.com/stickyd/stickyd/internal/raftnode"
 )
@@ -183,8 +186,15 @@ func newAdapter(d *Deployment) (gateway.Adapter, error) {
 	switch d.Provider {
 	case "anthropic":
 		return anthropic.New(anthropic.Config{BaseURL: d.BaseURL, APIKey: key, StallTimeout: stall})
-	default:
-		return openai.New(openai.Config{BaseURL: d.BaseURL, APIKey: key, StallTimeout: stall})
+	case "gemini":
+		return gemini.New(gemini.Config{BaseURL: d.BaseURL, APIVersion: d.APIVersion, APIKey: key, StallTimeout: stall})
+	case "azure":
+		return azure.New(azure.Config{Endpoint: d.BaseURL, APIVersion: d.APIVersion, APIKey: key, StallTimeout: stall, Name: d.Name})
+	case "bedrock":
+		return bedrock.New(bedrock.Config{Region: d.Region, Endpoint: d.BaseURL, Profile: d.AWSProfile, StallTimeout: stall})
+	default: // openai, compat
+		return openai.New(openai.Config{BaseURL: d.BaseURL, APIKey: key, StallTimeout: stall, Name: d.Name,
+			Headers: d.Headers, AuthHeader: d.AuthHeader, NoStreamOptions: d.NoStreamOptions, ContinuousUsage: d.ContinuousUsage})
 	}
 }
 

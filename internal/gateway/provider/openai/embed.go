@@ -53,7 +53,7 @@ func (a *Adapter) Embed(ctx context.Context, req gateway.EmbedRequest) (gateway.
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	resp, err := a.do(ctx, http.MethodPost, "/embeddings", "application/json", body)
+	resp, err := a.do(ctx, http.MethodPost, a.url("/embeddings", req.Model), "application/json", body)
 	if err != nil {
 		return gateway.Embedding{}, err
 	}

@@ -1,7 +1,12 @@
 // Package openai is the gateway's adapter for the OpenAI Chat Completions
 // API (POST /chat/completions, GET /models). It speaks the real wire
 // format, so it also serves OpenAI-compatible servers (vLLM, Ollama,
-// LM Studio) by pointing BaseURL at them.
+// LM Studio, llama.cpp, TGI) by pointing BaseURL at them: the deployment
+// provider "compat" is this adapter with the quirks of Config (headers,
+// the key's header, no stream_options, usage on every chunk), and
+// provider/azure builds it with Azure's URLs and key header. One adapter
+// for every server of this wire format keeps one parser and one error
+// classifier to fix, whoever speaks it.
 //
 // It owns the translation between gateway.Request/Response/Chunk and the
 // provider's JSON and server-sent events, the provider's usage fields
@@ -69,6 +74,31 @@ type Config struct {
 	StallTimeout time.Duration
 	// Name names the adapter in logs (empty: "openai").
 	Name string
+
+	// The quirks of OpenAI-compatible servers and of Azure.
+
+	// Headers are sent with every call, after the adapter's own (a
+	// compatible server's or a proxy's headers).
+	Headers map[string]string
+	// AuthHeader names the header that carries APIKey: "" (or
+	// "Authorization") sends "Authorization: Bearer <key>"; any other
+	// name ("api-key", "x-api-key") sends the key as it is.
+	AuthHeader string
+	// NoStreamOptions is for servers that refuse stream_options: it is
+	// never sent (not added, and taken out of a caller's own request), so
+	// a stream's usage is whatever the server sends unasked (nothing:
+	// the stream is counted as free, with a warning).
+	NoStreamOptions bool
+	// ContinuousUsage asks a stream for its usage on every chunk (vLLM's
+	// stream_options.continuous_usage_stats), so that a stream cut midway
+	// is charged what the server had reported. A caller's own request
+	// then gets the usage on its chunks too, as the server sends them.
+	ContinuousUsage bool
+	// Endpoint, when set, makes the URL of a call from its API path
+	// ("/chat/completions", "/embeddings", "/models") and the request's
+	// model (Azure puts its deployment, the model, in the path). nil:
+	// BaseURL + path.
+	Endpoint func(path, model string) string
 	// Logger receives the adapter's logs (nil: none).
 	Logger hclog.Logger
 }
@@ -83,6 +113,11 @@ type Adapter struct {
 	timeout      time.Duration
 	stallTimeout time.Duration
 	log          hclog.Logger
+	headers      map[string]string
+	authHeader   string
+	// noStreamOptions and continuousUsage are Config's quirks.
+	noStreamOptions, continuousUsage bool
+	endpoint                         func(path, model string) string
 	// now is the clock for Retry-After dates (time.Now; tests set it).
 	now func() time.Time
 }
@@ -106,15 +141,31 @@ func New(cfg Config) (*Adapter, error) {
 	if cfg.Timeout < 0 || cfg.StallTimeout < 0 {
 		return nil, errors.New("configuring openai adapter: negative timeout")
 	}
+	if cfg.NoStreamOptions && cfg.ContinuousUsage {
+		return nil, errors.New("configuring openai adapter: continuous usage is asked for in stream_options, which the server is said to refuse")
+	}
+	for k := range cfg.Headers {
+		if !validHeaderName(k) {
+			return nil, fmt.Errorf("configuring openai adapter: %q is not a header name", k)
+		}
+	}
+	if cfg.AuthHeader != "" && !validHeaderName(cfg.AuthHeader) {
+		return nil, fmt.Errorf("configuring openai adapter: auth header %q is not a header name", cfg.AuthHeader)
+	}
 	a := &Adapter{
-		base:         strings.TrimRight(base, "/"),
-		apiKey:       cfg.APIKey,
-		organization: cfg.Organization,
-		client:       cfg.HTTPClient,
-		timeout:      cfg.Timeout,
-		stallTimeout: cfg.StallTimeout,
-		log:          cfg.Logger,
-		now:          time.Now,
+		base:            strings.TrimRight(base, "/"),
+		apiKey:          cfg.APIKey,
+		organization:    cfg.Organization,
+		client:          cfg.HTTPClient,
+		timeout:         cfg.Timeout,
+		stallTimeout:    cfg.StallTimeout,
+		log:             cfg.Logger,
+		headers:         cfg.Headers,
+		authHeader:      cfg.AuthHeader,
+		noStreamOptions: cfg.NoStreamOptions,
+		continuousUsage: cfg.ContinuousUsage,
+		endpoint:        cfg.Endpoint,
+		now:             time.Now,
 	}
 	if a.client == nil {
 		a.client = &http.Client{Transport: gateway.Transport()}
@@ -140,14 +191,14 @@ func New(cfg Config) (*Adapter, error) {
 // first choice. Errors are *gateway.ProviderError, or the context's error
 // when ctx was cancelled.
 func (a *Adapter) Complete(ctx context.Context, req gateway.Request) (gateway.Response, error) {
-	reqBody, _, err := requestBody(req, false)
+	reqBody, _, err := a.requestBody(req, false)
 	if err != nil {
 		return gateway.Response{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 
-	resp, err := a.do(ctx, http.MethodPost, "/chat/completions", "application/json", reqBody)
+	resp, err := a.do(ctx, http.MethodPost, a.url("/chat/completions", req.Model), "application/json", reqBody)
 	if err != nil {
 		return gateway.Response{}, err
 	}
@@ -211,7 +262,7 @@ func (a *Adapter) HealthCheck(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 
-	resp, err := a.do(ctx, http.MethodGet, "/models", "application/json", nil)
+	resp, err := a.do(ctx, http.MethodGet, a.url("/models", ""), "application/json", nil)
 	if err != nil {
 		return err
 	}
@@ -220,14 +271,25 @@ func (a *Adapter) HealthCheck(ctx context.Context) error {
 	return resp.Body.Close()
 }
 
-// do sends a request with the adapter's headers, accepting accept, and
-// a JSON body (nil for none), sent as it is. It returns the answer when its status is 2xx; otherwise the
-// classified error, with the body read and closed.
-func (a *Adapter) do(ctx context.Context, method, path, accept string, body []byte) (*http.Response, error) {
-	req, err := a.newRequest(ctx, method, path, accept, body)
+// url is the URL of the API path for model: BaseURL + path, or what
+// Config.Endpoint makes of them.
+func (a *Adapter) url(path, model string) string {
+	if a.endpoint != nil {
+		return a.endpoint(path, model)
+	}
+	return a.base + path
+}
+
+// do sends a request to url with the adapter's headers, accepting accept,
+// and a JSON body (nil for none), sent as it is. It returns the answer
+// when its status is 2xx; otherwise the classified error, with the body
+// read and closed.
+func (a *Adapter) do(ctx context.Context, method, url, accept string, body []byte) (*http.Response, error) {
+	req, err := a.newRequest(ctx, method, url, accept, body)
 	if err != nil {
 		return nil, err
 	}
+	path := req.URL.Path // never the query: Azure's holds nothing secret, but a proxy's might
 	resp, err := a.client.Do(req)
 	if err != nil {
 		return nil, transportError(ctx, "calling "+path, err)
@@ -241,12 +303,12 @@ func (a *Adapter) do(ctx context.Context, method, path, accept string, body []by
 	return resp, nil
 }
 
-func (a *Adapter) newRequest(ctx context.Context, method, path, accept string, body []byte) (*http.Request, error) {
+func (a *Adapter) newRequest(ctx context.Context, method, url, accept string, body []byte) (*http.Request, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, a.base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
 		return nil, fmt.Errorf("building request: %w", err)
 	}
@@ -255,12 +317,34 @@ func (a *Adapter) newRequest(ctx context.Context, method, path, accept string, b
 	}
 	req.Header.Set("Accept", accept)
 	if a.apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+a.apiKey)
+		switch {
+		case a.authHeader == "" || strings.EqualFold(a.authHeader, "Authorization"):
+			req.Header.Set("Authorization", "Bearer "+a.apiKey)
+		default:
+			req.Header.Set(a.authHeader, a.apiKey)
+		}
 	}
 	if a.organization != "" {
 		req.Header.Set("OpenAI-Organization", a.organization)
 	}
+	for k, v := range a.headers {
+		req.Header.Set(k, v)
+	}
 	return req, nil
+}
+
+// validHeaderName reports whether s is an HTTP header name (RFC 9110
+// token characters).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c > 127 || !strings.ContainsRune("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz", c) {
+			return false
+		}
+	}
+	return true
 }
 
 // serverError is a broken answer: KindServer with what was wrong.

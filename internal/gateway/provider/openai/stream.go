@@ -31,13 +31,13 @@ var (
 // gateway.Adapter). The stream's goroutine ends, and the channel closes,
 // when the stream ends or ctx is cancelled.
 func (a *Adapter) Stream(ctx context.Context, req gateway.Request) (<-chan gateway.Chunk, error) {
-	body, usageAsked, err := requestBody(req, true)
+	body, usageAsked, err := a.requestBody(req, true)
 	if err != nil {
 		return nil, err
 	}
 	sctx, cancel := context.WithCancelCause(ctx)
 	headers := time.AfterFunc(a.timeout, func() { cancel(errHeaderTimeout) })
-	resp, err := a.do(sctx, http.MethodPost, "/chat/completions", "text/event-stream", body)
+	resp, err := a.do(sctx, http.MethodPost, a.url("/chat/completions", req.Model), "text/event-stream", body)
 	fired := !headers.Stop()
 	if err != nil || fired {
 		if err == nil {

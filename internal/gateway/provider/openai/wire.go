@@ -99,6 +99,8 @@ type jsonSchema struct {
 
 type streamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
+	// ContinuousUsageStats is vLLM's: the usage on every chunk.
+	ContinuousUsageStats bool `json:"continuous_usage_stats,omitempty"`
 }
 
 // requestBody is the body to send for req: the caller's own (Native in
@@ -106,13 +108,20 @@ type streamOptions struct {
 // gateway counts the usage); or one built from the gateway's fields.
 // usageAsked says whether the caller asked for the usage chunk itself
 // (false: the adapter added it, and does not pass it on).
-func requestBody(req gateway.Request, stream bool) (body []byte, usageAsked bool, err error) {
+func (a *Adapter) requestBody(req gateway.Request, stream bool) (body []byte, usageAsked bool, err error) {
 	if req.Native != nil && req.Native.Shape == gateway.ShapeOpenAIChat {
-		return nativeBody(req.Native.Body, req.Model, stream)
+		return a.nativeBody(req.Native.Body, req.Model, stream)
 	}
 	cr, err := newChatRequest(req, stream)
 	if err != nil {
 		return nil, false, err
+	}
+	switch {
+	case cr.StreamOptions == nil:
+	case a.noStreamOptions:
+		cr.StreamOptions = nil
+	case a.continuousUsage:
+		cr.StreamOptions.ContinuousUsageStats = true
 	}
 	b, err := json.Marshal(cr)
 	if err != nil {
@@ -123,8 +132,10 @@ func requestBody(req gateway.Request, stream bool) (body []byte, usageAsked bool
 
 // nativeBody edits a caller's Chat Completions request in place: model
 // becomes the deployment's; a stream gets "stream": true and
-// stream_options.include_usage true (the other stream_options kept).
-func nativeBody(body []byte, model string, stream bool) ([]byte, bool, error) {
+// stream_options.include_usage true (the other stream_options kept), and
+// continuous_usage_stats with Config.ContinuousUsage; with
+// Config.NoStreamOptions, stream_options is taken out instead.
+func (a *Adapter) nativeBody(body []byte, model string, stream bool) ([]byte, bool, error) {
 	b, err := gateway.SetJSONField(body, "model", model)
 	if err != nil {
 		return nil, false, gateway.Unsupported("", "the request is not a JSON object: %v", err)
@@ -144,12 +155,58 @@ func nativeBody(body []byte, model string, stream bool) ([]byte, bool, error) {
 			return nil, false, &gateway.ProviderError{Kind: gateway.KindBadRequest, Param: "stream_options", Message: "stream_options must be an object"}
 		}
 	}
-	if string(opts["include_usage"]) == "true" {
+	asked := string(opts["include_usage"]) == "true"
+	if a.noStreamOptions {
+		b, err := deleteJSONField(b, "stream_options")
+		return b, asked, err
+	}
+	_, continuous := opts["continuous_usage_stats"]
+	if asked && (continuous || !a.continuousUsage) {
 		return b, true, nil
 	}
 	opts["include_usage"] = json.RawMessage("true")
+	if a.continuousUsage && !continuous {
+		opts["continuous_usage_stats"] = json.RawMessage("true")
+	}
 	b, err = gateway.SetJSONField(b, "stream_options", opts)
-	return b, false, err
+	return b, asked, err
+}
+
+// deleteJSONField returns body without its top-level member key (body
+// itself when it has none); every other byte is kept.
+func deleteJSONField(body []byte, key string) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, fmt.Errorf("removing %s: not a JSON object", key)
+	}
+	first := true
+	for dec.More() {
+		start := int(dec.InputOffset()) // after '{' or the previous value
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("removing %s: %w", key, err)
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, fmt.Errorf("removing %s: %w", key, err)
+		}
+		end := int(dec.InputOffset())
+		if name, _ := tok.(string); name != key {
+			first = false
+			continue
+		}
+		rest := body[end:]
+		if first {
+			// The first member: its comma follows it (if another does).
+			trimmed := bytes.TrimLeft(rest, " \t\r\n")
+			if len(trimmed) > 0 && trimmed[0] == ',' {
+				rest = bytes.TrimLeft(trimmed[1:], " \t\r\n")
+			}
+		}
+		out := make([]byte, 0, len(body))
+		return append(append(out, body[:start]...), rest...), nil
+	}
+	return body, nil
 }
 
 // newChatRequest builds the body from the gateway's fields, refusing what
