@@ -30,7 +30,7 @@ var (
 func (r *Router) Embed(ctx context.Context, ec EmbedCall) (Embedding, error) {
 	call := Call{Request: Request{Model: ec.Request.Model}, Session: ec.Session, Key: ec.Key, Deadline: ec.Deadline}
 	if m, ok := r.models[ec.Request.Model]; ok && !canEmbed(m) {
-		return Embedding{}, Unsupported("model", "model %q cannot embed: none of its deployments' providers has an embeddings API (an OpenAI-compatible one has)", m.Name)
+		return Embedding{}, Unsupported("model", "model %q cannot embed: none of its deployments can embed (OpenAI-compatible, Azure and Gemini deployments can, Bedrock with Titan or Cohere models)", m.Name)
 	}
 	m, ctx, release, err := r.admitModel(ctx, call)
 	if err != nil {
