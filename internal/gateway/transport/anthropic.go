@@ -2,7 +2,6 @@ package transport
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -334,32 +333,12 @@ func extraMembers(raw json.RawMessage, at string, known ...string) []string {
 // content blocks (text_delta, tool_use's input_json_delta),
 // message_delta with the usage, message_stop.
 func (h *httpServer) streamMessages(w http.ResponseWriter, r *http.Request, call gateway.Call) error {
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	ch, err := h.svc.Stream(ctx, call)
+	c, ch, sse, done, err := h.openStream(w, r, call)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		cancel()
-		for range ch {
-		}
-	}()
-	c, ok := <-ch
-	if !ok {
-		return errStreamCut
-	}
-	if c.Err != nil {
-		return c.Err
-	}
-	hdr := w.Header()
-	hdr.Set("Content-Type", "text/event-stream; charset=utf-8")
-	hdr.Set("Cache-Control", "no-cache")
-	hdr.Set("X-Accel-Buffering", "no")
-	setServedBy(hdr, c.Provider, c.Deployment)
-	hdr.Set("Trailer", costTrailer)
-	w.WriteHeader(http.StatusOK)
-	sse := sseWriter{w: w, rc: http.NewResponseController(w)}
+	defer done()
+	hdr, ok := w.Header(), true // the trailer is set at the end; ok is each next chunk's
 	gone := func(err error) error {
 		h.log.Debug("gateway stream's caller left", "model", call.Request.Model, "error", err)
 		return nil

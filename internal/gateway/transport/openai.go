@@ -187,48 +187,55 @@ func (h *httpServer) chatCompletions(w http.ResponseWriter, r *http.Request, cal
 	return nil
 }
 
+// openStream starts call's stream and waits for its first chunk before the
+// first byte, so that a stream that fails at once still gets its status;
+// then it writes the head of an event stream (served-by headers, the cost
+// trailer). done cancels the stream and drains it (the Service closes the
+// channel once cancelled, its contract; draining lets its sender finish):
+// defer it.
+func (h *httpServer) openStream(w http.ResponseWriter, r *http.Request, call gateway.Call) (first gateway.Chunk, ch <-chan gateway.Chunk, sse sseWriter, done func(), err error) {
+	ctx, cancel := context.WithCancel(r.Context())
+	ch, err = h.svc.Stream(ctx, call)
+	if err != nil {
+		cancel()
+		return first, nil, sse, nil, err
+	}
+	done = func() {
+		cancel()
+		for range ch {
+		}
+	}
+	c, ok := <-ch
+	switch {
+	case !ok:
+		done()
+		return first, nil, sse, nil, errStreamCut
+	case c.Err != nil:
+		done()
+		return first, nil, sse, nil, c.Err
+	}
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/event-stream; charset=utf-8")
+	hdr.Set("Cache-Control", "no-cache")
+	hdr.Set("X-Accel-Buffering", "no") // no proxy buffering of the events
+	setServedBy(hdr, c.Provider, c.Deployment)
+	hdr.Set("Trailer", costTrailer)
+	w.WriteHeader(http.StatusOK)
+	return c, ch, sseWriter{w: w, rc: http.NewResponseController(w)}, done, nil
+}
+
 // streamChat answers call as OpenAI's server-sent events: a chunk with the
 // role, the content deltas, a chunk with the finish reason, the usage chunk
 // when asked for, then [DONE]; each event is flushed as it is written. A
 // stream that fails before its first chunk gets a plain error answer; one
 // that fails later gets an error event and no [DONE].
 func (h *httpServer) streamChat(w http.ResponseWriter, r *http.Request, call gateway.Call, includeUsage bool) error {
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	ch, err := h.svc.Stream(ctx, call)
+	c, ch, sse, done, err := h.openStream(w, r, call)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		// Cancelling makes the Service close the channel (its contract);
-		// draining it lets its sender finish.
-		cancel()
-		for range ch {
-		}
-	}()
-	// Wait for the first chunk before the first byte, so that a stream
-	// that fails at once still gets its status.
-	c, ok := <-ch
-	if !ok {
-		return errStreamCut
-	}
-	if c.Err != nil {
-		return c.Err
-	}
-
-	hdr := w.Header()
-	hdr.Set("Content-Type", "text/event-stream; charset=utf-8")
-	hdr.Set("Cache-Control", "no-cache")
-	hdr.Set("X-Accel-Buffering", "no") // no proxy buffering of the events
-	if c.Provider != "" {
-		hdr.Set(providerHeader, c.Provider)
-	}
-	if c.Deployment != "" {
-		hdr.Set(deploymentHeader, c.Deployment)
-	}
-	hdr.Set("Trailer", costTrailer)
-	w.WriteHeader(http.StatusOK)
-	sse := sseWriter{w: w, rc: http.NewResponseController(w)}
+	defer done()
+	hdr, ok := w.Header(), true // the trailer is set at the end; ok is each next chunk's
 	id, created, model := newChatID(), h.opts.Now().Unix(), call.Request.Model
 	var usage any
 	if includeUsage {

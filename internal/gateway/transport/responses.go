@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -315,32 +314,12 @@ func (rs *responseState) response(finish string, u gateway.Usage, meta *streamMe
 
 // streamResponse answers call as the Responses API's events.
 func (h *httpServer) streamResponse(w http.ResponseWriter, r *http.Request, call gateway.Call, rs *responseState) error {
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	ch, err := h.svc.Stream(ctx, call)
+	c, ch, sse, done, err := h.openStream(w, r, call)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		cancel()
-		for range ch {
-		}
-	}()
-	c, ok := <-ch
-	if !ok {
-		return errStreamCut
-	}
-	if c.Err != nil {
-		return c.Err
-	}
-	hdr := w.Header()
-	hdr.Set("Content-Type", "text/event-stream; charset=utf-8")
-	hdr.Set("Cache-Control", "no-cache")
-	hdr.Set("X-Accel-Buffering", "no")
-	setServedBy(hdr, c.Provider, c.Deployment)
-	hdr.Set("Trailer", costTrailer)
-	w.WriteHeader(http.StatusOK)
-	sse := sseWriter{w: w, rc: http.NewResponseController(w)}
+	defer done()
+	hdr, ok := w.Header(), true // the trailer is set at the end; ok is each next chunk's
 	emit := func(typ string, fields map[string]any) error {
 		fields["type"], fields["sequence_number"] = typ, rs.seq
 		rs.seq++
