@@ -304,19 +304,6 @@ func (f *FSM) GatewayCounters() gatewaywire.Counters {
 	return f.state.Gateway.Counters.Clone()
 }
 
-// GatewaySpent returns what a session, a day and an API key have spent,
-// and the last batch applied of ledger: a ledger adds what it holds past
-// it.
-func (f *FSM) GatewaySpent(session, day, key, ledger string) (gatewaywire.Spend, uint64) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if f.state.Gateway == nil {
-		return gatewaywire.Spend{}, 0
-	}
-	g := f.state.Gateway
-	return g.Counters.Spent(session, day, key), g.Ledgers[ledger].Batch
-}
-
 // GatewayCountersOf returns a copy of the cost counters and the last
 // batch applied of ledger.
 func (f *FSM) GatewayCountersOf(ledger string) (gatewaywire.Counters, uint64) {

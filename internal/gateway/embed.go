@@ -32,7 +32,9 @@ func (r *Router) Embed(ctx context.Context, ec EmbedCall) (Embedding, error) {
 	if m, ok := r.models[ec.Request.Model]; ok && !canEmbed(m) {
 		return Embedding{}, Unsupported("model", "model %q cannot embed: none of its deployments' providers has an embeddings API (an OpenAI-compatible one has)", m.Name)
 	}
-	m, ctx, release, err := r.admitModel(ctx, call)
+	m, ctx, release, err := r.admitModel(ctx, call, func(m *model) int64 {
+		return m.worstCost(primingTokens+int64(len(ec.Request.Input)), 0)
+	})
 	if err != nil {
 		return Embedding{}, err
 	}

@@ -116,7 +116,7 @@ type APIKey struct {
 	Tenant string `json:"tenant,omitempty"`
 	// Hash is the key's SHA-256, in hex; Hint its last four characters,
 	// to tell keys apart in a listing.
-	Hash string `json:"hash"`
+	Hash string `json:"hash,omitempty"`
 	Hint string `json:"hint"`
 	Allowance
 	Created time.Time `json:"created"`
