@@ -328,6 +328,23 @@ func (f *FSM) GatewayHeldByOthers(ledger string, now time.Time) []gatewaywire.Re
 	return out
 }
 
+// GatewayTenantAccounts returns a copy of the tenants' counters, and the
+// last batch applied of ledger.
+func (f *FSM) GatewayTenantAccounts(ledger string) (map[string]gatewaywire.Account, uint64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	g := f.state.Gateway
+	if g == nil {
+		return map[string]gatewaywire.Account{}, 0
+	}
+	c := gatewaywire.Counters{Tenants: g.Counters.Tenants}
+	out := c.Clone().Tenants
+	if out == nil {
+		out = map[string]gatewaywire.Account{}
+	}
+	return out, g.Ledgers[ledger].Batch
+}
+
 // GatewayReservations returns every reservation the maps hold, by id.
 func (f *FSM) GatewayReservations() []gatewaywire.Reservation {
 	f.mu.RLock()

@@ -15,6 +15,7 @@ import (
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/gateway"
 	"github.com/stickyd/stickyd/internal/gatewaywire"
+	"github.com/stickyd/stickyd/internal/monitor"
 )
 
 // The admin API of keys and tenants (docs/gateway.md, "Keys and
@@ -172,6 +173,26 @@ func (g *Gateway) applyAccess(ctx context.Context, req fsm.GatewayAccessRequest)
 		return &api.Error{Status: http.StatusConflict, Message: err.Error()}
 	}
 	return &api.Error{Status: http.StatusServiceUnavailable, Message: "recording the change: " + err.Error()}
+}
+
+// TenantCosts are the tenants, by name, with what their keys' calls cost
+// in all, today and this month (in the gateway's day_zone), from this
+// server's counters, every charge taken here counted (the leader's are
+// exact): the monitor's cost per tenant. None on a nil Gateway (an agent
+// without a gateway block).
+func (g *Gateway) TenantCosts() []monitor.TenantCost {
+	if g == nil {
+		return nil
+	}
+	tenants, cost := g.maps.GatewayTenants(), g.ledger.TenantAccounts()
+	day := time.Now().In(g.zone()).Format(time.DateOnly)
+	out := make([]monitor.TenantCost, 0, len(tenants))
+	for _, t := range tenants {
+		c := cost[t.Name]
+		out = append(out, monitor.TenantCost{Tenant: t.Name, Micros: c.Total.Micros, Calls: c.Total.Calls, TodayMicros: c.Days[day].Micros,
+			MonthMicros: c.Months[gatewaywire.MonthOf(day)].Micros, BudgetMicros: t.BudgetMicros, Period: t.Period})
+	}
+	return out
 }
 
 // keyUsage is what key name reads of itself in counters c: its counters,

@@ -16,10 +16,15 @@ import (
 	"github.com/stickyd/stickyd/internal/gateway"
 )
 
-// Routes adds the gateway's admin routes: the cost counters and the
-// deployments' health for operators, and the leader's side of a forwarded
-// call. wrap turns a handler that returns an error into the admin API's.
+// Routes adds the gateway's admin routes: the cost counters, the
+// deployments' health, the keys and tenants for operators, and the
+// leader's side of a forwarded call. wrap turns a handler that returns an
+// error into the admin API's. A nil Gateway (an agent without a gateway
+// block) adds none.
 func (g *Gateway) Routes(mux *http.ServeMux, wrap func(func(http.ResponseWriter, *http.Request) error) http.HandlerFunc) {
+	if g == nil {
+		return
+	}
 	mux.HandleFunc("GET /v1/gateway/usage", wrap(func(w http.ResponseWriter, r *http.Request) error {
 		c, source := g.usage(r.Context())
 		q := r.URL.Query()

@@ -118,6 +118,21 @@ func (l *raftLedger) Sessions(names iter.Seq[string]) map[string]gateway.Tally {
 	return out
 }
 
+// TenantAccounts are the tenants' counters with every charge taken here
+// counted.
+func (l *raftLedger) TenantAccounts() map[string]gateway.Account {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	accts, applied := l.maps.GatewayTenantAccounts(l.id)
+	c := gateway.Counters{Tenants: accts}
+	for _, ch := range l.unappliedLocked(applied) {
+		if ch.Tenant != "" {
+			c.Apply(ch)
+		}
+	}
+	return c.Tenants
+}
+
 // unappliedLocked are the charges taken here that the replica has not
 // applied, given the last batch it applied.
 func (l *raftLedger) unappliedLocked(applied uint64) []gateway.Charge {
