@@ -66,11 +66,13 @@ type KeyUsage struct {
 	Source string       `json:"source"`
 }
 
-// BudgetState is a budget in its period now: its figure, what was spent
-// and what is left (never below 0), in micro-dollars.
+// BudgetState is a budget in its period now, in micro-dollars: its
+// figure, what was spent, what the calls under way hold (their worst
+// case, on the leader), and what is left for new calls (never below 0).
 type BudgetState struct {
 	Period      string `json:"period,omitempty"`
 	LimitMicros int64  `json:"limit_micros"`
 	SpentMicros int64  `json:"spent_micros"`
+	HeldMicros  int64  `json:"held_micros"`
 	LeftMicros  int64  `json:"left_micros"`
 }

@@ -155,6 +155,11 @@ func decodeBody(r *http.Request, v any) error {
 // applyAccess writes a change of the keys or tenants through the leader,
 // its refusals as the admin API's errors.
 func (g *Gateway) applyAccess(ctx context.Context, req fsm.GatewayAccessRequest) error {
+	// Whether every server applies the entry is learnt in the background
+	// (asked at Start): wait for the answer a moment.
+	for wait := time.Now().Add(5 * time.Second); !g.maps.Allows(fsm.GatewayAccessRequestType) && time.Now().Before(wait) && ctx.Err() == nil; {
+		time.Sleep(50 * time.Millisecond)
+	}
 	if !g.maps.Allows(fsm.GatewayAccessRequestType) {
 		return &api.Error{Status: http.StatusServiceUnavailable,
 			Message: "a server of the cluster does not know API keys and tenants yet (a rolling update is under way): retry once every server runs this version"}
@@ -196,9 +201,9 @@ func (g *Gateway) TenantCosts() []monitor.TenantCost {
 }
 
 // keyUsage is what key name reads of itself in counters c: its counters,
-// its sessions (its name, and those under it), its own budget now and
-// its limits.
-func (g *Gateway) keyUsage(c gateway.Counters, name string) gateway.KeyUsage {
+// its sessions (its name, and those under it), its own budget now (what
+// held says the calls under way hold in it) and its limits.
+func (g *Gateway) keyUsage(c gateway.Counters, name string, held func(gateway.Scope) int64) gateway.KeyUsage {
 	a := c.KeyAccounts[name]
 	u := gateway.KeyUsage{Key: name, Total: c.Keys[name], Days: nonNil(a.Days), Months: nonNil(a.Months), Models: nonNil(a.Models),
 		Sessions: map[string]gateway.Tally{}}
@@ -218,8 +223,9 @@ func (g *Gateway) keyUsage(c gateway.Counters, name string) gateway.KeyUsage {
 		budget = int64(b * 1e6)
 	}
 	if budget > 0 {
-		spent := c.SpentIn(gatewaywire.PeriodScope(gatewaywire.ScopeKey, name, period, day))
-		u.Budget = &gateway.BudgetState{Period: period, LimitMicros: budget, SpentMicros: spent, LeftMicros: max(0, budget-spent)}
+		scope := gatewaywire.PeriodScope(gatewaywire.ScopeKey, name, period, day)
+		spent, h := c.SpentIn(scope), held(scope)
+		u.Budget = &gateway.BudgetState{Period: period, LimitMicros: budget, SpentMicros: spent, HeldMicros: h, LeftMicros: max(0, budget-spent-h)}
 	}
 	return u
 }
@@ -236,7 +242,7 @@ func nonNil(m map[string]gateway.Tally) map[string]gateway.Tally {
 // server's replica.
 func (g *Gateway) keyUsageOf(ctx context.Context, name string) gateway.KeyUsage {
 	if g.srv.Raft().IsLeader() {
-		u := g.keyUsage(g.ledger.Counters(), name)
+		u := g.keyUsage(g.ledger.Counters(), name, g.ledger.HeldIn)
 		u.Source = "leader"
 		return u
 	}
@@ -250,7 +256,7 @@ func (g *Gateway) keyUsageOf(ctx context.Context, name string) gateway.KeyUsage 
 			}
 		}
 	}
-	u := g.keyUsage(g.maps.GatewayCounters(), name)
+	u := g.keyUsage(g.maps.GatewayCounters(), name, g.ledger.HeldIn)
 	u.Source = "replica"
 	return u
 }

@@ -42,7 +42,7 @@ func (g *Gateway) Routes(mux *http.ServeMux, wrap func(func(http.ResponseWriter,
 			return &api.Error{Status: http.StatusMisdirectedRequest, Message: "not the leader"}
 		}
 		if key := r.URL.Query().Get("key"); key != "" {
-			u := g.keyUsage(g.ledger.Counters(), key)
+			u := g.keyUsage(g.ledger.Counters(), key, g.ledger.HeldIn)
 			u.Source = "leader"
 			writeJSONTo(w, http.StatusOK, u)
 			return nil

@@ -158,6 +158,9 @@ func (g *Gateway) Start(reg prometheus.Registerer, stop <-chan struct{}) error {
 	if err := reg.Register(newCollector(g)); err != nil {
 		return fmt.Errorf("gateway: registering its metrics: %w", err)
 	}
+	// Ask now whether every server applies the keys' and reservations'
+	// entries: the answer comes in the background.
+	g.maps.Allows(fsm.GatewayReserveRequestType)
 	g.ledgerDone = make(chan struct{})
 	reserving := make(chan struct{})
 	go func() {

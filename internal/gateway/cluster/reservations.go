@@ -155,6 +155,15 @@ func (l *raftLedger) runReservations(stop <-chan struct{}) {
 	}
 }
 
+// HeldIn is what the reservations of the calls under way hold in scope
+// s.
+func (l *raftLedger) HeldIn(s gateway.Scope) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, held := l.spentInLocked([]gateway.Budget{{Scope: s}})(s)
+	return held
+}
+
 // spentInLocked reads, for each of budgets' scopes, what the charges
 // have spent (the replica's, and those taken here it has not applied)
 // and what reservations hold (those taken here, and those of other
