@@ -90,12 +90,14 @@ const (
 // (the messages' text, names, tool calls and their arguments, the tools'
 // names, descriptions and schemas, the response format's schema) counts a
 // token, each message, tool and tool call 8 more, each image 4,096, and 8
-// for the answer's priming. When the request carries the caller's own
-// body (Native), the estimate is at least that body's bytes, its images'
-// URLs counted as images: members only its API has (Anthropic's system
-// blocks, OpenAI's prediction...) are then counted too.
+// for the answer's priming. When the request has what the fields do not
+// carry (members only its API has, Extra: OpenAI's prediction,
+// Anthropic's cache_control...; content parts other than text and
+// images: audio, files, documents), the estimate is at least the bytes of
+// the caller's own body (Native), its images' URLs counted as images.
 func EstimatePrompt(req Request) int64 {
 	n, images, imageBytes := int64(primingTokens), int64(0), int64(0)
+	unmodelled := len(req.Extra) > 0
 	for _, m := range req.Messages {
 		n += messageTokens + int64(len(m.Role)+len(m.Name)+len(m.ToolCallID)+len(m.Content))
 		for _, p := range m.Parts {
@@ -107,6 +109,7 @@ func EstimatePrompt(req Request) int64 {
 				imageBytes += int64(len(p.URL))
 			default:
 				n += int64(len(p.URL))
+				unmodelled = true
 			}
 		}
 		for _, tc := range m.ToolCalls {
@@ -123,7 +126,7 @@ func EstimatePrompt(req Request) int64 {
 		n += int64(len(s))
 	}
 	n += images * imageTokens
-	if req.Native != nil {
+	if unmodelled && req.Native != nil {
 		n = max(n, int64(len(req.Native.Body))-imageBytes+images*imageTokens)
 	}
 	return n

@@ -21,6 +21,7 @@ func TestEstimatePrompt(t *testing.T) {
 	img := "data:image/png;base64," + strings.Repeat("A", 10_000)
 	withImage := Request{Messages: []Message{{Role: "user", Parts: []Part{{Type: PartText, Text: "what is it?"}, {Type: PartImage, URL: img}}}}}
 	native := withImage
+	native.Extra = []string{"prediction"}
 	native.Native = &Native{Shape: ShapeOpenAIChat, Body: []byte(`{"model":"m","prediction":{"type":"content","content":"` + strings.Repeat("x", 500) + `"},"messages":[{"role":"user","content":[{"type":"text","text":"what is it?"},{"type":"image_url","image_url":{"url":"` + img + `"}}]}]}`)}
 	tools := Request{Messages: []Message{{Role: "assistant", ToolCalls: []ToolCall{{ID: "c1", Name: "f", Arguments: `{"a":1}`}}}, {Role: "tool", ToolCallID: "c1", Content: "42"}},
 		Tools:          []Tool{{Name: "f", Description: "adds", Parameters: []byte(`{"type":"object"}`)}},
@@ -33,7 +34,11 @@ func TestEstimatePrompt(t *testing.T) {
 		{"text", text, primingTokens + messageTokens + 4 + 5},
 		{"an image", withImage, primingTokens + messageTokens + 4 + 11 + imageTokens},
 		// The body's bytes, less the image's URL, plus the image.
-		{"the caller's own body", native, int64(len(native.Native.Body)) - int64(len(img)) + imageTokens},
+		{"a member only its API has", native, int64(len(native.Native.Body)) - int64(len(img)) + imageTokens},
+		// The fields carry all of it: the body's JSON is not counted.
+		{"the caller's own body", Request{Messages: text.Messages, Native: &Native{Body: []byte(`{"messages":[{"role":"user","content":"hello"}],"model":"a-long-model-name"}`)}},
+			primingTokens + messageTokens + 4 + 5},
+		{"an audio part", Request{Messages: []Message{{Role: "user", Parts: []Part{{Type: "input_audio"}}}}, Native: &Native{Body: make([]byte, 5000)}}, 5000},
 		// The assistant's message and its call, the tool's answer, the
 		// tool, the response format.
 		{"tools", tools, primingTokens + (messageTokens + 9) + (messageTokens + 2 + 1 + 7) + (messageTokens + 4 + 2 + 2) + (messageTokens + 1 + 4 + 17) + (11 + 3 + 17)},
