@@ -673,7 +673,13 @@ func (r *Router) admitModel(ctx context.Context, call Call, worst func(*model) i
 		return nil, nil, nil, err
 	}
 	undo := func() { r.unreserve(adm); release(); endLimits(); cancel() }
+	var w int64
 	if len(budgets) > 0 {
+		w = worst(m)
+	}
+	// A call that can cost nothing (free deployments) holds nothing: the
+	// check above refused it if a budget was spent.
+	if w > 0 {
 		// The call is held to its reservation's life: it cannot run past
 		// the reservation's expiry.
 		bound := r.reservationBound(m)
@@ -683,7 +689,7 @@ func (r *Router) admitModel(ctx context.Context, call Call, worst func(*model) i
 		}
 		rctx, c2 := context.WithTimeout(qctx, bound)
 		res := Reservation{ID: newID(), Session: call.Session, Key: call.Key, Tenant: acc.Tenant, Day: adm.day, Model: m.Name,
-			Micros: worst(m), Expires: expires}
+			Micros: w, Expires: expires}
 		if err := r.cfg.Ledger.Reserve(rctx, res, budgets); err != nil {
 			c2()
 			undo()

@@ -175,9 +175,17 @@ func (l *raftLedger) spentInLocked(budgets []gateway.Budget) func(gateway.Scope)
 	}
 	spent, applied := l.maps.GatewaySpentIn(scopes, l.id)
 	unapplied := l.unappliedLocked(applied)
+	// A reservation past its expiry holds nothing, here as in the log
+	// (its call cannot run past it).
+	now := time.Now()
+	for id, r := range l.held {
+		if !r.Expires.After(now) {
+			delete(l.held, id)
+		}
+	}
 	// The reservations of an earlier process of this server died with
 	// it (the first entry of this one drops them from the log).
-	others := slices.DeleteFunc(l.maps.GatewayHeldByOthers(l.id, time.Now()), func(r gateway.Reservation) bool {
+	others := slices.DeleteFunc(l.maps.GatewayHeldByOthers(l.id, now), func(r gateway.Reservation) bool {
 		return strings.HasPrefix(r.Ledger, l.srv.Name()+"/")
 	})
 	return func(s gateway.Scope) (int64, int64) {
@@ -194,7 +202,7 @@ func (l *raftLedger) spentInLocked(budgets []gateway.Budget) func(gateway.Scope)
 			}
 		}
 		for _, r := range l.held {
-			if r.AsCharge().In(s) {
+			if r.AsCharge().In(s) && r.Expires.After(now) {
 				held += r.Micros
 			}
 		}
