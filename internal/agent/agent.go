@@ -643,7 +643,7 @@ func (a *Agent) Park() park.Store { return a.park }
 
 // extraRoutes adds the gateway's and the operator's routes to the API.
 func (a *Agent) extraRoutes(mux *http.ServeMux, wrap func(func(http.ResponseWriter, *http.Request) error) http.HandlerFunc) {
-	a.gatewayRoutes(mux, wrap)
+	a.gw.Routes(mux, wrap) // none without a gateway
 	a.govern.Routes(mux, wrap)
 	if a.cfg.IsServer() {
 		a.cluster.OperatorRoutes(mux, wrap)

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"net/http"
 
 	"github.com/stickyd/stickyd/internal/gateway/cluster"
 	"github.com/stickyd/stickyd/internal/host"
@@ -69,14 +68,6 @@ func (a *Agent) startGateway() error {
 	}
 	a.leadership.Add("run the gateway's submitted calls", gw.LeadJobs)
 	return nil
-}
-
-// gatewayRoutes adds the gateway's admin routes (none without one).
-func (a *Agent) gatewayRoutes(mux *http.ServeMux, wrap func(func(http.ResponseWriter, *http.Request) error) http.HandlerFunc) {
-	if a.gw == nil {
-		return
-	}
-	a.gw.Routes(mux, wrap)
 }
 
 // gatewayFromWorker serves one GatewayCall of worker until stop (the

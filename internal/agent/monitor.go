@@ -25,6 +25,7 @@ func (a *Agent) newMonitor() (*monitor.Cluster, error) {
 		Outlook:       func(worker string) (governor.Outlook, bool) { return a.govern.Outlook(worker) },
 		Events:        func() []governor.Event { return a.govern.Events() },
 		Windows:       maintenance.Windows,
+		Tenants:       func() []monitor.TenantCost { return a.gw.TenantCosts() },
 		Call:          a.remote.Call,
 		Held:          a.held,
 		Registry:      a.registry,

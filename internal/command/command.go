@@ -86,6 +86,16 @@ func RunApp(args []string, ui cli.Ui, builtins map[string]agent.Builtin, app str
 			"gateway usage":  func() (cli.Command, error) { return &GatewayUsageCommand{Meta: meta}, nil },
 			"gateway health": func() (cli.Command, error) { return &GatewayHealthCommand{Meta: meta}, nil },
 
+			"gateway key":           func() (cli.Command, error) { return &GatewayKeyCommand{Meta: meta}, nil },
+			"gateway key create":    func() (cli.Command, error) { return &GatewayKeyCreateCommand{Meta: meta}, nil },
+			"gateway key list":      func() (cli.Command, error) { return &GatewayKeyListCommand{Meta: meta}, nil },
+			"gateway key revoke":    func() (cli.Command, error) { return &GatewayKeyRevokeCommand{Meta: meta}, nil },
+			"gateway tenant":        func() (cli.Command, error) { return &GatewayTenantCommand{Meta: meta}, nil },
+			"gateway tenant create": func() (cli.Command, error) { return &GatewayTenantCreateCommand{Meta: meta}, nil },
+			"gateway tenant list":   func() (cli.Command, error) { return &GatewayTenantListCommand{Meta: meta}, nil },
+			"gateway tenant set":    func() (cli.Command, error) { return &GatewayTenantSetCommand{Meta: meta}, nil },
+			"gateway tenant delete": func() (cli.Command, error) { return &GatewayTenantDeleteCommand{Meta: meta}, nil },
+
 			"bundle":        func() (cli.Command, error) { return &BundleCommand{Meta: meta}, nil },
 			"bundle pack":   func() (cli.Command, error) { return &BundlePackCommand{Meta: meta}, nil },
 			"bundle push":   func() (cli.Command, error) { return &BundlePushCommand{Meta: meta}, nil },

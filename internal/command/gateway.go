@@ -32,11 +32,18 @@ Usage: stickyd gateway <subcommand> [options]
 
       $ stickyd gateway health
 
+  API keys and tenants, with their budgets, limits and models:
+
+      $ stickyd gateway tenant create -budget 500 -period month acme
+      $ stickyd gateway key create -tenant acme -rpm 60 ci-bot
+
   Run "stickyd gateway <subcommand> -help" for the options of each.
 `)
 }
 
-func (c *GatewayCommand) Synopsis() string { return "Look at the AI gateway's costs and health" }
+func (c *GatewayCommand) Synopsis() string {
+	return "Look at the AI gateway's costs and health, manage its keys and tenants"
+}
 
 func (c *GatewayCommand) Run(args []string) int { return c.parent("gateway", args) }
 

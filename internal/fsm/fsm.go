@@ -442,6 +442,10 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return f.applyGatewayCharges(decoded.(*GatewayChargesRequest))
 	case GatewayJobRequestType:
 		return f.applyGatewayJob(decoded.(*GatewayJobRequest))
+	case GatewayAccessRequestType:
+		return f.applyGatewayAccess(buf)
+	case GatewayReserveRequestType:
+		return f.applyGatewayReserve(buf)
 	case TeardownRequestType:
 		return f.applyTeardown(buf)
 	case JobRequestType:

@@ -89,6 +89,13 @@ type GatewayState struct {
 	Jobs    map[string]*GatewayJob `json:"jobs,omitempty"`
 	Keys    map[string]string      `json:"keys,omitempty"`
 	NextSeq uint64                 `json:"next_seq"`
+	// APIKeys are the keys created through the admin API, by name (held
+	// as their hashes); Tenants the tenants, by name; Reservations the
+	// calls' reservations not yet settled, released or expired, by id
+	// (gateway_access.go).
+	APIKeys      map[string]*gatewaywire.APIKey      `json:"api_keys,omitempty"`
+	Tenants      map[string]*gatewaywire.Tenant      `json:"tenants,omitempty"`
+	Reservations map[string]*gatewaywire.Reservation `json:"reservations,omitempty"`
 
 	// Indexes, not persisted (rebuilt from Jobs): the jobs queued or
 	// running; the queued ones in queue order (jobs that left the queue
@@ -99,6 +106,11 @@ type GatewayState struct {
 	finished []*GatewayJob
 	// cancels counts the cancellations applied since this state was built.
 	cancels uint64
+	// keyHash names the key of each hash; resvLedgers counts the
+	// reservations of each ledger (rebuilt from APIKeys and
+	// Reservations).
+	keyHash     map[string]string
+	resvLedgers map[string]int
 }
 
 func (f *FSM) gatewayLocked() *GatewayState {
@@ -114,6 +126,24 @@ func (f *FSM) gatewayLocked() *GatewayState {
 	}
 	if g.Keys == nil {
 		g.Keys = map[string]string{}
+	}
+	if g.APIKeys == nil {
+		g.APIKeys = map[string]*gatewaywire.APIKey{}
+	}
+	if g.Tenants == nil {
+		g.Tenants = map[string]*gatewaywire.Tenant{}
+	}
+	if g.Reservations == nil {
+		g.Reservations = map[string]*gatewaywire.Reservation{}
+	}
+	if g.keyHash == nil {
+		g.keyHash, g.resvLedgers = map[string]string{}, map[string]int{}
+		for name, k := range g.APIKeys {
+			g.keyHash[k.Hash] = name
+		}
+		for _, r := range g.Reservations {
+			g.resvLedgers[r.Ledger]++
+		}
 	}
 	if g.active == nil {
 		g.active, g.perModel = map[string]bool{}, map[string]int{}
@@ -172,7 +202,11 @@ func (f *FSM) applyGatewayCharges(req *GatewayChargesRequest) interface{} {
 	}
 	for _, c := range req.Charges {
 		g.Counters.Apply(c)
+		if c.Reservation != "" {
+			g.dropReservation(c.Reservation)
+		}
 	}
+	g.expireReservations(req.At)
 	return nil
 }
 
@@ -268,19 +302,6 @@ func (f *FSM) GatewayCounters() gatewaywire.Counters {
 		return gatewaywire.Counters{}
 	}
 	return f.state.Gateway.Counters.Clone()
-}
-
-// GatewaySpent returns what a session, a day and an API key have spent,
-// and the last batch applied of ledger: a ledger adds what it holds past
-// it.
-func (f *FSM) GatewaySpent(session, day, key, ledger string) (gatewaywire.Spend, uint64) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if f.state.Gateway == nil {
-		return gatewaywire.Spend{}, 0
-	}
-	g := f.state.Gateway
-	return g.Counters.Spent(session, day, key), g.Ledgers[ledger].Batch
 }
 
 // GatewayCountersOf returns a copy of the cost counters and the last
@@ -470,6 +491,9 @@ func cloneGateway(g *GatewayState) *GatewayState {
 		c := *j
 		out.Jobs[id] = &c
 	}
+	// Keys, tenants and reservations are replaced whole, never changed in
+	// place: the snapshot shares them.
+	out.APIKeys, out.Tenants, out.Reservations = maps.Clone(g.APIKeys), maps.Clone(g.Tenants), maps.Clone(g.Reservations)
 	return out
 }
 

@@ -171,6 +171,12 @@ func ErrorKind(err error) string {
 		return "conn_taken"
 	case errors.Is(err, store.ErrStaleGrant):
 		return "stale_grant"
+	case errors.Is(err, ErrGatewayExists):
+		return "gateway_exists"
+	case errors.Is(err, ErrGatewayMissing):
+		return "gateway_missing"
+	case errors.Is(err, ErrGatewayInUse):
+		return "gateway_in_use"
 	}
 	return ""
 }
@@ -188,6 +194,19 @@ func KindError(kind, msg string) error {
 		return fmt.Errorf("%w (on the leader: %s)", ErrConnTaken, msg)
 	case "stale_grant":
 		return fmt.Errorf("%w (on the leader: %s)", store.ErrStaleGrant, msg)
+	case "gateway_exists", "gateway_missing", "gateway_in_use":
+		// The leader's message names the key or tenant: keep it whole.
+		s := map[string]error{"gateway_exists": ErrGatewayExists, "gateway_missing": ErrGatewayMissing, "gateway_in_use": ErrGatewayInUse}[kind]
+		return wrapped{msg: msg, err: s}
 	}
 	return errors.New(msg)
 }
+
+// wrapped is an error whose message is the leader's, wrapping a sentinel.
+type wrapped struct {
+	msg string
+	err error
+}
+
+func (w wrapped) Error() string { return w.msg }
+func (w wrapped) Unwrap() error { return w.err }

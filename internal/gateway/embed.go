@@ -32,7 +32,9 @@ func (r *Router) Embed(ctx context.Context, ec EmbedCall) (Embedding, error) {
 	if m, ok := r.models[ec.Request.Model]; ok && !canEmbed(m) {
 		return Embedding{}, Unsupported("model", "model %q cannot embed: none of its deployments can embed (OpenAI-compatible, Azure and Gemini deployments can, Bedrock with Titan or Cohere models)", m.Name)
 	}
-	m, ctx, release, err := r.admitModel(ctx, call)
+	m, ctx, release, err := r.admitModel(ctx, call, func(m *model) int64 {
+		return m.worstCost(primingTokens+int64(len(ec.Request.Input)), 0)
+	})
 	if err != nil {
 		return Embedding{}, err
 	}

@@ -21,6 +21,8 @@ const (
 	FailUnavailable  = "unavailable"
 	FailNotLeader    = "not_leader"
 	FailCancelled    = "cancelled"
+	FailRateLimit    = "rate_limit_exceeded"
+	FailModel        = "model_not_allowed"
 )
 
 // sentinels are the gateway's errors by their word.
@@ -33,6 +35,8 @@ var sentinels = map[string]error{
 	FailInterrupted:  ErrInterrupted,
 	FailUnavailable:  ErrUnavailable,
 	FailNotLeader:    ErrNotLeader,
+	FailRateLimit:    ErrRateLimit,
+	FailModel:        ErrModelNotAllowed,
 }
 
 // FailureKind is the word for why a call failed: one of the gateway's own
@@ -88,8 +92,12 @@ type failureJSON struct {
 func EncodeFailure(err error) string {
 	f := failureJSON{Kind: FailureKind(err), Message: err.Error()}
 	var pe *ProviderError
-	if errors.As(err, &pe) {
+	var le *LimitError
+	switch {
+	case errors.As(err, &pe):
 		f.Message, f.Status, f.Type, f.Param, f.RetryAfter = pe.Message, pe.Status, pe.Type, pe.Param, pe.RetryAfter
+	case errors.As(err, &le):
+		f.Message, f.RetryAfter = le.Message, le.RetryAfter
 	}
 	b, _ := json.Marshal(f)
 	return string(b)
@@ -101,6 +109,9 @@ func DecodeFailure(s string) (err error, ok bool) {
 	var f failureJSON
 	if !strings.HasPrefix(s, `{"gateway_failure"`) || json.Unmarshal([]byte(s), &f) != nil || f.Kind == "" {
 		return nil, false
+	}
+	if f.Kind == FailRateLimit {
+		return &LimitError{Message: strings.TrimPrefix(f.Message, ErrRateLimit.Error()+": "), RetryAfter: f.RetryAfter}, true
 	}
 	if s, gw := sentinels[f.Kind]; gw {
 		if rest, ok := strings.CutPrefix(f.Message, s.Error()); ok {

@@ -14,6 +14,7 @@ import (
 func TestFailureRoundTrip(t *testing.T) {
 	for _, err := range []error{
 		ErrQueueFull, fmt.Errorf("%w %q", ErrUnknownModel, "gpt-9"), ErrBudget, ErrNoDeployment, ErrInterrupted, ErrQueueTimeout,
+		&LimitError{Message: "rpm", RetryAfter: time.Second}, ErrModelNotAllowed,
 		&ProviderError{Kind: KindRateLimited, Message: "slow down"}, &ProviderError{Kind: KindBadRequest, Message: "bad"},
 		context.DeadlineExceeded, context.Canceled,
 	} {
@@ -53,6 +54,8 @@ func TestFailureAcrossServers(t *testing.T) {
 		&ProviderError{Kind: KindRateLimited, Status: 429, RetryAfter: 3 * time.Second},
 		Unsupported("response_format", "no JSON mode"),
 		fmt.Errorf("%w: session %q spent it", ErrBudget, "s"),
+		&LimitError{Message: `API key "ci" made 2 calls in the last minute (rpm = 2)`, RetryAfter: 41 * time.Second},
+		fmt.Errorf("%w: API key %q may not call model %q", ErrModelNotAllowed, "ci", "big"),
 	} {
 		back, ok := DecodeFailure(EncodeFailure(err))
 		if !ok || back.Error() != err.Error() || FailureKind(back) != FailureKind(err) {
@@ -61,6 +64,10 @@ func TestFailureAcrossServers(t *testing.T) {
 		var pe, bpe *ProviderError
 		if errors.As(err, &pe) && (!errors.As(back, &bpe) || *bpe != *pe) {
 			t.Fatalf("%+v came back as %+v", pe, back)
+		}
+		var le, ble *LimitError
+		if errors.As(err, &le) && (!errors.As(back, &ble) || *ble != *le) {
+			t.Fatalf("%+v came back as %+v", le, back)
 		}
 	}
 	if _, ok := DecodeFailure("unknown model \"x\""); ok {

@@ -14,15 +14,21 @@ type UsageAnswer struct {
 	Source string `json:"source"`
 }
 
-// MemLedger is a Ledger in memory, for one node alone (and tests).
+// MemLedger is a Ledger in memory, for one node alone (and tests). Its
+// reservations hold until they are settled or released.
 type MemLedger struct {
-	mu   sync.Mutex // guards c and seen
+	mu   sync.Mutex // guards c, seen and held
 	c    Counters
 	seen map[string]bool
+	held map[string]Reservation
 }
 
+var _ Ledger = (*MemLedger)(nil)
+
 // NewMemLedger returns an empty ledger.
-func NewMemLedger() *MemLedger { return &MemLedger{seen: map[string]bool{}} }
+func NewMemLedger() *MemLedger {
+	return &MemLedger{seen: map[string]bool{}, held: map[string]Reservation{}}
+}
 
 // Add implements Ledger.
 func (l *MemLedger) Add(_ context.Context, ch Charge) error {
@@ -33,10 +39,56 @@ func (l *MemLedger) Add(_ context.Context, ch Charge) error {
 	}
 	l.seen[ch.Request] = true
 	l.c.Apply(ch)
+	delete(l.held, ch.Reservation)
 	return nil
 }
 
-// Spent implements Ledger.
+// Check implements Ledger.
+func (l *MemLedger) Check(budgets []Budget) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return FitBudgets(budgets, 0, l.spentInLocked)
+}
+
+// Reserve implements Ledger.
+func (l *MemLedger) Reserve(_ context.Context, r Reservation, budgets []Budget) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := FitBudgets(budgets, r.Micros, l.spentInLocked); err != nil {
+		return err
+	}
+	l.held[r.ID] = r
+	return nil
+}
+
+// Release implements Ledger.
+func (l *MemLedger) Release(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.held, id)
+}
+
+// Held returns the reservations held now.
+func (l *MemLedger) Held() []Reservation {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]Reservation, 0, len(l.held))
+	for _, r := range l.held {
+		out = append(out, r)
+	}
+	return out
+}
+
+func (l *MemLedger) spentInLocked(s Scope) (spent, held int64) {
+	for _, r := range l.held {
+		if r.AsCharge().In(s) {
+			held += r.Micros
+		}
+	}
+	return l.c.SpentIn(s), held
+}
+
+// Spent returns what session, day and API key have spent.
 func (l *MemLedger) Spent(session, day, key string) Spend {
 	l.mu.Lock()
 	defer l.mu.Unlock()

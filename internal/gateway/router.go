@@ -38,17 +38,34 @@ type Model struct {
 	// once on this node (its share of the cluster's limit).
 	Concurrency int
 	// QueueMax bounds the calls waiting for a slot (default 1000).
-	QueueMax    int
-	Deployments []Deployment
+	QueueMax int
+	// MaxOutputTokens is the most tokens an answer of the model may hold
+	// (its provider's cap): a call that names no max_tokens reserves
+	// that many output tokens against its budgets. Zero: such a call
+	// reserves its prompt alone.
+	MaxOutputTokens int
+	Deployments     []Deployment
 }
 
-// Ledger keeps the cost counters: it adds each answer's cost to its
-// session, its day and the total as the answer returns.
+// Ledger keeps the cost counters and the reservations of the calls under
+// way: it adds each answer's cost to its session, its day, its API key,
+// its tenant and the total as the answer returns, and holds each call's
+// worst case from before it starts until its charge settles it.
 type Ledger interface {
+	// Add takes a charge. A charge naming a Reservation settles it: the
+	// reservation is released as the charge counts, at once.
 	Add(ctx context.Context, c Charge) error
-	// Spent returns what session, day and API key have spent, every
-	// charge taken so far counted.
-	Spent(session, day, key string) Spend
+	// Check refuses (ErrBudget, naming the budget) a call one of whose
+	// budgets is already spent or held whole, before it waits for a
+	// slot.
+	Check(budgets []Budget) error
+	// Reserve holds r.Micros in every budget it counts in if each fits
+	// (FitBudgets: every charge taken and every reservation held
+	// counted), and returns once the reservation holds wherever budgets
+	// are read; a refusal wraps ErrBudget.
+	Reserve(ctx context.Context, r Reservation, budgets []Budget) error
+	// Release releases a reservation whose call ended without a charge.
+	Release(id string)
 }
 
 // Config configures a Router.
@@ -79,6 +96,13 @@ type Config struct {
 	// micro-dollars (0: none); KeyBudgets sets it for a key by name.
 	KeyBudget  int64
 	KeyBudgets map[string]int64
+	// Access, if set, says what an API key created through the admin API
+	// may do (ok false: the key is not one of them, but a configured one,
+	// which KeyBudget and KeyBudgets hold). Such a key's own budget
+	// replaces KeyBudget; its tenant's budget holds too; their limits
+	// (RPM, TPM, concurrency) refuse with a LimitError and their model
+	// lists with ErrModelNotAllowed.
+	Access func(key string) (Access, bool)
 	// Zone is the calendar of the day counters (default UTC); Clock the
 	// time (default time.Now; tests move it).
 	Zone   *time.Location
@@ -92,6 +116,7 @@ type Router struct {
 	cfg    Config
 	log    hclog.Logger
 	models map[string]*model
+	limits *limiter
 
 	mu   sync.Mutex // guards jobs and keys
 	jobs map[string]*job
@@ -214,7 +239,7 @@ func New(cfg Config) (*Router, error) {
 		cfg.Ledger = NewMemLedger()
 	}
 	cfg.Health = cfg.Health.withDefaults()
-	r := &Router{cfg: cfg, log: cfg.Logger, models: map[string]*model{}, jobs: map[string]*job{}, keys: map[string]string{}, stop: make(chan struct{})}
+	r := &Router{cfg: cfg, log: cfg.Logger, models: map[string]*model{}, limits: newLimiter(), jobs: map[string]*job{}, keys: map[string]string{}, stop: make(chan struct{})}
 	for _, m := range cfg.Models {
 		if m.Name == "" || len(m.Deployments) == 0 || m.Concurrency < 1 {
 			return nil, fmt.Errorf("model %q: needs a name, a concurrency of at least 1 and a deployment", m.Name)
@@ -582,24 +607,49 @@ func (r *Router) chargePartial(ctx context.Context, call Call, m *model, d *depl
 // did not say: about four bytes each, rounded up.
 func estimateTokens(n int) int64 { return int64((n + 3) / 4) }
 
-// admit checks the model and the budgets and takes a slot of the model,
-// waiting in line; it returns the call's context (with its deadline).
+// admit checks the model, the key's access, limits and budgets, takes a
+// slot of the model (waiting in line) and reserves the call's worst case
+// against its budgets; it returns the call's context (with its deadline
+// and its admission) and what ends the call's hold on all of it.
 func (r *Router) admit(ctx context.Context, call Call) (*model, context.Context, func(), error) {
 	if _, ok := r.models[call.Request.Model]; ok && len(call.Request.Messages) == 0 {
 		return nil, nil, nil, &ProviderError{Kind: KindBadRequest, Message: "a call needs at least one message"}
 	}
-	return r.admitModel(ctx, call)
+	return r.admitModel(ctx, call, func(m *model) int64 {
+		return m.worstCost(EstimatePrompt(call.Request), outputBound(call.Request, m.MaxOutputTokens))
+	})
 }
 
 // admitModel is admit without the check of the messages (an embedding
-// has none).
-func (r *Router) admitModel(ctx context.Context, call Call) (*model, context.Context, func(), error) {
+// has none); worst is the call's worst-case cost on a model.
+func (r *Router) admitModel(ctx context.Context, call Call, worst func(*model) int64) (*model, context.Context, func(), error) {
 	m, ok := r.models[call.Request.Model]
 	if !ok {
 		return nil, nil, nil, fmt.Errorf("%w %q", ErrUnknownModel, call.Request.Model)
 	}
-	if err := r.withinBudgets(call); err != nil {
+	var acc Access
+	keyed := false
+	if call.Key != "" && r.cfg.Access != nil {
+		acc, keyed = r.cfg.Access(call.Key)
+	}
+	if keyed && (!acc.KeyAllowance.Allows(m.Name) || acc.Tenant != "" && !acc.TenantAllowance.Allows(m.Name)) {
+		return nil, nil, nil, fmt.Errorf("%w: API key %q may not call model %q", ErrModelNotAllowed, call.Key, m.Name)
+	}
+	now := r.cfg.Clock()
+	adm := &admission{day: now.In(r.cfg.Zone).Format(time.DateOnly), tenant: acc.Tenant}
+	budgets := r.budgets(call, acc, keyed, adm.day)
+	if len(budgets) > 0 {
+		if err := r.cfg.Ledger.Check(budgets); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	scopes := limitScopes(call.Key, acc, keyed)
+	endLimits, err := r.limits.acquire(now, scopes)
+	if err != nil {
 		return nil, nil, nil, err
+	}
+	for _, sc := range scopes {
+		adm.limited = append(adm.limited, sc.name)
 	}
 	qctx, cancel := ctx, context.CancelFunc(func() {})
 	if !call.Deadline.IsZero() {
@@ -615,45 +665,71 @@ func (r *Router) admitModel(ctx context.Context, call Call) (*model, context.Con
 	}
 	release, _, err := acquire(wait)
 	if err != nil {
+		endLimits()
 		cancel()
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			err = ErrQueueTimeout
 		}
 		return nil, nil, nil, err
 	}
+	undo := func() { r.unreserve(adm); release(); endLimits(); cancel() }
+	var w int64
+	if len(budgets) > 0 {
+		w = worst(m)
+	}
+	// A call that can cost nothing (free deployments) holds nothing: the
+	// check above refused it if a budget was spent.
+	if w > 0 {
+		// The call is held to its reservation's life: it cannot run past
+		// the reservation's expiry.
+		bound := r.reservationBound(m)
+		expires := r.cfg.Clock().Add(bound)
+		if d, ok := qctx.Deadline(); ok && time.Until(d) < bound {
+			expires = r.cfg.Clock().Add(time.Until(d))
+		}
+		rctx, c2 := context.WithTimeout(qctx, bound)
+		res := Reservation{ID: newID(), Session: call.Session, Key: call.Key, Tenant: acc.Tenant, Day: adm.day, Model: m.Name,
+			Micros: w, Expires: expires}
+		if err := r.cfg.Ledger.Reserve(rctx, res, budgets); err != nil {
+			c2()
+			undo()
+			return nil, nil, nil, err
+		}
+		adm.reservation = res.ID
+		qctx = rctx
+		undo = func() { r.unreserve(adm); release(); endLimits(); c2(); cancel() }
+	}
 	if r.cfg.MayStart != nil {
 		if err := r.cfg.MayStart(); err != nil {
-			release()
-			cancel()
+			undo()
 			return nil, nil, nil, err
 		}
 	}
-	return m, qctx, func() { release(); cancel() }, nil
+	return m, context.WithValue(qctx, admissionKey{}, adm), undo, nil
 }
 
-// withinBudgets refuses a call whose session, API key or day spent its
-// budget.
-func (r *Router) withinBudgets(call Call) error {
-	keyBudget := r.cfg.KeyBudget
-	if b, ok := r.cfg.KeyBudgets[call.Key]; ok {
-		keyBudget = b
+// unreserve releases the reservation of a call that ended without a
+// charge (none, or settled: nothing).
+func (r *Router) unreserve(adm *admission) {
+	if adm.reservation != "" && adm.settled.CompareAndSwap(false, true) {
+		r.cfg.Ledger.Release(adm.reservation)
 	}
-	if call.Key == "" {
-		keyBudget = 0
-	}
-	if r.cfg.SessionBudget <= 0 && r.cfg.DayBudget <= 0 && keyBudget <= 0 {
+}
+
+// limitScopes are the holders of limits a call of key counts in: the key
+// and its tenant, those that set any.
+func limitScopes(key string, acc Access, keyed bool) []limitScope {
+	if !keyed {
 		return nil
 	}
-	spent := r.cfg.Ledger.Spent(call.Session, r.day(), call.Key)
-	switch {
-	case r.cfg.SessionBudget > 0 && spent.Session >= r.cfg.SessionBudget:
-		return fmt.Errorf("%w: session %q spent %s of %s", ErrBudget, call.Session, Dollars(spent.Session), Dollars(r.cfg.SessionBudget))
-	case keyBudget > 0 && spent.Key >= keyBudget:
-		return fmt.Errorf("%w: API key %q spent %s of %s", ErrBudget, call.Key, Dollars(spent.Key), Dollars(keyBudget))
-	case r.cfg.DayBudget > 0 && spent.Day >= r.cfg.DayBudget:
-		return fmt.Errorf("%w: today spent %s of %s", ErrBudget, Dollars(spent.Day), Dollars(r.cfg.DayBudget))
+	var out []limitScope
+	if acc.KeyAllowance.Limits != (Limits{}) {
+		out = append(out, limitScope{name: "key:" + key, kind: "API key", who: key, lim: acc.KeyAllowance.Limits})
 	}
-	return nil
+	if acc.Tenant != "" && acc.TenantAllowance.Limits != (Limits{}) {
+		out = append(out, limitScope{name: "tenant:" + acc.Tenant, kind: "tenant", who: acc.Tenant, lim: acc.TenantAllowance.Limits})
+	}
+	return out
 }
 
 // attempts lists the deployments to try in order: the healthy ones, then,
@@ -753,8 +829,17 @@ func (r *Router) charge(ctx context.Context, call Call, m *model, d *deployment,
 	if key == "" {
 		key = newID()
 	}
-	return r.cfg.Ledger.Add(context.WithoutCancel(ctx), Charge{Request: key, Session: call.Session, Key: call.Key, Day: r.day(), Model: m.Name,
-		Deployment: d.Name, Usage: u, Micros: micros})
+	ch := Charge{Request: key, Session: call.Session, Key: call.Key, Day: r.day(), Model: m.Name, Deployment: d.Name, Usage: u, Micros: micros}
+	if adm := admissionOf(ctx); adm != nil {
+		// A call counts on the day it started, as its reservation did;
+		// its charge settles the reservation.
+		ch.Day, ch.Tenant = adm.day, adm.tenant
+		if adm.reservation != "" && adm.settled.CompareAndSwap(false, true) {
+			ch.Reservation = adm.reservation
+		}
+		r.limits.addTokens(r.cfg.Clock(), adm.limited, u.Input+u.CachedInput+u.CacheWrite+u.Output)
+	}
+	return r.cfg.Ledger.Add(context.WithoutCancel(ctx), ch)
 }
 
 // day is today's date in the counters' calendar.

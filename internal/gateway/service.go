@@ -37,8 +37,16 @@ var (
 	ErrQueueFull = errorString("the model's queue is full")
 	// ErrQueueTimeout: the call waited in the queue past its deadline (504).
 	ErrQueueTimeout = errorString("the call waited in the queue past its deadline")
-	// ErrBudget: the session's or the day's budget is spent (402/429).
+	// ErrBudget: a budget the call counts in (its session's, the day's,
+	// its API key's or its tenant's) is spent, or cannot hold the call's
+	// worst case (429, budget_exceeded).
 	ErrBudget = errorString("budget exceeded")
+	// ErrRateLimit: the call's API key or tenant is at its RPM, TPM or
+	// concurrency (429 with Retry-After; a *LimitError says when).
+	ErrRateLimit = errorString("rate limit exceeded")
+	// ErrModelNotAllowed: the call's API key or tenant may not call the
+	// model (403).
+	ErrModelNotAllowed = errorString("the API key may not call this model")
 	// ErrNoDeployment: every deployment of the model is unhealthy or
 	// failed this call (502/503).
 	ErrNoDeployment = errorString("no healthy deployment answered")

@@ -53,7 +53,7 @@ type Raft interface {
 }
 
 // Config is what a Cluster is built from. Every field is required but
-// Runtimes, Outlook, Events, Windows and Held.
+// Runtimes, Outlook, Events, Windows, Tenants and Held.
 type Config struct {
 	// Agent is this agent's name in the maps.
 	Agent string
@@ -85,6 +85,9 @@ type Config struct {
 	// decodes the answer into out: how this agent asks the others for
 	// their parts. It must honour ctx's deadline.
 	Call func(ctx context.Context, method, addr, path string, body []byte, out any) error
+	// Tenants lists the AI gateway's tenants with their costs; nil:
+	// none.
+	Tenants func() []TenantCost
 	// Held is the store of moved people's packages held in memory, for
 	// its gauges; nil without a data directory.
 	Held *park.Tiered
@@ -190,6 +193,9 @@ func (c *Cluster) Page(ctx context.Context, q fsm.UserQuery) (View, error) {
 	v.People = PeopleOf(page.Users, c.cfg.GroupOf, usage)
 	if c.cfg.Windows != nil {
 		v.Maintenance = c.cfg.Windows(c.cfg.Maps.Maintenance(), v.Workers)
+	}
+	if c.cfg.Tenants != nil {
+		v.Tenants = c.cfg.Tenants()
 	}
 	return v, nil
 }

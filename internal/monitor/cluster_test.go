@@ -130,6 +130,9 @@ func testCluster(t *testing.T) (*Cluster, *fakePool, *fakeAgents) {
 		Windows: func(entries []fsm.MaintenanceEntry, workers []Worker) []Window {
 			return []Window{{Backend: "db", Waiting: int64(len(workers))}}
 		},
+		Tenants: func() []TenantCost {
+			return []TenantCost{{Tenant: "acme", Micros: 1_500_000, Calls: 3, TodayMicros: 500_000, MonthMicros: 1_000_000, BudgetMicros: 5_000_000, Period: "month"}}
+		},
 		Call:     others.call,
 		Registry: prometheus.NewRegistry(),
 	})
@@ -207,6 +210,9 @@ func TestPageComposesEveryAgent(t *testing.T) {
 	}
 	if len(v.Maintenance) != 1 || v.Maintenance[0].Waiting != 5 {
 		t.Errorf("maintenance %+v", v.Maintenance)
+	}
+	if len(v.Tenants) != 1 || v.Tenants[0].Tenant != "acme" || v.Tenants[0].MonthMicros != 1_000_000 {
+		t.Errorf("the gateway's tenants %+v", v.Tenants)
 	}
 	// Each other agent with an address is asked for the page's people only.
 	for _, a := range others.asked {

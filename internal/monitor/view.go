@@ -46,6 +46,22 @@ type View struct {
 	Unreachable []string `json:"unreachable_agents,omitempty"`
 	// Maintenance are the open maintenance windows.
 	Maintenance []Window `json:"maintenance,omitempty"`
+	// Tenants are the AI gateway's tenants with what their keys' calls
+	// cost, by name (none without a gateway or tenants).
+	Tenants []TenantCost `json:"tenants,omitempty"`
+}
+
+// TenantCost is what the calls of a gateway tenant's keys cost, in
+// micro-dollars: in all, today and this month (in the gateway's
+// day_zone), with the tenant's budget and its period.
+type TenantCost struct {
+	Tenant       string `json:"tenant"`
+	Micros       int64  `json:"micros"`
+	Calls        int64  `json:"calls"`
+	TodayMicros  int64  `json:"today_micros"`
+	MonthMicros  int64  `json:"month_micros"`
+	BudgetMicros int64  `json:"budget_micros,omitempty"`
+	Period       string `json:"period,omitempty"`
 }
 
 // Window is an open maintenance window and the requests held on it.

@@ -26,6 +26,22 @@ type MonitorView struct {
 	// Unreachable names the agents whose workers could not be read now.
 	Unreachable []string            `json:"unreachable_agents,omitempty"`
 	Maintenance []MaintenanceWindow `json:"maintenance,omitempty"`
+	// Tenants are the AI gateway's tenants with what their keys' calls
+	// cost.
+	Tenants []MonitorTenant `json:"tenants,omitempty"`
+}
+
+// MonitorTenant is what the calls of a gateway tenant's keys cost, in
+// micro-dollars: in all, today and this month (the gateway's day_zone),
+// with its budget and the budget's period.
+type MonitorTenant struct {
+	Tenant       string `json:"tenant"`
+	Micros       int64  `json:"micros"`
+	Calls        int64  `json:"calls"`
+	TodayMicros  int64  `json:"today_micros"`
+	MonthMicros  int64  `json:"month_micros"`
+	BudgetMicros int64  `json:"budget_micros,omitempty"`
+	Period       string `json:"period,omitempty"`
 }
 
 // MonitorWorker is a worker with what it holds and consumes.

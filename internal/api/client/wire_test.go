@@ -59,11 +59,18 @@ var wirePairs = []struct {
 	{"monitor view", &monitor.View{}, &client.MonitorView{}},
 	{"monitor worker", &monitor.Worker{}, &client.MonitorWorker{}},
 	{"monitor person", &monitor.Person{}, &client.MonitorPerson{}},
+	{"monitor tenant", &monitor.TenantCost{}, &client.MonitorTenant{}},
 	{"sample", &monitor.Sample{}, &client.Sample{}},
 	{"event", &governor.Event{}, &client.Event{}},
 	{"gateway usage", &gateway.UsageAnswer{}, &client.GatewayUsage{}},
 	{"gateway counters", &gateway.Counters{}, &client.GatewayCounters{}},
 	{"gateway tally", &gateway.Tally{}, &client.GatewayTally{}},
+	{"gateway account", &gateway.Account{}, &client.GatewayAccount{}},
+	{"gateway key", &gateway.APIKey{}, &client.GatewayKey{}},
+	{"gateway new key", &gateway.NewKey{}, &client.GatewayNewKey{}},
+	{"gateway keys", &gateway.KeyList{}, &client.GatewayKeyList{}},
+	{"gateway tenant", &gateway.Tenant{}, &client.GatewayTenant{}},
+	{"gateway tenants", &gateway.TenantList{}, &client.GatewayTenantList{}},
 	{"token usage", &gateway.Usage{}, &client.TokenUsage{}},
 	{"model health", &gateway.ModelHealth{}, &client.ModelHealth{}},
 	{"slot stats", &gateway.SlotStats{}, &client.SlotStats{}},
@@ -97,6 +104,9 @@ var requestPairs = []struct {
 	{"group", &client.GroupRequest{}, &api.GroupRequest{}},
 	{"rule", &client.RuleRequest{}, &api.RuleRequest{}},
 	{"maintenance", &client.MaintenanceRequest{}, &api.MaintenanceRequest{}},
+	{"gateway key", &client.GatewayKeyRequest{}, &gateway.KeyRequest{}},
+	{"gateway tenant", &client.GatewayTenant{}, &gateway.Tenant{}},
+	{"gateway tenant patch", &client.GatewayAllowancePatch{}, &gateway.AllowancePatch{}},
 }
 
 func TestRequestsMatchTheServer(t *testing.T) {

@@ -16,10 +16,15 @@ import (
 	"github.com/stickyd/stickyd/internal/gateway"
 )
 
-// Routes adds the gateway's admin routes: the cost counters and the
-// deployments' health for operators, and the leader's side of a forwarded
-// call. wrap turns a handler that returns an error into the admin API's.
+// Routes adds the gateway's admin routes: the cost counters, the
+// deployments' health, the keys and tenants for operators, and the
+// leader's side of a forwarded call. wrap turns a handler that returns an
+// error into the admin API's. A nil Gateway (an agent without a gateway
+// block) adds none.
 func (g *Gateway) Routes(mux *http.ServeMux, wrap func(func(http.ResponseWriter, *http.Request) error) http.HandlerFunc) {
+	if g == nil {
+		return
+	}
 	mux.HandleFunc("GET /v1/gateway/usage", wrap(func(w http.ResponseWriter, r *http.Request) error {
 		c, source := g.usage(r.Context())
 		q := r.URL.Query()
@@ -36,9 +41,16 @@ func (g *Gateway) Routes(mux *http.ServeMux, wrap func(func(http.ResponseWriter,
 		if !g.srv.Raft().IsLeader() {
 			return &api.Error{Status: http.StatusMisdirectedRequest, Message: "not the leader"}
 		}
+		if key := r.URL.Query().Get("key"); key != "" {
+			u := g.keyUsage(g.ledger.Counters(), key, g.ledger.HeldIn)
+			u.Source = "leader"
+			writeJSONTo(w, http.StatusOK, u)
+			return nil
+		}
 		writeJSONTo(w, http.StatusOK, g.ledger.Counters())
 		return nil
 	}))
+	g.accessRoutes(mux, wrap)
 	mux.HandleFunc("GET /v1/gateway/health", wrap(func(w http.ResponseWriter, r *http.Request) error {
 		if !g.srv.Raft().IsLeader() {
 			admin, err := g.leaderAdmin(r.Context())
@@ -181,8 +193,10 @@ func gatewayStatus(err error) int {
 	switch {
 	case errors.Is(err, gateway.ErrUnknownModel), errors.Is(err, gateway.ErrNoJob):
 		return http.StatusNotFound
-	case errors.Is(err, gateway.ErrQueueFull), errors.Is(err, gateway.ErrBudget):
+	case errors.Is(err, gateway.ErrQueueFull), errors.Is(err, gateway.ErrBudget), errors.Is(err, gateway.ErrRateLimit):
 		return http.StatusTooManyRequests
+	case errors.Is(err, gateway.ErrModelNotAllowed):
+		return http.StatusForbidden
 	case errors.Is(err, gateway.ErrQueueTimeout):
 		return http.StatusGatewayTimeout
 	case errors.As(err, &pe) && (pe.Kind == gateway.KindBadRequest || pe.Kind == gateway.KindUnsupported):

@@ -44,9 +44,14 @@ type Model struct {
 	Name string `hcl:"name,label"`
 	// Concurrency is the aggregate limit: calls of this model running at
 	// once, cluster-wide. QueueMax bounds the calls waiting (1000).
-	Concurrency int           `hcl:"concurrency"`
-	QueueMax    int           `hcl:"queue_max,optional"`
-	Deployments []*Deployment `hcl:"deployment,block"`
+	Concurrency int `hcl:"concurrency"`
+	QueueMax    int `hcl:"queue_max,optional"`
+	// MaxOutputTokens is the most tokens an answer may hold (the
+	// provider's cap for the model): what a call that names no
+	// max_tokens reserves against its budgets. 0: such a call reserves
+	// its prompt alone.
+	MaxOutputTokens int           `hcl:"max_output_tokens,optional"`
+	Deployments     []*Deployment `hcl:"deployment,block"`
 }
 
 // Deployment is one provider account serving a model, tried in the order
@@ -140,6 +145,9 @@ func (g *Config) Finish() error {
 		seen[m.Name] = true
 		if m.Concurrency < 1 {
 			return fmt.Errorf("gateway: model %q: concurrency must be at least 1", m.Name)
+		}
+		if m.MaxOutputTokens < 0 {
+			return fmt.Errorf("gateway: model %q: max_output_tokens must not be negative", m.Name)
 		}
 		if len(m.Deployments) == 0 {
 			return fmt.Errorf("gateway: model %q: add a deployment block", m.Name)

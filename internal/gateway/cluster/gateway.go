@@ -118,7 +118,7 @@ func New(c *Config, srv Server, maps *fsm.FSM, log hclog.Logger) (*Gateway, erro
 	rc := gateway.Config{QueueTimeout: duration(c.QueueTimeout), CallTimeout: duration(c.CallTimeout),
 		RetryAfterCap: duration(c.RetryAfterCap), Ledger: ledger, MayStart: lease.check,
 		SessionBudget: int64(c.SessionBudget * 1e6), DayBudget: int64(c.DayBudget * 1e6), KeyBudget: int64(c.KeyBudget * 1e6),
-		Logger: log.Named("gateway")}
+		Access: accessOf(maps), Logger: log.Named("gateway")}
 	if len(c.KeyBudgets) > 0 {
 		rc.KeyBudgets = map[string]int64{}
 		for name, b := range c.KeyBudgets {
@@ -129,7 +129,10 @@ func New(c *Config, srv Server, maps *fsm.FSM, log hclog.Logger) (*Gateway, erro
 		rc.Zone, _ = time.LoadLocation(c.DayZone)
 	}
 	for _, m := range c.Models {
-		gm := gateway.Model{Name: m.Name, Concurrency: m.Concurrency, QueueMax: m.QueueMax}
+		gm := gateway.Model{Name: m.Name, Concurrency: m.Concurrency, QueueMax: m.QueueMax, MaxOutputTokens: m.MaxOutputTokens}
+		if m.MaxOutputTokens == 0 {
+			log.Info("gateway: a model without max_output_tokens: a call with a budget that names no max_tokens reserves its prompt alone, and its answer may pass the budget", "model", m.Name)
+		}
 		for _, d := range m.Deployments {
 			ad, err := newAdapter(d)
 			if err != nil {
@@ -158,10 +161,19 @@ func (g *Gateway) Start(reg prometheus.Registerer, stop <-chan struct{}) error {
 	if err := reg.Register(newCollector(g)); err != nil {
 		return fmt.Errorf("gateway: registering its metrics: %w", err)
 	}
+	// Ask now whether every server applies the keys' and reservations'
+	// entries: the answer comes in the background.
+	g.maps.Allows(fsm.GatewayReserveRequestType)
 	g.ledgerDone = make(chan struct{})
+	reserving := make(chan struct{})
+	go func() {
+		defer close(reserving)
+		g.ledger.runReservations(stop)
+	}()
 	go func() {
 		defer close(g.ledgerDone)
 		g.ledger.run(stop)
+		<-reserving
 	}()
 	return g.serve()
 }
@@ -516,7 +528,7 @@ func refused(status int, msg string) error {
 		return err
 	}
 	for _, s := range []error{gateway.ErrUnknownModel, gateway.ErrQueueFull, gateway.ErrQueueTimeout, gateway.ErrBudget,
-		gateway.ErrNoDeployment, gateway.ErrInterrupted, gateway.ErrNoJob} {
+		gateway.ErrNoDeployment, gateway.ErrInterrupted, gateway.ErrNoJob, gateway.ErrRateLimit, gateway.ErrModelNotAllowed} {
 		if strings.HasPrefix(msg, s.Error()) {
 			return fmt.Errorf("%w%s", s, strings.TrimPrefix(msg, s.Error()))
 		}

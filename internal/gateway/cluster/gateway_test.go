@@ -43,11 +43,13 @@ func TestGatewayError(t *testing.T) {
 // Every gateway error has its HTTP status on the leader's internal routes.
 func TestGatewayStatus(t *testing.T) {
 	for err, want := range map[error]int{
-		gateway.ErrUnknownModel: http.StatusNotFound,
-		gateway.ErrNoJob:        http.StatusNotFound,
-		gateway.ErrQueueFull:    http.StatusTooManyRequests,
-		gateway.ErrBudget:       http.StatusTooManyRequests,
-		gateway.ErrQueueTimeout: http.StatusGatewayTimeout,
+		gateway.ErrUnknownModel:    http.StatusNotFound,
+		gateway.ErrNoJob:           http.StatusNotFound,
+		gateway.ErrQueueFull:       http.StatusTooManyRequests,
+		gateway.ErrBudget:          http.StatusTooManyRequests,
+		gateway.ErrRateLimit:       http.StatusTooManyRequests,
+		gateway.ErrModelNotAllowed: http.StatusForbidden,
+		gateway.ErrQueueTimeout:    http.StatusGatewayTimeout,
 		&gateway.ProviderError{Kind: gateway.KindBadRequest}: http.StatusBadRequest,
 		errors.New("other"): http.StatusBadGateway,
 	} {

@@ -17,6 +17,12 @@ import (
 // once, in the path that returns the answer, into a pending batch that
 // budgets already see; the batch reaches the log within flushEvery, as one
 // entry. A charge is applied once even if its batch is sent twice.
+//
+// It holds the reservations of the calls running here (the leader's:
+// every call runs there) and writes them to the log before their calls
+// start, group-committed: a new leader counts the reservations of the
+// calls an old one still runs until their charges settle them or they
+// expire (reservations.go).
 type raftLedger struct {
 	srv  Server
 	maps *fsm.FSM
@@ -27,10 +33,20 @@ type raftLedger struct {
 	id    string
 	batch uint64
 
-	mu       sync.Mutex // guards pending and inflight
+	mu       sync.Mutex // guards pending, inflight and held
 	pending  []gateway.Charge
 	inflight *fsm.GatewayChargesRequest // sent, not known applied
 	kick     chan struct{}
+	// held are the reservations taken here and not yet settled or
+	// released, by id.
+	held map[string]gateway.Reservation
+
+	// The reservations' road to the log (reservations.go).
+	rmu       sync.Mutex // guards next, stopped and staleSent
+	next      *reserveBatch
+	stopped   bool
+	staleGone bool
+	rkick     chan struct{}
 }
 
 var _ gateway.Ledger = (*raftLedger)(nil)
@@ -43,13 +59,15 @@ const (
 )
 
 func newRaftLedger(srv Server, maps *fsm.FSM, log hclog.Logger) *raftLedger {
-	return &raftLedger{srv: srv, maps: maps, log: log, id: srv.Name() + "/" + newID(), kick: make(chan struct{}, 1)}
+	return &raftLedger{srv: srv, maps: maps, log: log, id: srv.Name() + "/" + newID(), kick: make(chan struct{}, 1),
+		held: map[string]gateway.Reservation{}, rkick: make(chan struct{}, 1)}
 }
 
-// Add takes a charge.
+// Add takes a charge; one naming a reservation settles it.
 func (l *raftLedger) Add(ctx context.Context, c gateway.Charge) error {
 	l.mu.Lock()
 	l.pending = append(l.pending, c)
+	delete(l.held, c.Reservation)
 	full := len(l.pending) >= maxBatch
 	l.mu.Unlock()
 	if full {
@@ -59,17 +77,6 @@ func (l *raftLedger) Add(ctx context.Context, c gateway.Charge) error {
 		}
 	}
 	return nil
-}
-
-// Spent reads the replica and adds the charges taken here it has not
-// applied yet: every charge counts from the moment it is taken.
-func (l *raftLedger) Spent(session, day, key string) gateway.Spend {
-	// l.mu is held across the replica's read: the batch in flight is
-	// then either applied (the replica's mark says so) or still held.
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s, applied := l.maps.GatewaySpent(session, day, key, l.id)
-	return s.Add(session, day, key, l.unappliedLocked(applied)...)
 }
 
 // Counters are the cost counters with every charge taken here counted:
@@ -109,6 +116,21 @@ func (l *raftLedger) Sessions(names iter.Seq[string]) map[string]gateway.Tally {
 		}
 	}
 	return out
+}
+
+// TenantAccounts are the tenants' counters with every charge taken here
+// counted.
+func (l *raftLedger) TenantAccounts() map[string]gateway.Account {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	accts, applied := l.maps.GatewayTenantAccounts(l.id)
+	c := gateway.Counters{Tenants: accts}
+	for _, ch := range l.unappliedLocked(applied) {
+		if ch.Tenant != "" {
+			c.Apply(ch)
+		}
+	}
+	return c.Tenants
 }
 
 // unappliedLocked are the charges taken here that the replica has not

@@ -2,12 +2,9 @@ package cluster
 
 import (
 	"context"
-	"crypto/subtle"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -22,25 +19,7 @@ import (
 // OpenAI-compatible API) and gRPC, with the API keys as bearer tokens.
 func (g *Gateway) serve() error {
 	c := g.cfg
-	keys := map[string]string{} // key → name
-	for name, key := range c.APIKeys {
-		keys[key] = name
-	}
-	name := func(auth string) (string, error) {
-		if len(keys) == 0 {
-			return "", nil
-		}
-		tok, ok := strings.CutPrefix(auth, "Bearer ")
-		if !ok {
-			return "", errors.New("an API key is required: Authorization: Bearer <key> (or x-api-key: <key>)")
-		}
-		for key, n := range keys {
-			if subtle.ConstantTimeCompare([]byte(key), []byte(tok)) == 1 {
-				return n, nil
-			}
-		}
-		return "", errors.New("the API key is not known")
-	}
+	name := newAuthenticator(c.APIKeys, g.maps).name
 	log := g.log.Named("gateway")
 	h := transport.HTTPHandler(g, transport.HTTPOptions{Logger: log,
 		Auth: func(r *http.Request) (string, error) {
@@ -54,7 +33,11 @@ func (g *Gateway) serve() error {
 	if err != nil {
 		return fmt.Errorf("gateway: listening on %s: %w", c.Address, err)
 	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	// A key reads its own usage beside the calls.
+	mux := http.NewServeMux()
+	mux.Handle("GET /v1/gateway/usage", g.selfUsage(name))
+	mux.Handle("/", h)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
 	g.servers = append(g.servers, server{drain: hs.Shutdown, close: hs.Close})
 	g.addr = ln.Addr().String()

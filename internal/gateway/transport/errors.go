@@ -91,6 +91,17 @@ func toAPIError(err error) *apiError {
 		return set(http.StatusTooManyRequests, codes.ResourceExhausted, typeRateLimit, "queue_full")
 	case errors.Is(err, gateway.ErrBudget):
 		return set(http.StatusTooManyRequests, codes.ResourceExhausted, typeQuota, "budget_exceeded")
+	case errors.Is(err, gateway.ErrRateLimit):
+		// An API key's or tenant's RPM, TPM or concurrency.
+		e.RetryAfter = time.Second
+		var le *gateway.LimitError
+		if errors.As(err, &le) && le.RetryAfter > 0 {
+			e.RetryAfter = le.RetryAfter
+		}
+		return set(http.StatusTooManyRequests, codes.ResourceExhausted, typeRateLimit, "rate_limit_exceeded")
+	case errors.Is(err, gateway.ErrModelNotAllowed):
+		e.Param = "model"
+		return set(http.StatusForbidden, codes.PermissionDenied, typeInvalidRequest, "model_not_allowed")
 	case errors.Is(err, gateway.ErrQueueTimeout):
 		return set(http.StatusGatewayTimeout, codes.DeadlineExceeded, typeTimeout, "queue_timeout")
 	case errors.Is(err, gateway.ErrNoDeployment):

@@ -309,6 +309,35 @@
     renderEvents(events, pending);
     renderFilters(v);
     renderPeople(people);
+    renderTenants(v.tenants || []);
+  }
+
+  // ---------- the gateway's tenants ----------
+
+  // fmtDollars words micro-dollars as dollars, to the cent below a
+  // thousand and to the micro-dollar below a cent.
+  function fmtDollars(micros) {
+    const d = micros / 1e6;
+    if (d !== 0 && Math.abs(d) < 0.01) return `$${d.toFixed(6)}`;
+    return `$${d.toFixed(2)}`;
+  }
+
+  function renderTenants(tenants) {
+    $("tenants-box").hidden = tenants.length === 0;
+    const rows = tenants.map(t => {
+      const tr = document.createElement("tr");
+      const budget = t.budget_micros
+        ? `${fmtDollars(t.budget_micros)} ${t.period === "day" ? "a day" : t.period === "month" ? "a month" : "in all"}` : "none";
+      for (const [text, num] of [[t.tenant, false], [fmtDollars(t.today_micros || 0), true], [fmtDollars(t.month_micros || 0), true],
+        [fmtDollars(t.micros || 0), true], [fmtInt(t.calls || 0), true], [budget, true]]) {
+        const td = document.createElement("td");
+        if (num) td.className = "num";
+        setText(td, text);
+        tr.appendChild(td);
+      }
+      return tr;
+    });
+    $("tenants").tBodies[0].replaceChildren(...rows);
   }
 
   // ---------- processes ----------

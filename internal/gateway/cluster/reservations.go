@@ -1,0 +1,216 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/gateway"
+)
+
+// Reservations (docs/gateway.md, "Budgets that never overshoot"): the
+// leader's ledger checks a call's worst case against its budgets, with
+// every charge taken and every reservation held counted, holds it, and
+// writes it to the log before the call starts. A batch of reservations is
+// one entry: while one is in the log's hands the next gathers, so a call
+// waits for about one commit. A new leader reads the reservations of the
+// calls an old leader still runs from its replica until their charges
+// settle them (the charge and the release are one entry: never counted
+// twice) or they expire (never held for ever).
+
+// reserveBatch is one entry of reservations and releases, and the calls
+// waiting for it.
+type reserveBatch struct {
+	req  fsm.GatewayReserveRequest
+	done chan struct{}
+	err  error // set before done closes
+}
+
+// Check implements gateway.Ledger.
+func (l *raftLedger) Check(budgets []gateway.Budget) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return gateway.FitBudgets(budgets, 0, l.spentInLocked(budgets))
+}
+
+// Reserve implements gateway.Ledger: it returns once the reservation is
+// in the log (ErrNotLeader if this server lost the lead meanwhile: the
+// call has not started and goes to the new leader).
+func (l *raftLedger) Reserve(ctx context.Context, r gateway.Reservation, budgets []gateway.Budget) error {
+	r.Ledger = l.id
+	l.mu.Lock()
+	err := gateway.FitBudgets(budgets, r.Micros, l.spentInLocked(budgets))
+	if err == nil {
+		l.held[r.ID] = r
+	}
+	l.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if !l.maps.Allows(fsm.GatewayReserveRequestType) {
+		// A rolling update still runs a server that would skip the
+		// entry: the reservation holds in this leader alone.
+		return nil
+	}
+	b, err := l.enqueue(func(req *fsm.GatewayReserveRequest) { req.Reserve = append(req.Reserve, r) })
+	if err == nil {
+		select {
+		case <-b.done:
+			err = b.err
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	if err != nil {
+		l.Release(r.ID)
+		return err
+	}
+	return nil
+}
+
+// Release implements gateway.Ledger.
+func (l *raftLedger) Release(id string) {
+	l.mu.Lock()
+	_, ok := l.held[id]
+	delete(l.held, id)
+	l.mu.Unlock()
+	if ok && l.maps.Allows(fsm.GatewayReserveRequestType) {
+		_, _ = l.enqueue(func(req *fsm.GatewayReserveRequest) { req.Release = append(req.Release, id) })
+	}
+}
+
+// enqueue adds to the next batch and wakes its writer.
+func (l *raftLedger) enqueue(add func(*fsm.GatewayReserveRequest)) (*reserveBatch, error) {
+	l.rmu.Lock()
+	if l.stopped {
+		l.rmu.Unlock()
+		return nil, fmt.Errorf("%w: the gateway is stopping", gateway.ErrUnavailable)
+	}
+	if l.next == nil {
+		l.next = &reserveBatch{done: make(chan struct{})}
+	}
+	b := l.next
+	add(&b.req)
+	l.rmu.Unlock()
+	select {
+	case l.rkick <- struct{}{}:
+	default:
+	}
+	return b, nil
+}
+
+// runReservations writes the batches to the log until stop closes; the
+// calls still waiting then are refused (they have not started).
+func (l *raftLedger) runReservations(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			l.rmu.Lock()
+			l.stopped = true
+			b := l.next
+			l.next = nil
+			l.rmu.Unlock()
+			if b != nil {
+				b.err = fmt.Errorf("%w: the gateway is stopping", gateway.ErrUnavailable)
+				close(b.done)
+			}
+			return
+		case <-l.rkick:
+		}
+		l.rmu.Lock()
+		b := l.next
+		l.next = nil
+		stale := !l.staleGone
+		l.rmu.Unlock()
+		if b == nil {
+			continue
+		}
+		// The first entry of this process drops the reservations of the
+		// calls an earlier process of this server ran: they died with it.
+		b.req.Stale = stale
+		b.req.Ledger, b.req.At = l.id, time.Now().UTC()
+		entry, err := fsm.Encode(fsm.GatewayReserveRequestType, b.req)
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err = l.srv.Apply(ctx, entry)
+			cancel()
+		}
+		if err == nil {
+			l.rmu.Lock()
+			l.staleGone = true
+			l.rmu.Unlock()
+		} else {
+			l.log.Warn("recording gateway reservations", "reservations", len(b.req.Reserve), "releases", len(b.req.Release), "error", err)
+			if r := l.srv.Raft(); r == nil || !r.IsLeader() {
+				err = gateway.ErrNotLeader
+			} else {
+				err = fmt.Errorf("%w: recording the call's reservation: %v", gateway.ErrUnavailable, err)
+			}
+		}
+		b.err = err
+		close(b.done)
+	}
+}
+
+// HeldIn is what the reservations of the calls under way hold in scope
+// s.
+func (l *raftLedger) HeldIn(s gateway.Scope) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, held := l.spentInLocked([]gateway.Budget{{Scope: s}})(s)
+	return held
+}
+
+// spentInLocked reads, for each of budgets' scopes, what the charges
+// have spent (the replica's, and those taken here it has not applied)
+// and what reservations hold (those taken here, and those of other
+// servers' ledgers in the replica that have not expired).
+func (l *raftLedger) spentInLocked(budgets []gateway.Budget) func(gateway.Scope) (int64, int64) {
+	scopes := make([]gateway.Scope, len(budgets))
+	for i, b := range budgets {
+		scopes[i] = b.Scope
+	}
+	spent, applied := l.maps.GatewaySpentIn(scopes, l.id)
+	unapplied := l.unappliedLocked(applied)
+	// A reservation past its expiry holds nothing, here as in the log
+	// (its call cannot run past it).
+	now := time.Now()
+	for id, r := range l.held {
+		if !r.Expires.After(now) {
+			delete(l.held, id)
+		}
+	}
+	// The reservations of an earlier process of this server died with
+	// it (the first entry of this one drops them from the log).
+	others := slices.DeleteFunc(l.maps.GatewayHeldByOthers(l.id, now), func(r gateway.Reservation) bool {
+		return strings.HasPrefix(r.Ledger, l.srv.Name()+"/")
+	})
+	return func(s gateway.Scope) (int64, int64) {
+		var sp, held int64
+		for i, sc := range scopes {
+			if sc == s {
+				sp = spent[i]
+				break
+			}
+		}
+		for _, ch := range unapplied {
+			if ch.In(s) {
+				sp += ch.Micros
+			}
+		}
+		for _, r := range l.held {
+			if r.AsCharge().In(s) && r.Expires.After(now) {
+				held += r.Micros
+			}
+		}
+		for _, r := range others {
+			if r.AsCharge().In(s) {
+				held += r.Micros
+			}
+		}
+		return sp, held
+	}
+}
