@@ -67,6 +67,7 @@ func (a *Agent) startGateway() error {
 		return err
 	}
 	a.leadership.Add("run the gateway's submitted calls", gw.LeadJobs)
+	a.leadership.Add("hand out the gateway's shares of its limits", gw.LeadShares)
 	return nil
 }
 

@@ -446,6 +446,8 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return f.applyGatewayAccess(buf)
 	case GatewayReserveRequestType:
 		return f.applyGatewayReserve(buf)
+	case GatewaySharesRequestType:
+		return f.applyGatewayShares(buf)
 	case TeardownRequestType:
 		return f.applyTeardown(buf)
 	case JobRequestType:

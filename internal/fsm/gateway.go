@@ -96,6 +96,9 @@ type GatewayState struct {
 	APIKeys      map[string]*gatewaywire.APIKey      `json:"api_keys,omitempty"`
 	Tenants      map[string]*gatewaywire.Tenant      `json:"tenants,omitempty"`
 	Reservations map[string]*gatewaywire.Reservation `json:"reservations,omitempty"`
+	// Shares are the ceilings of the servers' shares of the limits, by
+	// server (gateway_shares.go).
+	Shares map[string]GatewayShare `json:"shares,omitempty"`
 
 	// Indexes, not persisted (rebuilt from Jobs): the jobs queued or
 	// running; the queued ones in queue order (jobs that left the queue

@@ -394,7 +394,7 @@ func TestGatewayFaults(t *testing.T) {
 		if cut < 3 {
 			t.Fatalf("only %d of 5 cut streams failed", cut)
 		}
-		_, body := adminCallAt(t, c.ps[c.leader].admin, "GET", "/v1/gateway/health", testToken)
+		_, body := adminCallAt(t, c.ps[c.follower()].admin, "GET", "/v1/gateway/health", testToken)
 		var h map[string]gateway.ModelHealth
 		_ = json.Unmarshal([]byte(body), &h)
 		if !h["pair"].Deployments["backup"].Degraded {

@@ -51,20 +51,9 @@ func (g *Gateway) Routes(mux *http.ServeMux, wrap func(func(http.ResponseWriter,
 		return nil
 	}))
 	g.accessRoutes(mux, wrap)
+	// Calls run where they arrive: each server keeps its own view of the
+	// deployments' health and its own share of each model's slots.
 	mux.HandleFunc("GET /v1/gateway/health", wrap(func(w http.ResponseWriter, r *http.Request) error {
-		if !g.srv.Raft().IsLeader() {
-			admin, err := g.leaderAdmin(r.Context())
-			if err != nil {
-				return err
-			}
-			b, err := g.srv.Fetch(r.Context(), http.MethodGet, admin, "/v1/gateway/health", nil)
-			if err != nil {
-				return err
-			}
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(b)
-			return nil
-		}
 		writeJSONTo(w, http.StatusOK, g.router.Health())
 		return nil
 	}))
@@ -76,11 +65,40 @@ func (g *Gateway) Routes(mux *http.ServeMux, wrap func(func(http.ResponseWriter,
 		if !g.srv.Raft().IsLeader() {
 			return &api.Error{Status: http.StatusMisdirectedRequest, Message: "not the leader"}
 		}
-		resp, err := g.router.Complete(r.Context(), call)
+		resp, err := g.completeHere(r.Context(), call)
 		if err != nil {
 			return &api.Error{Status: gatewayStatus(err), Message: gateway.EncodeFailure(err)}
 		}
 		writeJSONTo(w, http.StatusOK, resp)
+		return nil
+	}))
+	mux.HandleFunc("POST /v1/internal/gateway/lease", wrap(func(w http.ResponseWriter, r *http.Request) error {
+		var ask leaseAsk
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&ask); err != nil {
+			return &api.Error{Status: http.StatusBadRequest, Message: "decoding the renewal: " + err.Error()}
+		}
+		if ask.Server == "" || ask.Process == "" {
+			return &api.Error{Status: http.StatusBadRequest, Message: "a renewal names its server and its process"}
+		}
+		grant, err := g.leaseFor(ask)
+		switch {
+		case errors.Is(err, errNoShares):
+			return &api.Error{Status: http.StatusNotFound, Message: err.Error()}
+		case err != nil:
+			return &api.Error{Status: http.StatusMisdirectedRequest, Message: "not the leader"}
+		}
+		writeJSONTo(w, http.StatusOK, grant)
+		return nil
+	}))
+	mux.HandleFunc("POST /v1/internal/gateway/reserve", wrap(func(w http.ResponseWriter, r *http.Request) error {
+		var items []remoteItem
+		if err := json.NewDecoder(io.LimitReader(r.Body, 16<<20)).Decode(&items); err != nil {
+			return &api.Error{Status: http.StatusBadRequest, Message: "decoding the reservations: " + err.Error()}
+		}
+		if !g.srv.Raft().IsLeader() {
+			return &api.Error{Status: http.StatusMisdirectedRequest, Message: "not the leader"}
+		}
+		writeJSONTo(w, http.StatusOK, g.ledger.reserveFor(r.Context(), items))
 		return nil
 	}))
 	mux.HandleFunc("POST /v1/internal/gateway/embed", wrap(func(w http.ResponseWriter, r *http.Request) error {
@@ -91,7 +109,7 @@ func (g *Gateway) Routes(mux *http.ServeMux, wrap func(func(http.ResponseWriter,
 		if !g.srv.Raft().IsLeader() {
 			return &api.Error{Status: http.StatusMisdirectedRequest, Message: "not the leader"}
 		}
-		out, err := g.router.Embed(r.Context(), call)
+		out, err := g.embedHere(r.Context(), call)
 		if err != nil {
 			return &api.Error{Status: gatewayStatus(err), Message: gateway.EncodeFailure(err)}
 		}
@@ -106,7 +124,7 @@ func (g *Gateway) Routes(mux *http.ServeMux, wrap func(func(http.ResponseWriter,
 		if !g.srv.Raft().IsLeader() {
 			return &api.Error{Status: http.StatusMisdirectedRequest, Message: "not the leader"}
 		}
-		ch, err := g.router.Stream(r.Context(), call)
+		ch, err := g.streamHere(r.Context(), call)
 		if err != nil {
 			return &api.Error{Status: gatewayStatus(err), Message: gateway.EncodeFailure(err)}
 		}

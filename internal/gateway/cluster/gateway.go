@@ -89,6 +89,16 @@ type Gateway struct {
 	log    hclog.Logger
 	router *gateway.Router
 	ledger *raftLedger
+	access func(string) (gateway.Access, bool)
+
+	// lead proves this server leads before it grants shares; lease is
+	// this server's own share of the limits; shares is the table of
+	// everyone's while this server leads (shares.go), sharesMu
+	// serialises the writes of its ceilings.
+	lead     *leaderLease
+	lease    *leaseClient
+	shares   atomic.Pointer[shareTable]
+	sharesMu sync.Mutex
 
 	mu      sync.Mutex // guards running
 	running map[string]context.CancelFunc
@@ -114,11 +124,14 @@ var (
 // logs to log.
 func New(c *Config, srv Server, maps *fsm.FSM, log hclog.Logger) (*Gateway, error) {
 	ledger := newRaftLedger(srv, maps, log)
-	lease := &leaderLease{srv: srv}
+	g := &Gateway{cfg: c, srv: srv, maps: maps, log: log, ledger: ledger, running: map[string]context.CancelFunc{},
+		lead: &leaderLease{srv: srv}, access: accessOf(maps)}
+	g.lease = newLeaseClient(g, ledger.id, g.grace())
+	ledger.leader = g.leaderAdmin
 	rc := gateway.Config{QueueTimeout: duration(c.QueueTimeout), CallTimeout: duration(c.CallTimeout),
-		RetryAfterCap: duration(c.RetryAfterCap), Ledger: ledger, MayStart: lease.check,
+		RetryAfterCap: duration(c.RetryAfterCap), Ledger: ledger, MayStart: g.lease.valid,
 		SessionBudget: int64(c.SessionBudget * 1e6), DayBudget: int64(c.DayBudget * 1e6), KeyBudget: int64(c.KeyBudget * 1e6),
-		Access: accessOf(maps), Logger: log.Named("gateway")}
+		Access: g.access, Logger: log.Named("gateway")}
 	if len(c.KeyBudgets) > 0 {
 		rc.KeyBudgets = map[string]int64{}
 		for name, b := range c.KeyBudgets {
@@ -150,7 +163,13 @@ func New(c *Config, srv Server, maps *fsm.FSM, log hclog.Logger) (*Gateway, erro
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	return &Gateway{cfg: c, srv: srv, maps: maps, log: log, router: r, ledger: ledger, running: map[string]context.CancelFunc{}}, nil
+	// No call starts here before the leader grants a share.
+	for _, m := range r.Models() {
+		s, _ := r.Slots(m)
+		s.SetCapacity(0)
+	}
+	g.router = r
+	return g, nil
 }
 
 // Start registers the gateway's metrics on reg, sends the charges to the
@@ -175,6 +194,8 @@ func (g *Gateway) Start(reg prometheus.Registerer, stop <-chan struct{}) error {
 		g.ledger.run(stop)
 		<-reserving
 	}()
+	go g.lease.run(stop)
+	go g.ledger.runRemote(stop)
 	return g.serve()
 }
 
@@ -210,7 +231,9 @@ func newAdapter(d *Deployment) (gateway.Adapter, error) {
 	}
 }
 
-// Complete runs the call on the leader.
+// Complete runs the call on this server, under its share of the model's
+// limit; a call that counts against a budget or a key's limits runs on
+// the leader, whose ledger and limiter hold them.
 func (g *Gateway) Complete(ctx context.Context, call gateway.Call) (gateway.Response, error) {
 	if call.IdempotencyKey != "" {
 		// A key makes the call a submitted one, whose key the maps
@@ -218,37 +241,116 @@ func (g *Gateway) Complete(ctx context.Context, call gateway.Call) (gateway.Resp
 		// gets the first run's answer, and never runs twice.
 		return gateway.CompleteOnce(ctx, g, call)
 	}
-	if g.srv.Raft().IsLeader() {
-		resp, err := g.router.Complete(ctx, call)
-		if !errors.Is(err, gateway.ErrNotLeader) {
-			return resp, err
-		}
-		// Deposed while the call waited for its slot: it never started,
-		// and the new leader runs it.
+	if g.runsHere(call) {
+		return g.completeHere(ctx, call)
 	}
 	var resp gateway.Response
 	err := g.forward(ctx, "/v1/internal/gateway/complete", call, func(body []byte) error { return json.Unmarshal(body, &resp) })
 	return resp, err
 }
 
-// Stream runs the call on the leader, streaming its answer.
-func (g *Gateway) Stream(ctx context.Context, call gateway.Call) (<-chan gateway.Chunk, error) {
+// runsHere says whether call runs on this server: always on the leader;
+// elsewhere unless it counts against a key's or tenant's RPM, TPM or
+// concurrency limit (the leader's limiter holds those), or the leader
+// hands out no shares. A call's budgets are reserved through the leader
+// (remote_reserve.go).
+func (g *Gateway) runsHere(call gateway.Call) bool {
 	if g.srv.Raft().IsLeader() {
-		ch, err := g.router.Stream(ctx, call)
-		if !errors.Is(err, gateway.ErrNotLeader) {
-			return ch, err
+		return true
+	}
+	return !g.lease.nowhere.Load() && !g.limited(call.Key)
+}
+
+// limited says whether a key, or its tenant, has limits of its own.
+func (g *Gateway) limited(key string) bool {
+	if key == "" {
+		return false
+	}
+	acc, ok := g.access(key)
+	return ok && (acc.KeyAllowance.Limits != (gateway.Limits{}) || acc.Tenant != "" && acc.TenantAllowance.Limits != (gateway.Limits{}))
+}
+
+// here runs fn, a call on this server's router, under this server's
+// lease: a call that had its slot as the lease lapsed never started, and
+// waits for the next lease (or its context); one cut because the lease
+// lapsed for good (cutAll) says so.
+func here[T any](ctx context.Context, g *Gateway, model string, fn func(context.Context) (T, func(), error)) (T, error) {
+	for {
+		if s, ok := g.router.Slots(model); ok {
+			if st := s.Stats(); st.InFlight >= st.Capacity {
+				g.lease.ask() // a share is needed, or a bigger one
+			}
 		}
+		cctx, done := g.lease.track(ctx)
+		out, keep, err := fn(cctx)
+		if keep != nil {
+			// A stream: the call is tracked until it ends.
+			go func() { keep(); done() }()
+		} else {
+			done()
+		}
+		if errors.Is(err, errLeaseLapsed) {
+			if err := g.lease.wait(ctx); err != nil {
+				return out, err
+			}
+			continue
+		}
+		if err != nil && errors.Is(context.Cause(cctx), errLeaseLapsed) && ctx.Err() == nil {
+			err = fmt.Errorf("%w: the call was cut: this server lost touch with the cluster's leader", gateway.ErrUnavailable)
+		}
+		return out, err
+	}
+}
+
+// completeHere runs the call on this server.
+func (g *Gateway) completeHere(ctx context.Context, call gateway.Call) (gateway.Response, error) {
+	return here(ctx, g, call.Request.Model, func(ctx context.Context) (gateway.Response, func(), error) {
+		resp, err := g.router.Complete(ctx, call)
+		return resp, nil, err
+	})
+}
+
+// Stream runs the call on this server (or the leader, as Complete),
+// streaming its answer.
+func (g *Gateway) Stream(ctx context.Context, call gateway.Call) (<-chan gateway.Chunk, error) {
+	if g.runsHere(call) {
+		return g.streamHere(ctx, call)
 	}
 	return g.forwardStream(ctx, call)
 }
 
-// Embed runs an embedding call on the leader.
-func (g *Gateway) Embed(ctx context.Context, call gateway.EmbedCall) (gateway.Embedding, error) {
-	if g.srv.Raft().IsLeader() {
-		out, err := g.router.Embed(ctx, call)
-		if !errors.Is(err, gateway.ErrNotLeader) {
-			return out, err
+// streamHere streams the call from this server: the stream is relayed so
+// that the lease tracks the call until its last chunk.
+func (g *Gateway) streamHere(ctx context.Context, call gateway.Call) (<-chan gateway.Chunk, error) {
+	return here(ctx, g, call.Request.Model, func(ctx context.Context) (<-chan gateway.Chunk, func(), error) {
+		in, err := g.router.Stream(ctx, call)
+		if err != nil {
+			return nil, nil, err
 		}
+		out := make(chan gateway.Chunk, 16)
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			defer close(out)
+			for c := range in {
+				select {
+				case out <- c:
+				case <-ctx.Done():
+					for range in { // the router ends it: drain
+					}
+					return
+				}
+			}
+		}()
+		return out, func() { <-ended }, nil
+	})
+}
+
+// Embed runs an embedding call on this server (or the leader, as
+// Complete).
+func (g *Gateway) Embed(ctx context.Context, call gateway.EmbedCall) (gateway.Embedding, error) {
+	if g.runsHere(gateway.Call{Key: call.Key, Session: call.Session}) {
+		return g.embedHere(ctx, call)
 	}
 	body, err := json.Marshal(call)
 	if err != nil {
@@ -266,6 +368,14 @@ func (g *Gateway) Embed(ctx context.Context, call gateway.EmbedCall) (gateway.Em
 	return out, json.Unmarshal(b, &out)
 }
 
+// embedHere runs an embedding call on this server.
+func (g *Gateway) embedHere(ctx context.Context, call gateway.EmbedCall) (gateway.Embedding, error) {
+	return here(ctx, g, call.Request.Model, func(ctx context.Context) (gateway.Embedding, func(), error) {
+		out, err := g.router.Embed(ctx, call)
+		return out, nil, err
+	})
+}
+
 // Models lists the configured models (every server has the same).
 func (g *Gateway) Models() []string { return g.router.Models() }
 
@@ -276,7 +386,7 @@ func (g *Gateway) Submit(ctx context.Context, call gateway.Call) (string, error)
 		return "", fmt.Errorf("%w %q", gateway.ErrUnknownModel, call.Request.Model)
 	}
 	// The persisted queue has the model's bound: running plus waiting.
-	if st := slots.Stats(); g.maps.GatewayActive(call.Request.Model) >= st.Capacity+st.QueueMax {
+	if st := slots.Stats(); g.maps.GatewayActive(call.Request.Model) >= g.limits()[call.Request.Model]+st.QueueMax {
 		return "", gateway.ErrQueueFull
 	}
 	if len(call.Request.Messages) == 0 {
@@ -429,7 +539,7 @@ func (g *Gateway) run(ctx context.Context, j fsm.GatewayJob) {
 	if !started && err != nil {
 		// Never started here: it stays queued for whoever leads (or is
 		// cancelled, which the maps already say).
-		if errors.Is(err, errNotLeading) || !g.srv.Raft().IsLeader() || errors.Is(ctx.Err(), context.Canceled) {
+		if errors.Is(err, errNotLeading) || errors.Is(err, errLeaseLapsed) || !g.srv.Raft().IsLeader() || errors.Is(ctx.Err(), context.Canceled) {
 			g.rescan.Store(true)
 			return
 		}

@@ -7,12 +7,14 @@ import (
 )
 
 // collector publishes the gateway's counters (the total and
-// today; sessions are on the API, not here: unbounded labels) and, on the
-// leader, each model's slots and each deployment's health.
+// today; sessions are on the API, not here: unbounded labels), each
+// model's limit, this server's share of it and its calls, each
+// deployment's health as this server sees it, and the lease.
 type collector struct {
 	g                                            *Gateway
 	cost, calls, tokens, dayCost                 *prometheus.Desc
 	inFlight, queued, capacity, degraded, reqWin *prometheus.Desc
+	share, leaseOK                               *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -26,8 +28,10 @@ func newCollector(g *Gateway) *collector {
 		calls:    d("stickyd_gateway_calls_total", "Answers charged."),
 		tokens:   d("stickyd_gateway_tokens_total", "Tokens charged, by kind (input, cached_input, cache_write, output).", "kind"),
 		dayCost:  d("stickyd_gateway_day_cost_dollars", "What today's answers cost (the gateway's day zone).", "day"),
-		inFlight: d("stickyd_gateway_in_flight", "Calls of a model running now (leader).", "model"),
-		queued:   d("stickyd_gateway_queued", "Calls of a model waiting for a slot (leader).", "model"),
+		inFlight: d("stickyd_gateway_in_flight", "Calls of a model running now on this server.", "model"),
+		queued:   d("stickyd_gateway_queued", "Calls of a model waiting for a slot on this server.", "model"),
+		share:    d("stickyd_gateway_share", "This server's share of a model's concurrency limit (the leader grants it).", "model"),
+		leaseOK:  d("stickyd_gateway_lease_valid", "1 while this server's share of the limits stands; 0 when it lapsed (no call starts here)."),
 		capacity: d("stickyd_gateway_concurrency_limit", "A model's aggregate concurrency limit.", "model"),
 		degraded: d("stickyd_gateway_deployment_degraded", "1 while a deployment is degraded (skipped and probed).", "model", "deployment"),
 		reqWin:   d("stickyd_gateway_deployment_failure_ratio", "A deployment's failures over its outcomes in the health window.", "model", "deployment"),
@@ -35,7 +39,7 @@ func newCollector(g *Gateway) *collector {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.cost, c.calls, c.tokens, c.dayCost, c.inFlight, c.queued, c.capacity, c.degraded, c.reqWin} {
+	for _, d := range []*prometheus.Desc{c.cost, c.calls, c.tokens, c.dayCost, c.inFlight, c.queued, c.capacity, c.degraded, c.reqWin, c.share, c.leaseOK} {
 		ch <- d
 	}
 }
@@ -52,11 +56,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	day := time.Now().In(c.g.zone()).Format(time.DateOnly)
 	ch <- prometheus.MustNewConstMetric(c.dayCost, prometheus.GaugeValue, float64(k.Days[day].Micros)/1e6, day)
+	valid := 0.0
+	if c.g.lease.valid() == nil {
+		valid = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.leaseOK, prometheus.GaugeValue, valid)
+	limits := c.g.limits()
 	for model, h := range c.g.router.Health() {
-		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(h.Slots.Capacity), model)
-		if !c.g.srv.Raft().IsLeader() {
-			continue
-		}
+		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(limits[model]), model)
+		ch <- prometheus.MustNewConstMetric(c.share, prometheus.GaugeValue, float64(h.Slots.Capacity), model)
 		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(h.Slots.InFlight), model)
 		ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(h.Slots.Queued), model)
 		for dep, s := range h.Deployments {

@@ -41,6 +41,10 @@ func (l *raftLedger) Check(budgets []gateway.Budget) error {
 // call has not started and goes to the new leader).
 func (l *raftLedger) Reserve(ctx context.Context, r gateway.Reservation, budgets []gateway.Budget) error {
 	r.Ledger = l.id
+	if rn := l.srv.Raft(); rn != nil && !rn.IsLeader() && l.leader != nil {
+		// A call that runs here: the leader counts the budgets.
+		return l.reserveRemote(ctx, r, budgets)
+	}
 	l.mu.Lock()
 	err := gateway.FitBudgets(budgets, r.Micros, l.spentInLocked(budgets))
 	if err == nil {
@@ -74,9 +78,15 @@ func (l *raftLedger) Reserve(ctx context.Context, r gateway.Reservation, budgets
 // Release implements gateway.Ledger.
 func (l *raftLedger) Release(id string) {
 	l.mu.Lock()
-	_, ok := l.held[id]
+	r, ok := l.held[id]
 	delete(l.held, id)
 	l.mu.Unlock()
+	if ok && r.Ledger == l.id && l.leader != nil {
+		if rn := l.srv.Raft(); rn != nil && !rn.IsLeader() {
+			l.sendRemote(remoteItem{Release: id})
+			return
+		}
+	}
 	if ok && l.maps.Allows(fsm.GatewayReserveRequestType) {
 		_, _ = l.enqueue(func(req *fsm.GatewayReserveRequest) { req.Release = append(req.Release, id) })
 	}

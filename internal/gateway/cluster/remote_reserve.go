@@ -1,0 +1,208 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/fsm"
+	"github.com/stickyd/stickyd/internal/gateway"
+)
+
+// Reservations of the calls that run on a follower (docs/gateway.md,
+// "Budgets that never overshoot"): the budgets are counted in one place,
+// the leader's ledger, so a follower sends its calls' reservations and
+// releases to the leader, batched (while one batch is under way the next
+// gathers), and starts a call once the leader has its reservation in the
+// log. The follower keeps its own reservations too, for its Check.
+
+// remoteItem is a reservation or a release sent to the leader.
+type remoteItem struct {
+	Reservation *gateway.Reservation `json:"reservation,omitempty"`
+	Budgets     []gateway.Budget     `json:"budgets,omitempty"`
+	Release     string               `json:"release,omitempty"`
+}
+
+// remoteAnswer is the leader's answer: an error (EncodeFailure's words)
+// for each item, "" where it holds.
+type remoteAnswer struct {
+	Errors []string `json:"errors"`
+}
+
+// remoteBatch is one request to the leader and the calls waiting for it.
+type remoteBatch struct {
+	items []remoteItem
+	done  chan struct{}
+	errs  []error // set before done closes, one per item
+}
+
+// reserveRemote reserves r through the leader.
+func (l *raftLedger) reserveRemote(ctx context.Context, r gateway.Reservation, budgets []gateway.Budget) error {
+	b, i := l.sendRemote(remoteItem{Reservation: &r, Budgets: budgets})
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		// It may hold on the leader: released there too.
+		l.sendRemote(remoteItem{Release: r.ID})
+		return ctx.Err()
+	}
+	if err := b.errs[i]; err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.held[r.ID] = r
+	l.mu.Unlock()
+	return nil
+}
+
+// sendRemote adds an item to the next batch to the leader and returns the
+// batch and the item's place in it.
+func (l *raftLedger) sendRemote(it remoteItem) (*remoteBatch, int) {
+	l.rmu.Lock()
+	if l.remoteNext == nil {
+		l.remoteNext = &remoteBatch{done: make(chan struct{})}
+	}
+	b := l.remoteNext
+	b.items = append(b.items, it)
+	i := len(b.items) - 1
+	l.rmu.Unlock()
+	select {
+	case l.remoteKick <- struct{}{}:
+	default:
+	}
+	return b, i
+}
+
+// runRemote sends the batches to the leader until stop closes.
+func (l *raftLedger) runRemote(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			l.rmu.Lock()
+			b := l.remoteNext
+			l.remoteNext = nil
+			l.rmu.Unlock()
+			if b != nil {
+				b.fail(fmt.Errorf("%w: the gateway is stopping", gateway.ErrUnavailable))
+			}
+			return
+		case <-l.remoteKick:
+		}
+		l.rmu.Lock()
+		b := l.remoteNext
+		l.remoteNext = nil
+		l.rmu.Unlock()
+		if b == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ans, err := l.postRemote(ctx, b.items)
+		cancel()
+		if err != nil {
+			l.log.Warn("sending gateway reservations to the leader", "items", len(b.items), "error", err)
+			b.fail(fmt.Errorf("%w: reserving the call's worst case on the leader: %v", gateway.ErrUnavailable, err))
+			continue
+		}
+		b.errs = make([]error, len(b.items))
+		for i := range b.items {
+			if i < len(ans.Errors) && ans.Errors[i] != "" {
+				b.errs[i] = refused(http.StatusTooManyRequests, ans.Errors[i])
+			}
+		}
+		close(b.done)
+	}
+}
+
+func (b *remoteBatch) fail(err error) {
+	b.errs = make([]error, len(b.items))
+	for i := range b.errs {
+		b.errs[i] = err
+	}
+	close(b.done)
+}
+
+// postRemote posts a batch to the leader's admin API.
+func (l *raftLedger) postRemote(ctx context.Context, items []remoteItem) (remoteAnswer, error) {
+	var ans remoteAnswer
+	admin, err := l.leader(ctx)
+	if err != nil {
+		return ans, err
+	}
+	body, err := json.Marshal(items)
+	if err != nil {
+		return ans, err
+	}
+	b, err := l.srv.Fetch(ctx, http.MethodPost, admin, "/v1/internal/gateway/reserve", body)
+	if err != nil {
+		return ans, err
+	}
+	return ans, json.Unmarshal(b, &ans)
+}
+
+// reserveFor takes, on the leader, the reservations and releases a
+// follower sent: each reservation is checked against every budget it
+// counts in and held, then written to the log before the answer.
+func (l *raftLedger) reserveFor(ctx context.Context, items []remoteItem) remoteAnswer {
+	ans := remoteAnswer{Errors: make([]string, len(items))}
+	type waiting struct {
+		i  int
+		id string
+		b  *reserveBatch
+	}
+	var ws []waiting
+	for i, it := range items {
+		if it.Release != "" {
+			l.mu.Lock()
+			delete(l.held, it.Release)
+			l.mu.Unlock()
+			_, _ = l.enqueue(func(req *fsm.GatewayReserveRequest) { req.Release = append(req.Release, it.Release) })
+			continue
+		}
+		if it.Reservation == nil {
+			ans.Errors[i] = gateway.EncodeFailure(&gateway.ProviderError{Kind: gateway.KindBadRequest, Message: "an item names no reservation"})
+			continue
+		}
+		r := *it.Reservation
+		l.mu.Lock()
+		err := gateway.FitBudgets(it.Budgets, r.Micros, l.spentInLocked(it.Budgets))
+		if err == nil {
+			l.held[r.ID] = r
+		}
+		l.mu.Unlock()
+		if err != nil {
+			ans.Errors[i] = gateway.EncodeFailure(err)
+			continue
+		}
+		b, err := l.enqueue(func(req *fsm.GatewayReserveRequest) { req.Reserve = append(req.Reserve, r) })
+		if err != nil {
+			l.dropHeld(r.ID)
+			ans.Errors[i] = gateway.EncodeFailure(err)
+			continue
+		}
+		ws = append(ws, waiting{i, r.ID, b})
+	}
+	for _, w := range ws {
+		var err error
+		select {
+		case <-w.b.done:
+			err = w.b.err
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		// In the log now (the replica counts it under the follower's
+		// ledger), or refused: not held here either way.
+		l.dropHeld(w.id)
+		if err != nil {
+			ans.Errors[w.i] = gateway.EncodeFailure(err)
+		}
+	}
+	return ans
+}
+
+func (l *raftLedger) dropHeld(id string) {
+	l.mu.Lock()
+	delete(l.held, id)
+	l.mu.Unlock()
+}

@@ -1,0 +1,142 @@
+package cluster
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stickyd/stickyd/internal/fsm"
+)
+
+// fakeServer is a server as the share table sees it: it runs up to its
+// capacity, which it sets from each grant, and keeps running what it
+// started when its capacity drops or its lease lapses.
+type fakeServer struct {
+	name, process string
+	capacity      int
+	running       int
+	queued        int
+	expires       time.Time
+	down          bool // cut off: neither renews nor is heard
+}
+
+// TestSharesNeverPassTheLimit drives a share table with servers whose
+// demand shifts, which are cut off and come back, and whose processes
+// restart, and checks at every step that what the servers may run (the
+// calls they run, and what their leases let them start) never passes the
+// model's limit, and that a busy server gets slots.
+func TestSharesNeverPassTheLimit(t *testing.T) {
+	const limit = 30
+	grace := 3 * time.Second
+	now := time.Unix(0, 0)
+	clock := func() time.Time { return now }
+	tbl := newShareTable(map[string]int{"m": limit}, map[string]fsm.GatewayShare{}, grace, clock)
+	rng := rand.New(rand.NewPCG(1, 2))
+	servers := []*fakeServer{{name: "s1", process: "a"}, {name: "s2", process: "a"}, {name: "s3", process: "a"}}
+	granted := 0
+	for step := 0; step < 20000; step++ {
+		now = now.Add(time.Duration(rng.IntN(60)) * time.Millisecond)
+		s := servers[rng.IntN(len(servers))]
+		switch r := rng.IntN(100); {
+		case r < 2:
+			s.down = !s.down
+		case r < 3 && !s.down:
+			// The process restarts: its calls die with it.
+			s.process = fmt.Sprint(step)
+			s.capacity, s.running, s.queued, s.expires = 0, 0, 0, time.Time{}
+		}
+		// Calls end and arrive.
+		for _, x := range servers {
+			if x.running > 0 && rng.IntN(3) == 0 {
+				x.running--
+			}
+			x.queued = max(0, x.queued+rng.IntN(5)-2)
+			if now.After(x.expires) {
+				x.capacity = 0
+				if now.After(x.expires.Add(grace)) {
+					x.running = 0 // cut
+				}
+			}
+			for x.queued > 0 && x.running < x.capacity && now.Before(x.expires) {
+				x.queued--
+				x.running++
+			}
+		}
+		if !s.down {
+			sent := now
+			g, raise := tbl.grant(leaseAsk{Server: s.name, Process: s.process,
+				Models: map[string]load{"m": {Capacity: s.capacity, InFlight: s.running, Queued: s.queued}}})
+			if raise != nil {
+				tbl.raised(s.name, *raise)
+			}
+			s.capacity = g.Shares["m"]
+			s.expires = sent.Add(g.ValidFor - leaseMargin)
+			granted += g.Shares["m"]
+		}
+		if step%500 == 0 {
+			if req := tbl.lowered(); req != nil {
+				tbl.applyLowered(req)
+			}
+		}
+		total := 0
+		for _, x := range servers {
+			may := x.running
+			if now.Before(x.expires) {
+				may = max(may, x.capacity)
+			}
+			total += may
+		}
+		if total > limit {
+			t.Fatalf("step %d: the servers may run %d calls; the limit is %d (%+v %+v %+v)", step, total, limit, *servers[0], *servers[1], *servers[2])
+		}
+	}
+	if granted == 0 {
+		t.Fatal("no share was ever granted")
+	}
+}
+
+// TestSharesFollowDemand: a server with calls waiting gets the slots the
+// others do not use, and a new leader grants nothing past the ceilings in
+// the log until the servers it has not heard from may have ended their
+// calls.
+func TestSharesFollowDemand(t *testing.T) {
+	now := time.Unix(0, 0)
+	clock := func() time.Time { return now }
+	tbl := newShareTable(map[string]int{"m": 30}, map[string]fsm.GatewayShare{}, time.Second, clock)
+	ask := func(tb *shareTable, server string, running, queued, capacity int) int {
+		g, raise := tb.grant(leaseAsk{Server: server, Process: "p", Models: map[string]load{"m": {Capacity: capacity, InFlight: running, Queued: queued}}})
+		if raise != nil {
+			tb.raised(server, *raise)
+		}
+		return g.Shares["m"]
+	}
+	// Renewal rounds: a share lowered is handed on at the next.
+	caps := map[string]int{}
+	for range 3 {
+		for _, s := range []string{"s2", "s3", "s1"} {
+			queued := 0
+			if s == "s1" {
+				queued = 40
+			}
+			caps[s] = ask(tbl, s, 0, queued, caps[s])
+		}
+	}
+	if caps["s1"] < 20 || caps["s1"]+caps["s2"]+caps["s3"] > 30 {
+		t.Fatalf("a busy server beside two idle ones got %d slots of 30 (%v)", caps["s1"], caps)
+	}
+	// A new leader, with s1's ceiling in the log: s1 has not renewed.
+	ceilings := map[string]fsm.GatewayShare{}
+	for k, v := range tbl.ceilings {
+		ceilings[k] = v
+	}
+	held := ceilings["s1"].Models["m"]
+	tb2 := newShareTable(map[string]int{"m": 30}, ceilings, time.Second, clock)
+	if got := ask(tb2, "s2", 0, 40, 0); got > 30-held {
+		t.Fatalf("a new leader granted %d while s1 may still run %d of 30", got, held)
+	}
+	now = now.Add(leaseFor + time.Second + time.Millisecond)
+	if got := ask(tb2, "s2", 0, 40, 0); got != 30 {
+		t.Fatalf("once s1's lease and grace passed, s2 got %d of 30", got)
+	}
+}
