@@ -379,6 +379,22 @@ func (g *Gateway) embedHere(ctx context.Context, call gateway.EmbedCall) (gatewa
 // Models lists the configured models (every server has the same).
 func (g *Gateway) Models() []string { return g.router.Models() }
 
+// ModelsFor lists the models an API key may call: those its model list
+// and its tenant's allow.
+func (g *Gateway) ModelsFor(key string) []string {
+	acc, ok := g.access(key)
+	if !ok {
+		return g.router.Models()
+	}
+	var out []string
+	for _, m := range g.router.Models() {
+		if acc.KeyAllowance.Allows(m) && (acc.Tenant == "" || acc.TenantAllowance.Allows(m)) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // Submit records the call in the maps; the leader runs it.
 func (g *Gateway) Submit(ctx context.Context, call gateway.Call) (string, error) {
 	slots, ok := g.router.Slots(call.Request.Model)

@@ -74,14 +74,25 @@ func (h *httpServer) embeddings(w http.ResponseWriter, r *http.Request, caller s
 	return nil
 }
 
-// models serves GET /v1/models: the models callers may name, in OpenAI's
-// list shape.
-func (h *httpServer) models(w http.ResponseWriter, r *http.Request, _ string) error {
+// keyModels is the optional ability of a Service to list the models an
+// API key may call.
+type keyModels interface {
+	ModelsFor(key string) []string
+}
+
+// models serves GET /v1/models: the models the caller's key may name, in
+// OpenAI's list shape.
+func (h *httpServer) models(w http.ResponseWriter, r *http.Request, key string) error {
 	data := []map[string]any{}
-	if ml, ok := h.svc.(gateway.ModelLister); ok {
-		for _, name := range ml.Models() {
-			data = append(data, map[string]any{"id": name, "object": "model", "created": 0, "owned_by": "stickyd"})
-		}
+	var names []string
+	switch s := h.svc.(type) {
+	case keyModels:
+		names = s.ModelsFor(key)
+	case gateway.ModelLister:
+		names = s.Models()
+	}
+	for _, name := range names {
+		data = append(data, map[string]any{"id": name, "object": "model", "created": 0, "owned_by": "stickyd"})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 	return nil

@@ -185,3 +185,29 @@ func TestEmbeddingsAndModels(t *testing.T) {
 		t.Fatalf("models %s", out)
 	}
 }
+
+// keyedModels lists to each key the models it may call.
+type keyedModels struct{ *embedService }
+
+func (k keyedModels) ModelsFor(key string) []string {
+	if key == "narrow" {
+		return []string{"m"}
+	}
+	return k.Models()
+}
+
+// GET /v1/models lists to a key only the models it may call.
+func TestModelsForTheKey(t *testing.T) {
+	svc := keyedModels{&embedService{fakeService: newFake(nil)}}
+	srv := newHTTP(t, svc, HTTPOptions{Auth: func(r *http.Request) (string, error) {
+		return strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "), nil
+	}})
+	_, out := do(t, http.MethodGet, srv.URL+"/v1/models", "", map[string]string{"Authorization": "Bearer narrow"})
+	if !strings.Contains(string(out), `"data":[{"created":0,"id":"m","object":"model","owned_by":"stickyd"}]`) {
+		t.Fatalf("the narrow key's models: %s", out)
+	}
+	_, out = do(t, http.MethodGet, srv.URL+"/v1/models", "", map[string]string{"Authorization": "Bearer wide"})
+	if !strings.Contains(string(out), `"id":"e"`) || !strings.Contains(string(out), `"id":"m"`) {
+		t.Fatalf("the wide key's models: %s", out)
+	}
+}
