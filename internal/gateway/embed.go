@@ -40,7 +40,7 @@ func (r *Router) Embed(ctx context.Context, ec EmbedCall) (Embedding, error) {
 	}
 	defer release()
 	var last, refusal error
-	for _, d := range r.plan(m) {
+	for _, d := range r.plan(m, seriesEmbed) {
 		e, ok := d.Adapter.(Embedder)
 		if !ok {
 			continue
@@ -79,6 +79,8 @@ func canEmbed(m *model) bool {
 
 // embedOn calls one deployment once.
 func (r *Router) embedOn(ctx context.Context, d *deployment, e Embedder, req EmbedRequest) (Embedding, error) {
+	began := r.begin(d)
+	defer d.end()
 	release, err := d.acquire(ctx)
 	if err != nil {
 		return Embedding{}, err
@@ -92,5 +94,6 @@ func (r *Router) embedOn(ctx context.Context, d *deployment, e Embedder, req Emb
 	if err != nil {
 		return Embedding{}, err
 	}
+	r.answered(d, seriesEmbed, began)
 	return out, nil
 }

@@ -27,13 +27,19 @@ type Deployment struct {
 	// Concurrency bounds the calls running on this deployment from this
 	// node (0: only the model's limit).
 	Concurrency int
-	Adapter     Adapter
+	// Weight is the deployment's share of a weighted model's first
+	// attempts, against the other deployments' (0: 1).
+	Weight  int
+	Adapter Adapter
 }
 
 // Model is a model callers ask for by name: its deployments, tried in
-// order, and its aggregate concurrency limit.
+// the order its routing gives, and its aggregate concurrency limit.
 type Model struct {
 	Name string
+	// Routing orders the deployments for each call (default
+	// RoutingOrdered: as configured).
+	Routing Routing
 	// Concurrency is the number of calls of this model that may run at
 	// once on this node (its share of the cluster's limit).
 	Concurrency int
@@ -133,6 +139,9 @@ type model struct {
 	// accepted counts the submitted calls not yet finished: the queue
 	// Submit bounds.
 	accepted atomic.Int64
+	// calls counts the calls latency routing ordered; probed is calls
+	// when it last sent one to measure a deployment.
+	calls, probed atomic.Int64
 }
 
 type deployment struct {
@@ -144,6 +153,14 @@ type deployment struct {
 	// the deployment is only skipped while another can answer, and
 	// waited for when none can.
 	limitedUntil atomic.Int64
+	// inFlight counts this node's attempts on the deployment, from their
+	// start to their answer or their stream's end; remoteInFlight the
+	// other servers' (SetRemoteInFlight). Least-busy routing adds them.
+	inFlight, remoteInFlight atomic.Int64
+	// timed says the model routes by latency: latency holds the
+	// deployment's estimates, one per series.
+	timed   bool
+	latency [numSeries]latencyEstimate
 }
 
 // noRetryAfter is how long a 429 without a Retry-After holds a deployment.
@@ -168,10 +185,11 @@ func (d *deployment) limitedFor(now time.Time) time.Duration {
 	return max(0, time.Duration(d.limitedUntil.Load()-now.UnixNano()))
 }
 
-// plan is the order to try a model's deployments in: the healthy ones
-// free of a rate limit, then the healthy ones under one (soonest free
-// first), then the degraded ones.
-func (r *Router) plan(m *model) []*deployment {
+// plan is the order to try a model's deployments in, for a call of
+// series s: the healthy ones free of a rate limit, in the order the
+// model's routing gives, then the healthy ones under one (soonest free
+// first); the degraded ones only when none is healthy.
+func (r *Router) plan(m *model, s series) []*deployment {
 	now := r.cfg.Clock()
 	ds := r.attempts(m)
 	free := make([]*deployment, 0, len(ds))
@@ -183,6 +201,7 @@ func (r *Router) plan(m *model) []*deployment {
 			free = append(free, d)
 		}
 	}
+	route(m, free, s, now)
 	slices.SortStableFunc(held, func(a, b *deployment) int { return cmp.Compare(a.limitedFor(now), b.limitedFor(now)) })
 	return append(free, held...)
 }
@@ -250,12 +269,20 @@ func New(cfg Config) (*Router, error) {
 		if m.QueueMax <= 0 {
 			m.QueueMax = 1000
 		}
+		routing, err := ParseRouting(string(m.Routing))
+		if err != nil {
+			return nil, fmt.Errorf("model %q: %w", m.Name, err)
+		}
+		m.Routing = routing
 		mm := &model{Model: m, slots: NewSlots(m.Concurrency, m.QueueMax)}
 		for _, d := range m.Deployments {
 			if d.Adapter == nil || d.Name == "" {
 				return nil, fmt.Errorf("model %q: deployment %q has no adapter", m.Name, d.Name)
 			}
-			dd := &deployment{Deployment: d, health: &health{cfg: cfg.Health}}
+			if d.Weight < 0 {
+				return nil, fmt.Errorf("model %q: deployment %q: a weight must not be negative", m.Name, d.Name)
+			}
+			dd := &deployment{Deployment: d, health: &health{cfg: cfg.Health}, timed: m.Routing == RoutingLatency}
 			if d.Concurrency > 0 {
 				dd.slots = NewSlots(d.Concurrency, 0)
 			}
@@ -320,7 +347,7 @@ func (r *Router) Complete(ctx context.Context, call Call) (Response, error) {
 	left := r.cfg.RetryAfterCap
 	for round := 0; ; round++ {
 		limitedAll := true
-		for _, d := range r.plan(m) {
+		for _, d := range r.plan(m, seriesComplete) {
 			// Another deployment is tried at once; only a deployment tried
 			// again (a later round: its rate limit lifted) waits a backoff.
 			if round > 0 && d.limitedFor(r.cfg.Clock()) == 0 && !sleep(ctx, jitter(r.cfg.Backoff)) {
@@ -400,6 +427,8 @@ func (r *Router) anyWithin(m *model, left time.Duration) bool {
 // completeOn calls one deployment once (Complete waits out its rate
 // limits).
 func (r *Router) completeOn(ctx context.Context, d *deployment, call Call) (Response, error) {
+	began := r.begin(d)
+	defer d.end()
 	release, err := d.acquire(ctx)
 	if err != nil {
 		return Response{}, err
@@ -415,6 +444,7 @@ func (r *Router) completeOn(ctx context.Context, d *deployment, call Call) (Resp
 	if err != nil {
 		return Response{}, err
 	}
+	r.answered(d, seriesComplete, began)
 	resp.Latency = r.cfg.Clock().Sub(start)
 	return resp, nil
 }
@@ -437,7 +467,7 @@ func (r *Router) Stream(ctx context.Context, call Call) (<-chan Chunk, error) {
 	left := r.cfg.RetryAfterCap
 	for round := 0; ; round++ {
 		limitedAll := true
-		for _, d := range r.plan(m) {
+		for _, d := range r.plan(m, seriesStream) {
 			if round > 0 && d.limitedFor(r.cfg.Clock()) == 0 && !sleep(ctx, jitter(r.cfg.Backoff)) {
 				release()
 				return nil, ctx.Err()
@@ -479,8 +509,10 @@ func (r *Router) Stream(ctx context.Context, call Call) (<-chan Chunk, error) {
 // chunk (a stream that fails before it can still go elsewhere); then the
 // stream is relayed, and done (the model's slot) released at its end.
 func (r *Router) streamOn(ctx context.Context, call Call, m *model, d *deployment, done func()) (<-chan Chunk, error) {
+	began := r.begin(d)
 	drelease, err := d.acquire(ctx)
 	if err != nil {
+		d.end()
 		return nil, err
 	}
 	// call_timeout bounds the whole stream, as it bounds a whole answer.
@@ -491,6 +523,7 @@ func (r *Router) streamOn(ctx context.Context, call Call, m *model, d *deploymen
 	if err != nil {
 		cancel()
 		drelease()
+		d.end()
 		r.record(d, err)
 		return nil, err
 	}
@@ -498,6 +531,7 @@ func (r *Router) streamOn(ctx context.Context, call Call, m *model, d *deploymen
 	if !ok || first.Err != nil {
 		cancel()
 		drelease()
+		d.end()
 		err := first.Err
 		if !ok || err == nil {
 			err = &ProviderError{Kind: KindServer, Message: "the stream ended before its first chunk"}
@@ -505,8 +539,9 @@ func (r *Router) streamOn(ctx context.Context, call Call, m *model, d *deploymen
 		r.record(d, err)
 		return nil, err
 	}
+	r.answered(d, seriesStream, began)
 	out := make(chan Chunk, 16)
-	go r.relay(ctx, sctx, call, m, d, first, in, out, func() { cancel(); drelease(); done() })
+	go r.relay(ctx, sctx, call, m, d, first, in, out, func() { cancel(); drelease(); d.end(); done() })
 	return out, nil
 }
 

@@ -50,12 +50,18 @@ type Model struct {
 	// provider's cap for the model): what a call that names no
 	// max_tokens reserves against its budgets. 0: such a call reserves
 	// its prompt alone.
-	MaxOutputTokens int           `hcl:"max_output_tokens,optional"`
-	Deployments     []*Deployment `hcl:"deployment,block"`
+	MaxOutputTokens int `hcl:"max_output_tokens,optional"`
+	// Routing picks the deployment each call tries first: "ordered" (the
+	// default: in the order written), "weighted" (drawn in proportion to
+	// the deployments' weights), "least-busy" (the fewest calls in
+	// flight) or "latency" (the lowest recent latency). Failover, health
+	// and rate limits hold the same in each (docs/gateway.md).
+	Routing     string        `hcl:"routing,optional"`
+	Deployments []*Deployment `hcl:"deployment,block"`
 }
 
 // Deployment is one provider account serving a model, tried in the order
-// written.
+// the model's routing gives (by default, the order written).
 type Deployment struct {
 	Name string `hcl:"name,label"`
 	// Provider is "openai", "compat" (an OpenAI-compatible server: vLLM,
@@ -93,6 +99,10 @@ type Deployment struct {
 	APIKeyEnv   string `hcl:"api_key_env,optional"`
 	APIKeyFile  string `hcl:"api_key_file,optional"`
 	Concurrency int    `hcl:"concurrency,optional"`
+	// Weight is the deployment's share of the first attempts of a model
+	// whose routing is "weighted", against its other deployments'
+	// (default 1).
+	Weight int `hcl:"weight,optional"`
 	// Price is required: what the deployment costs, or free = true.
 	Price *gateway.Price `hcl:"price,block"`
 	// StallTimeout is how long a stream may send nothing (not even the
@@ -152,7 +162,18 @@ func (g *Config) Finish() error {
 		if len(m.Deployments) == 0 {
 			return fmt.Errorf("gateway: model %q: add a deployment block", m.Name)
 		}
+		routing, err := gateway.ParseRouting(m.Routing)
+		if err != nil {
+			return fmt.Errorf("gateway: model %q: %w", m.Name, err)
+		}
+		m.Routing = string(routing)
 		for _, d := range m.Deployments {
+			switch {
+			case d.Weight < 0:
+				return fmt.Errorf("gateway: model %q, deployment %q: weight must not be negative", m.Name, d.Name)
+			case d.Weight != 0 && routing != gateway.RoutingWeighted:
+				return fmt.Errorf("gateway: model %q, deployment %q: weight is read only by routing = \"weighted\" (the model's is %q)", m.Name, d.Name, routing)
+			}
 			if err := d.checkProvider(); err != nil {
 				return fmt.Errorf("gateway: model %q, deployment %q: %w", m.Name, d.Name, err)
 			}

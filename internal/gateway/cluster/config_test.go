@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/hcl/v2/hclsimple"
+
 	"github.com/stickyd/stickyd/internal/gateway"
 )
 
@@ -68,6 +70,11 @@ func TestFinish(t *testing.T) {
 		{"zero price", func(c *Config) { c.Models[0].Deployments[0].Price = &gateway.Price{} }, "price { free = true }"},
 		{"free and priced", func(c *Config) { c.Models[0].Deployments[0].Price = &gateway.Price{Free: true, Output: 1} }, "choose one"},
 		{"negative price", func(c *Config) { c.Models[0].Deployments[0].Price = &gateway.Price{Input: -1} }, "must not be negative"},
+		{"routing", func(c *Config) { c.Models[0].Routing = "fastest" }, `routing "fastest": want ordered, weighted, least-busy or latency`},
+		{"weight without weighted routing", func(c *Config) { c.Models[0].Deployments[0].Weight = 2 }, `weight is read only by routing = "weighted"`},
+		{"negative weight", func(c *Config) {
+			c.Models[0].Routing, c.Models[0].Deployments[0].Weight = "weighted", -1
+		}, "weight must not be negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &Config{Models: []*Model{model()}}
@@ -101,5 +108,59 @@ func TestNewAdapter(t *testing.T) {
 		if _, err := newAdapter(d); err != nil {
 			t.Fatalf("%s: %v", d.Provider, err)
 		}
+	}
+}
+
+// A model's routing and its deployments' weights are read from HCL; a
+// model without routing is ordered.
+func TestRoutingConfig(t *testing.T) {
+	const src = `
+gateway {
+  model "chat" {
+    concurrency = 4
+    routing     = "weighted"
+    deployment "a" {
+      provider = "openai"
+      model    = "x"
+      weight   = 3
+      price {
+        free = true
+      }
+    }
+    deployment "b" {
+      provider = "openai"
+      model    = "x"
+      price {
+        free = true
+      }
+    }
+  }
+  model "plain" {
+    concurrency = 1
+    deployment "a" {
+      provider = "openai"
+      model    = "x"
+      price {
+        free = true
+      }
+    }
+  }
+}
+`
+	var f struct {
+		Gateway *Config `hcl:"gateway,block"`
+	}
+	if err := hclsimple.Decode("agent.hcl", []byte(src), nil, &f); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Gateway.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	chat, plain := f.Gateway.Models[0], f.Gateway.Models[1]
+	if chat.Routing != "weighted" || chat.Deployments[0].Weight != 3 || chat.Deployments[1].Weight != 0 {
+		t.Fatalf("chat: routing %q, weights %d and %d", chat.Routing, chat.Deployments[0].Weight, chat.Deployments[1].Weight)
+	}
+	if plain.Routing != "ordered" {
+		t.Fatalf("a model without routing: %q", plain.Routing)
 	}
 }

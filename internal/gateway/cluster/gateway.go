@@ -142,7 +142,8 @@ func New(c *Config, srv Server, maps *fsm.FSM, log hclog.Logger) (*Gateway, erro
 		rc.Zone, _ = time.LoadLocation(c.DayZone)
 	}
 	for _, m := range c.Models {
-		gm := gateway.Model{Name: m.Name, Concurrency: m.Concurrency, QueueMax: m.QueueMax, MaxOutputTokens: m.MaxOutputTokens}
+		gm := gateway.Model{Name: m.Name, Concurrency: m.Concurrency, QueueMax: m.QueueMax, MaxOutputTokens: m.MaxOutputTokens,
+			Routing: gateway.Routing(m.Routing)}
 		if m.MaxOutputTokens == 0 {
 			log.Info("gateway: a model without max_output_tokens: a call with a budget that names no max_tokens reserves its prompt alone, and its answer may pass the budget", "model", m.Name)
 		}
@@ -151,7 +152,7 @@ func New(c *Config, srv Server, maps *fsm.FSM, log hclog.Logger) (*Gateway, erro
 			if err != nil {
 				return nil, fmt.Errorf("gateway: model %q, deployment %q: %w", m.Name, d.Name, err)
 			}
-			gd := gateway.Deployment{Name: d.Name, Provider: d.Provider, Upstream: d.Model, Concurrency: d.Concurrency, Adapter: ad}
+			gd := gateway.Deployment{Name: d.Name, Provider: d.Provider, Upstream: d.Model, Concurrency: d.Concurrency, Weight: d.Weight, Adapter: ad}
 			if d.Price != nil {
 				gd.Price = *d.Price
 			}
