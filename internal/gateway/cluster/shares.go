@@ -71,12 +71,18 @@ type leaseAsk struct {
 	Server  string          `json:"server"`
 	Process string          `json:"process"`
 	Models  map[string]load `json:"models"`
+	// Deployments counts the calls the server runs on each deployment,
+	// by model: the others' least-busy routing counts them.
+	Deployments map[string]map[string]int `json:"deployments,omitempty"`
 }
 
 // leaseGrant is the leader's answer: each model's share, for ValidFor.
 type leaseGrant struct {
 	Shares   map[string]int `json:"shares"`
 	ValidFor time.Duration  `json:"valid_for"`
+	// Busy counts the calls the other servers with a live lease run on
+	// each deployment, by model (as they last said).
+	Busy map[string]map[string]int `json:"busy,omitempty"`
 }
 
 // shareTable is the leader's view of the shares in one term.
@@ -100,6 +106,7 @@ type holder struct {
 	renewed time.Time
 	load    map[string]load
 	granted map[string]int
+	busy    map[string]map[string]int // calls by model and deployment
 }
 
 func newShareTable(limits map[string]int, ceilings map[string]fsm.GatewayShare, grace time.Duration, clock func() time.Time) *shareTable {
@@ -138,8 +145,27 @@ func (t *shareTable) grant(ask leaseAsk) (leaseGrant, *fsm.GatewayShare) {
 		h = &holder{process: ask.Process, granted: map[string]int{}}
 		t.holders[ask.Server] = h
 	}
-	h.renewed, h.load = now, ask.Models
+	h.renewed, h.load, h.busy = now, ask.Models, ask.Deployments
 	out := leaseGrant{Shares: make(map[string]int, len(t.limits)), ValidFor: leaseFor}
+	for name, o := range t.holders {
+		if name == ask.Server || now.After(o.renewed.Add(leaseFor)) {
+			continue
+		}
+		for m, ds := range o.busy {
+			for d, n := range ds {
+				if n == 0 {
+					continue
+				}
+				if out.Busy == nil {
+					out.Busy = map[string]map[string]int{}
+				}
+				if out.Busy[m] == nil {
+					out.Busy[m] = map[string]int{}
+				}
+				out.Busy[m][d] += n
+			}
+		}
+	}
 	ceil, hasCeil := t.ceilings[ask.Server]
 	if ceil.Process != ask.Process {
 		hasCeil = false
@@ -402,7 +428,7 @@ func (c *leaseClient) run(stop <-chan struct{}) {
 // renew asks the leader (itself, when it leads) for this server's shares.
 func (c *leaseClient) renew() (leaseGrant, error) {
 	g := c.g
-	ask := leaseAsk{Server: g.srv.Name(), Process: c.process, Models: map[string]load{}}
+	ask := leaseAsk{Server: g.srv.Name(), Process: c.process, Models: map[string]load{}, Deployments: g.router.InFlight()}
 	for _, m := range g.router.Models() {
 		s, _ := g.router.Slots(m)
 		st := s.Stats()
@@ -446,6 +472,11 @@ func (c *leaseClient) renew() (leaseGrant, error) {
 // apply takes a grant asked for at sent.
 func (c *leaseClient) apply(grant leaseGrant, sent time.Time) {
 	c.setCapacity(grant.Shares)
+	for m, ds := range c.g.router.InFlight() {
+		for d := range ds {
+			c.g.router.SetRemoteInFlight(m, d, grant.Busy[m][d])
+		}
+	}
 	c.expires.Store(sent.Add(grant.ValidFor - leaseMargin).UnixNano())
 	c.mu.Lock()
 	close(c.renewed)

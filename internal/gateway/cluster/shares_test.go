@@ -140,3 +140,24 @@ func TestSharesFollowDemand(t *testing.T) {
 		t.Fatalf("once s1's lease and grace passed, s2 got %d of 30", got)
 	}
 }
+
+// The leader tells each server what the others run on each deployment,
+// for least-busy routing across the cluster.
+func TestSharesTellTheOthersBusy(t *testing.T) {
+	now := time.Unix(0, 0)
+	tbl := newShareTable(map[string]int{"m": 30}, map[string]fsm.GatewayShare{}, time.Second, func() time.Time { return now })
+	ask := func(server string, busy map[string]int) leaseGrant {
+		g, _ := tbl.grant(leaseAsk{Server: server, Process: "p", Models: map[string]load{"m": {}},
+			Deployments: map[string]map[string]int{"m": busy}})
+		return g
+	}
+	ask("s1", map[string]int{"a": 3, "b": 1})
+	ask("s2", map[string]int{"a": 2})
+	if g := ask("s3", map[string]int{"b": 7}); g.Busy["m"]["a"] != 5 || g.Busy["m"]["b"] != 1 {
+		t.Fatalf("s3 was told %v; the others run a: 5, b: 1", g.Busy)
+	}
+	now = now.Add(leaseFor + time.Millisecond) // s1 and s2 lapsed: not counted
+	if g := ask("s3", map[string]int{"b": 7}); len(g.Busy["m"]) != 0 {
+		t.Fatalf("s3 was told %v of servers whose leases lapsed", g.Busy)
+	}
+}
