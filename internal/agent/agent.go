@@ -331,7 +331,7 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	a.leadership.Add("expire the store's grants", a.calls.ExpireGrants)
 	a.pool.FromWorker, a.pool.Ended, a.pool.Greeting = a.calls.FromWorker, a.calls.Ended, a.maint.Greeting
 	// The gateway is up before any worker may call it.
-	if err := a.startGateway(); err != nil {
+	if err := a.startGateway(ctx); err != nil {
 		return err
 	}
 	a.log.Info("starting workers", "workers", len(a.pool.Workers()))

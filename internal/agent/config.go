@@ -14,6 +14,7 @@ import (
 	"github.com/stickyd/stickyd/internal/fsm"
 	"github.com/stickyd/stickyd/internal/governance"
 	"github.com/stickyd/stickyd/internal/host"
+	"github.com/stickyd/stickyd/internal/telemetry"
 	"github.com/stickyd/stickyd/internal/tlsutil"
 )
 
@@ -55,7 +56,8 @@ type Config struct {
 	// Gateway is the AI model gateway (docs/gateway.md).
 	Gateway *GatewayConfig `hcl:"gateway,block"`
 	// TLS is mutual TLS on the raft and peer-link ports (docs/security.md).
-	TLS *TLSConfig `hcl:"tls,block"`
+	TLS       *TLSConfig        `hcl:"tls,block"`
+	Telemetry *telemetry.Config `hcl:"telemetry,block"` // OpenTelemetry traces of the gateway's calls, checked at start (docs/gateway.md)
 	// PythonSDK is the directory holding the stickyd Python package
 	// (plugins/python in a checkout): python3 groups' workers find it on
 	// their PYTHONPATH (docs/python.md). Empty: the package must be

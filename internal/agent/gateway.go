@@ -6,6 +6,7 @@ import (
 
 	"github.com/stickyd/stickyd/internal/gateway/cluster"
 	"github.com/stickyd/stickyd/internal/host"
+	"github.com/stickyd/stickyd/internal/telemetry"
 	"github.com/stickyd/stickyd/plugins/worker/protocol"
 )
 
@@ -34,12 +35,18 @@ func (c *Config) finishGateway() error {
 	return g.Finish()
 }
 
-// startGateway builds the router (every server) and serves the
-// transports.
-func (a *Agent) startGateway() error {
+// startGateway builds the router (every server), traced when the
+// telemetry block says so, and serves the transports.
+func (a *Agent) startGateway(ctx context.Context) error {
 	if a.cfg.Gateway == nil {
 		return nil
 	}
+	tracing, err := telemetry.New(ctx, a.cfg.Telemetry, a.cfg.Name) // nil without the block
+	if err != nil {
+		return err
+	}
+	a.parts.add("gateway traces", nil, tracing.Shutdown) // stopped after the gateway: its last spans go out
+	a.cfg.Gateway.TracerProvider = tracing.TracerProvider()
 	gw, err := cluster.New(a.cfg.Gateway, a.cluster, a.fsm, a.log)
 	if err != nil {
 		return err

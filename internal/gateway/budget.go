@@ -174,6 +174,8 @@ type admission struct {
 	limited     []string
 	// settled turns true once the reservation is settled or released.
 	settled atomic.Bool
+	// attempts counts the attempts on deployments, when traced.
+	attempts atomic.Int32
 }
 
 type admissionKey struct{}

@@ -28,6 +28,20 @@ var (
 // failover and costs; a model none of whose deployments can embed is
 // refused with KindUnsupported, naming the model.
 func (r *Router) Embed(ctx context.Context, ec EmbedCall) (Embedding, error) {
+	ctx, span := r.startCall(ctx, opEmbeddings, ec.Request.Model, false)
+	out, err := r.embed(ctx, ec)
+	if span != nil {
+		o := outcome{err: err}
+		if err == nil {
+			u := out.Usage
+			o = outcome{provider: out.Provider, deployment: out.Deployment, model: out.Model, usage: &u, cost: out.CostMicros}
+		}
+		endSpan(span, o)
+	}
+	return out, err
+}
+
+func (r *Router) embed(ctx context.Context, ec EmbedCall) (Embedding, error) {
 	call := Call{Request: Request{Model: ec.Request.Model}, Session: ec.Session, Key: ec.Key, Deadline: ec.Deadline}
 	if m, ok := r.models[ec.Request.Model]; ok && !canEmbed(m) {
 		return Embedding{}, Unsupported("model", "model %q cannot embed: none of its deployments can embed (OpenAI-compatible, Azure and Gemini deployments can, Bedrock with Titan or Cohere models)", m.Name)
@@ -40,12 +54,16 @@ func (r *Router) Embed(ctx context.Context, ec EmbedCall) (Embedding, error) {
 	}
 	defer release()
 	var last, refusal error
-	for _, d := range r.plan(m, seriesEmbed) {
+	plan := r.plan(m, seriesEmbed)
+	for i, d := range plan {
 		e, ok := d.Adapter.(Embedder)
 		if !ok {
 			continue
 		}
 		out, err := r.embedOn(ctx, d, e, ec.Request)
+		if err != nil && i+1 < len(plan) {
+			r.failingOver(ctx, d, err)
+		}
 		if KindOf(err) == KindUnsupported {
 			refusal = cmp.Or(refusal, err)
 			continue
@@ -81,8 +99,10 @@ func canEmbed(m *model) bool {
 func (r *Router) embedOn(ctx context.Context, d *deployment, e Embedder, req EmbedRequest) (Embedding, error) {
 	began := r.begin(d)
 	defer d.end()
+	ctx, span := r.startAttempt(ctx, opEmbeddings, d)
 	release, err := d.acquire(ctx)
 	if err != nil {
+		endSpan(span, outcome{err: err})
 		return Embedding{}, err
 	}
 	defer release()
@@ -92,8 +112,13 @@ func (r *Router) embedOn(ctx context.Context, d *deployment, e Embedder, req Emb
 	cancel()
 	r.record(d, err)
 	if err != nil {
+		endSpan(span, outcome{err: err})
 		return Embedding{}, err
 	}
 	r.answered(d, seriesEmbed, began)
+	if span != nil {
+		u := out.Usage
+		endSpan(span, outcome{model: out.Model, usage: &u, cost: d.Price.Cost(u)})
+	}
 	return out, nil
 }

@@ -1,8 +1,10 @@
 // Package gateway is stickyd's one gateway to many AI model providers
 // (docs/gateway.md): one adapter contract (Adapter), a router that applies
 // per-model limits across every node with a queue persisted through raft,
-// health and failover between a model's deployments, and the cost of every
-// answer added, as it returns, to its session, its day and the total.
+// routing (routing.go), health and failover between a model's deployments,
+// the cost of every answer added, as it returns, to its session, its day
+// and the total, and, when given a TracerProvider, an OpenTelemetry trace
+// of every call (tracing.go).
 //
 // Nothing above Adapter knows which provider served a call: adapters turn
 // the provider's request and response shapes, errors and usage fields into

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Deployment is one place a model is served: a provider account and its
@@ -114,6 +115,9 @@ type Config struct {
 	Zone   *time.Location
 	Clock  func() time.Time
 	Logger hclog.Logger
+	// TracerProvider, if set, traces every call (tracing.go): nil is
+	// off, at the cost of a nil check.
+	TracerProvider trace.TracerProvider
 }
 
 // Router is the gateway's Service on one node: limits, queue, failover,
@@ -121,6 +125,7 @@ type Config struct {
 type Router struct {
 	cfg    Config
 	log    hclog.Logger
+	tracer trace.Tracer // nil: calls are not traced
 	models map[string]*model
 	limits *limiter
 
@@ -220,6 +225,7 @@ func (r *Router) waitLimit(ctx context.Context, d *deployment, left *time.Durati
 		return false
 	}
 	*left -= wait
+	r.waitingOut(ctx, d, wait)
 	return sleep(ctx, wait+jitter(r.cfg.Backoff))
 }
 
@@ -259,6 +265,9 @@ func New(cfg Config) (*Router, error) {
 	}
 	cfg.Health = cfg.Health.withDefaults()
 	r := &Router{cfg: cfg, log: cfg.Logger, models: map[string]*model{}, limits: newLimiter(), jobs: map[string]*job{}, keys: map[string]string{}, stop: make(chan struct{})}
+	if cfg.TracerProvider != nil {
+		r.tracer = cfg.TracerProvider.Tracer(tracerName)
+	}
 	for _, m := range cfg.Models {
 		if m.Name == "" || len(m.Deployments) == 0 || m.Concurrency < 1 {
 			return nil, fmt.Errorf("model %q: needs a name, a concurrency of at least 1 and a deployment", m.Name)
@@ -333,6 +342,19 @@ func (r *Router) Models() []string {
 
 // Complete runs one call to its end.
 func (r *Router) Complete(ctx context.Context, call Call) (Response, error) {
+	ctx, span := r.startCall(ctx, opChat, call.Request.Model, false)
+	resp, err := r.complete(ctx, call)
+	if span != nil {
+		o := outcome{err: err}
+		if err == nil {
+			o = answered(resp)
+		}
+		endSpan(span, o)
+	}
+	return resp, err
+}
+
+func (r *Router) complete(ctx context.Context, call Call) (Response, error) {
 	m, ctx, release, err := r.admit(ctx, call)
 	if err != nil {
 		return Response{}, err
@@ -347,7 +369,9 @@ func (r *Router) Complete(ctx context.Context, call Call) (Response, error) {
 	left := r.cfg.RetryAfterCap
 	for round := 0; ; round++ {
 		limitedAll := true
-		for _, d := range r.plan(m, seriesComplete) {
+		plan := r.plan(m, seriesComplete)
+		for i, d := range plan {
+			next := i+1 < len(plan)
 			// Another deployment is tried at once; only a deployment tried
 			// again (a later round: its rate limit lifted) waits a backoff.
 			if round > 0 && d.limitedFor(r.cfg.Clock()) == 0 && !sleep(ctx, jitter(r.cfg.Backoff)) {
@@ -360,6 +384,9 @@ func (r *Router) Complete(ctx context.Context, call Call) (Response, error) {
 				continue // held past the cap: only another may answer
 			}
 			resp, err := r.completeOn(ctx, d, call)
+			if err != nil && next {
+				r.failingOver(ctx, d, err)
+			}
 			if KindOf(err) == KindUnsupported {
 				refusal = cmp.Or(refusal, err)
 				continue // another deployment may carry it
@@ -429,8 +456,10 @@ func (r *Router) anyWithin(m *model, left time.Duration) bool {
 func (r *Router) completeOn(ctx context.Context, d *deployment, call Call) (Response, error) {
 	began := r.begin(d)
 	defer d.end()
+	ctx, span := r.startAttempt(ctx, opChat, d)
 	release, err := d.acquire(ctx)
 	if err != nil {
+		endSpan(span, outcome{err: err})
 		return Response{}, err
 	}
 	defer release()
@@ -442,10 +471,15 @@ func (r *Router) completeOn(ctx context.Context, d *deployment, call Call) (Resp
 	cancel()
 	r.record(d, err)
 	if err != nil {
+		endSpan(span, outcome{err: err})
 		return Response{}, err
 	}
 	r.answered(d, seriesComplete, began)
 	resp.Latency = r.cfg.Clock().Sub(start)
+	if span != nil {
+		u := resp.Usage
+		endSpan(span, outcome{model: resp.Model, id: resp.ID, finish: resp.FinishReason, usage: &u, cost: d.Price.Cost(u)})
+	}
 	return resp, nil
 }
 
@@ -453,6 +487,16 @@ func (r *Router) completeOn(ctx context.Context, d *deployment, call Call) (Resp
 // the first chunk reached the caller; a failure after it ends the stream
 // with Err (and counts against the deployment).
 func (r *Router) Stream(ctx context.Context, call Call) (<-chan Chunk, error) {
+	ctx, span := r.startCall(ctx, opChat, call.Request.Model, true)
+	out, err := r.stream(ctx, call)
+	if err != nil {
+		endSpan(span, outcome{err: err})
+	}
+	// A stream's span ends with it (relay).
+	return out, err
+}
+
+func (r *Router) stream(ctx context.Context, call Call) (<-chan Chunk, error) {
 	m, ctx, release, err := r.admit(ctx, call)
 	if err != nil {
 		return nil, err
@@ -467,7 +511,8 @@ func (r *Router) Stream(ctx context.Context, call Call) (<-chan Chunk, error) {
 	left := r.cfg.RetryAfterCap
 	for round := 0; ; round++ {
 		limitedAll := true
-		for _, d := range r.plan(m, seriesStream) {
+		plan := r.plan(m, seriesStream)
+		for i, d := range plan {
 			if round > 0 && d.limitedFor(r.cfg.Clock()) == 0 && !sleep(ctx, jitter(r.cfg.Backoff)) {
 				release()
 				return nil, ctx.Err()
@@ -482,6 +527,9 @@ func (r *Router) Stream(ctx context.Context, call Call) (<-chan Chunk, error) {
 			out, err := r.streamOn(ctx, call, m, d, release)
 			if err == nil {
 				return out, nil
+			}
+			if i+1 < len(plan) {
+				r.failingOver(ctx, d, err)
 			}
 			if KindOf(err) == KindUnsupported {
 				refusal = cmp.Or(refusal, err)
@@ -510,13 +558,15 @@ func (r *Router) Stream(ctx context.Context, call Call) (<-chan Chunk, error) {
 // stream is relayed, and done (the model's slot) released at its end.
 func (r *Router) streamOn(ctx context.Context, call Call, m *model, d *deployment, done func()) (<-chan Chunk, error) {
 	began := r.begin(d)
-	drelease, err := d.acquire(ctx)
+	actx, span := r.startAttempt(ctx, opChat, d)
+	drelease, err := d.acquire(actx)
 	if err != nil {
 		d.end()
+		endSpan(span, outcome{err: err})
 		return nil, err
 	}
 	// call_timeout bounds the whole stream, as it bounds a whole answer.
-	sctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	sctx, cancel := context.WithTimeout(actx, r.cfg.CallTimeout)
 	req := call.Request
 	req.Model = d.Upstream
 	in, err := d.Adapter.Stream(sctx, req)
@@ -525,6 +575,7 @@ func (r *Router) streamOn(ctx context.Context, call Call, m *model, d *deploymen
 		drelease()
 		d.end()
 		r.record(d, err)
+		endSpan(span, outcome{err: err})
 		return nil, err
 	}
 	first, ok := <-in
@@ -537,20 +588,32 @@ func (r *Router) streamOn(ctx context.Context, call Call, m *model, d *deploymen
 			err = &ProviderError{Kind: KindServer, Message: "the stream ended before its first chunk"}
 		}
 		r.record(d, err)
+		endSpan(span, outcome{err: err})
 		return nil, err
 	}
 	r.answered(d, seriesStream, began)
+	firstChunk(ctx, span, r.cfg.Clock().Sub(began))
 	out := make(chan Chunk, 16)
-	go r.relay(ctx, sctx, call, m, d, first, in, out, func() { cancel(); drelease(); d.end(); done() })
+	go r.relay(ctx, sctx, call, m, d, first, in, out, span, func() { cancel(); drelease(); d.end(); done() })
 	return out, nil
 }
 
 // relay forwards a stream to the caller, records its outcome and charges
 // its usage when it ends well; sctx is the stream's own context (bounded
-// by call_timeout).
-func (r *Router) relay(ctx, sctx context.Context, call Call, m *model, d *deployment, first Chunk, in <-chan Chunk, out chan<- Chunk, done func()) {
+// by call_timeout). It ends the attempt's span (nil when not traced) and
+// the call's.
+func (r *Router) relay(ctx, sctx context.Context, call Call, m *model, d *deployment, first Chunk, in <-chan Chunk, out chan<- Chunk, attempt trace.Span, done func()) {
 	defer close(out)
 	defer done()
+	// o is the stream's outcome, for its spans.
+	var o outcome
+	if call := r.callSpan(ctx); call != nil {
+		defer func() {
+			o.provider, o.deployment = d.Provider, d.Name
+			endSpan(attempt, o)
+			endSpan(call, o)
+		}()
+	}
 	// The first chunk and the last name who serves the stream.
 	first.Provider, first.Deployment = d.Provider, d.Name
 	c, ok := first, true
@@ -568,7 +631,7 @@ func (r *Router) relay(ctx, sctx context.Context, call Call, m *model, d *deploy
 		case out <- c:
 		case <-ctx.Done():
 			r.record(d, nil) // the caller left: not the deployment's failure
-			r.chargePartial(ctx, call, m, d, reported, produced)
+			o.cost, o.usage, o.left = r.chargePartial(ctx, call, m, d, reported, produced), reported, true
 			return
 		}
 		c, ok = <-in
@@ -590,12 +653,13 @@ func (r *Router) relay(ctx, sctx context.Context, call Call, m *model, d *deploy
 			c.Model = d.Upstream
 		}
 		c.Provider, c.Deployment, c.CostMicros = d.Provider, d.Name, cost
+		o.model, o.id, o.finish, o.usage, o.cost = c.Model, c.ID, c.FinishReason, &u, cost
 		out <- c
 	case ctx.Err() != nil:
 		// The caller left while the provider was still sending: not the
 		// deployment's failure, and charged for what it used.
 		r.record(d, nil)
-		r.chargePartial(ctx, call, m, d, reported, produced)
+		o.cost, o.usage, o.left = r.chargePartial(ctx, call, m, d, reported, produced), reported, true
 	default:
 		err := c.Err
 		if !ok || err == nil {
@@ -609,6 +673,7 @@ func (r *Router) relay(ctx, sctx context.Context, call Call, m *model, d *deploy
 			r.log.Warn("deployment degraded: skipped and probed until it answers", "deployment", d.Name, "reason", d.health.state(r.cfg.Clock()).Reason, "error", err)
 		}
 		cost := r.chargePartial(ctx, call, m, d, reported, produced)
+		o.cost, o.usage, o.err = cost, reported, err
 		out <- Chunk{Err: err, Provider: d.Provider, Deployment: d.Name, CostMicros: cost}
 	}
 }
@@ -698,15 +763,18 @@ func (r *Router) admitModel(ctx context.Context, call Call, worst func(*model) i
 		wait, c2 = context.WithTimeout(qctx, r.cfg.QueueTimeout)
 		defer c2()
 	}
-	release, _, err := acquire(wait)
+	qspan := r.startStep(ctx, "queue")
+	release, queued, err := acquire(wait)
 	if err != nil {
 		endLimits()
 		cancel()
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			err = ErrQueueTimeout
 		}
+		endStep(qspan, attrQueued.Bool(queued), err)
 		return nil, nil, nil, err
 	}
+	endStep(qspan, attrQueued.Bool(queued), nil)
 	undo := func() { r.unreserve(adm); release(); endLimits(); cancel() }
 	var w int64
 	if len(budgets) > 0 {
@@ -725,11 +793,14 @@ func (r *Router) admitModel(ctx context.Context, call Call, worst func(*model) i
 		rctx, c2 := context.WithTimeout(qctx, bound)
 		res := Reservation{ID: newID(), Session: call.Session, Key: call.Key, Tenant: acc.Tenant, Day: adm.day, Model: m.Name,
 			Micros: w, Expires: expires}
+		rspan := r.startStep(ctx, "reserve")
 		if err := r.cfg.Ledger.Reserve(rctx, res, budgets); err != nil {
+			endStep(rspan, attrReserved.Float64(float64(w)/1e6), err)
 			c2()
 			undo()
 			return nil, nil, nil, err
 		}
+		endStep(rspan, attrReserved.Float64(float64(w)/1e6), nil)
 		adm.reservation = res.ID
 		qctx = rctx
 		undo = func() { r.unreserve(adm); release(); endLimits(); c2(); cancel() }

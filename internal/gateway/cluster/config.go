@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/stickyd/stickyd/internal/gateway"
 )
 
@@ -37,6 +39,10 @@ type Config struct {
 	KeyBudget  float64            `hcl:"key_budget,optional"`
 	KeyBudgets map[string]float64 `hcl:"key_budgets,optional"`
 	Models     []*Model           `hcl:"model,block"`
+
+	// TracerProvider, set by the agent (not a setting of the block),
+	// traces every call (the telemetry block); nil: none.
+	TracerProvider trace.TracerProvider
 }
 
 // Model is a model callers ask for by name.

@@ -160,6 +160,7 @@ func New(c *Config, srv Server, maps *fsm.FSM, log hclog.Logger) (*Gateway, erro
 		}
 		rc.Models = append(rc.Models, gm)
 	}
+	rc.TracerProvider = c.TracerProvider
 	r, err := gateway.New(rc)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
