@@ -73,8 +73,7 @@ func (a *Agent) startGateway(ctx context.Context) error {
 	if err := gw.Start(a.registry, stop); err != nil {
 		return err
 	}
-	a.leadership.Add("run the gateway's submitted calls", gw.LeadJobs)
-	a.leadership.Add("hand out the gateway's shares of its limits", gw.LeadShares)
+	a.leadership.Add("run the gateway's submitted calls and hand out its shares", gw.Lead)
 	return nil
 }
 

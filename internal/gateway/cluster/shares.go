@@ -558,6 +558,20 @@ func mustEncode(t fsm.MessageType, v any) []byte {
 	return b
 }
 
+// Lead is the gateway's leader task (server.Leadership): it runs the
+// submitted calls (LeadJobs) and hands out the shares (LeadShares) while
+// this server leads.
+func (g *Gateway) Lead(stop <-chan struct{}) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		g.LeadShares(stop)
+	}()
+	g.LeadJobs(stop)
+	wg.Wait()
+}
+
 // LeadShares keeps the share table while this server leads: a leader task
 // (server.Leadership). It starts from the ceilings in the log, and lowers
 // them as servers run less.
