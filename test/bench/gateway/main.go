@@ -271,6 +271,16 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (_ *report, err 
 			return nil, fmt.Errorf("%s: %d errors of %d calls while warming up: %s", s.name, w.errors, w.ok+w.errors, w.firstErr)
 		}
 	}
+	// Every process of the benchmark: what the machine spent besides is
+	// other processes' (the noise, reported).
+	ours := []int{os.Getpid(), prov.pid}
+	for _, s := range r.sys {
+		for _, pid := range s.pids {
+			if !slices.Contains(ours, pid) {
+				ours = append(ours, pid)
+			}
+		}
+	}
 	for round := range o.rounds {
 		for _, l := range o.loads() {
 			// Each round starts the systems' turns one further, so no
@@ -286,6 +296,15 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (_ *report, err 
 				if err != nil {
 					return nil, err
 				}
+				oursBefore, err := cpuTime(ours)
+				if err != nil {
+					return nil, err
+				}
+				busyBefore, err := machineBusy()
+				if err != nil {
+					return nil, err
+				}
+				t0 := time.Now()
 				out := drive(ctx, hc, s.t, l, o.duration, o.stream)
 				// What the calls left to do (a stickyd server's charges
 				// go to the log in batches every 20 ms) counts too.
@@ -294,11 +313,20 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (_ *report, err 
 				if err != nil {
 					return nil, err
 				}
-				c := cell{sys: s.key, load: l.name, round: round, out: out, cpu: after - before}
+				oursAfter, err := cpuTime(ours)
+				if err != nil {
+					return nil, err
+				}
+				busyAfter, err := machineBusy()
+				if err != nil {
+					return nil, err
+				}
+				c := cell{sys: s.key, load: l.name, round: round, out: out, cpu: after.sub(before),
+					others: float64(busyAfter-busyBefore-oursAfter.sub(oursBefore).total()) / float64(time.Since(t0))}
 				r.cells = append(r.cells, c)
-				fmt.Fprintf(stderr, "gateway: round %d, %s, %s: %d answered, %d errors, p50 %s, p99 %s, CPU %s a call\n",
+				fmt.Fprintf(stderr, "gateway: round %d, %s, %s: %d answered, %d errors, p50 %s, p99 %s, CPU %s a call; other processes: %.2f CPUs\n",
 					round+1, s.name, l.name, out.ok, out.errors, benchkit.FormatDuration(out.p(-1, 0.5)),
-					benchkit.FormatDuration(out.p(-1, 0.99)), cpuPerCall(c))
+					benchkit.FormatDuration(out.p(-1, 0.99)), cpuPerCall(c), c.others)
 			}
 		}
 	}

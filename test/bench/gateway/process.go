@@ -80,15 +80,22 @@ func spawn(role string, stderr io.Writer, env ...string) (*process, error) {
 // this runs on (sysconf would need cgo).
 const clockTick = 10 * time.Millisecond
 
+// cpuTimes are a set of processes' CPU times.
+type cpuTimes struct{ user, sys time.Duration }
+
+func (c cpuTimes) total() time.Duration { return c.user + c.sys }
+
+func (c cpuTimes) sub(o cpuTimes) cpuTimes { return cpuTimes{c.user - o.user, c.sys - o.sys} }
+
 // cpuTime is the user and system CPU time the processes pids have used
-// since they started (utime + stime of /proc/PID/stat: every thread's,
+// since they started (utime and stime of /proc/PID/stat: every thread's,
 // those that ended too), at clockTick's resolution.
-func cpuTime(pids []int) (time.Duration, error) {
-	var total time.Duration
+func cpuTime(pids []int) (cpuTimes, error) {
+	var total cpuTimes
 	for _, pid := range pids {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
-			return 0, fmt.Errorf("reading the CPU time of process %d: %w", pid, err)
+			return cpuTimes{}, fmt.Errorf("reading the CPU time of process %d: %w", pid, err)
 		}
 		// The command's name, in parentheses, may hold spaces: the
 		// fields are counted after its closing one, from the third
@@ -96,13 +103,43 @@ func cpuTime(pids []int) (time.Duration, error) {
 		i := bytes.LastIndexByte(b, ')')
 		f := strings.Fields(string(b[i+1:]))
 		if i < 0 || len(f) < 13 {
-			return 0, fmt.Errorf("reading the CPU time of process %d: %q", pid, b)
+			return cpuTimes{}, fmt.Errorf("reading the CPU time of process %d: %q", pid, b)
 		}
 		var utime, stime int64
 		if _, err := fmt.Sscan(f[11]+" "+f[12], &utime, &stime); err != nil {
-			return 0, fmt.Errorf("reading the CPU time of process %d: %w", pid, err)
+			return cpuTimes{}, fmt.Errorf("reading the CPU time of process %d: %w", pid, err)
 		}
-		total += time.Duration(utime+stime) * clockTick
+		total.user += time.Duration(utime) * clockTick
+		total.sys += time.Duration(stime) * clockTick
 	}
 	return total, nil
+}
+
+// machineBusy is the CPU time the whole machine has spent busy (every
+// CPU's time but idle and I/O wait, /proc/stat), at clockTick's
+// resolution.
+func machineBusy() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0, fmt.Errorf("reading /proc/stat: %q", line)
+	}
+	var busy int64
+	for i, v := range f[1:] {
+		var n int64
+		if _, err := fmt.Sscan(v, &n); err != nil {
+			return 0, fmt.Errorf("reading /proc/stat: %q", line)
+		}
+		// user nice system idle iowait irq softirq steal (guest and
+		// guest_nice are already in user and nice).
+		if i == 3 || i == 4 || i >= 8 {
+			continue
+		}
+		busy += n
+	}
+	return time.Duration(busy) * clockTick, nil
 }

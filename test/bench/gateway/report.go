@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -15,7 +16,8 @@ type cell struct {
 	sys, load string
 	round     int
 	out       outcome
-	cpu       time.Duration // the system's processes' CPU time over the cell
+	cpu       cpuTimes // the system's processes' CPU time over the cell
+	others    float64  // the CPUs other processes than the benchmark's kept busy, on average
 }
 
 type report struct {
@@ -69,7 +71,7 @@ func (r *report) rows() []row {
 					rates = append(rates, float64(c.out.ok)/c.out.elapsed.Seconds())
 				}
 				if c.out.ok > 0 {
-					cpu = append(cpu, c.cpu/time.Duration(c.out.ok))
+					cpu = append(cpu, c.cpu.total()/time.Duration(c.out.ok))
 				}
 				d, hasDirect := r.cell("direct", l.name, c.round)
 				for col := range 3 {
@@ -139,7 +141,8 @@ func cpuPerCall(c cell) string {
 	if c.sys == "direct" || c.out.ok == 0 {
 		return "—"
 	}
-	return fmt.Sprintf("%.0f µs", float64(c.cpu/time.Duration(c.out.ok))/float64(time.Microsecond))
+	return fmt.Sprintf("%.0f µs (%.0f %% system)", float64(c.cpu.total()/time.Duration(c.out.ok))/float64(time.Microsecond),
+		100*float64(c.cpu.sys)/float64(max(c.cpu.total(), 1)))
 }
 
 // signed writes an added latency, which may be below zero, as
@@ -165,7 +168,18 @@ func printReport(w io.Writer, o *options, r *report) {
 	}
 	fmt.Fprintf(w, "calls: %.0f %% streamed (done at their [DONE]), the others whole answers; closed loop timed from each send, open loop from each call's scheduled time; "+
 		"added: the system's figure less direct's at the same load in the same round; CPU per call: the user and system CPU time of the system's processes "+
-		"(stickyd's servers summed) over the cell, divided by the calls answered\n\n", o.stream*100)
+		"(stickyd's servers summed) over the cell, divided by the calls answered\n", o.stream*100)
+
+	var others []float64
+	for _, c := range r.cells {
+		others = append(others, c.others)
+	}
+	slices.Sort(others)
+	if len(others) > 0 {
+		fmt.Fprintf(w, "noise: processes outside the benchmark kept %.2f CPUs busy in the median cell, %.2f in the busiest (of %d)\n",
+			medianFloat(others), others[len(others)-1], runtime.NumCPU())
+	}
+	fmt.Fprintln(w)
 
 	rows := r.rows()
 	fmt.Fprintln(w, "| system | load | calls/s | p50 | p99 | added p50 | added p99 | errors | CPU µs/call |")
