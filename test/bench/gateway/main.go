@@ -292,41 +292,15 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (_ *report, err 
 				}
 				hc.CloseIdleConnections()
 				time.Sleep(o.pause)
-				before, err := cpuTime(s.pids)
+				c, err := measureCell(ctx, hc, s, l, o, ours)
 				if err != nil {
 					return nil, err
 				}
-				oursBefore, err := cpuTime(ours)
-				if err != nil {
-					return nil, err
-				}
-				busyBefore, err := machineBusy()
-				if err != nil {
-					return nil, err
-				}
-				t0 := time.Now()
-				out := drive(ctx, hc, s.t, l, o.duration, o.stream)
-				// What the calls left to do (a stickyd server's charges
-				// go to the log in batches every 20 ms) counts too.
-				time.Sleep(200 * time.Millisecond)
-				after, err := cpuTime(s.pids)
-				if err != nil {
-					return nil, err
-				}
-				oursAfter, err := cpuTime(ours)
-				if err != nil {
-					return nil, err
-				}
-				busyAfter, err := machineBusy()
-				if err != nil {
-					return nil, err
-				}
-				c := cell{sys: s.key, load: l.name, round: round, out: out, cpu: after.sub(before),
-					others: float64(busyAfter-busyBefore-oursAfter.sub(oursBefore).total()) / float64(time.Since(t0))}
+				c.round = round
 				r.cells = append(r.cells, c)
 				fmt.Fprintf(stderr, "gateway: round %d, %s, %s: %d answered, %d errors, p50 %s, p99 %s, CPU %s a call; other processes: %.2f CPUs\n",
-					round+1, s.name, l.name, out.ok, out.errors, benchkit.FormatDuration(out.p(-1, 0.5)),
-					benchkit.FormatDuration(out.p(-1, 0.99)), cpuPerCall(c), c.others)
+					round+1, s.name, l.name, c.out.ok, c.out.errors, benchkit.FormatDuration(c.out.p(-1, 0.5)),
+					benchkit.FormatDuration(c.out.p(-1, 0.99)), cpuPerCall(c), c.others)
 			}
 		}
 	}
@@ -343,6 +317,43 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (_ *report, err 
 		r.usage[s.key] = fmt.Sprintf("%s counted %d calls, %d tokens in and %d out, $%.6f", s.name, t.Calls, t.Usage.Input, t.Usage.Output, float64(t.Micros)/1e6)
 	}
 	return r, nil
+}
+
+// measureCell runs load l on system s, and reads what CPU time its
+// processes spent meanwhile and how busy processes other than ours (the
+// benchmark's) kept the machine.
+func measureCell(ctx context.Context, hc *http.Client, s system, l loadSpec, o *options, ours []int) (cell, error) {
+	before, err := cpuTime(s.pids)
+	if err != nil {
+		return cell{}, err
+	}
+	oursBefore, err := cpuTime(ours)
+	if err != nil {
+		return cell{}, err
+	}
+	busyBefore, err := machineBusy()
+	if err != nil {
+		return cell{}, err
+	}
+	t0 := time.Now()
+	out := drive(ctx, hc, s.t, l, o.duration, o.stream)
+	// What the calls left to do (a stickyd server's charges go to the
+	// log in batches every 20 ms) counts too.
+	time.Sleep(200 * time.Millisecond)
+	after, err := cpuTime(s.pids)
+	if err != nil {
+		return cell{}, err
+	}
+	oursAfter, err := cpuTime(ours)
+	if err != nil {
+		return cell{}, err
+	}
+	busyAfter, err := machineBusy()
+	if err != nil {
+		return cell{}, err
+	}
+	others := busyAfter - busyBefore - oursAfter.sub(oursBefore).total()
+	return cell{sys: s.key, load: l.name, out: out, cpu: after.sub(before), others: float64(others) / float64(time.Since(t0))}, nil
 }
 
 func nameOf(key string) string {
