@@ -15,7 +15,7 @@ SDK     := plugins/worker
 # would be): their tests run in their modules too.
 APPS    := plugins/examples/taskboard
 
-.PHONY: all build run run-subprocess screenshots doctor deps test test-deploy lint unit bench bench-peers bench-peers-deps bench-profiles proto tools fuzz clean
+.PHONY: all build run run-subprocess screenshots doctor deps test test-deploy lint unit bench bench-gateway-deps bench-peers bench-peers-deps bench-profiles proto tools fuzz clean
 
 all: build
 
@@ -168,7 +168,7 @@ unit:
 	for app in $(APPS); do (cd $$app && GOWORK=off $(GO) test -count=1 ./...) || exit 1; done
 
 ## bench: benchmark tables (see docs/benchmarks.md).
-bench:
+bench: bench-gateway-deps
 	$(GO) run ./test/bench/roundtrip
 	$(GO) run ./test/bench/movepause
 	$(GO) run ./test/bench/restart
@@ -178,6 +178,20 @@ bench:
 	$(GO) run ./test/bench/maintenance
 	$(GO) run ./test/bench/gateway
 	$(GO) run ./test/bench/lifecycle
+
+## bench-gateway-deps: Portkey's gateway, the peer test/bench/gateway runs
+## beside stickyd's: npm ci in its testdata dir, from the committed
+## package-lock.json (@portkey-ai/gateway 1.15.2, hono and
+## @hono/node-server pinned by overrides). Needs node and npm. Its one
+## install script (patch-package) has no patch in the published package:
+## scripts are not run.
+PORTKEY_DIR := test/bench/gateway/testdata/portkey
+bench-gateway-deps:
+	@command -v npm >/dev/null || { echo "bench-gateway-deps: npm is needed (node 20 or later)"; exit 1; }
+	@if [ ! -f $(PORTKEY_DIR)/node_modules/.package-lock.json ] || \
+	    [ $(PORTKEY_DIR)/package-lock.json -nt $(PORTKEY_DIR)/node_modules/.package-lock.json ]; then \
+		cd $(PORTKEY_DIR) && npm ci --ignore-scripts --no-audit --no-fund; \
+	fi
 
 ## bench-scale: the maps at a million people (snapshot, restore, heap per
 ## person), three raft servers on loopback with their logs on disk (new
