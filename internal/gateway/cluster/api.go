@@ -225,21 +225,34 @@ func gatewayStatus(err error) int {
 
 // forwardStream streams a call through the leader.
 func (g *Gateway) forwardStream(ctx context.Context, call gateway.Call) (<-chan gateway.Chunk, error) {
-	admin, err := g.leaderAdmin(ctx)
-	if err != nil {
-		return nil, err
-	}
 	body, err := json.Marshal(call)
 	if err != nil {
 		return nil, err
 	}
-	req, err := g.srv.AdminRequest(ctx, http.MethodPost, admin, "/v1/internal/gateway/stream", bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	resp, err := g.srv.StreamClient().Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%w: reaching the leader: %v", gateway.ErrNoDeployment, err)
+	var resp *http.Response
+	for deadline := time.Now().Add(electionWait); ; {
+		admin, err := g.leaderAdmin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		req, err := g.srv.AdminRequest(ctx, http.MethodPost, admin, "/v1/internal/gateway/stream", bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		resp, err = g.srv.StreamClient().Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("%w: reaching the leader: %v", gateway.ErrNoDeployment, err)
+		}
+		if resp.StatusCode != http.StatusMisdirectedRequest || time.Now().After(deadline) {
+			break
+		}
+		// Deposed since this server last heard: to the new leader.
+		resp.Body.Close()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()

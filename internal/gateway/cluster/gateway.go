@@ -358,13 +358,9 @@ func (g *Gateway) Embed(ctx context.Context, call gateway.EmbedCall) (gateway.Em
 	if err != nil {
 		return gateway.Embedding{}, err
 	}
-	admin, err := g.leaderAdmin(ctx)
+	b, err := g.postLeader(ctx, "/v1/internal/gateway/embed", body)
 	if err != nil {
 		return gateway.Embedding{}, err
-	}
-	b, err := g.srv.Fetch(ctx, http.MethodPost, admin, "/v1/internal/gateway/embed", body)
-	if err != nil {
-		return gateway.Embedding{}, gatewayError(err)
 	}
 	var out gateway.Embedding
 	return out, json.Unmarshal(b, &out)
@@ -596,15 +592,39 @@ func (g *Gateway) forward(ctx context.Context, path string, call gateway.Call, d
 	if err != nil {
 		return err
 	}
-	admin, err := g.leaderAdmin(ctx)
+	b, err := g.postLeader(ctx, path, body)
 	if err != nil {
 		return err
 	}
-	b, err := g.srv.Fetch(ctx, http.MethodPost, admin, path, body)
-	if err != nil {
-		return gatewayError(err)
-	}
 	return decode(b)
+}
+
+// postLeader posts body to the leader's path. A server that answers it no
+// longer leads (421: deposed since this server last heard) is not the
+// end: the call goes to the new leader once one is known, within
+// electionWait.
+func (g *Gateway) postLeader(ctx context.Context, path string, body []byte) ([]byte, error) {
+	deadline := time.Now().Add(electionWait)
+	for {
+		admin, err := g.leaderAdmin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		b, err := g.srv.Fetch(ctx, http.MethodPost, admin, path, body)
+		var re Refusal
+		if err != nil && errors.As(err, &re) && re.StatusCode() == http.StatusMisdirectedRequest && time.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
+		if err != nil {
+			return nil, gatewayError(err)
+		}
+		return b, nil
+	}
 }
 
 // leaderAdmin is the leader's admin address. During an election (none

@@ -64,7 +64,7 @@ var _ gateway.Ledger = (*raftLedger)(nil)
 // flushEvery bounds how long a charge waits for the log; maxBatch how
 // many charges one entry carries.
 const (
-	flushEvery = 20 * time.Millisecond
+	flushEvery = 100 * time.Millisecond
 	maxBatch   = 512
 )
 
