@@ -40,10 +40,10 @@ type raftLedger struct {
 	// held are the reservations taken here and not yet settled or
 	// released, by id.
 	held map[string]gateway.Reservation
-	// taken counts the charges taken here, applied those in the log;
-	// appliedCh is closed as applied grows.
-	taken, applied uint64
-	appliedCh      chan struct{}
+	// remoteSeen are the charges followers sent lately, by request (one
+	// sent twice counts once), swept each minute (remoteSwept).
+	remoteSeen  map[string]time.Time
+	remoteSwept time.Time
 
 	// The reservations' road to the log (reservations.go).
 	rmu       sync.Mutex // guards next, stopped and staleSent
@@ -70,54 +70,33 @@ const (
 
 func newRaftLedger(srv Server, maps *fsm.FSM, log hclog.Logger) *raftLedger {
 	return &raftLedger{srv: srv, maps: maps, log: log, id: srv.Name() + "/" + newID(), kick: make(chan struct{}, 1),
-		held: map[string]gateway.Reservation{}, rkick: make(chan struct{}, 1), appliedCh: make(chan struct{}),
-		remoteKick: make(chan struct{}, 1)}
+		held: map[string]gateway.Reservation{}, rkick: make(chan struct{}, 1), remoteKick: make(chan struct{}, 1)}
 }
 
 // Add takes a charge; one naming a reservation settles it. On the leader
 // it counts at once; elsewhere (a call that ran where it arrived) the
-// answer waits until the charge is in the log, so that the usage read on
-// any server (the leader's) counts it: the charges of the calls answered
-// meanwhile go in the same entry.
+// answer waits until the leader's ledger has it (chargeRemote), so that
+// the usage read on any server (the leader's) counts it.
 func (l *raftLedger) Add(ctx context.Context, c gateway.Charge) error {
+	if r := l.srv.Raft(); r != nil && !r.IsLeader() && l.leader != nil {
+		l.mu.Lock()
+		delete(l.held, c.Reservation)
+		l.mu.Unlock()
+		l.chargeRemote(ctx, c)
+		return nil
+	}
 	l.mu.Lock()
 	l.pending = append(l.pending, c)
 	delete(l.held, c.Reservation)
-	l.taken++
-	n := l.taken
 	full := len(l.pending) >= maxBatch
 	l.mu.Unlock()
-	leads := false
-	if r := l.srv.Raft(); r != nil {
-		leads = r.IsLeader()
-	}
-	if full || !leads {
+	if full {
 		select {
 		case l.kick <- struct{}{}:
 		default:
 		}
 	}
-	if leads {
-		return nil
-	}
-	wait := time.NewTimer(chargeWait)
-	defer wait.Stop()
-	for {
-		l.mu.Lock()
-		done, ch := l.applied >= n, l.appliedCh
-		l.mu.Unlock()
-		if done {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-wait.C:
-			// Kept to send again: counted late, never lost.
-			return nil
-		case <-ctx.Done():
-			return nil
-		}
-	}
+	return nil
 }
 
 // chargeWait bounds how long an answer waits for its charge to reach the
@@ -238,9 +217,6 @@ func (l *raftLedger) flush(ctx context.Context) bool {
 	}
 	l.mu.Lock()
 	l.inflight = nil
-	l.applied += uint64(len(req.Charges))
-	close(l.appliedCh)
-	l.appliedCh = make(chan struct{})
 	l.mu.Unlock()
 	return len(req.Charges) == maxBatch
 }

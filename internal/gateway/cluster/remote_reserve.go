@@ -18,11 +18,12 @@ import (
 // gathers), and starts a call once the leader has its reservation in the
 // log. The follower keeps its own reservations too, for its Check.
 
-// remoteItem is a reservation or a release sent to the leader.
+// remoteItem is a reservation, a release or a charge sent to the leader.
 type remoteItem struct {
 	Reservation *gateway.Reservation `json:"reservation,omitempty"`
 	Budgets     []gateway.Budget     `json:"budgets,omitempty"`
 	Release     string               `json:"release,omitempty"`
+	Charge      *gateway.Charge      `json:"charge,omitempty"`
 }
 
 // remoteAnswer is the leader's answer: an error (EncodeFailure's words)
@@ -153,6 +154,10 @@ func (l *raftLedger) reserveFor(ctx context.Context, items []remoteItem) remoteA
 	}
 	var ws []waiting
 	for i, it := range items {
+		if it.Charge != nil {
+			l.takeRemote(*it.Charge)
+			continue
+		}
 		if it.Release != "" {
 			l.mu.Lock()
 			delete(l.held, it.Release)
@@ -205,4 +210,53 @@ func (l *raftLedger) dropHeld(id string) {
 	l.mu.Lock()
 	delete(l.held, id)
 	l.mu.Unlock()
+}
+
+// chargeRemote hands a charge of a call that ran here to the leader's
+// ledger, which counts it at once and sends it to the log with its own
+// (the calls' usage is exact on every server at once, and the log gets
+// one entry a batch, not one a follower's call). When the leader cannot
+// take it, it waits here, in this ledger's batches to the log: counted
+// late, never lost.
+func (l *raftLedger) chargeRemote(ctx context.Context, c gateway.Charge) {
+	b, i := l.sendRemote(remoteItem{Charge: &c})
+	wait := time.NewTimer(chargeWait)
+	defer wait.Stop()
+	select {
+	case <-b.done:
+		if b.errs[i] == nil {
+			return
+		}
+	case <-wait.C:
+		// The batch may still reach the leader: the charge is kept here
+		// too, and the leader drops the second (takeRemote).
+	}
+	l.mu.Lock()
+	l.pending = append(l.pending, c)
+	l.mu.Unlock()
+}
+
+// takeRemote takes, on the leader, a charge a follower sent: once, even
+// if the follower sent it again (its request names it).
+func (l *raftLedger) takeRemote(c gateway.Charge) {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, dup := l.remoteSeen[c.Request]; dup && c.Request != "" {
+		return
+	}
+	if l.remoteSeen == nil || now.After(l.remoteSwept.Add(time.Minute)) {
+		for id, at := range l.remoteSeen {
+			if now.Sub(at) > 2*time.Minute {
+				delete(l.remoteSeen, id)
+			}
+		}
+		if l.remoteSeen == nil {
+			l.remoteSeen = map[string]time.Time{}
+		}
+		l.remoteSwept = now
+	}
+	l.remoteSeen[c.Request] = now
+	l.pending = append(l.pending, c)
+	delete(l.held, c.Reservation)
 }
