@@ -40,6 +40,10 @@ type raftLedger struct {
 	// held are the reservations taken here and not yet settled or
 	// released, by id.
 	held map[string]gateway.Reservation
+	// taken counts the charges taken here, applied those the log has
+	// applied (in order); appliedCh is closed as applied grows.
+	taken, applied uint64
+	appliedCh      chan struct{}
 	// remoteSeen are the charges followers sent lately, by request (one
 	// sent twice counts once), swept each minute (remoteSwept).
 	remoteSeen  map[string]time.Time
@@ -70,7 +74,8 @@ const (
 
 func newRaftLedger(srv Server, maps *fsm.FSM, log hclog.Logger) *raftLedger {
 	return &raftLedger{srv: srv, maps: maps, log: log, id: srv.Name() + "/" + newID(), kick: make(chan struct{}, 1),
-		held: map[string]gateway.Reservation{}, rkick: make(chan struct{}, 1), remoteKick: make(chan struct{}, 1)}
+		held: map[string]gateway.Reservation{}, rkick: make(chan struct{}, 1), remoteKick: make(chan struct{}, 1),
+		appliedCh: make(chan struct{})}
 }
 
 // Add takes a charge; one naming a reservation settles it. On the leader
@@ -87,6 +92,7 @@ func (l *raftLedger) Add(ctx context.Context, c gateway.Charge) error {
 	}
 	l.mu.Lock()
 	l.pending = append(l.pending, c)
+	l.taken++
 	delete(l.held, c.Reservation)
 	full := len(l.pending) >= maxBatch
 	l.mu.Unlock()
@@ -217,6 +223,9 @@ func (l *raftLedger) flush(ctx context.Context) bool {
 	}
 	l.mu.Lock()
 	l.inflight = nil
+	l.applied += uint64(len(req.Charges))
+	close(l.appliedCh)
+	l.appliedCh = make(chan struct{})
 	l.mu.Unlock()
 	return len(req.Charges) == maxBatch
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -135,11 +136,26 @@ func (l *raftLedger) postRemote(ctx context.Context, items []remoteItem) (remote
 	if err != nil {
 		return ans, err
 	}
-	b, err := l.srv.Fetch(ctx, http.MethodPost, admin, "/v1/internal/gateway/reserve", body)
-	if err != nil {
-		return ans, err
+	for deadline := time.Now().Add(electionWait); ; {
+		b, err := l.srv.Fetch(ctx, http.MethodPost, admin, "/v1/internal/gateway/reserve", body)
+		var re Refusal
+		if err != nil && errors.As(err, &re) && re.StatusCode() == http.StatusMisdirectedRequest && time.Now().Before(deadline) {
+			// Deposed since this server last heard: to the new leader.
+			select {
+			case <-ctx.Done():
+				return ans, ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+			if admin, err = l.leader(ctx); err != nil {
+				return ans, err
+			}
+			continue
+		}
+		if err != nil {
+			return ans, err
+		}
+		return ans, json.Unmarshal(b, &ans)
 	}
-	return ans, json.Unmarshal(b, &ans)
 }
 
 // reserveFor takes, on the leader, the reservations and releases a
@@ -229,11 +245,33 @@ func (l *raftLedger) chargeRemote(ctx context.Context, c gateway.Charge) {
 		}
 	case <-wait.C:
 		// The batch may still reach the leader: the charge is kept here
-		// too, and the leader drops the second (takeRemote).
+		// too.
 	}
 	l.mu.Lock()
 	l.pending = append(l.pending, c)
+	l.taken++
+	n := l.taken
 	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	// The answer waits until the charge is in the log (group-committed
+	// with the others kept here), for at most chargeWait more.
+	wait.Reset(chargeWait)
+	for {
+		l.mu.Lock()
+		done, ch := l.applied >= n, l.appliedCh
+		l.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-ch:
+		case <-wait.C:
+			return // counted late, never lost
+		}
+	}
 }
 
 // takeRemote takes, on the leader, a charge a follower sent: once, even
@@ -258,5 +296,6 @@ func (l *raftLedger) takeRemote(c gateway.Charge) {
 	}
 	l.remoteSeen[c.Request] = now
 	l.pending = append(l.pending, c)
+	l.taken++
 	delete(l.held, c.Reservation)
 }

@@ -194,9 +194,20 @@ func (l *raftLedger) spentInLocked(budgets []gateway.Budget) func(gateway.Scope)
 		}
 	}
 	// The reservations of an earlier process of this server died with
-	// it (the first entry of this one drops them from the log).
+	// it (the first entry of this one drops them from the log); those a
+	// charge taken here settles (a follower's call's, whose charge the
+	// log has not applied yet) are counted as the charge.
+	var settled map[string]bool
+	for _, ch := range unapplied {
+		if ch.Reservation != "" {
+			if settled == nil {
+				settled = map[string]bool{}
+			}
+			settled[ch.Reservation] = true
+		}
+	}
 	others := slices.DeleteFunc(l.maps.GatewayHeldByOthers(l.id, now), func(r gateway.Reservation) bool {
-		return strings.HasPrefix(r.Ledger, l.srv.Name()+"/")
+		return strings.HasPrefix(r.Ledger, l.srv.Name()+"/") || settled[r.ID]
 	})
 	return func(s gateway.Scope) (int64, int64) {
 		var sp, held int64
