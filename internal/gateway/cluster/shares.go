@@ -34,10 +34,11 @@ import (
 //   - A server whose lease lapsed starts nothing, and cuts the calls it
 //     still runs grace (call_timeout) later; the leader hands its share on
 //     only once both have passed by its own clock.
-//   - A new leader knows only what servers tell it: for leaseFor + grace
-//     from the start of its term (until every lease an old leader gave has
-//     lapsed and its calls ended) it renews what a server holds and grants
-//     nothing more.
+//   - A new leader counts, for the servers it has not heard from, their
+//     ceilings in the log (written before any grant past them) until their
+//     calls must have ended; and for leaseFor from the start of its term
+//     it renews what each server holds and grants nothing more (a lease
+//     an earlier leader gave lapses meanwhile unless renewed here).
 //
 // Nothing of this is in the log: a share is a server's, for a few
 // seconds, and the leader's table is rebuilt from the servers' renewals in
@@ -179,6 +180,14 @@ func (t *shareTable) grant(ask leaseAsk) (leaseGrant, *fsm.GatewayShare) {
 			}
 		}
 		g := max(0, min(t.targetLocked(ask.Server, m, limit, now), free))
+		if now.Before(t.start.Add(leaseFor)) {
+			// The term's first lease: a server may still run under a
+			// lease an earlier leader gave (or took itself while the
+			// cluster could not record shares), and not all have said so
+			// yet. The shares renew what each holds, nothing more; the
+			// leases nobody renewed lapse meanwhile.
+			g = min(g, ask.Models[m].Capacity)
+		}
 		h.granted[m] = g
 		out.Shares[m] = g
 		if g > 0 && (!hasCeil || g > ceil.Models[m]) {
@@ -576,8 +585,15 @@ func (g *Gateway) Lead(stop <-chan struct{}) {
 // (server.Leadership). It starts from the ceilings in the log, and lowers
 // them as servers run less.
 func (g *Gateway) LeadShares(stop <-chan struct{}) {
-	if !g.maps.Allows(fsm.GatewaySharesRequestType) {
-		return // every call runs on the leader (leaseFor)
+	// Until every server applies the ceilings' entries (a rolling update
+	// still runs an older one, or this leader has not heard yet), every
+	// call runs here, under the whole limits (leaseFor).
+	for !g.maps.Allows(fsm.GatewaySharesRequestType) {
+		select {
+		case <-stop:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	// A new leader may not have applied every ceiling yet.
 	bctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -34,10 +35,18 @@ func TestSharesNeverPassTheLimit(t *testing.T) {
 	tbl := newShareTable(map[string]int{"m": limit}, map[string]fsm.GatewayShare{}, grace, clock)
 	rng := rand.New(rand.NewPCG(1, 2))
 	servers := []*fakeServer{{name: "s1", process: "a"}, {name: "s2", process: "a"}, {name: "s3", process: "a"}}
-	granted := 0
+	granted, terms := 0, 1
+	// raftLog is the ceilings as the log has them: a new leader's table
+	// starts from them.
+	raftLog := map[string]fsm.GatewayShare{}
 	for step := 0; step < 20000; step++ {
 		now = now.Add(time.Duration(rng.IntN(60)) * time.Millisecond)
 		s := servers[rng.IntN(len(servers))]
+		if rng.IntN(500) == 0 {
+			// A leader change: the new leader knows the log alone.
+			tbl = newShareTable(map[string]int{"m": limit}, maps.Clone(raftLog), grace, clock)
+			terms++
+		}
 		switch r := rng.IntN(100); {
 		case r < 2:
 			s.down = !s.down
@@ -69,6 +78,7 @@ func TestSharesNeverPassTheLimit(t *testing.T) {
 				Models: map[string]load{"m": {Capacity: s.capacity, InFlight: s.running, Queued: s.queued}}})
 			if raise != nil {
 				tbl.raised(s.name, *raise)
+				raftLog[s.name] = *raise
 			}
 			s.capacity = g.Shares["m"]
 			s.expires = sent.Add(g.ValidFor - leaseMargin)
@@ -77,6 +87,10 @@ func TestSharesNeverPassTheLimit(t *testing.T) {
 		if step%500 == 0 {
 			if req := tbl.lowered(); req != nil {
 				tbl.applyLowered(req)
+				maps.Copy(raftLog, req.Set)
+				for _, d := range req.Drop {
+					delete(raftLog, d)
+				}
 			}
 		}
 		total := 0
@@ -91,8 +105,8 @@ func TestSharesNeverPassTheLimit(t *testing.T) {
 			t.Fatalf("step %d: the servers may run %d calls; the limit is %d (%+v %+v %+v)", step, total, limit, *servers[0], *servers[1], *servers[2])
 		}
 	}
-	if granted == 0 {
-		t.Fatal("no share was ever granted")
+	if granted == 0 || terms < 10 {
+		t.Fatalf("%d slots granted over %d terms: the test did not exercise the table", granted, terms)
 	}
 }
 
@@ -104,6 +118,7 @@ func TestSharesFollowDemand(t *testing.T) {
 	now := time.Unix(0, 0)
 	clock := func() time.Time { return now }
 	tbl := newShareTable(map[string]int{"m": 30}, map[string]fsm.GatewayShare{}, time.Second, clock)
+	now = now.Add(leaseFor) // past the term's first lease
 	ask := func(tb *shareTable, server string, running, queued, capacity int) int {
 		g, raise := tb.grant(leaseAsk{Server: server, Process: "p", Models: map[string]load{"m": {Capacity: capacity, InFlight: running, Queued: queued}}})
 		if raise != nil {
@@ -132,10 +147,14 @@ func TestSharesFollowDemand(t *testing.T) {
 	}
 	held := ceilings["s1"].Models["m"]
 	tb2 := newShareTable(map[string]int{"m": 30}, ceilings, time.Second, clock)
+	if got := ask(tb2, "s2", 0, 40, 0); got != 0 {
+		t.Fatalf("a new leader's first lease granted %d past what s2 held (0)", got)
+	}
+	now = now.Add(leaseFor)
 	if got := ask(tb2, "s2", 0, 40, 0); got > 30-held {
 		t.Fatalf("a new leader granted %d while s1 may still run %d of 30", got, held)
 	}
-	now = now.Add(leaseFor + time.Second + time.Millisecond)
+	now = now.Add(time.Second + time.Millisecond)
 	if got := ask(tb2, "s2", 0, 40, 0); got != 30 {
 		t.Fatalf("once s1's lease and grace passed, s2 got %d of 30", got)
 	}
@@ -146,6 +165,7 @@ func TestSharesFollowDemand(t *testing.T) {
 func TestSharesTellTheOthersBusy(t *testing.T) {
 	now := time.Unix(0, 0)
 	tbl := newShareTable(map[string]int{"m": 30}, map[string]fsm.GatewayShare{}, time.Second, func() time.Time { return now })
+	now = now.Add(leaseFor)
 	ask := func(server string, busy map[string]int) leaseGrant {
 		g, _ := tbl.grant(leaseAsk{Server: server, Process: "p", Models: map[string]load{"m": {}},
 			Deployments: map[string]map[string]int{"m": busy}})
