@@ -371,7 +371,7 @@ func TestKeyLimits(t *testing.T) {
 func TestLimiterWindow(t *testing.T) {
 	l := newLimiter()
 	start := time.Unix(1_000_000, 0)
-	sc := []limitScope{{name: "key:k", kind: "API key", who: "k", lim: Limits{RPM: 3}}}
+	sc := []LimitScope{{Name: "key:k", Kind: "API key", Who: "k", Limits: Limits{RPM: 3}}}
 	for i := range 3 {
 		end, err := l.acquire(start.Add(time.Duration(i)*20*time.Second), sc)
 		if err != nil {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -25,12 +26,37 @@ func (e *LimitError) Error() string { return ErrRateLimit.Error() + ": " + e.Mes
 // Is makes a LimitError ErrRateLimit.
 func (e *LimitError) Is(target error) bool { return target == ErrRateLimit }
 
-// limitScope is one holder of limits a call counts in: "key:ci",
+// LimitScope is one holder of limits a call counts in: "key:ci",
 // "tenant:acme", named in refusals by its kind ("API key", "tenant")
 // and who.
-type limitScope struct {
-	name, kind, who string
-	lim             Limits
+type LimitScope struct {
+	Name   string `json:"name"`
+	Kind   string `json:"kind"`
+	Who    string `json:"who"`
+	Limits Limits `json:"limits"`
+}
+
+// LimitKeeper counts calls against their keys' and tenants' limits in
+// place of a router's own memory (Config.Limits): a cluster counts them in
+// one place wherever the calls run.
+type LimitKeeper interface {
+	// Acquire admits a call counting in scopes, or refuses it with a
+	// LimitError; release ends its hold on their concurrency.
+	Acquire(ctx context.Context, now time.Time, scopes []LimitScope) (release func(), err error)
+	// AddTokens counts n tokens in the scopes named.
+	AddTokens(now time.Time, names []string, n int64)
+}
+
+// AcquireLimits admits a call counting in scopes in this router's own
+// memory: the one place a cluster counts them (LimitKeeper).
+func (r *Router) AcquireLimits(now time.Time, scopes []LimitScope) (release func(), err error) {
+	return r.limits.acquire(now, scopes)
+}
+
+// AddLimitTokens counts n tokens in the scopes named, in this router's
+// own memory.
+func (r *Router) AddLimitTokens(now time.Time, names []string, n int64) {
+	r.limits.addTokens(now, names, n)
 }
 
 // limiter holds the minute windows and calls at once of keys and
@@ -92,7 +118,7 @@ func (w *window) over(now time.Time, counts *[60]int64, limit int64) (bool, time
 // acquire admits a call of scopes at now: it refuses with a LimitError
 // when one of them is at its concurrency, its RPM or its TPM, else counts
 // the call in each and returns what ends it (its concurrency).
-func (l *limiter) acquire(now time.Time, scopes []limitScope) (release func(), err error) {
+func (l *limiter) acquire(now time.Time, scopes []LimitScope) (release func(), err error) {
 	if len(scopes) == 0 {
 		return func() {}, nil
 	}
@@ -100,30 +126,30 @@ func (l *limiter) acquire(now time.Time, scopes []limitScope) (release func(), e
 	defer l.mu.Unlock()
 	ws := make([]*window, len(scopes))
 	for i, sc := range scopes {
-		w := l.by[sc.name]
+		w := l.by[sc.Name]
 		if w == nil {
 			w = &window{}
 		}
 		ws[i] = w
-		lim := sc.lim
+		lim := sc.Limits
 		if lim.Concurrency > 0 && w.inFlight >= lim.Concurrency {
-			return nil, &LimitError{Message: fmt.Sprintf("%s %q has %d calls running (concurrency = %d)", sc.kind, sc.who, w.inFlight, lim.Concurrency), RetryAfter: time.Second}
+			return nil, &LimitError{Message: fmt.Sprintf("%s %q has %d calls running (concurrency = %d)", sc.Kind, sc.Who, w.inFlight, lim.Concurrency), RetryAfter: time.Second}
 		}
 		if lim.RPM > 0 {
 			if over, wait := w.over(now, &w.calls, int64(lim.RPM)); over {
-				return nil, &LimitError{Message: fmt.Sprintf("%s %q made %d calls in the last minute (rpm = %d)", sc.kind, sc.who, lim.RPM, lim.RPM), RetryAfter: retryAfter(wait)}
+				return nil, &LimitError{Message: fmt.Sprintf("%s %q made %d calls in the last minute (rpm = %d)", sc.Kind, sc.Who, lim.RPM, lim.RPM), RetryAfter: retryAfter(wait)}
 			}
 		}
 		if lim.TPM > 0 {
 			if over, wait := w.over(now, &w.tokens, lim.TPM); over {
-				return nil, &LimitError{Message: fmt.Sprintf("%s %q used its tokens of the last minute (tpm = %d)", sc.kind, sc.who, lim.TPM), RetryAfter: retryAfter(wait)}
+				return nil, &LimitError{Message: fmt.Sprintf("%s %q used its tokens of the last minute (tpm = %d)", sc.Kind, sc.Who, lim.TPM), RetryAfter: retryAfter(wait)}
 			}
 		}
 	}
 	s := now.Unix()
 	for i, sc := range scopes {
 		w := ws[i]
-		l.by[sc.name] = w
+		l.by[sc.Name] = w
 		w.inFlight++
 		w.calls[w.slot(s)]++
 	}

@@ -103,6 +103,9 @@ type Config struct {
 	// micro-dollars (0: none); KeyBudgets sets it for a key by name.
 	KeyBudget  int64
 	KeyBudgets map[string]int64
+	// Limits, if set, counts calls against their keys' and tenants'
+	// limits in place of the router's own memory.
+	Limits LimitKeeper
 	// Access, if set, says what an API key created through the admin API
 	// may do (ok false: the key is not one of them, but a configured one,
 	// which KeyBudget and KeyBudgets hold). Such a key's own budget
@@ -744,12 +747,18 @@ func (r *Router) admitModel(ctx context.Context, call Call, worst func(*model) i
 		}
 	}
 	scopes := limitScopes(call.Key, acc, keyed)
-	endLimits, err := r.limits.acquire(now, scopes)
+	acquireLimits := func(_ context.Context, now time.Time, scopes []LimitScope) (func(), error) {
+		return r.limits.acquire(now, scopes)
+	}
+	if r.cfg.Limits != nil && len(scopes) > 0 {
+		acquireLimits = r.cfg.Limits.Acquire
+	}
+	endLimits, err := acquireLimits(ctx, now, scopes)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	for _, sc := range scopes {
-		adm.limited = append(adm.limited, sc.name)
+		adm.limited = append(adm.limited, sc.Name)
 	}
 	qctx, cancel := ctx, context.CancelFunc(func() {})
 	if !call.Deadline.IsZero() {
@@ -824,16 +833,16 @@ func (r *Router) unreserve(adm *admission) {
 
 // limitScopes are the holders of limits a call of key counts in: the key
 // and its tenant, those that set any.
-func limitScopes(key string, acc Access, keyed bool) []limitScope {
+func limitScopes(key string, acc Access, keyed bool) []LimitScope {
 	if !keyed {
 		return nil
 	}
-	var out []limitScope
+	var out []LimitScope
 	if acc.KeyAllowance.Limits != (Limits{}) {
-		out = append(out, limitScope{name: "key:" + key, kind: "API key", who: key, lim: acc.KeyAllowance.Limits})
+		out = append(out, LimitScope{Name: "key:" + key, Kind: "API key", Who: key, Limits: acc.KeyAllowance.Limits})
 	}
 	if acc.Tenant != "" && acc.TenantAllowance.Limits != (Limits{}) {
-		out = append(out, limitScope{name: "tenant:" + acc.Tenant, kind: "tenant", who: acc.Tenant, lim: acc.TenantAllowance.Limits})
+		out = append(out, LimitScope{Name: "tenant:" + acc.Tenant, Kind: "tenant", Who: acc.Tenant, Limits: acc.TenantAllowance.Limits})
 	}
 	return out
 }
@@ -943,7 +952,13 @@ func (r *Router) charge(ctx context.Context, call Call, m *model, d *deployment,
 		if adm.reservation != "" && adm.settled.CompareAndSwap(false, true) {
 			ch.Reservation = adm.reservation
 		}
-		r.limits.addTokens(r.cfg.Clock(), adm.limited, u.Input+u.CachedInput+u.CacheWrite+u.Output)
+		if n := u.Input + u.CachedInput + u.CacheWrite + u.Output; len(adm.limited) > 0 {
+			if r.cfg.Limits != nil {
+				r.cfg.Limits.AddTokens(r.cfg.Clock(), adm.limited, n)
+			} else {
+				r.limits.addTokens(r.cfg.Clock(), adm.limited, n)
+			}
+		}
 	}
 	return r.cfg.Ledger.Add(context.WithoutCancel(ctx), ch)
 }

@@ -98,7 +98,9 @@ func (g *Gateway) Routes(mux *http.ServeMux, wrap func(func(http.ResponseWriter,
 		if !g.srv.Raft().IsLeader() {
 			return &api.Error{Status: http.StatusMisdirectedRequest, Message: "not the leader"}
 		}
-		writeJSONTo(w, http.StatusOK, g.ledger.reserveFor(r.Context(), items))
+		ans := g.ledger.reserveFor(r.Context(), items)
+		g.limitKeeper.take(items, &ans)
+		writeJSONTo(w, http.StatusOK, ans)
 		return nil
 	}))
 	mux.HandleFunc("POST /v1/internal/gateway/embed", wrap(func(w http.ResponseWriter, r *http.Request) error {

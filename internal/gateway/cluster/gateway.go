@@ -95,10 +95,11 @@ type Gateway struct {
 	// this server's own share of the limits; shares is the table of
 	// everyone's while this server leads (shares.go), sharesMu
 	// serialises the writes of its ceilings.
-	lead     *leaderLease
-	lease    *leaseClient
-	shares   atomic.Pointer[shareTable]
-	sharesMu sync.Mutex
+	lead        *leaderLease
+	lease       *leaseClient
+	limitKeeper *clusterLimits
+	shares      atomic.Pointer[shareTable]
+	sharesMu    sync.Mutex
 
 	mu      sync.Mutex // guards running
 	running map[string]context.CancelFunc
@@ -127,11 +128,12 @@ func New(c *Config, srv Server, maps *fsm.FSM, log hclog.Logger) (*Gateway, erro
 	g := &Gateway{cfg: c, srv: srv, maps: maps, log: log, ledger: ledger, running: map[string]context.CancelFunc{},
 		lead: &leaderLease{srv: srv}, access: accessOf(maps)}
 	g.lease = newLeaseClient(g, ledger.id, g.grace())
+	g.limitKeeper = &clusterLimits{g: g}
 	ledger.leader = g.leaderAdmin
 	rc := gateway.Config{QueueTimeout: duration(c.QueueTimeout), CallTimeout: duration(c.CallTimeout),
 		RetryAfterCap: duration(c.RetryAfterCap), Ledger: ledger, MayStart: g.lease.valid,
 		SessionBudget: int64(c.SessionBudget * 1e6), DayBudget: int64(c.DayBudget * 1e6), KeyBudget: int64(c.KeyBudget * 1e6),
-		Access: g.access, Logger: log.Named("gateway")}
+		Access: g.access, Limits: g.limitKeeper, Logger: log.Named("gateway")}
 	if len(c.KeyBudgets) > 0 {
 		rc.KeyBudgets = map[string]int64{}
 		for name, b := range c.KeyBudgets {
@@ -252,24 +254,14 @@ func (g *Gateway) Complete(ctx context.Context, call gateway.Call) (gateway.Resp
 }
 
 // runsHere says whether call runs on this server: always on the leader;
-// elsewhere unless it counts against a key's or tenant's RPM, TPM or
-// concurrency limit (the leader's limiter holds those), or the leader
-// hands out no shares. A call's budgets are reserved through the leader
-// (remote_reserve.go).
+// elsewhere unless the leader hands out no shares (a rolling update still
+// runs an older server). A call's budgets and its key's limits are
+// counted on the leader (remote_reserve.go, limits.go).
 func (g *Gateway) runsHere(call gateway.Call) bool {
 	if g.srv.Raft().IsLeader() {
 		return true
 	}
-	return !g.lease.nowhere.Load() && !g.limited(call.Key)
-}
-
-// limited says whether a key, or its tenant, has limits of its own.
-func (g *Gateway) limited(key string) bool {
-	if key == "" {
-		return false
-	}
-	acc, ok := g.access(key)
-	return ok && (acc.KeyAllowance.Limits != (gateway.Limits{}) || acc.Tenant != "" && acc.TenantAllowance.Limits != (gateway.Limits{}))
+	return !g.lease.nowhere.Load()
 }
 
 // here runs fn, a call on this server's router, under this server's

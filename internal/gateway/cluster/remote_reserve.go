@@ -19,12 +19,27 @@ import (
 // gathers), and starts a call once the leader has its reservation in the
 // log. The follower keeps its own reservations too, for its Check.
 
-// remoteItem is a reservation, a release or a charge sent to the leader.
+// remoteItem is what a server sends the leader for its calls: a
+// reservation, a release or a charge (the ledger's); a hold of a key's and
+// its tenant's limits (Limits, named Hold, for at most HoldFor), its end
+// (Unhold), or tokens counted in them (Tokens, TokenCount).
 type remoteItem struct {
 	Reservation *gateway.Reservation `json:"reservation,omitempty"`
 	Budgets     []gateway.Budget     `json:"budgets,omitempty"`
 	Release     string               `json:"release,omitempty"`
 	Charge      *gateway.Charge      `json:"charge,omitempty"`
+
+	Limits     []gateway.LimitScope `json:"limits,omitempty"`
+	Hold       string               `json:"hold,omitempty"`
+	HoldFor    time.Duration        `json:"hold_for,omitempty"`
+	Unhold     string               `json:"unhold,omitempty"`
+	Tokens     []string             `json:"tokens,omitempty"`
+	TokenCount int64                `json:"token_count,omitempty"`
+}
+
+// ledgers says whether the item is the ledger's.
+func (it remoteItem) ledgers() bool {
+	return it.Reservation != nil || it.Release != "" || it.Charge != nil
 }
 
 // remoteAnswer is the leader's answer: an error (EncodeFailure's words)
@@ -182,8 +197,7 @@ func (l *raftLedger) reserveFor(ctx context.Context, items []remoteItem) remoteA
 			continue
 		}
 		if it.Reservation == nil {
-			ans.Errors[i] = gateway.EncodeFailure(&gateway.ProviderError{Kind: gateway.KindBadRequest, Message: "an item names no reservation"})
-			continue
+			continue // not the ledger's (limits.go)
 		}
 		r := *it.Reservation
 		l.mu.Lock()

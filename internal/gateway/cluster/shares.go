@@ -36,9 +36,10 @@ import (
 //     only once both have passed by its own clock.
 //   - A new leader counts, for the servers it has not heard from, their
 //     ceilings in the log (written before any grant past them) until their
-//     calls must have ended; and for leaseFor from the start of its term
-//     it renews what each server holds and grants nothing more (a lease
-//     an earlier leader gave lapses meanwhile unless renewed here).
+//     calls must have ended, and its own calls as they are when its table
+//     starts. While a rolling update still runs a server that does not
+//     know shares, the leader runs every call under the whole limits, as
+//     before shares.
 //
 // Nothing of this is in the log: a share is a server's, for a few
 // seconds, and the leader's table is rebuilt from the servers' renewals in
@@ -180,14 +181,6 @@ func (t *shareTable) grant(ask leaseAsk) (leaseGrant, *fsm.GatewayShare) {
 			}
 		}
 		g := max(0, min(t.targetLocked(ask.Server, m, limit, now), free))
-		if now.Before(t.start.Add(leaseFor)) {
-			// The term's first lease: a server may still run under a
-			// lease an earlier leader gave (or took itself while the
-			// cluster could not record shares), and not all have said so
-			// yet. The shares renew what each holds, nothing more; the
-			// leases nobody renewed lapse meanwhile.
-			g = min(g, ask.Models[m].Capacity)
-		}
 		h.granted[m] = g
 		out.Shares[m] = g
 		if g > 0 && (!hasCeil || g > ceil.Models[m]) {
@@ -201,6 +194,18 @@ func (t *shareTable) grant(ask leaseAsk) (leaseGrant, *fsm.GatewayShare) {
 		}
 	}
 	return out, raise
+}
+
+// seed records what a server holds before it renews (the leader's own
+// calls as the table starts).
+func (t *shareTable) seed(ask leaseAsk) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := &holder{process: ask.Process, renewed: t.clock(), load: ask.Models, granted: map[string]int{}}
+	for m, l := range ask.Models {
+		h.granted[m] = l.Capacity
+	}
+	t.holders[ask.Server] = h
 }
 
 // names are the servers the table knows: those heard from and those with
@@ -604,6 +609,16 @@ func (g *Gateway) LeadShares(stop <-chan struct{}) {
 		return
 	}
 	t := newShareTable(g.limits(), g.maps.GatewayShares(), g.grace(), time.Now)
+	// This server may run calls under the whole limits it took while the
+	// cluster could not record shares (leaseFor): the table holds them
+	// before it grants anyone else.
+	ask := leaseAsk{Server: g.srv.Name(), Process: g.lease.process, Models: map[string]load{}}
+	for _, m := range g.router.Models() {
+		sl, _ := g.router.Slots(m)
+		st := sl.Stats()
+		ask.Models[m] = load{Capacity: st.Capacity, InFlight: st.InFlight, Queued: st.Queued}
+	}
+	t.seed(ask)
 	g.shares.Store(t)
 	defer g.shares.Store(nil)
 	tick := time.NewTicker(lowerEvery)
