@@ -8,8 +8,9 @@ import (
 )
 
 // The limits of API keys and tenants: calls per minute (RPM), tokens per
-// minute (TPM) and calls at once (concurrency). They are held where calls
-// run (the leader), in memory: a new leader starts its minute afresh.
+// minute (TPM) and calls at once (concurrency). They are held in memory,
+// on one node (a cluster's leader, through Config.Limits, wherever the
+// calls run): a new leader starts its minute afresh.
 
 // LimitError refuses a call past a key's or a tenant's limit; it is
 // ErrRateLimit, and says when to retry.
