@@ -86,7 +86,7 @@ test: deps tools lint
 	STICKYD_REQUIRE_AGENTS=1 $(GO) test -race -count=1 -timeout 25m ./...
 	cd $(SDK) && $(GO) test -race -count=1 -timeout 10m ./...
 	for app in $(APPS); do (cd $$app && GOWORK=off $(GO) test -race -count=1 ./...) || exit 1; done
-	$(GO) test -count=1 -timeout 10m -run 'TestMovesUnderLoad|TestReadYourWrites' ./test/e2e/
+	$(GO) test -count=1 -timeout 10m -run 'TestMovesUnderLoad|TestReadYourWrites|TestGatewayCallsRunWhereTheyArrive' ./test/e2e/
 	$(MAKE) fuzz FUZZTIME=3s
 
 ## fuzz: every fuzz target of a decoder that takes outside input, for
