@@ -41,10 +41,12 @@ import (
 //     know shares, the leader runs every call under the whole limits, as
 //     before shares.
 //
-// Nothing of this is in the log: a share is a server's, for a few
-// seconds, and the leader's table is rebuilt from the servers' renewals in
-// every term. Calls that count against a budget or a key's limits are
-// still forwarded to the leader, whose ledger and limiter hold them.
+// The shares themselves are not in the log (a share is a server's, for a
+// few seconds, and the leader's table is rebuilt from the ceilings and the
+// servers' renewals in every term); only the ceilings are, written as
+// they rise and lowered lazily. A call's budgets, its key's limits and its
+// charge are counted on the leader wherever it runs (remote_reserve.go,
+// limits.go).
 
 const (
 	// renewEvery is how often a server renews its shares; a server whose
