@@ -1,10 +1,12 @@
 // Package cluster is the AI gateway in the server role (docs/gateway.md):
 // the raft-backed half of internal/gateway. Every server builds the same
-// router from the configuration, but only the leader runs calls: a
-// model's limit is then the aggregate of every caller on every node, and
-// its queue one line. A follower's transports forward each call to the
-// leader's admin API. Submitted calls and the cost counters are in the
-// maps (internal/fsm).
+// router from the configuration and runs the calls it receives, under its
+// share of each model's limit that the leader leases (shares.go): a
+// model's limit is then the aggregate of every caller on every node. The
+// budgets, the keys' limits and the charges are counted on the leader
+// wherever calls run (remote_reserve.go, limits.go); submitted calls run
+// on the leader. Submitted calls, the ceilings of the shares and the cost
+// counters are in the maps (internal/fsm).
 //
 // It owns the gateway block, the queue of submitted calls, the ledger of
 // charges, the leader lease, the forwarding to the leader, the
@@ -129,7 +131,7 @@ func New(c *Config, srv Server, maps *fsm.FSM, log hclog.Logger) (*Gateway, erro
 		lead: &leaderLease{srv: srv}, access: accessOf(maps)}
 	g.lease = newLeaseClient(g, ledger.id, g.grace())
 	g.limitKeeper = &clusterLimits{g: g}
-	ledger.leader = g.leaderAdmin
+	ledger.post = g.postLeader
 	rc := gateway.Config{QueueTimeout: duration(c.QueueTimeout), CallTimeout: duration(c.CallTimeout),
 		RetryAfterCap: duration(c.RetryAfterCap), Ledger: ledger, MayStart: g.lease.valid,
 		SessionBudget: int64(c.SessionBudget * 1e6), DayBudget: int64(c.DayBudget * 1e6), KeyBudget: int64(c.KeyBudget * 1e6),

@@ -9,14 +9,13 @@ import (
 	"github.com/stickyd/stickyd/internal/raftnode"
 )
 
-// leaderLease says whether this server still leads, for the router's
-// MayStart: the model's limit is the leader's, so a server that lost the
-// lead (a new leader elected while it was stopped or cut off) must start
-// no call, even one already waiting in its queue. Raft's own state may lag
-// (a leader that was SIGSTOPped believes it leads until it hears the new
-// term), so the lead is verified with a quorum (raft's VerifyLeader, one
-// round trip) at most once per leaseFresh: a call starts within leaseFresh
-// of a proof that this server led.
+// leaderLease says whether this server still leads, before it grants a
+// share of the limits (shares.go): a server that lost the lead (a new
+// leader elected while it was stopped or cut off) must grant none. Raft's
+// own state may lag (a leader that was SIGSTOPped believes it leads until
+// it hears the new term), so the lead is verified with a quorum (raft's
+// VerifyLeader, one round trip) at most once per leaseFresh: a grant
+// comes within leaseFresh of a proof that this server led.
 type leaderLease struct {
 	srv Server
 	mu  sync.Mutex // one verification at a time; the others wait for it

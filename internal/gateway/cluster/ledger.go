@@ -18,9 +18,9 @@ import (
 // budgets already see; the batch reaches the log within flushEvery, as one
 // entry. A charge is applied once even if its batch is sent twice.
 //
-// It holds the reservations of the calls running here (the leader's:
-// every call runs there) and writes them to the log before their calls
-// start, group-committed: a new leader counts the reservations of the
+// On the leader it holds the reservations of every server's calls (a
+// follower sends its own, remote_reserve.go) and writes them to the log
+// before their calls start, group-committed: a new leader counts the reservations of the
 // calls an old one still runs until their charges settle them or they
 // expire (reservations.go).
 type raftLedger struct {
@@ -56,11 +56,12 @@ type raftLedger struct {
 	staleGone bool
 	rkick     chan struct{}
 
-	// The road of the reservations of calls run on a follower, to the
-	// leader (remote_reserve.go); leader finds the leader's admin API.
+	// The road of a follower's reservations, charges and holds to the
+	// leader (remote_reserve.go); post posts to the leader's admin API
+	// (Gateway.postLeader).
 	remoteNext *remoteBatch
 	remoteKick chan struct{}
-	leader     func(context.Context) (string, error)
+	post       func(ctx context.Context, path string, body []byte) ([]byte, error)
 }
 
 var _ gateway.Ledger = (*raftLedger)(nil)
@@ -83,7 +84,7 @@ func newRaftLedger(srv Server, maps *fsm.FSM, log hclog.Logger) *raftLedger {
 // answer waits until the leader's ledger has it (chargeRemote), so that
 // the usage read on any server (the leader's) counts it.
 func (l *raftLedger) Add(ctx context.Context, c gateway.Charge) error {
-	if r := l.srv.Raft(); r != nil && !r.IsLeader() && l.leader != nil {
+	if r := l.srv.Raft(); r != nil && !r.IsLeader() && l.post != nil {
 		l.mu.Lock()
 		delete(l.held, c.Reservation)
 		l.mu.Unlock()

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -140,37 +139,19 @@ func (b *remoteBatch) fail(err error) {
 	close(b.done)
 }
 
-// postRemote posts a batch to the leader's admin API.
+// postRemote posts a batch to the leader's admin API (to the new leader
+// after a change: Gateway.postLeader).
 func (l *raftLedger) postRemote(ctx context.Context, items []remoteItem) (remoteAnswer, error) {
 	var ans remoteAnswer
-	admin, err := l.leader(ctx)
-	if err != nil {
-		return ans, err
-	}
 	body, err := json.Marshal(items)
 	if err != nil {
 		return ans, err
 	}
-	for deadline := time.Now().Add(electionWait); ; {
-		b, err := l.srv.Fetch(ctx, http.MethodPost, admin, "/v1/internal/gateway/reserve", body)
-		var re Refusal
-		if err != nil && errors.As(err, &re) && re.StatusCode() == http.StatusMisdirectedRequest && time.Now().Before(deadline) {
-			// Deposed since this server last heard: to the new leader.
-			select {
-			case <-ctx.Done():
-				return ans, ctx.Err()
-			case <-time.After(50 * time.Millisecond):
-			}
-			if admin, err = l.leader(ctx); err != nil {
-				return ans, err
-			}
-			continue
-		}
-		if err != nil {
-			return ans, err
-		}
-		return ans, json.Unmarshal(b, &ans)
+	b, err := l.post(ctx, "/v1/internal/gateway/reserve", body)
+	if err != nil {
+		return ans, err
 	}
+	return ans, json.Unmarshal(b, &ans)
 }
 
 // reserveFor takes, on the leader, the reservations and releases a

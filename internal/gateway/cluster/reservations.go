@@ -41,7 +41,7 @@ func (l *raftLedger) Check(budgets []gateway.Budget) error {
 // call has not started and goes to the new leader).
 func (l *raftLedger) Reserve(ctx context.Context, r gateway.Reservation, budgets []gateway.Budget) error {
 	r.Ledger = l.id
-	if rn := l.srv.Raft(); rn != nil && !rn.IsLeader() && l.leader != nil {
+	if rn := l.srv.Raft(); rn != nil && !rn.IsLeader() && l.post != nil {
 		// A call that runs here: the leader counts the budgets.
 		return l.reserveRemote(ctx, r, budgets)
 	}
@@ -81,7 +81,7 @@ func (l *raftLedger) Release(id string) {
 	r, ok := l.held[id]
 	delete(l.held, id)
 	l.mu.Unlock()
-	if ok && r.Ledger == l.id && l.leader != nil {
+	if ok && r.Ledger == l.id && l.post != nil {
 		if rn := l.srv.Raft(); rn != nil && !rn.IsLeader() {
 			l.sendRemote(remoteItem{Release: id})
 			return

@@ -444,12 +444,7 @@ func (c *leaseClient) run(stop <-chan struct{}) {
 // renew asks the leader (itself, when it leads) for this server's shares.
 func (c *leaseClient) renew() (leaseGrant, error) {
 	g := c.g
-	ask := leaseAsk{Server: g.srv.Name(), Process: c.process, Models: map[string]load{}, Deployments: g.router.InFlight()}
-	for _, m := range g.router.Models() {
-		s, _ := g.router.Slots(m)
-		st := s.Stats()
-		ask.Models[m] = load{Capacity: st.Capacity, InFlight: st.InFlight, Queued: st.Queued}
-	}
+	ask := leaseAsk{Server: g.srv.Name(), Process: c.process, Models: g.loads(), Deployments: g.router.InFlight()}
 	if g.srv.Raft().IsLeader() {
 		return g.leaseFor(ask)
 	}
@@ -614,13 +609,7 @@ func (g *Gateway) LeadShares(stop <-chan struct{}) {
 	// This server may run calls under the whole limits it took while the
 	// cluster could not record shares (leaseFor): the table holds them
 	// before it grants anyone else.
-	ask := leaseAsk{Server: g.srv.Name(), Process: g.lease.process, Models: map[string]load{}}
-	for _, m := range g.router.Models() {
-		sl, _ := g.router.Slots(m)
-		st := sl.Stats()
-		ask.Models[m] = load{Capacity: st.Capacity, InFlight: st.InFlight, Queued: st.Queued}
-	}
-	t.seed(ask)
+	t.seed(leaseAsk{Server: g.srv.Name(), Process: g.lease.process, Models: g.loads()})
 	g.shares.Store(t)
 	defer g.shares.Store(nil)
 	tick := time.NewTicker(lowerEvery)
@@ -646,6 +635,17 @@ func (g *Gateway) LeadShares(stop <-chan struct{}) {
 
 // lowerEvery is how often the leader lowers the ceilings in the log.
 const lowerEvery = 5 * time.Second
+
+// loads is what this server holds, runs and has waiting of each model.
+func (g *Gateway) loads() map[string]load {
+	out := map[string]load{}
+	for _, m := range g.router.Models() {
+		s, _ := g.router.Slots(m)
+		st := s.Stats()
+		out[m] = load{Capacity: st.Capacity, InFlight: st.InFlight, Queued: st.Queued}
+	}
+	return out
+}
 
 // limits are the models' aggregate limits.
 func (g *Gateway) limits() map[string]int {
