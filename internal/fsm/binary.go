@@ -23,7 +23,7 @@ const BinaryEntryType MessageType = 26
 // older servers are never sent an entry they would skip. Raise it with
 // each new type. A server that applies BinaryEntryType also reads the
 // snapshot record recConnsAt.
-const NewestEntryType = GatewaySharesRequestType
+const NewestEntryType = GatewayCeilingsRequestType
 
 // entryHandle encodes and decodes the bodies of binary entries by the
 // names their JSON form uses, so one struct serves both.

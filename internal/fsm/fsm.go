@@ -448,6 +448,8 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		return f.applyGatewayReserve(buf)
 	case GatewaySharesRequestType:
 		return f.applyGatewayShares(buf)
+	case GatewayCeilingsRequestType:
+		return f.applyGatewayCeilings(buf)
 	case TeardownRequestType:
 		return f.applyTeardown(buf)
 	case JobRequestType:

@@ -99,6 +99,10 @@ type GatewayState struct {
 	// Shares are the ceilings of the servers' shares of the limits, by
 	// server (gateway_shares.go).
 	Shares map[string]GatewayShare `json:"shares,omitempty"`
+	// Ceilings are the ceilings of the ledgers' budget holds, by ledger
+	// (gateway_ceilings.go): written by a snapshot from ceilIdx, read
+	// into it by a restore.
+	Ceilings map[string][]GatewayScopeCeiling `json:"ceilings,omitempty"`
 
 	// Indexes, not persisted (rebuilt from Jobs): the jobs queued or
 	// running; the queued ones in queue order (jobs that left the queue
@@ -114,6 +118,8 @@ type GatewayState struct {
 	// Reservations).
 	keyHash     map[string]string
 	resvLedgers map[string]int
+	// ceilIdx holds the ceilings, by ledger and scope.
+	ceilIdx map[string]map[gatewaywire.Scope]ceiling
 }
 
 func (f *FSM) gatewayLocked() *GatewayState {
@@ -147,6 +153,9 @@ func (f *FSM) gatewayLocked() *GatewayState {
 		for _, r := range g.Reservations {
 			g.resvLedgers[r.Ledger]++
 		}
+	}
+	if g.ceilIdx == nil {
+		g.ceilIdx, g.Ceilings = indexCeilings(g.Ceilings), nil
 	}
 	if g.active == nil {
 		g.active, g.perModel = map[string]bool{}, map[string]int{}
@@ -494,9 +503,10 @@ func cloneGateway(g *GatewayState) *GatewayState {
 		c := *j
 		out.Jobs[id] = &c
 	}
-	// Keys, tenants and reservations are replaced whole, never changed in
-	// place: the snapshot shares them.
+	// Keys, tenants, reservations, shares and ceilings are replaced
+	// whole, never changed in place: the snapshot shares them.
 	out.APIKeys, out.Tenants, out.Reservations = maps.Clone(g.APIKeys), maps.Clone(g.Tenants), maps.Clone(g.Reservations)
+	out.Shares, out.Ceilings = maps.Clone(g.Shares), flattenCeilings(g.ceilIdx)
 	return out
 }
 

@@ -188,7 +188,7 @@ func (g *Gateway) Start(reg prometheus.Registerer, stop <-chan struct{}) error {
 	}
 	// Ask now whether every server applies the keys' and reservations'
 	// entries: the answer comes in the background.
-	g.maps.Allows(fsm.GatewayReserveRequestType)
+	g.maps.Allows(fsm.GatewayCeilingsRequestType)
 	g.ledgerDone = make(chan struct{})
 	reserving := make(chan struct{})
 	go func() {
@@ -202,6 +202,7 @@ func (g *Gateway) Start(reg prometheus.Registerer, stop <-chan struct{}) error {
 	}()
 	go g.lease.run(stop)
 	go g.ledger.runRemote(stop)
+	go g.ledger.runCeilings(stop)
 	return g.serve()
 }
 

@@ -33,7 +33,7 @@ type raftLedger struct {
 	id    string
 	batch uint64
 
-	mu       sync.Mutex // guards pending, inflight and held
+	mu       sync.Mutex // guards pending, inflight, held and the ceilings
 	pending  []gateway.Charge
 	inflight *fsm.GatewayChargesRequest // sent, not known applied
 	kick     chan struct{}
@@ -48,6 +48,18 @@ type raftLedger struct {
 	// sent twice counts once), swept each minute (remoteSwept).
 	remoteSeen  map[string]time.Time
 	remoteSwept time.Time
+
+	// The ceilings over the reservations held here (ceilings.go), by
+	// scope; the next batch of them, its writer's wake-up, whether it
+	// stopped, how many batches it wrote, and the longest bound of a call
+	// seen; slack is ceilSlack but in tests.
+	slack       time.Duration
+	ceils       map[gateway.Scope]*scopeCeil
+	ceilNext    *ceilBatch
+	ckick       chan struct{}
+	ceilStopped bool
+	ceilWrites  uint64
+	bound       time.Duration
 
 	// The reservations' road to the log (reservations.go).
 	rmu       sync.Mutex // guards next, stopped and staleSent
@@ -75,7 +87,7 @@ const (
 
 func newRaftLedger(srv Server, maps *fsm.FSM, log hclog.Logger) *raftLedger {
 	return &raftLedger{srv: srv, maps: maps, log: log, id: srv.Name() + "/" + newID(), kick: make(chan struct{}, 1),
-		held: map[string]gateway.Reservation{}, rkick: make(chan struct{}, 1), remoteKick: make(chan struct{}, 1),
+		held: map[string]gateway.Reservation{}, slack: ceilSlack, ceils: map[gateway.Scope]*scopeCeil{}, ckick: make(chan struct{}, 1), rkick: make(chan struct{}, 1), remoteKick: make(chan struct{}, 1),
 		appliedCh: make(chan struct{})}
 }
 

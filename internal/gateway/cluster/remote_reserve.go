@@ -156,39 +156,43 @@ func (l *raftLedger) postRemote(ctx context.Context, items []remoteItem) (remote
 
 // reserveFor takes, on the leader, the reservations and releases a
 // follower sent: each reservation is checked against every budget it
-// counts in and held, then written to the log before the answer.
+// counts in and held, then covered in the log (by its scopes' ceilings, or
+// as itself) before the answer.
 func (l *raftLedger) reserveFor(ctx context.Context, items []remoteItem) remoteAnswer {
 	ans := remoteAnswer{Errors: make([]string, len(items))}
 	type waiting struct {
-		i  int
-		id string
-		b  *reserveBatch
+		i    int
+		id   string
+		b    *reserveBatch // the reservation's own entry
+		ceil *ceilBatch    // or its ceilings'
 	}
 	var ws []waiting
+	ceilings := l.ceilingsOn()
 	for i, it := range items {
 		if it.Charge != nil {
 			l.takeRemote(*it.Charge)
 			continue
 		}
 		if it.Release != "" {
-			l.mu.Lock()
-			delete(l.held, it.Release)
-			l.mu.Unlock()
-			_, _ = l.enqueue(func(req *fsm.GatewayReserveRequest) { req.Release = append(req.Release, it.Release) })
+			l.dropHeld(it.Release)
+			if !ceilings {
+				_, _ = l.enqueue(func(req *fsm.GatewayReserveRequest) { req.Release = append(req.Release, it.Release) })
+			}
 			continue
 		}
 		if it.Reservation == nil {
 			continue // not the ledger's (limits.go)
 		}
 		r := *it.Reservation
-		l.mu.Lock()
-		err := gateway.FitBudgets(it.Budgets, r.Micros, l.spentInLocked(it.Budgets))
-		if err == nil {
-			l.held[r.ID] = r
-		}
-		l.mu.Unlock()
+		wait, err := l.hold(r, it.Budgets, ceilings)
 		if err != nil {
 			ans.Errors[i] = gateway.EncodeFailure(err)
+			continue
+		}
+		if ceilings {
+			if wait != nil {
+				ws = append(ws, waiting{i: i, id: r.ID, ceil: wait})
+			}
 			continue
 		}
 		b, err := l.enqueue(func(req *fsm.GatewayReserveRequest) { req.Reserve = append(req.Reserve, r) })
@@ -197,9 +201,17 @@ func (l *raftLedger) reserveFor(ctx context.Context, items []remoteItem) remoteA
 			ans.Errors[i] = gateway.EncodeFailure(err)
 			continue
 		}
-		ws = append(ws, waiting{i, r.ID, b})
+		ws = append(ws, waiting{i: i, id: r.ID, b: b})
 	}
 	for _, w := range ws {
+		if w.ceil != nil {
+			// Held here under the ceilings, or refused.
+			if err := waitCeil(ctx, w.ceil); err != nil {
+				l.dropHeld(w.id)
+				ans.Errors[w.i] = gateway.EncodeFailure(err)
+			}
+			continue
+		}
 		var err error
 		select {
 		case <-w.b.done:

@@ -33,26 +33,35 @@ type reserveBatch struct {
 func (l *raftLedger) Check(budgets []gateway.Budget) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return gateway.FitBudgets(budgets, 0, l.spentInLocked(budgets))
+	return gateway.FitBudgets(budgets, 0, spentIn(l.tallyLocked(budgets)))
 }
 
 // Reserve implements gateway.Ledger: it returns once the reservation is
-// in the log (ErrNotLeader if this server lost the lead meanwhile: the
-// call has not started and goes to the new leader).
+// covered in the log, by its scopes' ceilings or (while a rolling update
+// still runs a server without them) as itself; ErrNotLeader if this
+// server lost the lead meanwhile: the call has not started and goes to
+// the new leader.
 func (l *raftLedger) Reserve(ctx context.Context, r gateway.Reservation, budgets []gateway.Budget) error {
 	r.Ledger = l.id
-	if rn := l.srv.Raft(); rn != nil && !rn.IsLeader() && l.post != nil {
+	rn := l.srv.Raft()
+	if rn != nil && !rn.IsLeader() && l.post != nil {
 		// A call that runs here: the leader counts the budgets.
 		return l.reserveRemote(ctx, r, budgets)
 	}
-	l.mu.Lock()
-	err := gateway.FitBudgets(budgets, r.Micros, l.spentInLocked(budgets))
-	if err == nil {
-		l.held[r.ID] = r
+	ceilings := l.ceilingsOn()
+	if ceilings && rn != nil && !rn.IsLeader() {
+		return gateway.ErrNotLeader
 	}
-	l.mu.Unlock()
+	wait, err := l.hold(r, budgets, ceilings)
 	if err != nil {
 		return err
+	}
+	if ceilings {
+		if err := waitCeil(ctx, wait); err != nil {
+			l.dropHeld(r.ID)
+			return err
+		}
+		return nil
 	}
 	if !l.maps.Allows(fsm.GatewayReserveRequestType) {
 		// A rolling update still runs a server that would skip the
@@ -75,6 +84,26 @@ func (l *raftLedger) Reserve(ctx context.Context, r gateway.Reservation, budgets
 	return nil
 }
 
+// hold checks r against its budgets, with everything held counted, and
+// holds it; with ceilings, it returns the batch of ceilings to wait for
+// before the call starts (nil: its ceilings cover it already).
+func (l *raftLedger) hold(r gateway.Reservation, budgets []gateway.Budget, ceilings bool) (*ceilBatch, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.tallyLocked(budgets)
+	if err := gateway.FitBudgets(budgets, r.Micros, spentIn(t)); err != nil {
+		return nil, err
+	}
+	if ceilings && l.ceilStopped {
+		return nil, fmt.Errorf("%w: the gateway is stopping", gateway.ErrUnavailable)
+	}
+	l.held[r.ID] = r
+	if !ceilings {
+		return nil, nil
+	}
+	return l.coverLocked(r, budgets, t), nil
+}
+
 // Release implements gateway.Ledger.
 func (l *raftLedger) Release(id string) {
 	l.mu.Lock()
@@ -87,7 +116,7 @@ func (l *raftLedger) Release(id string) {
 			return
 		}
 	}
-	if ok && l.maps.Allows(fsm.GatewayReserveRequestType) {
+	if ok && !l.ceilingsOn() && l.maps.Allows(fsm.GatewayReserveRequestType) {
 		_, _ = l.enqueue(func(req *fsm.GatewayReserveRequest) { req.Release = append(req.Release, id) })
 	}
 }
@@ -170,15 +199,33 @@ func (l *raftLedger) runReservations(stop <-chan struct{}) {
 func (l *raftLedger) HeldIn(s gateway.Scope) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, held := l.spentInLocked([]gateway.Budget{{Scope: s}})(s)
+	_, held := spentIn(l.tallyLocked([]gateway.Budget{{Scope: s}}))(s)
 	return held
 }
 
-// spentInLocked reads, for each of budgets' scopes, what the charges
-// have spent (the replica's, and those taken here it has not applied)
-// and what reservations hold (those taken here, and those of other
-// servers' ledgers in the replica that have not expired).
-func (l *raftLedger) spentInLocked(budgets []gateway.Budget) func(gateway.Scope) (int64, int64) {
+// tally is what a budget scope holds, as this ledger reads it.
+type tally struct {
+	spent     int64 // by the charges the replica has applied
+	unapplied int64 // by the charges taken here it has not applied
+	own       int64 // by the reservations held here
+	others    int64 // by other ledgers' reservations and ceilings in the replica
+}
+
+// spentIn reads a tally as FitBudgets counts: what the charges have
+// spent and what reservations hold.
+func spentIn(t func(gateway.Scope) tally) func(gateway.Scope) (int64, int64) {
+	return func(s gateway.Scope) (int64, int64) {
+		x := t(s)
+		return x.spent + x.unapplied, x.own + x.others
+	}
+}
+
+// tallyLocked reads, for each of budgets' scopes, what the charges have
+// spent (the replica's, and those taken here it has not applied) and what
+// reservations hold (those taken here, and those of other servers'
+// ledgers in the replica that have not expired, or the ceilings over
+// them).
+func (l *raftLedger) tallyLocked(budgets []gateway.Budget) func(gateway.Scope) tally {
 	scopes := make([]gateway.Scope, len(budgets))
 	for i, b := range budgets {
 		scopes[i] = b.Scope
@@ -209,29 +256,38 @@ func (l *raftLedger) spentInLocked(budgets []gateway.Budget) func(gateway.Scope)
 	others := slices.DeleteFunc(l.maps.GatewayHeldByOthers(l.id, now), func(r gateway.Reservation) bool {
 		return strings.HasPrefix(r.Ledger, l.srv.Name()+"/") || settled[r.ID]
 	})
-	return func(s gateway.Scope) (int64, int64) {
-		var sp, held int64
+	// Other ledgers' ceilings count whole, an earlier process of this
+	// server's too: the followers' calls it covered may still run.
+	var ceils []int64
+	if l.ceilingsOn() {
+		ceils = l.maps.GatewayCeilingsIn(scopes, l.id, now)
+	}
+	return func(s gateway.Scope) tally {
+		var t tally
 		for i, sc := range scopes {
 			if sc == s {
-				sp = spent[i]
+				t.spent = spent[i]
+				if ceils != nil {
+					t.others = ceils[i]
+				}
 				break
 			}
 		}
 		for _, ch := range unapplied {
 			if ch.In(s) {
-				sp += ch.Micros
+				t.unapplied += ch.Micros
 			}
 		}
 		for _, r := range l.held {
-			if r.AsCharge().In(s) && r.Expires.After(now) {
-				held += r.Micros
+			if r.AsCharge().In(s) {
+				t.own += r.Micros
 			}
 		}
 		for _, r := range others {
 			if r.AsCharge().In(s) {
-				held += r.Micros
+				t.others += r.Micros
 			}
 		}
-		return sp, held
+		return t
 	}
 }

@@ -59,13 +59,21 @@ func (d *direct) Apply(_ context.Context, entry []byte) (any, error) {
 // the others made with the same mu and idx).
 func ledgerOn(t *testing.T, name string, maps *fsm.FSM, mu *sync.Mutex, idx *uint64) (*raftLedger, *direct) {
 	t.Helper()
+	return ledgerWith(t, name, maps, mu, idx, ceilSlack)
+}
+
+// ledgerWith is ledgerOn with the ceilings' slack.
+func ledgerWith(t *testing.T, name string, maps *fsm.FSM, mu *sync.Mutex, idx *uint64, slack time.Duration) (*raftLedger, *direct) {
+	t.Helper()
 	srv := &direct{name: name, maps: maps, mu: mu, idx: idx}
 	l := newRaftLedger(srv, maps, hclog.NewNullLogger())
+	l.slack = slack
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); l.run(stop) }()
 	go func() { defer wg.Done(); l.runReservations(stop) }()
+	go func() { defer wg.Done(); l.runCeilings(stop) }()
 	t.Cleanup(func() { close(stop); wg.Wait() })
 	return l, srv
 }
@@ -76,6 +84,8 @@ func ledgerOn(t *testing.T, name string, maps *fsm.FSM, mu *sync.Mutex, idx *uin
 // expire; a server's new process drops its old process's reservations.
 func TestRaftLedgerReservations(t *testing.T) {
 	maps := fsm.New()
+	// A cluster whose servers do not all apply ceilings yet.
+	maps.SetEntryGate(func(t fsm.MessageType) bool { return t != fsm.GatewayCeilingsRequestType })
 	var mu sync.Mutex
 	var idx uint64
 	ctx := context.Background()
