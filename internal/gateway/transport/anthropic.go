@@ -403,7 +403,7 @@ func (h *httpServer) streamMessages(w http.ResponseWriter, r *http.Request, call
 			}
 			return nil
 		}
-		if c, ok = <-ch; !ok {
+		if c, ok = sse.next(ch); !ok {
 			c = gateway.Chunk{Err: errStreamCut}
 		}
 	}
@@ -514,7 +514,7 @@ func (s sseWriter) named(event string, data []byte) error {
 	if _, err := s.w.Write(b.Bytes()); err != nil {
 		return err
 	}
-	return s.flush()
+	return s.flushEager()
 }
 
 // event2 writes a named event with v as its data.

@@ -200,18 +200,15 @@ func (h *httpServer) openStream(w http.ResponseWriter, r *http.Request, call gat
 		cancel()
 		return first, nil, sse, nil, err
 	}
-	done = func() {
-		cancel()
-		for range ch {
-		}
-	}
 	c, ok := <-ch
 	switch {
 	case !ok:
-		done()
+		cancel()
 		return first, nil, sse, nil, errStreamCut
 	case c.Err != nil:
-		done()
+		cancel()
+		for range ch {
+		}
 		return first, nil, sse, nil, c.Err
 	}
 	hdr := w.Header()
@@ -221,12 +218,19 @@ func (h *httpServer) openStream(w http.ResponseWriter, r *http.Request, call gat
 	setServedBy(hdr, c.Provider, c.Deployment)
 	hdr.Set("Trailer", costTrailer)
 	w.WriteHeader(http.StatusOK)
-	return c, ch, sseWriter{w: w, rc: http.NewResponseController(w)}, done, nil
+	sse = sseWriter{w: w, rc: http.NewResponseController(w), lazy: true}
+	done = func() {
+		_ = sse.flush() // what the stream's last events left in the buffer
+		cancel()
+		for range ch {
+		}
+	}
+	return c, ch, sse, done, nil
 }
 
 // streamChat answers call as OpenAI's server-sent events: a chunk with the
 // role, the content deltas, a chunk with the finish reason, the usage chunk
-// when asked for, then [DONE]; each event is flushed as it is written. A
+// when asked for, then [DONE]; the events ready together leave together. A
 // stream that fails before its first chunk gets a plain error answer; one
 // that fails later gets an error event and no [DONE].
 func (h *httpServer) streamChat(w http.ResponseWriter, r *http.Request, call gateway.Call, includeUsage bool) error {
@@ -337,7 +341,7 @@ func (h *httpServer) streamChat(w http.ResponseWriter, r *http.Request, call gat
 			}
 			return nil
 		}
-		if c, ok = <-ch; !ok {
+		if c, ok = sse.next(ch); !ok {
 			c = gateway.Chunk{Err: errStreamCut}
 		}
 	}
@@ -374,10 +378,26 @@ func typeIfID(id string) string {
 	return "function"
 }
 
-// sseWriter writes server-sent events, flushing each.
+// sseWriter writes server-sent events, flushing each; a lazy one leaves
+// them in the response's buffer until next finds no chunk ready (events
+// that come together leave in one write, none waits for a later one).
 type sseWriter struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
+	w    http.ResponseWriter
+	rc   *http.ResponseController
+	lazy bool
+}
+
+// next is the stream's next chunk, the events written before it flushed
+// first unless it is ready.
+func (s sseWriter) next(ch <-chan gateway.Chunk) (gateway.Chunk, bool) {
+	select {
+	case c, ok := <-ch:
+		return c, ok
+	default:
+	}
+	_ = s.flush() // a caller gone fails the next write
+	c, ok := <-ch
+	return c, ok
 }
 
 func (s sseWriter) event(v any) error {
@@ -389,8 +409,20 @@ func (s sseWriter) event(v any) error {
 }
 
 func (s sseWriter) write(data []byte) error {
-	if _, err := fmt.Fprintf(s.w, "data: %s\n\n", data); err != nil {
-		return err
+	for _, b := range [][]byte{dataPrefix, data, eventEnd} {
+		if _, err := s.w.Write(b); err != nil {
+			return err
+		}
+	}
+	return s.flushEager()
+}
+
+var dataPrefix, eventEnd = []byte("data: "), []byte("\n\n")
+
+// flushEager flushes unless the writer is lazy.
+func (s sseWriter) flushEager() error {
+	if s.lazy {
+		return nil
 	}
 	return s.flush()
 }

@@ -425,7 +425,7 @@ func (h *httpServer) streamResponse(w http.ResponseWriter, r *http.Request, call
 			}
 			return nil
 		}
-		if c, ok = <-ch; !ok {
+		if c, ok = sse.next(ch); !ok {
 			c = gateway.Chunk{Err: errStreamCut}
 		}
 	}

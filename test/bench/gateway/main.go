@@ -9,6 +9,9 @@
 //
 //   - direct: the provider itself, the reference the others' added
 //     latency is counted from;
+//   - proxy: Go's own reverse proxy (net/http/httputil, streams flushed
+//     as they come) in front of the provider: a floor, what relaying a
+//     call costs in Go on this machine with no gateway's work at all;
 //   - stickyd1: one stickyd server (raft on disk), its OpenAI-compatible
 //     /v1/chat/completions;
 //   - stickyd3: three servers in one raft cluster, the calls spread over
@@ -84,6 +87,7 @@ func main() {
 // The systems, in the order of the tables.
 var systemNames = []struct{ key, name string }{
 	{"direct", "direct (the provider)"},
+	{"proxy", "Go reverse proxy (the floor)"},
 	{"stickyd1", "stickyd, 1 server"},
 	{"stickyd3", "stickyd, 3 servers"},
 	{"portkey", "Portkey"},
@@ -109,7 +113,7 @@ type options struct {
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	f := benchkit.NewFlags("gateway", "1 round of 2 s per cell", stderr)
 	o := &options{}
-	systems := f.String("systems", "direct,stickyd1,stickyd3,portkey", "the systems to measure: direct, stickyd1, stickyd3, portkey, queue (direct is always measured)")
+	systems := f.String("systems", "direct,proxy,stickyd1,stickyd3,portkey", "the systems to measure: direct, proxy, stickyd1, stickyd3, portkey, queue (direct is always measured)")
 	rates := f.String("rates", "500,1000", "open-loop rates, calls per second")
 	feat := f.String("features", "on", "stickyd's gateway features (keys, tenants, budgets, limits, prices): on or off")
 	f.IntVar(&o.conc, "concurrency", 16, "closed-loop callers (0: no closed loop)")
@@ -146,7 +150,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	want := map[string]bool{"direct": true}
 	for _, s := range benchkit.SplitList(*systems) {
 		if !slices.ContainsFunc(systemNames, func(n struct{ key, name string }) bool { return n.key == s }) {
-			return nil, fmt.Errorf("-systems: %q is not one of direct, stickyd1, stickyd3, portkey, queue", s)
+			return nil, fmt.Errorf("-systems: %q is not one of direct, proxy, stickyd1, stickyd3, portkey, queue", s)
 		}
 		want[s] = true
 	}
@@ -218,6 +222,15 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (_ *report, err 
 		switch key {
 		case "direct":
 			s.t = target{urls: []string{providerURL + "/chat/completions"}, model: providerModel, header: http.Header{"Authorization": {"Bearer sk-bench"}}}
+		case "proxy":
+			fmt.Fprintln(stderr, "gateway: starting Go's reverse proxy")
+			p, err := spawn("proxy", stderr, upstreamEnv+"=http://"+prov.addr)
+			if err != nil {
+				return nil, err
+			}
+			defer p.stop()
+			s.pids = []int{p.pid}
+			s.t = target{urls: []string{"http://" + p.addr + "/v1/chat/completions"}, model: providerModel, header: http.Header{"Authorization": {"Bearer sk-bench"}}}
 		case "stickyd1", "queue":
 			if one == nil {
 				fmt.Fprintln(stderr, "gateway: starting stickyd, 1 server")
@@ -366,15 +379,17 @@ func nameOf(key string) string {
 }
 
 // roleEnv makes this program one of the benchmark's processes (spawn):
-// "provider" (its latency in latencyEnv) or "agent" (its configuration
+// "provider" (its latency in latencyEnv), "proxy" (its upstream in
+// upstreamEnv) or "agent" (its configuration
 // file in configEnv, its log level in logEnv). It prints the address it
 // serves on (the agent: its gateway's) on its first line of output and
 // stops at SIGTERM.
 const (
-	roleEnv    = "STICKYD_BENCH_GATEWAY_ROLE"
-	latencyEnv = "STICKYD_BENCH_GATEWAY_LATENCY"
-	configEnv  = "STICKYD_BENCH_GATEWAY_CONFIG"
-	logEnv     = "STICKYD_BENCH_GATEWAY_LOG"
+	roleEnv     = "STICKYD_BENCH_GATEWAY_ROLE"
+	latencyEnv  = "STICKYD_BENCH_GATEWAY_LATENCY"
+	configEnv   = "STICKYD_BENCH_GATEWAY_CONFIG"
+	logEnv      = "STICKYD_BENCH_GATEWAY_LOG"
+	upstreamEnv = "STICKYD_BENCH_GATEWAY_UPSTREAM"
 )
 
 // serveRole is one of the benchmark's processes: it runs until SIGTERM.
@@ -391,6 +406,13 @@ func serveRole(role string, stdout, stderr io.Writer) int {
 		ln, err := startProvider(latency)
 		if err != nil {
 			fmt.Fprintln(stderr, "provider:", err)
+			return 1
+		}
+		addr, stop = ln.Addr().String(), func() { ln.Close() }
+	case "proxy":
+		ln, err := startProxy(os.Getenv(upstreamEnv))
+		if err != nil {
+			fmt.Fprintln(stderr, "proxy:", err)
 			return 1
 		}
 		addr, stop = ln.Addr().String(), func() { ln.Close() }
@@ -413,7 +435,7 @@ func serveRole(role string, stdout, stderr io.Writer) int {
 		addr, stop = a.GatewayAddr(), func() { _ = benchkit.StopAgent(context.Background(), a) }
 		role += "." + cfg.Name
 	default:
-		fmt.Fprintf(stderr, "%s=%q: want provider or agent\n", roleEnv, role)
+		fmt.Fprintf(stderr, "%s=%q: want provider, proxy or agent\n", roleEnv, role)
 		return 2
 	}
 	// STICKYD_BENCH_GATEWAY_CPUPROFILE=PREFIX writes a CPU profile of the

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"sync/atomic"
 	"time"
@@ -88,6 +90,30 @@ func startProvider(latency time.Duration) (net.Listener, error) {
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			fmt.Fprintln(os.Stderr, "provider:", err)
+		}
+	}()
+	return ln, nil
+}
+
+// startProxy serves Go's reverse proxy to upstream on a free loopback
+// port, flushing each write of a stream as it comes (what an SSE-aware
+// proxy must do).
+func startProxy(upstream string) (net.Listener, error) {
+	u, err := url.Parse(upstream)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("upstream %q: not a URL", upstream)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.FlushInterval = -1
+	rp.Transport = &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: 90 * time.Second}
+	srv := &http.Server{Handler: rp, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			fmt.Fprintln(os.Stderr, "proxy:", err)
 		}
 	}()
 	return ln, nil
