@@ -607,6 +607,9 @@ func (r *Router) streamOn(ctx context.Context, call Call, m *model, d *deploymen
 // the call's.
 func (r *Router) relay(ctx, sctx context.Context, call Call, m *model, d *deployment, first Chunk, in <-chan Chunk, out chan<- Chunk, attempt trace.Span, done func()) {
 	defer close(out)
+	if call.OnEnd != nil {
+		defer call.OnEnd()
+	}
 	defer done()
 	// o is the stream's outcome, for its spans.
 	var o outcome

@@ -118,6 +118,10 @@ type Call struct {
 	// queue records the start there, so that a call is known to have
 	// maybe run only from then on.
 	OnStart func(ctx context.Context) error `json:"-"`
+	// OnEnd, if set, is called once a stream that started has ended,
+	// before its channel closes (a stream that never started, or a
+	// whole answer: never).
+	OnEnd func() `json:"-"`
 	// Accepted marks a call a persisted queue accepted (async REST): the
 	// queue's bound and the gateway's queue_timeout were checked when it
 	// was accepted, so it waits for its slot as long as it takes (or until

@@ -271,7 +271,7 @@ func (g *Gateway) runsHere(call gateway.Call) bool {
 // lease: a call that had its slot as the lease lapsed never started, and
 // waits for the next lease (or its context); one cut because the lease
 // lapsed for good (cutAll) says so.
-func here[T any](ctx context.Context, g *Gateway, model string, fn func(context.Context) (T, func(), error)) (T, error) {
+func here[T any](ctx context.Context, g *Gateway, model string, fn func(ctx context.Context, end func()) (T, bool, error)) (T, error) {
 	for {
 		if s, ok := g.router.Slots(model); ok {
 			if st := s.Stats(); st.InFlight >= st.Capacity {
@@ -279,11 +279,9 @@ func here[T any](ctx context.Context, g *Gateway, model string, fn func(context.
 			}
 		}
 		cctx, done := g.lease.track(ctx)
-		out, keep, err := fn(cctx)
-		if keep != nil {
-			// A stream: the call is tracked until it ends.
-			go func() { keep(); done() }()
-		} else {
+		out, ends, err := fn(cctx, done)
+		if !ends {
+			// Not a stream that started: its end calls done.
 			done()
 		}
 		if errors.Is(err, errLeaseLapsed) {
@@ -301,9 +299,9 @@ func here[T any](ctx context.Context, g *Gateway, model string, fn func(context.
 
 // completeHere runs the call on this server.
 func (g *Gateway) completeHere(ctx context.Context, call gateway.Call) (gateway.Response, error) {
-	return here(ctx, g, call.Request.Model, func(ctx context.Context) (gateway.Response, func(), error) {
+	return here(ctx, g, call.Request.Model, func(ctx context.Context, _ func()) (gateway.Response, bool, error) {
 		resp, err := g.router.Complete(ctx, call)
-		return resp, nil, err
+		return resp, false, err
 	})
 }
 
@@ -316,30 +314,17 @@ func (g *Gateway) Stream(ctx context.Context, call gateway.Call) (<-chan gateway
 	return g.forwardStream(ctx, call)
 }
 
-// streamHere streams the call from this server: the stream is relayed so
-// that the lease tracks the call until its last chunk.
+// streamHere streams the call from this server: the lease tracks the
+// call until its stream ends.
 func (g *Gateway) streamHere(ctx context.Context, call gateway.Call) (<-chan gateway.Chunk, error) {
-	return here(ctx, g, call.Request.Model, func(ctx context.Context) (<-chan gateway.Chunk, func(), error) {
-		in, err := g.router.Stream(ctx, call)
-		if err != nil {
-			return nil, nil, err
+	return here(ctx, g, call.Request.Model, func(ctx context.Context, end func()) (<-chan gateway.Chunk, bool, error) {
+		if prev := call.OnEnd; prev != nil {
+			call.OnEnd = func() { end(); prev() }
+		} else {
+			call.OnEnd = end
 		}
-		out := make(chan gateway.Chunk, 16)
-		ended := make(chan struct{})
-		go func() {
-			defer close(ended)
-			defer close(out)
-			for c := range in {
-				select {
-				case out <- c:
-				case <-ctx.Done():
-					for range in { // the router ends it: drain
-					}
-					return
-				}
-			}
-		}()
-		return out, func() { <-ended }, nil
+		out, err := g.router.Stream(ctx, call)
+		return out, err == nil, err
 	})
 }
 
@@ -363,9 +348,9 @@ func (g *Gateway) Embed(ctx context.Context, call gateway.EmbedCall) (gateway.Em
 
 // embedHere runs an embedding call on this server.
 func (g *Gateway) embedHere(ctx context.Context, call gateway.EmbedCall) (gateway.Embedding, error) {
-	return here(ctx, g, call.Request.Model, func(ctx context.Context) (gateway.Embedding, func(), error) {
+	return here(ctx, g, call.Request.Model, func(ctx context.Context, _ func()) (gateway.Embedding, bool, error) {
 		out, err := g.router.Embed(ctx, call)
-		return out, nil, err
+		return out, false, err
 	})
 }
 
