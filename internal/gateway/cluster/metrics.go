@@ -15,6 +15,7 @@ type collector struct {
 	cost, calls, tokens, dayCost                 *prometheus.Desc
 	inFlight, queued, capacity, degraded, reqWin *prometheus.Desc
 	share, leaseOK                               *prometheus.Desc
+	held, ceilings, ceilWrites, seen, holds      *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -35,11 +36,17 @@ func newCollector(g *Gateway) *collector {
 		capacity: d("stickyd_gateway_concurrency_limit", "A model's aggregate concurrency limit.", "model"),
 		degraded: d("stickyd_gateway_deployment_degraded", "1 while a deployment is degraded (skipped and probed).", "model", "deployment"),
 		reqWin:   d("stickyd_gateway_deployment_failure_ratio", "A deployment's failures over its outcomes in the health window.", "model", "deployment"),
+		held:     d("stickyd_gateway_reservations_held", "Budget reservations this server's ledger holds (its calls', and on the leader the followers' calls'); each expires with its call's bound."),
+		ceilings: d("stickyd_gateway_budget_ceilings", "Budget scopes this server's ledger keeps a ceiling for in the log; one unused lapses after about 30 s."),
+		ceilWrites: d("stickyd_gateway_budget_ceiling_writes_total",
+			"Entries of budget ceilings this server's ledger wrote (a raise or a renewal; none a call within its ceilings)."),
+		seen:  d("stickyd_gateway_remote_charges_remembered", "Charges from other servers the leader remembers to take each once (kept 2 minutes)."),
+		holds: d("stickyd_gateway_limit_holds", "Holds of keys' and tenants' limits the leader keeps for calls running on other servers (each ends with its call, at the latest its bound)."),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.cost, c.calls, c.tokens, c.dayCost, c.inFlight, c.queued, c.capacity, c.degraded, c.reqWin, c.share, c.leaseOK} {
+	for _, d := range []*prometheus.Desc{c.cost, c.calls, c.tokens, c.dayCost, c.inFlight, c.queued, c.capacity, c.degraded, c.reqWin, c.share, c.leaseOK, c.held, c.ceilings, c.ceilWrites, c.seen, c.holds} {
 		ch <- d
 	}
 }
@@ -61,6 +68,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		valid = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.leaseOK, prometheus.GaugeValue, valid)
+	l := c.g.ledger
+	l.mu.Lock()
+	held, ceils, writes, seen := len(l.held), len(l.ceils), l.ceilWrites, len(l.remoteSeen)
+	l.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(held))
+	ch <- prometheus.MustNewConstMetric(c.ceilings, prometheus.GaugeValue, float64(ceils))
+	ch <- prometheus.MustNewConstMetric(c.ceilWrites, prometheus.CounterValue, float64(writes))
+	ch <- prometheus.MustNewConstMetric(c.seen, prometheus.GaugeValue, float64(seen))
+	lk := c.g.limitKeeper
+	lk.mu.Lock()
+	holds := len(lk.holds)
+	lk.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(c.holds, prometheus.GaugeValue, float64(holds))
 	limits := c.g.limits()
 	for model, h := range c.g.router.Health() {
 		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(limits[model]), model)
