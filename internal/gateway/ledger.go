@@ -81,7 +81,7 @@ func (l *MemLedger) Held() []Reservation {
 
 func (l *MemLedger) spentInLocked(s Scope) (spent, held int64) {
 	for _, r := range l.held {
-		if r.AsCharge().In(s) {
+		if r.In(s) {
 			held += r.Micros
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Native bodies are edited in place, never decoded and encoded again: a
@@ -25,35 +27,38 @@ type span struct {
 	members    bool
 }
 
-// locate finds key's value among body's top-level members.
+// locate finds key's value among body's top-level members. It reads the
+// tokens with jsontext (no value is decoded), as leniently as
+// encoding/json: a name given twice, or text that is not UTF-8, is no
+// error here.
 func locate(body []byte, key string) (span, error) {
 	var s span
-	dec := json.NewDecoder(bytes.NewReader(body))
-	tok, err := dec.Token()
+	dec := jsontext.NewDecoder(bytes.NewReader(body), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	tok, err := dec.ReadToken()
 	if err != nil {
 		return s, err
 	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
+	if tok.Kind() != '{' {
 		return s, errNotObject
 	}
-	for dec.More() {
+	for dec.PeekKind() != '}' {
 		s.members = true
-		tok, err := dec.Token()
+		name, err := dec.ReadToken()
 		if err != nil {
 			return s, err
 		}
-		name, _ := tok.(string)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
+		match := !s.found && name.String() == key
+		raw, err := dec.ReadValue()
+		if err != nil {
 			return s, err
 		}
-		if name == key && !s.found {
+		if match {
 			s.end = int(dec.InputOffset())
 			s.start = s.end - len(raw)
 			s.found = true
 		}
 	}
-	if _, err := dec.Token(); err != nil { // the closing brace
+	if _, err := dec.ReadToken(); err != nil { // the closing brace
 		return s, err
 	}
 	s.closing = int(dec.InputOffset()) - 1

@@ -165,17 +165,24 @@ func MonthOf(day string) string {
 }
 
 // In reports whether the charge counts in scope s.
-func (ch Charge) In(s Scope) bool {
+func (ch *Charge) In(s Scope) bool { return inScope(s, ch.Session, ch.Key, ch.Tenant, ch.Day) }
+
+// In reports whether the reservation counts in scope s.
+func (r *Reservation) In(s Scope) bool { return inScope(s, r.Session, r.Key, r.Tenant, r.Day) }
+
+// inScope reports whether what a call of session, key, tenant on day
+// costs counts in scope s.
+func inScope(s Scope, session, key, tenant, day string) bool {
 	var name string
 	switch s.Kind {
 	case ScopeSession:
-		return ch.Session == s.Name
+		return session == s.Name
 	case ScopeDay:
-		return ch.Day == s.Name
+		return day == s.Name
 	case ScopeKey:
-		name = ch.Key
+		name = key
 	case ScopeTenant:
-		name = ch.Tenant
+		name = tenant
 	default:
 		return false
 	}
@@ -184,9 +191,9 @@ func (ch Charge) In(s Scope) bool {
 	}
 	switch s.Period {
 	case PeriodDay:
-		return ch.Day == s.Bucket
+		return day == s.Bucket
 	case PeriodMonth:
-		return MonthOf(ch.Day) == s.Bucket
+		return MonthOf(day) == s.Bucket
 	}
 	return true
 }

@@ -273,19 +273,19 @@ func (l *raftLedger) tallyLocked(budgets []gateway.Budget) func(gateway.Scope) t
 				break
 			}
 		}
-		for _, ch := range unapplied {
-			if ch.In(s) {
-				t.unapplied += ch.Micros
+		for i := range unapplied {
+			if unapplied[i].In(s) {
+				t.unapplied += unapplied[i].Micros
 			}
 		}
 		for _, r := range l.held {
-			if r.AsCharge().In(s) {
+			if r.In(s) {
 				t.own += r.Micros
 			}
 		}
-		for _, r := range others {
-			if r.AsCharge().In(s) {
-				t.others += r.Micros
+		for i := range others {
+			if others[i].In(s) {
+				t.others += others[i].Micros
 			}
 		}
 		return t

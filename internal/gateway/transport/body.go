@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/stickyd/stickyd/internal/gateway"
 )
 
@@ -127,29 +129,87 @@ func (s *stopList) UnmarshalJSON(b []byte) error {
 
 // findExtra names the members of the body (and of its messages) the
 // gateway's fields do not hold; skip are members a route reads itself.
+// It reads the names alone (jsontext: no value is decoded), as leniently
+// as encoding/json; a body it cannot read names nothing.
 func findExtra(raw []byte, skip ...string) []string {
-	var top map[string]json.RawMessage
-	if json.Unmarshal(raw, &top) != nil {
+	dec := jsontext.NewDecoder(bytes.NewReader(raw), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
 		return nil
 	}
-	var extra []string
-	for k := range top {
+	var extra, inMessages []string
+	for dec.PeekKind() != '}' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return nil
+		}
+		k := tok.String()
+		if k == "messages" {
+			// The last messages member is the one (as encoding/json
+			// reads it); messages that are not objects name nothing.
+			inMessages, err = messageExtras(dec)
+			if err != nil {
+				return nil
+			}
+			continue
+		}
 		if !chatParams[k] && !contains(skip, k) {
 			extra = append(extra, k)
 		}
-	}
-	var msgs []map[string]json.RawMessage
-	if json.Unmarshal(top["messages"], &msgs) == nil {
-		for i, m := range msgs {
-			for k := range m {
-				if !messageFields[k] {
-					extra = append(extra, fmt.Sprintf("messages[%d].%s", i, k))
-				}
-			}
+		if err := dec.SkipValue(); err != nil {
+			return nil
 		}
 	}
+	extra = append(extra, inMessages...)
 	sortStrings(extra)
-	return extra
+	return slices.Compact(extra)
+}
+
+// messageExtras reads the messages' value and names the members of each
+// message the gateway's fields do not hold (none when it is not an array
+// of objects).
+func messageExtras(dec *jsontext.Decoder) ([]string, error) {
+	if dec.PeekKind() != '[' {
+		return nil, dec.SkipValue()
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return nil, err
+	}
+	var extra []string
+	objects := true
+	for i := 0; dec.PeekKind() != ']'; i++ {
+		if dec.PeekKind() != '{' {
+			objects = false
+			if err := dec.SkipValue(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if _, err := dec.ReadToken(); err != nil {
+			return nil, err
+		}
+		for dec.PeekKind() != '}' {
+			tok, err := dec.ReadToken()
+			if err != nil {
+				return nil, err
+			}
+			if k := tok.String(); !messageFields[k] {
+				extra = append(extra, fmt.Sprintf("messages[%d].%s", i, k))
+			}
+			if err := dec.SkipValue(); err != nil {
+				return nil, err
+			}
+		}
+		if _, err := dec.ReadToken(); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return nil, err
+	}
+	if !objects {
+		return nil, nil
+	}
+	return extra, nil
 }
 
 // toRequest turns the body into the gateway's request, or refuses it with a
