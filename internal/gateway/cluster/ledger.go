@@ -33,10 +33,13 @@ type raftLedger struct {
 	id    string
 	batch uint64
 
-	mu       sync.Mutex // guards pending, inflight, held and the ceilings
+	mu       sync.Mutex // guards pending, inflight, their sums, held and the ceilings
 	pending  []gateway.Charge
 	inflight *fsm.GatewayChargesRequest // sent, not known applied
-	kick     chan struct{}
+	// pendingSums and inflightSums add up pending's and inflight's
+	// charges by scope (sums.go).
+	pendingSums, inflightSums chargeSums
+	kick                      chan struct{}
 	// held are the reservations taken here and not yet settled or
 	// released, by id.
 	held map[string]gateway.Reservation
@@ -104,8 +107,7 @@ func (l *raftLedger) Add(ctx context.Context, c gateway.Charge) error {
 		return nil
 	}
 	l.mu.Lock()
-	l.pending = append(l.pending, c)
-	l.taken++
+	l.addPendingLocked(c)
 	delete(l.held, c.Reservation)
 	full := len(l.pending) >= maxBatch
 	l.mu.Unlock()
@@ -176,6 +178,13 @@ func (l *raftLedger) TenantAccounts() map[string]gateway.Account {
 	return c.Tenants
 }
 
+// addPendingLocked takes a charge into the next batch.
+func (l *raftLedger) addPendingLocked(c gateway.Charge) {
+	l.pending = append(l.pending, c)
+	l.pendingSums.add(&l.pending[len(l.pending)-1], 1)
+	l.taken++
+}
+
 // unappliedLocked are the charges taken here that the replica has not
 // applied, given the last batch it applied.
 func (l *raftLedger) unappliedLocked(applied uint64) []gateway.Charge {
@@ -223,6 +232,10 @@ func (l *raftLedger) flush(ctx context.Context) bool {
 		l.inflight = &fsm.GatewayChargesRequest{Ledger: l.id, Batch: l.batch, At: time.Now().UTC(),
 			Charges: slices.Clone(l.pending[:n])}
 		l.pending = l.pending[n:]
+		for i := range l.inflight.Charges {
+			l.pendingSums.add(&l.inflight.Charges[i], -1)
+			l.inflightSums.add(&l.inflight.Charges[i], 1)
+		}
 	}
 	req := l.inflight
 	l.mu.Unlock()
@@ -235,7 +248,7 @@ func (l *raftLedger) flush(ctx context.Context) bool {
 		return false
 	}
 	l.mu.Lock()
-	l.inflight = nil
+	l.inflight, l.inflightSums = nil, chargeSums{}
 	l.applied += uint64(len(req.Charges))
 	close(l.appliedCh)
 	l.appliedCh = make(chan struct{})

@@ -255,8 +255,7 @@ func (l *raftLedger) chargeRemote(ctx context.Context, c gateway.Charge) {
 		// too.
 	}
 	l.mu.Lock()
-	l.pending = append(l.pending, c)
-	l.taken++
+	l.addPendingLocked(c)
 	n := l.taken
 	l.mu.Unlock()
 	select {
@@ -302,7 +301,6 @@ func (l *raftLedger) takeRemote(c gateway.Charge) {
 		l.remoteSwept = now
 	}
 	l.remoteSeen[c.Request] = now
-	l.pending = append(l.pending, c)
-	l.taken++
+	l.addPendingLocked(c)
 	delete(l.held, c.Reservation)
 }

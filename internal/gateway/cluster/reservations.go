@@ -231,7 +231,7 @@ func (l *raftLedger) tallyLocked(budgets []gateway.Budget) func(gateway.Scope) t
 		scopes[i] = b.Scope
 	}
 	spent, applied := l.maps.GatewaySpentIn(scopes, l.id)
-	unapplied := l.unappliedLocked(applied)
+	inflight := l.inflight != nil && l.inflight.Batch > applied // not applied yet
 	// A reservation past its expiry holds nothing, here as in the log
 	// (its call cannot run past it).
 	now := time.Now()
@@ -240,22 +240,24 @@ func (l *raftLedger) tallyLocked(budgets []gateway.Budget) func(gateway.Scope) t
 			delete(l.held, id)
 		}
 	}
-	// The reservations of an earlier process of this server died with
-	// it (the first entry of this one drops them from the log); those a
-	// charge taken here settles (a follower's call's, whose charge the
-	// log has not applied yet) are counted as the charge.
-	var settled map[string]bool
-	for _, ch := range unapplied {
-		if ch.Reservation != "" {
-			if settled == nil {
-				settled = map[string]bool{}
+	// Other servers' ledgers' reservations in the log (written one by
+	// one while a rolling update runs a server without ceilings). Those
+	// of an earlier process of this server died with it (the first entry
+	// of this one drops them from the log); those a charge taken here
+	// settles (a follower's call's, whose charge the log has not applied
+	// yet) are counted as the charge.
+	others := l.maps.GatewayHeldByOthers(l.id, now)
+	if len(others) > 0 {
+		settled := map[string]bool{}
+		for _, ch := range l.unappliedLocked(applied) {
+			if ch.Reservation != "" {
+				settled[ch.Reservation] = true
 			}
-			settled[ch.Reservation] = true
 		}
+		others = slices.DeleteFunc(others, func(r gateway.Reservation) bool {
+			return strings.HasPrefix(r.Ledger, l.srv.Name()+"/") || settled[r.ID]
+		})
 	}
-	others := slices.DeleteFunc(l.maps.GatewayHeldByOthers(l.id, now), func(r gateway.Reservation) bool {
-		return strings.HasPrefix(r.Ledger, l.srv.Name()+"/") || settled[r.ID]
-	})
 	// Other ledgers' ceilings count whole, an earlier process of this
 	// server's too: the followers' calls it covered may still run.
 	var ceils []int64
@@ -273,10 +275,9 @@ func (l *raftLedger) tallyLocked(budgets []gateway.Budget) func(gateway.Scope) t
 				break
 			}
 		}
-		for i := range unapplied {
-			if unapplied[i].In(s) {
-				t.unapplied += unapplied[i].Micros
-			}
+		t.unapplied = l.pendingSums.in(s)
+		if inflight {
+			t.unapplied += l.inflightSums.in(s)
 		}
 		for _, r := range l.held {
 			if r.In(s) {
