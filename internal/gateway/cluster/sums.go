@@ -11,7 +11,7 @@ import (
 // ledger keeps one for its pending charges and one for the batch in the
 // log's hands. An entry that comes back to zero leaves its map.
 type chargeSums struct {
-	session, day, key, tenant                 map[string]int64
+	session, day, key, tenant                map[string]int64
 	keyDay, keyMonth, tenantDay, tenantMonth map[[2]string]int64
 }
 
