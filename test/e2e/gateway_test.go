@@ -795,30 +795,13 @@ func TestGatewayUsageExactAndKeyBudget(t *testing.T) {
 	// The leader held small's reservations under a ceiling it wrote to
 	// the log (one entry, not one a call), and holds none once the calls
 	// ended.
-	_, m := adminCallAt(t, ps[leader].admin, "GET", "/metrics", "")
-	if w := metricValue(t, m, "stickyd_gateway_budget_ceiling_writes_total"); w < 1 || w > 2 {
+	if w := procMetric(t, ps[leader].admin, "stickyd_gateway_budget_ceiling_writes_total"); w < 1 || w > 2 {
 		t.Errorf("the leader wrote %v entries of ceilings for small's 3 calls (want 1 or 2)", w)
 	}
-	if n := metricValue(t, m, "stickyd_gateway_budget_ceilings"); n < 1 {
+	if n := procMetric(t, ps[leader].admin, "stickyd_gateway_budget_ceilings"); n < 1 {
 		t.Errorf("the leader keeps %v ceilings", n)
 	}
-	if n := metricValue(t, m, "stickyd_gateway_reservations_held"); n != 0 {
+	if n := procMetric(t, ps[leader].admin, "stickyd_gateway_reservations_held"); n != 0 {
 		t.Errorf("the leader still holds %v reservations", n)
 	}
-}
-
-// metricValue reads an unlabelled metric's value in a /metrics page.
-func metricValue(t *testing.T, page, name string) float64 {
-	t.Helper()
-	for _, line := range strings.Split(page, "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatalf("%s: %v", line, err)
-			}
-			return f
-		}
-	}
-	t.Fatalf("/metrics lacks %s", name)
-	return 0
 }

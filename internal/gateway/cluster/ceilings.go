@@ -175,11 +175,7 @@ func (l *raftLedger) runCeilings(stop <-chan struct{}) {
 		l.mu.Unlock()
 		if err != nil {
 			l.log.Warn("recording gateway budget ceilings", "scopes", len(req.Set), "error", err)
-			if r := l.srv.Raft(); r == nil || !r.IsLeader() {
-				err = gateway.ErrNotLeader
-			} else {
-				err = fmt.Errorf("%w: recording the call's budget ceiling: %v", gateway.ErrUnavailable, err)
-			}
+			err = l.notRecorded("budget ceiling", err)
 		}
 		b.err = err
 		close(b.done)

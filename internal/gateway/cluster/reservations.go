@@ -183,15 +183,21 @@ func (l *raftLedger) runReservations(stop <-chan struct{}) {
 			l.rmu.Unlock()
 		} else {
 			l.log.Warn("recording gateway reservations", "reservations", len(b.req.Reserve), "releases", len(b.req.Release), "error", err)
-			if r := l.srv.Raft(); r == nil || !r.IsLeader() {
-				err = gateway.ErrNotLeader
-			} else {
-				err = fmt.Errorf("%w: recording the call's reservation: %v", gateway.ErrUnavailable, err)
-			}
+			err = l.notRecorded("reservation", err)
 		}
 		b.err = err
 		close(b.done)
 	}
+}
+
+// notRecorded is what the calls waiting for an entry of what the log did
+// not take are told: ErrNotLeader when this server no longer leads (they
+// go to the new leader), ErrUnavailable otherwise.
+func (l *raftLedger) notRecorded(what string, err error) error {
+	if r := l.srv.Raft(); r == nil || !r.IsLeader() {
+		return gateway.ErrNotLeader
+	}
+	return fmt.Errorf("%w: recording the call's %s: %v", gateway.ErrUnavailable, what, err)
 }
 
 // HeldIn is what the reservations of the calls under way hold in scope
