@@ -80,13 +80,15 @@ deps:
 ## and vet checks, every test of both modules (the product's, the SDK's) with
 ## the race detector (the deployment suite of test/deploy included: real
 ## Consul and Nomad agents), then the moves stress test at full size (200
-## users typing through 10,000 moves) and read-your-writes at full size
-## (10,000 commits on three servers) without it, then the fuzz targets.
+## users typing through 10,000 moves), read-your-writes at full size
+## (10,000 commits on three servers) and the budgets' ceilings of 100,000
+## people without it, then the fuzz targets.
 test: deps tools lint
 	STICKYD_REQUIRE_AGENTS=1 $(GO) test -race -count=1 -timeout 35m ./...
 	cd $(SDK) && $(GO) test -race -count=1 -timeout 10m ./...
 	for app in $(APPS); do (cd $$app && GOWORK=off $(GO) test -race -count=1 ./...) || exit 1; done
 	$(GO) test -count=1 -timeout 10m -run 'TestMovesUnderLoad|TestReadYourWrites|TestGatewayCallsRunWhereTheyArrive' ./test/e2e/
+	$(GO) test -count=1 -timeout 5m -run 'TestCeilingsAtPopulationScale' ./internal/gateway/cluster/
 	$(MAKE) fuzz FUZZTIME=3s
 
 ## fuzz: every fuzz target of a decoder that takes outside input, for
