@@ -27,13 +27,11 @@ type span struct {
 	members    bool
 }
 
-// locate finds key's value among body's top-level members. It reads the
-// tokens with jsontext (no value is decoded), as leniently as
-// encoding/json: a name given twice, or text that is not UTF-8, is no
-// error here.
+// locate finds key's value among body's top-level members, reading its
+// tokens (TokenDecoder: no value is decoded).
 func locate(body []byte, key string) (span, error) {
 	var s span
-	dec := jsontext.NewDecoder(bytes.NewReader(body), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	dec := TokenDecoder(body)
 	tok, err := dec.ReadToken()
 	if err != nil {
 		return s, err
@@ -66,6 +64,13 @@ func locate(body []byte, key string) (span, error) {
 		return s, errNotObject
 	}
 	return s, nil
+}
+
+// TokenDecoder reads body's JSON tokens as leniently as encoding/json
+// reads a body: a name given twice, or text that is not UTF-8, is no
+// error.
+func TokenDecoder(body []byte) *jsontext.Decoder {
+	return jsontext.NewDecoder(bytes.NewReader(body), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 }
 
 // JSONField returns the value of a top-level member of the JSON object

@@ -216,11 +216,6 @@ type Reservation struct {
 	Expires time.Time `json:"expires"`
 }
 
-// AsCharge is the charge the reservation stands for, to ask In.
-func (r Reservation) AsCharge() Charge {
-	return Charge{Request: r.ID, Session: r.Session, Key: r.Key, Tenant: r.Tenant, Day: r.Day, Model: r.Model, Micros: r.Micros}
-}
-
 // CheckName refuses a key's or a tenant's name that is empty, longer than
 // 64 characters, or has characters other than letters, digits, '.', '_'
 // and '-' (a key's sessions are "name/session").

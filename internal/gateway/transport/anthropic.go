@@ -511,10 +511,8 @@ func (s sseWriter) named(event string, data []byte) error {
 		fmt.Fprintf(&b, "event: %s\n", event)
 	}
 	fmt.Fprintf(&b, "data: %s\n\n", data)
-	if _, err := s.w.Write(b.Bytes()); err != nil {
-		return err
-	}
-	return s.flushEager()
+	_, err := s.w.Write(b.Bytes())
+	return err
 }
 
 // event2 writes a named event with v as its data.

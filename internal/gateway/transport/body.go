@@ -129,10 +129,10 @@ func (s *stopList) UnmarshalJSON(b []byte) error {
 
 // findExtra names the members of the body (and of its messages) the
 // gateway's fields do not hold; skip are members a route reads itself.
-// It reads the names alone (jsontext: no value is decoded), as leniently
-// as encoding/json; a body it cannot read names nothing.
+// It reads the names alone (gateway.TokenDecoder: no value is decoded); a
+// body it cannot read names nothing.
 func findExtra(raw []byte, skip ...string) []string {
-	dec := jsontext.NewDecoder(bytes.NewReader(raw), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	dec := gateway.TokenDecoder(raw)
 	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
 		return nil
 	}

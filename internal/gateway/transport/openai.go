@@ -218,7 +218,7 @@ func (h *httpServer) openStream(w http.ResponseWriter, r *http.Request, call gat
 	setServedBy(hdr, c.Provider, c.Deployment)
 	hdr.Set("Trailer", costTrailer)
 	w.WriteHeader(http.StatusOK)
-	sse = sseWriter{w: w, rc: http.NewResponseController(w), lazy: true}
+	sse = sseWriter{w: w, rc: http.NewResponseController(w)}
 	done = func() {
 		_ = sse.flush() // what the stream's last events left in the buffer
 		cancel()
@@ -378,13 +378,13 @@ func typeIfID(id string) string {
 	return "function"
 }
 
-// sseWriter writes server-sent events, flushing each; a lazy one leaves
-// them in the response's buffer until next finds no chunk ready (events
-// that come together leave in one write, none waits for a later one).
+// sseWriter writes server-sent events into the response's buffer; next
+// flushes them when it finds no chunk ready, and the stream's done at its
+// end (events that come together leave in one write, none waits for a
+// later one).
 type sseWriter struct {
-	w    http.ResponseWriter
-	rc   *http.ResponseController
-	lazy bool
+	w  http.ResponseWriter
+	rc *http.ResponseController
 }
 
 // next is the stream's next chunk, the events written before it flushed
@@ -414,18 +414,10 @@ func (s sseWriter) write(data []byte) error {
 			return err
 		}
 	}
-	return s.flushEager()
+	return nil
 }
 
 var dataPrefix, eventEnd = []byte("data: "), []byte("\n\n")
-
-// flushEager flushes unless the writer is lazy.
-func (s sseWriter) flushEager() error {
-	if s.lazy {
-		return nil
-	}
-	return s.flush()
-}
 
 func (s sseWriter) flush() error {
 	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
