@@ -172,6 +172,9 @@ type admission struct {
 	day, tenant string
 	reservation string
 	limited     []string
+	// endLimits ends the call's hold on its limits (once: at its charge
+	// or its end, whichever comes first).
+	endLimits func()
 	// settled turns true once the reservation is settled or released.
 	settled atomic.Bool
 	// attempts counts the attempts on deployments, when traced.

@@ -48,6 +48,14 @@ type LimitKeeper interface {
 	AddTokens(now time.Time, names []string, n int64)
 }
 
+// A HoldReserver is a LimitKeeper that holds a call's limits and reserves
+// its worst case on the ledger in one step (a cluster's follower: one trip
+// to the leader, not two). Either refusal refuses the call, and nothing
+// stays held.
+type HoldReserver interface {
+	HoldAndReserve(ctx context.Context, now time.Time, scopes []LimitScope, r Reservation, budgets []Budget) (endLimits func(), err error)
+}
+
 // AcquireLimits admits a call counting in scopes in this router's own
 // memory: the one place a cluster counts them (LimitKeeper).
 func (r *Router) AcquireLimits(now time.Time, scopes []LimitScope) (release func(), err error) {

@@ -750,16 +750,6 @@ func (r *Router) admitModel(ctx context.Context, call Call, worst func(*model) i
 		}
 	}
 	scopes := limitScopes(call.Key, acc, keyed)
-	acquireLimits := func(_ context.Context, now time.Time, scopes []LimitScope) (func(), error) {
-		return r.limits.acquire(now, scopes)
-	}
-	if r.cfg.Limits != nil && len(scopes) > 0 {
-		acquireLimits = r.cfg.Limits.Acquire
-	}
-	endLimits, err := acquireLimits(ctx, now, scopes)
-	if err != nil {
-		return nil, nil, nil, err
-	}
 	for _, sc := range scopes {
 		adm.limited = append(adm.limited, sc.Name)
 	}
@@ -778,7 +768,6 @@ func (r *Router) admitModel(ctx context.Context, call Call, worst func(*model) i
 	qspan := r.startStep(ctx, "queue")
 	release, queued, err := acquire(wait)
 	if err != nil {
-		endLimits()
 		cancel()
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			err = ErrQueueTimeout
@@ -787,43 +776,52 @@ func (r *Router) admitModel(ctx context.Context, call Call, worst func(*model) i
 		return nil, nil, nil, err
 	}
 	endStep(qspan, attrQueued.Bool(queued), nil)
-	undo := func() { r.unreserve(adm); release(); endLimits(); cancel() }
-	var w int64
+	// With its slot, the call holds its limits and reserves its worst
+	// case against its budgets (a call that can cost nothing, on free
+	// deployments, reserves nothing: the check above refused it if a
+	// budget was spent); in a cluster the two take one trip to the leader.
+	var res *Reservation
+	rctx, c2 := qctx, context.CancelFunc(func() {})
 	if len(budgets) > 0 {
-		w = worst(m)
+		if w := worst(m); w > 0 {
+			// The call is held to its reservation's life: it cannot run
+			// past the reservation's expiry.
+			bound := r.reservationBound(m)
+			expires := r.cfg.Clock().Add(bound)
+			if d, ok := qctx.Deadline(); ok && time.Until(d) < bound {
+				expires = r.cfg.Clock().Add(time.Until(d))
+			}
+			rctx, c2 = context.WithTimeout(qctx, bound)
+			res = &Reservation{ID: newID(), Session: call.Session, Key: call.Key, Tenant: acc.Tenant, Day: adm.day, Model: m.Name,
+				Micros: w, Expires: expires}
+		}
 	}
-	// A call that can cost nothing (free deployments) holds nothing: the
-	// check above refused it if a budget was spent.
-	if w > 0 {
-		// The call is held to its reservation's life: it cannot run past
-		// the reservation's expiry.
-		bound := r.reservationBound(m)
-		expires := r.cfg.Clock().Add(bound)
-		if d, ok := qctx.Deadline(); ok && time.Until(d) < bound {
-			expires = r.cfg.Clock().Add(time.Until(d))
-		}
-		rctx, c2 := context.WithTimeout(qctx, bound)
-		res := Reservation{ID: newID(), Session: call.Session, Key: call.Key, Tenant: acc.Tenant, Day: adm.day, Model: m.Name,
-			Micros: w, Expires: expires}
-		rspan := r.startStep(ctx, "reserve")
-		if err := r.cfg.Ledger.Reserve(rctx, res, budgets); err != nil {
-			endStep(rspan, attrReserved.Float64(float64(w)/1e6), err)
-			c2()
-			undo()
-			return nil, nil, nil, err
-		}
-		endStep(rspan, attrReserved.Float64(float64(w)/1e6), nil)
+	var rspan trace.Span
+	if res != nil {
+		rspan = r.startStep(ctx, "reserve")
+	}
+	endLimits, err := r.holdAndReserve(rctx, scopes, res, budgets)
+	if res != nil {
+		endStep(rspan, attrReserved.Float64(float64(res.Micros)/1e6), err)
+	}
+	if err != nil {
+		c2()
+		release()
+		cancel()
+		return nil, nil, nil, err
+	}
+	if res != nil {
 		adm.reservation = res.ID
-		qctx = rctx
-		undo = func() { r.unreserve(adm); release(); endLimits(); c2(); cancel() }
 	}
+	adm.endLimits = sync.OnceFunc(endLimits)
+	undo := func() { r.unreserve(adm); release(); adm.endLimits(); c2(); cancel() }
 	if r.cfg.MayStart != nil {
 		if err := r.cfg.MayStart(); err != nil {
 			undo()
 			return nil, nil, nil, err
 		}
 	}
-	return m, context.WithValue(qctx, admissionKey{}, adm), undo, nil
+	return m, context.WithValue(rctx, admissionKey{}, adm), undo, nil
 }
 
 // unreserve releases the reservation of a call that ended without a
@@ -832,6 +830,42 @@ func (r *Router) unreserve(adm *admission) {
 	if adm.reservation != "" && adm.settled.CompareAndSwap(false, true) {
 		r.cfg.Ledger.Release(adm.reservation)
 	}
+}
+
+// holdAndReserve holds a call's limits in scopes and reserves res (if
+// any) against budgets; it returns what ends the hold. A LimitKeeper that
+// is a HoldReserver does both in one step.
+func (r *Router) holdAndReserve(ctx context.Context, scopes []LimitScope, res *Reservation, budgets []Budget) (func(), error) {
+	now := r.cfg.Clock()
+	keeper := r.cfg.Limits
+	if keeper == nil || len(scopes) == 0 {
+		keeper = localLimits{r}
+	}
+	if hr, ok := keeper.(HoldReserver); ok && res != nil {
+		return hr.HoldAndReserve(ctx, now, scopes, *res, budgets)
+	}
+	endLimits, err := keeper.Acquire(ctx, now, scopes)
+	if err != nil {
+		return nil, err
+	}
+	if res != nil {
+		if err := r.cfg.Ledger.Reserve(ctx, *res, budgets); err != nil {
+			endLimits()
+			return nil, err
+		}
+	}
+	return endLimits, nil
+}
+
+// localLimits is the LimitKeeper of a router's own memory.
+type localLimits struct{ r *Router }
+
+func (l localLimits) Acquire(_ context.Context, now time.Time, scopes []LimitScope) (func(), error) {
+	return l.r.limits.acquire(now, scopes)
+}
+
+func (l localLimits) AddTokens(now time.Time, names []string, n int64) {
+	l.r.limits.addTokens(now, names, n)
 }
 
 // limitScopes are the holders of limits a call of key counts in: the key
@@ -961,6 +995,11 @@ func (r *Router) charge(ctx context.Context, call Call, m *model, d *deployment,
 			} else {
 				r.limits.addTokens(r.cfg.Clock(), adm.limited, n)
 			}
+		}
+		// The provider's call is over: its hold on the limits ends with
+		// its charge (in a cluster, one trip to the leader for both).
+		if adm.endLimits != nil {
+			adm.endLimits()
 		}
 	}
 	return r.cfg.Ledger.Add(context.WithoutCancel(ctx), ch)

@@ -269,3 +269,129 @@ gateway {
 		t.Fatalf("the provider answered %d calls, the callers got %d answers", got, answered+5)
 	}
 }
+
+// A key's limits and budget on the servers that are not the leader: a
+// call there holds its key's limits and reserves its worst case on the
+// leader in one trip, and whatever refuses it, nothing stays held. Key
+// "lim" (concurrency 2, RPM 5): of four calls at once on the two
+// followers two run and two are refused for its concurrency, then three
+// more run and the sixth is refused for its RPM; key "poor" ($0.01 left,
+// a call's worst case $0.05) is refused budget_exceeded. After each, the
+// leader keeps no hold of a limit and the keys hold nothing of their
+// budgets; the calls that ran are counted once.
+func TestGatewayKeyLimitsOnFollowers(t *testing.T) {
+	p := newUsageProvider(t, 300*time.Millisecond)
+	gwAddrs := make([]string, 3)
+	for i := range gwAddrs {
+		gwAddrs[i] = freePort(t)
+	}
+	ps, leader := startClusterWith(t, 3, func(i int) string {
+		return fmt.Sprintf(`
+gateway {
+  address      = %q
+  grpc_address = %q
+  model "small" {
+    concurrency       = 50
+    max_output_tokens = 8192
+    deployment "local" {
+      provider = "openai"
+      base_url = %q
+      model    = "small-v1"
+      price {
+        input  = 1
+        output = 10
+      }
+    }
+  }
+}`, gwAddrs[i], freePort(t), p.srv.URL+"/v1")
+	})
+	followers := []string{gwAddrs[(leader+1)%3], gwAddrs[(leader+2)%3]}
+	newKey := func(spec string) string {
+		t.Helper()
+		code, body := adminDoAs(t, ps[leader].admin, "POST", "/v1/gateway/keys", testToken, spec)
+		var nk gateway.NewKey
+		if code != http.StatusCreated || json.Unmarshal([]byte(body), &nk) != nil || nk.Secret == "" {
+			t.Fatalf("creating a key %s: %d %s", spec, code, body)
+		}
+		return nk.Secret
+	}
+	lim := newKey(`{"name":"lim","concurrency":2,"rpm":5,"budget_micros":10000000}`)
+	poor := newKey(`{"name":"poor","concurrency":4,"budget_micros":10000}`)
+	// Until a server's replica has the keys, its gateway is open (no key
+	// exists): wait for both.
+	for _, f := range followers {
+		for _, key := range []string{lim, poor} {
+			waitFor(t, 5*time.Second, "a follower knows the keys", func() bool {
+				req, _ := http.NewRequest("GET", "http://"+f+"/v1/gateway/usage", nil)
+				req.Header.Set("Authorization", "Bearer "+key)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return false
+				}
+				resp.Body.Close()
+				return resp.StatusCode == http.StatusOK
+			})
+		}
+	}
+	call := `{"model":"small","max_tokens":4980,"messages":[{"role":"user","content":"out=100"}]}`
+	nothingHeld := func(what string) {
+		t.Helper()
+		waitFor(t, 5*time.Second, what+": no hold of a limit left on the leader, nothing of a budget held", func() bool {
+			return procMetric(t, ps[leader].admin, "stickyd_gateway_limit_holds") == 0 &&
+				keyUsage(t, followers[0], lim).Budget.HeldMicros == 0 && keyUsage(t, followers[1], poor).Budget.HeldMicros == 0
+		})
+	}
+
+	results := make([]budgetCall, 4)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() { results[i] = gatewayPost(t, followers[i%2], lim, call) })
+	}
+	wg.Wait()
+	ran, busy := 0, 0
+	for i, c := range results {
+		switch {
+		case c.status == http.StatusOK:
+			ran++
+		case c.status == http.StatusTooManyRequests && c.code == "rate_limit_exceeded" && strings.Contains(c.message, "(concurrency = 2)"):
+			busy++
+		default:
+			t.Fatalf("call %d at once: %+v", i, c)
+		}
+	}
+	if ran != 2 || busy != 2 {
+		t.Fatalf("four calls at once with concurrency 2: %d ran, %d refused", ran, busy)
+	}
+	nothingHeld("after the calls at once")
+
+	// One after the other, each call takes two trips to the leader: its
+	// start (limits and reservation) and its end (charge, tokens, hold).
+	trips := func() float64 {
+		return procMetric(t, ps[(leader+1)%3].admin, "stickyd_gateway_leader_trips_total") +
+			procMetric(t, ps[(leader+2)%3].admin, "stickyd_gateway_leader_trips_total")
+	}
+	before := trips()
+	for i := range 3 {
+		if c := gatewayPost(t, followers[i%2], lim, call); c.status != http.StatusOK {
+			t.Fatalf("call %d of the minute: %+v", 3+i, c)
+		}
+	}
+	if n := trips() - before; n != 6 {
+		t.Errorf("three calls took %v trips to the leader, want 6", n)
+	}
+	if c := gatewayPost(t, followers[1], lim, call); c.status != http.StatusTooManyRequests || c.code != "rate_limit_exceeded" ||
+		!strings.Contains(c.message, "(rpm = 5)") {
+		t.Fatalf("the sixth call of the minute: %+v", c)
+	}
+	nothingHeld("after the RPM's refusal")
+
+	if c := gatewayPost(t, followers[0], poor, call); c.status != http.StatusTooManyRequests || c.code != "budget_exceeded" {
+		t.Fatalf("a call past its key's budget: %+v", c)
+	}
+	nothingHeld("after the budget's refusal")
+
+	u := keyUsage(t, followers[1], lim)
+	if u.Total.Calls != 5 || u.Total.Micros != 5*(promptTokens+100*10) || p.answered.Load() != 5 {
+		t.Fatalf("lim's usage %+v, the provider answered %d: want 5 calls", u.Total, p.answered.Load())
+	}
+}

@@ -98,8 +98,10 @@ func (g *Gateway) Routes(mux *http.ServeMux, wrap func(func(http.ResponseWriter,
 		if !g.srv.Raft().IsLeader() {
 			return &api.Error{Status: http.StatusMisdirectedRequest, Message: "not the leader"}
 		}
-		ans := g.ledger.reserveFor(r.Context(), items)
+		// The limits first: a call they refuse reserves nothing.
+		ans := remoteAnswer{Errors: make([]string, len(items))}
 		g.limitKeeper.take(items, &ans)
+		g.ledger.reserveFor(r.Context(), items, &ans)
 		writeJSONTo(w, http.StatusOK, ans)
 		return nil
 	}))

@@ -5,6 +5,7 @@ import (
 	"iter"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -76,7 +77,9 @@ type raftLedger struct {
 	// (Gateway.postLeader).
 	remoteNext *remoteBatch
 	remoteKick chan struct{}
-	post       func(ctx context.Context, path string, body []byte) ([]byte, error)
+	// trips counts the batches sent, tripItems their items.
+	trips, tripItems atomic.Uint64
+	post             func(ctx context.Context, path string, body []byte) ([]byte, error)
 }
 
 var _ gateway.Ledger = (*raftLedger)(nil)

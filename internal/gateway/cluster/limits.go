@@ -34,7 +34,7 @@ var _ gateway.LimitKeeper = (*clusterLimits)(nil)
 // Acquire implements gateway.LimitKeeper.
 func (c *clusterLimits) Acquire(ctx context.Context, now time.Time, scopes []gateway.LimitScope) (func(), error) {
 	g := c.g
-	if r := g.srv.Raft(); r == nil || r.IsLeader() {
+	if !c.remote() {
 		return g.router.AcquireLimits(now, scopes)
 	}
 	id := newID()
@@ -42,14 +42,63 @@ func (c *clusterLimits) Acquire(ctx context.Context, now time.Time, scopes []gat
 	select {
 	case <-b.done:
 	case <-ctx.Done():
-		g.ledger.sendRemote(remoteItem{Unhold: id})
+		g.ledger.deferRemote(remoteItem{Unhold: id})
 		return nil, ctx.Err()
 	}
 	if err := b.errs[i]; err != nil {
 		return nil, err
 	}
-	var once sync.Once
-	return func() { once.Do(func() { g.ledger.sendRemote(remoteItem{Unhold: id}) }) }, nil
+	return c.unholder(id), nil
+}
+
+// HoldAndReserve implements gateway.HoldReserver: on a follower, the hold
+// of the call's limits and its reservation go to the leader as one item
+// (the leader reserves nothing for a call its limits refuse).
+func (c *clusterLimits) HoldAndReserve(ctx context.Context, now time.Time, scopes []gateway.LimitScope, r gateway.Reservation, budgets []gateway.Budget) (func(), error) {
+	g, l := c.g, c.g.ledger
+	if !c.remote() {
+		end, err := c.Acquire(ctx, now, scopes)
+		if err != nil {
+			return nil, err
+		}
+		if err := l.Reserve(ctx, r, budgets); err != nil {
+			end()
+			return nil, err
+		}
+		return end, nil
+	}
+	r.Ledger = l.id
+	id := newID()
+	b, i := l.sendRemote(remoteItem{Limits: scopes, Hold: id, HoldFor: g.callBound(), Reservation: &r, Budgets: budgets})
+	var err error
+	select {
+	case <-b.done:
+		err = b.errs[i]
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		// Whichever of the two the leader holds (a leader of an older
+		// version holds the reservation whatever the limits said) ends.
+		l.deferRemote(remoteItem{Unhold: id}, remoteItem{Release: r.ID})
+		return nil, err
+	}
+	l.mu.Lock()
+	l.held[r.ID] = r
+	l.mu.Unlock()
+	return c.unholder(id), nil
+}
+
+// remote says whether a call's limits are held on another server (the
+// leader).
+func (c *clusterLimits) remote() bool {
+	r := c.g.srv.Raft()
+	return r != nil && !r.IsLeader() && c.g.ledger.post != nil
+}
+
+// unholder ends hold id on the leader, once.
+func (c *clusterLimits) unholder(id string) func() {
+	return sync.OnceFunc(func() { c.g.ledger.deferRemote(remoteItem{Unhold: id}) })
 }
 
 // AddTokens implements gateway.LimitKeeper.
@@ -59,7 +108,7 @@ func (c *clusterLimits) AddTokens(now time.Time, names []string, n int64) {
 		g.router.AddLimitTokens(now, names, n)
 		return
 	}
-	g.ledger.sendRemote(remoteItem{Tokens: names, TokenCount: n})
+	g.ledger.deferRemote(remoteItem{Tokens: names, TokenCount: n})
 }
 
 // take handles, on the leader, the limits' items of a batch a server sent,

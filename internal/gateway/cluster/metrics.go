@@ -16,6 +16,7 @@ type collector struct {
 	inFlight, queued, capacity, degraded, reqWin *prometheus.Desc
 	share, leaseOK                               *prometheus.Desc
 	held, ceilings, ceilWrites, seen, holds      *prometheus.Desc
+	trips, tripItems                             *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -42,11 +43,14 @@ func newCollector(g *Gateway) *collector {
 			"Entries of budget ceilings this server's ledger wrote (a raise or a renewal; none a call within its ceilings)."),
 		seen:  d("stickyd_gateway_remote_charges_remembered", "Charges from other servers the leader remembers to take each once (kept 2 minutes)."),
 		holds: d("stickyd_gateway_limit_holds", "Holds of keys' and tenants' limits the leader keeps for calls running on other servers (each ends with its call, at the latest its bound)."),
+		trips: d("stickyd_gateway_leader_trips_total",
+			"Batches this server sent the leader for its calls (a call's limits and reservation as it starts, its charge and the end of its hold as it ends; the calls of the moment share one)."),
+		tripItems: d("stickyd_gateway_leader_trip_items_total", "Items in the batches this server sent the leader."),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.cost, c.calls, c.tokens, c.dayCost, c.inFlight, c.queued, c.capacity, c.degraded, c.reqWin, c.share, c.leaseOK, c.held, c.ceilings, c.ceilWrites, c.seen, c.holds} {
+	for _, d := range []*prometheus.Desc{c.cost, c.calls, c.tokens, c.dayCost, c.inFlight, c.queued, c.capacity, c.degraded, c.reqWin, c.share, c.leaseOK, c.held, c.ceilings, c.ceilWrites, c.seen, c.holds, c.trips, c.tripItems} {
 		ch <- d
 	}
 }
@@ -76,6 +80,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.ceilings, prometheus.GaugeValue, float64(ceils))
 	ch <- prometheus.MustNewConstMetric(c.ceilWrites, prometheus.CounterValue, float64(writes))
 	ch <- prometheus.MustNewConstMetric(c.seen, prometheus.GaugeValue, float64(seen))
+	ch <- prometheus.MustNewConstMetric(c.trips, prometheus.CounterValue, float64(l.trips.Load()))
+	ch <- prometheus.MustNewConstMetric(c.tripItems, prometheus.CounterValue, float64(l.tripItems.Load()))
 	lk := c.g.limitKeeper
 	lk.mu.Lock()
 	holds := len(lk.holds)

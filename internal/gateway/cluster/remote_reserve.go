@@ -13,10 +13,12 @@ import (
 
 // Reservations of the calls that run on a follower (docs/gateway.md,
 // "Budgets that never overshoot"): the budgets are counted in one place,
-// the leader's ledger, so a follower sends its calls' reservations and
-// releases to the leader, batched (while one batch is under way the next
-// gathers), and starts a call once the leader has its reservation in the
-// log. The follower keeps its own reservations too, for its Check.
+// the leader's ledger, so a follower sends its calls' reservations (each
+// with its call's hold of its limits: one item), charges and releases to
+// the leader, batched (while one batch is under way the next gathers;
+// what no call waits for rides with the next item sent), and starts a
+// call once the leader has its reservation in the log. The follower keeps
+// its own reservations too, for its Check.
 
 // remoteItem is what a server sends the leader for its calls: a
 // reservation, a release or a charge (the ledger's); a hold of a key's and
@@ -52,7 +54,13 @@ type remoteBatch struct {
 	items []remoteItem
 	done  chan struct{}
 	errs  []error // set before done closes, one per item
+	// lingering says a deferred item's own wake-up is set.
+	lingering bool
 }
+
+// remoteLinger is the longest an item no call waits for waits for a batch
+// to ride in.
+const remoteLinger = 2 * time.Millisecond
 
 // reserveRemote reserves r through the leader.
 func (l *raftLedger) reserveRemote(ctx context.Context, r gateway.Reservation, budgets []gateway.Budget) error {
@@ -61,7 +69,7 @@ func (l *raftLedger) reserveRemote(ctx context.Context, r gateway.Reservation, b
 	case <-b.done:
 	case <-ctx.Done():
 		// It may hold on the leader: released there too.
-		l.sendRemote(remoteItem{Release: r.ID})
+		l.deferRemote(remoteItem{Release: r.ID})
 		return ctx.Err()
 	}
 	if err := b.errs[i]; err != nil {
@@ -73,22 +81,45 @@ func (l *raftLedger) reserveRemote(ctx context.Context, r gateway.Reservation, b
 	return nil
 }
 
-// sendRemote adds an item to the next batch to the leader and returns the
-// batch and the item's place in it.
-func (l *raftLedger) sendRemote(it remoteItem) (*remoteBatch, int) {
+// sendRemote adds items to the next batch to the leader and returns the
+// batch and the first item's place in it.
+func (l *raftLedger) sendRemote(its ...remoteItem) (*remoteBatch, int) {
 	l.rmu.Lock()
 	if l.remoteNext == nil {
 		l.remoteNext = &remoteBatch{done: make(chan struct{})}
 	}
 	b := l.remoteNext
-	b.items = append(b.items, it)
-	i := len(b.items) - 1
+	i := len(b.items)
+	b.items = append(b.items, its...)
 	l.rmu.Unlock()
+	l.kickRemote()
+	return b, i
+}
+
+// deferRemote adds items no call waits for (tokens counted, the end of a
+// hold, a release) to the next batch without sending it: they ride with
+// the next item sent (a call's tokens and the end of its hold go with its
+// charge), or leave on their own after remoteLinger.
+func (l *raftLedger) deferRemote(its ...remoteItem) {
+	l.rmu.Lock()
+	if l.remoteNext == nil {
+		l.remoteNext = &remoteBatch{done: make(chan struct{})}
+	}
+	b := l.remoteNext
+	b.items = append(b.items, its...)
+	arm := !b.lingering
+	b.lingering = true
+	l.rmu.Unlock()
+	if arm {
+		time.AfterFunc(remoteLinger, l.kickRemote)
+	}
+}
+
+func (l *raftLedger) kickRemote() {
 	select {
 	case l.remoteKick <- struct{}{}:
 	default:
 	}
-	return b, i
 }
 
 // runRemote sends the batches to the leader until stop closes.
@@ -114,6 +145,8 @@ func (l *raftLedger) runRemote(stop <-chan struct{}) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		l.trips.Add(1)
+		l.tripItems.Add(uint64(len(b.items)))
 		ans, err := l.postRemote(ctx, b.items)
 		cancel()
 		if err != nil {
@@ -158,8 +191,10 @@ func (l *raftLedger) postRemote(ctx context.Context, items []remoteItem) (remote
 // follower sent: each reservation is checked against every budget it
 // counts in and held, then covered in the log (by its scopes' ceilings, or
 // as itself) before the answer.
-func (l *raftLedger) reserveFor(ctx context.Context, items []remoteItem) remoteAnswer {
-	ans := remoteAnswer{Errors: make([]string, len(items))}
+//
+// An item refused already (its call's limits, clusterLimits.take) is
+// skipped: its call will not start.
+func (l *raftLedger) reserveFor(ctx context.Context, items []remoteItem, ans *remoteAnswer) {
 	type waiting struct {
 		i    int
 		id   string
@@ -180,8 +215,8 @@ func (l *raftLedger) reserveFor(ctx context.Context, items []remoteItem) remoteA
 			}
 			continue
 		}
-		if it.Reservation == nil {
-			continue // not the ledger's (limits.go)
+		if it.Reservation == nil || ans.Errors[i] != "" {
+			continue // not the ledger's (limits.go), or refused
 		}
 		r := *it.Reservation
 		wait, err := l.hold(r, it.Budgets, ceilings)
@@ -226,7 +261,6 @@ func (l *raftLedger) reserveFor(ctx context.Context, items []remoteItem) remoteA
 			ans.Errors[w.i] = gateway.EncodeFailure(err)
 		}
 	}
-	return ans
 }
 
 func (l *raftLedger) dropHeld(id string) {

@@ -30,10 +30,17 @@ type reserveBatch struct {
 }
 
 // Check implements gateway.Ledger.
+//
+// On a follower it leaves the leader's ceilings out: they cover this
+// server's calls too, and their room not yet used (the leader decides,
+// as it reserves); counted as held, a budget whose room a ceiling covers
+// would refuse every call here until the ceiling lapsed.
 func (l *raftLedger) Check(budgets []gateway.Budget) error {
+	rn := l.srv.Raft()
+	follower := rn != nil && !rn.IsLeader() && l.post != nil
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return gateway.FitBudgets(budgets, 0, spentIn(l.tallyLocked(budgets)))
+	return gateway.FitBudgets(budgets, 0, spentIn(l.tallyLocked(budgets, !follower)))
 }
 
 // Reserve implements gateway.Ledger: it returns once the reservation is
@@ -90,7 +97,7 @@ func (l *raftLedger) Reserve(ctx context.Context, r gateway.Reservation, budgets
 func (l *raftLedger) hold(r gateway.Reservation, budgets []gateway.Budget, ceilings bool) (*ceilBatch, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t := l.tallyLocked(budgets)
+	t := l.tallyLocked(budgets, true)
 	if err := gateway.FitBudgets(budgets, r.Micros, spentIn(t)); err != nil {
 		return nil, err
 	}
@@ -112,7 +119,7 @@ func (l *raftLedger) Release(id string) {
 	l.mu.Unlock()
 	if ok && r.Ledger == l.id && l.post != nil {
 		if rn := l.srv.Raft(); rn != nil && !rn.IsLeader() {
-			l.sendRemote(remoteItem{Release: id})
+			l.deferRemote(remoteItem{Release: id})
 			return
 		}
 	}
@@ -205,7 +212,7 @@ func (l *raftLedger) notRecorded(what string, err error) error {
 func (l *raftLedger) HeldIn(s gateway.Scope) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, held := spentIn(l.tallyLocked([]gateway.Budget{{Scope: s}}))(s)
+	_, held := spentIn(l.tallyLocked([]gateway.Budget{{Scope: s}}, true))(s)
 	return held
 }
 
@@ -230,8 +237,8 @@ func spentIn(t func(gateway.Scope) tally) func(gateway.Scope) (int64, int64) {
 // spent (the replica's, and those taken here it has not applied) and what
 // reservations hold (those taken here, and those of other servers'
 // ledgers in the replica that have not expired, or the ceilings over
-// them).
-func (l *raftLedger) tallyLocked(budgets []gateway.Budget) func(gateway.Scope) tally {
+// them; the ceilings only if ceilings).
+func (l *raftLedger) tallyLocked(budgets []gateway.Budget, ceilings bool) func(gateway.Scope) tally {
 	scopes := make([]gateway.Scope, len(budgets))
 	for i, b := range budgets {
 		scopes[i] = b.Scope
@@ -267,7 +274,7 @@ func (l *raftLedger) tallyLocked(budgets []gateway.Budget) func(gateway.Scope) t
 	// Other ledgers' ceilings count whole, an earlier process of this
 	// server's too: the followers' calls it covered may still run.
 	var ceils []int64
-	if l.ceilingsOn() {
+	if ceilings && l.ceilingsOn() {
 		ceils = l.maps.GatewayCeilingsIn(scopes, l.id, now)
 	}
 	return func(s gateway.Scope) tally {
