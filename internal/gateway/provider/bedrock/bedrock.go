@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -134,6 +135,10 @@ func New(cfg Config) (*Adapter, error) {
 			if cfg.Endpoint != "" {
 				o.BaseEndpoint = aws.String(strings.TrimRight(cfg.Endpoint, "/"))
 			}
+			// Wrapped here, once the SDK has tuned its own client (the
+			// dial's and TLS handshake's timeouts: only a client of
+			// its own type gets them), before these options run.
+			o.HTTPClient = readOnlyBodies{o.HTTPClient}
 		}),
 		timeout:      cfg.Timeout,
 		stallTimeout: cfg.StallTimeout,
@@ -150,6 +155,35 @@ func New(cfg Config) (*Adapter, error) {
 	}
 	a.log = a.log.With("adapter", "bedrock")
 	return a, nil
+}
+
+// readOnlyBodies sends the SDK's requests with bodies that can only be
+// read and closed, so that no answer's connection is closed under it.
+//
+// The SDK wraps a request's body so that, once closed, it reads as ended
+// (io.EOF) both by Read and by WriteTo, and closes it as soon as Do
+// returns: when the answer's headers have come, which a server may send
+// as soon as it has the body. Go's transport, once it has written a body
+// of known length, reads it once more (an io.Copy into io.Discard, which
+// takes WriteTo when there is one) to find any extra bytes; if the SDK
+// closed the body in between, that io.EOF from WriteTo is an error to
+// io.Copy (from Read it is the end), the request's write fails, and the
+// transport closes the connection while the answer is still being read:
+// a stream whose next event had not yet arrived then failed with "use of
+// closed network connection". Without WriteTo, io.Copy reads, and a
+// closed body is just an ended one.
+type readOnlyBodies struct{ bedrockruntime.HTTPClient }
+
+// readCloser hides every method of its body but Read and Close.
+type readCloser struct{ io.ReadCloser }
+
+func (c readOnlyBodies) Do(r *http.Request) (*http.Response, error) {
+	if _, ok := r.Body.(io.WriterTo); ok && r.Body != http.NoBody {
+		r2 := *r // the SDK closes r.Body itself once Do returns
+		r2.Body = readCloser{r.Body}
+		r = &r2
+	}
+	return c.HTTPClient.Do(r)
 }
 
 // Complete sends req to Converse and returns the answer.

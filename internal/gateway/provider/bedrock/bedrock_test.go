@@ -372,7 +372,8 @@ func TestStream(t *testing.T) {
 	} {
 		t.Run("end "+tc.end, func(t *testing.T) {
 			f.serve(streamOf(withUsage, tc.end))
-			// Each case on a connection of its own.
+			// Each case on a connection of its own: no ending bears on
+			// the next case's.
 			f.Client().CloseIdleConnections()
 			ch, err := a.Stream(context.Background(), req)
 			if err != nil {
@@ -380,19 +381,6 @@ func TestStream(t *testing.T) {
 			}
 			chunks := collect(t, ch)
 			last := chunks[len(chunks)-1]
-			if last.Err != nil && strings.Contains(last.Err.Error(), "use of closed network connection") {
-				// Now and then (about 1 run in 40) the stream's
-				// connection is found closed by this side at once, in
-				// the stall's case and the cut's: not understood yet
-				// (docs/status.md). Once more.
-				t.Logf("the stream's connection was closed at once: %v; once more", last.Err)
-				f.Client().CloseIdleConnections()
-				if ch, err = a.Stream(context.Background(), req); err != nil {
-					t.Fatal(err)
-				}
-				chunks = collect(t, ch)
-				last = chunks[len(chunks)-1]
-			}
 			var pe *gateway.ProviderError
 			if !errors.As(last.Err, &pe) || pe.Kind != tc.kind || !strings.Contains(pe.Message, tc.msg) {
 				t.Fatalf("last chunk %+v", last)
@@ -401,6 +389,52 @@ func TestStream(t *testing.T) {
 				t.Fatalf("usage %v, first %+v", last.Usage, chunks[0])
 			}
 		})
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// The transport gets request bodies it can only read: the SDK closes a
+// body as soon as the answer's headers are back, and a body it could
+// take WriteTo from then failed the transport's last look for extra
+// bytes, which closed the connection under the answer (readOnlyBodies).
+func TestRequestBodiesReadOnly(t *testing.T) {
+	f := newFake(t)
+	credentials(t, accessKey, secretKey)
+	var bodies int
+	hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.Body != nil {
+			bodies++
+			if _, ok := r.Body.(io.WriterTo); ok {
+				t.Errorf("%s: the transport got a body with WriteTo (%T)", r.URL.Path, r.Body)
+			}
+		}
+		return f.Client().Transport.RoundTrip(r)
+	})}
+	a, err := New(Config{Region: region, Endpoint: f.URL, HTTPClient: hc, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := gateway.Request{Model: claude, Messages: []gateway.Message{{Role: "user", Content: "hi"}}}
+	f.serve(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, converseAnswer)
+	})
+	if _, err := a.Complete(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	f.serve(streamOf(append(append([]ev{}, textEvents...), stopEvents...), ""))
+	ch, err := a.Stream(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chunks := collect(t, ch); !chunks[len(chunks)-1].Done {
+		t.Fatalf("stream: %+v", chunks[len(chunks)-1])
+	}
+	if bodies != 2 {
+		t.Fatalf("%d bodies sent, want 2", bodies)
 	}
 }
 
