@@ -390,6 +390,14 @@ gateway {
 	}
 	nothingHeld("after the budget's refusal")
 
+	// A batch the leader cannot read is refused, with what was wrong.
+	for _, bad := range []string{`not json`, `[{"reservation":{"micros":"ten"}}]`, `{"hold":"x"}`} {
+		code, body := adminDoAs(t, ps[leader].admin, "POST", "/v1/internal/gateway/reserve", testToken, bad)
+		if code != http.StatusBadRequest || !strings.Contains(body, "decoding the reservations") {
+			t.Errorf("a batch %s: %d %s", bad, code, body)
+		}
+	}
+
 	u := keyUsage(t, followers[1], lim)
 	if u.Total.Calls != 5 || u.Total.Micros != 5*(promptTokens+100*10) || p.answered.Load() != 5 {
 		t.Fatalf("lim's usage %+v, the provider answered %d: want 5 calls", u.Total, p.answered.Load())
