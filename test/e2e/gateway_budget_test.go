@@ -74,6 +74,39 @@ func newUsageProvider(t *testing.T, delay time.Duration) *usageProvider {
 	return p
 }
 
+// startPricedCluster starts three servers whose gateways serve model
+// "small" (model's lines added to its block, max_output_tokens 8192) on
+// p at its price; it returns the servers, the leader's index and each
+// one's gateway address.
+func startPricedCluster(t *testing.T, p *usageProvider, model string) ([]*proc, int, []string) {
+	t.Helper()
+	gwAddrs := make([]string, 3)
+	for i := range gwAddrs {
+		gwAddrs[i] = freePort(t)
+	}
+	ps, leader := startClusterWith(t, 3, func(i int) string {
+		return fmt.Sprintf(`
+gateway {
+  address      = %q
+  grpc_address = %q
+  model "small" {
+    max_output_tokens = 8192
+%s
+    deployment "local" {
+      provider = "openai"
+      base_url = %q
+      model    = "small-v1"
+      price {
+        input  = 1
+        output = 10
+      }
+    }
+  }
+}`, gwAddrs[i], freePort(t), model, p.srv.URL+"/v1")
+	})
+	return ps, leader, gwAddrs
+}
+
 // budgetCall is one answer as a caller saw it.
 type budgetCall struct {
 	status     int
@@ -143,31 +176,7 @@ func keyUsage(t *testing.T, addr, key string) gateway.KeyUsage {
 // (what the provider's usage says), with nothing left held.
 func TestGatewayBudgetNeverOvershoots(t *testing.T) {
 	p := newUsageProvider(t, 400*time.Millisecond)
-	gwAddrs := make([]string, 3)
-	for i := range gwAddrs {
-		gwAddrs[i] = freePort(t)
-	}
-	ps, leader := startClusterWith(t, 3, func(i int) string {
-		return fmt.Sprintf(`
-gateway {
-  address      = %q
-  grpc_address = %q
-  model "small" {
-    concurrency       = 200
-    queue_max         = 5000
-    max_output_tokens = 8192
-    deployment "local" {
-      provider = "openai"
-      base_url = %q
-      model    = "small-v1"
-      price {
-        input  = 1
-        output = 10
-      }
-    }
-  }
-}`, gwAddrs[i], freePort(t), p.srv.URL+"/v1")
-	})
+	ps, leader, gwAddrs := startPricedCluster(t, p, "concurrency = 200\nqueue_max = 5000")
 	follower := (leader + 1) % 3
 
 	// The key, created on a follower: $1.249150, of which five calls of
@@ -281,30 +290,7 @@ gateway {
 // budgets; the calls that ran are counted once.
 func TestGatewayKeyLimitsOnFollowers(t *testing.T) {
 	p := newUsageProvider(t, 300*time.Millisecond)
-	gwAddrs := make([]string, 3)
-	for i := range gwAddrs {
-		gwAddrs[i] = freePort(t)
-	}
-	ps, leader := startClusterWith(t, 3, func(i int) string {
-		return fmt.Sprintf(`
-gateway {
-  address      = %q
-  grpc_address = %q
-  model "small" {
-    concurrency       = 50
-    max_output_tokens = 8192
-    deployment "local" {
-      provider = "openai"
-      base_url = %q
-      model    = "small-v1"
-      price {
-        input  = 1
-        output = 10
-      }
-    }
-  }
-}`, gwAddrs[i], freePort(t), p.srv.URL+"/v1")
-	})
+	ps, leader, gwAddrs := startPricedCluster(t, p, "concurrency = 50")
 	followers := []string{gwAddrs[(leader+1)%3], gwAddrs[(leader+2)%3]}
 	newKey := func(spec string) string {
 		t.Helper()
