@@ -185,6 +185,15 @@ type system struct {
 	stickyd   *stickydCluster
 }
 
+// trips is the batches a stickyd cluster's servers have sent their
+// leader (-1: not a cluster, or not read).
+func (s system) trips(ctx context.Context) float64 {
+	if s.stickyd == nil || len(s.stickyd.names) < 2 {
+		return -1
+	}
+	return s.stickyd.trips(ctx)
+}
+
 func (o *options) loads() []loadSpec {
 	var out []loadSpec
 	if o.conc > 0 {
@@ -348,6 +357,7 @@ func measureCell(ctx context.Context, hc *http.Client, s system, l loadSpec, o *
 	if err != nil {
 		return cell{}, err
 	}
+	tripsBefore := s.trips(ctx)
 	t0 := time.Now()
 	out := drive(ctx, hc, s.t, l, o.duration, o.stream)
 	// What the calls left to do (a stickyd server's charges go to the
@@ -366,7 +376,13 @@ func measureCell(ctx context.Context, hc *http.Client, s system, l loadSpec, o *
 		return cell{}, err
 	}
 	others := busyAfter - busyBefore - oursAfter.sub(oursBefore).total()
-	return cell{sys: s.key, load: l.name, out: out, cpu: after.sub(before), others: float64(others) / float64(time.Since(t0))}, nil
+	trips := -1.0
+	if tripsBefore >= 0 {
+		if t := s.trips(ctx); t >= 0 {
+			trips = t - tripsBefore
+		}
+	}
+	return cell{sys: s.key, load: l.name, out: out, cpu: after.sub(before), others: float64(others) / float64(time.Since(t0)), trips: trips}, nil
 }
 
 func nameOf(key string) string {

@@ -18,6 +18,7 @@ type cell struct {
 	out       outcome
 	cpu       cpuTimes // the system's processes' CPU time over the cell
 	others    float64  // the CPUs other processes than the benchmark's kept busy, on average
+	trips     float64  // a stickyd cluster's batches sent to its leader over the cell (-1: not read)
 }
 
 type report struct {
@@ -48,6 +49,7 @@ type row struct {
 	cpu              time.Duration
 	hasCPU           bool
 	firstErr         string
+	trips            float64 // a stickyd cluster's trips to its leader per call answered (-1: none read)
 }
 
 func (r *report) rows() []row {
@@ -58,6 +60,7 @@ func (r *report) rows() []row {
 			var rates []float64
 			var p50, p99, a50, a99 [3][]time.Duration
 			var cpu []time.Duration
+			var trips []float64
 			for _, c := range r.cells {
 				if c.sys != s.key || c.load != l.name {
 					continue
@@ -72,6 +75,9 @@ func (r *report) rows() []row {
 				}
 				if c.out.ok > 0 {
 					cpu = append(cpu, c.cpu.total()/time.Duration(c.out.ok))
+					if c.trips >= 0 {
+						trips = append(trips, c.trips/float64(c.out.ok))
+					}
 				}
 				d, hasDirect := r.cell("direct", l.name, c.round)
 				for col := range 3 {
@@ -96,6 +102,10 @@ func (r *report) rows() []row {
 				rw.added50[col], rw.added99[col] = median(a50[col]), median(a99[col])
 			}
 			rw.cpu = median(cpu)
+			rw.trips = -1
+			if len(trips) > 0 {
+				rw.trips = medianFloat(trips)
+			}
 			out = append(out, rw)
 		}
 	}
@@ -223,6 +233,16 @@ func printReport(w io.Writer, o *options, r *report) {
 	}
 
 	r.printRatios(w, rows)
+
+	var trips []string
+	for _, x := range rows {
+		if x.trips >= 0 {
+			trips = append(trips, fmt.Sprintf("%.2f at %s", x.trips, x.load))
+		}
+	}
+	if len(trips) > 0 {
+		fmt.Fprintf(w, "\nstickyd, 3 servers: trips to the leader a call (stickyd_gateway_leader_trips_total, every server's, over the calls answered): %s\n", strings.Join(trips, ", "))
+	}
 
 	fmt.Fprintln(w)
 	for _, x := range rows {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -218,6 +219,43 @@ func (c *stickydCluster) usage(ctx context.Context) (client.GatewayTally, error)
 	}
 	u, err := api.GatewayUsage(ctx, "")
 	return u.Total, err
+}
+
+// trips sums what every server's stickyd_gateway_leader_trips_total says
+// (-1 if one cannot be read).
+func (c *stickydCluster) trips(ctx context.Context) float64 {
+	var sum float64
+	for _, admin := range c.admins {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/v1/metrics", nil)
+		if err != nil {
+			return -1
+		}
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return -1
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return -1
+		}
+		found := false
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(line, "stickyd_gateway_leader_trips_total "); ok {
+				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if err != nil {
+					return -1
+				}
+				sum += f
+				found = true
+			}
+		}
+		if !found {
+			return -1
+		}
+	}
+	return sum
 }
 
 func (c *stickydCluster) pids() []int {
