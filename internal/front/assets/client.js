@@ -39,6 +39,10 @@
   const MAX_RESENDS = 10;
   // MAX_BATCH is the most ops the front reads in one frame.
   const MAX_BATCH = 64;
+  // UNKNOWN_BATCH_BYTES bounds a frame of several ops while the front's
+  // limit is unknown (a hello that did not say it): an op bigger than it
+  // leaves alone, so that a 1009 for it names it, not a frame it shared.
+  const UNKNOWN_BATCH_BYTES = 64 << 10;
   // PROBE_MAX bounds the wait between two tries of the WebSocket while a
   // page is on the long-poll fallback.
   const PROBE_MAX = 15000;
@@ -448,15 +452,20 @@
 
     // flush sends the ops of this turn, as few frames as the front reads:
     // at most MAX_BATCH ops and maxBytes each (one op alone never is over
-    // it: wsSend refused it).
+    // it: wsSend refused it). While the limit is unknown, ops go together
+    // up to UNKNOWN_BATCH_BYTES only: a bigger op goes alone, and a 1009
+    // for it then refuses it (onclose), never the frame it shared with a
+    // pull, which would leave it under the guess, sent again.
     function flush() {
       const ops = outbox.splice(0);
       // A socket that closed meanwhile: its onclose sends them again.
       if (!ws || ws.readyState !== 1) return;
-      const size = (o) => (maxBytes ? utf8Length(o.s) : 0);
+      const limit = maxBytes || UNKNOWN_BATCH_BYTES;
+      // (At least one byte a UTF-16 unit: a longer string is over it.)
+      const size = (o) => (o.s.length > limit ? o.s.length : utf8Length(o.s));
       while (ops.length) {
         let n = 1, bytes = size(ops[0]) + 2;
-        while (n < ops.length && n < MAX_BATCH && (!maxBytes || bytes + 1 + size(ops[n]) <= maxBytes)) bytes += 1 + size(ops[n++]);
+        while (n < ops.length && n < MAX_BATCH && bytes + 1 + size(ops[n]) <= limit) bytes += 1 + size(ops[n++]);
         const part = ops.splice(0, n);
         const frame = n === 1 ? part[0].s : "[" + part.map((o) => o.s).join(",") + "]";
         for (const o of part) o.w.frame = frame;
@@ -618,7 +627,8 @@
         // its limit, or a frame grew past it). The largest frame in
         // flight is one such (those after it were never read): the front
         // reads less than it, and a message that alone is over that now
-        // is refused below rather than sent again.
+        // is refused below rather than sent again. (A big op had that
+        // frame to itself: flush.)
         if (ev && ev.code === 1009) {
           let largest = 0;
           for (const w of pending.values()) if (w.sent && w.frame) largest = Math.max(largest, utf8Length(w.frame));
