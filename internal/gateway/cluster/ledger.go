@@ -84,6 +84,13 @@ type raftLedger struct {
 
 var _ gateway.Ledger = (*raftLedger)(nil)
 
+// follower says whether this server's calls are counted on another
+// server's ledger, the leader's (remote_reserve.go).
+func (l *raftLedger) follower() bool {
+	rn := l.srv.Raft()
+	return rn != nil && !rn.IsLeader() && l.post != nil
+}
+
 // flushEvery bounds how long a charge waits for the log; maxBatch how
 // many charges one entry carries.
 const (
@@ -102,7 +109,7 @@ func newRaftLedger(srv Server, maps *fsm.FSM, log hclog.Logger) *raftLedger {
 // answer waits until the leader's ledger has it (chargeRemote), so that
 // the usage read on any server (the leader's) counts it.
 func (l *raftLedger) Add(ctx context.Context, c gateway.Charge) error {
-	if r := l.srv.Raft(); r != nil && !r.IsLeader() && l.post != nil {
+	if l.follower() {
 		l.mu.Lock()
 		delete(l.held, c.Reservation)
 		l.mu.Unlock()

@@ -90,11 +90,8 @@ func (c *clusterLimits) HoldAndReserve(ctx context.Context, now time.Time, scope
 }
 
 // remote says whether a call's limits are held on another server (the
-// leader).
-func (c *clusterLimits) remote() bool {
-	r := c.g.srv.Raft()
-	return r != nil && !r.IsLeader() && c.g.ledger.post != nil
-}
+// leader): where its reservations are.
+func (c *clusterLimits) remote() bool { return c.g.ledger.follower() }
 
 // unholder ends hold id on the leader, once.
 func (c *clusterLimits) unholder(id string) func() {
@@ -103,12 +100,11 @@ func (c *clusterLimits) unholder(id string) func() {
 
 // AddTokens implements gateway.LimitKeeper.
 func (c *clusterLimits) AddTokens(now time.Time, names []string, n int64) {
-	g := c.g
-	if r := g.srv.Raft(); r == nil || r.IsLeader() {
-		g.router.AddLimitTokens(now, names, n)
+	if !c.remote() {
+		c.g.router.AddLimitTokens(now, names, n)
 		return
 	}
-	g.ledger.deferRemote(remoteItem{Tokens: names, TokenCount: n})
+	c.g.ledger.deferRemote(remoteItem{Tokens: names, TokenCount: n})
 }
 
 // take handles, on the leader, the limits' items of a batch a server sent,

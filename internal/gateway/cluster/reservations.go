@@ -36,8 +36,7 @@ type reserveBatch struct {
 // as it reserves); counted as held, a budget whose room a ceiling covers
 // would refuse every call here until the ceiling lapsed.
 func (l *raftLedger) Check(budgets []gateway.Budget) error {
-	rn := l.srv.Raft()
-	follower := rn != nil && !rn.IsLeader() && l.post != nil
+	follower := l.follower()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return gateway.FitBudgets(budgets, 0, spentIn(l.tallyLocked(budgets, !follower)))
@@ -50,13 +49,12 @@ func (l *raftLedger) Check(budgets []gateway.Budget) error {
 // the new leader.
 func (l *raftLedger) Reserve(ctx context.Context, r gateway.Reservation, budgets []gateway.Budget) error {
 	r.Ledger = l.id
-	rn := l.srv.Raft()
-	if rn != nil && !rn.IsLeader() && l.post != nil {
+	if l.follower() {
 		// A call that runs here: the leader counts the budgets.
 		return l.reserveRemote(ctx, r, budgets)
 	}
 	ceilings := l.ceilingsOn()
-	if ceilings && rn != nil && !rn.IsLeader() {
+	if rn := l.srv.Raft(); ceilings && rn != nil && !rn.IsLeader() {
 		return gateway.ErrNotLeader
 	}
 	wait, err := l.hold(r, budgets, ceilings)
@@ -117,11 +115,9 @@ func (l *raftLedger) Release(id string) {
 	r, ok := l.held[id]
 	delete(l.held, id)
 	l.mu.Unlock()
-	if ok && r.Ledger == l.id && l.post != nil {
-		if rn := l.srv.Raft(); rn != nil && !rn.IsLeader() {
-			l.deferRemote(remoteItem{Release: id})
-			return
-		}
+	if ok && r.Ledger == l.id && l.follower() {
+		l.deferRemote(remoteItem{Release: id})
+		return
 	}
 	if ok && !l.ceilingsOn() && l.maps.Allows(fsm.GatewayReserveRequestType) {
 		_, _ = l.enqueue(func(req *fsm.GatewayReserveRequest) { req.Release = append(req.Release, id) })

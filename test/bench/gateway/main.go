@@ -345,6 +345,9 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (_ *report, err 
 // processes spent meanwhile and how busy processes other than ours (the
 // benchmark's) kept the machine.
 func measureCell(ctx context.Context, hc *http.Client, s system, l loadSpec, o *options, ours []int) (cell, error) {
+	// The trips are read outside the CPU's window (a scrape of each
+	// server's metrics is not a call's work).
+	tripsBefore := s.trips(ctx)
 	before, err := cpuTime(s.pids)
 	if err != nil {
 		return cell{}, err
@@ -357,7 +360,6 @@ func measureCell(ctx context.Context, hc *http.Client, s system, l loadSpec, o *
 	if err != nil {
 		return cell{}, err
 	}
-	tripsBefore := s.trips(ctx)
 	t0 := time.Now()
 	out := drive(ctx, hc, s.t, l, o.duration, o.stream)
 	// What the calls left to do (a stickyd server's charges go to the
@@ -376,13 +378,14 @@ func measureCell(ctx context.Context, hc *http.Client, s system, l loadSpec, o *
 		return cell{}, err
 	}
 	others := busyAfter - busyBefore - oursAfter.sub(oursBefore).total()
+	elapsed := time.Since(t0)
 	trips := -1.0
 	if tripsBefore >= 0 {
 		if t := s.trips(ctx); t >= 0 {
 			trips = t - tripsBefore
 		}
 	}
-	return cell{sys: s.key, load: l.name, out: out, cpu: after.sub(before), others: float64(others) / float64(time.Since(t0)), trips: trips}, nil
+	return cell{sys: s.key, load: l.name, out: out, cpu: after.sub(before), others: float64(others) / float64(elapsed), trips: trips}, nil
 }
 
 func nameOf(key string) string {
