@@ -381,6 +381,15 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 		}
 		a.startLoop("forgetting", a.forget.Run)
 	}
+	// The admin API is whole before the front answers its health.
+	a.nomad = nomad.New(a.nomadConfig())
+	a.api.Store(api.Handler(api.Config{Token: a.token, ReadToken: a.cfg.Admin.ReadToken, Supervisor: people{sup: a.sup, maps: a.fsm, gw: a.gw}, Gatherer: a.registry, Logger: a.log.Named("api"),
+		Workers: a.monitor.Workers, Status: a.status,
+		Events: func() any { return a.govern.Events() },
+		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: governance.CheckGroup, CheckBundle: a.launchers.CheckBundle,
+		Monitor:      func(ctx context.Context, q fsm.UserQuery) (any, error) { return a.monitor.Page(ctx, q) },
+		MonitorLocal: func(q api.LocalQuery) any { return a.monitor.Local(q) },
+		Maintenance:  a.maint, Extra: a.extraRoutes, JobLog: a.cluster.Jobs(), AgentName: a.cfg.Name}))
 	if a.cfg.FrontEnabled() {
 		if err := a.startFront(ctx); err != nil {
 			return err
@@ -395,15 +404,6 @@ func (a *Agent) Start(ctx context.Context) (err error) {
 	if a.idle.On() {
 		a.startLoop("idle parking", a.idle.Run)
 	}
-	a.nomad = nomad.New(a.nomadConfig())
-	a.api.Store(api.Handler(api.Config{Token: a.token, ReadToken: a.cfg.Admin.ReadToken, Supervisor: people{sup: a.sup, maps: a.fsm, gw: a.gw}, Gatherer: a.registry, Logger: a.log.Named("api"),
-		Workers: a.monitor.Workers, Status: a.status,
-		Events: func() any { return a.govern.Events() },
-		Groups: a.sup, GroupsView: a.groupsView, CheckGovernance: governance.CheckGroup, CheckBundle: a.launchers.CheckBundle,
-		Monitor:      func(ctx context.Context, q fsm.UserQuery) (any, error) { return a.monitor.Page(ctx, q) },
-		MonitorLocal: func(q api.LocalQuery) any { return a.monitor.Local(q) },
-		Maintenance:  a.maint, Extra: a.extraRoutes,
-		JobLog: a.cluster.Jobs(), AgentName: a.cfg.Name}))
 	// The leader's publishing loops the configuration asks for.
 	if k := a.cfg.Consul; k != nil && a.cfg.IsServer() && (k.Mirror == nil || *k.Mirror) {
 		mirror := consul.NewPublisher(consul.PublisherConfig{Maps: a.fsm, Client: a.consulClient, GroupOf: a.router.GroupOf,

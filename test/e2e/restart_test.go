@@ -200,6 +200,12 @@ func (p *proc) waitHealthy() {
 		if resp, err := http.Get("http://" + p.front + "/_stickyd/health"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
+				// Whoever sees the front healthy finds the admin API
+				// whole (every start of every test checks it).
+				if code, body := adminCallAtQuiet(p.admin, "GET", "/v1/status", testToken); code == http.StatusServiceUnavailable &&
+					strings.Contains(body, "the agent is starting") {
+					p.t.Fatalf("the front is healthy but the admin API is not: %d %s", code, body)
+				}
 				return
 			}
 		}

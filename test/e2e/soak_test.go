@@ -313,13 +313,6 @@ func (p *proc) users() map[string]placement.UserInfo {
 	out := map[string]placement.UserInfo{}
 	for cursor := ""; ; {
 		code, body := adminCallAt(p.t, p.admin, "GET", "/v1/users?limit=1000&cursor="+cursor, testToken)
-		// The front answers its health before the admin API's routes
-		// are in (the agent's start ends with them): wait for those.
-		for deadline := time.Now().Add(30 * time.Second); code == http.StatusServiceUnavailable &&
-			strings.Contains(body, "the agent is starting") && time.Now().Before(deadline); {
-			time.Sleep(20 * time.Millisecond)
-			code, body = adminCallAt(p.t, p.admin, "GET", "/v1/users?limit=1000&cursor="+cursor, testToken)
-		}
 		if code != 200 {
 			p.t.Fatalf("users: %d %s", code, body)
 		}
