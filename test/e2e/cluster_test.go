@@ -309,6 +309,7 @@ func adminPost(t *testing.T, addr, path, body string) (int, string) {
 // lease runs out (the new leader expires it) the waiter is granted, and the
 // store's values are intact.
 func TestGrantQueueSurvivesLeaderLoss(t *testing.T) {
+	waits(t)
 	ps, leader := startCluster(t, 3)
 	f1, f2 := ps[(leader+1)%3], ps[(leader+2)%3]
 	person := func(p *proc, name string) *tab {

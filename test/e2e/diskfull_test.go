@@ -23,6 +23,7 @@ import (
 // newcomers are served again, and a restart finds every acknowledged
 // write: every count whole.
 func TestFullDataDir(t *testing.T) {
+	waits(t)
 	const people = 8
 	p := newProcSpec(t, procSpec{workers: 1, name: "solo", expect: 1})
 	data := filepath.Join(p.dir, "data")

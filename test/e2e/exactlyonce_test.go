@@ -13,6 +13,7 @@ import (
 // SIGTERM restarts (the page parked and woken with its memory), each
 // message sent twice, the counter counts each once.
 func TestMessagesRunOnceThroughRestarts(t *testing.T) {
+	waits(t)
 	const restarts = 4
 	p := newProc(t, 2)
 	p.start()

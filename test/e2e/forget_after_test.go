@@ -25,6 +25,7 @@ func withLifecycle(idle, forget string) option {
 // open without a word is not forgotten (an open WebSocket is seen), nor is
 // one who types; the silent one's next message finds her page whole.
 func TestForgottenAfterTheyLeave(t *testing.T) {
+	waits(t)
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			a := startAgentWith(t, mode, 1, withDataDir(t), withLifecycle("1s", "6s"))
@@ -100,6 +101,7 @@ func TestForgottenAfterTheyLeave(t *testing.T) {
 // forgotten by the restarted agent once forget_after has passed: gone from
 // the maps and from the park folder. One who comes back is not.
 func TestParkedAcrossARestartThenForgotten(t *testing.T) {
+	waits(t)
 	p := newProcSpec(t, procSpec{workers: 1, name: "solo", expect: 1,
 		extra: []string{"lifecycle {\n  idle_park = \"off\"\n  forget_after = \"5s\"\n}\n"}})
 	p.start()
@@ -212,6 +214,7 @@ func TestIdleParkedWakeOnAnotherHost(t *testing.T) {
 // worker, with its page; the person's other connection carries on, whole;
 // the old cookie, back, is a newcomer.
 func TestStaleConnectionForgotten(t *testing.T) {
+	waits(t)
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			a := startAgentWith(t, mode, 1, withDataDir(t), withLifecycle("off", "6s"))

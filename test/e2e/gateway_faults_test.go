@@ -250,6 +250,7 @@ func (c *faultCluster) usage(t *testing.T, i int) gateway.UsageAnswer {
 // async REST), each call sent to a follower (forwarded to the leader):
 // every item of the faults it was found failing.
 func TestGatewayFaults(t *testing.T) {
+	waits(t)
 	c := startFaultCluster(t)
 	f := c.caller(t, c.follower())
 	each := func(t *testing.T, n int, model, session, prefix string) []gwAnswer {

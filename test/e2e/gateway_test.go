@@ -360,7 +360,9 @@ func (bearer) RequireTransportSecurity() bool { return false }
 func TestGatewayClusterLimitAndDurability(t *testing.T) {
 	const calls, limit = 1000, 3
 	p := newProvider(t, 5*time.Millisecond)
-	ps, leader, gwAddrs := startGatewayCluster(t, p, limit, "", "      price {\n        input  = 1\n        output = 4\n      }\n")
+	// The new leader hands the dead one's share on once the calls it ran
+	// must have ended (call_timeout): 10 s here, not the default 2 min.
+	ps, leader, gwAddrs := startGatewayCluster(t, p, limit, "  call_timeout = \"10s\"\n", "      price {\n        input  = 1\n        output = 4\n      }\n")
 	follower := (leader + 1) % 3
 
 	// A follower forwards a synchronous call to the leader.
@@ -613,6 +615,7 @@ func TestGatewayStopDrains(t *testing.T) {
 // still held (they go to the new leader), so the provider never sees more
 // than the limit at once, and every call is answered.
 func TestGatewayLimitThroughLeaderStop(t *testing.T) {
+	waits(t)
 	const calls, limit = 60, 4
 	p := newProvider(t, 150*time.Millisecond)
 	ps, leader, gwAddrs := startGatewayCluster(t, p, limit, "  queue_timeout = \"2m\"\n", "      price {\n        free = true\n      }\n")

@@ -160,6 +160,7 @@ func TestPoolWideGovernanceMovesTheBurstFirst(t *testing.T) {
 // person it moved a moment ago is barred by user_cool_down, and the drain
 // says whom it waits for and until when, while the others move.
 func TestPoolCompactionSaysWhyItWaits(t *testing.T) {
+	waits(t)
 	ps, leader := startGovernedPool(t, "    memory_limit_mb = 256\n    min_workers = 1\n    compact_after = \"6s\"\n"+
 		"    worker_cool_down = \"1s\"\n    user_cool_down = \"10m\"\n")
 	w := func(i int) string { return "s" + strconv.Itoa(i+1) + ".web-1" }

@@ -392,6 +392,7 @@ func TestSaturationStartsAWorker(t *testing.T) {
 // Compaction: a quiet group drains its least loaded worker, down to its
 // minimum, and retires it once empty; its person moves with their page.
 func TestQuietGroupIsCompacted(t *testing.T) {
+	waits(t)
 	a := startAgentWith(t, "subprocess", 3, withDataDir(t), func(c *agent.Config) {
 		c.Probe = &agent.ProbeConfig{Interval: "200ms", Misses: 8}
 		c.Groups[0].Governance = &agent.GovernanceConfig{Enabled: true, MinWorkers: 2, CompactAfter: "1s",

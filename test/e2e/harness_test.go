@@ -7,6 +7,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -61,8 +62,26 @@ func TestMain(m *testing.M) {
 		// with the worker variable set, took the switch above).
 		os.Exit(command.Run(os.Args[1:], nil))
 	}
+	flag.Parse()
+	setByCaller := false
+	flag.Visit(func(f *flag.Flag) { setByCaller = setByCaller || f.Name == "test.parallel" })
+	if !setByCaller {
+		_ = flag.Set("test.parallel", fmt.Sprint(waitingTogether))
+	}
 	os.Exit(m.Run())
 }
+
+// waitingTogether is how many waiting tests run at once (unless go test's
+// -parallel says otherwise).
+const waitingTogether = 4
+
+// waits marks a test that spends most of its time waiting on the
+// product's clocks (forget_after, a lease's lapse, a cleanup's delay, a
+// slow request), not on the CPU: such tests run after the others, up to
+// waitingTogether at once (t.Parallel). Measured alone under -race, each
+// uses under half a core over its run; a test that asserts how fast
+// something happens under load stays sequential.
+func waits(t *testing.T) { t.Parallel() }
 
 // modes are the two channels every end-to-end test runs on.
 var modes = []string{"subprocess", "inprocess"}

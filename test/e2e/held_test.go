@@ -62,6 +62,7 @@ func orders(t *testing.T, a answer) int {
 // person's new home, where it waits again), and it runs once, after the
 // window.
 func TestHeldOrdersTravelWithTheirPerson(t *testing.T) {
+	waits(t)
 	t.Run("move", func(t *testing.T) {
 		a := startAgent(t, "subprocess", 2)
 		const people = 3

@@ -194,6 +194,7 @@ func TestCookieKeyFileRefusedAtStart(t *testing.T) {
 // (stickyd operator keyring rotate) logs nobody out and every front signs
 // with the new key.
 func TestOneCookieRingAcrossServers(t *testing.T) {
+	waits(t)
 	ps := startThreeServers(t)
 	b := newBrowserAt(t, "http://"+ps[0].front)
 	if code, body := b.do("POST", "/login?user=ana"); code != 200 {

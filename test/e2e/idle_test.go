@@ -18,6 +18,7 @@ func withIdlePark(d string) option {
 // frame wakes them there with their page whole (the count goes on, no
 // notice). Someone typing the whole time stays live.
 func TestIdlePersonIsParked(t *testing.T) {
+	waits(t)
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			a := startAgentWith(t, mode, 1, withDataDir(t), withIdlePark("1s"))

@@ -186,6 +186,7 @@ func testMaintenanceWindowIsHidden(t *testing.T, app option) {
 // counted, and nothing was half done: the next order after the window
 // counts one. Once with Go workers, once with Python workers.
 func TestMaintenanceWaitIsBounded(t *testing.T) {
+	waits(t)
 	eachRuntime(t, testMaintenanceWaitIsBounded)
 }
 

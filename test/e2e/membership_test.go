@@ -114,6 +114,7 @@ func waitVoters(t *testing.T, ps []*proc, id, old string, within time.Duration) 
 // joins the existing cluster (it does not bootstrap a second one) and
 // catches up. People keep their pages throughout.
 func TestServerRejoinsOnNewAddress(t *testing.T) {
+	waits(t)
 	// The fronts share their cookie key, as in a deployment (a wiped data
 	// dir would otherwise take a server's own key with it).
 	key := filepath.Join(t.TempDir(), "cookie.key")
@@ -354,6 +355,7 @@ func TestHealthFailsOutsideRaft(t *testing.T) {
 // bootstrap_expect (a fourth server that joined and died), and keeps an
 // unreachable one while removing it would leave fewer (one of the three).
 func TestDeadServerCleanup(t *testing.T) {
+	waits(t)
 	cleanup := "  dead_server_cleanup = \"3s\"\n"
 	ps, _ := startClusterSpec(t, 3, func(int) procSpec { return procSpec{workers: 1, server: cleanup} })
 	var admins []string

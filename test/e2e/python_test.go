@@ -78,6 +78,7 @@ func (b *browser) pyCart(method, path string) pyCart {
 // The SDK's own unit tests (tree, codec, collector, runtime), and the
 // constants it shares with the Go side.
 func TestPythonSDK(t *testing.T) {
+	waits(t)
 	root := pythonRepo(t)
 	cmd := exec.Command(pythonExe, "-m", "unittest", "discover", "-s", filepath.Join(root, "plugins", "python", "tests"))
 	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")

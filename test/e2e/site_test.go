@@ -383,6 +383,7 @@ func TestSiteStreamsAndCookies(t *testing.T) {
 // freeze_timeout; a request they send meanwhile waits and is served. Their
 // cart moves with them.
 func TestSiteMoveWaitsForASlowRequest(t *testing.T) {
+	waits(t)
 	a := startAgentWith(t, "subprocess", 2, withApp("site"))
 	b := newBrowser(t, a)
 	b.cart()

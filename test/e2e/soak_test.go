@@ -39,6 +39,7 @@ func soakSizes() (cookieless, visitors int) {
 // their baseline, the park folder holds no package, the maps' snapshot is
 // back to its baseline size, and nobody still connected lost a delta.
 func TestLifecycleSoak(t *testing.T) {
+	waits(t)
 	cookieless, visitors := soakSizes()
 	const stayers = 8
 	p := newProcSpec(t, procSpec{workers: 2, name: "solo", expect: 1,

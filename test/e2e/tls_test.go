@@ -357,6 +357,7 @@ func TestMutualTLS(t *testing.T) {
 // the cluster's certificates, and plain HTTP, or a CLI without the CA, is
 // refused, so the admin token never crosses in clear.
 func TestAdminHTTPS(t *testing.T) {
+	waits(t)
 	dir := t.TempDir()
 	tlsCLI(t, dir, "ca", "create")
 	tlsCLI(t, dir, "cert", "create", "-server")

@@ -74,6 +74,7 @@ func userListCount(t *testing.T, admin string, args ...string) int {
 // counts them where the maps place them (USERS), as user list does, and
 // says how many are parked; once they speak, the worker holds them too.
 func TestWorkerListAgreesWithUserListAfterADrain(t *testing.T) {
+	waits(t)
 	a := startAgent(t, "inprocess", 2)
 	admin := a.AdminAddr()
 	tabs := map[string]*tab{}
