@@ -22,9 +22,16 @@ import (
 	"testing"
 )
 
+// Limit is the first port this package never hands out. The ports from it
+// up to the usual ephemeral range (32768–60999) are the test Nomad agents'
+// dynamic ports (internal/testagents): Nomad hands them to allocations
+// without checking the host, so a port handed out here and held by an
+// agent of another test binary would stop an allocation from binding it.
+const Limit = highPort
+
 const (
 	lowPort   = 10000
-	highPort  = 32000 // below the usual ephemeral range, 32768–60999
+	highPort  = 20000
 	blockSize = 64
 	numBlocks = (highPort - lowPort) / blockSize
 )

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	nomadapi "github.com/hashicorp/nomad/api"
+
+	"github.com/stickyd/stickyd/internal/freeport"
 )
 
 // NomadOptions configures StartNomad. The zero value is a Nomad with no
@@ -52,6 +54,11 @@ const (
 	clientMinPort = 24000
 	maxClients    = 4
 )
+
+// The test Nomad agents' dynamic ports lie above every port freeport hands
+// out (this fails to compile otherwise): Nomad does not check the host, and
+// another test binary's agent may hold a port freeport handed it.
+const _ = uint(devMinPort - freeport.Limit)
 
 // clientSeq numbers the client agents of this test binary.
 var clientSeq atomic.Int64
