@@ -27,13 +27,12 @@ import (
 // dynamic ports (internal/testagents): Nomad hands them to allocations
 // without checking the host, so a port handed out here and held by an
 // agent of another test binary would stop an allocation from binding it.
-const Limit = highPort
+const Limit = 20000
 
 const (
 	lowPort   = 10000
-	highPort  = 20000
 	blockSize = 64
-	numBlocks = (highPort - lowPort) / blockSize
+	numBlocks = (Limit - lowPort) / blockSize
 )
 
 var (

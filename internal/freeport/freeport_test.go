@@ -18,8 +18,8 @@ func TestTakeHandsOutDistinctBindablePorts(t *testing.T) {
 			t.Fatalf("port %d handed out twice", p)
 		}
 		seen[p] = true
-		if p < lowPort || p >= highPort {
-			t.Fatalf("port %d outside [%d, %d)", p, lowPort, highPort)
+		if p < lowPort || p >= Limit {
+			t.Fatalf("port %d outside [%d, %d)", p, lowPort, Limit)
 		}
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err != nil {
