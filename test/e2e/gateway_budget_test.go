@@ -149,6 +149,27 @@ func gatewayPost(t *testing.T, addr, key, body string) budgetCall {
 	return c
 }
 
+// waitKeysKnown waits until every gateway at addrs knows every key: until
+// a server's replica has a key, its gateway is open (no key exists there)
+// and takes a call with it as one without a key.
+func waitKeysKnown(t *testing.T, addrs []string, keys ...string) {
+	t.Helper()
+	for _, addr := range addrs {
+		for _, key := range keys {
+			waitFor(t, 5*time.Second, "a server knows the keys", func() bool {
+				req, _ := http.NewRequest("GET", "http://"+addr+"/v1/gateway/usage", nil)
+				req.Header.Set("Authorization", "Bearer "+key)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return false
+				}
+				resp.Body.Close()
+				return resp.StatusCode == http.StatusOK
+			})
+		}
+	}
+}
+
 // keyUsage reads what key has spent, as the key itself reads it on the
 // gateway's listener at addr.
 func keyUsage(t *testing.T, addr, key string) gateway.KeyUsage {
@@ -186,6 +207,7 @@ func TestGatewayBudgetNeverOvershoots(t *testing.T) {
 	if code != http.StatusCreated || json.Unmarshal([]byte(body), &nk) != nil || !strings.HasPrefix(nk.Secret, "sk-stickyd-") {
 		t.Fatalf("creating the key: %d %s", code, body)
 	}
+	waitKeysKnown(t, gwAddrs, nk.Secret)
 	const maxTokens = 4980
 	call := func(i, out int) string {
 		return fmt.Sprintf(`{"model":"small","max_tokens":%d,"messages":[{"role":"user","content":"out=%d"}],"user":"c%03d"}`, maxTokens, out, i)
@@ -197,7 +219,7 @@ func TestGatewayBudgetNeverOvershoots(t *testing.T) {
 	}
 	u := keyUsage(t, gwAddrs[follower], nk.Secret)
 	if u.Budget == nil || u.Budget.SpentMicros != 249_150 || u.Budget.LeftMicros != 1_000_000 {
-		t.Fatalf("before the callers: %+v", u.Budget)
+		t.Fatalf("before the callers (read from the %s): %+v", u.Source, u.Budget)
 	}
 	before := p.trueCost.Load()
 
@@ -303,22 +325,7 @@ func TestGatewayKeyLimitsOnFollowers(t *testing.T) {
 	}
 	lim := newKey(`{"name":"lim","concurrency":2,"rpm":5,"budget_micros":10000000}`)
 	poor := newKey(`{"name":"poor","concurrency":4,"budget_micros":10000}`)
-	// Until a server's replica has the keys, its gateway is open (no key
-	// exists): wait for both.
-	for _, f := range followers {
-		for _, key := range []string{lim, poor} {
-			waitFor(t, 5*time.Second, "a follower knows the keys", func() bool {
-				req, _ := http.NewRequest("GET", "http://"+f+"/v1/gateway/usage", nil)
-				req.Header.Set("Authorization", "Bearer "+key)
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					return false
-				}
-				resp.Body.Close()
-				return resp.StatusCode == http.StatusOK
-			})
-		}
-	}
+	waitKeysKnown(t, followers, lim, poor)
 	call := `{"model":"small","max_tokens":4980,"messages":[{"role":"user","content":"out=100"}]}`
 	nothingHeld := func(what string) {
 		t.Helper()
