@@ -885,7 +885,8 @@ func (s *slot) checkpointLoop(ctx context.Context, peer *channel.Peer, incarnati
 		if err := s.checkpointRound(ctx, peer, incarnation); errors.Is(err, ErrNoCheckpoints) {
 			s.log.Warn("the worker answered a checkpoint request with a refusal; not asking it again", "error", err)
 			return
-		} else if err != nil && peer.Err() == nil {
+		} else if err != nil && peer.Err() == nil && ctx.Err() == nil {
+			// (A round the stop cut short is no news: the stop parks.)
 			s.log.Warn("checkpoint round", "error", err)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/stickyd/stickyd/internal/agent"
 )
 
-// A Python request that holds the GIL for about 20 s while it computes (a
+// A Python request that holds the GIL for 12–24 s while it computes (a
 // backtracking regular expression) completes, and its worker is not killed
 // for silence although it answers no probe meanwhile: the host sees its
 // process compute. A worker that neither answers nor computes (stopped) is
@@ -33,7 +33,7 @@ func TestBusyPythonWorkerIsNotKilled(t *testing.T) {
 	})
 	b := newBrowser(t, a)
 	b.http.Timeout = 90 * time.Second
-	code, body := b.do("GET", "/spin?s=20")
+	code, body := b.do("GET", "/spin?s=12")
 	if code != 200 {
 		t.Fatalf("the busy request: %d %s", code, body)
 	}
@@ -45,8 +45,10 @@ func TestBusyPythonWorkerIsNotKilled(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &spin); err != nil {
 		t.Fatal(err, body)
 	}
-	if spin.Took < 16 {
-		t.Fatalf("the regular expression held the GIL %.1f s only (n=%d): the test wants about 20 s", spin.Took, spin.N)
+	// Sized for 12–24 s; the machine's load moves it either way. Ten seconds
+	// is over thirteen times the 750 ms old hosts allowed.
+	if spin.Took < 10 {
+		t.Fatalf("the regular expression held the GIL %.1f s only (n=%d): the test wants at least 10 s", spin.Took, spin.N)
 	}
 	t.Logf("held the GIL %.1f s (n=%d)", spin.Took, spin.N)
 	ws := a.Pool().Workers()
