@@ -149,23 +149,26 @@ func gatewayPost(t *testing.T, addr, key, body string) budgetCall {
 	return c
 }
 
-// waitKeysKnown waits until every gateway at addrs knows every key: until
-// a server's replica has a key, its gateway is open (no key exists there)
-// and takes a call with it as one without a key.
-func waitKeysKnown(t *testing.T, addrs []string, keys ...string) {
+// keysKnownAtOnce checks that every gateway at addrs knows every key at
+// its first request, however soon after its creation: a server whose
+// replica has not applied a key yet (with no key yet, its gateway would
+// be open and take a call with it as one without a key) catches up with
+// the leader before it decides.
+func keysKnownAtOnce(t *testing.T, addrs []string, keys ...string) {
 	t.Helper()
 	for _, addr := range addrs {
 		for _, key := range keys {
-			waitFor(t, 5*time.Second, "a server knows the keys", func() bool {
-				req, _ := http.NewRequest("GET", "http://"+addr+"/v1/gateway/usage", nil)
-				req.Header.Set("Authorization", "Bearer "+key)
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					return false
-				}
-				resp.Body.Close()
-				return resp.StatusCode == http.StatusOK
-			})
+			req, _ := http.NewRequest("GET", "http://"+addr+"/v1/gateway/usage", nil)
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("a key created a moment ago, on %s: %d %s", addr, resp.StatusCode, b)
+			}
 		}
 	}
 }
@@ -207,7 +210,7 @@ func TestGatewayBudgetNeverOvershoots(t *testing.T) {
 	if code != http.StatusCreated || json.Unmarshal([]byte(body), &nk) != nil || !strings.HasPrefix(nk.Secret, "sk-stickyd-") {
 		t.Fatalf("creating the key: %d %s", code, body)
 	}
-	waitKeysKnown(t, gwAddrs, nk.Secret)
+	keysKnownAtOnce(t, gwAddrs, nk.Secret)
 	const maxTokens = 4980
 	call := func(i, out int) string {
 		return fmt.Sprintf(`{"model":"small","max_tokens":%d,"messages":[{"role":"user","content":"out=%d"}],"user":"c%03d"}`, maxTokens, out, i)
@@ -325,7 +328,7 @@ func TestGatewayKeyLimitsOnFollowers(t *testing.T) {
 	}
 	lim := newKey(`{"name":"lim","concurrency":2,"rpm":5,"budget_micros":10000000}`)
 	poor := newKey(`{"name":"poor","concurrency":4,"budget_micros":10000}`)
-	waitKeysKnown(t, followers, lim, poor)
+	keysKnownAtOnce(t, followers, lim, poor)
 	call := `{"model":"small","max_tokens":4980,"messages":[{"role":"user","content":"out=100"}]}`
 	nothingHeld := func(what string) {
 		t.Helper()
@@ -357,21 +360,26 @@ func TestGatewayKeyLimitsOnFollowers(t *testing.T) {
 	}
 	nothingHeld("after the calls at once")
 
-	// One after the other, each call takes two trips to the leader: its
-	// start (limits and reservation) and its end (charge, tokens, hold).
-	trips := func() float64 {
-		return procMetric(t, ps[(leader+1)%3].admin, "stickyd_gateway_leader_trips_total") +
-			procMetric(t, ps[(leader+2)%3].admin, "stickyd_gateway_leader_trips_total")
+	// One after the other, each call takes one trip to the leader as it
+	// starts (its limits and reservation, one item) and one as it ends
+	// (its charge, its tokens and the end of its hold, three items): the
+	// end's items no call waits for may leave on their own when the
+	// machine stalls the call for over their linger (2 ms) before its
+	// charge, a trip more.
+	trips := func(metric string) float64 {
+		return procMetric(t, ps[(leader+1)%3].admin, metric) + procMetric(t, ps[(leader+2)%3].admin, metric)
 	}
-	before := trips()
+	before, itemsBefore := trips("stickyd_gateway_leader_trips_total"), trips("stickyd_gateway_leader_trip_items_total")
 	for i := range 3 {
 		if c := gatewayPost(t, followers[i%2], lim, call); c.status != http.StatusOK {
 			t.Fatalf("call %d of the minute: %+v", 3+i, c)
 		}
 	}
-	if n := trips() - before; n != 6 {
-		t.Errorf("three calls took %v trips to the leader, want 6", n)
+	n, items := trips("stickyd_gateway_leader_trips_total")-before, trips("stickyd_gateway_leader_trip_items_total")-itemsBefore
+	if n < 6 || n > 9 || items != 12 {
+		t.Errorf("three calls took %v trips to the leader with %v items, want 6 (9 at most) with 12", n, items)
 	}
+	t.Logf("three calls: %v trips to the leader, %v items", n, items)
 	if c := gatewayPost(t, followers[1], lim, call); c.status != http.StatusTooManyRequests || c.code != "rate_limit_exceeded" ||
 		!strings.Contains(c.message, "(rpm = 5)") {
 		t.Fatalf("the sixth call of the minute: %+v", c)

@@ -263,13 +263,13 @@ func (g *Gateway) keyUsageOf(ctx context.Context, name string) gateway.KeyUsage 
 
 // selfUsage serves GET /v1/gateway/usage on the gateway's listener: the
 // caller's key reads its own usage (401 without a key).
-func (g *Gateway) selfUsage(name func(string) (string, error)) http.HandlerFunc {
+func (g *Gateway) selfUsage(name func(context.Context, string) (string, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		auth := r.Header.Get("Authorization")
 		if k := r.Header.Get("X-Api-Key"); auth == "" && k != "" {
 			auth = "Bearer " + k
 		}
-		caller, err := name(auth)
+		caller, err := name(r.Context(), auth)
 		if err == nil && caller == "" {
 			err = errors.New("the gateway takes calls without keys: usage is read per API key, and this call named none")
 		}

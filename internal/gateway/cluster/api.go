@@ -53,6 +53,7 @@ func (g *Gateway) Routes(mux *http.ServeMux, wrap func(func(http.ResponseWriter,
 		writeJSONTo(w, http.StatusOK, g.ledger.Counters())
 		return nil
 	}))
+	mux.HandleFunc("GET /v1/internal/gateway/applied", wrap(g.serveApplied))
 	g.accessRoutes(mux, wrap)
 	// Calls run where they arrive: each server keeps its own view of the
 	// deployments' health and its own share of each model's slots.

@@ -92,6 +92,9 @@ type Gateway struct {
 	router *gateway.Router
 	ledger *raftLedger
 	access func(string) (gateway.Access, bool)
+	// catchUp brings the replica up to the leader's before a key of
+	// stickyd's format it does not know is refused (catchup.go).
+	catchUp *catchUp
 
 	// lead proves this server leads before it grants shares; lease is
 	// this server's own share of the limits; shares is the table of
@@ -131,6 +134,7 @@ func New(c *Config, srv Server, maps *fsm.FSM, log hclog.Logger) (*Gateway, erro
 		lead: &leaderLease{srv: srv}, access: accessOf(maps)}
 	g.lease = newLeaseClient(g, ledger.id, g.grace())
 	g.limitKeeper = &clusterLimits{g: g}
+	g.catchUp = &catchUp{leaderIndex: g.leaderApplied, applied: maps.Index}
 	ledger.post = g.postLeader
 	rc := gateway.Config{QueueTimeout: duration(c.QueueTimeout), CallTimeout: duration(c.CallTimeout),
 		RetryAfterCap: duration(c.RetryAfterCap), Ledger: ledger, MayStart: g.lease.valid,

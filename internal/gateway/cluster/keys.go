@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
@@ -43,14 +44,17 @@ var (
 // authenticator names the caller of a bearer token: a static key's name
 // (api_keys, compared in constant time) or a created key's (found by its
 // hash in the replica). With no key of either kind, the gateway is open
-// ("" names nobody).
+// ("" names nobody). A token of stickyd's own format this replica does
+// not know is looked up again once it has caught up with the leader
+// (catchUp, nil: never): it may be a key created a moment ago.
 type authenticator struct {
-	static map[string]string // key → name
-	maps   *fsm.FSM
+	static  map[string]string // key → name
+	maps    *fsm.FSM
+	catchUp *catchUp
 }
 
-func newAuthenticator(apiKeys map[string]string, maps *fsm.FSM) *authenticator {
-	a := &authenticator{static: map[string]string{}, maps: maps}
+func newAuthenticator(apiKeys map[string]string, maps *fsm.FSM, c *catchUp) *authenticator {
+	a := &authenticator{static: map[string]string{}, maps: maps, catchUp: c}
 	for name, key := range apiKeys {
 		a.static[key] = name
 	}
@@ -58,23 +62,35 @@ func newAuthenticator(apiKeys map[string]string, maps *fsm.FSM) *authenticator {
 }
 
 // name authenticates an Authorization header's value.
-func (a *authenticator) name(auth string) (string, error) {
-	if len(a.static) == 0 && !a.maps.GatewayHasAPIKeys() {
-		return "", nil
+func (a *authenticator) name(ctx context.Context, auth string) (string, error) {
+	n, fresh, err := a.lookup(auth)
+	if fresh && a.catchUp != nil && a.catchUp.wait(ctx) == nil {
+		n, _, err = a.lookup(auth)
 	}
+	return n, err
+}
+
+// lookup is name on this replica as it stands; fresh reports a token of
+// stickyd's format it knows nothing of (unknown, or taken as keyless
+// because no key has reached this replica yet).
+func (a *authenticator) lookup(auth string) (n string, fresh bool, err error) {
 	tok, ok := strings.CutPrefix(auth, "Bearer ")
+	created := ok && strings.HasPrefix(tok, keyPrefix)
+	if len(a.static) == 0 && !a.maps.GatewayHasAPIKeys() {
+		return "", created, nil
+	}
 	if !ok || tok == "" {
-		return "", errKeyRequired
+		return "", false, errKeyRequired
 	}
 	for key, n := range a.static {
 		if subtle.ConstantTimeCompare([]byte(key), []byte(tok)) == 1 {
-			return n, nil
+			return n, false, nil
 		}
 	}
 	if k, ok := a.maps.GatewayAPIKeyByHash(hashKey(tok)); ok {
-		return k.Name, nil
+		return k.Name, false, nil
 	}
-	return "", errKeyUnknown
+	return "", created, errKeyUnknown
 }
 
 // accessOf is the router's Config.Access: a created key's allowance and

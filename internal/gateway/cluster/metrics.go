@@ -17,6 +17,7 @@ type collector struct {
 	share, leaseOK                               *prometheus.Desc
 	held, ceilings, ceilWrites, seen, holds      *prometheus.Desc
 	trips, tripItems                             *prometheus.Desc
+	catchUps, catchUpWaits                       *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -46,11 +47,14 @@ func newCollector(g *Gateway) *collector {
 		trips: d("stickyd_gateway_leader_trips_total",
 			"Batches this server sent the leader for its calls (a call's limits and reservation as it starts, its charge and the end of its hold as it ends; the calls of the moment share one)."),
 		tripItems: d("stickyd_gateway_leader_trip_items_total", "Items in the batches this server sent the leader."),
+		catchUps: d("stickyd_gateway_key_catch_ups_total",
+			"Times this server caught its replica up with the leader's before deciding on an API key of stickyd's format it did not know (the callers of the moment share one)."),
+		catchUpWaits: d("stickyd_gateway_key_catch_up_waits_total", "Calls that waited for such a catch-up."),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.cost, c.calls, c.tokens, c.dayCost, c.inFlight, c.queued, c.capacity, c.degraded, c.reqWin, c.share, c.leaseOK, c.held, c.ceilings, c.ceilWrites, c.seen, c.holds, c.trips, c.tripItems} {
+	for _, d := range []*prometheus.Desc{c.cost, c.calls, c.tokens, c.dayCost, c.inFlight, c.queued, c.capacity, c.degraded, c.reqWin, c.share, c.leaseOK, c.held, c.ceilings, c.ceilWrites, c.seen, c.holds, c.trips, c.tripItems, c.catchUps, c.catchUpWaits} {
 		ch <- d
 	}
 }
@@ -82,6 +86,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.seen, prometheus.GaugeValue, float64(seen))
 	ch <- prometheus.MustNewConstMetric(c.trips, prometheus.CounterValue, float64(l.trips.Load()))
 	ch <- prometheus.MustNewConstMetric(c.tripItems, prometheus.CounterValue, float64(l.tripItems.Load()))
+	ch <- prometheus.MustNewConstMetric(c.catchUps, prometheus.CounterValue, float64(c.g.catchUp.rounds.Load()))
+	ch <- prometheus.MustNewConstMetric(c.catchUpWaits, prometheus.CounterValue, float64(c.g.catchUp.waited.Load()))
 	lk := c.g.limitKeeper
 	lk.mu.Lock()
 	holds := len(lk.holds)

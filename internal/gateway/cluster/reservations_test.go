@@ -193,8 +193,8 @@ func TestKeysAuthenticate(t *testing.T) {
 	var mu sync.Mutex
 	var idx uint64
 	srv := &direct{name: "s1", maps: maps, mu: &mu, idx: &idx}
-	open := newAuthenticator(nil, maps)
-	if n, err := open.name(""); n != "" || err != nil {
+	open := newAuthenticator(nil, maps, nil)
+	if n, err := open.name(t.Context(), ""); n != "" || err != nil {
 		t.Fatalf("without keys: %q %v", n, err)
 	}
 	apply := func(req fsm.GatewayAccessRequest) {
@@ -205,7 +205,7 @@ func TestKeysAuthenticate(t *testing.T) {
 		}
 	}
 	apply(fsm.GatewayAccessRequest{Op: fsm.AccessOpKeyCreate, Key: &gatewaywire.APIKey{Name: "ci", Hash: hashKey(a), Hint: a[len(a)-4:]}})
-	auth := newAuthenticator(map[string]string{"billing": "key-billing"}, maps)
+	auth := newAuthenticator(map[string]string{"billing": "key-billing"}, maps, nil)
 	for _, tt := range []struct {
 		header, name string
 		err          error
@@ -216,11 +216,11 @@ func TestKeysAuthenticate(t *testing.T) {
 		{"", "", errKeyRequired},
 		{"Basic xyz", "", errKeyRequired},
 	} {
-		if n, err := auth.name(tt.header); n != tt.name || !errors.Is(err, tt.err) {
+		if n, err := auth.name(t.Context(), tt.header); n != tt.name || !errors.Is(err, tt.err) {
 			t.Errorf("%q: %q %v, want %q %v", tt.header, n, err, tt.name, tt.err)
 		}
 	}
-	if _, err := open.name(""); !errors.Is(err, errKeyRequired) {
+	if _, err := open.name(t.Context(), ""); !errors.Is(err, errKeyRequired) {
 		t.Fatalf("a created key closes an open gateway: %v", err)
 	}
 	for _, k := range maps.GatewayAPIKeys() {
@@ -229,7 +229,7 @@ func TestKeysAuthenticate(t *testing.T) {
 		}
 	}
 	apply(fsm.GatewayAccessRequest{Op: fsm.AccessOpKeyRevoke, Name: "ci"})
-	if _, err := auth.name("Bearer " + a); !errors.Is(err, errKeyUnknown) {
+	if _, err := auth.name(t.Context(), "Bearer "+a); !errors.Is(err, errKeyUnknown) {
 		t.Fatalf("a revoked key: %v", err)
 	}
 }

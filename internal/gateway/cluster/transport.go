@@ -19,7 +19,7 @@ import (
 // OpenAI-compatible API) and gRPC, with the API keys as bearer tokens.
 func (g *Gateway) serve() error {
 	c := g.cfg
-	name := newAuthenticator(c.APIKeys, g.maps).name
+	name := newAuthenticator(c.APIKeys, g.maps, g.catchUp).name
 	log := g.log.Named("gateway")
 	h := transport.HTTPHandler(g, transport.HTTPOptions{Logger: log,
 		Auth: func(r *http.Request) (string, error) {
@@ -27,7 +27,7 @@ func (g *Gateway) serve() error {
 			if k := r.Header.Get("X-Api-Key"); auth == "" && k != "" {
 				auth = "Bearer " + k // Anthropic's clients send their key so
 			}
-			return name(auth)
+			return name(r.Context(), auth)
 		}})
 	ln, err := net.Listen("tcp", c.Address)
 	if err != nil {
@@ -53,7 +53,7 @@ func (g *Gateway) serve() error {
 			if v := md.Get("authorization"); len(v) > 0 {
 				auth = v[0]
 			}
-			return name(auth)
+			return name(ctx, auth)
 		}}))
 	go func() { _ = gs.Serve(gln) }()
 	g.servers = append(g.servers, server{
