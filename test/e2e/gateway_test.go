@@ -665,6 +665,55 @@ func TestGatewayLimitThroughLeaderStop(t *testing.T) {
 	t.Logf("%d calls through a SIGSTOP of the leader: peak %d at the provider (limit %d), none failed", calls, p.peak.Load(), limit)
 }
 
+// A server that stops gracefully hands its share of a model's limit back
+// as it goes: the others run the whole limit at once, not after its
+// calls' grace (call_timeout, 2 minutes by default) has passed. Each
+// server holds at least one of the four slots while idle, so without it
+// the survivors run three at most for two minutes.
+func TestGatewayShareHandedBackOnStop(t *testing.T) {
+	const limit = 4
+	p := newProvider(t, 800*time.Millisecond)
+	ps, leader, gwAddrs := startGatewayCluster(t, p, limit, "", "      price {\n        free = true\n      }\n")
+	leaving, other := (leader+1)%3, (leader+2)%3
+	burst := func(addr string, n int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for i := range n {
+			wg.Go(func() {
+				body := fmt.Sprintf(`{"model":"small","messages":[{"role":"user","content":"share-%02d"}]}`, i)
+				r, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
+				if err == nil {
+					b, _ := io.ReadAll(r.Body)
+					r.Body.Close()
+					if r.StatusCode != 200 {
+						err = fmt.Errorf("HTTP %d: %s", r.StatusCode, b)
+					}
+				}
+				errs <- err
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The server to stop has run calls, and holds a share.
+	burst(gwAddrs[leaving], 2*limit)
+	if err := ps[leaving].cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-ps[leaving].exited
+	p.peak.Store(0)
+	burst(gwAddrs[other], 3*limit)
+	if peak := p.peak.Load(); peak != limit {
+		t.Fatalf("after a server stopped, the others ran %d calls at once; the limit is %d", peak, limit)
+	}
+}
+
 // lastLines is the end of a log, n lines at most.
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")

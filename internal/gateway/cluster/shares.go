@@ -78,6 +78,10 @@ type leaseAsk struct {
 	// Deployments counts the calls the server runs on each deployment,
 	// by model: the others' least-busy routing counts them.
 	Deployments map[string]map[string]int `json:"deployments,omitempty"`
+	// Leaving: the process is stopping, runs no call and starts none
+	// again; its share is handed on at once (a leader that does not know
+	// the field takes it as a renewal, and the share lapses as before).
+	Leaving bool `json:"leaving,omitempty"`
 }
 
 // leaseGrant is the leader's answer: each model's share, for ValidFor.
@@ -196,6 +200,28 @@ func (t *shareTable) grant(ask leaseAsk) (leaseGrant, *fsm.GatewayShare) {
 		}
 	}
 	return out, raise
+}
+
+// leave forgets a server whose process stops after its calls ended (its
+// last renewal said so), so that its share is handed on at once rather
+// than when its lease and grace have passed. It returns the entry that
+// drops the server's ceiling from the log (nil: none is its process's),
+// so that a leader elected next does not wait for it either. A leaving
+// process that is not the one the table knows changes nothing: the
+// newer one runs.
+func (t *shareTable) leave(ask leaseAsk) *fsm.GatewaySharesRequest {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h := t.holders[ask.Server]; h != nil {
+		if h.process != ask.Process {
+			return nil
+		}
+		delete(t.holders, ask.Server)
+	}
+	if c, ok := t.ceilings[ask.Server]; ok && c.Process == ask.Process {
+		return &fsm.GatewaySharesRequest{Drop: []string{ask.Server}}
+	}
+	return nil
 }
 
 // seed records what a server holds before it renews (the leader's own
@@ -353,7 +379,8 @@ type leaseClient struct {
 	mu      sync.Mutex    // guards renewed and the calls
 	renewed chan struct{} // closed at the next renewal
 	calls   map[*callCut]struct{}
-	nowhere atomic.Bool // the leader has no share table (an older version): forward
+	nowhere atomic.Bool   // the leader has no share table (an older version): forward
+	done    chan struct{} // closed when run returns: no renewal follows
 }
 
 // callCut is a running call the lease may cut.
@@ -361,7 +388,7 @@ type callCut struct{ cancel context.CancelCauseFunc }
 
 func newLeaseClient(g *Gateway, process string, grace time.Duration) *leaseClient {
 	return &leaseClient{g: g, process: process, grace: grace, kick: make(chan struct{}, 1), renewed: make(chan struct{}),
-		calls: map[*callCut]struct{}{}}
+		calls: map[*callCut]struct{}{}, done: make(chan struct{})}
 }
 
 // valid reports whether the lease stands: MayStart.
@@ -411,6 +438,7 @@ func (c *leaseClient) track(ctx context.Context) (context.Context, func()) {
 
 // run renews the lease until stop closes.
 func (c *leaseClient) run(stop <-chan struct{}) {
+	defer close(c.done)
 	t := time.NewTicker(renewEvery)
 	defer t.Stop()
 	var lapsedAt time.Time
@@ -444,7 +472,36 @@ func (c *leaseClient) run(stop <-chan struct{}) {
 // renew asks the leader (itself, when it leads) for this server's shares.
 func (c *leaseClient) renew() (leaseGrant, error) {
 	g := c.g
-	ask := leaseAsk{Server: g.srv.Name(), Process: c.process, Models: g.loads(), Deployments: g.router.InFlight()}
+	return c.send(leaseAsk{Server: g.srv.Name(), Process: c.process, Models: g.loads(), Deployments: g.router.InFlight()})
+}
+
+// leave tells the leader that this process stops, so that its share is
+// handed on at once instead of when its lease and grace have passed. Call
+// it once the calls have ended (the gateway drained) and the lease's loop
+// has stopped (no renewal follows). While a call still runs here (a stop
+// that had to cut them), it says nothing: the share then lapses as after
+// a crash.
+func (c *leaseClient) leave() {
+	select {
+	case <-c.done:
+	case <-time.After(leaseFor):
+		return
+	}
+	g := c.g
+	for m, l := range g.loads() {
+		if l.InFlight > 0 {
+			g.log.Info("gateway: calls still run here as it stops: its share of the limits lapses with its lease", "model", m, "in_flight", l.InFlight)
+			return
+		}
+	}
+	if _, err := c.send(leaseAsk{Server: g.srv.Name(), Process: c.process, Leaving: true}); err != nil {
+		g.log.Info("gateway: could not hand this server's share of the limits back: it lapses with its lease", "error", err)
+	}
+}
+
+// send sends ask to the leader (itself, when it leads).
+func (c *leaseClient) send(ask leaseAsk) (leaseGrant, error) {
+	g := c.g
 	if g.srv.Raft().IsLeader() {
 		return g.leaseFor(ask)
 	}
@@ -541,6 +598,22 @@ func (g *Gateway) leaseFor(ask leaseAsk) (leaseGrant, error) {
 	}
 	g.sharesMu.Lock()
 	defer g.sharesMu.Unlock()
+	if ask.Leaving {
+		if drop := t.leave(ask); drop != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), leaseFor/2)
+			_, err := g.srv.Apply(ctx, mustEncode(fsm.GatewaySharesRequestType, *drop))
+			cancel()
+			if err != nil {
+				// The ceiling stays, counted by a next leader until it
+				// lapses, as after a stop that said nothing.
+				g.log.Warn("gateway: dropping a stopped server's ceiling from the log", "server", ask.Server, "error", err)
+			} else {
+				t.applyLowered(drop)
+			}
+		}
+		g.log.Info("gateway: a server stopped and handed its share of the limits back", "server", ask.Server)
+		return leaseGrant{}, nil
+	}
 	grant, raise := t.grant(ask)
 	if raise != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), leaseFor/2)

@@ -20,6 +20,7 @@ type fakeServer struct {
 	queued        int
 	expires       time.Time
 	down          bool // cut off: neither renews nor is heard
+	stopped       bool // stopped after its calls ended (and said so): comes back as a new process
 }
 
 // TestSharesNeverPassTheLimit drives a share table with servers whose
@@ -35,7 +36,7 @@ func TestSharesNeverPassTheLimit(t *testing.T) {
 	tbl := newShareTable(map[string]int{"m": limit}, map[string]fsm.GatewayShare{}, grace, clock)
 	rng := rand.New(rand.NewPCG(1, 2))
 	servers := []*fakeServer{{name: "s1", process: "a"}, {name: "s2", process: "a"}, {name: "s3", process: "a"}}
-	granted, terms := 0, 1
+	granted, terms, leaves := 0, 1, 0
 	// raftLog is the ceilings as the log has them: a new leader's table
 	// starts from them.
 	raftLog := map[string]fsm.GatewayShare{}
@@ -48,12 +49,25 @@ func TestSharesNeverPassTheLimit(t *testing.T) {
 			terms++
 		}
 		switch r := rng.IntN(100); {
-		case r < 2:
+		case r < 2 && !s.stopped:
 			s.down = !s.down
-		case r < 3 && !s.down:
+		case r < 3 && (!s.down || s.stopped):
 			// The process restarts: its calls die with it.
 			s.process = fmt.Sprint(step)
 			s.capacity, s.running, s.queued, s.expires = 0, 0, 0, time.Time{}
+			s.down, s.stopped = false, false
+		case r < 8 && !s.down && s.running == 0:
+			// A graceful stop: its calls have ended, its lease loop
+			// stopped, and it says so.
+			s.capacity, s.queued, s.expires = 0, 0, time.Time{}
+			s.down, s.stopped = true, true
+			if drop := tbl.leave(leaseAsk{Server: s.name, Process: s.process, Leaving: true}); drop != nil {
+				tbl.applyLowered(drop)
+				for _, d := range drop.Drop {
+					delete(raftLog, d)
+				}
+			}
+			leaves++
 		}
 		// Calls end and arrive.
 		for _, x := range servers {
@@ -105,8 +119,55 @@ func TestSharesNeverPassTheLimit(t *testing.T) {
 			t.Fatalf("step %d: the servers may run %d calls; the limit is %d (%+v %+v %+v)", step, total, limit, *servers[0], *servers[1], *servers[2])
 		}
 	}
-	if granted == 0 || terms < 10 {
-		t.Fatalf("%d slots granted over %d terms: the test did not exercise the table", granted, terms)
+	if granted == 0 || terms < 10 || leaves < 10 {
+		t.Fatalf("%d slots granted over %d terms, %d graceful stops: the test did not exercise the table", granted, terms, leaves)
+	}
+}
+
+// A server that stops after its calls ended hands its share on at once:
+// the others get it at their next renewal, and a leader elected next does
+// not wait for its ceiling either. A leave from a process the table no
+// longer knows (the server came back since) changes nothing.
+func TestSharesHandedOnWhenAServerLeaves(t *testing.T) {
+	now := time.Unix(0, 0)
+	clock := func() time.Time { return now }
+	tbl := newShareTable(map[string]int{"m": 30}, map[string]fsm.GatewayShare{}, time.Minute, clock)
+	now = now.Add(leaseFor)
+	ask := func(tb *shareTable, server, process string, running, queued, capacity int) int {
+		g, raise := tb.grant(leaseAsk{Server: server, Process: process, Models: map[string]load{"m": {Capacity: capacity, InFlight: running, Queued: queued}}})
+		if raise != nil {
+			tb.raised(server, *raise)
+		}
+		return g.Shares["m"]
+	}
+	caps := map[string]int{}
+	for range 3 {
+		caps["s1"] = ask(tbl, "s1", "p1", caps["s1"], 40, caps["s1"])
+		caps["s2"] = ask(tbl, "s2", "p", 0, 0, caps["s2"])
+	}
+	if caps["s1"] < 25 {
+		t.Fatalf("the busy s1 got %d of 30", caps["s1"])
+	}
+	// s1's calls end as it drains; it stops and says so.
+	now = now.Add(100 * time.Millisecond)
+	if got := ask(tbl, "s2", "p", 0, 40, caps["s2"]); got > 30-caps["s1"] {
+		t.Fatalf("s2 got %d while s1 may run %d of 30", got, caps["s1"])
+	}
+	if drop := tbl.leave(leaseAsk{Server: "s1", Process: "old", Leaving: true}); drop != nil || tbl.holders["s1"] == nil {
+		t.Fatal("a leave from a process the table does not know changed it")
+	}
+	drop := tbl.leave(leaseAsk{Server: "s1", Process: "p1", Leaving: true})
+	if drop == nil || len(drop.Drop) != 1 || drop.Drop[0] != "s1" {
+		t.Fatalf("s1's leave dropped %+v from the log, want its ceiling", drop)
+	}
+	tbl.applyLowered(drop)
+	if got := ask(tbl, "s2", "p", 0, 40, 0); got != 30 {
+		t.Fatalf("once s1 left, s2 got %d of 30 at its next renewal", got)
+	}
+	// A new leader, from the log: nothing of s1 to wait for.
+	tb2 := newShareTable(map[string]int{"m": 30}, maps.Clone(tbl.ceilings), time.Minute, clock)
+	if got := ask(tb2, "s2", "p", 30, 40, 30); got != 30 {
+		t.Fatalf("a new leader after s1 left granted s2 %d of 30", got)
 	}
 }
 

@@ -136,11 +136,14 @@ func (g *Gateway) Close() {
 }
 
 // Stop waits until the last charges are sent to the log, once the stop
-// channel given to Start closed: call it before raft stops. It returns at
-// once if Start did not get as far as the ledger.
+// channel given to Start closed, and hands this server's share of the
+// limits back to the leader when no call runs here any more: call it
+// before raft stops. It returns at once if Start did not get as far as
+// the ledger.
 func (g *Gateway) Stop() {
 	if g.ledgerDone != nil {
 		<-g.ledgerDone
+		g.lease.leave()
 	}
 }
 
