@@ -167,11 +167,24 @@ func memorySaturationMovesPeople(t *testing.T, runtime option) {
 	}
 	var later []struct {
 		At                   time.Time
+		ID                   int
 		Kind, Worker, Reason string
 	}
 	_ = json.Unmarshal([]byte(body), &later)
+	decided := map[int]time.Time{}
 	for _, e := range later {
-		if e.At.After(quiet) && e.Worker == workers[0] && e.Kind != "completed" {
+		if e.Kind != "completed" && e.Kind != "failed" {
+			decided[e.ID] = e.At
+		}
+	}
+	for _, e := range later {
+		// The outcome of a decision taken before (a move of someone the
+		// test was moving off at the same time is refused: they live
+		// elsewhere) is not governance acting now.
+		if e.Kind == "completed" || e.Kind == "failed" && decided[e.ID].Before(quiet) {
+			continue
+		}
+		if e.At.After(quiet) && e.Worker == workers[0] {
 			t.Fatalf("governance still acts on the emptied worker: %+v", e)
 		}
 	}
