@@ -104,10 +104,12 @@ func (c *catchUp) round() error {
 }
 
 // leaderApplied is catchUp's leaderIndex: on the leader, its own maps'
-// index; elsewhere, the leader's answer.
+// index once it has proved its lead; elsewhere, the leader's answer.
 func (g *Gateway) leaderApplied(ctx context.Context) (uint64, error) {
-	r := g.srv.Raft()
-	if r.IsLeader() {
+	if g.srv.Raft().IsLeader() {
+		if err := g.lead.check(); err != nil {
+			return 0, err
+		}
 		return g.maps.Index(), nil
 	}
 	admin, err := g.leaderAdmin(ctx)
@@ -121,12 +123,12 @@ func (g *Gateway) leaderApplied(ctx context.Context) (uint64, error) {
 	return out.Index, err
 }
 
-// serveApplied is the leader's side: its maps' index once it has checked,
+// serveApplied is the leader's side: its maps' index once it has proved,
 // with a quorum, that it still leads (a deposed leader's index may lack
-// what the new one acknowledged).
+// what the new one acknowledged). The proof is the one the shares use
+// (leaderLease: at most one quorum round per 100 ms, however many ask).
 func (g *Gateway) serveApplied(w http.ResponseWriter, r *http.Request) error {
-	rn := g.srv.Raft()
-	if !rn.IsLeader() || rn.Raft.VerifyLeader().Error() != nil {
+	if err := g.lead.check(); err != nil {
 		return &api.Error{Status: http.StatusMisdirectedRequest, Message: "not the leader"}
 	}
 	writeJSONTo(w, http.StatusOK, map[string]uint64{"index": g.maps.Index()})
